@@ -1,0 +1,102 @@
+//! Key layout and values in etcd. Everything of one semaphore sits under one prefix so that a
+//! single range read or watch sees its capacity and its whole queue in one revision:
+//!
+//! ```text
+//! <root>/names/<name>          index of semaphores (for listing), empty value
+//! <root>/s/<name>/cap          {"capacity":N,"floor":F}
+//! <root>/s/<name>/q/<id>       {"permits":K,"owner":"…","since_unix_ms":T}, bound to a lease
+//! ```
+//! Names are validated to `[A-Za-z0-9._-]`, so a name can never reach outside its prefix.
+
+use crate::queue;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone)]
+pub(super) struct Keys {
+    root: String,
+}
+
+impl Keys {
+    pub(super) fn new(root: &str) -> Self {
+        Keys {
+            root: root.to_string(),
+        }
+    }
+    pub(super) fn names_prefix(&self) -> String {
+        format!("{}/names/", self.root)
+    }
+    pub(super) fn name_index(&self, name: &str) -> String {
+        format!("{}/names/{name}", self.root)
+    }
+    pub(super) fn sem_prefix(&self, name: &str) -> String {
+        format!("{}/s/{name}/", self.root)
+    }
+    pub(super) fn cap(&self, name: &str) -> String {
+        format!("{}/s/{name}/cap", self.root)
+    }
+    pub(super) fn queue_prefix(&self, name: &str) -> String {
+        format!("{}/s/{name}/q/", self.root)
+    }
+    pub(super) fn entry(&self, name: &str, id: &str) -> String {
+        format!("{}/s/{name}/q/{id}", self.root)
+    }
+}
+
+/// Value of the capacity key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct CapValue {
+    pub capacity: u32,
+    #[serde(default)]
+    pub floor: u64,
+}
+
+impl CapValue {
+    pub(super) fn parse(raw: &[u8]) -> Option<CapValue> {
+        serde_json::from_slice(raw).ok()
+    }
+    pub(super) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// Value of a queue entry key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct EntryValue {
+    pub permits: u32,
+    pub owner: String,
+    pub since_unix_ms: u64,
+}
+
+impl EntryValue {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub(super) fn parse(raw: &[u8]) -> Option<EntryValue> {
+        serde_json::from_slice(raw).ok()
+    }
+
+    /// Weight of a raw entry. An unreadable entry (written by something else) counts as
+    /// blocking everything behind it: never granting too much beats granting on a guess.
+    pub(super) fn weight(raw: &[u8]) -> u32 {
+        Self::parse(raw).map_or(u32::MAX, |v| v.permits)
+    }
+}
+
+/// The queue of a semaphore from a range read sorted by create revision.
+pub(super) fn queue_of<'a>(
+    queue_prefix: &'a str,
+    kvs: &'a [etcd_client::KeyValue],
+) -> impl Iterator<Item = (queue::Entry, &'a etcd_client::KeyValue)> + 'a {
+    kvs.iter()
+        .filter(move |kv| kv.key().starts_with(queue_prefix.as_bytes()))
+        .map(|kv| {
+            (
+                queue::Entry {
+                    token: kv.create_revision() as u64,
+                    permits: EntryValue::weight(kv.value()),
+                },
+                kv,
+            )
+        })
+}

@@ -1,0 +1,600 @@
+//! `etcd://` backend: permits are keys bound to the Limiter's lease, ordered by create revision.
+//!
+//! * Acquire, uncontended: **one** Txn — `if create_revision(key) == 0 then put(key, lease) and
+//!   read the semaphore else read key and semaphore`. The read sees the put, so the reply says
+//!   whether the entry holds; retrying the same key after a lost reply is idempotent.
+//! * Release: one delete.
+//! * Waiting: one watch per semaphore per Limiter feeds a local [`view::View`]; a release costs
+//!   one delete plus one watch event per watching process, never a re-read per waiter.
+//! * Fencing token: the entry key's create revision.
+
+mod keys;
+mod session;
+mod view;
+
+use super::{Backend, Enqueued, EntryRequest};
+use crate::error::{Error, Result};
+use crate::lost::LostSignal;
+use crate::queue;
+use crate::stats::{RequestCounters, RequestKind, RequestStats};
+use crate::status::{unix_ms_now, Holder, Status};
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse,
+};
+use keys::{queue_of, CapValue, EntryValue, Keys};
+use session::Session;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use view::{Outcome, SemWatch, View, WatchConfig};
+
+/// Settings of the etcd backend.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// `http://host:port` endpoints.
+    pub endpoints: Vec<String>,
+    /// Key prefix (no slashes at the ends).
+    pub prefix: String,
+    /// Lease TTL (rounded up to whole seconds).
+    pub session_ttl: Duration,
+    /// Bound on each request.
+    pub request_timeout: Duration,
+}
+
+/// The `etcd://` backend: one client, one lease, one watch per contended semaphore.
+pub struct EtcdBackend {
+    client: Client,
+    keys: Keys,
+    config: EtcdConfig,
+    stats: Arc<RequestCounters>,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
+    /// `lost()` and `close()` can mark every permit lost.
+    live: Arc<Mutex<HashMap<Vec<u8>, LostSignal>>>,
+    watches: Mutex<HashMap<String, Arc<SemWatch>>>,
+    /// Stops every background task of this backend.
+    stop: CancellationToken,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("config", &self.config)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Errors after which the same idempotent request may be sent again.
+fn is_transient(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::Internal
+        ),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
+impl EtcdBackend {
+    /// Connects and grants the session lease (fails fast if no member answers).
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
+        let opts = ConnectOptions::new()
+            .with_timeout(config.request_timeout)
+            .with_connect_timeout(config.request_timeout)
+            .with_keep_alive(Duration::from_secs(2), config.request_timeout);
+        let client = tokio::time::timeout(
+            config.request_timeout,
+            Client::connect(config.endpoints.clone(), Some(opts)),
+        )
+        .await
+        .map_err(|_| Error::store("timed out connecting to etcd"))?
+        .map_err(Error::store)?;
+        let backend = EtcdBackend {
+            client,
+            keys: Keys::new(&config.prefix),
+            config,
+            stats: Arc::new(RequestCounters::default()),
+            session: tokio::sync::Mutex::new(None),
+            live: Arc::new(Mutex::new(HashMap::new())),
+            watches: Mutex::new(HashMap::new()),
+            stop: CancellationToken::new(),
+            closed: AtomicBool::new(false),
+        };
+        backend.session().await?;
+        Ok(backend)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The live session, or a new lease if the last one was lost.
+    async fn session(&self) -> Result<Arc<Session>> {
+        let mut current = self.session.lock().await;
+        if let Some(s) = current.as_ref() {
+            if !s.lost.is_lost() {
+                return Ok(s.clone());
+            }
+            s.stop();
+        }
+        self.check_open()?;
+        let s = Session::start(
+            &self.client,
+            self.config.session_ttl,
+            self.config.request_timeout,
+            self.stats.clone(),
+        )
+        .await?;
+        *current = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Sends an idempotent request, retrying transient failures until `give_up` says stop.
+    async fn retry<T, F, Fut>(
+        &self,
+        kind: RequestKind,
+        give_up: impl Fn() -> bool,
+        mut op: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let mut pause = RETRY_FIRST;
+        let mut attempts = 0u32;
+        loop {
+            self.check_open()?;
+            self.stats.count(kind);
+            attempts += 1;
+            match op(self.client.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) if is_transient(&e) && attempts < 40 && !give_up() => {
+                    tracing::debug!(error = %e, attempts, "transient etcd error; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+                Err(e) => return Err(Error::store(e)),
+            }
+        }
+    }
+
+    /// Reads the semaphore's prefix sorted by create revision: (revision, kvs).
+    async fn read_semaphore(&self, name: &str) -> Result<(i64, Vec<etcd_client::KeyValue>)> {
+        let prefix = self.keys.sem_prefix(name);
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let mut resp = self
+            .retry(
+                RequestKind::Range,
+                || tokio::time::Instant::now() >= deadline,
+                |mut c| {
+                    let prefix = prefix.clone();
+                    async move { c.get(prefix, Some(sorted_prefix())).await }
+                },
+            )
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok((revision, resp.take_kvs()))
+    }
+
+    /// The watch of `name`, started from `view` if there is none yet.
+    fn ensure_watch(&self, name: &str, view: View) -> Arc<SemWatch> {
+        let mut watches = lock(&self.watches);
+        if let Some(w) = watches.get(name) {
+            if !w.is_stopped() {
+                return w.clone();
+            }
+        }
+        let live = self.live.clone();
+        let config = WatchConfig {
+            client: self.client.clone(),
+            sem_prefix: self.keys.sem_prefix(name),
+            cap_key: self.keys.cap(name),
+            queue_prefix: self.keys.queue_prefix(name),
+            request_timeout: self.config.request_timeout,
+            stats: self.stats.clone(),
+            on_delete: Arc::new(move |key: &[u8]| {
+                if let Some(lost) = lock(&live).remove(key) {
+                    tracing::warn!(key = %String::from_utf8_lossy(key), "permit key deleted behind our back; permit lost");
+                    lost.fire();
+                }
+            }),
+        };
+        let w = SemWatch::start(view, config, self.stop.child_token());
+        watches.insert(name.to_string(), w.clone());
+        w
+    }
+
+    fn end_locally(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.stop.cancel();
+        for (_, lost) in lock(&self.live).drain() {
+            lost.fire();
+        }
+    }
+}
+
+fn sorted_prefix() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+}
+
+fn get_kvs(resp: Option<&TxnOpResponse>) -> &[etcd_client::KeyValue] {
+    match resp {
+        Some(TxnOpResponse::Get(g)) => g.kvs(),
+        _ => &[],
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        self.check_open()?;
+        let cap_key = self.keys.cap(name);
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let give_up = || tokio::time::Instant::now() >= deadline;
+        let Some(requested) = capacity else {
+            let resp = self
+                .retry(RequestKind::Range, give_up, |mut c| {
+                    let k = cap_key.clone();
+                    async move { c.get(k, None).await }
+                })
+                .await?;
+            return match resp.kvs().first() {
+                Some(kv) => CapValue::parse(kv.value())
+                    .map(|c| c.capacity)
+                    .ok_or_else(|| Error::store(format!("unreadable capacity at {cap_key}"))),
+                None => Err(Error::NotFound(name.to_string())),
+            };
+        };
+        let value = CapValue {
+            capacity: requested,
+            floor: 0,
+        }
+        .encode();
+        let index = self.keys.name_index(name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                cap_key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([
+                TxnOp::put(cap_key.clone(), value, None),
+                TxnOp::put(index, "", None),
+            ])
+            .or_else([TxnOp::get(cap_key.clone(), None)]);
+        let resp = self
+            .retry(RequestKind::Txn, give_up, |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await?;
+        if resp.succeeded() {
+            return Ok(requested);
+        }
+        let ops = resp.op_responses();
+        let stored = get_kvs(ops.first())
+            .first()
+            .and_then(|kv| CapValue::parse(kv.value()))
+            .ok_or_else(|| Error::store(format!("unreadable capacity at {cap_key}")))?;
+        if stored.capacity != requested {
+            return Err(Error::CapacityMismatch {
+                stored: stored.capacity,
+                requested,
+            });
+        }
+        Ok(stored.capacity)
+    }
+
+    async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let key = self.keys.entry(&req.name, &req.id);
+        let sem_prefix = self.keys.sem_prefix(&req.name);
+        let value = EntryValue {
+            permits: req.permits,
+            owner: req.owner.clone(),
+            since_unix_ms: unix_ms_now(),
+        }
+        .encode();
+        // Put-if-absent and read, in one request; the same key on a retry finds the first put.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(session.lease)),
+                ),
+                TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())),
+            ])
+            .or_else([
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(sem_prefix, Some(sorted_prefix())),
+            ]);
+        let lost = session.lost.clone();
+        let resp = self
+            .retry(
+                RequestKind::Txn,
+                || lost.is_lost(),
+                |mut c| {
+                    let t = txn.clone();
+                    async move { c.txn(t).await }
+                },
+            )
+            .await
+            .map_err(|e| {
+                if session.lost.is_lost() {
+                    Error::SessionLost
+                } else {
+                    e
+                }
+            })?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let ops = resp.op_responses();
+        let token = if resp.succeeded() {
+            revision
+        } else {
+            match get_kvs(ops.first()).first() {
+                Some(kv) if kv.lease() == session.lease => kv.create_revision(),
+                // Written under an older, lost lease: that entry is not ours to keep.
+                _ => return Err(Error::SessionLost),
+            }
+        } as u64;
+        let kvs = get_kvs(ops.get(1));
+        let cap_key = self.keys.cap(&req.name);
+        let cap = kvs
+            .iter()
+            .find(|kv| kv.key() == cap_key.as_bytes())
+            .and_then(|kv| CapValue::parse(kv.value()))
+            .ok_or_else(|| Error::NotFound(req.name.clone()))?;
+        if req.permits > cap.capacity {
+            return Err(Error::invalid(format!(
+                "requested {} permits but semaphore {:?} has capacity {}",
+                req.permits, req.name, cap.capacity
+            )));
+        }
+        let queue_prefix = self.keys.queue_prefix(&req.name);
+        let granted = queue::holds(
+            queue_of(&queue_prefix, kvs).map(|(e, _)| e),
+            cap.capacity,
+            cap.floor,
+            token,
+        ) == Some(true);
+        if !granted {
+            // The Txn's own read is the watch's starting point: no extra read.
+            self.ensure_watch(
+                &req.name,
+                View::from_kvs(revision, &cap_key, &queue_prefix, kvs),
+            );
+        }
+        let lost = session.lost.child();
+        lock(&self.live).insert(key.into_bytes(), lost.clone());
+        Ok(Enqueued {
+            token,
+            granted,
+            lost,
+        })
+    }
+
+    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
+        let closed_or_lost = || self.check_open().err().unwrap_or(Error::SessionLost);
+        let watch = match lock(&self.watches).get(&req.name) {
+            Some(w) if !w.is_stopped() => w.clone(),
+            _ => return Err(closed_or_lost()),
+        };
+        let outcome = watch.register(enq.token, req.permits);
+        tokio::select! {
+            o = outcome => match o {
+                Ok(Outcome::Granted) if !enq.lost.is_lost() => Ok(()),
+                Ok(Outcome::Granted | Outcome::Gone) | Err(_) => Err(closed_or_lost()),
+                Ok(Outcome::TooHeavy(cap)) => Err(Error::invalid(format!(
+                    "capacity of {:?} fell to {cap}, below the {} permits requested",
+                    req.name, req.permits
+                ))),
+                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
+            },
+            _ = enq.lost.lost() => Err(closed_or_lost()),
+        }
+    }
+
+    async fn remove(&self, name: &str, id: &str) -> Result<()> {
+        let key = self.keys.entry(name, id);
+        // Forget it first: our own delete must not look like a key deleted behind our back.
+        lock(&self.live).remove(key.as_bytes());
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        self.retry(
+            RequestKind::Delete,
+            || tokio::time::Instant::now() >= deadline,
+            |mut c| {
+                let k = key.clone();
+                async move { c.delete(k, None).await }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn status(&self, name: &str) -> Result<Status> {
+        self.check_open()?;
+        let (_, kvs) = self.read_semaphore(name).await?;
+        let cap_key = self.keys.cap(name);
+        let cap = kvs
+            .iter()
+            .find(|kv| kv.key() == cap_key.as_bytes())
+            .and_then(|kv| CapValue::parse(kv.value()))
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        let queue_prefix = self.keys.queue_prefix(name);
+        let entries: Vec<_> = queue_of(&queue_prefix, &kvs).collect();
+        let n = queue::holders(entries.iter().map(|(e, _)| *e), cap.capacity, cap.floor);
+        let holders: Vec<Holder> = entries[..n]
+            .iter()
+            .map(|(e, kv)| {
+                let v = EntryValue::parse(kv.value());
+                Holder {
+                    owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
+                    permits: e.permits,
+                    fencing_token: e.token,
+                    since_unix_ms: v.map_or(0, |v| v.since_unix_ms),
+                }
+            })
+            .collect();
+        Ok(Status {
+            name: name.to_string(),
+            capacity: cap.capacity,
+            used: holders
+                .iter()
+                .fold(0u32, |a, h| a.saturating_add(h.permits)),
+            holders,
+            waiting: entries.len() - n,
+            waiting_permits: entries[n..].iter().map(|(e, _)| u64::from(e.permits)).sum(),
+        })
+    }
+
+    async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
+        self.check_open()?;
+        let cap_key = self.keys.cap(name);
+        let queue_prefix = self.keys.queue_prefix(name);
+        for _ in 0..20 {
+            let (revision, kvs) = self.read_semaphore(name).await?;
+            let Some(cap_kv) = kvs.iter().find(|kv| kv.key() == cap_key.as_bytes()) else {
+                return Err(Error::NotFound(name.to_string()));
+            };
+            let old = CapValue::parse(cap_kv.value())
+                .ok_or_else(|| Error::store(format!("unreadable capacity at {cap_key}")))?;
+            let entries: Vec<_> = queue_of(&queue_prefix, &kvs).collect();
+            let queue: Vec<queue::Entry> = entries.iter().map(|(e, _)| *e).collect();
+            let floor = queue::floor_after_resize(&queue, old.capacity, capacity, old.floor);
+            // Apply only if nothing that decides who holds changed since the read: the
+            // capacity, no new entry, and (on a shrink, to grandfather exactly the holders
+            // read) every holder and the first waiter still there.
+            let mut when = vec![
+                Compare::mod_revision(cap_key.clone(), CompareOp::Equal, cap_kv.mod_revision()),
+                Compare::create_revision(queue_prefix.clone(), CompareOp::Less, revision + 1)
+                    .with_prefix(),
+            ];
+            if floor != old.floor {
+                let n = queue::holders(queue.iter().copied(), old.capacity, old.floor);
+                // etcd allows 128 compares per Txn; past that the grandfathering is best effort.
+                when.extend(entries.iter().take((n + 1).min(120)).map(|(e, kv)| {
+                    Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, e.token as i64)
+                }));
+            }
+            let txn = Txn::new().when(when).and_then([TxnOp::put(
+                cap_key.clone(),
+                CapValue { capacity, floor }.encode(),
+                None,
+            )]);
+            self.stats.count(RequestKind::Txn);
+            let resp = self.client.clone().txn(txn).await.map_err(Error::store)?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(Error::store(format!(
+            "semaphore {name:?} kept changing; capacity not set, try again"
+        )))
+    }
+
+    async fn list(&self) -> Result<Vec<String>> {
+        self.check_open()?;
+        let prefix = self.keys.names_prefix();
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let resp = self
+            .retry(
+                RequestKind::Range,
+                || tokio::time::Instant::now() >= deadline,
+                |mut c| {
+                    let p = prefix.clone();
+                    async move {
+                        c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                            .await
+                    }
+                },
+            )
+            .await?;
+        let mut names: Vec<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn stats(&self) -> RequestStats {
+        self.stats.snapshot()
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.end_locally();
+        let session = self.session.lock().await.take();
+        let Some(session) = session else {
+            return Ok(());
+        };
+        session.stop();
+        session.lost.fire();
+        self.stats.count(RequestKind::Lease);
+        let revoked = tokio::time::timeout(
+            self.config.request_timeout,
+            self.client.lease_client().revoke(session.lease),
+        )
+        .await;
+        match revoked {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if e.to_string().contains("lease not found") => Ok(()),
+            Ok(Err(e)) => Err(Error::store(e)),
+            Err(_) => Err(Error::store("etcd did not answer the lease revoke in time")),
+        }
+    }
+
+    fn shutdown(&self) {
+        self.end_locally();
+        let session = match self.session.try_lock() {
+            Ok(mut s) => s.take(),
+            Err(_) => None,
+        };
+        if let Some(session) = session {
+            session.stop();
+            session.lost.fire();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                let client = self.client.clone();
+                let timeout = self.config.request_timeout;
+                self.stats.count(RequestKind::Lease);
+                handle.spawn(async move {
+                    let _ =
+                        tokio::time::timeout(timeout, client.lease_client().revoke(session.lease))
+                            .await;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! One etcd lease per Limiter, kept alive in the background about every TTL/3.
+//!
+//! The lease may be gone from the moment `send time of the last acknowledged keepalive + TTL`
+//! passes, so that instant is the session's [`Deadline`]: permits report lost then at the
+//! latest, before etcd could expire the lease and give their permits away. The lease is also
+//! reported lost when etcd answers a keepalive with TTL 0 or "lease not found" (revoked or
+//! expired behind our back). A lost session is never revived: the backend grants a new lease
+//! for later calls.
+
+use crate::error::{Error, Result};
+use crate::lost::{Deadline, LostSignal};
+use crate::stats::{RequestCounters, RequestKind};
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::{timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Pause between keepalive retries once one has failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+pub(super) struct Session {
+    pub lease: i64,
+    pub lost: LostSignal,
+    stop: CancellationToken,
+}
+
+impl Session {
+    /// Grants a lease and starts its keeper.
+    pub(super) async fn start(
+        client: &Client,
+        ttl: Duration,
+        request_timeout: Duration,
+        stats: Arc<RequestCounters>,
+    ) -> Result<Arc<Session>> {
+        let ttl_secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let sent = Instant::now();
+        stats.count(RequestKind::Lease);
+        let granted = timeout(
+            request_timeout,
+            client.lease_client().grant(ttl_secs as i64, None),
+        )
+        .await
+        .map_err(|_| Error::store("etcd did not answer the lease grant in time"))?
+        .map_err(Error::store)?;
+        let granted_ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+        let session = Arc::new(Session {
+            lease: granted.id(),
+            lost: LostSignal::new(Deadline::at(sent + granted_ttl)),
+            stop: CancellationToken::new(),
+        });
+        let keeper = Keeper {
+            client: client.clone(),
+            session: session.clone(),
+            interval: ttl.min(granted_ttl) / 3,
+            lease_ttl_secs: granted_ttl.as_secs() as i64,
+            request_timeout,
+            stats,
+        };
+        tokio::spawn(keeper.run());
+        Ok(session)
+    }
+
+    /// Stops the keeper (the lease then expires unless revoked).
+    pub(super) fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+struct Keeper {
+    client: Client,
+    session: Arc<Session>,
+    interval: Duration,
+    lease_ttl_secs: i64,
+    request_timeout: Duration,
+    stats: Arc<RequestCounters>,
+}
+
+impl Keeper {
+    async fn run(self) {
+        let lease = self.session.lease;
+        let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+        let mut pause = self.interval;
+        loop {
+            tokio::select! {
+                _ = self.session.stop.cancelled() => return,
+                _ = self.session.lost.lost() => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let sent = Instant::now();
+            // Each round is bounded: a hung server must not stall the keeper past the deadline.
+            let round = timeout(
+                self.request_timeout.min(self.interval.max(RETRY_PAUSE)),
+                self.keep_alive_once(&mut stream),
+            )
+            .await;
+            match round {
+                Ok(Ok(ttl)) if ttl > 0 => {
+                    self.session
+                        .lost
+                        .deadline()
+                        .extend(sent + Duration::from_secs(ttl as u64));
+                    pause = self.interval;
+                }
+                Ok(Ok(_)) => {
+                    tracing::warn!(
+                        lease,
+                        "etcd lease expired or revoked; permits of this session are lost"
+                    );
+                    self.session.lost.fire();
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(lease, error = %e, "lease keepalive failed; retrying");
+                    if is_lease_not_found(&e) {
+                        self.session.lost.fire();
+                        return;
+                    }
+                    stream = None;
+                    pause = RETRY_PAUSE;
+                }
+                Err(_) => {
+                    tracing::warn!(lease, "lease keepalive timed out; retrying");
+                    stream = None;
+                    pause = RETRY_PAUSE;
+                }
+            }
+        }
+        // The deadline passed without an acknowledged keepalive: the session is dead to us.
+        // Revoke in case the lease is in fact alive, so its permits come back now.
+        tracing::warn!(
+            lease,
+            "no lease keepalive acknowledged within the TTL; permits of this session are lost"
+        );
+        self.session.lost.fire();
+        self.stats.count(RequestKind::Lease);
+        let _ = timeout(
+            self.request_timeout,
+            self.client.lease_client().revoke(lease),
+        )
+        .await;
+    }
+
+    /// Sends one keepalive and returns the TTL etcd answered (0: the lease is gone).
+    async fn keep_alive_once(
+        &self,
+        stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    ) -> std::result::Result<i64, etcd_client::Error> {
+        self.stats.count(RequestKind::Lease);
+        if let Some((keeper, responses)) = stream.as_mut() {
+            keeper.keep_alive().await?;
+            return match responses.message().await? {
+                Some(resp) => Ok(resp.ttl()),
+                None => Err(etcd_client::Error::LeaseKeepAliveError(
+                    "keepalive stream closed".into(),
+                )),
+            };
+        }
+        // Opening the stream sends the first keepalive and checks its answer.
+        let opened = self
+            .client
+            .lease_client()
+            .keep_alive(self.session.lease)
+            .await?;
+        *stream = Some(opened);
+        // The opening answer's TTL is checked (> 0) but not exposed: it is the granted TTL.
+        Ok(self.lease_ttl_secs)
+    }
+}
+
+fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
+        etcd_client::Error::GRpcStatus(s) => s.message().contains("lease not found"),
+        _ => false,
+    }
+}

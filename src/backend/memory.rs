@@ -1,0 +1,346 @@
+//! `memory://NAME`: the embedded store. Semaphores live in this process; every Limiter opened on
+//! the same NAME shares them, each with its own session. Same meaning as the other backends
+//! (see [`crate::queue`]), no lease: a session ends on `close()`, when its Limiter is dropped, or
+//! through [`expire_sessions`] (for testing how code reacts to a lost session).
+
+use super::{Backend, Enqueued, EntryRequest};
+use crate::error::{Error, Result};
+use crate::lost::{Deadline, LostSignal};
+use crate::queue;
+use crate::stats::{RequestCounters, RequestKind, RequestStats};
+use crate::status::{unix_ms_now, Holder, Status};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use tokio::sync::watch;
+
+type Registry = Mutex<HashMap<String, Weak<Store>>>;
+
+fn registry() -> &'static Registry {
+    static STORES: OnceLock<Registry> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+/// Locks ignoring poison: state is updated in single steps that cannot be half-done by a panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sems: BTreeMap<String, Sem>,
+    sessions: HashMap<u64, LostSignal>,
+    next_session: u64,
+}
+
+#[derive(Debug)]
+struct Sem {
+    capacity: u32,
+    floor: u64,
+    next_token: u64,
+    entries: BTreeMap<u64, MemEntry>,
+    by_id: HashMap<String, u64>,
+    /// Bumped whenever a grant may have become possible (removal, capacity change).
+    changed: Arc<watch::Sender<()>>,
+}
+
+#[derive(Debug)]
+struct MemEntry {
+    id: String,
+    permits: u32,
+    owner: String,
+    since_unix_ms: u64,
+    session: u64,
+}
+
+impl Sem {
+    fn queue(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+        self.entries.iter().map(|(&token, e)| queue::Entry {
+            token,
+            permits: e.permits,
+        })
+    }
+
+    fn remove_where(&mut self, pred: impl Fn(&MemEntry) -> bool) {
+        let before = self.entries.len();
+        self.entries.retain(|_, e| !pred(e));
+        if self.entries.len() != before {
+            let entries = &self.entries;
+            self.by_id.retain(|_, t| entries.contains_key(t));
+            self.changed.send_replace(());
+        }
+    }
+}
+
+impl State {
+    fn sem(&mut self, name: &str) -> Result<&mut Sem> {
+        self.sems
+            .get_mut(name)
+            .ok_or_else(|| Error::NotFound(name.to_string()))
+    }
+
+    fn new_session(&mut self) -> (u64, LostSignal) {
+        self.next_session += 1;
+        let lost = LostSignal::new(Deadline::none());
+        self.sessions.insert(self.next_session, lost.clone());
+        (self.next_session, lost)
+    }
+
+    fn end_session(&mut self, id: u64) {
+        if let Some(lost) = self.sessions.remove(&id) {
+            lost.fire();
+        }
+        for sem in self.sems.values_mut() {
+            sem.remove_where(|e| e.session == id);
+        }
+    }
+}
+
+/// Ends every session of the in-process store `name`, as a store losing its sessions would:
+/// all entries go, every permit fires `lost()`, waits fail with `SessionLost`. Limiters start
+/// new sessions on their next call. Meant for testing code against session loss.
+pub fn expire_sessions(name: &str) {
+    let store = lock(registry()).get(name).and_then(Weak::upgrade);
+    if let Some(store) = store {
+        let mut st = lock(&store.state);
+        let ids: Vec<u64> = st.sessions.keys().copied().collect();
+        for id in ids {
+            st.end_session(id);
+        }
+    }
+}
+
+/// The `memory://` backend: one session in one in-process store.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    store: Arc<Store>,
+    session: Mutex<(u64, LostSignal)>,
+    stats: RequestCounters,
+    closed: AtomicBool,
+}
+
+impl MemoryBackend {
+    /// Opens (or creates) the store `name` with a new session.
+    pub fn open(name: &str) -> MemoryBackend {
+        let store = {
+            let mut reg = lock(registry());
+            reg.retain(|_, w| w.strong_count() > 0);
+            match reg.get(name).and_then(Weak::upgrade) {
+                Some(s) => s,
+                None => {
+                    let s = Arc::new(Store::default());
+                    reg.insert(name.to_string(), Arc::downgrade(&s));
+                    s
+                }
+            }
+        };
+        let session = lock(&store.state).new_session();
+        MemoryBackend {
+            store,
+            session: Mutex::new(session),
+            stats: RequestCounters::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The live session, renewed if the last one was lost (as a reconnecting client would).
+    fn current_session(&self) -> (u64, LostSignal) {
+        let mut s = lock(&self.session);
+        if s.1.is_lost() {
+            *s = lock(&self.store.state).new_session();
+        }
+        s.clone()
+    }
+
+    fn end_session(&self) {
+        let id = lock(&self.session).0;
+        lock(&self.store.state).end_session(id);
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        self.check_open()?;
+        self.stats.count(RequestKind::Txn);
+        let mut st = lock(&self.store.state);
+        if let Some(sem) = st.sems.get(name) {
+            return match capacity {
+                Some(c) if c != sem.capacity => Err(Error::CapacityMismatch {
+                    stored: sem.capacity,
+                    requested: c,
+                }),
+                _ => Ok(sem.capacity),
+            };
+        }
+        let capacity = capacity.ok_or_else(|| Error::NotFound(name.to_string()))?;
+        st.sems.insert(
+            name.to_string(),
+            Sem {
+                capacity,
+                floor: 0,
+                next_token: 1,
+                entries: BTreeMap::new(),
+                by_id: HashMap::new(),
+                changed: Arc::new(watch::Sender::new(())),
+            },
+        );
+        Ok(capacity)
+    }
+
+    async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        self.check_open()?;
+        let (session, lost) = self.current_session();
+        self.stats.count(RequestKind::Txn);
+        let mut st = lock(&self.store.state);
+        let sem = st.sem(&req.name)?;
+        if req.permits > sem.capacity {
+            return Err(Error::invalid(format!(
+                "requested {} permits but semaphore {:?} has capacity {}",
+                req.permits, req.name, sem.capacity
+            )));
+        }
+        let token = match sem.by_id.get(&req.id) {
+            Some(&t) => t,
+            None => {
+                let t = sem.next_token;
+                sem.next_token += 1;
+                sem.entries.insert(
+                    t,
+                    MemEntry {
+                        id: req.id.clone(),
+                        permits: req.permits,
+                        owner: req.owner.clone(),
+                        since_unix_ms: unix_ms_now(),
+                        session,
+                    },
+                );
+                sem.by_id.insert(req.id.clone(), t);
+                t
+            }
+        };
+        let granted = queue::holds(sem.queue(), sem.capacity, sem.floor, token) == Some(true);
+        Ok(Enqueued {
+            token,
+            granted,
+            lost: lost.child(),
+        })
+    }
+
+    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
+        loop {
+            let mut changed = {
+                let mut st = lock(&self.store.state);
+                let sem = st.sem(&req.name)?;
+                // Subscribe before checking, so a change right after the check still wakes us.
+                let rx = sem.changed.subscribe();
+                if sem.capacity < req.permits {
+                    return Err(Error::invalid(format!(
+                        "capacity of {:?} fell to {}, below the {} permits requested",
+                        req.name, sem.capacity, req.permits
+                    )));
+                }
+                match queue::holds(sem.queue(), sem.capacity, sem.floor, enq.token) {
+                    Some(true) => return Ok(()),
+                    Some(false) => rx,
+                    None => return Err(self.check_open().err().unwrap_or(Error::SessionLost)),
+                }
+            };
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = enq.lost.lost() => {
+                    return Err(self.check_open().err().unwrap_or(Error::SessionLost));
+                }
+            }
+        }
+    }
+
+    async fn remove(&self, name: &str, id: &str) -> Result<()> {
+        self.stats.count(RequestKind::Delete);
+        let mut st = lock(&self.store.state);
+        if let Some(sem) = st.sems.get_mut(name) {
+            sem.remove_where(|e| e.id == id);
+        }
+        Ok(())
+    }
+
+    async fn status(&self, name: &str) -> Result<Status> {
+        self.check_open()?;
+        self.stats.count(RequestKind::Range);
+        let mut st = lock(&self.store.state);
+        let sem = st.sem(name)?;
+        let n = queue::holders(sem.queue(), sem.capacity, sem.floor);
+        let holders: Vec<Holder> = sem
+            .entries
+            .iter()
+            .take(n)
+            .map(|(&token, e)| Holder {
+                owner: e.owner.clone(),
+                permits: e.permits,
+                fencing_token: token,
+                since_unix_ms: e.since_unix_ms,
+            })
+            .collect();
+        Ok(Status {
+            name: name.to_string(),
+            capacity: sem.capacity,
+            used: holders.iter().map(|h| h.permits).sum(),
+            holders,
+            waiting: sem.entries.len() - n,
+            waiting_permits: sem
+                .entries
+                .values()
+                .skip(n)
+                .map(|e| u64::from(e.permits))
+                .sum(),
+        })
+    }
+
+    async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
+        self.check_open()?;
+        self.stats.count(RequestKind::Txn);
+        let mut st = lock(&self.store.state);
+        let sem = st.sem(name)?;
+        let entries: Vec<queue::Entry> = sem.queue().collect();
+        sem.floor = queue::floor_after_resize(&entries, sem.capacity, capacity, sem.floor);
+        sem.capacity = capacity;
+        sem.changed.send_replace(());
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<String>> {
+        self.check_open()?;
+        self.stats.count(RequestKind::Range);
+        Ok(lock(&self.store.state).sems.keys().cloned().collect())
+    }
+
+    fn stats(&self) -> RequestStats {
+        self.stats.snapshot()
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        self.stats.count(RequestKind::Lease);
+        self.end_session();
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.end_session();
+    }
+}

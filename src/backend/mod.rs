@@ -1,0 +1,88 @@
+//! The store interface. [`Limiter`](crate::Limiter) talks to stores only through [`Backend`].
+//!
+//! A backend stores, per semaphore, a capacity (with the `floor` of [`crate::queue`]) and a
+//! queue of entries, each with a weight, an owner label and a store-assigned token that orders
+//! the queue and serves as the fencing token. Whether an entry holds permits is decided by
+//! [`crate::queue`] alone, so all backends mean the same thing. Entries belong to a session
+//! (etcd lease, ZooKeeper session, memory session) and vanish with it.
+//!
+//! The generic layer validates input, applies timeouts, removes the entry of a cancelled or
+//! failed acquire and releases dropped permits in the background; a backend only has to store.
+
+use crate::error::Result;
+use crate::lost::LostSignal;
+use crate::stats::RequestStats;
+use crate::status::Status;
+use async_trait::async_trait;
+
+pub mod etcd;
+pub mod memory;
+
+/// One acquire request, as handed to [`Backend::enqueue`].
+#[derive(Debug, Clone)]
+pub struct EntryRequest {
+    /// Semaphore name (validated).
+    pub name: String,
+    /// Weight (validated, at least 1).
+    pub permits: u32,
+    /// Owner label shown in status.
+    pub owner: String,
+    /// Unique id chosen by the caller before the first attempt, so a retried enqueue whose
+    /// reply was lost finds its entry again instead of queuing twice.
+    pub id: String,
+}
+
+/// The result of [`Backend::enqueue`].
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    /// Store-assigned token: queue position and fencing token.
+    pub token: u64,
+    /// Whether the entry holds its permits already (no wait needed).
+    pub granted: bool,
+    /// Fires when this entry can no longer be trusted.
+    pub lost: LostSignal,
+}
+
+/// A store that keeps semaphores. Implemented by `memory://` and `etcd://`.
+///
+/// Every method must be bounded in time (a hung store yields an error, never a hang), except
+/// [`wait_granted`](Backend::wait_granted), which waits as long as the session lives.
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// Creates the semaphore with `capacity` if absent, or opens it. Returns the stored capacity.
+    /// `Some(c)` that differs from the stored one → `CapacityMismatch`; `None` and absent →
+    /// `NotFound`.
+    async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32>;
+
+    /// Appends an entry to the queue in one store request when possible and tells whether it
+    /// already holds. A weight above the current capacity → `InvalidArgument` (entry removed).
+    /// Idempotent for the same `req.id`.
+    async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued>;
+
+    /// Waits until the enqueued entry holds. `Err(SessionLost)` if its session is lost or the
+    /// entry vanished; `Err(InvalidArgument)` if the capacity fell below its weight.
+    /// Cancel-safe: dropping the future leaves the entry queued (the caller removes it).
+    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()>;
+
+    /// Removes an entry (release or cancel). Removing an absent entry succeeds.
+    async fn remove(&self, name: &str, id: &str) -> Result<()>;
+
+    /// Reads the semaphore's state.
+    async fn status(&self, name: &str) -> Result<Status>;
+
+    /// Changes the capacity for every client; shrinking keeps current holders.
+    async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()>;
+
+    /// Names of all semaphores, sorted.
+    async fn list(&self) -> Result<Vec<String>>;
+
+    /// Requests sent so far.
+    fn stats(&self) -> RequestStats;
+
+    /// Ends the session: every entry of it is removed at once, waits fail, permits are lost.
+    async fn close(&self) -> Result<()>;
+
+    /// Best-effort, non-blocking version of [`close`](Backend::close) for `Drop`: must not panic
+    /// and must work without a runtime (it may do nothing but stop background tasks then).
+    fn shutdown(&self);
+}

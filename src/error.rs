@@ -1,0 +1,54 @@
+//! The one error type of the crate.
+
+/// A boxed error from a store client, kept as the source of [`Error::Store`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong when taking, holding or managing permits.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The call's arguments are wrong (bad name, weight, capacity, URL, option); the text says why.
+    /// Nothing was changed in the store.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// `try_acquire` found no free permits (or others waiting ahead in the FIFO queue).
+    #[error("no permits available")]
+    NoPermits,
+    /// The wait for permits ran out of time; the queue entry was removed.
+    #[error("timed out waiting for permits")]
+    Timeout,
+    /// The semaphore exists with another capacity than the one asked for.
+    #[error("semaphore exists with capacity {stored}, not {requested}")]
+    CapacityMismatch {
+        /// Capacity stored in the store.
+        stored: u32,
+        /// Capacity the caller asked for.
+        requested: u32,
+    },
+    /// The semaphore does not exist (open it with a capacity to create it).
+    #[error("semaphore {0:?} does not exist")]
+    NotFound(String),
+    /// The store session (etcd lease, ZooKeeper session) this call depended on is gone or may be
+    /// gone: permits of that session can no longer be trusted and waits are abandoned.
+    #[error("store session lost")]
+    SessionLost,
+    /// The [`Limiter`](crate::Limiter) was closed.
+    #[error("limiter is closed")]
+    Closed,
+    /// The store failed or could not be reached in time.
+    #[error("store error: {0}")]
+    Store(#[source] BoxError),
+}
+
+impl Error {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    pub(crate) fn store(e: impl Into<BoxError>) -> Self {
+        Error::Store(e.into())
+    }
+}
+
+/// Shorthand for `std::result::Result<T, clusterlimit::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,49 @@
+//! # clusterlimit
+//!
+//! Cluster-wide concurrency permits: "at most N of these at once, across every host".
+//! Permits live in etcd (leases + revision order) or in process memory (`memory://`), and
+//! come back by themselves when their holder dies.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> clusterlimit::Result<()> {
+//! use clusterlimit::Limiter;
+//! let limiter = Limiter::connect("memory://quick").await?;      // or "etcd://127.0.0.1:2379/myapp"
+//! let sem = limiter.semaphore("nightly-export", 4).await?;      // create or open, capacity 4
+//! let permit = sem.acquire().await?;                             // FIFO across the cluster
+//! tokio::select! {
+//!     _ = async { /* the guarded work */ } => {}
+//!     _ = permit.lost() => { /* stop: the permit can no longer be trusted */ }
+//! }
+//! permit.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The semaphore's meaning (strict FIFO, atomic weighted grants, capacity stored with the
+//! semaphore, loss, fencing) is written once in [`queue`] and shared by every [`backend`].
+#![warn(missing_docs)]
+
+pub mod backend;
+mod error;
+mod limiter;
+mod lost;
+mod permit;
+pub mod queue;
+mod release;
+mod semaphore;
+mod stats;
+mod status;
+mod store_url;
+mod validate;
+
+pub use error::{BoxError, Error, Result};
+pub use limiter::{
+    Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MIN_SESSION_TTL,
+};
+pub use lost::{Deadline, LostSignal};
+pub use permit::Permit;
+pub use semaphore::{AcquireOptions, Semaphore};
+pub use stats::{RequestCounters, RequestKind, RequestStats};
+pub use status::{Holder, Status};
+pub use store_url::StoreUrl;
+pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};

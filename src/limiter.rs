@@ -1,0 +1,246 @@
+//! `Limiter`: a connection to one store with one session, and the factory of semaphores.
+
+use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
+use crate::error::{Error, Result};
+use crate::release::Releaser;
+use crate::semaphore::Semaphore;
+use crate::stats::RequestStats;
+use crate::store_url::StoreUrl;
+use crate::validate;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default session TTL: permits of a dead process come back within this time.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
+/// Shortest session TTL accepted.
+pub const MIN_SESSION_TTL: Duration = Duration::from_secs(2);
+/// Default bound on one store request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A handle to a store with one session (an etcd lease, a ZooKeeper session, or an in-process
+/// session for `memory://`). Every permit taken through it belongs to that session, so when the
+/// process dies, its permits come back within the session TTL.
+///
+/// Cheap to clone (`Arc` inside), `Send + Sync`.
+///
+/// ```
+/// # async fn f() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::connect("memory://docs").await?;
+/// let exports = limiter.semaphore("nightly-export", 4).await?;
+/// let permit = exports.acquire().await?;
+/// println!("export slot taken, fencing token {}", permit.fencing_token());
+/// permit.release().await?;
+/// limiter.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    pub(crate) inner: Arc<LimiterInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct LimiterInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) releaser: Releaser,
+    pub(crate) owner: String,
+    closed: AtomicBool,
+}
+
+impl LimiterInner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for LimiterInner {
+    // Nothing can use the session any more: end it so its permits come back now rather than
+    // after the TTL. Best effort; never panics.
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) {
+            self.backend.shutdown();
+        }
+    }
+}
+
+impl Limiter {
+    /// Connects with default options. See [`LimiterBuilder`] for the URL forms.
+    ///
+    /// Cancel-safe: dropping the future leaves nothing behind (a half-made session expires).
+    pub async fn connect(url: &str) -> Result<Limiter> {
+        Self::builder(url).connect().await
+    }
+
+    /// Starts a builder for options.
+    pub fn builder(url: &str) -> LimiterBuilder {
+        LimiterBuilder {
+            url: url.to_string(),
+            session_ttl: DEFAULT_SESSION_TTL,
+            owner: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// Wraps a custom [`Backend`].
+    pub fn from_backend(backend: Arc<dyn Backend>, owner: impl Into<String>) -> Result<Limiter> {
+        let owner = owner.into();
+        validate::owner(&owner)?;
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::invalid("clusterlimit needs a Tokio runtime"))?;
+        let releaser = Releaser::spawn(backend.clone(), &handle);
+        Ok(Limiter {
+            inner: Arc::new(LimiterInner {
+                backend,
+                releaser,
+                owner,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Creates the semaphore `name` with `capacity` if absent, or opens it.
+    ///
+    /// Errors: `InvalidArgument` for a bad name or capacity, `CapacityMismatch` if it exists
+    /// with another capacity. Cancel-safe (creation is atomic; a dropped call either created
+    /// the semaphore or not).
+    pub async fn semaphore(&self, name: &str, capacity: u32) -> Result<Semaphore> {
+        validate::name(name)?;
+        validate::capacity(capacity)?;
+        self.inner.check_open()?;
+        self.inner
+            .backend
+            .ensure_semaphore(name, Some(capacity))
+            .await?;
+        Ok(Semaphore::new(self.inner.clone(), name))
+    }
+
+    /// Opens an existing semaphore whatever its capacity; `NotFound` if it does not exist.
+    /// Cancel-safe.
+    pub async fn open_semaphore(&self, name: &str) -> Result<Semaphore> {
+        validate::name(name)?;
+        self.inner.check_open()?;
+        self.inner.backend.ensure_semaphore(name, None).await?;
+        Ok(Semaphore::new(self.inner.clone(), name))
+    }
+
+    /// Names of every semaphore in the store (under this URL's prefix), sorted. Cancel-safe.
+    pub async fn semaphores(&self) -> Result<Vec<String>> {
+        self.inner.check_open()?;
+        self.inner.backend.list().await
+    }
+
+    /// Owner label recorded with this Limiter's permits.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// Requests sent to the store so far, by kind.
+    pub fn stats(&self) -> RequestStats {
+        self.inner.backend.stats()
+    }
+
+    /// Ends the session: every permit of this Limiter is released at once (one request on
+    /// etcd: the lease is revoked), its permits report lost, waits fail with `Closed`, and later
+    /// calls fail with `Closed`. Calling it again does nothing.
+    ///
+    /// Cancel-safe in effect: once started, the session is marked closed; if the revoke does not
+    /// reach the store, the TTL frees the permits.
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.backend.close().await
+    }
+}
+
+/// Options for [`Limiter::builder`].
+///
+/// URL forms:
+/// * `memory://NAME` — in-process; Limiters on the same NAME share semaphores.
+/// * `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]` — etcd v3 (3.4+); keys live under `PREFIX/`
+///   (default `clusterlimit`).
+///
+/// ```no_run
+/// # async fn f() -> clusterlimit::Result<()> {
+/// use std::time::Duration;
+/// let limiter = clusterlimit::Limiter::builder("etcd://127.0.0.1:2379/myapp")
+///     .session_ttl(Duration::from_secs(10))
+///     .owner("host-a/worker-3")
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LimiterBuilder {
+    url: String,
+    session_ttl: Duration,
+    owner: Option<String>,
+    request_timeout: Duration,
+}
+
+impl LimiterBuilder {
+    /// Session TTL (default 10 s, minimum 2 s; etcd rounds up to whole seconds). A dead
+    /// holder's permits come back within it; a live holder's keepalives go out every TTL/3.
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl;
+        self
+    }
+
+    /// Owner label stored with every permit (default `HOSTNAME/PID`).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Bound on each store request (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Connects and starts the session. Fails fast if the store does not answer.
+    pub async fn connect(self) -> Result<Limiter> {
+        if self.session_ttl < MIN_SESSION_TTL {
+            return Err(Error::invalid(format!(
+                "session TTL must be at least {MIN_SESSION_TTL:?}, got {:?}",
+                self.session_ttl
+            )));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(Error::invalid("request timeout must be above zero"));
+        }
+        let owner = self.owner.unwrap_or_else(default_owner);
+        validate::owner(&owner)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
+        }
+        let backend: Arc<dyn Backend> = match StoreUrl::parse(&self.url)? {
+            StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
+            StoreUrl::Etcd { endpoints, prefix } => Arc::new(
+                EtcdBackend::connect(EtcdConfig {
+                    endpoints,
+                    prefix,
+                    session_ttl: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                })
+                .await?,
+            ),
+        };
+        Limiter::from_backend(backend, owner)
+    }
+}
+
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}/{}", std::process::id())
+}

@@ -1,0 +1,123 @@
+//! `Permit`: permits held until released, dropped, or lost.
+
+use crate::error::{Error, Result};
+use crate::limiter::LimiterInner;
+use crate::lost::LostSignal;
+use std::sync::Arc;
+
+/// Owns one queue entry: removes it when dropped unless disarmed by an explicit removal.
+#[derive(Debug)]
+pub(crate) struct EntryGuard {
+    limiter: Arc<LimiterInner>,
+    name: Arc<str>,
+    id: String,
+    armed: bool,
+}
+
+impl EntryGuard {
+    pub(crate) fn new(limiter: Arc<LimiterInner>, name: Arc<str>, id: String) -> Self {
+        EntryGuard {
+            limiter,
+            name,
+            id,
+            armed: true,
+        }
+    }
+
+    /// Removes the entry now; on failure hands it to the background releaser and reports.
+    pub(crate) async fn remove_now(mut self) -> Result<()> {
+        self.armed = false;
+        match self.limiter.backend.remove(&self.name, &self.id).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.limiter
+                    .releaser
+                    .remove_later(self.name.clone(), std::mem::take(&mut self.id));
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the entry of a failed acquire and returns the acquire's error.
+    pub(crate) async fn fail(self, cause: Error) -> Error {
+        if let Err(e) = self.remove_now().await {
+            tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+        }
+        cause
+    }
+}
+
+impl Drop for EntryGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.limiter
+                .releaser
+                .remove_later(self.name.clone(), std::mem::take(&mut self.id));
+        }
+    }
+}
+
+/// Permits held in one semaphore. Released by [`release`](Permit::release) or, in the
+/// background, when dropped; the session TTL frees them if the process dies.
+///
+/// A permit can be **lost** when its session may have ended (keepalives failed until the TTL
+/// could have run out, the lease was revoked, the entry was deleted): from then on the store
+/// may give the permits to someone else. Watch [`lost`](Permit::lost) and stop the guarded work
+/// when it fires, and pass [`fencing_token`](Permit::fencing_token) to resources that can
+/// reject stale holders.
+#[derive(Debug)]
+#[must_use = "dropping a Permit releases it"]
+pub struct Permit {
+    guard: EntryGuard,
+    token: u64,
+    permits: u32,
+    lost: LostSignal,
+}
+
+impl Permit {
+    pub(crate) fn new(guard: EntryGuard, token: u64, permits: u32, lost: LostSignal) -> Self {
+        Permit {
+            guard,
+            token,
+            permits,
+            lost,
+        }
+    }
+
+    /// Fencing token: strictly increasing across grants of one semaphore (the etcd key's create
+    /// revision). A resource that remembers the highest token it has seen can refuse a stale
+    /// holder's late writes. It orders grants; it does not make N holders mutually exclusive.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Weight held.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Name of the semaphore.
+    pub fn semaphore(&self) -> &str {
+        &self.guard.name
+    }
+
+    /// Completes when this permit can no longer be trusted. Fires no later than the moment the
+    /// store could give the permits to someone else. Cancel-safe; may be awaited many times.
+    pub async fn lost(&self) {
+        self.lost.lost().await
+    }
+
+    /// Whether [`lost`](Permit::lost) has fired.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// Releases the permits now and reports errors (the background releaser keeps trying if
+    /// the store could not be reached). Cancel-safe in effect: if dropped mid-way, the removal
+    /// continues in the background.
+    pub async fn release(self) -> Result<()> {
+        let result = self.guard.remove_now().await;
+        tracing::debug!(token = self.token, "released");
+        result
+    }
+}

@@ -1,0 +1,189 @@
+//! `Semaphore`: acquire permits from one named semaphore.
+
+use crate::backend::EntryRequest;
+use crate::error::{Error, Result};
+use crate::limiter::LimiterInner;
+use crate::permit::{EntryGuard, Permit};
+use crate::status::Status;
+use crate::validate;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A named cluster-wide counting semaphore, opened through [`Limiter::semaphore`](crate::Limiter::semaphore).
+///
+/// Cheap to clone, `Send + Sync`. Grants are strictly FIFO across the cluster: a request is
+/// granted only after every request made before it, and a weighted request is granted whole.
+///
+/// Cancel-safety of every `acquire*` method: dropping the future (a `select!`, a timeout)
+/// removes its queue entry — at once if it can, else in the background, and at the latest when
+/// the session ends — so a cancelled wait never holds or blocks permits. A permit granted in the
+/// store just as the future is dropped is released the same way.
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    limiter: Arc<LimiterInner>,
+    name: Arc<str>,
+}
+
+/// How to acquire: weight, deadline, owner label, wait or not. Used by [`Semaphore::acquire_with`].
+///
+/// ```
+/// use clusterlimit::AcquireOptions;
+/// use std::time::Duration;
+/// let opts = AcquireOptions::new().permits(2).timeout(Duration::from_secs(5)).owner("job-42");
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct AcquireOptions {
+    permits: u32,
+    timeout: Option<Duration>,
+    owner: Option<String>,
+    wait: bool,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            permits: 1,
+            timeout: None,
+            owner: None,
+            wait: true,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// One permit, waiting as long as needed, with the Limiter's owner label.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Weight to acquire (granted atomically).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+    /// Give up with `Error::Timeout` after this long (the whole call, store requests included).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Owner label for this permit instead of the Limiter's.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+    /// Do not wait: `Error::NoPermits` unless granted at once.
+    pub fn no_wait(mut self) -> Self {
+        self.wait = false;
+        self
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(limiter: Arc<LimiterInner>, name: &str) -> Self {
+        Semaphore {
+            limiter,
+            name: name.into(),
+        }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits for one permit (FIFO). Uncontended on etcd: one store request.
+    pub async fn acquire(&self) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new()).await
+    }
+
+    /// Waits for `permits` permits, granted all at once. `InvalidArgument` at once if `permits`
+    /// is 0 or above the capacity.
+    pub async fn acquire_many(&self, permits: u32) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new().permits(permits))
+            .await
+    }
+
+    /// Like [`acquire`](Self::acquire) but gives up with `Error::Timeout` after `timeout`.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new().timeout(timeout))
+            .await
+    }
+
+    /// Like [`acquire_many`](Self::acquire_many) with a timeout.
+    pub async fn acquire_many_timeout(&self, permits: u32, timeout: Duration) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new().permits(permits).timeout(timeout))
+            .await
+    }
+
+    /// One permit if it can be granted now, else `Error::NoPermits` (also when others wait
+    /// ahead: FIFO). Costs one request when granted, two when not (enqueue, then remove).
+    pub async fn try_acquire(&self) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new().no_wait()).await
+    }
+
+    /// `permits` permits if they can be granted now, else `Error::NoPermits`.
+    pub async fn try_acquire_many(&self, permits: u32) -> Result<Permit> {
+        self.acquire_with(AcquireOptions::new().permits(permits).no_wait())
+            .await
+    }
+
+    /// The general form of every `acquire*` method.
+    pub async fn acquire_with(&self, opts: AcquireOptions) -> Result<Permit> {
+        validate::permits(opts.permits)?;
+        let owner = opts.owner.unwrap_or_else(|| self.limiter.owner.clone());
+        validate::owner(&owner)?;
+        self.limiter.check_open()?;
+        let req = EntryRequest {
+            name: self.name.to_string(),
+            permits: opts.permits,
+            owner,
+            id: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let wait = opts.wait;
+        let attempt = self.enqueue_and_wait(req, wait);
+        match opts.timeout {
+            None => attempt.await,
+            Some(t) => tokio::time::timeout(t, attempt)
+                .await
+                .unwrap_or(Err(Error::Timeout)),
+        }
+    }
+
+    async fn enqueue_and_wait(&self, req: EntryRequest, wait: bool) -> Result<Permit> {
+        // Armed before the first request: if this future is dropped while the enqueue is in
+        // flight, the entry (which may or may not exist) is still removed.
+        let guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
+        let backend = &self.limiter.backend;
+        let enq = match backend.enqueue(&req).await {
+            Ok(enq) => enq,
+            Err(e) => return Err(guard.fail(e).await),
+        };
+        if !enq.granted {
+            if !wait {
+                return Err(guard.fail(Error::NoPermits).await);
+            }
+            if let Err(e) = backend.wait_granted(&req, &enq).await {
+                return Err(guard.fail(e).await);
+            }
+        }
+        tracing::debug!(semaphore = %self.name, token = enq.token, permits = req.permits, "acquired");
+        Ok(Permit::new(guard, enq.token, req.permits, enq.lost))
+    }
+
+    /// Reads capacity, usage, holders and waiters from the store. Cancel-safe.
+    pub async fn status(&self) -> Result<Status> {
+        self.limiter.check_open()?;
+        self.limiter.backend.status(&self.name).await
+    }
+
+    /// Changes the capacity for every client at once. Shrinking never revokes current holders;
+    /// new grants wait until usage fits. Cancel-safe (the change is atomic: made or not).
+    pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
+        validate::capacity(capacity)?;
+        self.limiter.check_open()?;
+        self.limiter
+            .backend
+            .set_capacity(&self.name, capacity)
+            .await
+    }
+}

@@ -1,0 +1,104 @@
+//! Counters of requests sent to the store, by kind, so tests and benchmarks can assert costs.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Kinds of store requests that are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// A plain write.
+    Put,
+    /// A transaction (etcd Txn, ZooKeeper multi); on memory:// an atomic enqueue or update.
+    Txn,
+    /// A read.
+    Range,
+    /// A delete (release, cancel).
+    Delete,
+    /// A watch created (each creation or re-creation counts once).
+    Watch,
+    /// Session management: lease grant, keepalive, revoke (or the ZooKeeper equivalents).
+    Lease,
+}
+
+/// Live counters; cheap to bump from any task.
+#[derive(Debug, Default)]
+pub struct RequestCounters {
+    put: AtomicU64,
+    txn: AtomicU64,
+    range: AtomicU64,
+    delete: AtomicU64,
+    watch: AtomicU64,
+    lease: AtomicU64,
+}
+
+impl RequestCounters {
+    /// Counts one request of `kind`.
+    pub fn count(&self, kind: RequestKind) {
+        let c = match kind {
+            RequestKind::Put => &self.put,
+            RequestKind::Txn => &self.txn,
+            RequestKind::Range => &self.range,
+            RequestKind::Delete => &self.delete,
+            RequestKind::Watch => &self.watch,
+            RequestKind::Lease => &self.lease,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
+    /// A copy of the counters now.
+    pub fn snapshot(&self) -> RequestStats {
+        RequestStats {
+            put: self.put.load(Relaxed),
+            txn: self.txn.load(Relaxed),
+            range: self.range.load(Relaxed),
+            delete: self.delete.load(Relaxed),
+            watch: self.watch.load(Relaxed),
+            lease: self.lease.load(Relaxed),
+        }
+    }
+}
+
+/// Requests a [`Limiter`](crate::Limiter) has sent to its store, by kind.
+///
+/// ```
+/// # async fn f() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::connect("memory://stats-doc").await?;
+/// let sem = limiter.semaphore("jobs", 2).await?;
+/// let before = limiter.stats();
+/// let permit = sem.acquire().await?;
+/// assert_eq!(limiter.stats().since(&before).total(), 1); // one request per uncontended acquire
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RequestStats {
+    /// Plain writes.
+    pub put: u64,
+    /// Transactions.
+    pub txn: u64,
+    /// Reads.
+    pub range: u64,
+    /// Deletes.
+    pub delete: u64,
+    /// Watches created.
+    pub watch: u64,
+    /// Session requests (grant, keepalive, revoke).
+    pub lease: u64,
+}
+
+impl RequestStats {
+    /// All requests except session keepalives, which run on their own clock.
+    pub fn total(&self) -> u64 {
+        self.put + self.txn + self.range + self.delete + self.watch
+    }
+
+    /// Requests counted since `earlier`.
+    pub fn since(&self, earlier: &RequestStats) -> RequestStats {
+        RequestStats {
+            put: self.put.saturating_sub(earlier.put),
+            txn: self.txn.saturating_sub(earlier.txn),
+            range: self.range.saturating_sub(earlier.range),
+            delete: self.delete.saturating_sub(earlier.delete),
+            watch: self.watch.saturating_sub(earlier.watch),
+            lease: self.lease.saturating_sub(earlier.lease),
+        }
+    }
+}

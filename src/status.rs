@@ -1,0 +1,47 @@
+//! What `Semaphore::status` reports.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A snapshot of one semaphore, read from the store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    /// Semaphore name.
+    pub name: String,
+    /// Capacity stored now.
+    pub capacity: u32,
+    /// Permits held (may exceed `capacity` right after a shrink: shrinking never revokes).
+    pub used: u32,
+    /// Holders in grant order.
+    pub holders: Vec<Holder>,
+    /// Requests waiting.
+    pub waiting: usize,
+    /// Permits those waiting requests ask for in total.
+    pub waiting_permits: u64,
+}
+
+/// One holder of permits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Holder {
+    /// Owner label given by the holder's [`Limiter`](crate::Limiter) or acquire call.
+    pub owner: String,
+    /// Permits held.
+    pub permits: u32,
+    /// Fencing token of the grant.
+    pub fencing_token: u64,
+    /// When the request was made, in milliseconds since the Unix epoch (holder's clock).
+    pub since_unix_ms: u64,
+}
+
+impl Holder {
+    /// When the request was made (holder's clock).
+    pub fn since(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.since_unix_ms)
+    }
+}
+
+pub(crate) fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
