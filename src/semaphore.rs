@@ -61,7 +61,8 @@ impl AcquireOptions {
         self.permits = permits;
         self
     }
-    /// Give up with `Error::Timeout` after this long (the whole call, store requests included).
+    /// Give up with `Error::Timeout` after this long (the whole call, store requests included;
+    /// the queue entry is then removed before the call returns, which takes one more request).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -139,35 +140,45 @@ impl Semaphore {
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
         };
-        let wait = opts.wait;
-        let attempt = self.enqueue_and_wait(req, wait);
-        match opts.timeout {
-            None => attempt.await,
-            Some(t) => tokio::time::timeout(t, attempt)
-                .await
-                .unwrap_or(Err(Error::Timeout)),
-        }
+        let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
+        self.enqueue_and_wait(req, opts.wait, deadline).await
     }
 
-    async fn enqueue_and_wait(&self, req: EntryRequest, wait: bool) -> Result<Permit> {
+    async fn enqueue_and_wait(
+        &self,
+        req: EntryRequest,
+        wait: bool,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Permit> {
         // Armed before the first request: if this future is dropped while the enqueue is in
-        // flight, the entry (which may or may not exist) is still removed.
+        // flight, the entry (which may or may not exist) is still removed, in the background.
         let guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
         let backend = &self.limiter.backend;
-        let enq = match backend.enqueue(&req).await {
-            Ok(enq) => enq,
-            Err(e) => return Err(guard.fail(e).await),
+        let attempt = async {
+            let enq = backend.enqueue(&req).await?;
+            if !enq.granted {
+                if !wait {
+                    return Err(Error::NoPermits);
+                }
+                backend.wait_granted(&req, &enq).await?;
+            }
+            Ok(enq)
         };
-        if !enq.granted {
-            if !wait {
-                return Err(guard.fail(Error::NoPermits).await);
+        let outcome = match deadline {
+            None => attempt.await,
+            Some(d) => tokio::time::timeout_at(d, attempt)
+                .await
+                .unwrap_or(Err(Error::Timeout)),
+        };
+        match outcome {
+            Ok(enq) => {
+                tracing::debug!(semaphore = %self.name, token = enq.token, permits = req.permits, "acquired");
+                Ok(Permit::new(guard, enq.token, req.permits, enq.lost))
             }
-            if let Err(e) = backend.wait_granted(&req, &enq).await {
-                return Err(guard.fail(e).await);
-            }
+            // On every failure the entry is removed before returning, so a caller that got
+            // Timeout or NoPermits blocks nobody.
+            Err(e) => Err(guard.fail(e).await),
         }
-        tracing::debug!(semaphore = %self.name, token = enq.token, permits = req.permits, "acquired");
-        Ok(Permit::new(guard, enq.token, req.permits, enq.lost))
     }
 
     /// Reads capacity, usage, holders and waiters from the store. Cancel-safe.
