@@ -204,6 +204,8 @@ impl LimiterBuilder {
     }
 
     /// Connects and starts the session. Fails fast if the store does not answer.
+    ///
+    /// Cancel-safe: a session started by a dropped call is never used and expires by its TTL.
     pub async fn connect(self) -> Result<Limiter> {
         if self.session_ttl < MIN_SESSION_TTL {
             return Err(Error::invalid(format!(

@@ -4,7 +4,7 @@
 //!   read the semaphore else read key and semaphore`. The read sees the put, so the reply says
 //!   whether the entry holds; retrying the same key after a lost reply is idempotent.
 //! * Release: one delete.
-//! * Waiting: one watch per semaphore per Limiter feeds a local [`view::View`]; a release costs
+//! * Waiting: one watch per semaphore per Limiter feeds a local view (`view.rs`); a release costs
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
 //! * Fencing token: the entry key's create revision.
 
@@ -93,15 +93,24 @@ fn is_transient(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Bound on one attempt of a request whose whole call may take `request_timeout`.
+fn attempt_timeout(request_timeout: Duration) -> Duration {
+    (request_timeout / 3)
+        .max(Duration::from_millis(500))
+        .min(request_timeout)
+}
+
 const RETRY_FIRST: Duration = Duration::from_millis(25);
 const RETRY_MAX: Duration = Duration::from_millis(500);
 
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
+        // Each attempt gets a fraction of the call's time: right after a leader dies, a request
+        // sitting on a follower can hang until the client gives up, and a retry then succeeds.
         let opts = ConnectOptions::new()
-            .with_timeout(config.request_timeout)
-            .with_connect_timeout(config.request_timeout)
+            .with_timeout(attempt_timeout(config.request_timeout))
+            .with_connect_timeout(attempt_timeout(config.request_timeout))
             .with_keep_alive(Duration::from_secs(2), config.request_timeout);
         let client = tokio::time::timeout(
             config.request_timeout,
@@ -154,7 +163,8 @@ impl EtcdBackend {
         Ok(s)
     }
 
-    /// Sends an idempotent request, retrying transient failures until `give_up` says stop.
+    /// Sends an idempotent request, retrying transient failures until the call's deadline
+    /// (`request_timeout` × 2 from now) or until `give_up` says stop.
     async fn retry<T, F, Fut>(
         &self,
         kind: RequestKind,
@@ -165,6 +175,7 @@ impl EtcdBackend {
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
         let mut pause = RETRY_FIRST;
         let mut attempts = 0u32;
         loop {
@@ -173,7 +184,11 @@ impl EtcdBackend {
             attempts += 1;
             match op(self.client.clone()).await {
                 Ok(v) => return Ok(v),
-                Err(e) if is_transient(&e) && attempts < 40 && !give_up() => {
+                Err(e)
+                    if is_transient(&e)
+                        && !give_up()
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
                     tracing::debug!(error = %e, attempts, "transient etcd error; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
@@ -186,11 +201,10 @@ impl EtcdBackend {
     /// Reads the semaphore's prefix sorted by create revision: (revision, kvs).
     async fn read_semaphore(&self, name: &str) -> Result<(i64, Vec<etcd_client::KeyValue>)> {
         let prefix = self.keys.sem_prefix(name);
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
         let mut resp = self
             .retry(
                 RequestKind::Range,
-                || tokio::time::Instant::now() >= deadline,
+                || false,
                 |mut c| {
                     let prefix = prefix.clone();
                     async move { c.get(prefix, Some(sorted_prefix())).await }
@@ -256,8 +270,7 @@ impl Backend for EtcdBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
         self.check_open()?;
         let cap_key = self.keys.cap(name);
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
-        let give_up = || tokio::time::Instant::now() >= deadline;
+        let give_up = || false;
         let Some(requested) = capacity else {
             let resp = self
                 .retry(RequestKind::Range, give_up, |mut c| {
@@ -428,10 +441,9 @@ impl Backend for EtcdBackend {
         let key = self.keys.entry(name, id);
         // Forget it first: our own delete must not look like a key deleted behind our back.
         lock(&self.live).remove(key.as_bytes());
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         self.retry(
             RequestKind::Delete,
-            || tokio::time::Instant::now() >= deadline,
+            || false,
             |mut c| {
                 let k = key.clone();
                 async move { c.delete(k, None).await }
@@ -525,11 +537,10 @@ impl Backend for EtcdBackend {
     async fn list(&self) -> Result<Vec<String>> {
         self.check_open()?;
         let prefix = self.keys.names_prefix();
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
         let resp = self
             .retry(
                 RequestKind::Range,
-                || tokio::time::Instant::now() >= deadline,
+                || false,
                 |mut c| {
                     let p = prefix.clone();
                     async move {
@@ -562,17 +573,20 @@ impl Backend for EtcdBackend {
         };
         session.stop();
         session.lost.fire();
-        self.stats.count(RequestKind::Lease);
-        let revoked = tokio::time::timeout(
-            self.config.request_timeout,
-            self.client.lease_client().revoke(session.lease),
-        )
-        .await;
-        match revoked {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if e.to_string().contains("lease not found") => Ok(()),
-            Ok(Err(e)) => Err(Error::store(e)),
-            Err(_) => Err(Error::store("etcd did not answer the lease revoke in time")),
+        // Retried through a failover; "not found" means it is already gone, which is the goal.
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let mut pause = RETRY_FIRST;
+        loop {
+            self.stats.count(RequestKind::Lease);
+            match self.client.lease_client().revoke(session.lease).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.to_string().contains("lease not found") => return Ok(()),
+                Err(e) if is_transient(&e) && tokio::time::Instant::now() + pause < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+                Err(e) => return Err(Error::store(e)),
+            }
         }
     }
 

@@ -1,0 +1,301 @@
+//! etcd-specific failure behaviour against real servers: leader loss, member restart, watch
+//! resumption across compaction, a hung server, an unreachable endpoint, and a permit key
+//! deleted behind its holder's back. (The store-neutral semantics are in tests/contract.rs.)
+
+mod support;
+
+use clusterlimit::{Error, Limiter};
+use std::time::Duration;
+use support::EtcdCluster;
+use tokio::time::{timeout, Instant};
+
+/// Polls `cond` every 20 ms for at most `limit`; panics with `what` if it never holds.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Index of the member that is leader now (asks each live member).
+async fn leader(cluster: &EtcdCluster) -> usize {
+    let endpoints = cluster.endpoints();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for (i, ep) in endpoints.iter().enumerate() {
+            let mut c = support::connect(std::slice::from_ref(ep)).await;
+            if let Ok(Ok(st)) = timeout(Duration::from_secs(1), c.status()).await {
+                if st.header().is_some_and(|h| h.member_id() == st.leader()) {
+                    return i;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no etcd leader found");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Retries a raw etcd call (a member may just have died) at most 20 times in 10 s.
+async fn with_retries<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut last = None;
+    for _ in 0..20 {
+        match timeout(Duration::from_millis(500), op()).await {
+            Ok(Ok(v)) => return v,
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => last = Some("timed out".into()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("raw etcd {what} kept failing: {last:?}");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_keeps_holders_and_wakes_waiters() {
+    let mut cluster = EtcdCluster::start(3);
+    let url = cluster.url("failover");
+    let a = Limiter::builder(&url).owner("a").connect().await.unwrap();
+    let b = Limiter::builder(&url).owner("b").connect().await.unwrap();
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let sb = b.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+
+    let l = leader(&cluster).await;
+    cluster.kill(l);
+    // The release goes through once a new leader is elected; the waiter's watch resumes.
+    timeout(Duration::from_secs(10), held.release())
+        .await
+        .expect("release bounded")
+        .expect("release after failover");
+    let granted = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter woken after leader loss")
+        .unwrap()
+        .expect("waiter granted");
+    assert!(!granted.is_lost(), "a leader change must not lose permits");
+    drop(granted);
+
+    cluster.restart(l);
+    for _ in 0..5 {
+        let p = timeout(Duration::from_secs(10), sa.acquire())
+            .await
+            .unwrap()
+            .unwrap();
+        p.release().await.unwrap();
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_resumes_watch_across_member_restart_and_compaction() {
+    let mut cluster = EtcdCluster::start(3);
+    let eps = cluster.endpoints();
+    // The waiter talks to member 0 only, so killing it breaks its watch stream.
+    let waiter_url = format!("etcd://{}/compact", eps[0].trim_start_matches("http://"));
+    let others_url = format!(
+        "etcd://{},{}/compact",
+        eps[1].trim_start_matches("http://"),
+        eps[2].trim_start_matches("http://")
+    );
+    let holder = Limiter::connect(&others_url).await.unwrap();
+    let hs = holder.semaphore("s", 1).await.unwrap();
+    let held = hs.acquire().await.unwrap();
+    let w = Limiter::connect(&waiter_url).await.unwrap();
+    let ws = w.semaphore("s", 1).await.unwrap();
+    let waiter = tokio::spawn(async move { ws.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        hs.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+
+    cluster.kill(0);
+    // While the waiter's member is down: write, release, and compact past its watch revision.
+    let raw = support::connect(&eps[1..]).await;
+    let mut rev = 0;
+    for i in 0..20 {
+        rev = with_retries("put", || {
+            let mut c = raw.clone();
+            async move { c.put(format!("noise/{i}"), "x", None).await }
+        })
+        .await
+        .header()
+        .unwrap()
+        .revision();
+    }
+    held.release().await.unwrap();
+    with_retries("compact", || {
+        let mut c = raw.clone();
+        async move { c.compact(rev, None).await }
+    })
+    .await;
+    cluster.restart(0);
+
+    let granted = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter woken after its watch start revision was compacted")
+        .unwrap()
+        .expect("granted");
+    assert!(!granted.is_lost());
+    assert!(
+        w.stats().range >= 1,
+        "the compacted watch re-read the semaphore"
+    );
+    granted.release().await.unwrap();
+    holder.close().await.unwrap();
+    w.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_server_is_bounded_and_recovers() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("hung");
+    let ttl = Duration::from_secs(2);
+    let connect = |owner: &'static str| {
+        Limiter::builder(&url)
+            .session_ttl(ttl)
+            .request_timeout(Duration::from_secs(1))
+            .owner(owner)
+            .connect()
+    };
+    let a = connect("a").await.unwrap();
+    let b = connect("b").await.unwrap();
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let sb = b.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+
+    let pid = cluster.pid(0).expect("etcd running");
+    signal(pid, "-STOP");
+    let stopped = Instant::now();
+    // The holder learns its permit is no longer safe by the TTL, without any answer from etcd.
+    timeout(ttl + Duration::from_secs(1), held.lost())
+        .await
+        .expect("lost() fires within the TTL of a hung server");
+    let lost_after = stopped.elapsed();
+    let w = timeout(ttl + Duration::from_secs(3), waiter)
+        .await
+        .expect("a wait on a hung server ends")
+        .unwrap();
+    assert!(matches!(w, Err(Error::SessionLost)), "waiter got {w:?}");
+    // New calls fail in bounded time rather than hang.
+    let t = Instant::now();
+    let r = timeout(Duration::from_secs(15), sa.acquire())
+        .await
+        .expect("acquire bounded");
+    assert!(r.is_err(), "acquire on a hung server: {r:?}");
+    println!(
+        "hung etcd: lost() after {lost_after:?}, new acquire failed after {:?}",
+        t.elapsed()
+    );
+
+    signal(pid, "-CONT");
+    // After the server wakes up, the same Limiter works again with a new lease.
+    let mut ok = None;
+    for _ in 0..50 {
+        if let Ok(Ok(p)) = timeout(
+            Duration::from_secs(5),
+            sa.acquire_timeout(Duration::from_secs(4)),
+        )
+        .await
+        {
+            ok = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let p = ok.expect("acquire works again after the server resumes");
+    assert!(!p.is_lost());
+    drop(held);
+    p.release().await.unwrap();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_endpoint_fails_fast() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Instant::now();
+    let r = Limiter::builder(&format!("etcd://127.0.0.1:{port}/x"))
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .await;
+    assert!(matches!(r, Err(Error::Store(_))), "got {r:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_key_deleted_behind_its_back_fires_lost() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("gone");
+    let a = Limiter::connect(&url).await.unwrap();
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    // A second request from the same Limiter waits, so the Limiter watches the semaphore.
+    let sa2 = sa.clone();
+    let waiter = tokio::spawn(async move { sa2.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+    // An operator deletes the holder's key (the oldest entry).
+    let mut raw = support::connect(&cluster.endpoints()).await;
+    let opts = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_sort(
+            etcd_client::SortTarget::Create,
+            etcd_client::SortOrder::Ascend,
+        )
+        .with_limit(1);
+    let oldest = raw.get("gone/s/s/q/", Some(opts)).await.unwrap();
+    let key = oldest.kvs()[0].key().to_vec();
+    raw.delete(key, None).await.unwrap();
+    timeout(Duration::from_secs(2), held.lost())
+        .await
+        .expect("lost() after the key vanished");
+    let next = timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!next.is_lost());
+    assert!(next.fencing_token() > held.fencing_token());
+    a.close().await.unwrap();
+}

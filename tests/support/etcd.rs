@@ -1,0 +1,680 @@
+//! Starts real etcd servers (the Debian `etcd-server` 3.4 binary) as child processes.
+//!
+//! Tests prove behaviour against the store we ship for, so nothing here is mocked: each
+//! [`EtcdCluster`] is one or more `etcd` processes on loopback, on ports picked at run time,
+//! with data and logs in temporary directories that disappear with the cluster.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use tempfile::TempDir;
+
+/// Default location of the Debian package's binary.
+const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
+/// Environment variable that overrides [`DEFAULT_ETCD_BIN`] (for non-Debian machines).
+const ETCD_BIN_ENV: &str = "CLUSTERLIMIT_ETCD_BIN";
+/// Upper bound for one start (or restart) to become healthy; a healthy start takes < 1 s.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Readiness poll interval: short, because tests start many clusters.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Budget of one `/health` probe (connect + request + response); a healthy member answers in ms.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// etcd's log line once it serves its peer port (zap logger, etcd 3.4 and 3.5).
+const LOG_SERVING_PEERS: &str = "serving peer traffic";
+/// etcd's log line once it serves its client port, i.e. after it joined a cluster with a leader.
+const LOG_SERVING_CLIENTS: &str = "serving client traffic";
+/// How long to wait for those log lines before probing anyway (another etcd version may word
+/// them differently; then startup is only slower, not broken).
+const LOG_GATE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
+const START_ATTEMPTS: usize = 3;
+/// Lines of a member's log quoted in a panic message.
+const LOG_TAIL_LINES: usize = 40;
+/// How long the async helpers keep retrying a failing etcd call (e.g. during an election).
+const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
+/// Attempt cap for the async helpers, so loops stay bounded even under paused tokio time.
+const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
+
+/// Run by `/bin/sh -c` next to each member with `$1` = etcd's pid and `$2` = the member's temp
+/// dir. `read` returns only when the test process dies (its end of the pipe closes) without
+/// running `Drop`; then the member is killed and its ~120 MB dir (preallocated WAL) removed.
+/// The wait is bounded: an orphaned etcd may stay a zombie, which `kill -0` still sees.
+const WATCHDOG_SCRIPT: &str = r#"read -r _line
+kill -9 "$1" 2>/dev/null
+i=0
+while kill -0 "$1" 2>/dev/null && [ "$i" -lt 20 ]; do sleep 0.05; i=$((i + 1)); done
+rm -rf -- "$2""#;
+
+/// Ports handed out by this process, never reused: two clusters of one test binary starting
+/// in parallel must not pick the same port between our probe bind and etcd's bind.
+static USED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+/// Makes cluster tokens unique within the process (the pid makes them unique across processes).
+static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Path of the etcd binary: `$CLUSTERLIMIT_ETCD_BIN`, else `/usr/bin/etcd`.
+///
+/// Panics when it does not exist: these tests must never pass by silently skipping the store.
+pub fn etcd_binary() -> PathBuf {
+    let path = match std::env::var_os(ETCD_BIN_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_ETCD_BIN),
+    };
+    if !path.is_file() {
+        panic!(
+            "etcd not found at {} (override with ${ETCD_BIN_ENV}): install it with \
+             `apt-get install etcd-server` or run scripts/test",
+            path.display()
+        );
+    }
+    path
+}
+
+/// A set of etcd servers on 127.0.0.1 forming one cluster, owned by a test.
+///
+/// Owns the child processes and their temp dirs; dropping it SIGKILLs every member and waits
+/// for it, so no server outlives the test (and a watchdog kills them if the test process dies).
+pub struct EtcdCluster {
+    token: String,
+    members: Vec<Member>,
+}
+
+/// One etcd server: fixed name, ports and data dir, so it can be killed and restarted.
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    /// Holds `data/` and `etcd.log`; removed when the cluster is dropped.
+    dir: TempDir,
+    child: Option<Child>,
+    /// Length of `etcd.log` when the current process was spawned: its own lines start here.
+    log_start: u64,
+    /// `sh` that SIGKILLs the member and removes its dir when our end of its stdin pipe closes,
+    /// i.e. when the test process dies without running `Drop` (SIGKILL, `timeout`, CI abort).
+    watchdog: Option<Child>,
+}
+
+/// Why a start attempt failed.
+enum StartError {
+    /// A member process exited before the cluster became healthy (e.g. port already taken).
+    EarlyExit { member: usize, status: ExitStatus },
+    /// The deadline passed; lists the members that were not healthy.
+    Timeout { unhealthy: Vec<usize> },
+}
+
+impl EtcdCluster {
+    /// Starts a cluster of `members` servers (1 or 3) and blocks until every member answers
+    /// `/health` with `"health":"true"` (etcd reports false while there is no leader).
+    ///
+    /// Retries the whole start with fresh ports up to 3 times if a member exits early, because
+    /// a probed free port can be taken before etcd binds it. Panics with the log tail otherwise.
+    pub fn start(members: usize) -> EtcdCluster {
+        assert!(
+            (1..=7).contains(&members),
+            "EtcdCluster::start: {members} members requested, expected 1..=7 (normally 1 or 3)"
+        );
+        let bin = etcd_binary();
+        let mut earlier_failures = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let mut cluster = EtcdCluster::prepare(members);
+            let deadline = Instant::now() + READY_TIMEOUT;
+            match cluster
+                .spawn_all(&bin, deadline)
+                .and_then(|()| cluster.wait_healthy(deadline))
+            {
+                Ok(()) => return cluster,
+                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
+                    let _ = writeln!(
+                        earlier_failures,
+                        "  attempt {attempt}: member {} (client port {}, peer port {}) exited \
+                         early with {status}; last log line: {}",
+                        cluster.members[member].name,
+                        cluster.members[member].client_port,
+                        cluster.members[member].peer_port,
+                        cluster.log_tail(member, 1).trim_end()
+                    );
+                    // Dropping `cluster` kills the remaining members; retry with fresh ports.
+                }
+                Err(err) => {
+                    let what = format!(
+                        "{members}-member etcd cluster failed to start \
+                         (attempt {attempt} of {START_ATTEMPTS})"
+                    );
+                    let msg = cluster.failure_message(&what, &err);
+                    drop(cluster);
+                    if earlier_failures.is_empty() {
+                        panic!("{msg}");
+                    }
+                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
+                }
+            }
+        }
+        unreachable!("the last start attempt either returns or panics")
+    }
+
+    /// A single-member cluster: what most tests need.
+    pub fn single() -> EtcdCluster {
+        Self::start(1)
+    }
+
+    /// Client endpoints of all members (killed ones included), as `127.0.0.1:PORT`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// The library's connection URL for this cluster, `etcd://HOST:PORT,HOST:PORT/prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!(
+            "etcd://{}/{}",
+            self.endpoints().join(","),
+            prefix.trim_start_matches('/')
+        )
+    }
+
+    /// SIGKILLs one member and waits for it: a crash, with no graceful shutdown.
+    /// Does nothing if the member is already down; [`EtcdCluster::restart`] brings it back.
+    pub fn kill(&mut self, member: usize) {
+        self.check_index(member);
+        self.members[member].stop();
+    }
+
+    /// Starts a member again with the same name, data dir and ports (killing it first if it
+    /// still runs), then blocks until every running member is healthy. Panics with the log tail.
+    pub fn restart(&mut self, member: usize) {
+        self.check_index(member);
+        self.members[member].stop();
+        let bin = etcd_binary();
+        if let Err(e) = self.spawn_member(&bin, member) {
+            panic!(
+                "cannot respawn {} for etcd member {}: {e}",
+                bin.display(),
+                self.members[member].name
+            );
+        }
+        if let Err(err) = self.wait_healthy(Instant::now() + READY_TIMEOUT) {
+            let msg = self.failure_message(
+                &format!(
+                    "restart of etcd member {} failed",
+                    self.members[member].name
+                ),
+                &err,
+            );
+            panic!("{msg}");
+        }
+    }
+
+    /// OS pid of a member, `None` after [`EtcdCluster::kill`]: lets tests send other signals
+    /// (e.g. SIGSTOP to simulate a hung server).
+    pub fn pid(&self, member: usize) -> Option<u32> {
+        self.check_index(member);
+        self.members[member].child.as_ref().map(Child::id)
+    }
+
+    /// One `/health` probe of a member (true only if it is up and sees a leader).
+    pub fn is_healthy(&self, member: usize) -> bool {
+        self.check_index(member);
+        self.members[member].child.is_some() && probe_health(self.members[member].client_port)
+    }
+
+    /// Path of a member's log file (etcd's stdout and stderr), for debugging failed tests.
+    pub fn log_path(&self, member: usize) -> PathBuf {
+        self.check_index(member);
+        self.members[member].log_path()
+    }
+
+    /// Allocates ports, names and temp dirs for a new cluster without starting anything.
+    fn prepare(n: usize) -> EtcdCluster {
+        let seq = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let token = format!("clusterlimit-test-{}-{seq}-{nanos:x}", std::process::id());
+        let ports = free_ports(2 * n);
+        let members = (0..n)
+            .map(|i| Member {
+                name: format!("n{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                dir: tempfile::Builder::new()
+                    .prefix(&format!("clusterlimit-etcd-n{i}-"))
+                    .tempdir()
+                    .expect("cannot create temp dir for etcd member"),
+                child: None,
+                log_start: 0,
+                watchdog: None,
+            })
+            .collect();
+        EtcdCluster { token, members }
+    }
+
+    fn check_index(&self, member: usize) {
+        assert!(
+            member < self.members.len(),
+            "etcd member index {member} out of range: the cluster has {} members",
+            self.members.len()
+        );
+    }
+
+    /// `--initial-cluster` value listing every member's peer URL.
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Spawns one member process (plus its watchdog), logging to `etcd.log` in its temp dir.
+    fn spawn_member(&mut self, bin: &Path, i: usize) -> std::io::Result<()> {
+        let initial_cluster = self.initial_cluster();
+        let token = self.token.clone();
+        let m = &mut self.members[i];
+        let log_path = m.log_path();
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        writeln!(
+            log,
+            "==== test harness: starting etcd member {} \
+             (client 127.0.0.1:{}, peer 127.0.0.1:{}) ====",
+            m.name, m.client_port, m.peer_port
+        )?;
+        log.flush()?;
+        m.log_start = log.metadata()?.len();
+        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut cmd = Command::new(bin);
+        // etcd reads ETCD_* variables as flags; a developer's environment must not leak in.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("ETCD_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(m.dir.path().join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &initial_cluster])
+            .args(["--initial-cluster-token", &token])
+            // Ignored by etcd when the data dir already holds a member (restart).
+            .args(["--initial-cluster-state", "new"])
+            // Fast elections and failover; also keeps the minimum lease TTL at 1 s.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "250"])
+            // Test data is throwaway; fsync would only slow every write down.
+            .arg("--unsafe-no-fsync")
+            // zap avoids capnslog's deprecation noise; JSON lines are fine in a log file.
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        m.child = Some(child);
+        // Best effort: without /bin/sh the cluster still works, it just is not orphan-proof.
+        m.watchdog = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .arg("etcd-watchdog")
+            .arg(pid.to_string())
+            .arg(m.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        Ok(())
+    }
+
+    /// Spawns the members one after the other, each once the previous one serves its peer port.
+    ///
+    /// A new etcd 3.4 member first asks every peer URL whether it was bootstrapped already,
+    /// with a 1 s timeout per peer. If the members start together, each finds the others'
+    /// peer ports bound but not yet served, and the cluster needs 1–2 s instead of ~0.2 s.
+    fn spawn_all(&mut self, bin: &Path, deadline: Instant) -> Result<(), StartError> {
+        let n = self.members.len();
+        for i in 0..n {
+            if let Err(e) = self.spawn_member(bin, i) {
+                panic!(
+                    "cannot spawn {} for etcd member {}: {e}",
+                    bin.display(),
+                    self.members[i].name
+                );
+            }
+            if i + 1 < n {
+                self.wait_log_line(&[i], LOG_SERVING_PEERS, deadline)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until each of `members` has logged `needle` since its spawn, or [`LOG_GATE_TIMEOUT`]
+    /// passed (then the caller goes on regardless), or a member exited.
+    ///
+    /// Why wait instead of probing: etcd binds its ports well before it serves them, and a
+    /// connection made in between stalls, and stalls the next ones, for about a second
+    /// (observed on 3.4.23 on both peer and client ports).
+    fn wait_log_line(
+        &mut self,
+        members: &[usize],
+        needle: &str,
+        deadline: Instant,
+    ) -> Result<(), StartError> {
+        let gate = deadline.min(Instant::now() + LOG_GATE_TIMEOUT);
+        loop {
+            self.check_exits()?;
+            if members
+                .iter()
+                .all(|&i| self.members[i].log_since_spawn().contains(needle))
+            {
+                // The line is logged just before the accept loop starts.
+                std::thread::sleep(Duration::from_millis(5));
+                return Ok(());
+            }
+            if Instant::now() >= gate {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Reports a member process that has exited (and reaps it), if any.
+    fn check_exits(&mut self) -> Result<(), StartError> {
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if let Some(child) = m.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    m.child = None;
+                    m.stop();
+                    return Err(StartError::EarlyExit { member: i, status });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls until every running member reports healthy, a member exits, or `deadline` passes.
+    fn wait_healthy(&mut self, deadline: Instant) -> Result<(), StartError> {
+        let running: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        self.wait_log_line(&running, LOG_SERVING_CLIENTS, deadline)?;
+        loop {
+            self.check_exits()?;
+            // Probe in parallel: an early /health can stall for its whole timeout, and
+            // sequential probes would add those stalls up.
+            let running: Vec<(usize, u16)> = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.child.is_some())
+                .map(|(i, m)| (i, m.client_port))
+                .collect();
+            let unhealthy: Vec<usize> = std::thread::scope(|s| {
+                let probes: Vec<_> = running
+                    .iter()
+                    .map(|&(i, port)| (i, s.spawn(move || probe_health(port))))
+                    .collect();
+                probes
+                    .into_iter()
+                    .filter_map(|(i, probe)| (!matches!(probe.join(), Ok(true))).then_some(i))
+                    .collect()
+            });
+            if unhealthy.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(StartError::Timeout { unhealthy });
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Panic text for a failed start: the reason plus the log tail of the members concerned.
+    fn failure_message(&self, what: &str, err: &StartError) -> String {
+        let (reason, members) = match err {
+            StartError::EarlyExit { member, status } => (
+                format!(
+                    "member {} exited early with {status}",
+                    self.members[*member].name
+                ),
+                vec![*member],
+            ),
+            StartError::Timeout { unhealthy } => (
+                format!(
+                    "not healthy within {READY_TIMEOUT:?}: members {:?} never answered \
+                     /health with \"health\":\"true\"",
+                    unhealthy
+                        .iter()
+                        .map(|&i| self.members[i].name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+                unhealthy.clone(),
+            ),
+        };
+        let mut msg = format!("{what}: {reason} (etcd binary {})", etcd_binary().display());
+        for i in members {
+            let m = &self.members[i];
+            let _ = write!(
+                msg,
+                "\n---- last {LOG_TAIL_LINES} lines of etcd.log of member {} \
+                 (client port {}, peer port {}) ----\n{}",
+                m.name,
+                m.client_port,
+                m.peer_port,
+                self.log_tail(i, LOG_TAIL_LINES)
+            );
+        }
+        msg
+    }
+
+    /// Last `lines` lines of a member's log, or a note saying why it could not be read.
+    fn log_tail(&self, member: usize, lines: usize) -> String {
+        let path = self.members[member].log_path();
+        let mut text = String::new();
+        match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
+            Ok(_) => {
+                let all: Vec<&str> = text.lines().collect();
+                let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
+                tail.push('\n');
+                tail
+            }
+            Err(e) => format!("(cannot read {}: {e})\n", path.display()),
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    /// Kills every member so no etcd outlives its test, even when the test panics.
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            m.stop();
+        }
+    }
+}
+
+impl Member {
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    /// What the current process has logged so far (empty if the log cannot be read).
+    fn log_since_spawn(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = File::open(self.log_path()) {
+            if f.seek(SeekFrom::Start(self.log_start)).is_ok() {
+                let _ = f.read_to_string(&mut text);
+            }
+        }
+        text
+    }
+
+    /// SIGKILLs and reaps the watchdog first (so it cannot hit a recycled pid), then the server.
+    fn stop(&mut self) {
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `count` distinct free loopback ports, found by binding 127.0.0.1:0 (all held at once, so
+/// they differ) and never handed out twice by this process.
+fn free_ports(count: usize) -> Vec<u16> {
+    let mut used = USED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut held = Vec::with_capacity(count);
+    let mut ports = Vec::with_capacity(count);
+    for _ in 0..count * 50 {
+        if ports.len() == count {
+            break;
+        }
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("cannot bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        if used.insert(port) {
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    assert_eq!(
+        ports.len(),
+        count,
+        "could not find {count} free loopback ports"
+    );
+    ports
+}
+
+/// One `/health` probe: etcd 3.4 answers `{"health":"true"}` only when the member sees a
+/// leader and a quorum read through raft succeeds.
+fn probe_health(port: u16) -> bool {
+    http_get(port, "/health").is_some_and(|body| body.contains(r#""health":"true""#))
+}
+
+/// One HTTP/1.0 GET on 127.0.0.1, given at most [`PROBE_TIMEOUT`] in total so polling stays
+/// bounded; returns the whole response (status line, headers, body) if it came in time.
+///
+/// etcd binds its ports before it serves them, so a request can connect and then stall; a slow
+/// answer counts as "not yet" and the caller simply asks again.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        stream.set_read_timeout(Some(left)).ok()?;
+        match stream.read(&mut buf).ok()? {
+            0 => break,
+            n if response.len() + n <= 64 * 1024 => response.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    let response = String::from_utf8_lossy(&response).into_owned();
+    response.starts_with("HTTP/1.").then_some(response)
+}
+
+/// A raw client for the given endpoints, for test set-up and checks.
+///
+/// Short timeouts, so a dead or hung server makes calls fail (and the caller retry) instead of
+/// hanging: a write sent just after the leader died can otherwise wait ~5 s for etcd's own
+/// request timeout. Connecting is lazy in etcd-client: this never fails for a dead server.
+pub async fn connect(endpoints: &[String]) -> Client {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(2));
+    Client::connect(endpoints, Some(options))
+        .await
+        .unwrap_or_else(|e| panic!("etcd_client::Client::connect({endpoints:?}) failed: {e}"))
+}
+
+/// Runs `op` until it succeeds, retrying any error (elections, a dead endpoint) for a bounded
+/// number of attempts and time; panics with the last error.
+async fn retry<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + CALL_RETRY_FOR;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if attempts >= CALL_RETRY_MAX_ATTEMPTS || Instant::now() >= deadline => {
+                panic!("etcd {what} still failing after {attempts} attempts: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Revokes every lease the cluster knows, deleting all keys attached to them: simulates "the
+/// store lost our lease behind our back" (expiry during a pause, an operator, a failover).
+pub async fn revoke_all_leases(endpoints: &[String]) {
+    let client = connect(endpoints).await;
+    let leases = retry("lease list", || {
+        let mut c = client.clone();
+        async move { c.leases().await }
+    })
+    .await;
+    for id in leases.leases().iter().map(|l| l.id()) {
+        retry("lease revoke", || {
+            let mut c = client.clone();
+            async move {
+                match c.lease_revoke(id).await {
+                    Ok(_) => Ok(()),
+                    // Already gone (expired or revoked by someone else): that is the goal.
+                    Err(e) if e.to_string().contains("lease not found") => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Number of keys under `prefix`, read straight from etcd: checks that nothing is left behind
+/// (orphaned waiters, unreleased permits) independently of the library's own view.
+pub async fn count_keys(endpoints: &[String], prefix: &str) -> i64 {
+    let client = connect(endpoints).await;
+    let prefix = prefix.to_owned();
+    let resp = retry("count keys", || {
+        let mut c = client.clone();
+        let prefix = prefix.clone();
+        async move {
+            c.get(
+                prefix,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await
+        }
+    })
+    .await;
+    resp.count()
+}
