@@ -1,0 +1,111 @@
+//! Request costs on a real etcd, from the Limiters' own counters: what an acquire and a release
+//! cost, and that a release costs the same however many clients wait (no herd).
+
+mod support;
+
+use clusterlimit::{Limiter, RequestStats};
+use std::time::Duration;
+use support::EtcdCluster;
+use tokio::time::{timeout, Instant};
+
+fn total(limiters: &[Limiter]) -> RequestStats {
+    limiters.iter().fold(RequestStats::default(), |acc, l| {
+        let s = l.stats();
+        RequestStats {
+            put: acc.put + s.put,
+            txn: acc.txn + s.txn,
+            range: acc.range + s.range,
+            delete: acc.delete + s.delete,
+            watch: acc.watch + s.watch,
+            lease: acc.lease + s.lease,
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_with_many_waiters_costs_one_request_in_total() {
+    const WAITERS: usize = 20;
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("costs");
+    let holder = Limiter::connect(&url).await.unwrap();
+    let sem = holder.semaphore("s", 1).await.unwrap();
+    let permit = sem.acquire().await.unwrap();
+
+    let mut limiters = Vec::new();
+    let mut waits = Vec::new();
+    for i in 0..WAITERS {
+        let l = Limiter::builder(&url).owner(format!("w{i}")).connect().await.unwrap();
+        let s = l.semaphore("s", 1).await.unwrap();
+        let before = l.stats();
+        waits.push(tokio::spawn(async move {
+            let p = s.acquire().await;
+            (p, before)
+        }));
+        limiters.push(l);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sem.status().await.unwrap().waiting < WAITERS {
+        assert!(Instant::now() < deadline, "waiters did not queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let every waiter's watch get created before counting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut all = limiters.clone();
+    all.push(holder.clone());
+    let before = total(&all);
+    permit.release().await.unwrap();
+    // Exactly one waiter is granted; give the others time to (not) react.
+    let mut granted = None;
+    for (i, w) in waits.iter_mut().enumerate() {
+        if let Ok(r) = timeout(Duration::from_millis(300), &mut *w).await {
+            granted = Some((i, r.unwrap()));
+            break;
+        }
+    }
+    let (i, (p, waiter_before)) = granted.expect("a waiter was granted after the release");
+    let p = p.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cost = total(&all).since(&before);
+    println!("release with {WAITERS} waiters: {cost:?} across all clients (excluding keepalives)");
+    assert_eq!(cost.total(), 1, "one delete in total, nobody re-reads: {cost:?}");
+    assert_eq!(cost.delete, 1);
+
+    // The granted waiter's whole acquire: one Txn to enqueue plus one watch for the semaphore.
+    let waiter_cost = limiters[i].stats().since(&waiter_before);
+    println!("contended acquire (first wait on this semaphore): {waiter_cost:?}");
+    assert_eq!((waiter_cost.txn, waiter_cost.watch, waiter_cost.range), (1, 1, 0));
+
+    p.release().await.unwrap();
+    for w in waits {
+        w.abort();
+    }
+    for l in all {
+        l.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_contended_wait_reuses_the_watch() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("costs2");
+    let a = Limiter::connect(&url).await.unwrap();
+    let b = Limiter::connect(&url).await.unwrap();
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let sb = b.semaphore("s", 1).await.unwrap();
+    for round in 0..3 {
+        let held = sa.acquire().await.unwrap();
+        let before = b.stats();
+        let sb2 = sb.clone();
+        let wait = tokio::spawn(async move { sb2.acquire().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.release().await.unwrap();
+        let p = timeout(Duration::from_secs(5), wait).await.unwrap().unwrap().unwrap();
+        let cost = b.stats().since(&before);
+        let expected_watches = u64::from(round == 0);
+        assert_eq!((cost.txn, cost.watch, cost.range), (1, expected_watches, 0), "round {round}: {cost:?}");
+        p.release().await.unwrap();
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
