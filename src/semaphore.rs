@@ -139,15 +139,15 @@ impl Semaphore {
             permits: opts.permits,
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
+            wait: opts.wait,
         };
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
-        self.enqueue_and_wait(req, opts.wait, deadline).await
+        self.enqueue_and_wait(req, deadline).await
     }
 
     async fn enqueue_and_wait(
         &self,
         req: EntryRequest,
-        wait: bool,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Permit> {
         // Armed before the first request: if this future is dropped while the enqueue is in
@@ -157,7 +157,7 @@ impl Semaphore {
         let attempt = async {
             let enq = backend.enqueue(&req).await?;
             if !enq.granted {
-                if !wait {
+                if !req.wait {
                     return Err(Error::NoPermits);
                 }
                 backend.wait_granted(&req, &enq).await?;

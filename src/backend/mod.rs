@@ -30,6 +30,9 @@ pub struct EntryRequest {
     /// Unique id chosen by the caller before the first attempt, so a retried enqueue whose
     /// reply was lost finds its entry again instead of queuing twice.
     pub id: String,
+    /// Whether the caller waits when the entry does not hold at once (`false` for
+    /// `try_acquire`): a backend may prepare for waiting (start a watch) only then.
+    pub wait: bool,
 }
 
 /// The result of [`Backend::enqueue`].

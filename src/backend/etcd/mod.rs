@@ -193,6 +193,8 @@ impl EtcdBackend {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }
+                // A write bound to a lease that etcd no longer has: the session is gone.
+                Err(e) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
                 Err(e) => return Err(Error::store(e)),
             }
         }
@@ -213,6 +215,98 @@ impl EtcdBackend {
             .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok((revision, resp.take_kvs()))
+    }
+
+    /// One enqueue under `session`: put-if-absent and read, in one Txn.
+    async fn enqueue_in(&self, req: &EntryRequest, session: &Arc<Session>) -> Result<Enqueued> {
+        let key = self.keys.entry(&req.name, &req.id);
+        let sem_prefix = self.keys.sem_prefix(&req.name);
+        let value = EntryValue {
+            permits: req.permits,
+            owner: req.owner.clone(),
+            since_unix_ms: unix_ms_now(),
+        }
+        .encode();
+        // Put-if-absent and read, in one request; the same key on a retry finds the first put.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(session.lease)),
+                ),
+                TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())),
+            ])
+            .or_else([
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(sem_prefix, Some(sorted_prefix())),
+            ]);
+        let lost = session.lost.clone();
+        let resp = self
+            .retry(
+                RequestKind::Txn,
+                || lost.is_lost(),
+                |mut c| {
+                    let t = txn.clone();
+                    async move { c.txn(t).await }
+                },
+            )
+            .await
+            .map_err(|e| {
+                if session.lost.is_lost() {
+                    Error::SessionLost
+                } else {
+                    e
+                }
+            })?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let ops = resp.op_responses();
+        let token = if resp.succeeded() {
+            revision
+        } else {
+            match get_kvs(ops.first()).first() {
+                Some(kv) if kv.lease() == session.lease => kv.create_revision(),
+                // Written under another lease (an earlier session of this request): that
+                // session is gone, so is the entry's claim; the caller removes the key.
+                Some(_) => return Err(Error::store("request entry exists under an older lease")),
+                None => return Err(Error::store("request entry vanished during the enqueue")),
+            }
+        } as u64;
+        let kvs = get_kvs(ops.get(1));
+        let cap_key = self.keys.cap(&req.name);
+        let cap = kvs
+            .iter()
+            .find(|kv| kv.key() == cap_key.as_bytes())
+            .and_then(|kv| CapValue::parse(kv.value()))
+            .ok_or_else(|| Error::NotFound(req.name.clone()))?;
+        if req.permits > cap.capacity {
+            return Err(Error::invalid(format!(
+                "requested {} permits but semaphore {:?} has capacity {}",
+                req.permits, req.name, cap.capacity
+            )));
+        }
+        let queue_prefix = self.keys.queue_prefix(&req.name);
+        let granted = queue::holds(
+            queue_of(&queue_prefix, kvs).map(|(e, _)| e),
+            cap.capacity,
+            cap.floor,
+            token,
+        ) == Some(true);
+        if !granted && req.wait {
+            // The Txn's own read is the watch's starting point: no extra read.
+            self.ensure_watch(
+                &req.name,
+                View::from_kvs(revision, &cap_key, &queue_prefix, kvs),
+            );
+        }
+        let lost = session.lost.child();
+        lock(&self.live).insert(key.into_bytes(), lost.clone());
+        Ok(Enqueued {
+            token,
+            granted,
+            lost,
+        })
     }
 
     /// The watch of `name`, started from `view` if there is none yet.
@@ -328,92 +422,16 @@ impl Backend for EtcdBackend {
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
         self.check_open()?;
         let session = self.session().await?;
-        let key = self.keys.entry(&req.name, &req.id);
-        let sem_prefix = self.keys.sem_prefix(&req.name);
-        let value = EntryValue {
-            permits: req.permits,
-            owner: req.owner.clone(),
-            since_unix_ms: unix_ms_now(),
-        }
-        .encode();
-        // Put-if-absent and read, in one request; the same key on a retry finds the first put.
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    value,
-                    Some(PutOptions::new().with_lease(session.lease)),
-                ),
-                TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())),
-            ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(sem_prefix, Some(sorted_prefix())),
-            ]);
-        let lost = session.lost.clone();
-        let resp = self
-            .retry(
-                RequestKind::Txn,
-                || lost.is_lost(),
-                |mut c| {
-                    let t = txn.clone();
-                    async move { c.txn(t).await }
-                },
-            )
-            .await
-            .map_err(|e| {
-                if session.lost.is_lost() {
-                    Error::SessionLost
-                } else {
-                    e
-                }
-            })?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let ops = resp.op_responses();
-        let token = if resp.succeeded() {
-            revision
-        } else {
-            match get_kvs(ops.first()).first() {
-                Some(kv) if kv.lease() == session.lease => kv.create_revision(),
-                // Written under an older, lost lease: that entry is not ours to keep.
-                _ => return Err(Error::SessionLost),
+        match self.enqueue_in(req, &session).await {
+            // The lease vanished before our keeper noticed (revoked, expired in a pause): the
+            // session is lost for its permits, and this request starts a new one.
+            Err(Error::SessionLost) if !session.lost.is_lost() => {
+                session.lost.fire();
+                let session = self.session().await?;
+                self.enqueue_in(req, &session).await
             }
-        } as u64;
-        let kvs = get_kvs(ops.get(1));
-        let cap_key = self.keys.cap(&req.name);
-        let cap = kvs
-            .iter()
-            .find(|kv| kv.key() == cap_key.as_bytes())
-            .and_then(|kv| CapValue::parse(kv.value()))
-            .ok_or_else(|| Error::NotFound(req.name.clone()))?;
-        if req.permits > cap.capacity {
-            return Err(Error::invalid(format!(
-                "requested {} permits but semaphore {:?} has capacity {}",
-                req.permits, req.name, cap.capacity
-            )));
+            other => other,
         }
-        let queue_prefix = self.keys.queue_prefix(&req.name);
-        let granted = queue::holds(
-            queue_of(&queue_prefix, kvs).map(|(e, _)| e),
-            cap.capacity,
-            cap.floor,
-            token,
-        ) == Some(true);
-        if !granted {
-            // The Txn's own read is the watch's starting point: no extra read.
-            self.ensure_watch(
-                &req.name,
-                View::from_kvs(revision, &cap_key, &queue_prefix, kvs),
-            );
-        }
-        let lost = session.lost.child();
-        lock(&self.live).insert(key.into_bytes(), lost.clone());
-        Ok(Enqueued {
-            token,
-            granted,
-            lost,
-        })
     }
 
     async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {

@@ -169,7 +169,8 @@ impl Keeper {
     }
 }
 
-fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+/// Whether etcd says the lease no longer exists (expired or revoked).
+pub(super) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
         etcd_client::Error::GRpcStatus(s) => s.message().contains("lease not found"),
