@@ -113,7 +113,8 @@ impl Permit {
     }
 
     /// Releases the permits now and reports errors (the background releaser keeps trying if
-    /// the store could not be reached). Cancel-safe in effect: if dropped mid-way, the removal
+    /// the store could not be reached). After [`Limiter::close`](crate::Limiter::close) it
+    /// succeeds at once: closing released everything. Cancel-safe in effect: if dropped mid-way, the removal
     /// continues in the background.
     pub async fn release(self) -> Result<()> {
         let result = self.guard.remove_now().await;

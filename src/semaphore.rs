@@ -1,6 +1,6 @@
 //! `Semaphore`: acquire permits from one named semaphore.
 
-use crate::backend::EntryRequest;
+use crate::backend::{Enqueued, EntryRequest};
 use crate::error::{Error, Result};
 use crate::limiter::LimiterInner;
 use crate::permit::{EntryGuard, Permit};
@@ -155,7 +155,7 @@ impl Semaphore {
         let guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
         let backend = &self.limiter.backend;
         let attempt = async {
-            let enq = backend.enqueue(&req).await?;
+            let enq = self.enqueue_to_completion(&req).await?;
             if !enq.granted {
                 if !req.wait {
                     return Err(Error::NoPermits);
@@ -179,6 +179,27 @@ impl Semaphore {
             // Timeout or NoPermits blocks nobody.
             Err(e) => Err(guard.fail(e).await),
         }
+    }
+
+    /// Sends the enqueue in a task of its own, so that dropping the caller (a timeout, a
+    /// `select!`) never cuts the request while it is in flight. Otherwise the caller's delete
+    /// could reach the store before the put lands, and the entry would be left behind for good.
+    /// If nobody takes the result any more, the task itself hands the entry to the releaser,
+    /// and that removal is the last word, since it is sent after the enqueue finished.
+    async fn enqueue_to_completion(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let backend = self.limiter.backend.clone();
+        let releaser = self.limiter.releaser.clone();
+        let name = self.name.clone();
+        let req = req.clone();
+        tokio::spawn(async move {
+            let result = backend.enqueue(&req).await;
+            if tx.send(result).is_err() {
+                releaser.remove_later(name, req.id);
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(Error::store("enqueue task ended without an answer")))
     }
 
     /// Reads capacity, usage, holders and waiters from the store. Cancel-safe.

@@ -104,16 +104,17 @@ impl State {
 
 /// Ends every session of the in-process store `name`, as a store losing its sessions would:
 /// all entries go, every permit fires `lost()`, waits fail with `SessionLost`. Limiters start
-/// new sessions on their next call. Meant for testing code against session loss.
-pub fn expire_sessions(name: &str) {
+/// new sessions on their next call. Meant for testing code against session loss. Returns how
+/// many sessions were ended (0 if no Limiter has the store open).
+pub fn expire_sessions(name: &str) -> usize {
     let store = lock(registry()).get(name).and_then(Weak::upgrade);
-    if let Some(store) = store {
-        let mut st = lock(&store.state);
-        let ids: Vec<u64> = st.sessions.keys().copied().collect();
-        for id in ids {
-            st.end_session(id);
-        }
+    let Some(store) = store else { return 0 };
+    let mut st = lock(&store.state);
+    let ids: Vec<u64> = st.sessions.keys().copied().collect();
+    for &id in &ids {
+        st.end_session(id);
     }
+    ids.len()
 }
 
 /// The `memory://` backend: one session in one in-process store.

@@ -459,6 +459,9 @@ impl Backend for EtcdBackend {
         let key = self.keys.entry(name, id);
         // Forget it first: our own delete must not look like a key deleted behind our back.
         lock(&self.live).remove(key.as_bytes());
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(()); // close() ended the session, and every entry of it with the lease
+        }
         self.retry(
             RequestKind::Delete,
             || false,

@@ -1,0 +1,115 @@
+//! Bounded waiting helpers for the contract suite: every wait here has a deadline and a cap on
+//! iterations, and panics with a message that says what was awaited and what was seen last.
+
+use clusterlimit::{Permit, Semaphore, Status};
+use std::future::Future;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+/// Interval between two polls of the store.
+pub(crate) const POLL: Duration = Duration::from_millis(10);
+
+/// Asserts that `$result` is `Err($pattern)`, printing what it was otherwise.
+macro_rules! assert_err {
+    ($result:expr, $pattern:pat $(,)?) => {
+        assert_err!($result, $pattern, "")
+    };
+    ($result:expr, $pattern:pat, $($context:tt)+) => {
+        match $result {
+            Err($pattern) => {}
+            other => panic!(
+                "expected Err({}), got {:?} {}",
+                stringify!($pattern),
+                other,
+                format_args!($($context)+)
+            ),
+        }
+    };
+}
+
+/// Milliseconds as a `Duration`.
+pub(crate) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// How many polls fit in `limit` (plus slack), so poll loops are bounded in count too.
+fn max_polls(limit: Duration) -> usize {
+    usize::try_from(limit.as_millis() / POLL.as_millis()).unwrap_or(usize::MAX / 2) + 3
+}
+
+/// Awaits `fut`, panicking if it takes longer than `limit`.
+pub(crate) async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: did not complete within {limit:?}"),
+    }
+}
+
+/// Awaits a spawned task within `limit`; re-raises its panic so the test shows the real cause.
+pub(crate) async fn join<T>(what: &str, limit: Duration, handle: JoinHandle<T>) -> T {
+    match within(what, limit, handle).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("{what}: task failed: {e}"),
+    }
+}
+
+/// Polls `sem.status()` until `pred` holds and returns that status; panics after `limit` with
+/// the last status seen.
+pub(crate) async fn wait_status(
+    sem: &Semaphore,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Status) -> bool,
+) -> Status {
+    let start = Instant::now();
+    let mut last = String::from("(no answer)");
+    for _ in 0..max_polls(limit) {
+        match tokio::time::timeout(limit, sem.status()).await {
+            Ok(Ok(st)) if pred(&st) => return st,
+            Ok(Ok(st)) => last = format!("{st:?}"),
+            Ok(Err(e)) => last = format!("status() failed: {e}"),
+            Err(_) => last = format!("status() hung for {limit:?}"),
+        }
+        if start.elapsed() >= limit {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("{what}: not seen within {limit:?}; last status: {last}");
+}
+
+/// Spawns `sem.acquire_many(permits)` as a task (a waiter that can be observed and joined).
+pub(crate) fn spawn_acquire(
+    sem: &Semaphore,
+    permits: u32,
+) -> JoinHandle<clusterlimit::Result<Permit>> {
+    let sem = sem.clone();
+    tokio::spawn(async move { sem.acquire_many(permits).await })
+}
+
+/// Asserts a spawned waiter is still waiting after `period`.
+pub(crate) async fn assert_still_waiting<T>(what: &str, handle: &JoinHandle<T>, period: Duration) {
+    tokio::time::sleep(period).await;
+    assert!(
+        !handle.is_finished(),
+        "{what}: finished within {period:?}, but it should still be waiting"
+    );
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so the load test needs no extra dependency.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// A number in `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
