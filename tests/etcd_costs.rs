@@ -34,7 +34,11 @@ async fn release_with_many_waiters_costs_one_request_in_total() {
     let mut limiters = Vec::new();
     let mut waits = Vec::new();
     for i in 0..WAITERS {
-        let l = Limiter::builder(&url).owner(format!("w{i}")).connect().await.unwrap();
+        let l = Limiter::builder(&url)
+            .owner(format!("w{i}"))
+            .connect()
+            .await
+            .unwrap();
         let s = l.semaphore("s", 1).await.unwrap();
         let before = l.stats();
         waits.push(tokio::spawn(async move {
@@ -68,13 +72,20 @@ async fn release_with_many_waiters_costs_one_request_in_total() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cost = total(&all).since(&before);
     println!("release with {WAITERS} waiters: {cost:?} across all clients (excluding keepalives)");
-    assert_eq!(cost.total(), 1, "one delete in total, nobody re-reads: {cost:?}");
+    assert_eq!(
+        cost.total(),
+        1,
+        "one delete in total, nobody re-reads: {cost:?}"
+    );
     assert_eq!(cost.delete, 1);
 
     // The granted waiter's whole acquire: one Txn to enqueue plus one watch for the semaphore.
     let waiter_cost = limiters[i].stats().since(&waiter_before);
     println!("contended acquire (first wait on this semaphore): {waiter_cost:?}");
-    assert_eq!((waiter_cost.txn, waiter_cost.watch, waiter_cost.range), (1, 1, 0));
+    assert_eq!(
+        (waiter_cost.txn, waiter_cost.watch, waiter_cost.range),
+        (1, 1, 0)
+    );
 
     p.release().await.unwrap();
     for w in waits {
@@ -100,10 +111,18 @@ async fn second_contended_wait_reuses_the_watch() {
         let wait = tokio::spawn(async move { sb2.acquire().await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         held.release().await.unwrap();
-        let p = timeout(Duration::from_secs(5), wait).await.unwrap().unwrap().unwrap();
+        let p = timeout(Duration::from_secs(5), wait)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         let cost = b.stats().since(&before);
         let expected_watches = u64::from(round == 0);
-        assert_eq!((cost.txn, cost.watch, cost.range), (1, expected_watches, 0), "round {round}: {cost:?}");
+        assert_eq!(
+            (cost.txn, cost.watch, cost.range),
+            (1, expected_watches, 0),
+            "round {round}: {cost:?}"
+        );
         p.release().await.unwrap();
     }
     a.close().await.unwrap();

@@ -4,9 +4,10 @@
 
 mod support;
 
-use clusterlimit::{Error, Limiter};
+use clusterlimit::{Error, Limiter, Permit, Semaphore};
 use std::time::Duration;
 use support::EtcdCluster;
+use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 /// Polls `cond` every 20 ms for at most `limit`; panics with `what` if it never holds.
@@ -61,6 +62,23 @@ where
     panic!("raw etcd {what} kept failing: {last:?}");
 }
 
+/// `a` takes the only permit of semaphore "s" and `b` queues for it. Returns a's semaphore,
+/// the permit and b's wait.
+async fn hold_and_queue(
+    a: &Limiter,
+    b: &Limiter,
+) -> (Semaphore, Permit, JoinHandle<Result<Permit, Error>>) {
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let sb = b.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+    (sa, held, waiter)
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -76,14 +94,7 @@ async fn leader_kill_keeps_holders_and_wakes_waiters() {
     let url = cluster.url("failover");
     let a = Limiter::builder(&url).owner("a").connect().await.unwrap();
     let b = Limiter::builder(&url).owner("b").connect().await.unwrap();
-    let sa = a.semaphore("s", 1).await.unwrap();
-    let sb = b.semaphore("s", 1).await.unwrap();
-    let held = sa.acquire().await.unwrap();
-    let waiter = tokio::spawn(async move { sb.acquire().await });
-    eventually("waiter queued", Duration::from_secs(5), || async {
-        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
-    })
-    .await;
+    let (sa, held, waiter) = hold_and_queue(&a, &b).await;
 
     let l = leader(&cluster).await;
     cluster.kill(l);
@@ -185,14 +196,7 @@ async fn hung_server_is_bounded_and_recovers() {
     };
     let a = connect("a").await.unwrap();
     let b = connect("b").await.unwrap();
-    let sa = a.semaphore("s", 1).await.unwrap();
-    let sb = b.semaphore("s", 1).await.unwrap();
-    let held = sa.acquire().await.unwrap();
-    let waiter = tokio::spawn(async move { sb.acquire().await });
-    eventually("waiter queued", Duration::from_secs(5), || async {
-        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
-    })
-    .await;
+    let (sa, held, waiter) = hold_and_queue(&a, &b).await;
 
     let pid = cluster.pid(0).expect("etcd running");
     signal(pid, "-STOP");
