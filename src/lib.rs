@@ -47,3 +47,8 @@ pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
 pub use store_url::StoreUrl;
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
+
+// The README's examples are compiled as doctests, so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
