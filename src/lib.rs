@@ -48,6 +48,20 @@ pub use status::{Holder, Status};
 pub use store_url::StoreUrl;
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
+#[cfg(test)]
+mod api_tests {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn handles_cross_threads() {
+        send_sync::<crate::Limiter>();
+        send_sync::<crate::Semaphore>();
+        send::<crate::Permit>();
+        send_sync::<crate::Error>();
+    }
+}
+
 // The README's examples are compiled as doctests, so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -44,6 +44,9 @@ pub(crate) struct LimiterInner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) releaser: Releaser,
     pub(crate) owner: String,
+    /// The runtime the Limiter was made on: background work is spawned there, so calls made
+    /// from outside a Tokio context cannot panic on a missing runtime.
+    pub(crate) runtime: tokio::runtime::Handle,
     closed: AtomicBool,
 }
 
@@ -97,6 +100,7 @@ impl Limiter {
                 backend,
                 releaser,
                 owner,
+                runtime: handle,
                 closed: AtomicBool::new(false),
             }),
         })

@@ -192,7 +192,7 @@ impl Semaphore {
         let releaser = self.limiter.releaser.clone();
         let name = self.name.clone();
         let req = req.clone();
-        tokio::spawn(async move {
+        self.limiter.runtime.spawn(async move {
             let result = backend.enqueue(&req).await;
             if tx.send(result).is_err() {
                 releaser.remove_later(name, req.id);
