@@ -164,11 +164,13 @@ impl EtcdBackend {
     }
 
     /// Sends an idempotent request, retrying transient failures until the call's deadline
-    /// (`request_timeout` × 2 from now) or until `give_up` says stop.
+    /// (`request_timeout` × 2 from now), until `give_up` says stop, or until the backend is
+    /// closed (unless `after_close`, for the close itself).
     async fn retry<T, F, Fut>(
         &self,
         kind: RequestKind,
         give_up: impl Fn() -> bool,
+        after_close: bool,
         mut op: F,
     ) -> Result<T>
     where
@@ -179,7 +181,9 @@ impl EtcdBackend {
         let mut pause = RETRY_FIRST;
         let mut attempts = 0u32;
         loop {
-            self.check_open()?;
+            if !after_close {
+                self.check_open()?;
+            }
             self.stats.count(kind);
             attempts += 1;
             match op(self.client.clone()).await {
@@ -207,6 +211,7 @@ impl EtcdBackend {
             .retry(
                 RequestKind::Range,
                 || false,
+                false,
                 |mut c| {
                     let prefix = prefix.clone();
                     async move { c.get(prefix, Some(sorted_prefix())).await }
@@ -247,6 +252,7 @@ impl EtcdBackend {
             .retry(
                 RequestKind::Txn,
                 || lost.is_lost(),
+                false,
                 |mut c| {
                     let t = txn.clone();
                     async move { c.txn(t).await }
@@ -367,7 +373,7 @@ impl Backend for EtcdBackend {
         let give_up = || false;
         let Some(requested) = capacity else {
             let resp = self
-                .retry(RequestKind::Range, give_up, |mut c| {
+                .retry(RequestKind::Range, give_up, false, |mut c| {
                     let k = cap_key.clone();
                     async move { c.get(k, None).await }
                 })
@@ -397,7 +403,7 @@ impl Backend for EtcdBackend {
             ])
             .or_else([TxnOp::get(cap_key.clone(), None)]);
         let resp = self
-            .retry(RequestKind::Txn, give_up, |mut c| {
+            .retry(RequestKind::Txn, give_up, false, |mut c| {
                 let t = txn.clone();
                 async move { c.txn(t).await }
             })
@@ -465,6 +471,7 @@ impl Backend for EtcdBackend {
         self.retry(
             RequestKind::Delete,
             || false,
+            false,
             |mut c| {
                 let k = key.clone();
                 async move { c.delete(k, None).await }
@@ -562,6 +569,7 @@ impl Backend for EtcdBackend {
             .retry(
                 RequestKind::Range,
                 || false,
+                false,
                 |mut c| {
                     let p = prefix.clone();
                     async move {
@@ -595,19 +603,18 @@ impl Backend for EtcdBackend {
         session.stop();
         session.lost.fire();
         // Retried through a failover; "not found" means it is already gone, which is the goal.
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
-        let mut pause = RETRY_FIRST;
-        loop {
-            self.stats.count(RequestKind::Lease);
-            match self.client.lease_client().revoke(session.lease).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.to_string().contains("lease not found") => return Ok(()),
-                Err(e) if is_transient(&e) && tokio::time::Instant::now() + pause < deadline => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-                Err(e) => return Err(Error::store(e)),
-            }
+        let lease = session.lease;
+        let revoked = self
+            .retry(
+                RequestKind::Lease,
+                || false,
+                true,
+                |c| async move { c.lease_client().revoke(lease).await },
+            )
+            .await;
+        match revoked {
+            Ok(_) | Err(Error::SessionLost) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
