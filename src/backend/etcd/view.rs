@@ -87,19 +87,37 @@ impl View {
         })
     }
 
+    /// Token of the last entry holding permits (0 if none): entries hold iff their token is at
+    /// or below it, since holders are a prefix of the queue.
+    fn last_holder(&self) -> u64 {
+        let Some(cap) = self.cap else { return 0 };
+        let n = queue::holders(self.queue(), cap.capacity, cap.floor);
+        n.checked_sub(1)
+            .and_then(|i| self.entries.keys().nth(i))
+            .map_or(0, |&rev| rev as u64)
+    }
+
     /// The outcome for entry `token` of weight `permits`, or `None` while undecided.
     pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
+        self.outcome_given(token, permits, self.last_holder())
+    }
+
+    /// [`outcome`](Self::outcome) with the holder boundary computed once for many waiters.
+    fn outcome_given(&self, token: u64, permits: u32, last_holder: u64) -> Option<Outcome> {
         if self.revision < token as i64 {
             return None; // the view has not seen the entry's creation yet
         }
         let Some(cap) = self.cap else {
             return Some(Outcome::NoSemaphore);
         };
-        match queue::holds(self.queue(), cap.capacity, cap.floor, token) {
-            None => Some(Outcome::Gone),
-            Some(true) => Some(Outcome::Granted),
-            Some(false) if cap.capacity < permits => Some(Outcome::TooHeavy(cap.capacity)),
-            Some(false) => None,
+        if !self.entries.contains_key(&(token as i64)) {
+            Some(Outcome::Gone)
+        } else if token <= last_holder {
+            Some(Outcome::Granted)
+        } else if cap.capacity < permits {
+            Some(Outcome::TooHeavy(cap.capacity))
+        } else {
+            None
         }
     }
 }
@@ -118,10 +136,14 @@ impl State {
     /// Tells every waiter whose outcome is now decided, and forgets it.
     fn resolve(&mut self) {
         let view = &self.view;
+        let last_holder = view.last_holder();
         let decided: Vec<(u64, Outcome)> = self
             .waiters
             .iter()
-            .filter_map(|(&t, w)| view.outcome(t, w.permits).map(|o| (t, o)))
+            .filter_map(|(&t, w)| {
+                view.outcome_given(t, w.permits, last_holder)
+                    .map(|o| (t, o))
+            })
             .collect();
         for (token, outcome) in decided {
             if let Some(w) = self.waiters.remove(&token) {
