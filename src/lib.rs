@@ -35,6 +35,7 @@ mod stats;
 mod status;
 mod store_url;
 mod validate;
+mod waiters;
 
 pub use error::{BoxError, Error, Result};
 pub use limiter::{

@@ -9,11 +9,11 @@ use crate::lost::{Deadline, LostSignal};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
+use crate::waiters::{self, Outcome, QueueView, Waiters};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use tokio::sync::watch;
 
 type Registry = Mutex<HashMap<String, Weak<Store>>>;
 
@@ -41,13 +41,18 @@ struct State {
 
 #[derive(Debug)]
 struct Sem {
+    queue: SemQueue,
+    /// Waiters of every Limiter on this store, told their outcome after each change.
+    waiters: Waiters,
+}
+
+#[derive(Debug)]
+struct SemQueue {
     capacity: u32,
     floor: u64,
     next_token: u64,
     entries: BTreeMap<u64, MemEntry>,
     by_id: HashMap<String, u64>,
-    /// Bumped whenever a grant may have become possible (removal, capacity change).
-    changed: Arc<watch::Sender<()>>,
 }
 
 #[derive(Debug)]
@@ -59,21 +64,46 @@ struct MemEntry {
     session: u64,
 }
 
-impl Sem {
-    fn queue(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+impl QueueView for SemQueue {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        Some((self.capacity, self.floor))
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
         self.entries.iter().map(|(&token, e)| queue::Entry {
             token,
             permits: e.permits,
         })
     }
+    fn contains(&self, token: u64) -> bool {
+        self.entries.contains_key(&token)
+    }
+    fn has_seen(&self, _token: u64) -> bool {
+        true // the store itself: always current
+    }
+}
+
+impl Sem {
+    fn new(capacity: u32) -> Sem {
+        Sem {
+            queue: SemQueue {
+                capacity,
+                floor: 0,
+                next_token: 1,
+                entries: BTreeMap::new(),
+                by_id: HashMap::new(),
+            },
+            waiters: Waiters::default(),
+        }
+    }
 
     fn remove_where(&mut self, pred: impl Fn(&MemEntry) -> bool) {
-        let before = self.entries.len();
-        self.entries.retain(|_, e| !pred(e));
-        if self.entries.len() != before {
-            let entries = &self.entries;
-            self.by_id.retain(|_, t| entries.contains_key(t));
-            self.changed.send_replace(());
+        let q = &mut self.queue;
+        let before = q.entries.len();
+        q.entries.retain(|_, e| !pred(e));
+        if q.entries.len() != before {
+            let entries = &q.entries;
+            q.by_id.retain(|_, t| entries.contains_key(t));
+            self.waiters.resolve(&self.queue);
         }
     }
 }
@@ -180,26 +210,17 @@ impl Backend for MemoryBackend {
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
         if let Some(sem) = st.sems.get(name) {
+            let stored = sem.queue.capacity;
             return match capacity {
-                Some(c) if c != sem.capacity => Err(Error::CapacityMismatch {
-                    stored: sem.capacity,
+                Some(c) if c != stored => Err(Error::CapacityMismatch {
+                    stored,
                     requested: c,
                 }),
-                _ => Ok(sem.capacity),
+                _ => Ok(stored),
             };
         }
         let capacity = capacity.ok_or_else(|| Error::NotFound(name.to_string()))?;
-        st.sems.insert(
-            name.to_string(),
-            Sem {
-                capacity,
-                floor: 0,
-                next_token: 1,
-                entries: BTreeMap::new(),
-                by_id: HashMap::new(),
-                changed: Arc::new(watch::Sender::new(())),
-            },
-        );
+        st.sems.insert(name.to_string(), Sem::new(capacity));
         Ok(capacity)
     }
 
@@ -208,7 +229,7 @@ impl Backend for MemoryBackend {
         let (session, lost) = self.current_session();
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
-        let sem = st.sem(&req.name)?;
+        let sem = &mut st.sem(&req.name)?.queue;
         if req.permits > sem.capacity {
             return Err(Error::invalid(format!(
                 "requested {} permits but semaphore {:?} has capacity {}",
@@ -234,7 +255,7 @@ impl Backend for MemoryBackend {
                 t
             }
         };
-        let granted = queue::holds(sem.queue(), sem.capacity, sem.floor, token) == Some(true);
+        let granted = waiters::outcome(&*sem, token, req.permits) == Some(Outcome::Granted);
         Ok(Enqueued {
             token,
             granted,
@@ -243,30 +264,23 @@ impl Backend for MemoryBackend {
     }
 
     async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
-        loop {
-            let mut changed = {
-                let mut st = lock(&self.store.state);
-                let sem = st.sem(&req.name)?;
-                // Subscribe before checking, so a change right after the check still wakes us.
-                let rx = sem.changed.subscribe();
-                if sem.capacity < req.permits {
-                    return Err(Error::invalid(format!(
-                        "capacity of {:?} fell to {}, below the {} permits requested",
-                        req.name, sem.capacity, req.permits
-                    )));
-                }
-                match queue::holds(sem.queue(), sem.capacity, sem.floor, enq.token) {
-                    Some(true) => return Ok(()),
-                    Some(false) => rx,
-                    None => return Err(self.check_open().err().unwrap_or(Error::SessionLost)),
-                }
-            };
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = enq.lost.lost() => {
-                    return Err(self.check_open().err().unwrap_or(Error::SessionLost));
-                }
-            }
+        let outcome = {
+            let mut st = lock(&self.store.state);
+            let sem = st.sem(&req.name)?;
+            sem.waiters.register(&sem.queue, enq.token, req.permits)
+        };
+        let closed_or_lost = || self.check_open().err().unwrap_or(Error::SessionLost);
+        tokio::select! {
+            o = outcome => match o {
+                Ok(Outcome::Granted) => Ok(()),
+                Ok(Outcome::TooHeavy(capacity)) => Err(Error::invalid(format!(
+                    "capacity of {:?} fell to {capacity}, below the {} permits requested",
+                    req.name, req.permits
+                ))),
+                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
+                Ok(Outcome::Gone) | Err(_) => Err(closed_or_lost()),
+            },
+            _ = enq.lost.lost() => Err(closed_or_lost()),
         }
     }
 
@@ -283,8 +297,8 @@ impl Backend for MemoryBackend {
         self.check_open()?;
         self.stats.count(RequestKind::Range);
         let mut st = lock(&self.store.state);
-        let sem = st.sem(name)?;
-        let n = queue::holders(sem.queue(), sem.capacity, sem.floor);
+        let sem = &st.sem(name)?.queue;
+        let n = queue::holders(sem.entries(), sem.capacity, sem.floor);
         let holders: Vec<Holder> = sem
             .entries
             .iter()
@@ -316,10 +330,11 @@ impl Backend for MemoryBackend {
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
         let sem = st.sem(name)?;
-        let entries: Vec<queue::Entry> = sem.queue().collect();
-        sem.floor = queue::floor_after_resize(&entries, sem.capacity, capacity, sem.floor);
-        sem.capacity = capacity;
-        sem.changed.send_replace(());
+        let q = &mut sem.queue;
+        let entries: Vec<queue::Entry> = q.entries().collect();
+        q.floor = queue::floor_after_resize(&entries, q.capacity, capacity, q.floor);
+        q.capacity = capacity;
+        sem.waiters.resolve(&sem.queue);
         Ok(())
     }
 

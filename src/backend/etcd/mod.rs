@@ -18,6 +18,7 @@ use crate::lost::LostSignal;
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
+use crate::waiters::Outcome;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
@@ -31,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use view::{Outcome, SemWatch, View, WatchConfig};
+use view::{SemWatch, View, WatchConfig};
 
 /// Settings of the etcd backend.
 #[derive(Debug, Clone)]

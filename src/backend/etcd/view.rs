@@ -11,24 +11,13 @@
 use super::keys::{CapValue, EntryValue};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
+use crate::waiters::{Outcome, QueueView, Waiters};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-
-/// What a waiter learns from the view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
-    Granted,
-    /// The entry is not in the queue at a revision past its creation: deleted or expired.
-    Gone,
-    /// The capacity is now below the entry's weight; it could never be granted.
-    TooHeavy(u32),
-    /// The semaphore's capacity key is gone.
-    NoSemaphore,
-}
 
 /// Semaphore state at one revision.
 #[derive(Debug, Default, Clone)]
@@ -79,79 +68,29 @@ impl View {
             self.entries.remove(&rev);
         }
     }
+}
 
-    fn queue(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+impl QueueView for View {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        self.cap.map(|c| (c.capacity, c.floor))
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
         self.entries.iter().map(|(&rev, &permits)| queue::Entry {
             token: rev as u64,
             permits,
         })
     }
-
-    /// Token of the last entry holding permits (0 if none): entries hold iff their token is at
-    /// or below it, since holders are a prefix of the queue.
-    fn last_holder(&self) -> u64 {
-        let Some(cap) = self.cap else { return 0 };
-        let n = queue::holders(self.queue(), cap.capacity, cap.floor);
-        n.checked_sub(1)
-            .and_then(|i| self.entries.keys().nth(i))
-            .map_or(0, |&rev| rev as u64)
+    fn contains(&self, token: u64) -> bool {
+        self.entries.contains_key(&(token as i64))
     }
-
-    /// The outcome for entry `token` of weight `permits`, or `None` while undecided.
-    pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
-        self.outcome_given(token, permits, self.last_holder())
+    fn has_seen(&self, token: u64) -> bool {
+        self.revision >= token as i64
     }
-
-    /// [`outcome`](Self::outcome) with the holder boundary computed once for many waiters.
-    fn outcome_given(&self, token: u64, permits: u32, last_holder: u64) -> Option<Outcome> {
-        if self.revision < token as i64 {
-            return None; // the view has not seen the entry's creation yet
-        }
-        let Some(cap) = self.cap else {
-            return Some(Outcome::NoSemaphore);
-        };
-        if !self.entries.contains_key(&(token as i64)) {
-            Some(Outcome::Gone)
-        } else if token <= last_holder {
-            Some(Outcome::Granted)
-        } else if cap.capacity < permits {
-            Some(Outcome::TooHeavy(cap.capacity))
-        } else {
-            None
-        }
-    }
-}
-
-struct Waiter {
-    permits: u32,
-    tx: oneshot::Sender<Outcome>,
 }
 
 struct State {
     view: View,
-    waiters: HashMap<u64, Waiter>,
-}
-
-impl State {
-    /// Tells every waiter whose outcome is now decided, and forgets it.
-    fn resolve(&mut self) {
-        let view = &self.view;
-        let last_holder = view.last_holder();
-        let decided: Vec<(u64, Outcome)> = self
-            .waiters
-            .iter()
-            .filter_map(|(&t, w)| {
-                view.outcome_given(t, w.permits, last_holder)
-                    .map(|o| (t, o))
-            })
-            .collect();
-        for (token, outcome) in decided {
-            if let Some(w) = self.waiters.remove(&token) {
-                // The waiter may have been cancelled meanwhile; then nobody listens.
-                let _ = w.tx.send(outcome);
-            }
-        }
-    }
+    waiters: Waiters,
 }
 
 /// Called with the key of every queue entry the view sees deleted (to fire `lost()` on a
@@ -190,7 +129,7 @@ impl SemWatch {
         let watch = Arc::new(SemWatch {
             state: Mutex::new(State {
                 view,
-                waiters: HashMap::new(),
+                waiters: Waiters::default(),
             }),
             stop,
         });
@@ -204,17 +143,8 @@ impl SemWatch {
 
     /// Registers a waiter; the receiver gets its outcome once decided.
     pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<Outcome> {
-        let (tx, rx) = oneshot::channel();
-        let mut st = self.lock();
-        match st.view.outcome(token, permits) {
-            Some(outcome) => {
-                let _ = tx.send(outcome);
-            }
-            None => {
-                st.waiters.insert(token, Waiter { permits, tx });
-            }
-        }
-        rx
+        let st = &mut *self.lock();
+        st.waiters.register(&st.view, token, permits)
     }
 
     /// Whether the task still runs (it stops on close/shutdown).
@@ -294,7 +224,8 @@ impl SemWatch {
                     }
                 }
             }
-            st.resolve();
+            let st = &mut *st;
+            st.waiters.resolve(&st.view);
         }
         for key in deleted {
             (cfg.on_delete)(&key);
@@ -314,15 +245,19 @@ impl SemWatch {
             .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let view = View::from_kvs(revision, &cfg.cap_key, &cfg.queue_prefix, resp.kvs());
-        let mut st = self.lock();
-        let before: Vec<Vec<u8>> = st.view.by_key.keys().cloned().collect();
-        st.view = view;
-        st.resolve();
-        let gone: Vec<Vec<u8>> = before
-            .into_iter()
-            .filter(|k| !st.view.by_key.contains_key(k))
-            .collect();
-        drop(st);
+        let gone: Vec<Vec<u8>> = {
+            let st = &mut *self.lock();
+            let gone = st
+                .view
+                .by_key
+                .keys()
+                .filter(|k| !view.by_key.contains_key(*k))
+                .cloned()
+                .collect();
+            st.view = view;
+            st.waiters.resolve(&st.view);
+            gone
+        };
         for key in gone {
             (cfg.on_delete)(&key);
         }
@@ -333,6 +268,7 @@ impl SemWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::waiters::outcome;
 
     fn view(cap: u32, entries: &[(i64, u32)], revision: i64) -> View {
         View {
@@ -352,14 +288,14 @@ mod tests {
     #[test]
     fn outcomes() {
         let v = view(2, &[(5, 1), (7, 1), (9, 1)], 9);
-        assert_eq!(v.outcome(7, 1), Some(Outcome::Granted));
-        assert_eq!(v.outcome(9, 1), None);
-        assert_eq!(v.outcome(8, 1), Some(Outcome::Gone));
-        assert_eq!(v.outcome(12, 1), None, "not seen yet");
+        assert_eq!(outcome(&v, 7, 1), Some(Outcome::Granted));
+        assert_eq!(outcome(&v, 9, 1), None);
+        assert_eq!(outcome(&v, 8, 1), Some(Outcome::Gone));
+        assert_eq!(outcome(&v, 12, 1), None, "not seen yet");
         let v = view(1, &[(5, 1), (7, 2)], 9);
-        assert_eq!(v.outcome(7, 2), Some(Outcome::TooHeavy(1)));
+        assert_eq!(outcome(&v, 7, 2), Some(Outcome::TooHeavy(1)));
         let mut v = view(1, &[(5, 1)], 9);
         v.delete("cap", b"cap");
-        assert_eq!(v.outcome(5, 1), Some(Outcome::NoSemaphore));
+        assert_eq!(outcome(&v, 5, 1), Some(Outcome::NoSemaphore));
     }
 }

@@ -1,0 +1,175 @@
+//! Local waiters of one semaphore and how their outcome is decided, shared by the backends.
+//!
+//! A backend keeps the semaphore's queue (from its store or a watch of it) and, after every
+//! change, calls [`Waiters::resolve`] once: it finds the holder boundary once and tells exactly
+//! the waiters whose fate is now decided. Nobody else wakes up.
+
+use crate::queue;
+use std::collections::HashMap;
+use tokio::sync::oneshot;
+
+/// What a waiter learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The entry holds its permits.
+    Granted,
+    /// The entry is not in the queue any more (deleted, expired with its session).
+    Gone,
+    /// The capacity is now below the entry's weight; it could never be granted.
+    TooHeavy(u32),
+    /// The semaphore itself is gone.
+    NoSemaphore,
+}
+
+/// A consistent picture of one semaphore, as far as deciding outcomes goes.
+pub(crate) trait QueueView {
+    /// Capacity and floor, or `None` if the semaphore does not exist.
+    fn capacity(&self) -> Option<(u32, u64)>;
+    /// Entries in token order.
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_;
+    /// Whether an entry with `token` is queued.
+    fn contains(&self, token: u64) -> bool;
+    /// Whether the view has seen the creation of entry `token` (a watch may lag behind).
+    fn has_seen(&self, token: u64) -> bool;
+}
+
+/// Token of the last entry holding permits (0 if none): holders are a prefix of the queue.
+fn last_holder(view: &impl QueueView) -> u64 {
+    let Some((capacity, floor)) = view.capacity() else {
+        return 0;
+    };
+    let n = queue::holders(view.entries(), capacity, floor);
+    n.checked_sub(1)
+        .and_then(|i| view.entries().nth(i))
+        .map_or(0, |e| e.token)
+}
+
+fn decide(view: &impl QueueView, token: u64, permits: u32, last_holder: u64) -> Option<Outcome> {
+    if !view.has_seen(token) {
+        return None;
+    }
+    let Some((capacity, _)) = view.capacity() else {
+        return Some(Outcome::NoSemaphore);
+    };
+    if !view.contains(token) {
+        Some(Outcome::Gone)
+    } else if token <= last_holder {
+        Some(Outcome::Granted)
+    } else if capacity < permits {
+        Some(Outcome::TooHeavy(capacity))
+    } else {
+        None
+    }
+}
+
+/// The outcome for one entry now, or `None` while it must wait.
+pub(crate) fn outcome(view: &impl QueueView, token: u64, permits: u32) -> Option<Outcome> {
+    decide(view, token, permits, last_holder(view))
+}
+
+/// Waiters registered by token.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    waiting: HashMap<u64, (u32, oneshot::Sender<Outcome>)>,
+}
+
+impl Waiters {
+    /// Registers entry `token`; the receiver gets its outcome (at once if already decided).
+    pub(crate) fn register(
+        &mut self,
+        view: &impl QueueView,
+        token: u64,
+        permits: u32,
+    ) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        match outcome(view, token, permits) {
+            Some(o) => {
+                let _ = tx.send(o);
+            }
+            None => {
+                self.waiting.insert(token, (permits, tx));
+            }
+        }
+        rx
+    }
+
+    /// Tells every waiter whose outcome is now decided, and forgets it. Call after each change.
+    pub(crate) fn resolve(&mut self, view: &impl QueueView) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let boundary = last_holder(view);
+        let decided: Vec<(u64, Outcome)> = self
+            .waiting
+            .iter()
+            .filter_map(|(&t, &(permits, _))| decide(view, t, permits, boundary).map(|o| (t, o)))
+            .collect();
+        for (token, outcome) in decided {
+            if let Some((_, tx)) = self.waiting.remove(&token) {
+                // A cancelled waiter no longer listens; its entry goes anyway.
+                let _ = tx.send(outcome);
+            }
+        }
+    }
+
+    /// Number of registered waiters.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    struct V {
+        cap: Option<(u32, u64)>,
+        entries: BTreeMap<u64, u32>,
+        seen: u64,
+    }
+
+    impl QueueView for V {
+        fn capacity(&self) -> Option<(u32, u64)> {
+            self.cap
+        }
+        fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+            self.entries
+                .iter()
+                .map(|(&token, &permits)| queue::Entry { token, permits })
+        }
+        fn contains(&self, token: u64) -> bool {
+            self.entries.contains_key(&token)
+        }
+        fn has_seen(&self, token: u64) -> bool {
+            token <= self.seen
+        }
+    }
+
+    #[test]
+    fn decides_and_wakes_only_the_decided() {
+        let mut v = V {
+            cap: Some((2, 0)),
+            entries: [(5, 1), (7, 1), (9, 1), (11, 2)].into(),
+            seen: 11,
+        };
+        assert_eq!(outcome(&v, 7, 1), Some(Outcome::Granted));
+        assert_eq!(outcome(&v, 8, 1), Some(Outcome::Gone));
+        assert_eq!(outcome(&v, 12, 1), None, "not seen yet");
+        let mut w = Waiters::default();
+        let mut r9 = w.register(&v, 9, 1);
+        let mut r11 = w.register(&v, 11, 2);
+        assert_eq!(w.len(), 2);
+        v.entries.remove(&5);
+        w.resolve(&v);
+        assert_eq!(r9.try_recv(), Ok(Outcome::Granted));
+        assert!(r11.try_recv().is_err(), "still waiting");
+        v.cap = Some((1, 0));
+        w.resolve(&v);
+        assert_eq!(r11.try_recv(), Ok(Outcome::TooHeavy(1)));
+        assert_eq!(w.len(), 0);
+        v.cap = None;
+        assert_eq!(outcome(&v, 7, 1), Some(Outcome::NoSemaphore));
+    }
+}
