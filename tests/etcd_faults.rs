@@ -303,3 +303,41 @@ async fn permit_key_deleted_behind_its_back_fires_lost() {
     assert!(next.fencing_token() > held.fencing_token());
     a.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_longer_than_a_default_grpc_reply_still_works() {
+    // ~6 MiB of queue: every enqueue reads the whole queue, above tonic's 4 MiB default limit.
+    const ENTRIES: usize = 10_000;
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("long")).await.unwrap();
+    let sem = limiter.semaphore("s", 1).await.unwrap();
+    let raw = support::connect(&cluster.endpoints()).await;
+    let value = format!(
+        r#"{{"permits":1,"owner":"{}","since_unix_ms":0}}"#,
+        "o".repeat(500)
+    );
+    for chunk in 0..ENTRIES / 100 {
+        let puts: Vec<etcd_client::TxnOp> = (0..100)
+            .map(|i| {
+                etcd_client::TxnOp::put(
+                    format!("long/s/s/q/bulk{chunk:04}{i:03}"),
+                    value.clone(),
+                    None,
+                )
+            })
+            .collect();
+        with_retries("bulk put", || {
+            let mut c = raw.clone();
+            let txn = etcd_client::Txn::new().and_then(puts.clone());
+            async move { c.txn(txn).await }
+        })
+        .await;
+    }
+    let refused = timeout(Duration::from_secs(20), sem.try_acquire())
+        .await
+        .expect("bounded");
+    assert!(matches!(refused, Err(Error::NoPermits)), "got {refused:?}");
+    let st = sem.status().await.expect("status of a long queue");
+    assert_eq!((st.used, st.waiting), (1, ENTRIES - 1));
+    limiter.close().await.unwrap();
+}

@@ -213,9 +213,9 @@ impl EtcdBackend {
                 RequestKind::Range,
                 || false,
                 false,
-                |mut c| {
+                |c| {
                     let prefix = prefix.clone();
-                    async move { c.get(prefix, Some(sorted_prefix())).await }
+                    async move { kv(&c).get(prefix, Some(sorted_prefix())).await }
                 },
             )
             .await?;
@@ -254,9 +254,9 @@ impl EtcdBackend {
                 RequestKind::Txn,
                 || lost.is_lost(),
                 false,
-                |mut c| {
+                |c| {
                     let t = txn.clone();
-                    async move { c.txn(t).await }
+                    async move { kv(&c).txn(t).await }
                 },
             )
             .await
@@ -351,6 +351,17 @@ impl EtcdBackend {
             lost.fire();
         }
     }
+}
+
+/// Every enqueue and status reads a semaphore's whole queue (~170 bytes an entry). tonic's
+/// default 4 MiB reply limit would make every acquire fail past ~25k queued entries.
+pub(super) const MAX_REPLY_BYTES: usize = 256 << 20;
+
+/// A KV client that accepts replies up to [`MAX_REPLY_BYTES`].
+pub(super) fn kv(client: &Client) -> etcd_client::KvClient {
+    client
+        .kv_client()
+        .max_decoding_message_size(MAX_REPLY_BYTES)
 }
 
 fn sorted_prefix() -> GetOptions {

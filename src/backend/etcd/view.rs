@@ -238,9 +238,7 @@ impl SemWatch {
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let resp = cfg
-            .client
-            .kv_client()
+        let resp = super::kv(&cfg.client)
             .get(cfg.sem_prefix.clone(), Some(opts))
             .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
