@@ -81,19 +81,19 @@ struct Real {
 }
 
 impl Real {
-    fn granted(&self) -> BTreeSet<usize> {
+    /// Requests whose outcome is known and matches `ok` (granted when true, failed when false).
+    fn finished(&self, ok: bool) -> BTreeSet<usize> {
         let r = self.results.lock().unwrap();
         r.iter()
-            .filter(|(_, v)| v.is_ok())
+            .filter(|(_, v)| v.is_ok() == ok)
             .map(|(k, _)| *k)
             .collect()
     }
+    fn granted(&self) -> BTreeSet<usize> {
+        self.finished(true)
+    }
     fn failed(&self) -> BTreeSet<usize> {
-        let r = self.results.lock().unwrap();
-        r.iter()
-            .filter(|(_, v)| v.is_err())
-            .map(|(k, _)| *k)
-            .collect()
+        self.finished(false)
     }
 }
 
