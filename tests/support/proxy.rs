@@ -22,9 +22,12 @@
 //! - `Pass`: bytes are copied both ways; EOF is forwarded as a half-close, an error on one side
 //!   (e.g. RST from the server) resets the other side too.
 //! - `Blackhole`: connections stay open but every byte read in either direction is discarded,
-//!   like packets lost in a partition (nothing is delivered later, unlike TCP retransmission
-//!   after a healed partition: see `Hold` for that). New connections are accepted and stall:
-//!   their bytes are discarded and the upstream is not contacted until the mode changes.
+//!   like packets lost in a partition; new connections are accepted and stall (their bytes are
+//!   discarded, the upstream is not contacted). A TCP stream cannot lose bytes and go on, so
+//!   when the mode changes again, every connection that lost bytes is reset (RST both ways),
+//!   as if TCP had given up during the partition; connections that stayed idle go on as if
+//!   nothing happened. (Without this, a request dropped mid-stream would hang forever on a
+//!   connection whose pings still work: a state no real network produces.)
 //! - `Hold`: connections stay open and nothing is read, so bytes wait in the kernel buffers and
 //!   are delivered when the mode changes: a partition that heals before TCP gives up.
 //! - `Reset`: every connection is closed with RST (`SO_LINGER` 0) on both sides; new ones are
@@ -38,7 +41,7 @@
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -69,7 +72,7 @@ struct Stats {
     live: AtomicUsize,
     /// Connections accepted since start.
     accepted: AtomicU64,
-    /// Connections ended with RST by `Reset` mode (existing or new).
+    /// Connections the proxy ended with RST (`Reset` mode, or bytes lost in `Blackhole`).
     resets: AtomicU64,
 }
 
@@ -171,6 +174,7 @@ impl FaultProxy {
     }
 
     /// Partition: keep connections, discard every byte either way; new connections stall.
+    /// Connections that lost bytes are reset when traffic flows again.
     pub fn blackhole(&self) {
         self.set_mode(ProxyMode::Blackhole);
     }
@@ -200,7 +204,8 @@ impl FaultProxy {
         self.stats.accepted.load(Ordering::SeqCst)
     }
 
-    /// Connections closed with RST by `Reset` mode since the proxy started.
+    /// Connections the proxy closed with RST since it started (`Reset` mode, or bytes lost in
+    /// `Blackhole`; not counting resets passed on from an endpoint).
     pub fn reset_connections(&self) -> u64 {
         self.stats.resets.load(Ordering::SeqCst)
     }
@@ -377,10 +382,17 @@ async fn handle_connection(
     let _ = client.set_nodelay(true);
     // Before contacting the upstream: reset, stall, or go ahead.
     let mut scratch = vec![0u8; CHUNK];
+    let mut lost_bytes = false;
     loop {
         let m = *mode.borrow_and_update();
         match m {
             ProxyMode::Reset => {
+                stats.resets.fetch_add(1, Ordering::SeqCst);
+                rst(client);
+                return;
+            }
+            ProxyMode::Pass | ProxyMode::Delay(_) if lost_bytes => {
+                // The client's first bytes are gone: the stream cannot go on.
                 stats.resets.fetch_add(1, Ordering::SeqCst);
                 rst(client);
                 return;
@@ -396,7 +408,7 @@ async fn handle_connection(
                 tokio::select! {
                     r = client.read(&mut scratch) => match r {
                         Ok(0) | Err(_) => return,
-                        Ok(_) => {}
+                        Ok(_) => lost_bytes = true,
                     },
                     r = mode.changed() => if r.is_err() { return },
                 }
@@ -414,11 +426,12 @@ async fn handle_connection(
             }
         };
     let _ = server.set_nodelay(true);
+    let lost = AtomicBool::new(false);
     let end = {
         let (mut cr, mut cw) = client.split();
         let (mut sr, mut sw) = server.split();
-        let up = pump(&mut cr, &mut sw, mode.clone());
-        let down = pump(&mut sr, &mut cw, mode.clone());
+        let up = pump(&mut cr, &mut sw, mode.clone(), &lost);
+        let down = pump(&mut sr, &mut cw, mode.clone(), &lost);
         let both = async {
             match tokio::try_join!(up, down) {
                 Ok(_) => End::Done,
@@ -427,7 +440,7 @@ async fn handle_connection(
         };
         tokio::select! {
             end = both => end,
-            () = wait_for_reset(mode.clone()) => End::Reset,
+            () = wait_for_reset(mode.clone(), &lost) => End::Reset,
         }
     };
     match end {
@@ -444,10 +457,13 @@ async fn handle_connection(
     }
 }
 
-/// Returns once the mode is `Reset`; never if the proxy shuts down first.
-async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>) {
+/// Returns once the mode is `Reset`, or traffic flows again (`Pass`, `Delay`) after this
+/// connection `lost` bytes in `Blackhole`; never if the proxy shuts down first.
+async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>, lost: &AtomicBool) {
     loop {
-        if *mode.borrow_and_update() == ProxyMode::Reset {
+        let m = *mode.borrow_and_update();
+        let flows = matches!(m, ProxyMode::Pass | ProxyMode::Delay(_));
+        if m == ProxyMode::Reset || (flows && lost.load(Ordering::SeqCst)) {
             return;
         }
         if mode.changed().await.is_err() {
@@ -457,7 +473,15 @@ async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>) {
 }
 
 /// Copies one direction under the current mode until EOF (forwarded as a half-close).
-async fn pump<R, W>(rd: &mut R, wr: &mut W, mut mode: watch::Receiver<ProxyMode>) -> io::Result<()>
+///
+/// Sets `lost` when it discards a chunk in `Blackhole`; from then on it forwards nothing more
+/// (the connection task resets the connection when traffic flows again).
+async fn pump<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    mut mode: watch::Receiver<ProxyMode>,
+    lost: &AtomicBool,
+) -> io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -489,12 +513,19 @@ where
         // Decide the chunk's fate under the mode in force now (it may change while we wait).
         loop {
             let m = *mode.borrow_and_update();
+            if lost.load(Ordering::SeqCst) && !matches!(m, ProxyMode::Hold | ProxyMode::Reset) {
+                // The stream is broken already: discard, and wait for the reset.
+                break;
+            }
             match m {
                 ProxyMode::Pass => {
                     wr.write_all(&buf[..n]).await?;
                     break;
                 }
-                ProxyMode::Blackhole => break,
+                ProxyMode::Blackhole => {
+                    lost.store(true, Ordering::SeqCst);
+                    break;
+                }
                 ProxyMode::Delay(d) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(read_at + d) => {
