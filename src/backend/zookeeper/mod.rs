@@ -302,7 +302,7 @@ impl ZkBackend {
                 let node = format!("{}-{}-{}", req.permits, req.id, seq_suffix(seq));
                 Ok(Created::Node { seq, node })
             }
-            Ok(Err(zk::Error::ConnectionLoss)) => Ok(Created::InDoubt),
+            Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
             Ok(Err(zk::Error::NoNode)) => {
                 settled(self);
                 Err(Error::NotFound(req.name.clone()))
@@ -487,15 +487,10 @@ impl Backend for ZkBackend {
         self.check_open()?;
         let session = self.session().await?;
         let view = self.view(&session, &req.name).await?;
-        match view.capacity() {
-            None => return Err(Error::NotFound(req.name.clone())),
-            Some(c) if req.permits > c => {
-                return Err(Error::invalid(format!(
-                    "requested {} permits but semaphore {:?} has capacity {c}",
-                    req.permits, req.name
-                )))
-            }
-            Some(_) => {}
+        // The weight is checked once the view has applied every change made before our entry
+        // (below): a capacity changed just now may not be in the view yet.
+        if view.capacity().is_none() {
+            return Err(Error::NotFound(req.name.clone()));
         }
         let (seq, node) = self.create_entry(&session, &view, req).await?;
         let lost = session.lost().child();

@@ -7,11 +7,15 @@
 //! * It is fed by a persistent recursive watch on the semaphore node, set up before the first
 //!   read. ZooKeeper sends a session's watch events before the responses of its later requests,
 //!   so once our create's reply is in, the event of our own node is already on its way.
-//! * A snapshot is `getChildren` (children + the parent's child version `C`) and then
-//!   `getData` (capacity). Every entry created so far has a sequence number `< C`, so a creation
-//!   event with `seq < C` is already in the snapshot and skipped; deleting an absent entry is a
-//!   no-op. The capacity is always read after the queue it is combined with: queues only lose
-//!   entries ahead of a waiter, so a newer capacity with an older queue never over-grants.
+//! * A snapshot is `getChildren` and then `getData` (capacity). Creation events arrive in
+//!   creation (= sequence) order, so after a snapshot whose highest entry is `M`, a creation
+//!   event with `seq <= M` is already reflected (present, or deleted before the snapshot) and is
+//!   skipped; deleting an absent entry is a no-op. An entry created after `M` and deleted before
+//!   the snapshot may appear briefly until its deletion event is applied: that only ever blocks
+//!   waiters, never grants. (The parent's `cversion` is no watermark: on ZooKeeper 3.8 it also
+//!   counts deletions, while sequence numbers count creations.) The capacity is always read
+//!   after the queue it is combined with: queues only lose entries ahead of a waiter, so a newer
+//!   capacity with an older queue never over-grants.
 //! * Events are applied one at a time by one task, which also does every read, so a snapshot
 //!   or capacity read and the events queued behind it are applied in order.
 //! * After a reconnect the view reads a new snapshot: a persistent watch can lose the events of
@@ -39,7 +43,7 @@ struct Queue {
     cap_version: i32,
     /// seq → (weight, request id)
     entries: BTreeMap<u64, (u32, String)>,
-    /// Every entry with a sequence number below this has been seen (created or skipped).
+    /// The creation of every entry with a sequence number below this has been applied.
     seen: u64,
 }
 
@@ -328,9 +332,9 @@ impl SemView {
     /// installs both at once.
     async fn resync(&self, cfg: &ViewConfig) -> Result<(), zk::Error> {
         cfg.stats.count(RequestKind::Range);
-        let (children, child_version) = match cfg.client.get_children(&cfg.path).await {
-            Ok((children, stat)) => (children, stat.cversion),
-            Err(zk::Error::NoNode) => (Vec::new(), -1),
+        let children = match cfg.client.list_children(&cfg.path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
             Err(e) => return Err(e),
         };
         let cap = self.fetch_capacity(cfg).await?;
@@ -344,10 +348,10 @@ impl SemView {
                     if !before.contains_key(&e.seq) {
                         appeared.push(node.clone());
                     }
+                    q.seen = q.seen.max(e.seq + 1);
                     q.entries.insert(e.seq, (e.permits, e.id));
                 }
             }
-            q.seen = q.seen.max(u64::try_from(child_version).unwrap_or(0));
             install_capacity(q, cap);
             st.stale = false;
             self.publish(&mut st);
@@ -366,7 +370,7 @@ impl SemView {
         loop {
             match self.resync(cfg).await {
                 Ok(()) => return,
-                Err(zk::Error::ConnectionLoss) => {
+                Err(e) if is_connection_error(&e) => {
                     self.lock().stale = true;
                     return;
                 }
@@ -401,6 +405,15 @@ fn install_capacity(q: &mut Queue, read: Option<(Option<CapValue>, i32)>) {
             q.entries.clear();
         }
     }
+}
+
+/// The connection broke under the request: it may or may not have been applied. (A reset
+/// connection fails requests in flight with the raw I/O error, not `ConnectionLoss`.)
+pub(super) fn is_connection_error(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+    )
 }
 
 /// Errors after which the session is gone for good.
