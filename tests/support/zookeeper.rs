@@ -904,11 +904,14 @@ where
     }
 }
 
-/// True for errors after which the same call may succeed on a retry.
+/// True for errors after which the same call may succeed on a retry. `Custom` is how
+/// zookeeper-client 0.11 reports an I/O error of the connection (e.g. a reset) to requests in
+/// flight; nothing else produces it for plain reads and deletes.
 fn is_transient(e: &zk::Error) -> bool {
     matches!(
         e,
         zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
             | zk::Error::Timeout
             | zk::Error::NoHosts
             | zk::Error::SessionMoved
