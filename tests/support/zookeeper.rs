@@ -37,7 +37,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::future::Future;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -242,8 +242,6 @@ struct Member {
     child: Option<Child>,
     /// SIGSTOPped by [`ZkCluster::pause`] and not resumed yet.
     paused: bool,
-    /// Length of `zk.log` when the current process was spawned: its own lines start here.
-    log_start: u64,
     /// `sh` that SIGKILLs the server and removes its dir when our end of its stdin pipe closes.
     watchdog: Option<Child>,
 }
@@ -489,7 +487,6 @@ impl ZkCluster {
                     .expect("cannot create temp dir for ZooKeeper server"),
                 child: None,
                 paused: false,
-                log_start: 0,
                 watchdog: None,
             })
             .collect();
@@ -574,7 +571,6 @@ impl ZkCluster {
             m.id, m.client_port, m.quorum_port, m.election_port
         )?;
         log.flush()?;
-        m.log_start = log.metadata()?.len();
         let mut cmd = Command::new(java);
         // Options a developer's environment would inject into every JVM.
         for var in [
@@ -768,17 +764,6 @@ impl Member {
         self.dir.path().join("zoo.cfg")
     }
 
-    /// What the current process has logged so far (empty if the log cannot be read).
-    fn log_since_spawn(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = File::open(self.log_path()) {
-            if f.seek(SeekFrom::Start(self.log_start)).is_ok() {
-                let _ = f.read_to_string(&mut text);
-            }
-        }
-        text
-    }
-
     /// SIGKILLs and reaps the watchdog first (so it cannot hit a recycled pid), then the server
     /// (SIGKILL also ends a SIGSTOPped process).
     fn stop(&mut self) {
@@ -904,11 +889,14 @@ where
     }
 }
 
-/// True for errors after which the same call may succeed on a retry.
+/// True for errors after which the same call may succeed on a retry. `Custom` is how
+/// zookeeper-client 0.11 reports an I/O error of the connection (e.g. a reset) to requests in
+/// flight; nothing else produces it for plain reads and deletes.
 fn is_transient(e: &zk::Error) -> bool {
     matches!(
         e,
         zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
             | zk::Error::Timeout
             | zk::Error::NoHosts
             | zk::Error::SessionMoved
