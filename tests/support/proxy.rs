@@ -32,6 +32,9 @@
 //!   are delivered when the mode changes: a partition that heals before TCP gives up.
 //! - `Reset`: every connection is closed with RST (`SO_LINGER` 0) on both sides; new ones are
 //!   accepted and reset at once, until the mode changes.
+//! - `DropReplies`: requests (client → server) pass, replies (server → client) are discarded as
+//!   in `Blackhole`: a request is applied but its reply is lost. The connection is reset when
+//!   the mode changes, like a blackholed one.
 //! - `Delay(d)`: like `Pass`, but each chunk is forwarded `d` after it was read, in each
 //!   direction (a request/response round trip gains at least `2 d`). Chunks of one direction
 //!   are forwarded in order, one after the other.
@@ -62,6 +65,7 @@ pub enum ProxyMode {
     Blackhole,
     Hold,
     Reset,
+    DropReplies,
     Delay(Duration),
 }
 
@@ -187,6 +191,11 @@ impl FaultProxy {
     /// RST every connection now and every new one until the mode changes.
     pub fn reset(&self) {
         self.set_mode(ProxyMode::Reset);
+    }
+
+    /// Requests pass, replies are lost (see [`ProxyMode::DropReplies`]).
+    pub fn drop_replies(&self) {
+        self.set_mode(ProxyMode::DropReplies);
     }
 
     /// Forward everything, each chunk `d` after it was read, in each direction.
@@ -391,13 +400,13 @@ async fn handle_connection(
                 rst(client);
                 return;
             }
-            ProxyMode::Pass | ProxyMode::Delay(_) if lost_bytes => {
+            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::DropReplies if lost_bytes => {
                 // The client's first bytes are gone: the stream cannot go on.
                 stats.resets.fetch_add(1, Ordering::SeqCst);
                 rst(client);
                 return;
             }
-            ProxyMode::Pass | ProxyMode::Delay(_) => break,
+            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::DropReplies => break,
             ProxyMode::Hold => {
                 if mode.changed().await.is_err() {
                     return;
@@ -430,8 +439,8 @@ async fn handle_connection(
     let end = {
         let (mut cr, mut cw) = client.split();
         let (mut sr, mut sw) = server.split();
-        let up = pump(&mut cr, &mut sw, mode.clone(), &lost);
-        let down = pump(&mut sr, &mut cw, mode.clone(), &lost);
+        let up = pump(&mut cr, &mut sw, mode.clone(), &lost, false);
+        let down = pump(&mut sr, &mut cw, mode.clone(), &lost, true);
         let both = async {
             match tokio::try_join!(up, down) {
                 Ok(_) => End::Done,
@@ -472,7 +481,8 @@ async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>, lost: &AtomicBool)
     }
 }
 
-/// Copies one direction under the current mode until EOF (forwarded as a half-close).
+/// Copies one direction (`replies`: server → client) under the current mode until EOF
+/// (forwarded as a half-close).
 ///
 /// Sets `lost` when it discards a chunk in `Blackhole`; from then on it forwards nothing more
 /// (the connection task resets the connection when traffic flows again).
@@ -481,6 +491,7 @@ async fn pump<R, W>(
     wr: &mut W,
     mut mode: watch::Receiver<ProxyMode>,
     lost: &AtomicBool,
+    replies: bool,
 ) -> io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -512,7 +523,11 @@ where
         }
         // Decide the chunk's fate under the mode in force now (it may change while we wait).
         loop {
-            let m = *mode.borrow_and_update();
+            let m = match *mode.borrow_and_update() {
+                ProxyMode::DropReplies if replies => ProxyMode::Blackhole,
+                ProxyMode::DropReplies => ProxyMode::Pass,
+                m => m,
+            };
             if lost.load(Ordering::SeqCst) && !matches!(m, ProxyMode::Hold | ProxyMode::Reset) {
                 // The stream is broken already: discard, and wait for the reset.
                 break;
@@ -543,6 +558,7 @@ where
                         std::future::pending::<()>().await;
                     }
                 }
+                ProxyMode::DropReplies => unreachable!("mapped to Pass or Blackhole above"),
             }
         }
     }

@@ -18,7 +18,9 @@
 //!   capacity with an older queue never over-grants.
 //! * Events are applied one at a time by one task, which also does every read, so a snapshot
 //!   or capacity read and the events queued behind it are applied in order.
-//! * After a reconnect the view reads a new snapshot: a persistent watch can lose the events of
+//! * After a reconnect the view adds its watch again and reads a new snapshot: zookeeper-client
+//!   0.11.2 does not re-register persistent watches on a new connection (its `resend_watches`
+//!   only ever sends the old `SetWatches` lists), and even re-registered ones lose the events of
 //!   the disconnected time (ZOOKEEPER-4698).
 //! * An entry is decided only once the view has seen its creation (`seen > seq`).
 
@@ -229,7 +231,11 @@ impl SemView {
                     SessionState::Disconnected => self.lock().stale = true,
                     SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
                         if self.lock().stale {
-                            self.resync_until_done(&cfg).await;
+                            if let Some(fresh) = self.rewatch(&cfg).await {
+                                // The new watcher gets every event from its registration on;
+                                // the old one got nothing since the disconnect.
+                                watcher = fresh;
+                            }
                         }
                     }
                     // Terminal (expired, closed, auth failed): the watcher must not be polled
@@ -361,6 +367,34 @@ impl SemView {
             cfg.events.appeared(&cfg.name, &node);
         }
         Ok(())
+    }
+
+    /// Registers the watch again on the new connection, then reads a snapshot. `None` (still
+    /// stale) if the connection dropped again: the next reconnect retries.
+    async fn rewatch(&self, cfg: &ViewConfig) -> Option<zk::PersistentWatcher> {
+        let mut pause = RESYNC_PAUSE;
+        loop {
+            cfg.stats.count(RequestKind::Watch);
+            match cfg
+                .client
+                .watch(&cfg.path, AddWatchMode::PersistentRecursive)
+                .await
+            {
+                Ok(w) => {
+                    self.resync_until_done(cfg).await;
+                    return Some(w);
+                }
+                Err(e) if is_connection_error(&e) || is_terminal(&e) => return None,
+                Err(e) => {
+                    tracing::debug!(semaphore = %cfg.name, error = %e, "watch renewal failed; retrying");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return None,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(RESYNC_MAX_PAUSE);
+                }
+            }
+        }
     }
 
     /// Reads snapshots until one succeeds, the connection drops (the next reconnect retries),
