@@ -11,8 +11,9 @@
 //! * A create whose reply was lost (connection dropped) is found again by its request id in the
 //!   view's next snapshot; one never answered is remembered and deleted if it ever shows up.
 //! * Loss: see `session.rs` (a deadline kept by acknowledged probes; `Expired` ends it too).
-//! * Fencing token: the node's sequence number (strictly increasing per semaphore; ZooKeeper
-//!   keeps it as a signed 32-bit counter of child changes, so it wraps after 2^31 of them).
+//! * Fencing token: the node's sequence number + 1 (strictly increasing per semaphore; ZooKeeper
+//!   keeps the sequence as a signed 32-bit counter of the parent's creates, so it wraps after
+//!   2^31 entries of one semaphore).
 //!
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
@@ -102,7 +103,11 @@ impl EntryEvents for Entries {
         let Some(e) = EntryName::parse(node) else {
             return;
         };
-        if lock(&self.abandoned).remove(&e.id) {
+        // A node of a request given up on, or a second node of a live request (a create
+        // retried after a reconnect, whose first attempt was applied late): nobody holds it.
+        let orphan = lock(&self.abandoned).remove(&e.id)
+            || lock(&self.live).get(&e.id).is_some_and(|l| l.node != node);
+        if orphan {
             tracing::debug!(semaphore, node, "deleting the node of an abandoned request");
             if let Some(reap) = lock(&self.reaper).clone() {
                 reap(format!("{semaphore}/{node}"));
@@ -131,7 +136,7 @@ impl EntryEvents for Entries {
 /// How one create attempt ended.
 enum Created {
     Node {
-        seq: u64,
+        token: u64,
         node: String,
     },
     /// The connection dropped: the create may or may not have been applied.
@@ -297,10 +302,11 @@ impl ZkBackend {
         match tokio::time::timeout_at(deadline, client.create(&prefix, &data, &options)).await {
             Ok(Ok((_, seq))) => {
                 settled(self);
-                let seq = u64::try_from(seq.into_i64())
-                    .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?;
-                let node = format!("{}-{}-{}", req.permits, req.id, seq_suffix(seq));
-                Ok(Created::Node { seq, node })
+                let token = u64::try_from(seq.into_i64())
+                    .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?
+                    + 1;
+                let node = EntryName::node(req.permits, &req.id, token);
+                Ok(Created::Node { token, node })
             }
             Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
             Ok(Err(zk::Error::NoNode)) => {
@@ -317,7 +323,7 @@ impl ZkBackend {
     }
 
     /// Creates `req`'s node, retrying across reconnects; a create whose reply was lost is found
-    /// again in the view by its request id. Returns `(seq, node)`.
+    /// again in the view by its request id. Returns `(token, node)`.
     async fn create_entry(
         &self,
         session: &ZkSession,
@@ -329,7 +335,7 @@ impl ZkBackend {
         loop {
             let snapshots = view.snapshots();
             match self.create_once(&client, req, deadline).await? {
-                Created::Node { seq, node } => return Ok((seq, node)),
+                Created::Node { token, node } => return Ok((token, node)),
                 Created::InDoubt => {
                     tracing::debug!(semaphore = %req.name, id = %req.id, "create reply lost; looking for the node after the reconnect");
                     // A snapshot taken after the loss shows the node if the create was applied.
@@ -340,17 +346,16 @@ impl ZkBackend {
                     if !resynced {
                         return Err(Error::store("ZooKeeper connection lost during the create"));
                     }
-                    if let Some((seq, permits)) = view.find(&req.id) {
+                    if let Some((token, permits)) = view.find(&req.id) {
                         lock(&self.entries.in_doubt).remove(&req.id);
-                        let node = format!("{permits}-{}-{}", req.id, seq_suffix(seq));
-                        return Ok((seq, node));
+                        return Ok((token, EntryName::node(permits, &req.id, token)));
                     }
                 }
             }
         }
     }
 
-    /// Reads the semaphore's children: `(entries in order, node names by seq)`.
+    /// Reads the semaphore's children: `(entries in order, node names by token)`.
     async fn read_queue(
         &self,
         client: &zk::Client,
@@ -366,10 +371,10 @@ impl ZkBackend {
         for node in children {
             if let Some(e) = EntryName::parse(&node) {
                 entries.push(queue::Entry {
-                    token: e.seq,
+                    token: e.token(),
                     permits: e.permits,
                 });
-                nodes.insert(e.seq, node);
+                nodes.insert(e.token(), node);
             }
         }
         entries.sort_by_key(|e| e.token);
@@ -393,15 +398,6 @@ impl ZkBackend {
         for (_, l) in lock(&self.entries.live).drain() {
             l.lost.fire();
         }
-    }
-}
-
-/// ZooKeeper's sequence suffix as it appears in node names.
-fn seq_suffix(seq: u64) -> String {
-    if seq <= i32::MAX as u64 {
-        format!("{seq:010}")
-    } else {
-        format!("{seq:019}")
     }
 }
 
@@ -492,7 +488,7 @@ impl Backend for ZkBackend {
         if view.capacity().is_none() {
             return Err(Error::NotFound(req.name.clone()));
         }
-        let (seq, node) = self.create_entry(&session, &view, req).await?;
+        let (token, node) = self.create_entry(&session, &view, req).await?;
         let lost = session.lost().child();
         lock(&self.entries.live).insert(
             req.id.clone(),
@@ -503,14 +499,14 @@ impl Backend for ZkBackend {
         );
         // Our node's creation event precedes the create's reply; the view applies it promptly.
         let limit = Instant::now() + self.config.request_timeout;
-        if !view.wait_progress(limit, |(seen, _)| seen > seq).await {
+        if !view.wait_progress(limit, |(seen, _)| seen > token).await {
             return Err(if session.lost().is_lost() {
                 Error::SessionLost
             } else {
                 Error::store("the semaphore watch did not report our own entry in time")
             });
         }
-        let granted = match view.outcome(seq, req.permits) {
+        let granted = match view.outcome(token, req.permits) {
             Some(Outcome::Granted) => true,
             Some(Outcome::TooHeavy(cap)) => {
                 return Err(Error::invalid(format!(
@@ -523,7 +519,7 @@ impl Backend for ZkBackend {
             None => false,
         };
         Ok(Enqueued {
-            token: seq,
+            token,
             granted,
             lost,
         })
@@ -573,7 +569,7 @@ impl Backend for ZkBackend {
                 let known = session.views.lock().await.get(name).cloned();
                 known
                     .and_then(|v| v.find(id))
-                    .map(|(seq, permits)| format!("{permits}-{id}-{}", seq_suffix(seq)))
+                    .map(|(token, permits)| EntryName::node(permits, id, token))
             }
         };
         let Some(node) = node else {

@@ -7,8 +7,9 @@
 //! <root>/s/<name>/<permits>-<id>-<seq>     {"owner":"…","since_unix_ms":T}  (ephemeral sequential)
 //! ```
 //!
-//! * `<seq>` is ZooKeeper's sequence suffix: the parent's child version at creation, so it is
-//!   strictly increasing in creation order. It orders the queue and is the fencing token.
+//! * `<seq>` is ZooKeeper's sequence suffix, strictly increasing in creation order from 0. The
+//!   entry's token (queue position and fencing token) is `seq + 1`: tokens start at 1, as
+//!   [`crate::queue`] requires.
 //! * `<id>` is the request id (32 hex digits, chosen before the first attempt): a create whose
 //!   reply was lost is found again by it after a reconnect, and never created twice.
 //! * `<permits>` is in the name so that a child listing alone decides who holds.
@@ -57,6 +58,22 @@ pub(super) struct EntryName {
 }
 
 impl EntryName {
+    /// Queue position and fencing token.
+    pub(super) fn token(&self) -> u64 {
+        self.seq + 1
+    }
+
+    /// The node name of entry `token` of request `id`.
+    pub(super) fn node(permits: u32, id: &str, token: u64) -> String {
+        let seq = token.saturating_sub(1);
+        // ZooKeeper's own suffix format: 10 digits, 19 once past i32.
+        if seq <= i32::MAX as u64 {
+            format!("{permits}-{id}-{seq:010}")
+        } else {
+            format!("{permits}-{id}-{seq:019}")
+        }
+    }
+
     /// Parses `<permits>-<id>-<seq>`. `None` if there is no sequence suffix (not a queue entry).
     /// An unreadable weight counts as `u32::MAX`: a node written by something else blocks
     /// everything behind it, since never granting too much beats granting on a guess.

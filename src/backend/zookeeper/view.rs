@@ -9,7 +9,7 @@
 //!   so once our create's reply is in, the event of our own node is already on its way.
 //! * A snapshot is `getChildren` and then `getData` (capacity). Creation events arrive in
 //!   creation (= sequence) order, so after a snapshot whose highest entry is `M`, a creation
-//!   event with `seq <= M` is already reflected (present, or deleted before the snapshot) and is
+//!   event for an entry `<= M` is already reflected (present, or deleted before the snapshot) and is
 //!   skipped; deleting an absent entry is a no-op. An entry created after `M` and deleted before
 //!   the snapshot may appear briefly until its deletion event is applied: that only ever blocks
 //!   waiters, never grants. (The parent's `cversion` is no watermark: on ZooKeeper 3.8 it also
@@ -22,7 +22,7 @@
 //!   0.11.2 does not re-register persistent watches on a new connection (its `resend_watches`
 //!   only ever sends the old `SetWatches` lists), and even re-registered ones lose the events of
 //!   the disconnected time (ZOOKEEPER-4698).
-//! * An entry is decided only once the view has seen its creation (`seen > seq`).
+//! * An entry is decided only once the view has seen its creation (`seen > token`).
 
 use super::nodes::EntryName;
 use crate::backend::capacity::CapValue;
@@ -43,9 +43,9 @@ struct Queue {
     cap: Option<CapValue>,
     /// Data version the capacity was read at (newer reads win).
     cap_version: i32,
-    /// seq → (weight, request id)
+    /// token (seq + 1) → (weight, request id)
     entries: BTreeMap<u64, (u32, String)>,
-    /// The creation of every entry with a sequence number below this has been applied.
+    /// The creation of every entry with a token below this has been applied.
     seen: u64,
 }
 
@@ -147,14 +147,14 @@ impl SemView {
         self.lock().queue.cap.map(|c| c.capacity)
     }
 
-    /// The entry made by request `id`, if the view has it: `(seq, weight)`.
+    /// The entry made by request `id`, if the view has it: `(token, weight)`.
     pub(super) fn find(&self, id: &str) -> Option<(u64, u32)> {
         self.lock()
             .queue
             .entries
             .iter()
             .find(|(_, (_, i))| i == id)
-            .map(|(&seq, &(permits, _))| (seq, permits))
+            .map(|(&token, &(permits, _))| (token, permits))
     }
 
     /// Number of snapshots read so far (to wait for one taken after some moment).
@@ -189,20 +189,20 @@ impl SemView {
         }
     }
 
-    /// The outcome for entry `seq` now (`None`: it waits, or the view has not seen it yet).
-    pub(super) fn outcome(&self, seq: u64, permits: u32) -> Option<Outcome> {
-        crate::waiters::outcome(&self.lock().queue, seq, permits)
+    /// The outcome for entry `token` now (`None`: it waits, or the view has not seen it yet).
+    pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
+        crate::waiters::outcome(&self.lock().queue, token, permits)
     }
 
     /// Registers a waiter; the receiver gets its outcome once decided, and an error if the view
     /// dies first.
-    pub(super) fn register(&self, seq: u64, permits: u32) -> oneshot::Receiver<Outcome> {
+    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<Outcome> {
         let st = &mut *self.lock();
         if st.dead || self.stop.is_cancelled() {
             // The sender is dropped at once: the receiver reports an error.
             return oneshot::channel().1;
         }
-        st.waiters.register(&st.queue, seq, permits)
+        st.waiters.register(&st.queue, token, permits)
     }
 
     fn publish(&self, st: &mut State) {
@@ -286,12 +286,13 @@ impl SemView {
             EventType::NodeCreated => {
                 let fresh = {
                     let mut st = self.lock();
-                    let fresh = entry.seq >= st.queue.seen;
+                    let token = entry.token();
+                    let fresh = token >= st.queue.seen;
                     if fresh {
                         st.queue
                             .entries
-                            .insert(entry.seq, (entry.permits, entry.id.clone()));
-                        st.queue.seen = entry.seq + 1;
+                            .insert(token, (entry.permits, entry.id.clone()));
+                        st.queue.seen = token + 1;
                     }
                     self.publish(&mut st);
                     fresh
@@ -303,7 +304,7 @@ impl SemView {
             EventType::NodeDeleted => {
                 {
                     let mut st = self.lock();
-                    st.queue.entries.remove(&entry.seq);
+                    st.queue.entries.remove(&entry.token());
                     self.publish(&mut st);
                 }
                 cfg.events.vanished(node);
@@ -351,11 +352,12 @@ impl SemView {
             let before = std::mem::take(&mut q.entries);
             for node in &children {
                 if let Some(e) = EntryName::parse(node) {
-                    if !before.contains_key(&e.seq) {
+                    let token = e.token();
+                    if !before.contains_key(&token) {
                         appeared.push(node.clone());
                     }
-                    q.seen = q.seen.max(e.seq + 1);
-                    q.entries.insert(e.seq, (e.permits, e.id));
+                    q.seen = q.seen.max(token + 1);
+                    q.entries.insert(token, (e.permits, e.id));
                 }
             }
             install_capacity(q, cap);
