@@ -84,6 +84,33 @@ pub struct RequestStats {
     pub lease: u64,
 }
 
+impl std::ops::Add for RequestStats {
+    type Output = RequestStats;
+    fn add(self, o: RequestStats) -> RequestStats {
+        RequestStats {
+            put: self.put + o.put,
+            txn: self.txn + o.txn,
+            range: self.range + o.range,
+            delete: self.delete + o.delete,
+            watch: self.watch + o.watch,
+            lease: self.lease + o.lease,
+        }
+    }
+}
+
+/// Totals over several Limiters, e.g. every client of a test or a benchmark:
+///
+/// ```
+/// # async fn f(limiters: &[clusterlimit::Limiter]) {
+/// let all: clusterlimit::RequestStats = limiters.iter().map(|l| l.stats()).sum();
+/// # }
+/// ```
+impl std::iter::Sum for RequestStats {
+    fn sum<I: Iterator<Item = RequestStats>>(iter: I) -> RequestStats {
+        iter.fold(RequestStats::default(), |a, b| a + b)
+    }
+}
+
 impl RequestStats {
     /// All requests except session keepalives, which run on their own clock.
     pub fn total(&self) -> u64 {

@@ -9,17 +9,7 @@ use support::EtcdCluster;
 use tokio::time::{timeout, Instant};
 
 fn total(limiters: &[Limiter]) -> RequestStats {
-    limiters.iter().fold(RequestStats::default(), |acc, l| {
-        let s = l.stats();
-        RequestStats {
-            put: acc.put + s.put,
-            txn: acc.txn + s.txn,
-            range: acc.range + s.range,
-            delete: acc.delete + s.delete,
-            watch: acc.watch + s.watch,
-            lease: acc.lease + s.lease,
-        }
-    })
+    limiters.iter().map(Limiter::stats).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

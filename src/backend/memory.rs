@@ -3,7 +3,7 @@
 //! (see [`crate::queue`]), no lease: a session ends on `close()`, when its Limiter is dropped, or
 //! through [`expire_sessions`] (for testing how code reacts to a lost session).
 
-use super::{Backend, Enqueued, EntryRequest};
+use super::{lock, Backend, Enqueued, EntryRequest};
 use crate::error::{Error, Result};
 use crate::lost::{Deadline, LostSignal};
 use crate::queue;
@@ -13,18 +13,13 @@ use crate::waiters::{self, Outcome, QueueView, Waiters};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 type Registry = Mutex<HashMap<String, Weak<Store>>>;
 
 fn registry() -> &'static Registry {
     static STORES: OnceLock<Registry> = OnceLock::new();
     STORES.get_or_init(Default::default)
-}
-
-/// Locks ignoring poison: state is updated in single steps that cannot be half-done by a panic.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Default)]

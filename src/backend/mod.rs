@@ -14,11 +14,18 @@ use crate::lost::LostSignal;
 use crate::stats::RequestStats;
 use crate::status::Status;
 use async_trait::async_trait;
+use std::sync::{Mutex, MutexGuard};
 
 mod capacity;
 pub mod etcd;
 pub mod memory;
 pub mod zookeeper;
+
+/// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
+/// half-done, and a poisoned lock must never turn into a panic of ours.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// One acquire request, as handed to [`Backend::enqueue`].
 #[derive(Debug, Clone)]

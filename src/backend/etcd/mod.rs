@@ -12,7 +12,7 @@ mod keys;
 mod session;
 mod view;
 
-use super::{Backend, Enqueued, EntryRequest};
+use super::{lock, Backend, Enqueued, EntryRequest};
 use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
@@ -30,7 +30,7 @@ use session::Session;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use view::{SemWatch, View, WatchConfig};
@@ -71,10 +71,6 @@ impl std::fmt::Debug for EtcdBackend {
             .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Errors after which the same idempotent request may be sent again.

@@ -139,7 +139,7 @@ impl SemWatch {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::backend::lock(&self.state)
     }
 
     /// Registers a waiter; the receiver gets its outcome once decided.

@@ -22,7 +22,7 @@ mod nodes;
 mod session;
 mod view;
 
-use super::{Backend, Enqueued, EntryRequest};
+use super::{lock, Backend, Enqueued, EntryRequest};
 use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
@@ -36,7 +36,7 @@ use session::{SessionConfig, ZkSession};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use view::{EntryEvents, SemView, ViewConfig};
@@ -73,10 +73,6 @@ impl std::fmt::Debug for ZkBackend {
             .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// This Limiter's queue entries, by request id.

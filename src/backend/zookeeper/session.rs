@@ -41,7 +41,7 @@ impl Shared {
     fn end(&self) {
         self.lost.fire();
         self.stop.cancel();
-        let client = self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let client = crate::backend::lock(&self.client).take();
         drop(client);
     }
 }
@@ -107,10 +107,7 @@ impl ZkSession {
             self.shared.end();
             return Err(Error::SessionLost);
         }
-        self.shared
-            .client
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        crate::backend::lock(&self.shared.client)
             .clone()
             .ok_or(Error::SessionLost)
     }

@@ -134,7 +134,7 @@ impl SemView {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::backend::lock(&self.state)
     }
 
     /// Whether the view still follows the store.
