@@ -3,11 +3,11 @@
 mod args;
 pub mod exit;
 mod run;
-mod set_capacity;
+pub mod set_capacity;
 mod signals;
 mod status;
 
-pub use args::ServeArgs;
+pub use args::{parse_duration, ServeArgs};
 
 use args::{Cli, Command};
 use clap::{CommandFactory, Parser};
@@ -66,6 +66,7 @@ fn init_logging(default: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
