@@ -22,7 +22,13 @@ pub fn main() -> ExitCode {
         Err(e) => return parse_error(e),
     };
     let serve = matches!(cli.command, Command::Serve(_));
-    init_logging(if serve { "info" } else { "warn" });
+    // One-shot commands report through their exit code and message; the store backend's
+    // warnings (keepalive retries, the session ending at close) would only garble that line.
+    init_logging(if serve {
+        "info"
+    } else {
+        "warn,clusterlimit::backend=error"
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,11 +61,18 @@ fn parse_error(e: clap::Error) -> ExitCode {
     let _ = e.print();
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
-        _ => ExitCode::from(exit::USAGE),
+        _ => {
+            // Value errors (e.g. `--permits 0`) carry no usage line: add the subcommand's.
+            if !e.render().to_string().contains("Usage:") {
+                let sub = std::env::args().nth(1).unwrap_or_default();
+                eprintln!("\n{}", usage_of(&sub));
+            }
+            ExitCode::from(exit::USAGE)
+        }
     }
 }
 
-/// `RUST_LOG` wins; otherwise `default` (warnings for one-shot commands, info for serve).
+/// `RUST_LOG` wins; otherwise `default`.
 fn init_logging(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
