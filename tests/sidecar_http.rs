@@ -538,3 +538,52 @@ async fn graceful_shutdown_releases_every_permit_at_once() {
         "not released at shutdown"
     );
 }
+
+/// Rough cost of the sidecar hop: HTTP acquire+release against the library's own on
+/// memory://, 1000 rounds each. Not a benchmark (the benchmark issue measures properly); run
+/// with `cargo test --release --test sidecar_http -- --ignored --nocapture latency`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "timing report, not a check"]
+async fn latency_http_vs_library() {
+    const ROUNDS: usize = 1000;
+    fn report(what: &str, mut samples: Vec<Duration>) {
+        samples.sort();
+        let pct = |p: usize| samples[(samples.len() * p / 100).min(samples.len() - 1)];
+        println!(
+            "{what}: p50 {:?}  p99 {:?}  ({} rounds)",
+            pct(50),
+            pct(99),
+            samples.len()
+        );
+    }
+    let limiter = Limiter::connect("memory://latency").await.unwrap();
+    let sem = limiter.semaphore("lat", 1).await.unwrap();
+    let mut lib = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        sem.acquire().await.unwrap().release().await.unwrap();
+        lib.push(t.elapsed());
+    }
+    let sc = Sidecar::start(&["--store", "memory://latency"]).await;
+    let c = client();
+    let base = &sc.url;
+    let (s, p) = acquire(&c, base, "lat", json!({"capacity": 1})).await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(
+        delete(&c, base, p["id"].as_str().unwrap()).await,
+        StatusCode::NO_CONTENT
+    );
+    let mut http = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let (s, p) = acquire(&c, base, "lat", json!({})).await;
+        assert_eq!(s, StatusCode::CREATED);
+        assert_eq!(
+            delete(&c, base, p["id"].as_str().unwrap()).await,
+            StatusCode::NO_CONTENT
+        );
+        http.push(t.elapsed());
+    }
+    report("library acquire+release (memory://)", lib);
+    report("HTTP acquire+release (sidecar, memory://)", http);
+}
