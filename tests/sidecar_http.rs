@@ -539,6 +539,40 @@ async fn graceful_shutdown_releases_every_permit_at_once() {
     );
 }
 
+#[tokio::test]
+async fn config_file_declares_semaphores_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clusterlimit.toml");
+    // Port 1 is never used: Sidecar::start passes --listen 127.0.0.1:0, which must win.
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:1\"\nstore = \"memory://cfg\"\npermit_ttl = \"2s\"\n\n\
+         [[semaphores]]\nname = \"pre\"\ncapacity = 4\n",
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    let c = client();
+    let sc = Sidecar::start(&["--config", config]).await;
+    let st = get_json(&c, &format!("{}/v1/semaphores/pre", sc.url)).await;
+    assert_eq!(st["capacity"], 4, "{st}");
+    let (s, p) = acquire(&c, &sc.url, "pre", json!({})).await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(p["ttl_ms"], 2000, "permit_ttl from the file");
+    let sc2 = Sidecar::start(&["--config", config, "--permit-ttl", "3s"]).await;
+    let (_, p) = acquire(&c, &sc2.url, "pre", json!({})).await;
+    assert_eq!(p["ttl_ms"], 3000, "the flag overrides the file");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "stor = \"memory://\"\n").unwrap();
+    let out = binary::output(
+        binary::cmd(&["serve", "--config", bad.to_str().unwrap()]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("stor"), "{}", out.stderr);
+}
+
 /// Rough cost of the sidecar hop: HTTP acquire+release against the library's own on
 /// memory://, 1000 rounds each. Not a benchmark (the benchmark issue measures properly); run
 /// with `cargo test --release --test sidecar_http -- --ignored --nocapture latency`.
