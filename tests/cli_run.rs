@@ -355,6 +355,27 @@ async fn timeout_exits_75_with_one_line() {
         .await
         .unwrap();
     assert_eq!((st.used, st.waiting), (1, 0));
+
+    // SIGTERM while waiting: exit 128+15 and the queue entry is gone.
+    let mut waiter = cmd(&["run", "--store", &url, "--semaphore", "t", "--", "true"])
+        .spawn()
+        .unwrap();
+    let sem = limiter.open_semaphore("t").await.unwrap();
+    eventually("waiter queued", Duration::from_secs(20), || async {
+        (sem.status().await.unwrap().waiting == 1).then_some(())
+    })
+    .await;
+    signal(waiter.id().unwrap(), "TERM");
+    let st = within(
+        "waiting run exits on SIGTERM",
+        Duration::from_secs(10),
+        waiter.wait(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.code(), Some(128 + 15));
+    let st = sem.status().await.unwrap();
+    assert_eq!((st.used, st.waiting), (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -362,6 +362,10 @@ async fn bad_input_is_a_problem_naming_the_field() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     let r = c.get(format!("{base}/nowhere")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let r = c.get(format!("{base}/v1/permits/x")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
 }
 
 #[tokio::test]

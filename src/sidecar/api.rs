@@ -113,6 +113,13 @@ pub fn router(state: Shared) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(|| async { Problem::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
