@@ -21,9 +21,13 @@ async fn used(limiter: &Limiter, sem: &str) -> u32 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twelve_processes_never_exceed_capacity_three() {
+async fn twelve_processes_never_exceed_capacity_three_on_etcd() {
     let cluster = EtcdCluster::single();
-    let url = cluster.url("twelve");
+    twelve_processes_never_exceed_capacity_three(&cluster.url("twelve")).await;
+}
+
+/// 12 `run` processes on one semaphore of capacity 3 in the store at `url` (any backend).
+async fn twelve_processes_never_exceed_capacity_three(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record");
     let lock = dir.path().join("lock");
@@ -37,7 +41,7 @@ flock "$LOCK" sh -c 'echo "exit $CLUSTERLIMIT_FENCING_TOKEN" >> "$REC"'"#;
         let mut c = cmd(&[
             "run",
             "--store",
-            &url,
+            url,
             "--semaphore",
             "twelve",
             "--capacity",
