@@ -41,6 +41,7 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with exit `code` and a one-line message.
     pub fn new(code: u8, message: impl Into<String>) -> Self {
         Failure {
             code,

@@ -5,6 +5,7 @@ use super::exit::Failure;
 use clusterlimit::Error;
 use std::process::ExitCode;
 
+/// Runs `set-capacity`: prints what was done.
 pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
     let limiter = super::connect(
         &args.store.store,

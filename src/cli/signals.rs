@@ -14,6 +14,7 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// Installs the three handlers.
     pub fn install() -> Result<Signals, Failure> {
         let install = |kind| {
             signal(kind).map_err(|e| {

@@ -6,6 +6,7 @@ use clusterlimit::{Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+/// Runs `status`: prints a table or JSON.
 pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
     let limiter = super::connect(
         &args.store.store,

@@ -42,6 +42,7 @@ pub struct AppState {
 type Shared = Arc<AppState>;
 
 impl AppState {
+    /// State for a sidecar on `limiter`; `permit_ttl` is the default client TTL.
     pub fn new(limiter: Limiter, permit_ttl: Duration) -> Shared {
         let metrics = Arc::new(Metrics::new());
         Arc::new(AppState {

@@ -42,6 +42,7 @@ fn acquire_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// Registers every metric.
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let held = Family::<SemLabel, Gauge>::default();
@@ -112,36 +113,43 @@ impl Metrics {
         }
     }
 
+    /// Permits held through the sidecar changed by `delta`.
     pub fn held(&self, semaphore: &str, delta: i64) {
         self.held
             .get_or_create(&Self::label(semaphore))
             .inc_by(delta);
     }
 
+    /// Waiting acquire requests changed by `delta`.
     pub fn waiting(&self, semaphore: &str, delta: i64) {
         self.waiting
             .get_or_create(&Self::label(semaphore))
             .inc_by(delta);
     }
 
+    /// A grant after `seconds` of waiting.
     pub fn acquired(&self, semaphore: &str, seconds: f64) {
         self.acquire_seconds
             .get_or_create(&Self::label(semaphore))
             .observe(seconds);
     }
 
+    /// An acquire answered 429.
     pub fn timed_out(&self, semaphore: &str) {
         self.timeouts.get_or_create(&Self::label(semaphore)).inc();
     }
 
+    /// A held permit was lost.
     pub fn lost(&self, semaphore: &str) {
         self.lost.get_or_create(&Self::label(semaphore)).inc();
     }
 
+    /// A permit was released because its client stopped calling keepalive.
     pub fn expired(&self, semaphore: &str) {
         self.expired.get_or_create(&Self::label(semaphore)).inc();
     }
 
+    /// Result of the latest store health check.
     pub fn store_up(&self, up: bool) {
         self.store_up.set(i64::from(up));
     }

@@ -2,9 +2,9 @@
 //! take, keep alive and release permits; Prometheus metrics; graceful shutdown that releases
 //! every permit at once.
 
-pub mod api;
+mod api;
 mod body;
-pub mod config;
+mod config;
 mod metrics;
 mod permits;
 mod problem;

@@ -42,6 +42,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// An empty table reporting to `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Arc<Table> {
         Arc::new(Table {
             slots: Mutex::new(HashMap::new()),

@@ -22,6 +22,7 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// A problem with `status`, machine-readable `code` and human `detail`.
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Problem {
             kind: "about:blank",
@@ -46,6 +47,7 @@ impl Problem {
         Problem::new(StatusCode::BAD_REQUEST, "malformed_json", detail)
     }
 
+    /// 413 for a body over `limit` bytes.
     pub fn too_large(limit: usize) -> Self {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -54,14 +56,17 @@ impl Problem {
         )
     }
 
+    /// 404.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Problem::new(StatusCode::NOT_FOUND, "not_found", detail)
     }
 
+    /// 503: the store or the sidecar cannot serve this now.
     pub fn unavailable(code: &'static str, detail: impl Into<String>) -> Self {
         Problem::new(StatusCode::SERVICE_UNAVAILABLE, code, detail)
     }
 
+    /// Adds a `Retry-After` header (seconds).
     pub fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self
