@@ -1,14 +1,14 @@
 //! # clusterlimit
 //!
 //! Cluster-wide concurrency permits: "at most N of these at once, across every host".
-//! Permits live in etcd (leases + revision order) or in process memory (`memory://`), and
-//! come back by themselves when their holder dies.
+//! Permits live in etcd (leases + revision order), ZooKeeper (ephemeral sequential znodes) or
+//! in process memory (`memory://`), and come back by themselves when their holder dies.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> clusterlimit::Result<()> {
 //! use clusterlimit::Limiter;
-//! let limiter = Limiter::connect("memory://quick").await?;      // or "etcd://127.0.0.1:2379/myapp"
+//! let limiter = Limiter::connect("memory://quick").await?;      // or "etcd://127.0.0.1:2379/myapp", "zk://127.0.0.1:2181/myapp"
 //! let sem = limiter.semaphore("nightly-export", 4).await?;      // create or open, capacity 4
 //! let permit = sem.acquire().await?;                             // FIFO across the cluster
 //! tokio::select! {

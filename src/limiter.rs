@@ -1,5 +1,6 @@
 //! `Limiter`: a connection to one store with one session, and the factory of semaphores.
 
+use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
 use crate::error::{Error, Result};
 use crate::release::Releaser;
@@ -167,6 +168,8 @@ impl Limiter {
 /// * `memory://NAME` — in-process; Limiters on the same NAME share semaphores.
 /// * `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]` — etcd v3 (3.4+); keys live under `PREFIX/`
 ///   (default `clusterlimit`).
+/// * `zk://HOST:PORT[,HOST:PORT…][/CHROOT]` — ZooKeeper 3.6+ (persistent recursive watches);
+///   nodes live under `/CHROOT` (default `/clusterlimit`), created if absent.
 ///
 /// ```no_run
 /// # async fn f() -> clusterlimit::Result<()> {
@@ -188,8 +191,10 @@ pub struct LimiterBuilder {
 }
 
 impl LimiterBuilder {
-    /// Session TTL (default 10 s, minimum 2 s; etcd rounds up to whole seconds). A dead
-    /// holder's permits come back within it; a live holder's keepalives go out every TTL/3.
+    /// Session TTL (default 10 s, minimum 2 s; etcd rounds up to whole seconds; on ZooKeeper it
+    /// is the session timeout, which the server may move into its own bounds, by default 2–20
+    /// ticks). A dead holder's permits come back within it; a live holder's keepalives go out
+    /// every TTL/3.
     pub fn session_ttl(mut self, ttl: Duration) -> Self {
         self.session_ttl = ttl;
         self
@@ -232,6 +237,15 @@ impl LimiterBuilder {
                     endpoints,
                     prefix,
                     session_ttl: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                })
+                .await?,
+            ),
+            StoreUrl::ZooKeeper { hosts, root } => Arc::new(
+                ZkBackend::connect(ZkConfig {
+                    hosts,
+                    root,
+                    session_timeout: self.session_ttl,
                     request_timeout: self.request_timeout,
                 })
                 .await?,

@@ -85,8 +85,9 @@ impl Permit {
     }
 
     /// Fencing token: strictly increasing across grants of one semaphore (the etcd key's create
-    /// revision). A resource that remembers the highest token it has seen can refuse a stale
-    /// holder's late writes. It orders grants; it does not make N holders mutually exclusive.
+    /// revision; the ZooKeeper node's sequence number; a counter on `memory://`). A resource that
+    /// remembers the highest token it has seen can refuse a stale holder's late writes. It orders
+    /// grants; it does not make N holders mutually exclusive.
     pub fn fencing_token(&self) -> u64 {
         self.token
     }

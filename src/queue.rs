@@ -1,7 +1,8 @@
 //! The semaphore's meaning, written once: which queue entries hold permits.
 //!
 //! Every backend keeps, per semaphore, a queue of entries ordered by a store-assigned token
-//! (etcd create revision, ZooKeeper sequence, memory counter) plus the capacity and a `floor`.
+//! (etcd create revision, ZooKeeper sequence number + 1, memory counter) plus the capacity and a
+//! `floor`. Tokens are at least 1: a `floor` of 0 means "nobody grandfathered".
 //! An entry holds its permits iff
 //!
 //! * its token is `<= floor` (it was holding when the capacity was last shrunk; shrinking never
@@ -15,7 +16,7 @@
 /// One queue entry as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// Store-assigned position; also the fencing token.
+    /// Store-assigned position, at least 1; also the fencing token.
     pub token: u64,
     /// Weight requested.
     pub permits: u32,

@@ -239,6 +239,58 @@ impl Harness for EtcdHarness {
 }
 
 // ---------------------------------------------------------------------------------------------
+// zk://
+
+/// Chroot of the ZooKeeper harness's URL (`zk://127.0.0.1:PORT/t`).
+const ZK_CHROOT: &str = "/t";
+/// Longest session the harness's server grants: a revocation cuts clients off for this long
+/// (plus a margin), so every session has expired on the server when it returns.
+const ZK_MAX_SESSION: Duration = Duration::from_secs(4);
+
+/// One fresh standalone ZooKeeper per test; Limiters reach it through a fault proxy, which is
+/// how sessions are ended behind the library's back (ZooKeeper has no "revoke" call).
+pub(crate) struct ZkHarness {
+    cluster: support::ZkCluster,
+    proxy: support::FaultProxy,
+}
+
+impl Harness for ZkHarness {
+    const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
+
+    async fn start() -> Self {
+        let cluster = support::ZkCluster::builder()
+            .session_timeout_range_ms(1_000, ZK_MAX_SESSION.as_millis() as u32)
+            .start();
+        let proxy = support::FaultProxy::start(cluster.client_addr(0));
+        ZkHarness { cluster, proxy }
+    }
+
+    fn url(&self) -> String {
+        format!("zk://{}{ZK_CHROOT}", self.proxy.connect_string())
+    }
+
+    async fn revoke_sessions(&self) {
+        // Nothing gets through until every session has timed out on the server; then clients
+        // reconnect and learn that their session expired.
+        self.proxy.blackhole();
+        tokio::time::sleep(ZK_MAX_SESSION + self.cluster.tick_time() * 3).await;
+        self.proxy.pass();
+    }
+
+    async fn queue_entries(&self, sem: &str) -> usize {
+        support::count_children(
+            &self.cluster.connect_string(),
+            &format!("{ZK_CHROOT}/s/{sem}"),
+        )
+        .await
+    }
+
+    async fn spawn_holder(&self, sem: &str) -> DoomedHolder {
+        spawn_child_holder(&self.url(), sem).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The child-process holder (any network store).
 
 const CHILD_URL_ENV: &str = "CLUSTERLIMIT_TEST_CHILD_URL";
@@ -392,3 +444,4 @@ macro_rules! contract_suite {
 
 contract_suite!(memory, MemoryHarness);
 contract_suite!(etcd, EtcdHarness);
+contract_suite!(zookeeper, ZkHarness);

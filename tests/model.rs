@@ -1,5 +1,6 @@
 //! Property test of the waiting logic: random interleavings of acquire / release / cancel /
-//! weights / capacity changes, run through the public API against memory:// and a real etcd,
+//! weights / capacity changes, run through the public API against memory://, a real etcd and a
+//! real ZooKeeper,
 //! checked after every step against a deliberately simple reference model (a FIFO queue that
 //! grants from the front while the weight fits).
 
@@ -281,6 +282,24 @@ proptest! {
         static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let url = etcd().url(&format!("model{case}"));
+        runtime().block_on(run_case(|_| url.clone(), capacity, ops))?;
+    }
+}
+
+fn zookeeper() -> &'static support::ZkCluster {
+    // One server for all cases of this test (killed by its watchdog when the process exits);
+    // each case has its own chroot.
+    static ZK: std::sync::OnceLock<support::ZkCluster> = std::sync::OnceLock::new();
+    ZK.get_or_init(support::ZkCluster::single)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn zookeeper_matches_model(capacity in 1u32..=4, ops in prop::collection::vec(op(), 1..30)) {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let url = zookeeper().url(&format!("/model{case}"));
         runtime().block_on(run_case(|_| url.clone(), capacity, ops))?;
     }
 }

@@ -15,8 +15,10 @@ use crate::stats::RequestStats;
 use crate::status::Status;
 use async_trait::async_trait;
 
+mod capacity;
 pub mod etcd;
 pub mod memory;
+pub mod zookeeper;
 
 /// One acquire request, as handed to [`Backend::enqueue`].
 #[derive(Debug, Clone)]
@@ -46,7 +48,7 @@ pub struct Enqueued {
     pub lost: LostSignal,
 }
 
-/// A store that keeps semaphores. Implemented by `memory://` and `etcd://`.
+/// A store that keeps semaphores. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
 /// Every method must be bounded in time (a hung store yields an error, never a hang), except
 /// [`wait_granted`](Backend::wait_granted), which waits as long as the session lives.

@@ -8,3 +8,20 @@
 pub mod etcd;
 
 pub use etcd::{connect, count_keys, etcd_binary, revoke_all_leases, EtcdCluster};
+
+/// Real ZooKeeper servers (Debian's `zookeeper` 3.8 jar run by java) as child processes.
+pub mod zookeeper;
+
+/// In-process TCP proxy with pass / blackhole / hold / reset / delay switches.
+pub mod proxy;
+
+pub use proxy::{FaultProxy, ProxyGroup, ProxyMode};
+
+/// Bounded polling and a holder-with-waiter setup, shared by the fault suites.
+pub mod waiting;
+
+pub use waiting::{eventually, hold_and_queue};
+pub use zookeeper::{
+    count_children, delete_recursive, expire_session, list_children, wait_state, zk_connect,
+    zk_connect_with, ZkCluster, ZkMode,
+};

@@ -42,23 +42,6 @@ impl Keys {
     }
 }
 
-/// Value of the capacity key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct CapValue {
-    pub capacity: u32,
-    #[serde(default)]
-    pub floor: u64,
-}
-
-impl CapValue {
-    pub(super) fn parse(raw: &[u8]) -> Option<CapValue> {
-        serde_json::from_slice(raw).ok()
-    }
-    pub(super) fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
-
 /// Value of a queue entry key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct EntryValue {

@@ -13,6 +13,7 @@ mod session;
 mod view;
 
 use super::{Backend, Enqueued, EntryRequest};
+use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::queue;
@@ -24,7 +25,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse,
 };
-use keys::{queue_of, CapValue, EntryValue, Keys};
+use keys::{queue_of, EntryValue, Keys};
 use session::Session;
 use std::collections::HashMap;
 use std::future::Future;
@@ -397,11 +398,7 @@ impl Backend for EtcdBackend {
                 None => Err(Error::NotFound(name.to_string())),
             };
         };
-        let value = CapValue {
-            capacity: requested,
-            floor: 0,
-        }
-        .encode();
+        let value = CapValue::new(requested).encode();
         let index = self.keys.name_index(name);
         let txn = Txn::new()
             .when([Compare::create_revision(

@@ -8,7 +8,8 @@
 //! Txn's own read) and applies every event after R in order. On a broken stream it resumes from
 //! the last applied revision + 1; if that revision was compacted it reads the state anew.
 
-use super::keys::{CapValue, EntryValue};
+use super::keys::EntryValue;
+use crate::backend::capacity::CapValue;
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
 use crate::waiters::{Outcome, QueueView, Waiters};

@@ -1,0 +1,727 @@
+//! `zk://` backend: permits are ephemeral sequential znodes under the semaphore's node, ordered
+//! by their sequence number (see `nodes.rs` for the layout).
+//!
+//! * Acquire, uncontended: **one** request — the create. The session already watches the
+//!   semaphore (a persistent recursive watch set up when the semaphore was opened, see
+//!   `view.rs`), and ZooKeeper delivers that watch's events before the create's reply, so the
+//!   local view knows the whole queue ahead of the new entry without a read.
+//! * Release: one delete.
+//! * Waiting: no request at all. A release costs one delete plus one watch event per watching
+//!   process; nobody re-reads, nobody watches "the node N places ahead".
+//! * A create whose reply was lost (connection dropped) is found again by its request id in the
+//!   view's next snapshot; one never answered is remembered and deleted if it ever shows up.
+//! * Loss: see `session.rs` (a deadline kept by acknowledged probes; `Expired` ends it too).
+//! * Fencing token: the node's sequence number + 1 (strictly increasing per semaphore; ZooKeeper
+//!   keeps the sequence as a signed 32-bit counter of the parent's creates, so it wraps after
+//!   2^31 entries of one semaphore).
+//!
+//! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
+//! an expired session instead of silently replacing it.
+
+mod nodes;
+mod session;
+mod view;
+
+use super::{Backend, Enqueued, EntryRequest};
+use crate::backend::capacity::CapValue;
+use crate::error::{Error, Result};
+use crate::lost::LostSignal;
+use crate::queue;
+use crate::stats::{RequestCounters, RequestKind, RequestStats};
+use crate::status::{unix_ms_now, Holder, Status};
+use crate::waiters::Outcome;
+use async_trait::async_trait;
+use nodes::{EntryData, EntryName, Paths};
+use session::{SessionConfig, ZkSession};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::Instant;
+use view::{EntryEvents, SemView, ViewConfig};
+use zookeeper_client::{self as zk, Acls, CreateMode};
+
+/// Settings of the ZooKeeper backend.
+#[derive(Debug, Clone)]
+pub struct ZkConfig {
+    /// `host:port` servers.
+    pub hosts: Vec<String>,
+    /// Absolute path of the root node (created if absent).
+    pub root: String,
+    /// Requested session timeout (the server may negotiate it into its own bounds).
+    pub session_timeout: Duration,
+    /// Bound on each call's store requests.
+    pub request_timeout: Duration,
+}
+
+/// The `zk://` backend: one session, one watch per semaphore in use.
+pub struct ZkBackend {
+    config: ZkConfig,
+    hosts: String,
+    paths: Paths,
+    stats: Arc<RequestCounters>,
+    session: tokio::sync::Mutex<Option<Arc<ZkSession>>>,
+    entries: Arc<Entries>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("config", &self.config)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This Limiter's queue entries, by request id.
+#[derive(Default)]
+struct Entries {
+    live: Mutex<HashMap<String, LiveEntry>>,
+    /// Creates sent whose outcome is unknown (no reply yet, or the reply was lost).
+    in_doubt: Mutex<HashSet<String>>,
+    /// In-doubt requests given up on: their node is deleted if it ever shows up.
+    abandoned: Mutex<HashSet<String>>,
+    /// Set by the backend: deletes an abandoned node (a background task with a client).
+    reaper: Mutex<Option<Reaper>>,
+}
+
+struct LiveEntry {
+    node: String,
+    lost: LostSignal,
+}
+
+type Reaper = Arc<dyn Fn(String) + Send + Sync>;
+
+impl EntryEvents for Entries {
+    fn appeared(&self, semaphore: &str, node: &str) {
+        let Some(e) = EntryName::parse(node) else {
+            return;
+        };
+        // A node of a request given up on, or a second node of a live request (a create
+        // retried after a reconnect, whose first attempt was applied late): nobody holds it.
+        let orphan = lock(&self.abandoned).remove(&e.id)
+            || lock(&self.live).get(&e.id).is_some_and(|l| l.node != node);
+        if orphan {
+            tracing::debug!(semaphore, node, "deleting the node of an abandoned request");
+            if let Some(reap) = lock(&self.reaper).clone() {
+                reap(format!("{semaphore}/{node}"));
+            }
+        }
+    }
+
+    fn vanished(&self, node: &str) {
+        let Some(e) = EntryName::parse(node) else {
+            return;
+        };
+        let gone = {
+            let mut live = lock(&self.live);
+            match live.get(&e.id) {
+                Some(l) if l.node == node => live.remove(&e.id),
+                _ => None,
+            }
+        };
+        if let Some(l) = gone {
+            tracing::warn!(node, "permit node deleted behind our back; permit lost");
+            l.lost.fire();
+        }
+    }
+}
+
+/// How one create attempt ended.
+enum Created {
+    Node {
+        token: u64,
+        node: String,
+    },
+    /// The connection dropped: the create may or may not have been applied.
+    InDoubt,
+}
+
+impl ZkBackend {
+    /// Connects the session and creates the root nodes if absent. Fails fast if no server
+    /// answers.
+    pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
+        let backend = ZkBackend {
+            hosts: config.hosts.join(","),
+            paths: Paths::new(&config.root),
+            config,
+            stats: Arc::new(RequestCounters::default()),
+            session: tokio::sync::Mutex::new(None),
+            entries: Arc::new(Entries::default()),
+            closed: AtomicBool::new(false),
+        };
+        let session = backend.session().await?;
+        let client = session.client()?;
+        let dir = backend.paths.semaphores();
+        backend
+            .call(RequestKind::Put, async {
+                client
+                    .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+                    .await
+            })
+            .await?;
+        Ok(backend)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `Closed` after close, else `SessionLost`: what a call cut short by the session reports.
+    fn closed_or_lost(&self) -> Error {
+        self.check_open().err().unwrap_or(Error::SessionLost)
+    }
+
+    /// The live session, or a new one if the last one was lost.
+    async fn session(&self) -> Result<Arc<ZkSession>> {
+        let mut current = self.session.lock().await;
+        if let Some(s) = current.as_ref() {
+            if !s.lost().is_lost() {
+                return Ok(s.clone());
+            }
+            s.end();
+            // Entries of the old session are gone with it.
+            lock(&self.entries.in_doubt).clear();
+            lock(&self.entries.abandoned).clear();
+        }
+        self.check_open()?;
+        let s = ZkSession::connect(SessionConfig {
+            hosts: &self.hosts,
+            probe_path: self.paths.root(),
+            session_timeout: self.config.session_timeout,
+            request_timeout: self.config.request_timeout,
+            stats: self.stats.clone(),
+        })
+        .await?;
+        *lock(&self.entries.reaper) = Some(self.reaper(&s)?);
+        *current = Some(s.clone());
+        Ok(s)
+    }
+
+    fn reaper(&self, session: &ZkSession) -> Result<Reaper> {
+        let client = session.client()?;
+        let stop = session.stop_token().clone();
+        let root = self.paths.semaphores();
+        let stats = self.stats.clone();
+        let bound = self.config.request_timeout;
+        // Holds a client clone only while a delete runs; ends with the session.
+        let client = Arc::new(Mutex::new(Some(client)));
+        let stopper = client.clone();
+        let stop_watch = stop.clone();
+        tokio::spawn(async move {
+            stop_watch.cancelled().await;
+            lock(&stopper).take();
+        });
+        Ok(Arc::new(move |rel: String| {
+            let Some(client) = lock(&client).clone() else {
+                return;
+            };
+            let path = format!("{root}/{rel}");
+            let stats = stats.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                stats.count(RequestKind::Delete);
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    r = tokio::time::timeout(bound, client.delete(&path, None)) => {
+                        if let Ok(Err(e)) = r {
+                            tracing::debug!(%path, error = %e, "deleting an abandoned node failed; the session end removes it");
+                        }
+                    }
+                }
+            });
+        }))
+    }
+
+    /// One store request, bounded by the request timeout; `kind` is counted.
+    async fn call<T>(
+        &self,
+        kind: RequestKind,
+        request: impl Future<Output = std::result::Result<T, zk::Error>>,
+    ) -> Result<T> {
+        self.stats.count(kind);
+        match tokio::time::timeout(self.config.request_timeout, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(e)),
+            Err(_) => Err(Error::store("ZooKeeper did not answer in time")),
+        }
+    }
+
+    /// The session's view of `name`, set up on first use (3 requests: watch, children, data).
+    async fn view(&self, session: &ZkSession, name: &str) -> Result<Arc<SemView>> {
+        let mut views = session.views.lock().await;
+        if let Some(v) = views.get(name) {
+            if v.is_live() {
+                return Ok(v.clone());
+            }
+        }
+        let cfg = ViewConfig {
+            client: session.client()?,
+            name: name.to_string(),
+            path: self.paths.semaphore(name),
+            stats: self.stats.clone(),
+            events: self.entries.clone(),
+        };
+        let start = SemView::start(cfg, session.stop_token().child_token());
+        let view = match tokio::time::timeout(self.config.request_timeout, start).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(map_error(e)),
+            Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
+        };
+        views.insert(name.to_string(), view.clone());
+        Ok(view)
+    }
+
+    /// Sends the create of `req`'s node once.
+    async fn create_once(
+        &self,
+        client: &zk::Client,
+        req: &EntryRequest,
+        deadline: Instant,
+    ) -> Result<Created> {
+        let prefix = self.paths.entry_prefix(&req.name, req.permits, &req.id);
+        let data = EntryData {
+            owner: req.owner.clone(),
+            since_unix_ms: unix_ms_now(),
+        }
+        .encode();
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        self.stats.count(RequestKind::Put);
+        lock(&self.entries.in_doubt).insert(req.id.clone());
+        let settled = |e: &Self| lock(&e.entries.in_doubt).remove(&req.id);
+        match tokio::time::timeout_at(deadline, client.create(&prefix, &data, &options)).await {
+            Ok(Ok((_, seq))) => {
+                settled(self);
+                let token = u64::try_from(seq.into_i64())
+                    .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?
+                    + 1;
+                let node = EntryName::node(req.permits, &req.id, token);
+                Ok(Created::Node { token, node })
+            }
+            Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
+            Ok(Err(zk::Error::NoNode)) => {
+                settled(self);
+                Err(Error::NotFound(req.name.clone()))
+            }
+            Ok(Err(e)) => {
+                settled(self);
+                Err(map_error(e))
+            }
+            // Still queued or in flight: it stays in doubt, so a late node is deleted.
+            Err(_) => Err(Error::store("ZooKeeper did not answer the create in time")),
+        }
+    }
+
+    /// Creates `req`'s node, retrying across reconnects; a create whose reply was lost is found
+    /// again in the view by its request id. Returns `(token, node)`.
+    async fn create_entry(
+        &self,
+        session: &ZkSession,
+        view: &SemView,
+        req: &EntryRequest,
+    ) -> Result<(u64, String)> {
+        let client = session.client()?;
+        let deadline = Instant::now() + self.config.request_timeout * 2;
+        loop {
+            let snapshots = view.snapshots();
+            match self.create_once(&client, req, deadline).await? {
+                Created::Node { token, node } => return Ok((token, node)),
+                Created::InDoubt => {
+                    tracing::debug!(semaphore = %req.name, id = %req.id, "create reply lost; looking for the node after the reconnect");
+                    // A snapshot taken after the loss shows the node if the create was applied.
+                    let resynced = view.wait_progress(deadline, |(_, n)| n > snapshots).await;
+                    if session.lost().is_lost() {
+                        return Err(Error::SessionLost);
+                    }
+                    if !resynced {
+                        return Err(Error::store("ZooKeeper connection lost during the create"));
+                    }
+                    if let Some((token, permits)) = view.find(&req.id) {
+                        lock(&self.entries.in_doubt).remove(&req.id);
+                        return Ok((token, EntryName::node(permits, &req.id, token)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the semaphore's children: `(entries in order, node names by token)`.
+    async fn read_queue(
+        &self,
+        client: &zk::Client,
+        name: &str,
+    ) -> Result<(Vec<queue::Entry>, HashMap<u64, String>)> {
+        let path = self.paths.semaphore(name);
+        let (children, _) = self
+            .call(RequestKind::Range, client.get_children(&path))
+            .await
+            .map_err(|e| not_found_as(e, name))?;
+        let mut entries = Vec::new();
+        let mut nodes = HashMap::new();
+        for node in children {
+            if let Some(e) = EntryName::parse(&node) {
+                entries.push(queue::Entry {
+                    token: e.token(),
+                    permits: e.permits,
+                });
+                nodes.insert(e.token(), node);
+            }
+        }
+        entries.sort_by_key(|e| e.token);
+        Ok((entries, nodes))
+    }
+
+    /// Reads the capacity record and its data version.
+    async fn read_capacity(&self, client: &zk::Client, name: &str) -> Result<(CapValue, i32)> {
+        let path = self.paths.semaphore(name);
+        let (data, stat) = self
+            .call(RequestKind::Range, client.get_data(&path))
+            .await
+            .map_err(|e| not_found_as(e, name))?;
+        let cap = CapValue::parse(&data)
+            .ok_or_else(|| Error::store(format!("unreadable capacity at {path}")))?;
+        Ok((cap, stat.version))
+    }
+
+    fn end_locally(&self) {
+        self.closed.store(true, Ordering::Release);
+        for (_, l) in lock(&self.entries.live).drain() {
+            l.lost.fire();
+        }
+    }
+}
+
+fn map_error(e: zk::Error) -> Error {
+    if view::is_terminal(&e) {
+        Error::SessionLost
+    } else {
+        Error::store(e)
+    }
+}
+
+/// Whether `e` is the ZooKeeper error `z`.
+fn is_zk(e: &Error, z: &zk::Error) -> bool {
+    matches!(e, Error::Store(inner) if inner.downcast_ref::<zk::Error>() == Some(z))
+}
+
+/// A `NoNode` store error for the semaphore's node means the semaphore does not exist.
+fn not_found_as(e: Error, name: &str) -> Error {
+    if is_zk(&e, &zk::Error::NoNode) {
+        Error::NotFound(name.to_string())
+    } else {
+        e
+    }
+}
+
+#[async_trait]
+impl Backend for ZkBackend {
+    async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let known = {
+            let views = session.views.lock().await;
+            views.get(name).filter(|v| v.is_live()).cloned()
+        };
+        let view = match known {
+            // The watch keeps it current: no request.
+            Some(v) if v.capacity().is_some() => v,
+            _ => {
+                if let Some(c) = capacity {
+                    let client = session.client()?;
+                    let path = self.paths.semaphore(name);
+                    let data = CapValue::new(c).encode();
+                    let created = self
+                        .call(
+                            RequestKind::Put,
+                            client.create(
+                                &path,
+                                &data,
+                                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                            ),
+                        )
+                        .await;
+                    match created {
+                        Ok(_) => {}
+                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                let view = self.view(&session, name).await?;
+                if capacity.is_some() && view.capacity().is_none() {
+                    // A view that watched the absent semaphore learns of our create from its
+                    // event, which precedes the create's reply: wait for it to be applied.
+                    let limit = Instant::now() + self.config.request_timeout;
+                    view.wait_progress(limit, |_| view.capacity().is_some())
+                        .await;
+                }
+                view
+            }
+        };
+        let stored = view
+            .capacity()
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        match capacity {
+            Some(c) if c != stored => Err(Error::CapacityMismatch {
+                stored,
+                requested: c,
+            }),
+            _ => Ok(stored),
+        }
+    }
+
+    async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let view = self.view(&session, &req.name).await?;
+        // The weight is checked once the view has applied every change made before our entry
+        // (below): a capacity changed just now may not be in the view yet.
+        if view.capacity().is_none() {
+            return Err(Error::NotFound(req.name.clone()));
+        }
+        let (token, node) = self.create_entry(&session, &view, req).await?;
+        let lost = session.lost().child();
+        lock(&self.entries.live).insert(
+            req.id.clone(),
+            LiveEntry {
+                node,
+                lost: lost.clone(),
+            },
+        );
+        // Our node's creation event precedes the create's reply; the view applies it promptly.
+        let limit = Instant::now() + self.config.request_timeout;
+        if !view.wait_progress(limit, |(seen, _)| seen > token).await {
+            return Err(if session.lost().is_lost() {
+                Error::SessionLost
+            } else {
+                Error::store("the semaphore watch did not report our own entry in time")
+            });
+        }
+        let granted = match view.outcome(token, req.permits) {
+            Some(Outcome::Granted) => true,
+            Some(Outcome::TooHeavy(cap)) => {
+                return Err(Error::invalid(format!(
+                    "requested {} permits but semaphore {:?} has capacity {cap}",
+                    req.permits, req.name
+                )))
+            }
+            Some(Outcome::NoSemaphore) => return Err(Error::NotFound(req.name.clone())),
+            Some(Outcome::Gone) => return Err(self.closed_or_lost()),
+            None => false,
+        };
+        Ok(Enqueued {
+            token,
+            granted,
+            lost,
+        })
+    }
+
+    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
+        if enq.lost.is_lost() {
+            return Err(self.closed_or_lost());
+        }
+        // The session is the entry's own: a lost session would have fired `enq.lost`.
+        let session = self.session.lock().await.clone();
+        let view = match session {
+            Some(s) => s.views.lock().await.get(&req.name).cloned(),
+            None => None,
+        };
+        let Some(view) = view else {
+            return Err(self.closed_or_lost());
+        };
+        let outcome = view.register(enq.token, req.permits);
+        tokio::select! {
+            o = outcome => match o {
+                Ok(Outcome::Granted) if !enq.lost.is_lost() => Ok(()),
+                Ok(Outcome::Granted | Outcome::Gone) | Err(_) => Err(self.closed_or_lost()),
+                Ok(Outcome::TooHeavy(cap)) => Err(Error::invalid(format!(
+                    "capacity of {:?} fell to {cap}, below the {} permits requested",
+                    req.name, req.permits
+                ))),
+                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
+            },
+            _ = enq.lost.lost() => Err(self.closed_or_lost()),
+        }
+    }
+
+    async fn remove(&self, name: &str, id: &str) -> Result<()> {
+        // Forget it first: our own delete must not look like a node deleted behind our back.
+        let live = lock(&self.entries.live).remove(id);
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(()); // close() ended the session, and every node of it
+        }
+        if live.as_ref().is_some_and(|l| l.lost.is_lost()) {
+            return Ok(()); // its session is gone, and the node with it
+        }
+        let session = self.session().await?;
+        let node = match live {
+            Some(l) => Some(l.node),
+            None => {
+                let known = session.views.lock().await.get(name).cloned();
+                known
+                    .and_then(|v| v.find(id))
+                    .map(|(token, permits)| EntryName::node(permits, id, token))
+            }
+        };
+        let Some(node) = node else {
+            // Never created, or created by a request whose reply never came: delete that node
+            // if it ever shows up.
+            if lock(&self.entries.in_doubt).remove(id) {
+                lock(&self.entries.abandoned).insert(id.to_string());
+            }
+            return Ok(());
+        };
+        let client = session.client()?;
+        let path = self.paths.entry(name, &node);
+        match self
+            .call(RequestKind::Delete, client.delete(&path, None))
+            .await
+        {
+            Err(e) if !is_zk(&e, &zk::Error::NoNode) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn status(&self, name: &str) -> Result<Status> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let client = session.client()?;
+        // The queue first, then the capacity: never a capacity older than the queue.
+        let (entries, nodes) = self.read_queue(&client, name).await?;
+        let (cap, _) = self.read_capacity(&client, name).await?;
+        let n = queue::holders(entries.iter().copied(), cap.capacity, cap.floor);
+        // Owners of the holders, in one multi-read.
+        let mut reader = client.new_multi_reader();
+        for e in &entries[..n] {
+            let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
+            reader
+                .add_get_data(&self.paths.entry(name, node))
+                .map_err(Error::store)?;
+        }
+        let data = if n == 0 {
+            Vec::new()
+        } else {
+            self.call(RequestKind::Range, reader.commit()).await?
+        };
+        let mut holders = Vec::with_capacity(n);
+        for (e, d) in entries[..n].iter().zip(data) {
+            // A holder released since the listing is no longer a holder.
+            let zk::MultiReadResult::Data { data, stat } = d else {
+                continue;
+            };
+            let v = EntryData::parse(&data);
+            holders.push(Holder {
+                owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
+                permits: e.permits,
+                fencing_token: e.token,
+                since_unix_ms: v
+                    .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
+            });
+        }
+        Ok(Status {
+            name: name.to_string(),
+            capacity: cap.capacity,
+            used: holders
+                .iter()
+                .fold(0u32, |a, h| a.saturating_add(h.permits)),
+            holders,
+            waiting: entries.len() - n,
+            waiting_permits: entries[n..].iter().map(|e| u64::from(e.permits)).sum(),
+        })
+    }
+
+    async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let client = session.client()?;
+        let path = self.paths.semaphore(name);
+        for _ in 0..20 {
+            let (old, version) = self.read_capacity(&client, name).await?;
+            let mut writer = client.new_multi_writer();
+            let mut floor = old.floor;
+            if capacity < old.capacity {
+                // Shrinking grandfathers the holders of now. The write checks that the capacity
+                // and every one of them are unchanged, so no waiter was granted in between.
+                let (entries, nodes) = self.read_queue(&client, name).await?;
+                floor = queue::floor_after_resize(&entries, old.capacity, capacity, old.floor);
+                if floor != old.floor {
+                    let n = queue::holders(entries.iter().copied(), old.capacity, old.floor);
+                    for e in &entries[..n] {
+                        let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
+                        writer
+                            .add_check_version(&self.paths.entry(name, node), 0)
+                            .map_err(Error::store)?;
+                    }
+                }
+            }
+            writer
+                .add_set_data(&path, &CapValue { capacity, floor }.encode(), Some(version))
+                .map_err(Error::store)?;
+            let commit = writer.commit();
+            let written = self
+                .call(RequestKind::Txn, async {
+                    commit.await.map_err(zk::Error::from)
+                })
+                .await;
+            match written {
+                Ok(_) => return Ok(()),
+                // Something changed since the read (or a holder left): read again.
+                Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
+                Err(e) => return Err(not_found_as(e, name)),
+            }
+        }
+        Err(Error::store(format!(
+            "semaphore {name:?} kept changing; capacity not set, try again"
+        )))
+    }
+
+    async fn list(&self) -> Result<Vec<String>> {
+        self.check_open()?;
+        let session = self.session().await?;
+        let client = session.client()?;
+        let dir = self.paths.semaphores();
+        let mut names = match self
+            .call(RequestKind::Range, client.list_children(&dir))
+            .await
+        {
+            Ok(names) => names,
+            Err(e) if is_zk(&e, &zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    fn stats(&self) -> RequestStats {
+        self.stats.snapshot()
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.end_locally();
+        let session = self.session.lock().await.take();
+        if let Some(s) = session {
+            // Dropping the client closes the session on the server: every node of it goes.
+            self.stats.count(RequestKind::Lease);
+            s.end();
+        }
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        self.end_locally();
+        if let Ok(mut s) = self.session.try_lock() {
+            if let Some(s) = s.take() {
+                s.end();
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! One ZooKeeper session per Limiter, and when its permits can no longer be trusted.
+//!
+//! The server expires a session `T` (the negotiated timeout) after it last heard from the
+//! client. A probe (`exists` on the root) every `T/3` gives a lower bound on that moment: when a
+//! probe sent at `s` is answered, the server heard from us at or after `s`, so it cannot expire
+//! the session before `s + T`. That instant is the session's [`Deadline`]: while disconnected no
+//! probe is answered, the deadline stays put, and `lost()` fires at the latest just before the
+//! server could hand the permits to someone else — whatever the client library's own reconnect
+//! timers do. A reconnect in time extends the deadline again: permits and waits stay intact.
+//!
+//! The session ends for good (never revived) when the deadline passes, the client reports
+//! `Expired` (or `Closed`, `AuthFailed`), or the Limiter closes: `lost()` fires, the views stop,
+//! and the client is dropped, which closes the session on the server if it is still there (so
+//! ephemeral nodes of a session we gave up on do not linger). The backend builds a new session
+//! for later calls.
+
+use super::view::SemView;
+use crate::error::{Error, Result};
+use crate::lost::{Deadline, LostSignal};
+use crate::stats::{RequestCounters, RequestKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::{timeout, Instant};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{self as zk, SessionState};
+
+/// Pause before the next probe after one failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What the session's tasks share.
+#[derive(Debug)]
+struct Shared {
+    /// `None` once the session has ended: dropping the last clone closes it on the server.
+    client: Mutex<Option<zk::Client>>,
+    lost: LostSignal,
+    stop: CancellationToken,
+}
+
+impl Shared {
+    fn end(&self) {
+        self.lost.fire();
+        self.stop.cancel();
+        let client = self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(client);
+    }
+}
+
+/// A ZooKeeper session and the semaphore views fed by its watches.
+#[derive(Debug)]
+pub(super) struct ZkSession {
+    shared: Arc<Shared>,
+    /// One view per semaphore this session has used (made under this lock, once).
+    pub views: tokio::sync::Mutex<HashMap<String, Arc<SemView>>>,
+}
+
+/// Settings for [`ZkSession::connect`].
+pub(super) struct SessionConfig<'a> {
+    pub hosts: &'a str,
+    /// Path probed to keep the deadline (the root; it exists once connected).
+    pub probe_path: &'a str,
+    pub session_timeout: Duration,
+    pub request_timeout: Duration,
+    pub stats: Arc<RequestCounters>,
+}
+
+impl ZkSession {
+    /// Connects a new session (fails fast when no server answers) and starts its keeper.
+    pub(super) async fn connect(cfg: SessionConfig<'_>) -> Result<Arc<ZkSession>> {
+        let sent = Instant::now();
+        cfg.stats.count(RequestKind::Lease);
+        let client = timeout(
+            cfg.request_timeout,
+            zk::Client::connector()
+                .with_session_timeout(cfg.session_timeout)
+                .with_fail_eagerly()
+                .connect(cfg.hosts),
+        )
+        .await
+        .map_err(|_| Error::store("timed out connecting to ZooKeeper"))?
+        .map_err(Error::store)?;
+        let negotiated = client.session_timeout();
+        let shared = Arc::new(Shared {
+            client: Mutex::new(Some(client.clone())),
+            lost: LostSignal::new(Deadline::at(sent + negotiated)),
+            stop: CancellationToken::new(),
+        });
+        let keeper = Keeper {
+            shared: shared.clone(),
+            client,
+            probe_path: cfg.probe_path.to_string(),
+            timeout: negotiated,
+            request_timeout: cfg.request_timeout,
+            stats: cfg.stats,
+        };
+        tokio::spawn(keeper.run());
+        tracing::debug!(timeout = ?negotiated, "ZooKeeper session started");
+        Ok(Arc::new(ZkSession {
+            shared,
+            views: tokio::sync::Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The client, or `SessionLost` once the session has ended.
+    pub(super) fn client(&self) -> Result<zk::Client> {
+        if self.shared.lost.is_lost() {
+            self.shared.end();
+            return Err(Error::SessionLost);
+        }
+        self.shared
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::SessionLost)
+    }
+
+    /// Fires when the session can no longer be trusted.
+    pub(super) fn lost(&self) -> &LostSignal {
+        &self.shared.lost
+    }
+
+    /// Cancelled when the session ends; parent of its views' tokens.
+    pub(super) fn stop_token(&self) -> &CancellationToken {
+        &self.shared.stop
+    }
+
+    /// Ends the session: `lost()` fires, views stop, the client closes once its last clone
+    /// (in flight elsewhere) is gone. Never blocks, never panics.
+    pub(super) fn end(&self) {
+        self.shared.end();
+    }
+}
+
+impl Drop for ZkSession {
+    fn drop(&mut self) {
+        self.shared.end();
+    }
+}
+
+/// Probes the session every `T/3`, moves the deadline, and ends the session when the client
+/// reports a terminal state or the deadline passes.
+struct Keeper {
+    shared: Arc<Shared>,
+    client: zk::Client,
+    probe_path: String,
+    timeout: Duration,
+    request_timeout: Duration,
+    stats: Arc<RequestCounters>,
+}
+
+impl Keeper {
+    async fn run(self) {
+        let interval = self.timeout / 3;
+        let mut states = self.client.state_watcher();
+        let mut pause = interval;
+        loop {
+            tokio::select! {
+                _ = self.shared.stop.cancelled() => return,
+                _ = self.shared.lost.lost() => {
+                    tracing::warn!(session = %self.client.session_id(), "ZooKeeper session may have expired (no answer within the session timeout); its permits are lost");
+                    break;
+                }
+                state = states.changed() => {
+                    match state {
+                        SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
+                            tracing::warn!(session = %self.client.session_id(), ?state, "ZooKeeper session ended; its permits are lost");
+                            break;
+                        }
+                        _ => continue,
+                    }
+                }
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let sent = Instant::now();
+            self.stats.count(RequestKind::Lease);
+            let bound = self.request_timeout.min(interval).max(RETRY_PAUSE);
+            match timeout(bound, self.client.check_stat(&self.probe_path)).await {
+                Ok(Ok(_)) => {
+                    self.shared.lost.deadline().extend(sent + self.timeout);
+                    pause = interval;
+                }
+                Ok(Err(e)) if super::view::is_terminal(&e) => {
+                    tracing::warn!(error = %e, "ZooKeeper session ended; its permits are lost");
+                    break;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "ZooKeeper session probe failed; retrying");
+                    pause = RETRY_PAUSE;
+                }
+                Err(_) => {
+                    tracing::debug!("ZooKeeper session probe timed out; retrying");
+                    pause = RETRY_PAUSE;
+                }
+            }
+        }
+        self.shared.end();
+    }
+}

@@ -1,0 +1,464 @@
+//! A local, watch-fed copy of one semaphore (capacity + queue), shared by every waiter and
+//! acquire of one session. It is what makes an uncontended acquire one request (the create: the
+//! view already knows the queue ahead of it) and a release herd-free (one delete; each watching
+//! process gets one event and nobody re-reads).
+//!
+//! How it stays exact:
+//! * It is fed by a persistent recursive watch on the semaphore node, set up before the first
+//!   read. ZooKeeper sends a session's watch events before the responses of its later requests,
+//!   so once our create's reply is in, the event of our own node is already on its way.
+//! * A snapshot is `getChildren` and then `getData` (capacity). Creation events arrive in
+//!   creation (= sequence) order, so after a snapshot whose highest entry is `M`, a creation
+//!   event for an entry `<= M` is already reflected (present, or deleted before the snapshot) and is
+//!   skipped; deleting an absent entry is a no-op. An entry created after `M` and deleted before
+//!   the snapshot may appear briefly until its deletion event is applied: that only ever blocks
+//!   waiters, never grants. (The parent's `cversion` is no watermark: on ZooKeeper 3.8 it also
+//!   counts deletions, while sequence numbers count creations.) The capacity is always read
+//!   after the queue it is combined with: queues only lose entries ahead of a waiter, so a newer
+//!   capacity with an older queue never over-grants.
+//! * Events are applied one at a time by one task, which also does every read, so a snapshot
+//!   or capacity read and the events queued behind it are applied in order.
+//! * After a reconnect the view adds its watch again and reads a new snapshot: zookeeper-client
+//!   0.11.2 does not re-register persistent watches on a new connection (its `resend_watches`
+//!   only ever sends the old `SetWatches` lists), and even re-registered ones lose the events of
+//!   the disconnected time (ZOOKEEPER-4698).
+//! * An entry is decided only once the view has seen its creation (`seen > token`).
+
+use super::nodes::EntryName;
+use crate::backend::capacity::CapValue;
+use crate::queue;
+use crate::stats::{RequestCounters, RequestKind};
+use crate::waiters::{Outcome, QueueView, Waiters};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{self as zk, AddWatchMode, EventType, SessionState};
+
+/// The semaphore at the view's current point.
+#[derive(Debug, Default)]
+struct Queue {
+    /// `None`: the semaphore does not exist.
+    cap: Option<CapValue>,
+    /// Data version the capacity was read at (newer reads win).
+    cap_version: i32,
+    /// token (seq + 1) → (weight, request id)
+    entries: BTreeMap<u64, (u32, String)>,
+    /// The creation of every entry with a token below this has been applied.
+    seen: u64,
+}
+
+impl QueueView for Queue {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        self.cap.map(|c| (c.capacity, c.floor))
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+        self.entries
+            .iter()
+            .map(|(&token, &(permits, _))| queue::Entry { token, permits })
+    }
+    fn contains(&self, token: u64) -> bool {
+        self.entries.contains_key(&token)
+    }
+    fn has_seen(&self, token: u64) -> bool {
+        self.seen > token
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queue: Queue,
+    waiters: Waiters,
+    /// Events may have been missed since the last snapshot (disconnected).
+    stale: bool,
+    /// The watch is gone for good (session ended, view stopped): nothing will be decided.
+    dead: bool,
+}
+
+/// Told about entries the view sees appear and vanish (by node name), outside the view's lock.
+pub(super) trait EntryEvents: Send + Sync {
+    /// A queue entry appeared (from an event or a snapshot).
+    fn appeared(&self, semaphore: &str, node: &str);
+    /// A queue entry vanished.
+    fn vanished(&self, node: &str);
+}
+
+/// What the view's task needs.
+pub(super) struct ViewConfig {
+    pub client: zk::Client,
+    pub name: String,
+    pub path: String,
+    pub stats: Arc<RequestCounters>,
+    pub events: Arc<dyn EntryEvents>,
+}
+
+/// The watch-fed view of one semaphore.
+pub(super) struct SemView {
+    state: Mutex<State>,
+    /// Bumped after every applied change and snapshot: `(seen, snapshots)`.
+    progress: watch::Sender<(u64, u64)>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for SemView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemView").finish_non_exhaustive()
+    }
+}
+
+/// Pause between attempts to read a snapshot that failed while connected.
+const RESYNC_PAUSE: Duration = Duration::from_millis(100);
+const RESYNC_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+impl SemView {
+    /// Sets up the watch, reads the first snapshot (3 requests) and starts the task. Returns
+    /// the view even when the semaphore does not exist (then `capacity()` is `None`).
+    pub(super) async fn start(
+        cfg: ViewConfig,
+        stop: CancellationToken,
+    ) -> Result<Arc<SemView>, zk::Error> {
+        cfg.stats.count(RequestKind::Watch);
+        let watcher = cfg
+            .client
+            .watch(&cfg.path, AddWatchMode::PersistentRecursive)
+            .await?;
+        let view = Arc::new(SemView {
+            state: Mutex::new(State::default()),
+            progress: watch::Sender::new((0, 0)),
+            stop,
+        });
+        view.resync(&cfg).await?;
+        tokio::spawn(view.clone().run(cfg, watcher));
+        Ok(view)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the view still follows the store.
+    pub(super) fn is_live(&self) -> bool {
+        !self.stop.is_cancelled() && !self.lock().dead
+    }
+
+    /// Stored capacity as far as the view knows; `None` if the semaphore does not exist.
+    pub(super) fn capacity(&self) -> Option<u32> {
+        self.lock().queue.cap.map(|c| c.capacity)
+    }
+
+    /// The entry made by request `id`, if the view has it: `(token, weight)`.
+    pub(super) fn find(&self, id: &str) -> Option<(u64, u32)> {
+        self.lock()
+            .queue
+            .entries
+            .iter()
+            .find(|(_, (_, i))| i == id)
+            .map(|(&token, &(permits, _))| (token, permits))
+    }
+
+    /// Number of snapshots read so far (to wait for one taken after some moment).
+    pub(super) fn snapshots(&self) -> u64 {
+        self.progress.borrow().1
+    }
+
+    /// Waits until `until` says yes about `(seen, snapshots)`, the view dies, or `limit` passes.
+    /// Returns whether `until` said yes.
+    pub(super) async fn wait_progress(
+        &self,
+        limit: tokio::time::Instant,
+        until: impl Fn((u64, u64)) -> bool,
+    ) -> bool {
+        let mut rx = self.progress.subscribe();
+        let done = async {
+            loop {
+                // Copied out first: the watch's guard must not be held while `until` locks.
+                let progress = *rx.borrow_and_update();
+                if until(progress) {
+                    return true;
+                }
+                if !self.is_live() || rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::select! {
+            r = done => r,
+            _ = tokio::time::sleep_until(limit) => false,
+            _ = self.stop.cancelled() => false,
+        }
+    }
+
+    /// The outcome for entry `token` now (`None`: it waits, or the view has not seen it yet).
+    pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
+        crate::waiters::outcome(&self.lock().queue, token, permits)
+    }
+
+    /// Registers a waiter; the receiver gets its outcome once decided, and an error if the view
+    /// dies first.
+    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<Outcome> {
+        let st = &mut *self.lock();
+        if st.dead || self.stop.is_cancelled() {
+            // The sender is dropped at once: the receiver reports an error.
+            return oneshot::channel().1;
+        }
+        st.waiters.register(&st.queue, token, permits)
+    }
+
+    fn publish(&self, st: &mut State) {
+        st.waiters.resolve(&st.queue);
+        let seen = st.queue.seen;
+        self.progress.send_modify(|p| p.0 = seen);
+    }
+
+    fn die(&self) {
+        let mut st = self.lock();
+        st.dead = true;
+        // Dropping the senders tells every waiter the view is gone.
+        st.waiters = Waiters::default();
+        drop(st);
+        self.progress.send_modify(|_| {});
+    }
+
+    async fn run(self: Arc<Self>, cfg: ViewConfig, mut watcher: zk::PersistentWatcher) {
+        loop {
+            let event = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                e = watcher.changed() => e,
+            };
+            match event.event_type {
+                EventType::Session => match event.session_state {
+                    SessionState::Disconnected => self.lock().stale = true,
+                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                        if self.lock().stale {
+                            if let Some(fresh) = self.rewatch(&cfg).await {
+                                // The new watcher gets every event from its registration on;
+                                // the old one got nothing since the disconnect.
+                                watcher = fresh;
+                            }
+                        }
+                    }
+                    // Terminal (expired, closed, auth failed): the watcher must not be polled
+                    // again, and the session's owner reports the loss.
+                    _ => break,
+                },
+                EventType::NodeCreated | EventType::NodeDeleted | EventType::NodeDataChanged => {
+                    self.apply(&cfg, event.event_type, &event.path).await;
+                }
+                EventType::NodeChildrenChanged => {}
+            }
+        }
+        self.die();
+    }
+
+    async fn apply(&self, cfg: &ViewConfig, kind: EventType, path: &str) {
+        if path == cfg.path {
+            match kind {
+                EventType::NodeDataChanged => {
+                    if let Err(e) = self.read_capacity(cfg).await {
+                        tracing::debug!(semaphore = %cfg.name, error = %e, "capacity read failed; reading a snapshot");
+                        self.resync_until_done(cfg).await;
+                    }
+                }
+                EventType::NodeDeleted => {
+                    let mut st = self.lock();
+                    st.queue.cap = None;
+                    st.queue.cap_version = -1;
+                    st.queue.entries.clear();
+                    self.publish(&mut st);
+                }
+                // Created again after a delete: start over.
+                _ => self.resync_until_done(cfg).await,
+            }
+            return;
+        }
+        let Some(node) = path
+            .strip_prefix(cfg.path.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            .filter(|n| !n.contains('/'))
+        else {
+            return;
+        };
+        let Some(entry) = EntryName::parse(node) else {
+            return;
+        };
+        match kind {
+            EventType::NodeCreated => {
+                let fresh = {
+                    let mut st = self.lock();
+                    let token = entry.token();
+                    let fresh = token >= st.queue.seen;
+                    if fresh {
+                        st.queue
+                            .entries
+                            .insert(token, (entry.permits, entry.id.clone()));
+                        st.queue.seen = token + 1;
+                    }
+                    self.publish(&mut st);
+                    fresh
+                };
+                if fresh {
+                    cfg.events.appeared(&cfg.name, node);
+                }
+            }
+            EventType::NodeDeleted => {
+                {
+                    let mut st = self.lock();
+                    st.queue.entries.remove(&entry.token());
+                    self.publish(&mut st);
+                }
+                cfg.events.vanished(node);
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads the capacity node: `None` if the semaphore does not exist.
+    async fn fetch_capacity(
+        &self,
+        cfg: &ViewConfig,
+    ) -> Result<Option<(Option<CapValue>, i32)>, zk::Error> {
+        cfg.stats.count(RequestKind::Range);
+        match cfg.client.get_data(&cfg.path).await {
+            Ok((data, stat)) => Ok(Some((CapValue::parse(&data), stat.version))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the capacity and installs it if newer than the one held.
+    async fn read_capacity(&self, cfg: &ViewConfig) -> Result<(), zk::Error> {
+        let cap = self.fetch_capacity(cfg).await?;
+        let mut st = self.lock();
+        install_capacity(&mut st.queue, cap);
+        self.publish(&mut st);
+        Ok(())
+    }
+
+    /// Reads a snapshot (queue, then capacity: never a capacity older than the queue) and
+    /// installs both at once.
+    async fn resync(&self, cfg: &ViewConfig) -> Result<(), zk::Error> {
+        cfg.stats.count(RequestKind::Range);
+        let children = match cfg.client.list_children(&cfg.path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let cap = self.fetch_capacity(cfg).await?;
+        let mut appeared = Vec::new();
+        {
+            let mut st = self.lock();
+            let q = &mut st.queue;
+            let before = std::mem::take(&mut q.entries);
+            for node in &children {
+                if let Some(e) = EntryName::parse(node) {
+                    let token = e.token();
+                    if !before.contains_key(&token) {
+                        appeared.push(node.clone());
+                    }
+                    q.seen = q.seen.max(token + 1);
+                    q.entries.insert(token, (e.permits, e.id));
+                }
+            }
+            install_capacity(q, cap);
+            st.stale = false;
+            self.publish(&mut st);
+        }
+        self.progress.send_modify(|p| p.1 += 1);
+        for node in appeared {
+            cfg.events.appeared(&cfg.name, &node);
+        }
+        Ok(())
+    }
+
+    /// Registers the watch again on the new connection, then reads a snapshot. `None` (still
+    /// stale) if the connection dropped again: the next reconnect retries.
+    async fn rewatch(&self, cfg: &ViewConfig) -> Option<zk::PersistentWatcher> {
+        let mut pause = RESYNC_PAUSE;
+        loop {
+            cfg.stats.count(RequestKind::Watch);
+            match cfg
+                .client
+                .watch(&cfg.path, AddWatchMode::PersistentRecursive)
+                .await
+            {
+                Ok(w) => {
+                    self.resync_until_done(cfg).await;
+                    return Some(w);
+                }
+                Err(e) if is_connection_error(&e) || is_terminal(&e) => return None,
+                Err(e) => {
+                    tracing::debug!(semaphore = %cfg.name, error = %e, "watch renewal failed; retrying");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return None,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(RESYNC_MAX_PAUSE);
+                }
+            }
+        }
+    }
+
+    /// Reads snapshots until one succeeds, the connection drops (the next reconnect retries),
+    /// the session ends, or the view is stopped.
+    async fn resync_until_done(&self, cfg: &ViewConfig) {
+        let mut pause = RESYNC_PAUSE;
+        loop {
+            match self.resync(cfg).await {
+                Ok(()) => return,
+                Err(e) if is_connection_error(&e) => {
+                    self.lock().stale = true;
+                    return;
+                }
+                Err(e) if is_terminal(&e) => return,
+                Err(e) => {
+                    tracing::debug!(semaphore = %cfg.name, error = %e, "semaphore snapshot failed; retrying");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(RESYNC_MAX_PAUSE);
+                }
+            }
+        }
+    }
+}
+
+/// Installs a capacity read (`None`: the semaphore is gone) unless a newer one is held.
+fn install_capacity(q: &mut Queue, read: Option<(Option<CapValue>, i32)>) {
+    match read {
+        Some((value, version)) if version >= q.cap_version => {
+            // Unreadable capacity: keep the last good one rather than guess.
+            if value.is_some() {
+                q.cap = value;
+            }
+            q.cap_version = version;
+        }
+        Some(_) => {}
+        None => {
+            q.cap = None;
+            q.cap_version = -1;
+            q.entries.clear();
+        }
+    }
+}
+
+/// The connection broke under the request: it may or may not have been applied. (A reset
+/// connection fails requests in flight with the raw I/O error, not `ConnectionLoss`.)
+pub(super) fn is_connection_error(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+    )
+}
+
+/// Errors after which the session is gone for good.
+pub(super) fn is_terminal(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::AuthFailed
+            | zk::Error::SessionMoved
+    )
+}

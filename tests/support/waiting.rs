@@ -1,0 +1,39 @@
+//! Store-neutral helpers of the fault suites: bounded polling, and a holder with a waiter.
+
+use clusterlimit::{Error, Limiter, Permit, Semaphore};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Polls `cond` every 20 ms for at most `limit`; panics with `what` if it never holds.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `a` takes the only permit of semaphore "s" and `b` queues for it. Returns a's semaphore,
+/// the permit and b's wait.
+pub async fn hold_and_queue(
+    a: &Limiter,
+    b: &Limiter,
+) -> (Semaphore, Permit, JoinHandle<Result<Permit, Error>>) {
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let sb = b.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        sa.status().await.map(|s| s.waiting == 1).unwrap_or(false)
+    })
+    .await;
+    (sa, held, waiter)
+}

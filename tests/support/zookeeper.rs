@@ -1,0 +1,1043 @@
+//! Starts real ZooKeeper servers (the Debian `zookeeper` 3.8 package) as child processes.
+//!
+//! Like the etcd harness, nothing here is mocked: each [`ZkCluster`] is one standalone server or
+//! a 3-member ensemble of `java … QuorumPeerMain zoo.cfg` processes on 127.0.0.1, on ports
+//! picked at run time, with data, config and logs in temp dirs that disappear with the cluster.
+//!
+//! ```ignore
+//! let zk = ZkCluster::single();                          // ready in ~0.5 s
+//! let client = zk_connect(&zk.connect_string()).await;   // zookeeper-client, 4 s session
+//! let url = zk.url("tests/foo");                          // "zk://127.0.0.1:P/tests/foo"
+//!
+//! let mut zk = ZkCluster::builder().members(3).tick_time_ms(500).start();
+//! let l = zk.leader().unwrap();
+//! zk.kill(l);                                             // SIGKILL, no graceful shutdown
+//! let new_leader = zk.wait_leader(Duration::from_secs(10));
+//! zk.restart(l);                                          // same ports and data, waits ready
+//! zk.pause(0); zk.resume(0);                              // SIGSTOP / SIGCONT: a hung server
+//! ```
+//!
+//! How a server is run (no service script, no `/etc/zookeeper`):
+//! `java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp /usr/share/java/zookeeper.jar:
+//! /usr/share/java/slf4j-simple.jar … org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg`.
+//! `zookeeper.jar`'s manifest `Class-Path` names its own dependencies (netty, jute, metrics,
+//! snappy, slf4j-api, …); `slf4j-simple` only makes it log to stderr, which goes to `zk.log`.
+//! C1-only JIT (`TieredStopAtLevel=1`) starts a server ~30 % faster and is plenty for tests.
+//!
+//! Readiness is the `srvr` four-letter word answering with a `Mode:` line (standalone, leader or
+//! follower); an ensemble is ready when every running, unpaused member answers and exactly one
+//! of them is the leader. Session timeouts: `tickTime` defaults to 500 ms so expiry tests are
+//! fast, and `minSessionTimeout`/`maxSessionTimeout` are set to 1 s / 20 s explicitly (ZooKeeper's
+//! own default range would be 2..20 × tickTime = 1..10 s).
+//!
+//! Helpers that talk to the servers ([`zk_connect`], [`count_children`], [`delete_recursive`],
+//! [`expire_session`]) use the `zookeeper-client` crate, the one the library uses.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use zookeeper_client as zk;
+
+/// Default java launcher (Debian's `default-jre-headless`, pulled in by `zookeeper`).
+const DEFAULT_JAVA: &str = "/usr/bin/java";
+/// Environment variable that overrides [`DEFAULT_JAVA`].
+const JAVA_ENV: &str = "CLUSTERLIMIT_JAVA";
+/// The Debian package's server jar; its manifest lists the dependency jars.
+const DEFAULT_ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// SLF4J binding that logs to stderr (package `libslf4j-java`, a dependency of `zookeeper`).
+const DEFAULT_SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
+/// Environment variable that replaces the whole classpath (for non-Debian machines).
+const ZK_CLASSPATH_ENV: &str = "CLUSTERLIMIT_ZK_CLASSPATH";
+/// ZooKeeper's main class for both standalone and ensemble mode.
+const ZK_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+/// Install hint quoted whenever something is missing.
+const INSTALL_HINT: &str = "install it with `apt-get install zookeeper` (pulls in a JRE) or run \
+                            `bash scripts/test --install-deps` as root";
+
+/// Default `tickTime`: short, so session expiry tests are fast.
+pub const DEFAULT_TICK_TIME_MS: u32 = 500;
+/// Default `minSessionTimeout`: clients may ask for sessions as short as 1 s.
+pub const DEFAULT_MIN_SESSION_TIMEOUT_MS: u32 = 1_000;
+/// Default `maxSessionTimeout`: clients may ask for sessions as long as 20 s.
+pub const DEFAULT_MAX_SESSION_TIMEOUT_MS: u32 = 20_000;
+/// Session timeout of the clients made by [`zk_connect`].
+pub const HELPER_SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Upper bound for one start (or restart) to become ready; a healthy start takes ~0.5–1.5 s
+/// (more on a loaded 2-core machine: the JVM start dominates).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Readiness poll interval.
+const POLL_INTERVAL: Duration = Duration::from_millis(25);
+/// Budget of one four-letter-word probe (connect + command + whole answer).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
+const START_ATTEMPTS: usize = 3;
+/// Lines of a member's log quoted in a panic message.
+const LOG_TAIL_LINES: usize = 40;
+/// How long the async helpers keep retrying a failing call (connection loss, election).
+const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
+/// Attempt cap for the async helpers, so loops stay bounded even under paused tokio time.
+const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
+/// Depth cap of [`delete_recursive`] (ZooKeeper paths in tests are shallow).
+const MAX_DELETE_DEPTH: usize = 64;
+
+/// Run by `/bin/sh -c` next to each member with `$1` = java's pid and `$2` = the member's temp
+/// dir. `read` returns only when the test process dies (its end of the pipe closes) without
+/// running `Drop`; then the server is killed and its dir removed. The wait is bounded.
+const WATCHDOG_SCRIPT: &str = r#"read -r _line
+kill -9 "$1" 2>/dev/null
+i=0
+while kill -0 "$1" 2>/dev/null && [ "$i" -lt 20 ]; do sleep 0.05; i=$((i + 1)); done
+rm -rf -- "$2""#;
+
+/// Ports handed out by this process, never reused (shared idea with the etcd harness; a
+/// separate set is fine because both only hand out ports the OS reported free).
+static USED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// Path of the java launcher: `$CLUSTERLIMIT_JAVA`, else `/usr/bin/java`. Panics with an
+/// install hint when missing: these tests must never pass by silently skipping the store.
+pub fn java_binary() -> PathBuf {
+    let path = match std::env::var_os(JAVA_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_JAVA),
+    };
+    if !path.is_file() {
+        panic!(
+            "java not found at {} (override with ${JAVA_ENV}); ZooKeeper tests need it: \
+             {INSTALL_HINT}",
+            path.display()
+        );
+    }
+    path
+}
+
+/// Classpath of the ZooKeeper server: `$CLUSTERLIMIT_ZK_CLASSPATH`, else Debian's
+/// `zookeeper.jar` (whose manifest pulls in its dependencies) plus `slf4j-simple.jar` for logs.
+/// Panics with an install hint when the jar is missing.
+pub fn zookeeper_classpath() -> String {
+    if let Some(cp) = std::env::var_os(ZK_CLASSPATH_ENV) {
+        if !cp.is_empty() {
+            return cp.to_string_lossy().into_owned();
+        }
+    }
+    if !Path::new(DEFAULT_ZK_JAR).is_file() {
+        panic!(
+            "ZooKeeper not found: {DEFAULT_ZK_JAR} is missing (override the classpath with \
+             ${ZK_CLASSPATH_ENV}): {INSTALL_HINT}"
+        );
+    }
+    if Path::new(DEFAULT_SLF4J_BINDING).is_file() {
+        format!("{DEFAULT_ZK_JAR}:{DEFAULT_SLF4J_BINDING}")
+    } else {
+        // Still runs; it just logs nothing (SLF4J falls back to its no-op logger).
+        DEFAULT_ZK_JAR.to_owned()
+    }
+}
+
+/// The role a server reports in its `srvr` answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZkMode {
+    Standalone,
+    Leader,
+    Follower,
+    Observer,
+}
+
+impl ZkMode {
+    /// Parses the `Mode: …` line of a `srvr`/`stat` answer.
+    pub fn parse(srvr: &str) -> Option<ZkMode> {
+        let mode = srvr.lines().find_map(|l| l.strip_prefix("Mode:"))?.trim();
+        match mode {
+            "standalone" => Some(ZkMode::Standalone),
+            "leader" => Some(ZkMode::Leader),
+            "follower" => Some(ZkMode::Follower),
+            "observer" => Some(ZkMode::Observer),
+            _ => None,
+        }
+    }
+
+    /// True for the member that accepts writes (standalone counts).
+    pub fn is_leader(self) -> bool {
+        matches!(self, ZkMode::Standalone | ZkMode::Leader)
+    }
+}
+
+/// Settings of a cluster to start; see [`ZkCluster::builder`].
+#[derive(Clone, Debug)]
+pub struct ZkBuilder {
+    members: usize,
+    tick_time_ms: u32,
+    min_session_timeout_ms: u32,
+    max_session_timeout_ms: u32,
+}
+
+impl ZkBuilder {
+    /// Number of servers: 1 (standalone, the default) or an odd ensemble size (normally 3).
+    pub fn members(mut self, members: usize) -> Self {
+        self.members = members;
+        self
+    }
+
+    /// ZooKeeper's `tickTime` (default 500 ms). Failure detection inside an ensemble scales
+    /// with it (`syncLimit` = 5 ticks).
+    pub fn tick_time_ms(mut self, ms: u32) -> Self {
+        self.tick_time_ms = ms;
+        self
+    }
+
+    /// Range of session timeouts the servers grant (default 1 s ..= 20 s); a client asking for
+    /// less or more gets the bound.
+    pub fn session_timeout_range_ms(mut self, min: u32, max: u32) -> Self {
+        self.min_session_timeout_ms = min;
+        self.max_session_timeout_ms = max;
+        self
+    }
+
+    /// Starts the cluster and blocks until it is ready; see [`ZkCluster::start`].
+    pub fn start(self) -> ZkCluster {
+        ZkCluster::start_with(self)
+    }
+}
+
+impl Default for ZkBuilder {
+    fn default() -> Self {
+        ZkBuilder {
+            members: 1,
+            tick_time_ms: DEFAULT_TICK_TIME_MS,
+            min_session_timeout_ms: DEFAULT_MIN_SESSION_TIMEOUT_MS,
+            max_session_timeout_ms: DEFAULT_MAX_SESSION_TIMEOUT_MS,
+        }
+    }
+}
+
+/// ZooKeeper servers on 127.0.0.1 forming one standalone server or one ensemble, owned by a test.
+///
+/// Dropping it SIGKILLs and reaps every member (and a shell watchdog kills them if the test
+/// process dies without running `Drop`), then removes the temp dirs.
+pub struct ZkCluster {
+    opts: ZkBuilder,
+    members: Vec<Member>,
+}
+
+/// One server: fixed id, ports and data dir, so it can be killed and restarted.
+struct Member {
+    /// ZooKeeper's server id (`myid`), 1-based.
+    id: usize,
+    client_port: u16,
+    /// Quorum (follower ↔ leader) port; unused by a standalone server.
+    quorum_port: u16,
+    /// Leader election port; unused by a standalone server.
+    election_port: u16,
+    /// Holds `zoo.cfg`, `data/` and `zk.log`; removed when the cluster is dropped.
+    dir: TempDir,
+    child: Option<Child>,
+    /// SIGSTOPped by [`ZkCluster::pause`] and not resumed yet.
+    paused: bool,
+    /// `sh` that SIGKILLs the server and removes its dir when our end of its stdin pipe closes.
+    watchdog: Option<Child>,
+}
+
+/// Why a start attempt failed.
+enum StartError {
+    /// A member process exited before the cluster became ready (e.g. port already taken).
+    EarlyExit { member: usize, status: ExitStatus },
+    /// The deadline passed; says what the members answered to `srvr` the last time.
+    Timeout { state: Vec<(usize, String)> },
+}
+
+impl ZkCluster {
+    /// Settings for a cluster: `ZkCluster::builder().members(3).tick_time_ms(200).start()`.
+    pub fn builder() -> ZkBuilder {
+        ZkBuilder::default()
+    }
+
+    /// Starts `members` servers (1 = standalone, 3 = ensemble) with default settings and blocks
+    /// until ready: every member answers `srvr` with a mode and exactly one leads.
+    ///
+    /// Retries the whole start with fresh ports up to 3 times if a member exits early (a probed
+    /// free port can be taken before java binds it). Panics with the log tail otherwise.
+    pub fn start(members: usize) -> ZkCluster {
+        Self::builder().members(members).start()
+    }
+
+    /// A standalone server: what most tests need.
+    pub fn single() -> ZkCluster {
+        Self::start(1)
+    }
+
+    fn start_with(opts: ZkBuilder) -> ZkCluster {
+        let n = opts.members;
+        assert!(
+            n == 1 || (n % 2 == 1 && n <= 7),
+            "ZkCluster: {n} members requested, expected 1 or an odd ensemble size up to 7"
+        );
+        assert!(
+            opts.tick_time_ms > 0 && opts.min_session_timeout_ms <= opts.max_session_timeout_ms,
+            "ZkCluster: bad settings {opts:?}"
+        );
+        let java = java_binary();
+        let classpath = zookeeper_classpath();
+        let mut earlier_failures = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let mut cluster = ZkCluster::prepare(opts.clone());
+            let deadline = Instant::now() + READY_TIMEOUT;
+            for i in 0..n {
+                cluster.spawn_or_panic(&java, &classpath, i);
+            }
+            match cluster.wait_ready_until(deadline) {
+                Ok(()) => return cluster,
+                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
+                    let m = &cluster.members[member];
+                    let _ = writeln!(
+                        earlier_failures,
+                        "  attempt {attempt}: server {} (client port {}, quorum port {}, \
+                         election port {}) exited early with {status}; last log line: {}",
+                        m.id,
+                        m.client_port,
+                        m.quorum_port,
+                        m.election_port,
+                        cluster.log_tail(member, 1).trim_end()
+                    );
+                    // Dropping `cluster` kills the others; retry with fresh ports.
+                }
+                Err(err) => {
+                    let what = format!(
+                        "{n}-member ZooKeeper cluster failed to start \
+                         (attempt {attempt} of {START_ATTEMPTS})"
+                    );
+                    let msg = cluster.failure_message(&what, &err);
+                    drop(cluster);
+                    if earlier_failures.is_empty() {
+                        panic!("{msg}");
+                    }
+                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
+                }
+            }
+        }
+        unreachable!("the last start attempt either returns or panics")
+    }
+
+    /// Number of members (killed ones included).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Client ports of all members (killed ones included), in member order.
+    pub fn client_ports(&self) -> Vec<u16> {
+        self.members.iter().map(|m| m.client_port).collect()
+    }
+
+    /// Client address of one member.
+    pub fn client_addr(&self, member: usize) -> SocketAddr {
+        self.check_index(member);
+        SocketAddr::from(([127, 0, 0, 1], self.members[member].client_port))
+    }
+
+    /// ZooKeeper connect string of all members: `127.0.0.1:P1,127.0.0.1:P2,…`.
+    pub fn connect_string(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The library's connection URL, `zk://127.0.0.1:P1,…/chroot` (no trailing `/` when
+    /// `chroot` is empty).
+    pub fn url(&self, chroot: &str) -> String {
+        let chroot = chroot.trim_matches('/');
+        if chroot.is_empty() {
+            format!("zk://{}", self.connect_string())
+        } else {
+            format!("zk://{}/{chroot}", self.connect_string())
+        }
+    }
+
+    /// The `tickTime` the servers run with.
+    pub fn tick_time(&self) -> Duration {
+        Duration::from_millis(u64::from(self.opts.tick_time_ms))
+    }
+
+    /// One `srvr` probe of a member: its whole answer, or an empty string if it is down,
+    /// paused or did not answer within 1 s.
+    pub fn srvr(&self, member: usize) -> String {
+        self.four_letter_word(member, "srvr")
+    }
+
+    /// Any whitelisted four-letter word (`srvr`, `stat`, `mntr`, `ruok`, `cons`, `dump`,
+    /// `conf`): the answer, or an empty string if the member did not answer within 1 s.
+    pub fn four_letter_word(&self, member: usize, word: &str) -> String {
+        self.check_index(member);
+        let m = &self.members[member];
+        if m.child.is_none() || m.paused {
+            return String::new();
+        }
+        four_letter_word(m.client_port, word).unwrap_or_default()
+    }
+
+    /// The mode a member reports right now (`None` when down, paused or not serving).
+    pub fn mode(&self, member: usize) -> Option<ZkMode> {
+        ZkMode::parse(&self.srvr(member))
+    }
+
+    /// Index of the member that currently leads (the standalone server for 1 member), by
+    /// asking every running member; `None` if none says so right now.
+    pub fn leader(&self) -> Option<usize> {
+        self.modes()
+            .into_iter()
+            .find_map(|(i, mode)| mode.filter(|m| m.is_leader()).map(|_| i))
+    }
+
+    /// Blocks until the running, unpaused members are ready (all serve, exactly one leads)
+    /// and returns the leader; panics with the members' state and log tails after `timeout`.
+    pub fn wait_leader(&mut self, timeout: Duration) -> usize {
+        self.wait_ready_or_panic("waiting for a leader", timeout);
+        self.leader()
+            .expect("a ready cluster has a leader (it answered srvr a moment ago)")
+    }
+
+    /// Blocks until every running, unpaused member serves and exactly one of them leads;
+    /// panics with the members' state and log tails after 30 s.
+    pub fn wait_ready(&mut self) {
+        self.wait_ready_or_panic("waiting until ready", READY_TIMEOUT);
+    }
+
+    /// SIGKILLs one member and reaps it: a crash without graceful shutdown. Does nothing if it
+    /// is already down; [`ZkCluster::restart`] brings it back. Does not wait for a new leader.
+    pub fn kill(&mut self, member: usize) {
+        self.check_index(member);
+        self.members[member].stop();
+    }
+
+    /// Starts a member again with the same id, ports and data dir (killing it first if it
+    /// still runs), then blocks until the cluster is ready. Panics with the log tail.
+    pub fn restart(&mut self, member: usize) {
+        self.check_index(member);
+        self.members[member].stop();
+        let java = java_binary();
+        let classpath = zookeeper_classpath();
+        self.spawn_or_panic(&java, &classpath, member);
+        let what = format!("restart of ZooKeeper server {}", self.members[member].id);
+        self.wait_ready_or_panic(&what, READY_TIMEOUT);
+    }
+
+    /// SIGSTOPs a member: a hung server (GC pause, frozen VM). Its connections stay open but
+    /// nothing answers; an ensemble notices after `syncLimit` ticks. Undo with [`resume`].
+    ///
+    /// [`resume`]: ZkCluster::resume
+    pub fn pause(&mut self, member: usize) {
+        self.check_index(member);
+        let m = &mut self.members[member];
+        let pid = m.child.as_ref().map(Child::id);
+        let pid = pid.unwrap_or_else(|| panic!("pause: ZooKeeper server {} is not running", m.id));
+        send_signal(pid, "-STOP");
+        m.paused = true;
+    }
+
+    /// SIGCONTs a member paused with [`ZkCluster::pause`]; does not wait for anything.
+    pub fn resume(&mut self, member: usize) {
+        self.check_index(member);
+        let m = &mut self.members[member];
+        if let (Some(child), true) = (m.child.as_ref(), m.paused) {
+            send_signal(child.id(), "-CONT");
+        }
+        m.paused = false;
+    }
+
+    /// OS pid of a member's java process, `None` after [`ZkCluster::kill`].
+    pub fn pid(&self, member: usize) -> Option<u32> {
+        self.check_index(member);
+        self.members[member].child.as_ref().map(Child::id)
+    }
+
+    /// True if the member process runs (paused or not).
+    pub fn is_running(&self, member: usize) -> bool {
+        self.check_index(member);
+        self.members[member].child.is_some()
+    }
+
+    /// Path of a member's log file (java's stdout and stderr), for debugging failed tests.
+    pub fn log_path(&self, member: usize) -> PathBuf {
+        self.check_index(member);
+        self.members[member].log_path()
+    }
+
+    /// Allocates ports and temp dirs and writes every member's `zoo.cfg` and `myid`.
+    fn prepare(opts: ZkBuilder) -> ZkCluster {
+        let n = opts.members;
+        let ports = free_ports(3 * n);
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                id: i + 1,
+                client_port: ports[3 * i],
+                quorum_port: ports[3 * i + 1],
+                election_port: ports[3 * i + 2],
+                dir: tempfile::Builder::new()
+                    .prefix(&format!("clusterlimit-zk-s{}-", i + 1))
+                    .tempdir()
+                    .expect("cannot create temp dir for ZooKeeper server"),
+                child: None,
+                paused: false,
+                watchdog: None,
+            })
+            .collect();
+        let cluster = ZkCluster { opts, members };
+        for m in &cluster.members {
+            let data = m.dir.path().join("data");
+            std::fs::create_dir_all(&data).expect("cannot create ZooKeeper data dir");
+            std::fs::write(data.join("myid"), format!("{}\n", m.id)).expect("cannot write myid");
+            std::fs::write(m.config_path(), cluster.config(m)).expect("cannot write zoo.cfg");
+        }
+        cluster
+    }
+
+    /// `zoo.cfg` of one member.
+    fn config(&self, m: &Member) -> String {
+        let o = &self.opts;
+        let mut cfg = format!(
+            "# written by clusterlimit's test harness (tests/support/zookeeper.rs)\n\
+             dataDir={data}\n\
+             clientPort={client}\n\
+             clientPortAddress=127.0.0.1\n\
+             tickTime={tick}\n\
+             initLimit=10\n\
+             syncLimit=5\n\
+             minSessionTimeout={min}\n\
+             maxSessionTimeout={max}\n\
+             4lw.commands.whitelist=srvr,stat,mntr,ruok,cons,dump,conf\n\
+             admin.enableServer=false\n\
+             # throwaway data: no fsync, 1 MiB instead of 64 MiB log preallocation\n\
+             forceSync=no\n\
+             preAllocSize=1024\n\
+             maxClientCnxns=0\n",
+            data = m.dir.path().join("data").display(),
+            client = m.client_port,
+            tick = o.tick_time_ms,
+            min = o.min_session_timeout_ms,
+            max = o.max_session_timeout_ms,
+        );
+        if self.members.len() > 1 {
+            cfg.push_str("standaloneEnabled=false\nreconfigEnabled=false\n");
+            for p in &self.members {
+                let _ = writeln!(
+                    cfg,
+                    "server.{}=127.0.0.1:{}:{}",
+                    p.id, p.quorum_port, p.election_port
+                );
+            }
+        }
+        cfg
+    }
+
+    fn check_index(&self, member: usize) {
+        assert!(
+            member < self.members.len(),
+            "ZooKeeper member index {member} out of range: the cluster has {} members",
+            self.members.len()
+        );
+    }
+
+    fn spawn_or_panic(&mut self, java: &Path, classpath: &str, i: usize) {
+        if let Err(e) = self.spawn_member(java, classpath, i) {
+            panic!(
+                "cannot spawn {} for ZooKeeper server {}: {e}",
+                java.display(),
+                self.members[i].id
+            );
+        }
+    }
+
+    /// Spawns one server process (plus its watchdog), logging to `zk.log` in its temp dir.
+    fn spawn_member(&mut self, java: &Path, classpath: &str, i: usize) -> std::io::Result<()> {
+        let m = &mut self.members[i];
+        let log_path = m.log_path();
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        writeln!(
+            log,
+            "==== test harness: starting ZooKeeper server {} (client 127.0.0.1:{}, quorum {}, \
+             election {}) ====",
+            m.id, m.client_port, m.quorum_port, m.election_port
+        )?;
+        log.flush()?;
+        let mut cmd = Command::new(java);
+        // Options a developer's environment would inject into every JVM.
+        for var in [
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "CLASSPATH",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            // No /tmp/hsperfdata_* files per JVM.
+            .arg("-XX:-UsePerfData")
+            .arg("-cp")
+            .arg(classpath)
+            .arg("-Dzookeeper.admin.enableServer=false")
+            .arg(format!("-Dzookeeper.log.dir={}", m.dir.path().display()))
+            .arg("-Dzookeeper.jmx.log4j.disable=true")
+            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
+            .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
+            .arg(ZK_MAIN)
+            .arg(m.config_path())
+            .current_dir(m.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        m.child = Some(child);
+        m.paused = false;
+        // Best effort: without /bin/sh the cluster still works, it just is not orphan-proof.
+        m.watchdog = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .arg("zookeeper-watchdog")
+            .arg(pid.to_string())
+            .arg(m.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        Ok(())
+    }
+
+    /// Reports a member process that has exited (and reaps it), if any.
+    fn check_exits(&mut self) -> Result<(), StartError> {
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if let Some(child) = m.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    m.child = None;
+                    m.stop();
+                    return Err(StartError::EarlyExit { member: i, status });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `srvr` modes of all running, unpaused members, probed in parallel.
+    fn modes(&self) -> Vec<(usize, Option<ZkMode>)> {
+        self.answers("srvr")
+            .into_iter()
+            .map(|(i, a)| (i, ZkMode::parse(&a)))
+            .collect()
+    }
+
+    /// One four-letter word to every running, unpaused member, in parallel (a stalled member
+    /// costs one probe timeout, not one per member).
+    fn answers(&self, word: &str) -> Vec<(usize, String)> {
+        let targets: Vec<(usize, u16)> = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.child.is_some() && !m.paused)
+            .map(|(i, m)| (i, m.client_port))
+            .collect();
+        std::thread::scope(|s| {
+            let probes: Vec<_> = targets
+                .iter()
+                .map(|&(i, port)| (i, s.spawn(move || four_letter_word(port, word))))
+                .collect();
+            probes
+                .into_iter()
+                .map(|(i, p)| (i, p.join().ok().flatten().unwrap_or_default()))
+                .collect()
+        })
+    }
+
+    /// Polls until every running, unpaused member serves and exactly one leads, a member
+    /// exits, or `deadline` passes.
+    fn wait_ready_until(&mut self, deadline: Instant) -> Result<(), StartError> {
+        loop {
+            self.check_exits()?;
+            let answers = self.answers("srvr");
+            let modes: Vec<Option<ZkMode>> =
+                answers.iter().map(|(_, a)| ZkMode::parse(a)).collect();
+            let leaders = modes.iter().flatten().filter(|m| m.is_leader()).count();
+            if !answers.is_empty() && modes.iter().all(Option::is_some) && leaders == 1 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(StartError::Timeout { state: answers });
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn wait_ready_or_panic(&mut self, what: &str, timeout: Duration) {
+        if let Err(err) = self.wait_ready_until(Instant::now() + timeout) {
+            let msg = self.failure_message(what, &err);
+            panic!("{msg}");
+        }
+    }
+
+    /// Panic text: the reason plus the log tail of the members concerned.
+    fn failure_message(&self, what: &str, err: &StartError) -> String {
+        let (reason, members) = match err {
+            StartError::EarlyExit { member, status } => (
+                format!(
+                    "server {} exited early with {status}",
+                    self.members[*member].id
+                ),
+                vec![*member],
+            ),
+            StartError::Timeout { state } => {
+                let mut s = String::from("not ready in time (need: every running member serves, exactly one leads); last srvr modes:");
+                for (i, answer) in state {
+                    let shown = match ZkMode::parse(answer) {
+                        Some(mode) => format!("{mode:?}"),
+                        None if answer.is_empty() => "no answer".to_owned(),
+                        None => format!("{:?}", answer.lines().next().unwrap_or("")),
+                    };
+                    let _ = write!(s, " server {}: {shown};", self.members[*i].id);
+                }
+                (s, state.iter().map(|(i, _)| *i).collect())
+            }
+        };
+        let mut msg = format!(
+            "{what}: {reason} (java {}, classpath {})",
+            java_binary().display(),
+            zookeeper_classpath()
+        );
+        for i in members {
+            let m = &self.members[i];
+            let _ = write!(
+                msg,
+                "\n---- last {LOG_TAIL_LINES} lines of zk.log of server {} (client port {}, \
+                 quorum port {}, election port {}) ----\n{}",
+                m.id,
+                m.client_port,
+                m.quorum_port,
+                m.election_port,
+                self.log_tail(i, LOG_TAIL_LINES)
+            );
+        }
+        msg
+    }
+
+    /// Last `lines` lines of a member's log, or a note saying why it could not be read.
+    fn log_tail(&self, member: usize, lines: usize) -> String {
+        let path = self.members[member].log_path();
+        let mut text = String::new();
+        match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
+            Ok(_) => {
+                let all: Vec<&str> = text.lines().collect();
+                let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
+                tail.push('\n');
+                tail
+            }
+            Err(e) => format!("(cannot read {}: {e})\n", path.display()),
+        }
+    }
+}
+
+impl Drop for ZkCluster {
+    /// Kills every member so no server outlives its test, even when the test panics.
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            m.stop();
+        }
+    }
+}
+
+impl Member {
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("zk.log")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("zoo.cfg")
+    }
+
+    /// SIGKILLs and reaps the watchdog first (so it cannot hit a recycled pid), then the server
+    /// (SIGKILL also ends a SIGSTOPped process).
+    fn stop(&mut self) {
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+}
+
+/// Sends a signal with `/bin/kill` (no libc dependency); panics if that fails.
+fn send_signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// `count` distinct free loopback ports, found by binding 127.0.0.1:0 (all held at once, so
+/// they differ) and never handed out twice by this process.
+pub(crate) fn free_ports(count: usize) -> Vec<u16> {
+    let mut used = USED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut held = Vec::with_capacity(count);
+    let mut ports = Vec::with_capacity(count);
+    for _ in 0..count * 50 {
+        if ports.len() == count {
+            break;
+        }
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("cannot bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        if used.insert(port) {
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    assert_eq!(
+        ports.len(),
+        count,
+        "could not find {count} free loopback ports"
+    );
+    ports
+}
+
+/// Sends a four-letter word to 127.0.0.1:`port` and reads the whole answer (the server closes
+/// the connection after it), within [`PROBE_TIMEOUT`] in total. `None` on any failure.
+pub fn four_letter_word(port: u16, word: &str) -> Option<String> {
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        stream.set_read_timeout(Some(left)).ok()?;
+        match stream.read(&mut buf).ok()? {
+            0 => break,
+            n if answer.len() + n <= 1024 * 1024 => answer.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// A raw zookeeper-client session (4 s timeout) for test set-up and checks, retried while the
+/// ensemble elects a leader; panics after ~15 s. `connect` is a connect string
+/// (`127.0.0.1:P1,…`, optionally with `/chroot`), not a `zk://` URL.
+pub async fn zk_connect(connect: &str) -> zk::Client {
+    zk_connect_with(connect, HELPER_SESSION_TIMEOUT).await
+}
+
+/// [`zk_connect`] with a chosen session timeout (the server clamps it to its range).
+pub async fn zk_connect_with(connect: &str, session_timeout: Duration) -> zk::Client {
+    let connect = connect.to_owned();
+    retry(&format!("connect to {connect}"), || {
+        let connect = connect.clone();
+        async move {
+            let attempt = zk::Client::connector()
+                .with_session_timeout(session_timeout)
+                .with_fail_eagerly()
+                .connect(&connect);
+            match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+                Ok(r) => r,
+                Err(_) => Err(zk::Error::Timeout),
+            }
+        }
+    })
+    .await
+}
+
+/// Runs `op` until it succeeds, retrying transient errors (connection loss, timeouts, no
+/// hosts) for a bounded number of attempts and time; panics with the last error. Other errors
+/// (e.g. `NoNode`) are returned to the caller.
+async fn retry<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zk::Error>>,
+{
+    let deadline = Instant::now() + CALL_RETRY_FOR;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if attempts >= CALL_RETRY_MAX_ATTEMPTS || Instant::now() >= deadline => {
+                panic!("ZooKeeper {what} still failing after {attempts} attempts: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// True for errors after which the same call may succeed on a retry. `Custom` is how
+/// zookeeper-client 0.11 reports an I/O error of the connection (e.g. a reset) to requests in
+/// flight; nothing else produces it for plain reads and deletes.
+fn is_transient(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::Timeout
+            | zk::Error::NoHosts
+            | zk::Error::SessionMoved
+            | zk::Error::Throttled
+    )
+}
+
+/// Number of children of `path`, read straight from ZooKeeper (0 if `path` does not exist):
+/// checks that nothing is left behind independently of the library's own view.
+pub async fn count_children(connect: &str, path: &str) -> usize {
+    let client = zk_connect(connect).await;
+    let path = path.to_owned();
+    let r = retry(&format!("list children of {path}"), || {
+        let client = client.clone();
+        let path = path.clone();
+        async move {
+            match client.list_children(&path).await {
+                Ok(c) => Ok(Ok(c.len())),
+                Err(e) if is_transient(&e) => Err(e),
+                Err(e) => Ok(Err(e)),
+            }
+        }
+    })
+    .await;
+    match r {
+        Ok(n) => n,
+        Err(zk::Error::NoNode) => 0,
+        Err(e) => panic!("ZooKeeper list children of {path} failed: {e}"),
+    }
+}
+
+/// Children of `path`, sorted (empty if `path` does not exist).
+pub async fn list_children(connect: &str, path: &str) -> Vec<String> {
+    let client = zk_connect(connect).await;
+    let mut children = match client.list_children(path).await {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("ZooKeeper list children of {path} failed: {e}"),
+    };
+    children.sort();
+    children
+}
+
+/// Deletes `path` and everything below it (nothing if it does not exist). Tolerates nodes
+/// vanishing or appearing concurrently by retrying a bounded number of times.
+pub async fn delete_recursive(connect: &str, path: &str) {
+    let client = zk_connect(connect).await;
+    for _ in 0..20 {
+        match delete_tree(&client, path, 0).await {
+            Ok(()) => return,
+            Err(e) if is_transient(&e) || matches!(e, zk::Error::NotEmpty) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("ZooKeeper delete_recursive({path}) failed: {e}"),
+        }
+    }
+    panic!("ZooKeeper delete_recursive({path}) did not finish after 20 rounds");
+}
+
+/// Depth-first delete of one subtree; `NoNode` anywhere counts as done.
+fn delete_tree<'a>(
+    client: &'a zk::Client,
+    path: &'a str,
+    depth: usize,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<(), zk::Error>> + Send + 'a>> {
+    Box::pin(async move {
+        if depth > MAX_DELETE_DEPTH {
+            panic!("delete_recursive: deeper than {MAX_DELETE_DEPTH} levels at {path}");
+        }
+        let children = match client.list_children(path).await {
+            Ok(c) => c,
+            Err(zk::Error::NoNode) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for child in children {
+            let child_path = if path == "/" {
+                format!("/{child}")
+            } else {
+                format!("{path}/{child}")
+            };
+            delete_tree(client, &child_path, depth + 1).await?;
+        }
+        if path == "/" || path == "/zookeeper" {
+            return Ok(());
+        }
+        match client.delete(path, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// Ends another client's session as if it had expired (Curator's "kill session" trick): a
+/// second connection takes the session over with its id and password, which makes the server
+/// drop the first connection, and then closes it. The original client sees `Expired` when it
+/// reconnects (within its connection timeout); its ephemeral nodes are gone at once.
+pub async fn expire_session(connect: &str, session: &zk::SessionInfo) {
+    // Dropping the last handle of a non-detached client closes its session, but in the
+    // background; so take the session over again until the server says it is gone.
+    let mut last = String::from("no attempt made");
+    for _ in 0..50 {
+        let attempt = zk::Client::connector()
+            .with_session(session.clone())
+            .with_fail_eagerly()
+            .connect(connect);
+        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            Ok(Err(zk::Error::SessionExpired)) => return,
+            Ok(Ok(thief)) => {
+                drop(thief);
+                last = "session still alive after a takeover and close".to_owned();
+            }
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "takeover attempt timed out after 5 s".to_owned(),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "expire_session({:?}) via {connect}: session not closed: {last}",
+        session.id()
+    );
+}
+
+/// Waits until `watcher` reports a state matching `want` (checking the current one first);
+/// returns it, or `None` after `timeout`.
+pub async fn wait_state(
+    watcher: &mut zk::StateWatcher,
+    want: impl Fn(zk::SessionState) -> bool,
+    timeout: Duration,
+) -> Option<zk::SessionState> {
+    let now = watcher.peek_state();
+    if want(now) {
+        return Some(now);
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    for _ in 0..1_000 {
+        match tokio::time::timeout_at(deadline, watcher.changed()).await {
+            Ok(state) if want(state) => return Some(state),
+            Ok(state) if state.is_terminated() => return None,
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
