@@ -26,6 +26,12 @@ async fn twelve_processes_never_exceed_capacity_three_on_etcd() {
     twelve_processes_never_exceed_capacity_three(&cluster.url("twelve")).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_processes_never_exceed_capacity_three_on_zookeeper() {
+    let zk = support::ZkCluster::single();
+    twelve_processes_never_exceed_capacity_three(&zk.url("twelve")).await;
+}
+
 /// 12 `run` processes on one semaphore of capacity 3 in the store at `url` (any backend).
 async fn twelve_processes_never_exceed_capacity_three(url: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -35,7 +35,7 @@ pub enum Command {
 /// The store every one-shot command needs.
 #[derive(Debug, Args)]
 pub struct StoreArg {
-    /// Store URL: memory://NAME, etcd://HOST:PORT[,HOST:PORT…][/PREFIX].
+    /// Store URL: memory://NAME, etcd://HOST:PORT[,HOST:PORT…][/PREFIX], zk://HOST:PORT[,…][/CHROOT].
     #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
     pub store: String,
 }
