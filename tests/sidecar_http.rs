@@ -523,11 +523,27 @@ async fn graceful_shutdown_releases_every_permit_at_once() {
     assert_eq!(s, StatusCode::CREATED);
     let limiter = Limiter::connect(&url).await.unwrap();
     let sem = limiter.open_semaphore("g").await.unwrap();
-    let other = tokio::spawn(async move {
-        let p = sem.acquire_many_timeout(2, Duration::from_secs(20)).await;
-        (p.map(|p| p.fencing_token()), Instant::now())
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = |n: usize| {
+        let sem = sem.clone();
+        async move { (sem.status().await.unwrap().waiting == n).then_some(()) }
+    };
+    let other = {
+        let sem = sem.clone();
+        tokio::spawn(async move {
+            let p = sem.acquire_many_timeout(2, Duration::from_secs(20)).await;
+            (p.map(|p| p.fencing_token()), Instant::now())
+        })
+    };
+    eventually("library waiter queued", Duration::from_secs(10), || {
+        waiting(1)
+    })
+    .await;
+    // A long-poll in flight through the sidecar: it must answer 503, not hold up the exit.
+    let long_poll = {
+        let (c, base) = (c.clone(), sc.url.clone());
+        tokio::spawn(async move { acquire(&c, &base, "g", json!({"timeout_ms": 20000})).await })
+    };
+    eventually("HTTP waiter queued", Duration::from_secs(10), || waiting(2)).await;
     let signalled = Instant::now();
     binary::signal(sc.pid(), "TERM");
     let st = within(
@@ -542,6 +558,10 @@ async fn graceful_shutdown_releases_every_permit_at_once() {
         .await
         .unwrap();
     granted.expect("other client gets the permits");
+    let (s, body) = within("long-poll answered", Duration::from_secs(5), long_poll)
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(
         at.duration_since(signalled) < Duration::from_secs(5),
         "not released at shutdown"
