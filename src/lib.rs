@@ -34,7 +34,7 @@ mod semaphore;
 mod stats;
 mod status;
 mod store_url;
-mod validate;
+pub mod validate;
 mod waiters;
 
 pub use error::{BoxError, Error, Result};

@@ -1,0 +1,146 @@
+//! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Cluster-wide concurrency permits from the command line.
+#[derive(Debug, Parser)]
+#[command(name = "clusterlimit", version, after_help = super::exit::HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding permits of a semaphore.
+    ///
+    /// Acquires the permits, runs CMD with CLUSTERLIMIT_SEMAPHORE, CLUSTERLIMIT_FENCING_TOKEN and
+    /// CLUSTERLIMIT_PERMITS set, forwards SIGINT/SIGTERM/SIGHUP to it, releases when it exits
+    /// and exits with its code (128+N if it died of signal N).
+    #[command(after_help = super::exit::HELP)]
+    Run(RunArgs),
+    /// Show capacity, usage, waiters and holders of one semaphore or of all.
+    #[command(after_help = super::exit::HELP)]
+    Status(StatusArgs),
+    /// Change a semaphore's capacity for every client (creates it if absent).
+    #[command(after_help = super::exit::HELP)]
+    SetCapacity(SetCapacityArgs),
+    /// Run the sidecar: an HTTP/JSON API to permits, on one store session.
+    Serve(ServeArgs),
+}
+
+/// The store every one-shot command needs.
+#[derive(Debug, Args)]
+pub struct StoreArg {
+    /// Store URL: memory://NAME, etcd://HOST:PORT[,HOST:PORT…][/PREFIX], zk://HOST:PORT[,…][/CHROOT].
+    #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
+    pub store: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Semaphore to take permits from.
+    #[arg(long, value_name = "NAME")]
+    pub semaphore: String,
+    /// Create the semaphore with this capacity if absent (without it, an absent semaphore is an error).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    pub capacity: Option<u32>,
+    /// Permits to hold while CMD runs.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    pub permits: u32,
+    /// Give up waiting after this long (e.g. 30s, 5m) and exit 75; default: wait forever.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// After a lost permit, SIGKILL CMD if it is still running this long after SIGTERM.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+    /// Owner label shown in `status` (default HOSTNAME/PID).
+    #[arg(long, value_name = "LABEL")]
+    pub owner: Option<String>,
+    /// Store session TTL (min 2s): if this process dies, its permits come back within it.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub session_ttl: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Semaphore to show; all semaphores without it.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// Print JSON (one object with NAME, else an array) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetCapacityArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Semaphore to change.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// New capacity.
+    #[arg(value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    pub capacity: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML config file (listen, unix, store, session_ttl, permit_ttl, owner, [[semaphores]]).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// TCP address to listen on [default: 127.0.0.1:7878].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Also listen on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub unix: Option<PathBuf>,
+    /// Store URL [default: memory://].
+    #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
+    pub store: Option<String>,
+    /// Store session TTL (min 2s) [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub session_ttl: Option<Duration>,
+    /// Client TTL of an HTTP permit when the request gives no ttl_ms [default: 15s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub permit_ttl: Option<Duration>,
+    /// Owner label of the sidecar's permits when a request gives none (default HOSTNAME/PID).
+    #[arg(long, value_name = "LABEL")]
+    pub owner: Option<String>,
+}
+
+/// `10s`, `500ms`, `1m 30s` (humantime), or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 500ms, 2m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! Command-line entry: parse arguments, set up logging and a runtime, run one subcommand.
+
+mod args;
+pub mod exit;
+mod run;
+pub mod set_capacity;
+mod signals;
+mod status;
+
+pub use args::{parse_duration, ServeArgs};
+
+use args::{Cli, Command};
+use clap::{CommandFactory, Parser};
+use exit::Failure;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Parses the command line and runs the subcommand; never panics on user input.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_error(e),
+    };
+    let serve = matches!(cli.command, Command::Serve(_));
+    // One-shot commands report through their exit code and message; the store backend's
+    // warnings (keepalive retries, the session ending at close) would only garble that line.
+    init_logging(if serve {
+        "info"
+    } else {
+        "warn,clusterlimit::backend=error"
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Failure::new(exit::SOFTWARE, format!("cannot start runtime: {e}")).report()
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(a) => run::run(a).await,
+            Command::Status(a) => status::status(a).await,
+            Command::SetCapacity(a) => set_capacity::set_capacity(a).await,
+            Command::Serve(a) => crate::sidecar::serve(a).await,
+        }
+    });
+    // Background work (keepalives, releases of a closed session) must not hold up the exit.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match result {
+        Ok(code) => code,
+        Err(failure) => failure.report(),
+    }
+}
+
+/// clap errors exit 64 (EX_USAGE) with clap's message and usage; `--help`/`--version` exit 0.
+fn parse_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => {
+            // Value errors (e.g. `--permits 0`) carry no usage line: add the subcommand's.
+            if !e.render().to_string().contains("Usage:") {
+                let sub = std::env::args().nth(1).unwrap_or_default();
+                eprintln!("\n{}", usage_of(&sub));
+            }
+            ExitCode::from(exit::USAGE)
+        }
+    }
+}
+
+/// `RUST_LOG` wins; otherwise `default`.
+fn init_logging(default: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Usage line of one subcommand, shown after argument errors found past clap.
+pub fn usage_of(sub: &str) -> String {
+    let mut cmd = Cli::command();
+    cmd.build();
+    match cmd.find_subcommand_mut(sub) {
+        Some(s) => s.render_usage().to_string(),
+        None => cmd.render_usage().to_string(),
+    }
+}
+
+/// Connects to the store of a one-shot command; errors exit 64 (bad URL/option) or 69.
+pub async fn connect(
+    store: &str,
+    session_ttl: Duration,
+    owner: Option<&str>,
+    sub: &str,
+) -> Result<clusterlimit::Limiter, Failure> {
+    let mut builder = clusterlimit::Limiter::builder(store).session_ttl(session_ttl);
+    if let Some(owner) = owner {
+        builder = builder.owner(owner);
+    }
+    builder.connect().await.map_err(|e| match e {
+        clusterlimit::Error::InvalidArgument(_) => Failure::usage(e.to_string(), usage_of(sub)),
+        e => Failure::new(exit::UNAVAILABLE, format!("cannot connect to {store}: {e}")),
+    })
+}

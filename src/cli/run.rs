@@ -1,0 +1,194 @@
+//! `clusterlimit run`: hold permits while a child command runs.
+
+use super::args::RunArgs;
+use super::exit::{self, Failure};
+use super::signals::{send, Signals};
+use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
+use nix::sys::signal::Signal;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// Acquires, runs the command, releases; returns the command's exit code.
+pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    // Installed first: a SIGTERM while we connect or wait must end us cleanly (queue entry
+    // removed, session revoked), not by the default action.
+    let mut signals = Signals::install()?;
+    let limiter = tokio::select! {
+        r = super::connect(&args.store.store, args.session_ttl, args.owner.as_deref(), "run") => r?,
+        sig = signals.recv() => return Ok(killed_by(sig)),
+    };
+    let outcome = acquire_and_run(&args, &limiter, &mut signals).await;
+    // Revokes the session: whatever is still held or queued is gone at once.
+    if let Err(e) = limiter.close().await {
+        tracing::warn!(error = %e, "closing the store session; the TTL frees it");
+    }
+    outcome
+}
+
+async fn acquire_and_run(
+    args: &RunArgs,
+    limiter: &Limiter,
+    signals: &mut Signals,
+) -> Result<ExitCode, Failure> {
+    let sem = tokio::select! {
+        r = open(args, limiter) => r?,
+        sig = signals.recv() => return Ok(killed_by(sig)),
+    };
+    let mut opts = AcquireOptions::new().permits(args.permits);
+    if let Some(t) = args.timeout {
+        opts = opts.timeout(t);
+    }
+    if let Some(owner) = &args.owner {
+        opts = opts.owner(owner.clone());
+    }
+    let permit = tokio::select! {
+        r = sem.acquire_with(opts) => r.map_err(|e| acquire_failure(e, args))?,
+        sig = signals.recv() => return Ok(killed_by(sig)),
+    };
+    tracing::debug!(semaphore = %args.semaphore, token = permit.fencing_token(), "acquired");
+    let mut child = spawn(args, &permit)?;
+    let (status, lost) = supervise(&mut child, &permit, signals, args.grace).await;
+    if lost {
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "permit of semaphore {:?} was lost while the command ran; the command was stopped",
+                args.semaphore
+            ),
+        ));
+    }
+    if let Err(e) = permit.release().await {
+        tracing::warn!(error = %e, "releasing the permit; the session close or TTL frees it");
+    }
+    let status = status
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("waiting for the command: {e}")))?;
+    Ok(exit_code(status))
+}
+
+/// Opens the semaphore, or creates it when `--capacity` is given.
+async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
+    let usage = super::usage_of("run");
+    let opened = match args.capacity {
+        Some(cap) => limiter.semaphore(&args.semaphore, cap).await,
+        None => limiter.open_semaphore(&args.semaphore).await,
+    };
+    opened.map_err(|e| match e {
+        Error::NotFound(_) => Failure::usage(
+            format!(
+                "semaphore {:?} does not exist; pass --capacity N to create it",
+                args.semaphore
+            ),
+            usage,
+        ),
+        Error::CapacityMismatch { stored, requested } => Failure::usage(
+            format!(
+                "semaphore {:?} exists with capacity {stored}, not --capacity {requested} \
+                 (drop --capacity, or change it with `clusterlimit set-capacity`)",
+                args.semaphore
+            ),
+            usage,
+        ),
+        e => Failure::from_lib(e, usage),
+    })
+}
+
+fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
+    match e {
+        Error::Timeout => Failure::new(
+            exit::TIMEOUT,
+            format!(
+                "timed out after {} waiting for {} permit(s) of semaphore {:?}",
+                humantime::format_duration(args.timeout.unwrap_or_default()),
+                args.permits,
+                args.semaphore
+            ),
+        ),
+        e => Failure::from_lib(e, super::usage_of("run")),
+    }
+}
+
+/// Starts CMD with the permit's details in its environment; stdio is inherited.
+fn spawn(args: &RunArgs, permit: &Permit) -> Result<Child, Failure> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::usage("no command given after --", super::usage_of("run")))?;
+    Command::new(program)
+        .args(rest)
+        .env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)
+        .env(
+            "CLUSTERLIMIT_FENCING_TOKEN",
+            permit.fencing_token().to_string(),
+        )
+        .env("CLUSTERLIMIT_PERMITS", permit.permits().to_string())
+        // If we are killed without a chance to forward, the child must not outlive its permit.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            };
+            Failure::new(code, format!("cannot run {program:?}: {e}"))
+        })
+}
+
+/// Waits for the child, forwarding signals; on a lost permit sends SIGTERM, then SIGKILL
+/// after `grace`. Returns the exit status and whether the permit was lost.
+async fn supervise(
+    child: &mut Child,
+    permit: &Permit,
+    signals: &mut Signals,
+    grace: Duration,
+) -> (std::io::Result<ExitStatus>, bool) {
+    // The pid stays ours until `wait` reaps the child, so signalling it here cannot hit a
+    // recycled pid.
+    let pid = child.id();
+    let mut lost = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            sig = signals.recv() => {
+                tracing::debug!(signal = ?sig, "forwarding to the command");
+                send(pid, sig);
+            }
+            () = permit.lost(), if !lost => {
+                lost = true;
+                tracing::warn!(semaphore = permit.semaphore(), "permit lost: sending SIGTERM to the command");
+                send(pid, Signal::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
+            () = sleep_until(kill_at), if kill_at.is_some() => {
+                tracing::warn!("command still running {grace:?} after SIGTERM: sending SIGKILL");
+                send(pid, Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    (status, lost)
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The child's code, or 128+N when it died of signal N (as shells report it).
+fn exit_code(status: ExitStatus) -> ExitCode {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(exit::SOFTWARE)),
+        (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(exit::SOFTWARE)),
+        (None, None) => ExitCode::from(exit::SOFTWARE),
+    }
+}
+
+/// Exit code for a signal received before the command started.
+fn killed_by(sig: Signal) -> ExitCode {
+    ExitCode::from(u8::try_from(128 + sig as i32).unwrap_or(exit::SOFTWARE))
+}

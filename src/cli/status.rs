@@ -1,0 +1,97 @@
+//! `clusterlimit status`: capacity, usage, waiters and holders, as a table or JSON.
+
+use super::args::StatusArgs;
+use super::exit::{self, Failure};
+use clusterlimit::{Limiter, Status};
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+/// Runs `status`: prints a table or JSON.
+pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
+    let limiter = super::connect(
+        &args.store.store,
+        clusterlimit::DEFAULT_SESSION_TTL,
+        None,
+        "status",
+    )
+    .await?;
+    let result = read(&limiter, args.name.as_deref()).await;
+    let _ = limiter.close().await;
+    let statuses = result?;
+    let out = if args.json {
+        let json = match (&args.name, statuses.as_slice()) {
+            (Some(_), [one]) => serde_json::to_string_pretty(one),
+            _ => serde_json::to_string_pretty(&statuses),
+        };
+        json.map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?
+    } else {
+        table(&statuses)
+    };
+    println!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Status of `name`, or of every semaphore in the store.
+async fn read(limiter: &Limiter, name: Option<&str>) -> Result<Vec<Status>, Failure> {
+    let lib = |e| Failure::from_lib(e, super::usage_of("status"));
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => limiter.semaphores().await.map_err(lib)?,
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let sem = limiter.open_semaphore(&n).await.map_err(lib)?;
+        out.push(sem.status().await.map_err(lib)?);
+    }
+    Ok(out)
+}
+
+/// One block per semaphore: a summary line, then one indented row per holder.
+pub fn table(statuses: &[Status]) -> String {
+    let mut s = String::new();
+    if statuses.is_empty() {
+        s.push_str("no semaphores");
+        return s;
+    }
+    let width = statuses
+        .iter()
+        .map(|st| st.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let _ = writeln!(s, "{:<width$}  CAPACITY  USED  WAITING", "SEMAPHORE");
+    for st in statuses {
+        let _ = writeln!(
+            s,
+            "{:<width$}  {:>8}  {:>4}  {:>7}",
+            st.name, st.capacity, st.used, st.waiting
+        );
+        if st.holders.is_empty() {
+            continue;
+        }
+        let owner_w = st
+            .holders
+            .iter()
+            .map(|h| h.owner.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        let _ = writeln!(
+            s,
+            "  {:<owner_w$}  PERMITS  FENCING TOKEN  HELD SINCE",
+            "OWNER"
+        );
+        for h in &st.holders {
+            let _ = writeln!(
+                s,
+                "  {:<owner_w$}  {:>7}  {:>13}  {}",
+                h.owner,
+                h.permits,
+                h.fencing_token,
+                humantime::format_rfc3339_seconds(h.since())
+            );
+        }
+    }
+    s.truncate(s.trim_end().len());
+    s
+}

@@ -1,0 +1,393 @@
+//! The HTTP/JSON API: routes, request bodies, handlers.
+
+use super::body::{JsonBody, MAX_BODY};
+use super::metrics::Metrics;
+use super::permits::{KeepAlive, Table};
+use super::problem::Problem;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use clusterlimit::{validate, AcquireOptions, Error, Limiter, Semaphore, Status, MAX_CAPACITY};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Shortest client TTL of an HTTP permit.
+pub const MIN_TTL: Duration = Duration::from_millis(500);
+/// Longest client TTL of an HTTP permit.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Longest wait one acquire request may ask for (clients long-poll again after a 429).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Wait of an acquire request that gives no `timeout_ms`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on the store call behind `/readyz`.
+const READY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What every handler shares: one store session, the permit table, metrics.
+pub struct AppState {
+    pub limiter: Limiter,
+    pub table: Arc<Table>,
+    pub metrics: Arc<Metrics>,
+    pub permit_ttl: Duration,
+    /// Cancelled on SIGTERM/SIGINT: long-polls answer 503 and the server stops.
+    pub shutdown: CancellationToken,
+    /// Opened semaphores, so an acquire costs no extra "does it exist" request.
+    opened: Mutex<HashMap<String, Semaphore>>,
+}
+
+type Shared = Arc<AppState>;
+
+impl AppState {
+    /// State for a sidecar on `limiter`; `permit_ttl` is the default client TTL.
+    pub fn new(limiter: Limiter, permit_ttl: Duration) -> Shared {
+        let metrics = Arc::new(Metrics::new());
+        Arc::new(AppState {
+            limiter,
+            table: Table::new(metrics.clone()),
+            metrics,
+            permit_ttl,
+            shutdown: CancellationToken::new(),
+            opened: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Opens `name` (creating it with `capacity` if given); cached, since semaphores are never
+    /// deleted.
+    async fn semaphore(&self, name: &str, capacity: Option<u32>) -> Result<Semaphore, Problem> {
+        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
+        if capacity.is_none() {
+            if let Some(sem) = self.cached(name) {
+                return Ok(sem);
+            }
+        }
+        let sem = match capacity {
+            Some(cap) => self.limiter.semaphore(name, cap).await,
+            None => self
+                .limiter
+                .open_semaphore(name)
+                .await
+                .map_err(|e| match e {
+                    Error::NotFound(_) => Error::NotFound(name.to_string()),
+                    e => e,
+                }),
+        }
+        .map_err(|e| match e {
+            Error::NotFound(_) => Problem::not_found(format!(
+                "semaphore {name:?} does not exist; give \"capacity\" to create it"
+            )),
+            e => Problem::from_lib(e, "capacity"),
+        })?;
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.insert(name.to_string(), sem.clone());
+        }
+        Ok(sem)
+    }
+
+    fn cached(&self, name: &str) -> Option<Semaphore> {
+        self.opened.lock().ok()?.get(name).cloned()
+    }
+
+    /// One cheap store call under a short timeout: is the store answering our session?
+    pub async fn store_healthy(&self) -> bool {
+        let ok = matches!(
+            tokio::time::timeout(READY_TIMEOUT, self.limiter.semaphores()).await,
+            Ok(Ok(_))
+        );
+        self.metrics.store_up(ok);
+        ok
+    }
+}
+
+/// Every route of the sidecar.
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/semaphores", get(list))
+        .route("/v1/semaphores/{name}", get(status).put(set_capacity))
+        .route("/v1/semaphores/{name}/permits", post(acquire))
+        .route("/v1/permits/{id}/keepalive", post(keepalive))
+        .route("/v1/permits/{id}", delete(release))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { Problem::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// `POST /v1/semaphores/{name}/permits`. Numbers are read as i64 so that a negative one is
+/// reported as out of range for its field, not as a type error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    permits: Option<i64>,
+    timeout_ms: Option<i64>,
+    ttl_ms: Option<i64>,
+    owner: Option<String>,
+    capacity: Option<i64>,
+}
+
+/// 201 answer of an acquire.
+#[derive(Debug, Serialize)]
+pub struct Granted {
+    id: String,
+    semaphore: String,
+    permits: u32,
+    fencing_token: u64,
+    ttl_ms: u64,
+}
+
+/// `PUT /v1/semaphores/{name}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityBody {
+    capacity: i64,
+}
+
+/// `value` (or `default`) if within `min..=max`, else a 400 naming `field`.
+fn in_range(
+    field: &str,
+    value: Option<i64>,
+    min: i64,
+    max: i64,
+    default: i64,
+) -> Result<i64, Problem> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(Problem::field(
+            field,
+            format!("{field} must be between {min} and {max}, got {v}"),
+        ));
+    }
+    Ok(v)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Counts a waiting request in the metrics for as long as it lives (also when cancelled).
+struct Waiting<'a> {
+    metrics: &'a Metrics,
+    semaphore: &'a str,
+}
+
+impl<'a> Waiting<'a> {
+    fn start(metrics: &'a Metrics, semaphore: &'a str) -> Self {
+        metrics.waiting(semaphore, 1);
+        Waiting { metrics, semaphore }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.metrics.waiting(self.semaphore, -1);
+    }
+}
+
+async fn acquire(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<AcquireBody>,
+) -> Result<Response, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let max = i64::from(MAX_CAPACITY);
+    let permits = in_range("permits", body.permits, 1, max, 1)?;
+    let timeout_ms = in_range(
+        "timeout_ms",
+        body.timeout_ms,
+        0,
+        millis(MAX_TIMEOUT),
+        millis(DEFAULT_TIMEOUT),
+    )?;
+    let ttl_ms = in_range(
+        "ttl_ms",
+        body.ttl_ms,
+        millis(MIN_TTL),
+        millis(MAX_TTL),
+        millis(st.permit_ttl),
+    )?;
+    let capacity = match body.capacity {
+        Some(c) => Some(in_range("capacity", Some(c), 1, max, 1)?),
+        None => None,
+    };
+    let mut opts = AcquireOptions::new().permits(u32::try_from(permits).unwrap_or(u32::MAX));
+    if let Some(owner) = body.owner {
+        validate::owner(&owner).map_err(|e| Problem::from_lib(e, "owner"))?;
+        opts = opts.owner(owner);
+    }
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    opts = if timeout.is_zero() {
+        opts.no_wait()
+    } else {
+        opts.timeout(timeout)
+    };
+    let sem = st
+        .semaphore(&name, capacity.and_then(|c| u32::try_from(c).ok()))
+        .await?;
+
+    let started = tokio::time::Instant::now();
+    let waiting = Waiting::start(&st.metrics, &name);
+    let outcome = tokio::select! {
+        r = sem.acquire_with(opts) => r,
+        () = st.shutdown.cancelled() => Err(Error::Closed),
+    };
+    drop(waiting);
+    let permit = match outcome {
+        Ok(p) => p,
+        Err(Error::Timeout | Error::NoPermits) => {
+            st.metrics.timed_out(&name);
+            return Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "timeout",
+                format!("no {permits} permit(s) of {name:?} within {timeout_ms} ms"),
+            )
+            .retry_after(1));
+        }
+        Err(e) => return Err(Problem::from_lib(e, "permits")),
+    };
+    st.metrics.acquired(&name, started.elapsed().as_secs_f64());
+    let granted = Granted {
+        id: String::new(),
+        semaphore: name.clone(),
+        permits: permit.permits(),
+        fencing_token: permit.fencing_token(),
+        ttl_ms: u64::try_from(ttl_ms).unwrap_or(0),
+    };
+    let id = st
+        .table
+        .insert(permit, Duration::from_millis(granted.ttl_ms));
+    tracing::debug!(%id, semaphore = %name, permits, token = granted.fencing_token, "acquired");
+    let location = HeaderValue::try_from(format!("/v1/permits/{id}")).ok();
+    let mut resp = (StatusCode::CREATED, Json(Granted { id, ..granted })).into_response();
+    if let Some(loc) = location {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+async fn keepalive(State(st): State<Shared>, Path(id): Path<String>) -> Result<Response, Problem> {
+    match st.table.keepalive(&id) {
+        KeepAlive::Extended(ttl) => Ok(Json(serde_json::json!({
+            "id": id,
+            "ttl_ms": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        }))
+        .into_response()),
+        KeepAlive::Lost => Err(Problem::new(
+            StatusCode::GONE,
+            "permit_lost",
+            "the permit was lost (the store session ended): stop the guarded work",
+        )),
+        KeepAlive::Unknown => Err(unknown_permit(&id)),
+    }
+}
+
+async fn release(State(st): State<Shared>, Path(id): Path<String>) -> Result<StatusCode, Problem> {
+    match st.table.release(&id).await {
+        Some(Ok(())) => Ok(StatusCode::NO_CONTENT),
+        Some(Err(e)) => {
+            // The library keeps retrying in the background and the session is the backstop.
+            tracing::warn!(%id, error = %e, "release did not reach the store yet");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(unknown_permit(&id)),
+    }
+}
+
+fn unknown_permit(id: &str) -> Problem {
+    Problem::not_found(format!(
+        "no permit {id:?} (never granted, released, or expired)"
+    ))
+}
+
+async fn status(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Json<Status>, Problem> {
+    let sem = st.semaphore(&name, None).await?;
+    sem.status()
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_lib(e, "name"))
+}
+
+async fn set_capacity(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<CapacityBody>,
+) -> Result<Json<Status>, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let cap = in_range(
+        "capacity",
+        Some(body.capacity),
+        1,
+        i64::from(MAX_CAPACITY),
+        1,
+    )?;
+    let cap = u32::try_from(cap).unwrap_or(MAX_CAPACITY);
+    crate::cli::set_capacity::apply(&st.limiter, &name, cap)
+        .await
+        .map_err(|e| Problem::from_lib(e, "capacity"))?;
+    let sem = st.semaphore(&name, None).await?;
+    sem.status()
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_lib(e, "name"))
+}
+
+async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
+    let names = st
+        .limiter
+        .semaphores()
+        .await
+        .map_err(|e| Problem::from_lib(e, "name"))?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let sem = st.semaphore(&name, None).await?;
+        out.push(
+            sem.status()
+                .await
+                .map_err(|e| Problem::from_lib(e, "name"))?,
+        );
+    }
+    Ok(Json(out))
+}
+
+async fn metrics(State(st): State<Shared>) -> Response {
+    let body = st.metrics.render(st.limiter.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn readyz(State(st): State<Shared>) -> Result<&'static str, Problem> {
+    if st.shutdown.is_cancelled() {
+        return Err(Problem::unavailable(
+            "shutting_down",
+            "the sidecar is shutting down",
+        ));
+    }
+    if st.store_healthy().await {
+        Ok("ready\n")
+    } else {
+        Err(Problem::unavailable(
+            "store_unavailable",
+            format!("the store did not answer within {READY_TIMEOUT:?}"),
+        ))
+    }
+}

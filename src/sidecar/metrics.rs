@@ -1,0 +1,183 @@
+//! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
+
+use clusterlimit::RequestStats;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SemLabel {
+    pub semaphore: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+type HistogramFamily = Family<SemLabel, Histogram, fn() -> Histogram>;
+
+/// Every metric the sidecar exports; cheap to update from any task.
+pub struct Metrics {
+    registry: Registry,
+    held: Family<SemLabel, Gauge>,
+    waiting: Family<SemLabel, Gauge>,
+    acquire_seconds: HistogramFamily,
+    timeouts: Family<SemLabel, Counter>,
+    lost: Family<SemLabel, Counter>,
+    expired: Family<SemLabel, Counter>,
+    store_requests: Family<KindLabel, Counter>,
+    store_up: Gauge,
+    /// Store counters at the last scrape: the exported counters grow by the difference.
+    last_stats: Mutex<RequestStats>,
+}
+
+fn acquire_histogram() -> Histogram {
+    // 0.25 ms .. ~65 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let held = Family::<SemLabel, Gauge>::default();
+        let waiting = Family::<SemLabel, Gauge>::default();
+        let acquire_seconds: HistogramFamily = Family::new_with_constructor(acquire_histogram);
+        let timeouts = Family::<SemLabel, Counter>::default();
+        let lost = Family::<SemLabel, Counter>::default();
+        let expired = Family::<SemLabel, Counter>::default();
+        let store_requests = Family::<KindLabel, Counter>::default();
+        let store_up = Gauge::default();
+        registry.register(
+            "clusterlimit_permits_held",
+            "Permits held through this sidecar",
+            held.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquires_waiting",
+            "Acquire requests waiting in this sidecar",
+            waiting.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquire_duration_seconds",
+            "Time from an acquire request to its grant",
+            acquire_seconds.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquire_timeouts",
+            "Acquire requests that timed out (429)",
+            timeouts.clone(),
+        );
+        registry.register(
+            "clusterlimit_permits_lost",
+            "Held permits lost (store session ended behind them)",
+            lost.clone(),
+        );
+        registry.register(
+            "clusterlimit_permits_expired",
+            "Permits released because their client stopped calling keepalive",
+            expired.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_requests",
+            "Requests sent to the store, by kind",
+            store_requests.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_session_up",
+            "1 if the last store health check succeeded, else 0",
+            store_up.clone(),
+        );
+        Metrics {
+            registry,
+            held,
+            waiting,
+            acquire_seconds,
+            timeouts,
+            lost,
+            expired,
+            store_requests,
+            store_up,
+            last_stats: Mutex::new(RequestStats::default()),
+        }
+    }
+
+    fn label(semaphore: &str) -> SemLabel {
+        SemLabel {
+            semaphore: semaphore.to_string(),
+        }
+    }
+
+    /// Permits held through the sidecar changed by `delta`.
+    pub fn held(&self, semaphore: &str, delta: i64) {
+        self.held
+            .get_or_create(&Self::label(semaphore))
+            .inc_by(delta);
+    }
+
+    /// Waiting acquire requests changed by `delta`.
+    pub fn waiting(&self, semaphore: &str, delta: i64) {
+        self.waiting
+            .get_or_create(&Self::label(semaphore))
+            .inc_by(delta);
+    }
+
+    /// A grant after `seconds` of waiting.
+    pub fn acquired(&self, semaphore: &str, seconds: f64) {
+        self.acquire_seconds
+            .get_or_create(&Self::label(semaphore))
+            .observe(seconds);
+    }
+
+    /// An acquire answered 429.
+    pub fn timed_out(&self, semaphore: &str) {
+        self.timeouts.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A held permit was lost.
+    pub fn lost(&self, semaphore: &str) {
+        self.lost.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A permit was released because its client stopped calling keepalive.
+    pub fn expired(&self, semaphore: &str) {
+        self.expired.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// Result of the latest store health check.
+    pub fn store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
+    }
+
+    /// Brings the store counters up to `now` and renders every metric.
+    pub fn render(&self, now: RequestStats) -> String {
+        if let Ok(mut last) = self.last_stats.lock() {
+            let d = now.since(&last);
+            for (kind, n) in [
+                ("put", d.put),
+                ("txn", d.txn),
+                ("range", d.range),
+                ("delete", d.delete),
+                ("watch", d.watch),
+                ("lease", d.lease),
+            ] {
+                self.store_requests
+                    .get_or_create(&KindLabel {
+                        kind: kind.to_string(),
+                    })
+                    .inc_by(n);
+            }
+            *last = now;
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics");
+        }
+        out
+    }
+}

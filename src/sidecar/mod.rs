@@ -1,0 +1,130 @@
+//! `clusterlimit serve`: the sidecar. One store session for the host; an HTTP/JSON API to
+//! take, keep alive and release permits; Prometheus metrics; graceful shutdown that releases
+//! every permit at once.
+
+mod api;
+mod body;
+mod config;
+mod metrics;
+mod permits;
+mod problem;
+
+use crate::cli::exit::{self, Failure};
+use crate::cli::ServeArgs;
+use config::Config;
+use std::future::IntoFuture as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// How long in-flight requests get to finish after SIGTERM before we close anyway (with
+/// CLOSE_TIMEOUT and the runtime shutdown, the exit stays within 5 s).
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(2500);
+/// Bound on revoking the session at shutdown (the TTL is the backstop).
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How often the store health gauge is refreshed between `/readyz` calls.
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs the sidecar until SIGTERM/SIGINT, then releases every permit and returns 0.
+pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
+    let cfg = Config::resolve(args)?;
+    let sig = |kind| {
+        signal(kind).map_err(|e| Failure::new(exit::SOFTWARE, format!("signal handler: {e}")))
+    };
+    let mut term = sig(SignalKind::terminate())?;
+    let mut int = sig(SignalKind::interrupt())?;
+
+    let limiter =
+        crate::cli::connect(&cfg.store, cfg.session_ttl, cfg.owner.as_deref(), "serve").await?;
+    for d in &cfg.semaphores {
+        match limiter.semaphore(&d.name, d.capacity).await {
+            Ok(_) => tracing::info!(semaphore = %d.name, capacity = d.capacity, "declared"),
+            // Capacity changes are explicit (PUT, set-capacity): the stored one stays.
+            Err(clusterlimit::Error::CapacityMismatch { stored, .. }) => tracing::warn!(
+                semaphore = %d.name, stored, configured = d.capacity,
+                "semaphore exists with another capacity; keeping the stored one"
+            ),
+            Err(e) => return Err(Failure::from_lib(e, crate::cli::usage_of("serve"))),
+        }
+    }
+
+    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl);
+    let app = api::router(state.clone());
+    let listen_err = |what: String, e: std::io::Error| {
+        Failure::new(exit::UNAVAILABLE, format!("cannot listen on {what}: {e}"))
+    };
+    let tcp = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| listen_err(cfg.listen.to_string(), e))?;
+    let addr = tcp
+        .local_addr()
+        .map_err(|e| listen_err(cfg.listen.to_string(), e))?;
+    // Printed on stdout so scripts (and tests) can learn a port picked with :0.
+    println!(
+        "clusterlimit serve: listening on http://{addr} (store {})",
+        cfg.store
+    );
+    let mut servers = tokio::task::JoinSet::new();
+    servers.spawn(
+        axum::serve(tcp, app.clone())
+            .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+    if let Some(path) = &cfg.unix {
+        // A socket file left by a previous run would make bind fail.
+        if std::fs::symlink_metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_socket()
+        }) {
+            let _ = std::fs::remove_file(path);
+        }
+        let unix = tokio::net::UnixListener::bind(path)
+            .map_err(|e| listen_err(path.display().to_string(), e))?;
+        println!("clusterlimit serve: listening on unix:{}", path.display());
+        servers.spawn(
+            axum::serve(unix, app)
+                .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
+                .into_future(),
+        );
+    }
+    let _ = std::io::stdout().flush();
+    tracing::info!(%addr, store = %cfg.store, "serving");
+
+    let probe_state = state.clone();
+    let probe = tokio::spawn(async move {
+        loop {
+            probe_state.store_healthy().await;
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    });
+
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        Some(r) = servers.join_next() => tracing::error!(result = ?r, "server stopped unexpectedly"),
+    }
+    // Stop accepting; long-polls answer 503; then revoke the session, which releases every
+    // permit at once.
+    state.table.begin_shutdown();
+    state.shutdown.cancel();
+    probe.abort();
+    if tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while servers.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing anyway");
+        servers.abort_all();
+    }
+    match tokio::time::timeout(CLOSE_TIMEOUT, limiter.close()).await {
+        Ok(Ok(())) => tracing::info!("session closed: every permit released"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "closing the session; the TTL frees its permits"),
+        Err(_) => tracing::warn!("closing the session timed out; the TTL frees its permits"),
+    }
+    if let Some(path) = &cfg.unix {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(ExitCode::SUCCESS)
+}

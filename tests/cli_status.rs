@@ -1,0 +1,109 @@
+//! `clusterlimit status` and `set-capacity` as real processes against real etcd.
+
+mod binary;
+mod support;
+
+use binary::{cmd, output};
+use clusterlimit::{AcquireOptions, Limiter};
+use std::time::Duration;
+use support::EtcdCluster;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_set_capacity() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("status");
+
+    let out = output(cmd(&["set-capacity", "--store", &url, "jobs", "3"]), LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("created"), "{}", out.stdout);
+
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let sem = limiter.open_semaphore("jobs").await.unwrap();
+    let permit = sem
+        .acquire_with(AcquireOptions::new().permits(2).owner("tester/1"))
+        .await
+        .unwrap();
+    limiter.semaphore("other", 1).await.unwrap();
+
+    // JSON of one semaphore: an object with the holder row.
+    let out = output(cmd(&["status", "--store", &url, "jobs", "--json"]), LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["name"], "jobs");
+    assert_eq!(v["capacity"], 3);
+    assert_eq!(v["used"], 2);
+    assert_eq!(v["waiting"], 0);
+    let holder = &v["holders"][0];
+    assert_eq!(holder["owner"], "tester/1");
+    assert_eq!(holder["permits"], 2);
+    assert_eq!(holder["fencing_token"], permit.fencing_token());
+    assert!(holder["since_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
+
+    // Without NAME: every semaphore, as an array.
+    let out = output(cmd(&["status", "--store", &url, "--json"]), LIMIT).await;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let names: Vec<_> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(names, ["jobs", "other"]);
+
+    // The table: one line per semaphore, one row per holder.
+    let mut c = cmd(&["status"]);
+    c.env("CLUSTERLIMIT_STORE", &url);
+    let out = output(c, LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let table = out.stdout;
+    assert!(
+        table.contains("SEMAPHORE") && table.contains("HELD SINCE"),
+        "{table}"
+    );
+    let jobs = table
+        .lines()
+        .find(|l| l.starts_with("jobs"))
+        .expect("jobs row");
+    assert_eq!(
+        jobs.split_whitespace().collect::<Vec<_>>(),
+        ["jobs", "3", "2", "0"]
+    );
+    let row = table
+        .lines()
+        .find(|l| l.contains("tester/1"))
+        .expect("holder row");
+    let cols: Vec<_> = row.split_whitespace().collect();
+    assert_eq!(
+        cols[..3],
+        ["tester/1", "2", &permit.fencing_token().to_string()]
+    );
+    assert!(cols[3].ends_with('Z'), "held since is RFC 3339: {row}");
+
+    // set-capacity changes it for everyone.
+    let out = output(cmd(&["set-capacity", "--store", &url, "jobs", "5"]), LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(sem.status().await.unwrap().capacity, 5);
+
+    // An absent semaphore is an error (exit 1), a bad URL a usage error.
+    let out = output(cmd(&["status", "--store", &url, "absent"]), LIMIT).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("absent"), "{}", out.stderr);
+    let out = output(cmd(&["status", "--store", "etcd://"]), LIMIT).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_store_exits_69() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("etcd://127.0.0.1:{port}/x");
+    let out = output(cmd(&["status", "--store", &url]), LIMIT).await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+}
