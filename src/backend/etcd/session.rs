@@ -84,8 +84,16 @@ impl Keeper {
         let mut pause = self.interval;
         loop {
             tokio::select! {
+                // Stop first: close() both stops the keeper and marks the session lost.
+                biased;
                 _ = self.session.stop.cancelled() => return,
-                _ = self.session.lost.lost() => break,
+                _ = self.session.lost.lost() => {
+                    // Marked lost by whoever noticed (and reported) it: nothing left to do.
+                    if !self.session.lost.deadline().passed() {
+                        return;
+                    }
+                    break;
+                }
                 _ = tokio::time::sleep(pause) => {}
             }
             let sent = Instant::now();

@@ -153,8 +153,13 @@ impl Keeper {
         let mut pause = interval;
         loop {
             tokio::select! {
+                // Stop first: ending the session both stops the keeper and marks it lost.
+                biased;
                 _ = self.shared.stop.cancelled() => return,
                 _ = self.shared.lost.lost() => {
+                    if !self.shared.lost.deadline().passed() {
+                        break; // marked lost by whoever noticed it
+                    }
                     tracing::warn!(session = %self.client.session_id(), "ZooKeeper session may have expired (no answer within the session timeout); its permits are lost");
                     break;
                 }
