@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
-use super::process::{first_exit, free_ports, ServerProcess};
+use super::process::{first_exit, free_ports, start_with_retries, Attempt, ServerProcess};
 
 /// Default location of the Debian package's binary.
 const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
@@ -34,8 +34,6 @@ const LOG_SERVING_CLIENTS: &str = "serving client traffic";
 /// How long to wait for those log lines before probing anyway (another etcd version may word
 /// them differently; then startup is only slower, not broken).
 const LOG_GATE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
-const START_ATTEMPTS: usize = 3;
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
 /// How long the async helpers keep retrying a failing etcd call (e.g. during an election).
@@ -103,42 +101,34 @@ impl EtcdCluster {
             "EtcdCluster::start: {members} members requested, expected 1..=7 (normally 1 or 3)"
         );
         let bin = etcd_binary();
-        let mut earlier_failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
+        start_with_retries(&format!("{members}-member etcd cluster"), |what| {
             let mut cluster = EtcdCluster::prepare(members);
             let deadline = Instant::now() + READY_TIMEOUT;
-            match cluster
+            let err = match cluster
                 .spawn_all(&bin, deadline)
                 .and_then(|()| cluster.wait_healthy(deadline))
             {
-                Ok(()) => return cluster,
-                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
-                    let _ = writeln!(
-                        earlier_failures,
-                        "  attempt {attempt}: member {} (client port {}, peer port {}) exited \
-                         early with {status}; last log line: {}",
-                        cluster.members[member].name,
-                        cluster.members[member].client_port,
-                        cluster.members[member].peer_port,
-                        cluster.members[member].process.log_tail(1).trim_end()
+                Ok(()) => return Attempt::Started(cluster),
+                Err(err) => err,
+            };
+            let message = cluster.failure_message(what, &err);
+            match err {
+                StartError::EarlyExit { member, status } => {
+                    let m = &cluster.members[member];
+                    let summary = format!(
+                        "member {} (client port {}, peer port {}) exited early with {status}; \
+                         last log line: {}",
+                        m.name,
+                        m.client_port,
+                        m.peer_port,
+                        m.process.log_tail(1).trim_end()
                     );
-                    // Dropping `cluster` kills the remaining members; retry with fresh ports.
+                    Attempt::EarlyExit { summary, message }
                 }
-                Err(err) => {
-                    let what = format!(
-                        "{members}-member etcd cluster failed to start \
-                         (attempt {attempt} of {START_ATTEMPTS})"
-                    );
-                    let msg = cluster.failure_message(&what, &err);
-                    drop(cluster);
-                    if earlier_failures.is_empty() {
-                        panic!("{msg}");
-                    }
-                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
-                }
+                StartError::Timeout { .. } => Attempt::Failed { message },
             }
-        }
-        unreachable!("the last start attempt either returns or panics")
+            // Dropping `cluster` here kills its members.
+        })
     }
 
     /// A single-member cluster: what most tests need.

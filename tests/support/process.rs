@@ -210,3 +210,50 @@ pub(crate) fn first_exit<'a>(
         .enumerate()
         .find_map(|(i, s)| s.try_exit().map(|status| (i, status)))
 }
+
+/// Whole-cluster start attempts: a server exiting early is retried with fresh ports.
+const START_ATTEMPTS: usize = 3;
+
+/// How one cluster start attempt ended; see [`start_with_retries`].
+pub(crate) enum Attempt<C> {
+    Started(C),
+    /// A server exited early, most likely because its probed free port was taken before it
+    /// bound it, so a retry with fresh ports can succeed. `summary` is one line (which server,
+    /// its ports, exit status, last log line); `message` the full report if no retry is left.
+    EarlyExit {
+        summary: String,
+        message: String,
+    },
+    /// Anything else (e.g. a timeout): not retried, the start panics with `message`.
+    Failed {
+        message: String,
+    },
+}
+
+/// Starts a cluster with `attempt`, up to 3 times while a server exits early; panics with the
+/// last failure's message plus a line per earlier attempt.
+///
+/// `attempt` gets the heading for its failure message, `"{cluster} failed to start (attempt
+/// i of 3)"`, and must drop (kill) its servers before returning a failure.
+pub(crate) fn start_with_retries<C>(
+    cluster: &str,
+    mut attempt: impl FnMut(&str) -> Attempt<C>,
+) -> C {
+    let mut earlier = String::new();
+    for i in 1..=START_ATTEMPTS {
+        let what = format!("{cluster} failed to start (attempt {i} of {START_ATTEMPTS})");
+        let message = match attempt(&what) {
+            Attempt::Started(c) => return c,
+            Attempt::EarlyExit { summary, .. } if i < START_ATTEMPTS => {
+                earlier.push_str(&format!("  attempt {i}: {summary}\n"));
+                continue;
+            }
+            Attempt::EarlyExit { message, .. } | Attempt::Failed { message } => message,
+        };
+        if earlier.is_empty() {
+            panic!("{message}");
+        }
+        panic!("{message}\nearlier attempts:\n{earlier}");
+    }
+    unreachable!("the last start attempt either returns or panics")
+}

@@ -45,7 +45,7 @@ use zookeeper_client as zk;
 
 /// Re-exported for tests that need a port nothing listens on; one set of used ports with etcd.
 pub(crate) use super::process::free_ports;
-use super::process::{first_exit, ServerProcess};
+use super::process::{first_exit, start_with_retries, Attempt, ServerProcess};
 
 /// Default java launcher (Debian's `default-jre-headless`, pulled in by `zookeeper`).
 const DEFAULT_JAVA: &str = "/usr/bin/java";
@@ -79,8 +79,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Budget of one four-letter-word probe (connect + command + whole answer).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_000);
-/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
-const START_ATTEMPTS: usize = 3;
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
 /// How long the async helpers keep retrying a failing call (connection loss, election).
@@ -270,44 +268,35 @@ impl ZkCluster {
         );
         let java = java_binary();
         let classpath = zookeeper_classpath();
-        let mut earlier_failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
+        start_with_retries(&format!("{n}-member ZooKeeper cluster"), |what| {
             let mut cluster = ZkCluster::prepare(opts.clone());
             let deadline = Instant::now() + READY_TIMEOUT;
             for i in 0..n {
                 cluster.spawn_or_panic(&java, &classpath, i);
             }
-            match cluster.wait_ready_until(deadline) {
-                Ok(()) => return cluster,
-                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
+            let err = match cluster.wait_ready_until(deadline) {
+                Ok(()) => return Attempt::Started(cluster),
+                Err(err) => err,
+            };
+            let message = cluster.failure_message(what, &err);
+            match err {
+                StartError::EarlyExit { member, status } => {
                     let m = &cluster.members[member];
-                    let _ = writeln!(
-                        earlier_failures,
-                        "  attempt {attempt}: server {} (client port {}, quorum port {}, \
-                         election port {}) exited early with {status}; last log line: {}",
+                    let summary = format!(
+                        "server {} (client port {}, quorum port {}, election port {}) exited \
+                         early with {status}; last log line: {}",
                         m.id,
                         m.client_port,
                         m.quorum_port,
                         m.election_port,
-                        cluster.members[member].process.log_tail(1).trim_end()
+                        m.process.log_tail(1).trim_end()
                     );
-                    // Dropping `cluster` kills the others; retry with fresh ports.
+                    Attempt::EarlyExit { summary, message }
                 }
-                Err(err) => {
-                    let what = format!(
-                        "{n}-member ZooKeeper cluster failed to start \
-                         (attempt {attempt} of {START_ATTEMPTS})"
-                    );
-                    let msg = cluster.failure_message(&what, &err);
-                    drop(cluster);
-                    if earlier_failures.is_empty() {
-                        panic!("{msg}");
-                    }
-                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
-                }
+                StartError::Timeout { .. } => Attempt::Failed { message },
             }
-        }
-        unreachable!("the last start attempt either returns or panics")
+            // Dropping `cluster` here kills its members.
+        })
     }
 
     /// Number of members (killed ones included).
