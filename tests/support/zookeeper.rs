@@ -324,15 +324,9 @@ impl ZkCluster {
             .join(",")
     }
 
-    /// The library's connection URL, `zk://127.0.0.1:P1,…/chroot` (no trailing `/` when
-    /// `chroot` is empty).
+    /// The library's connection URL, `zk://127.0.0.1:P1,…/chroot`; see [`zk_url`].
     pub fn url(&self, chroot: &str) -> String {
-        let chroot = chroot.trim_matches('/');
-        if chroot.is_empty() {
-            format!("zk://{}", self.connect_string())
-        } else {
-            format!("zk://{}/{chroot}", self.connect_string())
-        }
+        zk_url(&self.connect_string(), chroot)
     }
 
     /// The `tickTime` the servers run with.
@@ -696,6 +690,17 @@ fn send_signal(pid: u32, sig: &str) {
         .map(|s| s.success())
         .unwrap_or(false);
     assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// The library's connection URL for a connect string, `zk://127.0.0.1:P1,…/chroot` (no
+/// trailing `/` when `chroot` is empty).
+pub fn zk_url(connect: &str, chroot: &str) -> String {
+    let chroot = chroot.trim_matches('/');
+    if chroot.is_empty() {
+        format!("zk://{connect}")
+    } else {
+        format!("zk://{connect}/{chroot}")
+    }
 }
 
 /// Sends a four-letter word to 127.0.0.1:`port` and reads the whole answer (the server closes
