@@ -4,20 +4,18 @@
 //! [`EtcdCluster`] is one or more `etcd` processes on loopback, on ports picked at run time,
 //! with data and logs in temporary directories that disappear with the cluster.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
 use std::future::Future;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
-use tempfile::TempDir;
+
+use super::process::{first_exit, free_ports, start_with_retries, Attempt, ServerProcess};
 
 /// Default location of the Debian package's binary.
 const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
@@ -36,8 +34,6 @@ const LOG_SERVING_CLIENTS: &str = "serving client traffic";
 /// How long to wait for those log lines before probing anyway (another etcd version may word
 /// them differently; then startup is only slower, not broken).
 const LOG_GATE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
-const START_ATTEMPTS: usize = 3;
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
 /// How long the async helpers keep retrying a failing etcd call (e.g. during an election).
@@ -45,19 +41,6 @@ const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
 /// Attempt cap for the async helpers, so loops stay bounded even under paused tokio time.
 const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
 
-/// Run by `/bin/sh -c` next to each member with `$1` = etcd's pid and `$2` = the member's temp
-/// dir. `read` returns only when the test process dies (its end of the pipe closes) without
-/// running `Drop`; then the member is killed and its ~120 MB dir (preallocated WAL) removed.
-/// The wait is bounded: an orphaned etcd may stay a zombie, which `kill -0` still sees.
-const WATCHDOG_SCRIPT: &str = r#"read -r _line
-kill -9 "$1" 2>/dev/null
-i=0
-while kill -0 "$1" 2>/dev/null && [ "$i" -lt 20 ]; do sleep 0.05; i=$((i + 1)); done
-rm -rf -- "$2""#;
-
-/// Ports handed out by this process, never reused: two clusters of one test binary starting
-/// in parallel must not pick the same port between our probe bind and etcd's bind.
-static USED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 /// Makes cluster tokens unique within the process (the pid makes them unique across processes).
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -82,7 +65,8 @@ pub fn etcd_binary() -> PathBuf {
 /// A set of etcd servers on 127.0.0.1 forming one cluster, owned by a test.
 ///
 /// Owns the child processes and their temp dirs; dropping it SIGKILLs every member and waits
-/// for it, so no server outlives the test (and a watchdog kills them if the test process dies).
+/// for it, so no server outlives the test (and a watchdog kills them if the test process dies):
+/// see [`ServerProcess`].
 pub struct EtcdCluster {
     token: String,
     members: Vec<Member>,
@@ -93,14 +77,8 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    /// Holds `data/` and `etcd.log`; removed when the cluster is dropped.
-    dir: TempDir,
-    child: Option<Child>,
-    /// Length of `etcd.log` when the current process was spawned: its own lines start here.
-    log_start: u64,
-    /// `sh` that SIGKILLs the member and removes its dir when our end of its stdin pipe closes,
-    /// i.e. when the test process dies without running `Drop` (SIGKILL, `timeout`, CI abort).
-    watchdog: Option<Child>,
+    /// etcd itself; its temp dir holds `data/` and `etcd.log`, removed with the cluster.
+    process: ServerProcess,
 }
 
 /// Why a start attempt failed.
@@ -123,42 +101,34 @@ impl EtcdCluster {
             "EtcdCluster::start: {members} members requested, expected 1..=7 (normally 1 or 3)"
         );
         let bin = etcd_binary();
-        let mut earlier_failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
+        start_with_retries(&format!("{members}-member etcd cluster"), |what| {
             let mut cluster = EtcdCluster::prepare(members);
             let deadline = Instant::now() + READY_TIMEOUT;
-            match cluster
+            let err = match cluster
                 .spawn_all(&bin, deadline)
                 .and_then(|()| cluster.wait_healthy(deadline))
             {
-                Ok(()) => return cluster,
-                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
-                    let _ = writeln!(
-                        earlier_failures,
-                        "  attempt {attempt}: member {} (client port {}, peer port {}) exited \
-                         early with {status}; last log line: {}",
-                        cluster.members[member].name,
-                        cluster.members[member].client_port,
-                        cluster.members[member].peer_port,
-                        cluster.log_tail(member, 1).trim_end()
+                Ok(()) => return Attempt::Started(cluster),
+                Err(err) => err,
+            };
+            let message = cluster.failure_message(what, &err);
+            match err {
+                StartError::EarlyExit { member, status } => {
+                    let m = &cluster.members[member];
+                    let summary = format!(
+                        "member {} (client port {}, peer port {}) exited early with {status}; \
+                         last log line: {}",
+                        m.name,
+                        m.client_port,
+                        m.peer_port,
+                        m.process.log_tail(1).trim_end()
                     );
-                    // Dropping `cluster` kills the remaining members; retry with fresh ports.
+                    Attempt::EarlyExit { summary, message }
                 }
-                Err(err) => {
-                    let what = format!(
-                        "{members}-member etcd cluster failed to start \
-                         (attempt {attempt} of {START_ATTEMPTS})"
-                    );
-                    let msg = cluster.failure_message(&what, &err);
-                    drop(cluster);
-                    if earlier_failures.is_empty() {
-                        panic!("{msg}");
-                    }
-                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
-                }
+                StartError::Timeout { .. } => Attempt::Failed { message },
             }
-        }
-        unreachable!("the last start attempt either returns or panics")
+            // Dropping `cluster` here kills its members.
+        })
     }
 
     /// A single-member cluster: what most tests need.
@@ -187,14 +157,14 @@ impl EtcdCluster {
     /// Does nothing if the member is already down; [`EtcdCluster::restart`] brings it back.
     pub fn kill(&mut self, member: usize) {
         self.check_index(member);
-        self.members[member].stop();
+        self.members[member].process.stop();
     }
 
     /// Starts a member again with the same name, data dir and ports (killing it first if it
     /// still runs), then blocks until every running member is healthy. Panics with the log tail.
     pub fn restart(&mut self, member: usize) {
         self.check_index(member);
-        self.members[member].stop();
+        self.members[member].process.stop();
         let bin = etcd_binary();
         if let Err(e) = self.spawn_member(&bin, member) {
             panic!(
@@ -219,19 +189,19 @@ impl EtcdCluster {
     /// (e.g. SIGSTOP to simulate a hung server).
     pub fn pid(&self, member: usize) -> Option<u32> {
         self.check_index(member);
-        self.members[member].child.as_ref().map(Child::id)
+        self.members[member].process.pid()
     }
 
     /// One `/health` probe of a member (true only if it is up and sees a leader).
     pub fn is_healthy(&self, member: usize) -> bool {
         self.check_index(member);
-        self.members[member].child.is_some() && probe_health(self.members[member].client_port)
+        self.members[member].process.is_running() && probe_health(self.members[member].client_port)
     }
 
     /// Path of a member's log file (etcd's stdout and stderr), for debugging failed tests.
     pub fn log_path(&self, member: usize) -> PathBuf {
         self.check_index(member);
-        self.members[member].log_path()
+        self.members[member].process.log_path()
     }
 
     /// Allocates ports, names and temp dirs for a new cluster without starting anything.
@@ -248,13 +218,11 @@ impl EtcdCluster {
                 name: format!("n{i}"),
                 client_port: ports[2 * i],
                 peer_port: ports[2 * i + 1],
-                dir: tempfile::Builder::new()
-                    .prefix(&format!("clusterlimit-etcd-n{i}-"))
-                    .tempdir()
-                    .expect("cannot create temp dir for etcd member"),
-                child: None,
-                log_start: 0,
-                watchdog: None,
+                process: ServerProcess::new(
+                    "etcd",
+                    &format!("clusterlimit-etcd-n{i}-"),
+                    "etcd.log",
+                ),
             })
             .collect();
         EtcdCluster { token, members }
@@ -280,21 +248,7 @@ impl EtcdCluster {
     /// Spawns one member process (plus its watchdog), logging to `etcd.log` in its temp dir.
     fn spawn_member(&mut self, bin: &Path, i: usize) -> std::io::Result<()> {
         let initial_cluster = self.initial_cluster();
-        let token = self.token.clone();
         let m = &mut self.members[i];
-        let log_path = m.log_path();
-        let mut log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        writeln!(
-            log,
-            "==== test harness: starting etcd member {} \
-             (client 127.0.0.1:{}, peer 127.0.0.1:{}) ====",
-            m.name, m.client_port, m.peer_port
-        )?;
-        log.flush()?;
-        m.log_start = log.metadata()?.len();
         let client_url = format!("http://127.0.0.1:{}", m.client_port);
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         let mut cmd = Command::new(bin);
@@ -307,13 +261,13 @@ impl EtcdCluster {
         cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
-            .arg(m.dir.path().join("data"))
+            .arg(m.process.dir().join("data"))
             .args(["--listen-client-urls", &client_url])
             .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &initial_cluster])
-            .args(["--initial-cluster-token", &token])
+            .args(["--initial-cluster-token", &self.token])
             // Ignored by etcd when the data dir already holds a member (restart).
             .args(["--initial-cluster-state", "new"])
             // Fast elections and failover; also keeps the minimum lease TTL at 1 s.
@@ -321,26 +275,12 @@ impl EtcdCluster {
             // Test data is throwaway; fsync would only slow every write down.
             .arg("--unsafe-no-fsync")
             // zap avoids capnslog's deprecation noise; JSON lines are fine in a log file.
-            .args(["--logger", "zap", "--log-outputs", "stderr"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
-        let child = cmd.spawn()?;
-        let pid = child.id();
-        m.child = Some(child);
-        // Best effort: without /bin/sh the cluster still works, it just is not orphan-proof.
-        m.watchdog = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(WATCHDOG_SCRIPT)
-            .arg("etcd-watchdog")
-            .arg(pid.to_string())
-            .arg(m.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok();
-        Ok(())
+            .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        let banner = format!(
+            "starting etcd member {} (client 127.0.0.1:{}, peer 127.0.0.1:{})",
+            m.name, m.client_port, m.peer_port
+        );
+        m.process.spawn(&mut cmd, &banner)
     }
 
     /// Spawns the members one after the other, each once the previous one serves its peer port.
@@ -382,7 +322,7 @@ impl EtcdCluster {
             self.check_exits()?;
             if members
                 .iter()
-                .all(|&i| self.members[i].log_since_spawn().contains(needle))
+                .all(|&i| self.members[i].process.log_since_spawn().contains(needle))
             {
                 // The line is logged just before the accept loop starts.
                 std::thread::sleep(Duration::from_millis(5));
@@ -397,22 +337,16 @@ impl EtcdCluster {
 
     /// Reports a member process that has exited (and reaps it), if any.
     fn check_exits(&mut self) -> Result<(), StartError> {
-        for (i, m) in self.members.iter_mut().enumerate() {
-            if let Some(child) = m.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    m.child = None;
-                    m.stop();
-                    return Err(StartError::EarlyExit { member: i, status });
-                }
-            }
+        match first_exit(self.members.iter_mut().map(|m| &mut m.process)) {
+            Some((member, status)) => Err(StartError::EarlyExit { member, status }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Polls until every running member reports healthy, a member exits, or `deadline` passes.
     fn wait_healthy(&mut self, deadline: Instant) -> Result<(), StartError> {
         let running: Vec<usize> = (0..self.members.len())
-            .filter(|&i| self.members[i].child.is_some())
+            .filter(|&i| self.members[i].process.is_running())
             .collect();
         self.wait_log_line(&running, LOG_SERVING_CLIENTS, deadline)?;
         loop {
@@ -423,7 +357,7 @@ impl EtcdCluster {
                 .members
                 .iter()
                 .enumerate()
-                .filter(|(_, m)| m.child.is_some())
+                .filter(|(_, m)| m.process.is_running())
                 .map(|(i, m)| (i, m.client_port))
                 .collect();
             let unhealthy: Vec<usize> = std::thread::scope(|s| {
@@ -478,89 +412,11 @@ impl EtcdCluster {
                 m.name,
                 m.client_port,
                 m.peer_port,
-                self.log_tail(i, LOG_TAIL_LINES)
+                m.process.log_tail(LOG_TAIL_LINES)
             );
         }
         msg
     }
-
-    /// Last `lines` lines of a member's log, or a note saying why it could not be read.
-    fn log_tail(&self, member: usize, lines: usize) -> String {
-        let path = self.members[member].log_path();
-        let mut text = String::new();
-        match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
-            Ok(_) => {
-                let all: Vec<&str> = text.lines().collect();
-                let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
-                tail.push('\n');
-                tail
-            }
-            Err(e) => format!("(cannot read {}: {e})\n", path.display()),
-        }
-    }
-}
-
-impl Drop for EtcdCluster {
-    /// Kills every member so no etcd outlives its test, even when the test panics.
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            m.stop();
-        }
-    }
-}
-
-impl Member {
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("etcd.log")
-    }
-
-    /// What the current process has logged so far (empty if the log cannot be read).
-    fn log_since_spawn(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = File::open(self.log_path()) {
-            if f.seek(SeekFrom::Start(self.log_start)).is_ok() {
-                let _ = f.read_to_string(&mut text);
-            }
-        }
-        text
-    }
-
-    /// SIGKILLs and reaps the watchdog first (so it cannot hit a recycled pid), then the server.
-    fn stop(&mut self) {
-        if let Some(mut w) = self.watchdog.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// `count` distinct free loopback ports, found by binding 127.0.0.1:0 (all held at once, so
-/// they differ) and never handed out twice by this process.
-fn free_ports(count: usize) -> Vec<u16> {
-    let mut used = USED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut held = Vec::with_capacity(count);
-    let mut ports = Vec::with_capacity(count);
-    for _ in 0..count * 50 {
-        if ports.len() == count {
-            break;
-        }
-        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("cannot bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
-        if used.insert(port) {
-            ports.push(port);
-        }
-        held.push(listener);
-    }
-    assert_eq!(
-        ports.len(),
-        count,
-        "could not find {count} free loopback ports"
-    );
-    ports
 }
 
 /// One `/health` probe: etcd 3.4 answers `{"health":"true"}` only when the member sees a

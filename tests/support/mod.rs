@@ -9,6 +9,10 @@ pub mod etcd;
 
 pub use etcd::{connect, count_keys, etcd_binary, revoke_all_leases, EtcdCluster};
 
+/// A store server as a child process (temp dir, log, orphan watchdog) and free ports: what the
+/// etcd and ZooKeeper launchers share.
+pub mod process;
+
 /// Real ZooKeeper servers (Debian's `zookeeper` 3.8 jar run by java) as child processes.
 pub mod zookeeper;
 

@@ -268,12 +268,7 @@ impl ProxyGroup {
 
     /// The library's URL through the proxies, `zk://127.0.0.1:P1,…/chroot`.
     pub fn zk_url(&self, chroot: &str) -> String {
-        let chroot = chroot.trim_matches('/');
-        if chroot.is_empty() {
-            format!("zk://{}", self.connect_string())
-        } else {
-            format!("zk://{}/{chroot}", self.connect_string())
-        }
+        super::zookeeper::zk_url(&self.connect_string(), chroot)
     }
 
     pub fn proxies(&self) -> &[FaultProxy] {

@@ -33,19 +33,19 @@
 //! Helpers that talk to the servers ([`zk_connect`], [`count_children`], [`delete_recursive`],
 //! [`expire_session`]) use the `zookeeper-client` crate, the one the library uses.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
 use zookeeper_client as zk;
+
+/// Re-exported for tests that need a port nothing listens on; one set of used ports with etcd.
+pub(crate) use super::process::free_ports;
+use super::process::{first_exit, start_with_retries, Attempt, ServerProcess};
 
 /// Default java launcher (Debian's `default-jre-headless`, pulled in by `zookeeper`).
 const DEFAULT_JAVA: &str = "/usr/bin/java";
@@ -79,8 +79,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Budget of one four-letter-word probe (connect + command + whole answer).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_000);
-/// Whole-cluster start attempts with fresh ports when a member exits early (port taken).
-const START_ATTEMPTS: usize = 3;
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
 /// How long the async helpers keep retrying a failing call (connection loss, election).
@@ -89,19 +87,6 @@ const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
 const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
 /// Depth cap of [`delete_recursive`] (ZooKeeper paths in tests are shallow).
 const MAX_DELETE_DEPTH: usize = 64;
-
-/// Run by `/bin/sh -c` next to each member with `$1` = java's pid and `$2` = the member's temp
-/// dir. `read` returns only when the test process dies (its end of the pipe closes) without
-/// running `Drop`; then the server is killed and its dir removed. The wait is bounded.
-const WATCHDOG_SCRIPT: &str = r#"read -r _line
-kill -9 "$1" 2>/dev/null
-i=0
-while kill -0 "$1" 2>/dev/null && [ "$i" -lt 20 ]; do sleep 0.05; i=$((i + 1)); done
-rm -rf -- "$2""#;
-
-/// Ports handed out by this process, never reused (shared idea with the etcd harness; a
-/// separate set is fine because both only hand out ports the OS reported free).
-static USED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// Path of the java launcher: `$CLUSTERLIMIT_JAVA`, else `/usr/bin/java`. Panics with an
 /// install hint when missing: these tests must never pass by silently skipping the store.
@@ -222,7 +207,7 @@ impl Default for ZkBuilder {
 /// ZooKeeper servers on 127.0.0.1 forming one standalone server or one ensemble, owned by a test.
 ///
 /// Dropping it SIGKILLs and reaps every member (and a shell watchdog kills them if the test
-/// process dies without running `Drop`), then removes the temp dirs.
+/// process dies without running `Drop`), then removes the temp dirs: see [`ServerProcess`].
 pub struct ZkCluster {
     opts: ZkBuilder,
     members: Vec<Member>,
@@ -237,13 +222,10 @@ struct Member {
     quorum_port: u16,
     /// Leader election port; unused by a standalone server.
     election_port: u16,
-    /// Holds `zoo.cfg`, `data/` and `zk.log`; removed when the cluster is dropped.
-    dir: TempDir,
-    child: Option<Child>,
+    /// java; its temp dir holds `zoo.cfg`, `data/` and `zk.log`, removed with the cluster.
+    process: ServerProcess,
     /// SIGSTOPped by [`ZkCluster::pause`] and not resumed yet.
     paused: bool,
-    /// `sh` that SIGKILLs the server and removes its dir when our end of its stdin pipe closes.
-    watchdog: Option<Child>,
 }
 
 /// Why a start attempt failed.
@@ -286,44 +268,35 @@ impl ZkCluster {
         );
         let java = java_binary();
         let classpath = zookeeper_classpath();
-        let mut earlier_failures = String::new();
-        for attempt in 1..=START_ATTEMPTS {
+        start_with_retries(&format!("{n}-member ZooKeeper cluster"), |what| {
             let mut cluster = ZkCluster::prepare(opts.clone());
             let deadline = Instant::now() + READY_TIMEOUT;
             for i in 0..n {
                 cluster.spawn_or_panic(&java, &classpath, i);
             }
-            match cluster.wait_ready_until(deadline) {
-                Ok(()) => return cluster,
-                Err(StartError::EarlyExit { member, status }) if attempt < START_ATTEMPTS => {
+            let err = match cluster.wait_ready_until(deadline) {
+                Ok(()) => return Attempt::Started(cluster),
+                Err(err) => err,
+            };
+            let message = cluster.failure_message(what, &err);
+            match err {
+                StartError::EarlyExit { member, status } => {
                     let m = &cluster.members[member];
-                    let _ = writeln!(
-                        earlier_failures,
-                        "  attempt {attempt}: server {} (client port {}, quorum port {}, \
-                         election port {}) exited early with {status}; last log line: {}",
+                    let summary = format!(
+                        "server {} (client port {}, quorum port {}, election port {}) exited \
+                         early with {status}; last log line: {}",
                         m.id,
                         m.client_port,
                         m.quorum_port,
                         m.election_port,
-                        cluster.log_tail(member, 1).trim_end()
+                        m.process.log_tail(1).trim_end()
                     );
-                    // Dropping `cluster` kills the others; retry with fresh ports.
+                    Attempt::EarlyExit { summary, message }
                 }
-                Err(err) => {
-                    let what = format!(
-                        "{n}-member ZooKeeper cluster failed to start \
-                         (attempt {attempt} of {START_ATTEMPTS})"
-                    );
-                    let msg = cluster.failure_message(&what, &err);
-                    drop(cluster);
-                    if earlier_failures.is_empty() {
-                        panic!("{msg}");
-                    }
-                    panic!("{msg}\nearlier attempts:\n{earlier_failures}");
-                }
+                StartError::Timeout { .. } => Attempt::Failed { message },
             }
-        }
-        unreachable!("the last start attempt either returns or panics")
+            // Dropping `cluster` here kills its members.
+        })
     }
 
     /// Number of members (killed ones included).
@@ -351,15 +324,9 @@ impl ZkCluster {
             .join(",")
     }
 
-    /// The library's connection URL, `zk://127.0.0.1:P1,…/chroot` (no trailing `/` when
-    /// `chroot` is empty).
+    /// The library's connection URL, `zk://127.0.0.1:P1,…/chroot`; see [`zk_url`].
     pub fn url(&self, chroot: &str) -> String {
-        let chroot = chroot.trim_matches('/');
-        if chroot.is_empty() {
-            format!("zk://{}", self.connect_string())
-        } else {
-            format!("zk://{}/{chroot}", self.connect_string())
-        }
+        zk_url(&self.connect_string(), chroot)
     }
 
     /// The `tickTime` the servers run with.
@@ -378,7 +345,7 @@ impl ZkCluster {
     pub fn four_letter_word(&self, member: usize, word: &str) -> String {
         self.check_index(member);
         let m = &self.members[member];
-        if m.child.is_none() || m.paused {
+        if !m.process.is_running() || m.paused {
             return String::new();
         }
         four_letter_word(m.client_port, word).unwrap_or_default()
@@ -437,7 +404,7 @@ impl ZkCluster {
     pub fn pause(&mut self, member: usize) {
         self.check_index(member);
         let m = &mut self.members[member];
-        let pid = m.child.as_ref().map(Child::id);
+        let pid = m.process.pid();
         let pid = pid.unwrap_or_else(|| panic!("pause: ZooKeeper server {} is not running", m.id));
         send_signal(pid, "-STOP");
         m.paused = true;
@@ -447,8 +414,8 @@ impl ZkCluster {
     pub fn resume(&mut self, member: usize) {
         self.check_index(member);
         let m = &mut self.members[member];
-        if let (Some(child), true) = (m.child.as_ref(), m.paused) {
-            send_signal(child.id(), "-CONT");
+        if let (Some(pid), true) = (m.process.pid(), m.paused) {
+            send_signal(pid, "-CONT");
         }
         m.paused = false;
     }
@@ -456,19 +423,19 @@ impl ZkCluster {
     /// OS pid of a member's java process, `None` after [`ZkCluster::kill`].
     pub fn pid(&self, member: usize) -> Option<u32> {
         self.check_index(member);
-        self.members[member].child.as_ref().map(Child::id)
+        self.members[member].process.pid()
     }
 
     /// True if the member process runs (paused or not).
     pub fn is_running(&self, member: usize) -> bool {
         self.check_index(member);
-        self.members[member].child.is_some()
+        self.members[member].process.is_running()
     }
 
     /// Path of a member's log file (java's stdout and stderr), for debugging failed tests.
     pub fn log_path(&self, member: usize) -> PathBuf {
         self.check_index(member);
-        self.members[member].log_path()
+        self.members[member].process.log_path()
     }
 
     /// Allocates ports and temp dirs and writes every member's `zoo.cfg` and `myid`.
@@ -481,18 +448,17 @@ impl ZkCluster {
                 client_port: ports[3 * i],
                 quorum_port: ports[3 * i + 1],
                 election_port: ports[3 * i + 2],
-                dir: tempfile::Builder::new()
-                    .prefix(&format!("clusterlimit-zk-s{}-", i + 1))
-                    .tempdir()
-                    .expect("cannot create temp dir for ZooKeeper server"),
-                child: None,
+                process: ServerProcess::new(
+                    "zookeeper",
+                    &format!("clusterlimit-zk-s{}-", i + 1),
+                    "zk.log",
+                ),
                 paused: false,
-                watchdog: None,
             })
             .collect();
         let cluster = ZkCluster { opts, members };
         for m in &cluster.members {
-            let data = m.dir.path().join("data");
+            let data = m.process.dir().join("data");
             std::fs::create_dir_all(&data).expect("cannot create ZooKeeper data dir");
             std::fs::write(data.join("myid"), format!("{}\n", m.id)).expect("cannot write myid");
             std::fs::write(m.config_path(), cluster.config(m)).expect("cannot write zoo.cfg");
@@ -519,7 +485,7 @@ impl ZkCluster {
              forceSync=no\n\
              preAllocSize=1024\n\
              maxClientCnxns=0\n",
-            data = m.dir.path().join("data").display(),
+            data = m.process.dir().join("data").display(),
             client = m.client_port,
             tick = o.tick_time_ms,
             min = o.min_session_timeout_ms,
@@ -559,18 +525,6 @@ impl ZkCluster {
     /// Spawns one server process (plus its watchdog), logging to `zk.log` in its temp dir.
     fn spawn_member(&mut self, java: &Path, classpath: &str, i: usize) -> std::io::Result<()> {
         let m = &mut self.members[i];
-        let log_path = m.log_path();
-        let mut log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        writeln!(
-            log,
-            "==== test harness: starting ZooKeeper server {} (client 127.0.0.1:{}, quorum {}, \
-             election {}) ====",
-            m.id, m.client_port, m.quorum_port, m.election_port
-        )?;
-        log.flush()?;
         let mut cmd = Command::new(java);
         // Options a developer's environment would inject into every JVM.
         for var in [
@@ -587,47 +541,30 @@ impl ZkCluster {
             .arg("-cp")
             .arg(classpath)
             .arg("-Dzookeeper.admin.enableServer=false")
-            .arg(format!("-Dzookeeper.log.dir={}", m.dir.path().display()))
+            .arg(format!("-Dzookeeper.log.dir={}", m.process.dir().display()))
             .arg("-Dzookeeper.jmx.log4j.disable=true")
             .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
             .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
             .arg(ZK_MAIN)
             .arg(m.config_path())
-            .current_dir(m.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
-        let child = cmd.spawn()?;
-        let pid = child.id();
-        m.child = Some(child);
+            .current_dir(m.process.dir());
+        let banner = format!(
+            "starting ZooKeeper server {} (client 127.0.0.1:{}, quorum {}, election {})",
+            m.id, m.client_port, m.quorum_port, m.election_port
+        );
         m.paused = false;
-        // Best effort: without /bin/sh the cluster still works, it just is not orphan-proof.
-        m.watchdog = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(WATCHDOG_SCRIPT)
-            .arg("zookeeper-watchdog")
-            .arg(pid.to_string())
-            .arg(m.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok();
-        Ok(())
+        m.process.spawn(&mut cmd, &banner)
     }
 
     /// Reports a member process that has exited (and reaps it), if any.
     fn check_exits(&mut self) -> Result<(), StartError> {
-        for (i, m) in self.members.iter_mut().enumerate() {
-            if let Some(child) = m.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    m.child = None;
-                    m.stop();
-                    return Err(StartError::EarlyExit { member: i, status });
-                }
+        match first_exit(self.members.iter_mut().map(|m| &mut m.process)) {
+            Some((member, status)) => {
+                self.members[member].paused = false;
+                Err(StartError::EarlyExit { member, status })
             }
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// `srvr` modes of all running, unpaused members, probed in parallel.
@@ -645,7 +582,7 @@ impl ZkCluster {
             .members
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.child.is_some() && !m.paused)
+            .filter(|(_, m)| m.process.is_running() && !m.paused)
             .map(|(i, m)| (i, m.client_port))
             .collect();
         std::thread::scope(|s| {
@@ -724,57 +661,21 @@ impl ZkCluster {
                 m.client_port,
                 m.quorum_port,
                 m.election_port,
-                self.log_tail(i, LOG_TAIL_LINES)
+                m.process.log_tail(LOG_TAIL_LINES)
             );
         }
         msg
     }
-
-    /// Last `lines` lines of a member's log, or a note saying why it could not be read.
-    fn log_tail(&self, member: usize, lines: usize) -> String {
-        let path = self.members[member].log_path();
-        let mut text = String::new();
-        match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
-            Ok(_) => {
-                let all: Vec<&str> = text.lines().collect();
-                let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
-                tail.push('\n');
-                tail
-            }
-            Err(e) => format!("(cannot read {}: {e})\n", path.display()),
-        }
-    }
-}
-
-impl Drop for ZkCluster {
-    /// Kills every member so no server outlives its test, even when the test panics.
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            m.stop();
-        }
-    }
 }
 
 impl Member {
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("zk.log")
-    }
-
     fn config_path(&self) -> PathBuf {
-        self.dir.path().join("zoo.cfg")
+        self.process.dir().join("zoo.cfg")
     }
 
-    /// SIGKILLs and reaps the watchdog first (so it cannot hit a recycled pid), then the server
-    /// (SIGKILL also ends a SIGSTOPped process).
+    /// Kills the server (SIGKILL also ends a paused one); it is no longer paused then.
     fn stop(&mut self) {
-        if let Some(mut w) = self.watchdog.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.stop();
         self.paused = false;
     }
 }
@@ -791,29 +692,15 @@ fn send_signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid} failed");
 }
 
-/// `count` distinct free loopback ports, found by binding 127.0.0.1:0 (all held at once, so
-/// they differ) and never handed out twice by this process.
-pub(crate) fn free_ports(count: usize) -> Vec<u16> {
-    let mut used = USED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut held = Vec::with_capacity(count);
-    let mut ports = Vec::with_capacity(count);
-    for _ in 0..count * 50 {
-        if ports.len() == count {
-            break;
-        }
-        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("cannot bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
-        if used.insert(port) {
-            ports.push(port);
-        }
-        held.push(listener);
+/// The library's connection URL for a connect string, `zk://127.0.0.1:P1,…/chroot` (no
+/// trailing `/` when `chroot` is empty).
+pub fn zk_url(connect: &str, chroot: &str) -> String {
+    let chroot = chroot.trim_matches('/');
+    if chroot.is_empty() {
+        format!("zk://{connect}")
+    } else {
+        format!("zk://{connect}/{chroot}")
     }
-    assert_eq!(
-        ports.len(),
-        count,
-        "could not find {count} free loopback ports"
-    );
-    ports
 }
 
 /// Sends a four-letter word to 127.0.0.1:`port` and reads the whole answer (the server closes
