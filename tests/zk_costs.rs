@@ -6,8 +6,8 @@ mod support;
 
 use clusterlimit::{Limiter, RequestStats};
 use std::time::Duration;
-use support::ZkCluster;
-use tokio::time::{timeout, Instant};
+use support::{queue_waiters, ZkCluster};
+use tokio::time::timeout;
 
 fn total(limiters: &[Limiter]) -> RequestStats {
     limiters.iter().map(Limiter::stats).sum()
@@ -44,28 +44,7 @@ async fn release_with_50_waiters_costs_one_request_in_total() {
     let sem = holder.semaphore("s", 1).await.unwrap();
     let permit = sem.acquire().await.unwrap();
 
-    let mut limiters = Vec::new();
-    let mut waits = Vec::new();
-    for i in 0..WAITERS {
-        let l = Limiter::builder(&url)
-            .owner(format!("w{i}"))
-            .connect()
-            .await
-            .unwrap();
-        let s = l.semaphore("s", 1).await.unwrap();
-        let before = l.stats();
-        waits.push(tokio::spawn(async move {
-            let p = s.acquire().await;
-            (p, before)
-        }));
-        limiters.push(l);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sem.status().await.unwrap().waiting < WAITERS {
-        assert!(Instant::now() < deadline, "waiters did not queue");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
+    let (limiters, mut waits) = queue_waiters(&url, &sem, WAITERS).await;
     let mut all = limiters.clone();
     all.push(holder.clone());
     let before = total(&all);

@@ -24,7 +24,7 @@ pub use proxy::{FaultProxy, ProxyGroup, ProxyMode};
 /// Bounded polling and a holder-with-waiter setup, shared by the fault suites.
 pub mod waiting;
 
-pub use waiting::{eventually, hold_and_queue};
+pub use waiting::{eventually, hold_and_queue, queue_waiters, CountedWait};
 pub use zookeeper::{
     count_children, delete_recursive, expire_session, list_children, wait_state, zk_connect,
     zk_connect_with, ZkCluster, ZkMode,

@@ -37,3 +37,37 @@ pub async fn hold_and_queue(
     .await;
     (sa, held, waiter)
 }
+
+/// A wait started by [`queue_waiters`]: its outcome and its Limiter's counters from before it.
+pub type CountedWait = JoinHandle<(Result<Permit, Error>, clusterlimit::RequestStats)>;
+
+/// `n` more Limiters on `url` (owners `w0`, `w1`, …), each waiting for one permit of `held`'s
+/// semaphore, which must be full. Returns once all `n` are queued, in that order.
+pub async fn queue_waiters(
+    url: &str,
+    held: &Semaphore,
+    n: usize,
+) -> (Vec<Limiter>, Vec<CountedWait>) {
+    let mut limiters = Vec::new();
+    let mut waits = Vec::new();
+    for i in 0..n {
+        let l = Limiter::builder(url)
+            .owner(format!("w{i}"))
+            .connect()
+            .await
+            .unwrap();
+        let s = l.open_semaphore(held.name()).await.unwrap();
+        let before = l.stats();
+        waits.push(tokio::spawn(async move { (s.acquire().await, before) }));
+        limiters.push(l);
+        // One at a time, so the queue order is the order of `waits`.
+        eventually("waiter queued", Duration::from_secs(5), || async {
+            held.status()
+                .await
+                .map(|s| s.waiting == i + 1)
+                .unwrap_or(false)
+        })
+        .await;
+    }
+    (limiters, waits)
+}
