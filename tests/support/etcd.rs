@@ -36,10 +36,6 @@ const LOG_SERVING_CLIENTS: &str = "serving client traffic";
 const LOG_GATE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
-/// How long the async helpers keep retrying a failing etcd call (e.g. during an election).
-const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
-/// Attempt cap for the async helpers, so loops stay bounded even under paused tokio time.
-const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
 
 /// Makes cluster tokens unique within the process (the pid makes them unique across processes).
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -469,38 +465,17 @@ pub async fn connect(endpoints: &[String]) -> Client {
         .unwrap_or_else(|e| panic!("etcd_client::Client::connect({endpoints:?}) failed: {e}"))
 }
 
-/// Runs `op` until it succeeds, retrying any error (elections, a dead endpoint) for a bounded
-/// number of attempts and time; panics with the last error.
-async fn retry<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>>,
-{
-    let deadline = Instant::now() + CALL_RETRY_FOR;
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if attempts >= CALL_RETRY_MAX_ATTEMPTS || Instant::now() >= deadline => {
-                panic!("etcd {what} still failing after {attempts} attempts: {e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// Revokes every lease the cluster knows, deleting all keys attached to them: simulates "the
 /// store lost our lease behind our back" (expiry during a pause, an operator, a failover).
 pub async fn revoke_all_leases(endpoints: &[String]) {
     let client = connect(endpoints).await;
-    let leases = retry("lease list", || {
+    let leases = super::waiting::retry_call("etcd lease list", || {
         let mut c = client.clone();
         async move { c.leases().await }
     })
     .await;
     for id in leases.leases().iter().map(|l| l.id()) {
-        retry("lease revoke", || {
+        super::waiting::retry_call("etcd lease revoke", || {
             let mut c = client.clone();
             async move {
                 match c.lease_revoke(id).await {
@@ -520,7 +495,7 @@ pub async fn revoke_all_leases(endpoints: &[String]) {
 pub async fn count_keys(endpoints: &[String], prefix: &str) -> i64 {
     let client = connect(endpoints).await;
     let prefix = prefix.to_owned();
-    let resp = retry("count keys", || {
+    let resp = super::waiting::retry_call("etcd count keys", || {
         let mut c = client.clone();
         let prefix = prefix.clone();
         async move {

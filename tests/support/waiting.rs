@@ -5,6 +5,34 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// How long [`retry_call`] keeps retrying a failing store call (e.g. during an election).
+const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
+/// Attempt cap of [`retry_call`], so loops stay bounded even under paused tokio time.
+const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
+
+/// Runs a raw store call `op` until it succeeds, retrying any error (elections, a dead member,
+/// a reset connection) every 100 ms for at most 15 s and 100 attempts; then panics with
+/// `what` and the last error.
+pub async fn retry_call<T, E, F, Fut>(what: &str, mut op: F) -> T
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + CALL_RETRY_FOR;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if attempts >= CALL_RETRY_MAX_ATTEMPTS || Instant::now() >= deadline => {
+                panic!("{what} still failing after {attempts} attempts: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// Polls `cond` every 20 ms for at most `limit`; panics with `what` if it never holds.
 pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut cond: F)
 where

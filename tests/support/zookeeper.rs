@@ -81,10 +81,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(25);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Lines of a member's log quoted in a panic message.
 const LOG_TAIL_LINES: usize = 40;
-/// How long the async helpers keep retrying a failing call (connection loss, election).
-const CALL_RETRY_FOR: Duration = Duration::from_secs(15);
-/// Attempt cap for the async helpers, so loops stay bounded even under paused tokio time.
-const CALL_RETRY_MAX_ATTEMPTS: usize = 100;
 /// Depth cap of [`delete_recursive`] (ZooKeeper paths in tests are shallow).
 const MAX_DELETE_DEPTH: usize = 64;
 
@@ -738,7 +734,7 @@ pub async fn zk_connect(connect: &str) -> zk::Client {
 /// [`zk_connect`] with a chosen session timeout (the server clamps it to its range).
 pub async fn zk_connect_with(connect: &str, session_timeout: Duration) -> zk::Client {
     let connect = connect.to_owned();
-    retry(&format!("connect to {connect}"), || {
+    super::waiting::retry_call(&format!("ZooKeeper connect to {connect}"), || {
         let connect = connect.clone();
         async move {
             let attempt = zk::Client::connector()
@@ -752,28 +748,6 @@ pub async fn zk_connect_with(connect: &str, session_timeout: Duration) -> zk::Cl
         }
     })
     .await
-}
-
-/// Runs `op` until it succeeds, retrying transient errors (connection loss, timeouts, no
-/// hosts) for a bounded number of attempts and time; panics with the last error. Other errors
-/// (e.g. `NoNode`) are returned to the caller.
-async fn retry<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, zk::Error>>,
-{
-    let deadline = Instant::now() + CALL_RETRY_FOR;
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if attempts >= CALL_RETRY_MAX_ATTEMPTS || Instant::now() >= deadline => {
-                panic!("ZooKeeper {what} still failing after {attempts} attempts: {e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 /// True for errors after which the same call may succeed on a retry. `Custom` is how
@@ -796,7 +770,7 @@ fn is_transient(e: &zk::Error) -> bool {
 pub async fn count_children(connect: &str, path: &str) -> usize {
     let client = zk_connect(connect).await;
     let path = path.to_owned();
-    let r = retry(&format!("list children of {path}"), || {
+    let r = super::waiting::retry_call(&format!("ZooKeeper list children of {path}"), || {
         let client = client.clone();
         let path = path.clone();
         async move {
