@@ -1,0 +1,359 @@
+//! The benchmark of issue 6: `cargo bench --bench limiter` (release build, full sizes; writes
+//! the tables into BENCHMARKS.md), `-- --quick` (small sizes, prints only), `-- --cluster`
+//! (3-node etcd and ZooKeeper). `cargo test --all-targets` runs the quick mode as a test.
+//!
+//! One process run starts its own servers (the test support's real etcd and ZooKeeper child
+//! processes, on free loopback ports, killed on drop) and measures, in order: floors and
+//! uncontended latency (rows 1–2), contended throughput (3), handoff (4), scale (6), the kazoo
+//! peer (7); row 5 comes from the counters of rows 3 and 6. Goals are printed next to their
+//! figures as met / not met; real errors (a server that does not start, more holders than the
+//! capacity) end the run with a non-zero exit.
+
+#[path = "../tests/binary/mod.rs"]
+mod binary;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "limiter/alloc.rs"]
+mod alloc;
+#[path = "limiter/contended.rs"]
+mod contended;
+#[path = "limiter/handoff.rs"]
+mod handoff;
+#[path = "limiter/kazoo.rs"]
+mod kazoo;
+#[path = "limiter/latency.rs"]
+mod latency;
+#[path = "limiter/plan.rs"]
+mod plan;
+#[path = "limiter/report.rs"]
+mod report;
+#[path = "limiter/scale.rs"]
+mod scale;
+#[path = "limiter/sidecar.rs"]
+mod sidecar;
+#[path = "limiter/stats.rs"]
+mod stats;
+#[path = "limiter/stores.rs"]
+mod stores;
+
+use anyhow::Context as _;
+use latency::Op;
+use plan::{Parsed, Plan};
+use report::{Contention, Peer, Results};
+use sidecar::SidecarClient;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use stores::{client, Servers, Store};
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+/// Row 3's setup, and row 7's contended case.
+const CLIENTS: usize = 8;
+const CAPACITY: u32 = 2;
+const HOLDS: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
+
+fn main() -> ExitCode {
+    let plan = match plan::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(plan)) => plan,
+        Ok(Parsed::Exit(message)) => {
+            println!("{message}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&plan) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("benchmark failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(plan: &Plan) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("build the tokio runtime")?;
+    runtime.block_on(kazoo::check_available())?;
+    let started = Instant::now();
+    let load_before = load_average();
+    eprintln!(
+        "limiter bench: starting {0}-node etcd and {0}-node ZooKeeper",
+        plan.nodes()
+    );
+    let servers = Servers::start(plan.nodes());
+    let mut results = runtime.block_on(measure(plan, &servers))?;
+    results.about = about(plan, &servers, started.elapsed(), &load_before);
+    let md = results.markdown();
+    println!("{md}");
+    if let Some(out) = &plan.out {
+        let key = format!("{}-node", plan.nodes());
+        report::update_file(out, &key, &md)?;
+        eprintln!("limiter bench: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// Every row, in one run.
+async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
+    let mut r = Results::default();
+    step("rows 1-2: floors and uncontended latency");
+    latency_rows(plan, servers, &mut r).await?;
+    step("row 3: contended throughput");
+    r.contention = contention(plan, servers).await?;
+    step("row 7: kazoo, contended");
+    for hold in HOLDS {
+        let setup = contended_setup(plan, hold);
+        let hosts = servers.zk.connect_string();
+        r.peer
+            .kazoo_contended
+            .push(kazoo::contended(&hosts, setup).await?);
+    }
+    step("row 4: handoff");
+    for store in Store::ALL {
+        let url = servers.url(store, "handoff");
+        let raw = raw_op(servers, store, "handoff-one-write").await?;
+        r.handoff
+            .push(handoff::run(&url, raw, plan.handoffs).await?);
+    }
+    step("row 6: scale");
+    r.waiters = plan.waiters;
+    r.semaphores = plan.semaphores;
+    for store in Store::ALL {
+        let url = servers.url(store, "scale");
+        r.bytes_per_waiter
+            .push(scale::bytes_per_waiter(&url, plan.waiters).await?);
+        let w = scale::many_waiters(&url, plan.waiters, plan.waiter_handoffs).await?;
+        r.many_waiters.push(w);
+        let s = scale::many_semaphores(&url, plan.semaphores, plan.steady_for).await?;
+        r.many_semaphores.push(s);
+    }
+    step("row 7: kazoo, uncontended");
+    r.peer = peer_uncontended(plan, servers, std::mem::take(&mut r.peer)).await?;
+    Ok(r)
+}
+
+fn step(what: &str) {
+    eprintln!("limiter bench: {what}");
+}
+
+/// Rows 1–2: every path measured in the same interleaved rounds.
+async fn latency_rows(plan: &Plan, servers: &Servers, r: &mut Results) -> anyhow::Result<()> {
+    let name = "uncontended";
+    let mut limiters = Vec::new();
+    let mut ops = vec![
+        Op::etcd_raw(&servers.etcd.endpoints(), "floor/key").await?,
+        Op::zk_raw(&servers.zk.connect_string(), "/floor").await?,
+    ];
+    for store in Store::ALL {
+        let (l, s) = client(
+            &servers.url(store, "latency"),
+            "uncontended",
+            name,
+            CAPACITY,
+        )
+        .await?;
+        limiters.push(l);
+        ops.push(Op::Library(s));
+    }
+    // The sidecar on memory:// has its own in-process store (its own process).
+    let sc_memory = SidecarClient::start("memory://bench", name, CAPACITY).await?;
+    let sc_etcd =
+        SidecarClient::start(&servers.url(Store::Etcd, "sidecar"), name, CAPACITY).await?;
+    ops.push(Op::Sidecar(sc_memory));
+    ops.push(Op::Sidecar(sc_etcd));
+    let mut s = latency::interleaved(&mut ops, plan.latency_rounds, plan.latency_batch)
+        .await?
+        .into_iter();
+    let mut next = || s.next().context("a latency result is missing");
+    r.etcd_floor = next()?;
+    r.zk_floor = next()?;
+    r.library = vec![next()?, next()?, next()?];
+    r.sidecar_memory = next()?;
+    r.sidecar_etcd = next()?;
+    stores::close_all(&limiters).await
+}
+
+fn contended_setup(plan: &Plan, hold: Duration) -> contended::Setup {
+    contended::Setup {
+        clients: CLIENTS,
+        capacity: CAPACITY,
+        hold,
+        run_for: plan.contended_for,
+    }
+}
+
+/// Row 3 on every store, every hold.
+async fn contention(plan: &Plan, servers: &Servers) -> anyhow::Result<Contention> {
+    let mut runs = Vec::new();
+    for store in Store::ALL {
+        let mut per_hold = Vec::new();
+        for hold in HOLDS {
+            let url = servers.url(store, "contended");
+            let name = format!("hold-{}ms", hold.as_millis());
+            per_hold.push(contended::run(&url, &name, contended_setup(plan, hold)).await?);
+        }
+        runs.push(per_hold);
+    }
+    Ok(Contention {
+        clients: CLIENTS,
+        capacity: CAPACITY,
+        run_for: plan.contended_for,
+        holds: HOLDS.to_vec(),
+        runs,
+    })
+}
+
+/// A raw client of `store` for "one write" samples (none for memory://).
+async fn raw_op(servers: &Servers, store: Store, space: &str) -> anyhow::Result<Option<Op>> {
+    Ok(match store {
+        Store::Memory => None,
+        Store::Etcd => Some(Op::etcd_raw(&servers.etcd.endpoints(), space).await?),
+        Store::Zk => Some(Op::zk_raw(&servers.zk.connect_string(), &format!("/{space}")).await?),
+    })
+}
+
+/// Row 7, uncontended: clusterlimit before and after kazoo (merged), so both see the same
+/// conditions; the server's packet counter gives each one's requests per pair.
+async fn peer_uncontended(plan: &Plan, servers: &Servers, mut peer: Peer) -> anyhow::Result<Peer> {
+    let n = plan.peer_iterations;
+    let (l, sem) = client(
+        &servers.url(Store::Zk, "peer"),
+        "peer",
+        "uncontended",
+        CAPACITY,
+    )
+    .await?;
+    let mut ours = Op::Library(sem);
+    let (before, packets_before) = zk_pairs(&mut ours, servers, n).await?;
+    let packets = servers.zk_packets_received()?;
+    let hosts = servers.zk.connect_string();
+    peer.kazoo = kazoo::uncontended(&hosts, CAPACITY, n).await?;
+    // kazoo_peer.py runs 20 unmeasured pairs first.
+    peer.kazoo_packets = (servers.zk_packets_received()? - packets) as f64 / (n + 20) as f64;
+    let (after, packets_after) = zk_pairs(&mut ours, servers, n).await?;
+    peer.ours = before.merged(&after);
+    peer.ours_packets = (packets_before + packets_after) / 2.0;
+    l.close().await?;
+    Ok(peer)
+}
+
+/// `n` acquire+release pairs of `op` on ZooKeeper, and the server's packets per pair.
+async fn zk_pairs(
+    op: &mut Op,
+    servers: &Servers,
+    n: usize,
+) -> anyhow::Result<(stats::Samples, f64)> {
+    let packets = servers.zk_packets_received()?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(op.once().await?.total());
+    }
+    let per_pair = (servers.zk_packets_received()? - packets) as f64 / n as f64;
+    Ok((stats::Samples::new(v), per_pair))
+}
+
+/// What ran where: the header of the tables.
+fn about(plan: &Plan, servers: &Servers, took: Duration, load_before: &str) -> String {
+    let mode = if plan.quick {
+        "quick run (`--quick`: small sizes; figures are smoke, not results)"
+    } else {
+        "full run"
+    };
+    let profile = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    format!(
+        "## Results: {n}-node etcd and {n}-node ZooKeeper, {mode}\n\n\
+         - {date}, commit {commit}, {profile}, {took:.0} s for the whole run\n\
+         - machine: {cpus} × {cpu}, Linux {kernel}; load average {load_before} before, {load_after} after\n\
+         - etcd {etcd} (`--unsafe-no-fsync`), ZooKeeper {zk} (`forceSync=no`), kazoo {kazoo} on Python {python}\n\
+         - latencies in ms; p50 / p99 by nearest rank; rows 1–2 interleaved in {rounds} rounds of {batch} per path\n",
+        n = plan.nodes(),
+        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit = commit(),
+        took = took.as_secs_f64(),
+        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu = cpu_model(),
+        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
+        load_after = load_average(),
+        etcd = command(
+            &support::etcd_binary().to_string_lossy(),
+            &["--version"]
+        )
+        .lines()
+        .next()
+        .unwrap_or("?")
+        .trim_start_matches("etcd Version: "),
+        zk = servers.zk_version(),
+        kazoo = command(
+            "/usr/bin/python3",
+            &["-c", "import kazoo.version as v; print(v.__version__)"]
+        ),
+        python = command("/usr/bin/python3", &["-c", "import platform; print(platform.python_version())"]),
+        rounds = plan.latency_rounds,
+        batch = plan.latency_batch,
+    )
+}
+
+/// `HEAD`'s short hash, with `+changes` when tracked files other than BENCHMARKS.md differ.
+fn commit() -> String {
+    let hash = command("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = command(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!BENCHMARKS.md",
+        ],
+    );
+    if dirty.is_empty() {
+        hash
+    } else {
+        format!("{hash}+changes")
+    }
+}
+
+fn command(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())
+}
+
+fn cpu_model() -> String {
+    read_trimmed("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// The 1-minute load average (the machine is shared: this says how much).
+fn load_average() -> String {
+    read_trimmed("/proc/loadavg")
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}

@@ -1,0 +1,114 @@
+//! The servers of a run (real etcd and ZooKeeper child processes from the test support, killed
+//! when dropped) and Limiters on them.
+
+use crate::support::{EtcdCluster, ZkCluster};
+use anyhow::Context as _;
+use clusterlimit::{Limiter, Semaphore};
+
+/// One store under test: its URL and how the rows call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Memory,
+    Etcd,
+    Zk,
+}
+
+impl Store {
+    pub const ALL: [Store; 3] = [Store::Memory, Store::Etcd, Store::Zk];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Store::Memory => "memory",
+            Store::Etcd => "etcd",
+            Store::Zk => "ZooKeeper",
+        }
+    }
+}
+
+/// etcd and ZooKeeper, started together (1 node each, or 3 with `--cluster`).
+pub struct Servers {
+    pub etcd: EtcdCluster,
+    pub zk: ZkCluster,
+}
+
+impl Servers {
+    /// Starts both; the support code panics with the server's log tail if one cannot start.
+    pub fn start(nodes: usize) -> Servers {
+        Servers {
+            etcd: EtcdCluster::start(nodes),
+            zk: ZkCluster::start(nodes),
+        }
+    }
+
+    /// A URL of `store` whose semaphores no other row sees: etcd prefix, ZooKeeper chroot or
+    /// memory store name `space`.
+    pub fn url(&self, store: Store, space: &str) -> String {
+        match store {
+            Store::Memory => format!("memory://{space}"),
+            Store::Etcd => self.etcd.url(space),
+            Store::Zk => self.zk.url(space),
+        }
+    }
+
+    /// `ZooKeeper version: …` line of the first server.
+    pub fn zk_version(&self) -> String {
+        self.zk
+            .srvr(0)
+            .lines()
+            .find_map(|l| l.strip_prefix("Zookeeper version:"))
+            .map(|v| v.split(',').next().unwrap_or(v).trim().to_string())
+            .unwrap_or_else(|| "?".to_string())
+    }
+
+    /// `zk_packets_received` of every ZooKeeper server, summed: requests from every client,
+    /// ours and kazoo's alike.
+    pub fn zk_packets_received(&self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for m in 0..self.zk.len() {
+            let mntr = self.zk.four_letter_word(m, "mntr");
+            let v = mntr
+                .lines()
+                .find_map(|l| l.strip_prefix("zk_packets_received"))
+                .with_context(|| format!("no zk_packets_received in mntr: {mntr}"))?;
+            total += v.trim().parse::<u64>().context("zk_packets_received")?;
+        }
+        Ok(total)
+    }
+}
+
+/// A Limiter with its own session, labelled `owner`.
+pub async fn limiter(url: &str, owner: &str) -> anyhow::Result<Limiter> {
+    Limiter::builder(url)
+        .owner(owner)
+        .connect()
+        .await
+        .with_context(|| format!("connect a Limiter to {url}"))
+}
+
+/// A Limiter with its own session and its handle on semaphore `name` of `capacity`.
+pub async fn client(
+    url: &str,
+    owner: &str,
+    name: &str,
+    capacity: u32,
+) -> anyhow::Result<(Limiter, Semaphore)> {
+    let l = limiter(url, owner).await?;
+    let s = l
+        .semaphore(name, capacity)
+        .await
+        .with_context(|| format!("open semaphore {name} on {url}"))?;
+    Ok((l, s))
+}
+
+/// Closes every Limiter (ends their sessions), reporting the first failure.
+pub async fn close_all(limiters: &[Limiter]) -> anyhow::Result<()> {
+    for l in limiters {
+        l.close().await.context("close a Limiter")?;
+    }
+    Ok(())
+}
+
+/// Request counters of several Limiters, summed.
+pub fn total_stats(limiters: &[Limiter]) -> clusterlimit::RequestStats {
+    limiters.iter().map(Limiter::stats).sum()
+}
