@@ -18,12 +18,16 @@ mod support;
 mod alloc;
 #[path = "limiter/contended.rs"]
 mod contended;
+#[path = "limiter/cpu.rs"]
+mod cpu;
 #[path = "limiter/handoff.rs"]
 mod handoff;
 #[path = "limiter/kazoo.rs"]
 mod kazoo;
 #[path = "limiter/latency.rs"]
 mod latency;
+#[path = "limiter/notify.rs"]
+mod notify;
 #[path = "limiter/plan.rs"]
 mod plan;
 #[path = "limiter/report.rs"]
@@ -38,7 +42,8 @@ mod stats;
 mod stores;
 
 use anyhow::Context as _;
-use latency::Op;
+use latency::{Measured, Op};
+use notify::Notify;
 use plan::{Parsed, Plan};
 use report::{Contention, Peer, Results};
 use sidecar::SidecarClient;
@@ -119,7 +124,7 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
     step("row 4: handoff");
     for store in Store::ALL {
         let url = servers.url(store, "handoff");
-        let raw = raw_op(servers, store, "handoff-one-write").await?;
+        let raw = handoff_raw(servers, store).await?;
         r.handoff
             .push(handoff::run(&url, raw, plan.handoffs).await?);
     }
@@ -128,10 +133,11 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
     r.semaphores = plan.semaphores;
     for store in Store::ALL {
         let url = servers.url(store, "scale");
-        r.bytes_per_waiter
-            .push(scale::bytes_per_waiter(&url, plan.waiters).await?);
-        let w = scale::many_waiters(&url, plan.waiters, plan.waiter_handoffs).await?;
-        r.many_waiters.push(w);
+        let (n, turns) = (plan.waiters, plan.waiter_handoffs);
+        let one = scale::many_waiters(&url, scale::Layout::OneLimiter, n, turns).await?;
+        r.waiters_one.push(one);
+        let own = scale::many_waiters(&url, scale::Layout::OwnLimiter, n, turns).await?;
+        r.waiters_own.push(own);
         let s = scale::many_semaphores(&url, plan.semaphores, plan.steady_for).await?;
         r.many_semaphores.push(s);
     }
@@ -147,11 +153,25 @@ fn step(what: &str) {
 /// Rows 1–2: every path measured in the same interleaved rounds.
 async fn latency_rows(plan: &Plan, servers: &Servers, r: &mut Results) -> anyhow::Result<()> {
     let name = "uncontended";
-    let mut limiters = Vec::new();
+    let (etcd, zk) = (servers.pids(Store::Etcd), servers.pids(Store::Zk));
+    let endpoints = servers.etcd.endpoints();
+    let on = |op: Op, servers: &[u32]| Measured {
+        op,
+        sidecar: None,
+        servers: servers.to_vec(),
+    };
     let mut ops = vec![
-        Op::etcd_raw(&servers.etcd.endpoints(), "floor/key").await?,
-        Op::zk_raw(&servers.zk.connect_string(), "/floor").await?,
+        on(Op::etcd_raw(&endpoints, "floor/key").await?, &etcd),
+        on(
+            Op::etcd_txn(&endpoints, "txn-floor/s/uncontended").await?,
+            &etcd,
+        ),
+        on(
+            Op::zk_raw(&servers.zk.connect_string(), "/floor").await?,
+            &zk,
+        ),
     ];
+    let mut limiters = Vec::new();
     for store in Store::ALL {
         let (l, s) = client(
             &servers.url(store, "latency"),
@@ -161,19 +181,25 @@ async fn latency_rows(plan: &Plan, servers: &Servers, r: &mut Results) -> anyhow
         )
         .await?;
         limiters.push(l);
-        ops.push(Op::Library(s));
+        ops.push(on(Op::Library(s), &servers.pids(store)));
     }
     // The sidecar on memory:// has its own in-process store (its own process).
-    let sc_memory = SidecarClient::start("memory://bench", name, CAPACITY).await?;
-    let sc_etcd =
-        SidecarClient::start(&servers.url(Store::Etcd, "sidecar"), name, CAPACITY).await?;
-    ops.push(Op::Sidecar(sc_memory));
-    ops.push(Op::Sidecar(sc_etcd));
+    for (store, url) in [
+        (Store::Memory, "memory://bench".to_string()),
+        (Store::Etcd, servers.url(Store::Etcd, "sidecar")),
+    ] {
+        let sc = SidecarClient::start(&url, name, CAPACITY).await?;
+        ops.push(Measured {
+            sidecar: Some(sc.pid()),
+            ..on(Op::Sidecar(sc), &servers.pids(store))
+        });
+    }
     let mut s = latency::interleaved(&mut ops, plan.latency_rounds, plan.latency_batch)
         .await?
         .into_iter();
     let mut next = || s.next().context("a latency result is missing");
     r.etcd_floor = next()?;
+    r.etcd_txn_floor = next()?;
     r.zk_floor = next()?;
     r.library = vec![next()?, next()?, next()?];
     r.sidecar_memory = next()?;
@@ -211,12 +237,20 @@ async fn contention(plan: &Plan, servers: &Servers) -> anyhow::Result<Contention
     })
 }
 
-/// A raw client of `store` for "one write" samples (none for memory://).
-async fn raw_op(servers: &Servers, store: Store, space: &str) -> anyhow::Result<Option<Op>> {
+/// Raw clients of `store` for row 4's reference samples (none for memory://).
+async fn handoff_raw(servers: &Servers, store: Store) -> anyhow::Result<Option<handoff::Raw>> {
+    let endpoints = servers.etcd.endpoints();
+    let zk = servers.zk.connect_string();
     Ok(match store {
         Store::Memory => None,
-        Store::Etcd => Some(Op::etcd_raw(&servers.etcd.endpoints(), space).await?),
-        Store::Zk => Some(Op::zk_raw(&servers.zk.connect_string(), &format!("/{space}")).await?),
+        Store::Etcd => Some(handoff::Raw {
+            write: Op::etcd_raw(&endpoints, "handoff/one-write").await?,
+            notify: Notify::etcd(&endpoints, "handoff/notify").await?,
+        }),
+        Store::Zk => Some(handoff::Raw {
+            write: Op::zk_raw(&zk, "/handoff-one-write").await?,
+            notify: Notify::zk(&zk, "/handoff-notify").await?,
+        }),
     })
 }
 

@@ -16,6 +16,22 @@ pub fn live_bytes() -> isize {
     LIVE.load(Relaxed)
 }
 
+/// [`live_bytes`] once it stops moving (background tasks of earlier rows, e.g. sessions being
+/// closed, still free memory for a while): two readings 50 ms apart within 4 KiB, or the last
+/// of 40 readings.
+pub async fn settled_live_bytes() -> isize {
+    let mut last = live_bytes();
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = live_bytes();
+        if (now - last).abs() < 4096 {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 // SAFETY: every call is forwarded unchanged to the system allocator; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {

@@ -46,9 +46,10 @@ impl Outcome {
         self.total() as f64 / self.run_for.as_secs_f64()
     }
 
-    /// Requests (acquire and release together) per acquisition.
+    /// Requests (acquire and release together) per acquisition, apart from the one-time watch
+    /// setups (a Limiter's first wait on a semaphore), which [`Outcome::requests`] also holds.
     pub fn requests_per_acquisition(&self) -> f64 {
-        self.requests.total() as f64 / self.all_acquisitions.max(1) as f64
+        (self.requests.total() - self.requests.watch) as f64 / self.all_acquisitions.max(1) as f64
     }
 }
 

@@ -3,13 +3,15 @@
 //!
 //! Every operation is measured in interleaved rounds (a batch of each, then the next round)
 //! rather than one after the other, so a load change on this shared machine hits a store's
-//! floor and the Limiter on it alike, and their ratio stays honest.
+//! floor and the Limiter on it alike, and their ratio stays honest. Around every batch the CPU
+//! time of this process, of the sidecar and of the store's servers is read ([`crate::cpu`]).
 
+use crate::cpu::cpu_ns;
 use crate::sidecar::SidecarClient;
 use crate::stats::Samples;
 use anyhow::Context as _;
 use clusterlimit::Semaphore;
-use etcd_client::PutOptions;
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use std::time::{Duration, Instant};
 use zookeeper_client::{self as zk, Acls, CreateMode};
 
@@ -23,6 +25,14 @@ pub enum Op {
         client: etcd_client::Client,
         lease: i64,
         key: String,
+    },
+    /// The Limiter's enqueue Txn on etcd, sent with the raw client (if the key is absent: put it
+    /// with a lease and read the semaphore's keys sorted by creation; else read both), then a
+    /// delete: separates what etcd spends on that Txn from what the library adds.
+    EtcdTxn {
+        client: etcd_client::Client,
+        lease: i64,
+        prefix: String,
     },
     /// ZooKeeper create (ephemeral sequential, like a permit node) then delete of that node.
     ZkRaw { client: zk::Client, prefix: String },
@@ -46,16 +56,26 @@ const VALUE: &str = r#"{"permits":1,"owner":"bench-host/12345","since_unix_ms":1
 impl Op {
     /// A raw etcd client with a lease of its own (`endpoints` as `127.0.0.1:PORT`).
     pub async fn etcd_raw(endpoints: &[String], key: &str) -> anyhow::Result<Op> {
-        let mut client = crate::support::connect(endpoints).await;
-        let lease = client
-            .lease_grant(60, None)
-            .await
-            .context("grant the floor's lease")?
-            .id();
+        let (client, lease) = etcd_with_lease(endpoints).await?;
         Ok(Op::EtcdRaw {
             client,
             lease,
             key: key.to_string(),
+        })
+    }
+
+    /// A raw etcd client sending the Limiter's Txn under `prefix` (a capacity key is put
+    /// there first, so the read returns what an uncontended acquire's read returns).
+    pub async fn etcd_txn(endpoints: &[String], prefix: &str) -> anyhow::Result<Op> {
+        let (mut client, lease) = etcd_with_lease(endpoints).await?;
+        client
+            .put(format!("{prefix}/cap"), r#"{"capacity":2,"floor":0}"#, None)
+            .await
+            .context("put the Txn floor's capacity key")?;
+        Ok(Op::EtcdTxn {
+            client,
+            lease,
+            prefix: prefix.to_string(),
         })
     }
 
@@ -96,6 +116,35 @@ impl Op {
                 entered = Instant::now();
                 client.delete(key.as_str(), None).await?;
             }
+            Op::EtcdTxn {
+                client,
+                lease,
+                prefix,
+            } => {
+                let key = format!("{prefix}/q/0123456789abcdef0123456789abcdef");
+                let sorted = || {
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                };
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([
+                        TxnOp::put(
+                            key.clone(),
+                            VALUE,
+                            Some(PutOptions::new().with_lease(*lease)),
+                        ),
+                        TxnOp::get(format!("{prefix}/"), Some(sorted())),
+                    ])
+                    .or_else([
+                        TxnOp::get(key.clone(), None),
+                        TxnOp::get(format!("{prefix}/"), Some(sorted())),
+                    ]);
+                client.txn(txn).await?;
+                entered = Instant::now();
+                client.delete(key, None).await?;
+            }
             Op::ZkRaw { client, prefix } => {
                 let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
                 let (_, seq) = client.create(prefix, VALUE.as_bytes(), &mode).await?;
@@ -121,47 +170,103 @@ impl Op {
     }
 }
 
+/// A raw etcd client and a lease of its own (60 s, outlives any row).
+async fn etcd_with_lease(endpoints: &[String]) -> anyhow::Result<(etcd_client::Client, i64)> {
+    let mut client = crate::support::connect(endpoints).await;
+    let lease = client
+        .lease_grant(60, None)
+        .await
+        .context("grant the floor's lease")?
+        .id();
+    Ok((client, lease))
+}
+
 impl Pair {
     pub fn total(&self) -> Duration {
         self.enter + self.leave
     }
 }
 
-/// Latencies of one operation: whole pairs, and the enter and leave halves.
+/// Latencies of one operation: whole pairs, and the enter and leave halves; and the mean CPU
+/// time per pair of this process, the sidecar and the store's servers (`None`: not readable).
 #[derive(Debug, Clone, Default)]
 pub struct PairSamples {
     pub pair: Samples,
     pub enter: Samples,
     pub leave: Samples,
+    pub cpu: Option<CpuPerPair>,
+}
+
+/// Mean CPU time per pair, in µs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuPerPair {
+    pub client: f64,
+    pub sidecar: f64,
+    pub servers: f64,
+}
+
+/// An operation and the other processes that work for it.
+pub struct Measured {
+    pub op: Op,
+    pub sidecar: Option<u32>,
+    pub servers: Vec<u32>,
+}
+
+impl Measured {
+    fn cpu(&self) -> Option<[u64; 3]> {
+        Some([
+            cpu_ns(&[std::process::id()])?,
+            cpu_ns(self.sidecar.as_slice())?,
+            cpu_ns(&self.servers)?,
+        ])
+    }
 }
 
 /// Runs one unmeasured batch of every op (connections, caches, JIT), then `rounds` rounds of
 /// `batch` pairs of every op in turn. Returns the samples in the order of `ops`.
 pub async fn interleaved(
-    ops: &mut [Op],
+    ops: &mut [Measured],
     rounds: usize,
     batch: usize,
 ) -> anyhow::Result<Vec<PairSamples>> {
-    for op in ops.iter_mut() {
+    for m in ops.iter_mut() {
         for _ in 0..batch {
-            op.once().await?;
+            m.op.once().await?;
         }
     }
-    let mut raw: Vec<Vec<Pair>> = ops.iter().map(|_| Vec::new()).collect();
+    let mut pairs: Vec<Vec<Pair>> = ops.iter().map(|_| Vec::new()).collect();
+    let mut cpu: Vec<Option<[u64; 3]>> = ops.iter().map(|_| Some([0; 3])).collect();
     for _ in 0..rounds {
-        for (op, out) in ops.iter_mut().zip(&mut raw) {
+        for ((m, out), used) in ops.iter_mut().zip(&mut pairs).zip(&mut cpu) {
+            let before = m.cpu();
             for _ in 0..batch {
-                out.push(op.once().await?);
+                out.push(m.op.once().await?);
             }
+            *used = match (*used, before, m.cpu()) {
+                (Some(u), Some(b), Some(a)) => {
+                    Some([0, 1, 2].map(|i| u[i] + a[i].saturating_sub(b[i])))
+                }
+                _ => None,
+            };
         }
     }
-    Ok(raw.into_iter().map(|pairs| summarize(&pairs)).collect())
+    Ok(pairs
+        .iter()
+        .zip(cpu)
+        .map(|(p, used)| summarize(p, used))
+        .collect())
 }
 
-fn summarize(pairs: &[Pair]) -> PairSamples {
+fn summarize(pairs: &[Pair], cpu: Option<[u64; 3]>) -> PairSamples {
+    let per_pair = |ns: u64| ns as f64 / 1e3 / pairs.len().max(1) as f64;
     PairSamples {
         pair: Samples::new(pairs.iter().map(Pair::total).collect()),
         enter: Samples::new(pairs.iter().map(|p| p.enter).collect()),
         leave: Samples::new(pairs.iter().map(|p| p.leave).collect()),
+        cpu: cpu.map(|[client, sidecar, servers]| CpuPerPair {
+            client: per_pair(client),
+            sidecar: per_pair(sidecar),
+            servers: per_pair(servers),
+        }),
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// A sidecar process (SIGKILLed on drop) and a client of one of its semaphores.
 pub struct SidecarClient {
-    _process: Sidecar,
+    process: Sidecar,
     http: reqwest::Client,
     permits_url: String,
     base: String,
@@ -34,11 +34,16 @@ impl SidecarClient {
             .context("create the sidecar's semaphore")?;
         ensure!(r.status().is_success(), "PUT semaphore: {}", r.status());
         Ok(SidecarClient {
-            _process: process,
+            process,
             http,
             permits_url: format!("{base}/v1/semaphores/{semaphore}/permits"),
             base,
         })
+    }
+
+    /// The sidecar's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
     }
 
     /// POST: waits for one permit; returns its id.

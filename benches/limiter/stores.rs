@@ -50,13 +50,24 @@ impl Servers {
         }
     }
 
+    /// Process ids of the servers of `store` (none for memory://: it lives in this process).
+    pub fn pids(&self, store: Store) -> Vec<u32> {
+        match store {
+            Store::Memory => Vec::new(),
+            Store::Etcd => (0..self.etcd.endpoints().len())
+                .filter_map(|m| self.etcd.pid(m))
+                .collect(),
+            Store::Zk => (0..self.zk.len()).filter_map(|m| self.zk.pid(m)).collect(),
+        }
+    }
+
     /// `ZooKeeper version: …` line of the first server.
     pub fn zk_version(&self) -> String {
         self.zk
             .srvr(0)
             .lines()
             .find_map(|l| l.strip_prefix("Zookeeper version:"))
-            .map(|v| v.split(',').next().unwrap_or(v).trim().to_string())
+            .map(|v| v.split([',', '-']).next().unwrap_or(v).trim().to_string())
             .unwrap_or_else(|| "?".to_string())
     }
 
