@@ -22,6 +22,8 @@ mod contended;
 mod cpu;
 #[path = "limiter/handoff.rs"]
 mod handoff;
+#[path = "limiter/history.rs"]
+mod history;
 #[path = "limiter/kazoo.rs"]
 mod kazoo;
 #[path = "limiter/latency.rs"]
@@ -43,7 +45,7 @@ mod stores;
 
 use anyhow::Context as _;
 use latency::{Measured, Op};
-use notify::Notify;
+use notify::{Notify, Spy};
 use plan::{Parsed, Plan};
 use report::{Contention, Peer, Results};
 use sidecar::SidecarClient;
@@ -123,10 +125,7 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
     }
     step("row 4: handoff");
     for store in Store::ALL {
-        let url = servers.url(store, "handoff");
-        let raw = handoff_raw(servers, store).await?;
-        r.handoff
-            .push(handoff::run(&url, raw, plan.handoffs).await?);
+        r.handoff.push(handoffs(plan, servers, store).await?);
     }
     step("row 6: scale");
     r.waiters = plan.waiters;
@@ -140,6 +139,13 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
         r.waiters_own.push(own);
         let s = scale::many_semaphores(&url, plan.semaphores, plan.steady_for).await?;
         r.many_semaphores.push(s);
+        let etcd = match store {
+            Store::Etcd => Some(support::connect(&servers.etcd.endpoints()).await),
+            _ => None,
+        };
+        let (past, samples) = (plan.history_past, plan.history_samples);
+        r.history
+            .push(history::run(&url, past, samples, etcd).await?);
     }
     step("row 7: kazoo, uncontended");
     r.peer = peer_uncontended(plan, servers, std::mem::take(&mut r.peer)).await?;
@@ -194,7 +200,9 @@ async fn latency_rows(plan: &Plan, servers: &Servers, r: &mut Results) -> anyhow
             ..on(Op::Sidecar(sc), &servers.pids(store))
         });
     }
-    let mut s = latency::interleaved(&mut ops, plan.latency_rounds, plan.latency_batch)
+    let compactor = support::connect(&endpoints).await;
+    let (rounds, batch) = (plan.latency_rounds, plan.latency_batch);
+    let mut s = latency::interleaved(&mut ops, rounds, batch, Some(compactor))
         .await?
         .into_iter();
     let mut next = || s.next().context("a latency result is missing");
@@ -237,21 +245,39 @@ async fn contention(plan: &Plan, servers: &Servers) -> anyhow::Result<Contention
     })
 }
 
-/// Raw clients of `store` for row 4's reference samples (none for memory://).
-async fn handoff_raw(servers: &Servers, store: Store) -> anyhow::Result<Option<handoff::Raw>> {
+/// Row 4 on `store`: turns measured against a raw delete and a raw notification, then (etcd,
+/// ZooKeeper) half as many turns watched by a spy, which split a handoff in two.
+async fn handoffs(
+    plan: &Plan,
+    servers: &Servers,
+    store: Store,
+) -> anyhow::Result<handoff::Outcome> {
+    let url = servers.url(store, "handoff");
     let endpoints = servers.etcd.endpoints();
     let zk = servers.zk.connect_string();
-    Ok(match store {
-        Store::Memory => None,
-        Store::Etcd => Some(handoff::Raw {
-            write: Op::etcd_raw(&endpoints, "handoff/one-write").await?,
-            notify: Notify::etcd(&endpoints, "handoff/notify").await?,
-        }),
-        Store::Zk => Some(handoff::Raw {
-            write: Op::zk_raw(&zk, "/handoff-one-write").await?,
-            notify: Notify::zk(&zk, "/handoff-notify").await?,
-        }),
-    })
+    let sem = handoff::SEMAPHORE;
+    let (refs, spy) = match store {
+        Store::Memory => return handoff::run(&url, None, plan.handoffs).await,
+        Store::Etcd => (
+            handoff::Raw::References {
+                write: Op::etcd_raw(&endpoints, "handoff/one-write").await?,
+                notify: Notify::etcd(&endpoints, "handoff/notify").await?,
+            },
+            Spy::etcd(&endpoints, &format!("handoff/s/{sem}/q/")).await?,
+        ),
+        Store::Zk => (
+            handoff::Raw::References {
+                write: Op::zk_raw(&zk, "/handoff-one-write").await?,
+                notify: Notify::zk(&zk, "/handoff-notify").await?,
+            },
+            Spy::zk(&zk, &format!("/handoff/s/{sem}")).await?,
+        ),
+    };
+    let mut out = handoff::run(&url, Some(refs), plan.handoffs).await?;
+    let spied = handoff::run(&url, Some(handoff::Raw::Spy(spy)), plan.handoffs / 2).await?;
+    out.spy_sees = spied.spy_sees;
+    out.grant_after_spy = spied.grant_after_spy;
+    Ok(out)
 }
 
 /// Row 7, uncontended: clusterlimit before and after kazoo (merged), so both see the same

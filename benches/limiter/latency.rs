@@ -224,10 +224,15 @@ impl Measured {
 
 /// Runs one unmeasured batch of every op (connections, caches, JIT), then `rounds` rounds of
 /// `batch` pairs of every op in turn. Returns the samples in the order of `ops`.
+///
+/// With `etcd`, etcd's history is compacted before every round, as an etcd with automatic
+/// compaction would keep it: every acquire leaves a deleted key behind, and the cost of that
+/// history is row 6's subject, not this one's.
 pub async fn interleaved(
     ops: &mut [Measured],
     rounds: usize,
     batch: usize,
+    mut etcd: Option<etcd_client::Client>,
 ) -> anyhow::Result<Vec<PairSamples>> {
     for m in ops.iter_mut() {
         for _ in 0..batch {
@@ -237,6 +242,9 @@ pub async fn interleaved(
     let mut pairs: Vec<Vec<Pair>> = ops.iter().map(|_| Vec::new()).collect();
     let mut cpu: Vec<Option<[u64; 3]>> = ops.iter().map(|_| Some([0; 3])).collect();
     for _ in 0..rounds {
+        if let Some(c) = etcd.as_mut() {
+            crate::stores::compact(c).await?;
+        }
         for ((m, out), used) in ops.iter_mut().zip(&mut pairs).zip(&mut cpu) {
             let before = m.cpu();
             for _ in 0..batch {

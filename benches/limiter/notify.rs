@@ -95,3 +95,77 @@ async fn next_event(events: &mut WatchStream, kind: EventType) -> anyhow::Result
     }
     bail!("no {kind:?} event in 100 watch messages")
 }
+
+/// A raw client watching a semaphore the library uses (its etcd queue prefix, its ZooKeeper
+/// node): records when each deletion reaches a client of this process, so a handoff can be
+/// split into "the store's notification arrives" and "the library turns it into a grant".
+pub struct Spy {
+    deletes: tokio::sync::mpsc::UnboundedReceiver<Instant>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Spy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Spy {
+    /// Watches every key under `prefix` on etcd.
+    pub async fn etcd(endpoints: &[String], prefix: &str) -> anyhow::Result<Spy> {
+        let mut client = crate::support::connect(endpoints).await;
+        let opts = etcd_client::WatchOptions::new().with_prefix();
+        let mut events = client.watch(prefix, Some(opts)).await?;
+        events.message().await.context("spy watch created")?;
+        let (tx, deletes) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let _client = client;
+            while let Ok(Some(msg)) = events.message().await {
+                let now = Instant::now();
+                let deleted = msg
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete);
+                if deleted && tx.send(now).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Spy { deletes, task })
+    }
+
+    /// Watches `path` and everything below it on ZooKeeper.
+    pub async fn zk(connect: &str, path: &str) -> anyhow::Result<Spy> {
+        let client = crate::support::zk_connect(connect).await;
+        let mut watch = client
+            .watch(path, zk::AddWatchMode::PersistentRecursive)
+            .await?;
+        let (tx, deletes) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let _client = client;
+            loop {
+                let event = watch.changed().await;
+                let now = Instant::now();
+                match event.event_type {
+                    zk::EventType::NodeDeleted if tx.send(now).is_err() => return,
+                    zk::EventType::Session => return,
+                    _ => {}
+                }
+            }
+        });
+        Ok(Spy { deletes, task })
+    }
+
+    /// Forgets deletions seen so far.
+    pub fn clear(&mut self) {
+        while self.deletes.try_recv().is_ok() {}
+    }
+
+    /// When the next deletion reached the spy (waiting for it at most 10 s).
+    pub async fn next_delete(&mut self) -> anyhow::Result<Instant> {
+        tokio::time::timeout(BOUND, self.deletes.recv())
+            .await
+            .context("the spy saw no deletion within 10 s")?
+            .context("the spy's watch ended")
+    }
+}

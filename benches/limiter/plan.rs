@@ -32,6 +32,9 @@ pub struct Plan {
     /// Row 6: semaphores with one holder each, and the window their steady cost is read over.
     pub semaphores: usize,
     pub steady_for: Duration,
+    /// Row 6: acquisitions between the two history measurements, and pairs per measurement.
+    pub history_past: usize,
+    pub history_samples: usize,
     /// Row 7: uncontended kazoo acquire+release pairs.
     pub peer_iterations: usize,
 }
@@ -119,6 +122,8 @@ impl Plan {
             waiter_handoffs: 100,
             semaphores: 1_000,
             steady_for: Duration::from_secs(10),
+            history_past: 5_000,
+            history_samples: 300,
             peer_iterations: 500,
         }
     }
@@ -137,6 +142,8 @@ impl Plan {
             waiter_handoffs: 5,
             semaphores: 30,
             steady_for: Duration::from_secs(1),
+            history_past: 200,
+            history_samples: 20,
             peer_iterations: 20,
         }
     }

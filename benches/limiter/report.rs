@@ -3,6 +3,7 @@
 
 use crate::contended;
 use crate::handoff;
+use crate::history::History;
 use crate::kazoo;
 use crate::latency::{CpuPerPair, PairSamples};
 use crate::scale::{ManySemaphores, ManyWaiters};
@@ -40,6 +41,7 @@ pub struct Results {
     pub waiters_one: Vec<ManyWaiters>,
     pub semaphores: usize,
     pub many_semaphores: Vec<ManySemaphores>,
+    pub history: Vec<History>,
     pub peer: Peer,
 }
 
@@ -253,8 +255,8 @@ impl Results {
     fn handoffs(&self, d: &mut Doc) {
         d.md.push_str(
             "\n### 4. Handoff: holder's release() → the next waiter's acquire() returns\n\n\
-             | store | handoff p50 / p99 ms | the holder's own release() p50 | one write (a raw delete) p50 / p99 | raw notification (delete → another raw client's watch fires) p50 / p99 | handoff ÷ one write (p50) | handoff ÷ raw notification (p50) |\n\
-             |---|---|---|---|---|---|---|\n",
+             | store | handoff p50 / p99 ms | the holder's own release() p50 | one write (a raw delete) p50 / p99 | raw notification (delete → another raw client's watch fires) p50 / p99 | handoff ÷ one write (p50) | handoff ÷ raw notification (p50) | split by a raw watcher of the semaphore: it sees the delete / the grant returns after that (p50) |\n\
+             |---|---|---|---|---|---|---|---|\n",
         );
         for (store, h) in Store::ALL.iter().zip(&self.handoff) {
             let (write, notify, vs_write, vs_notify) = if h.one_write.len() == 0 {
@@ -275,9 +277,18 @@ impl Results {
                     times(ratio(h.handoff.p50(), h.notify.p50())),
                 )
             };
+            let split = if h.spy_sees.len() == 0 {
+                "—".to_string()
+            } else {
+                format!(
+                    "{} / +{} ms",
+                    ms(h.spy_sees.p50()),
+                    ms(h.grant_after_spy.p50())
+                )
+            };
             let _ = writeln!(
                 d.md,
-                "| {} | {} | {} | {write} | {notify} | {vs_write} | {vs_notify} |",
+                "| {} | {} | {} | {write} | {notify} | {vs_write} | {vs_notify} | {split} |",
                 store.label(),
                 p50_p99(&h.handoff),
                 ms(h.release.p50()),
@@ -391,6 +402,28 @@ impl Results {
                 kib(s.bytes_per_semaphore),
                 s.keepalives_per_second,
                 s.other_requests
+            );
+        }
+        let past = self.history.first().map_or(0, |h| h.past);
+        let _ = write!(
+            d.md,
+            "\nOne semaphore's history: uncontended acquire + release on a fresh semaphore, after \
+             {past} more acquisitions, and (etcd) after compacting. etcd keeps each released \
+             entry's key as a tombstone until it compacts, and every acquire's Txn reads the \
+             semaphore's key range, tombstones included; this benchmark's etcd has no automatic \
+             compaction (rows 1–2 compact before every round).\n\n\
+             | store | fresh p50 / p99 ms | after {past} acquisitions | after compaction | p50 growth per 1,000 past acquisitions |\n\
+             |---|---|---|---|---|\n"
+        );
+        for (store, h) in Store::ALL.iter().zip(&self.history) {
+            let _ = writeln!(
+                d.md,
+                "| {} | {} | {} | {} | {:+.0} µs |",
+                store.label(),
+                p50_p99(&h.fresh),
+                p50_p99(&h.after),
+                h.compacted.as_ref().map_or("—".to_string(), p50_p99),
+                h.growth_per_1000()
             );
         }
     }

@@ -123,3 +123,20 @@ pub async fn close_all(limiters: &[Limiter]) -> anyhow::Result<()> {
 pub fn total_stats(limiters: &[Limiter]) -> clusterlimit::RequestStats {
     limiters.iter().map(Limiter::stats).sum()
 }
+
+/// Compacts etcd's history up to its current revision (what `--auto-compaction-*` does on a
+/// schedule; the benchmark's etcd has no automatic compaction).
+pub async fn compact(client: &mut etcd_client::Client) -> anyhow::Result<()> {
+    let revision = client
+        .get("compaction-probe", None)
+        .await
+        .context("read etcd's revision")?
+        .header()
+        .map(|h| h.revision())
+        .context("no header in etcd's answer")?;
+    client
+        .compact(revision, None)
+        .await
+        .context("compact etcd")?;
+    Ok(())
+}
