@@ -260,15 +260,15 @@ async fn handoffs(
         Store::Memory => return handoff::run(&url, None, plan.handoffs).await,
         Store::Etcd => (
             handoff::Raw::References {
-                write: Op::etcd_raw(&endpoints, "handoff/one-write").await?,
-                notify: Notify::etcd(&endpoints, "handoff/notify").await?,
+                write: Box::new(Op::etcd_raw(&endpoints, "handoff/one-write").await?),
+                notify: Box::new(Notify::etcd(&endpoints, "handoff/notify").await?),
             },
             Spy::etcd(&endpoints, &format!("handoff/s/{sem}/q/")).await?,
         ),
         Store::Zk => (
             handoff::Raw::References {
-                write: Op::zk_raw(&zk, "/handoff-one-write").await?,
-                notify: Notify::zk(&zk, "/handoff-notify").await?,
+                write: Box::new(Op::zk_raw(&zk, "/handoff-one-write").await?),
+                notify: Box::new(Notify::zk(&zk, "/handoff-notify").await?),
             },
             Spy::zk(&zk, &format!("/handoff/s/{sem}")).await?,
         ),

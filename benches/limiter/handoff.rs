@@ -37,8 +37,8 @@ pub struct Outcome {
 
 /// Raw clients of the store for the reference samples (none on memory://).
 pub enum Raw {
-    /// A raw delete and a raw notification after each turn.
-    References { write: Op, notify: Notify },
+    /// A raw delete and a raw notification after each turn (boxed: raw clients are large).
+    References { write: Box<Op>, notify: Box<Notify> },
     /// A raw watcher of the semaphore during the turns.
     Spy(Spy),
 }

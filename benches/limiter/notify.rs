@@ -12,7 +12,8 @@ const BOUND: Duration = Duration::from_secs(10);
 
 pub enum Notify {
     Etcd {
-        writer: etcd_client::Client,
+        // Boxed: an etcd Client is kilobytes, the ZooKeeper variant is small.
+        writer: Box<etcd_client::Client>,
         events: WatchStream,
         key: String,
     },
@@ -32,7 +33,7 @@ impl Notify {
         // The first message confirms the watch.
         events.message().await.context("watch created")?;
         Ok(Notify::Etcd {
-            writer,
+            writer: Box::new(writer),
             events,
             key: key.to_string(),
         })
