@@ -140,7 +140,7 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
         let s = scale::many_semaphores(&url, plan.semaphores, plan.steady_for).await?;
         r.many_semaphores.push(s);
         let etcd = match store {
-            Store::Etcd => Some(support::connect(&servers.etcd.endpoints()).await),
+            Store::Etcd => Some(stores::etcd_admin(&servers.etcd.endpoints()).await?),
             _ => None,
         };
         let (past, samples) = (plan.history_past, plan.history_samples);
@@ -200,7 +200,7 @@ async fn latency_rows(plan: &Plan, servers: &Servers, r: &mut Results) -> anyhow
             ..on(Op::Sidecar(sc), &servers.pids(store))
         });
     }
-    let compactor = support::connect(&endpoints).await;
+    let compactor = stores::etcd_admin(&endpoints).await?;
     let (rounds, batch) = (plan.latency_rounds, plan.latency_batch);
     let mut s = latency::interleaved(&mut ops, rounds, batch, Some(compactor))
         .await?
