@@ -2,7 +2,7 @@
 //! semaphores with one holder each. Heap bytes come from the counting allocator
 //! ([`crate::alloc`]); request counts from the Limiters' own counters.
 
-use crate::alloc::settled_live_bytes;
+use crate::alloc::{settled_live_bytes, track};
 use crate::handoff::wait_until_waiting;
 use crate::stats::Samples;
 use crate::stores::{client, close_all, limiter, total_stats};
@@ -81,6 +81,7 @@ pub async fn many_waiters(
         limiter_of: vec![0],
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<Grant>();
+    let heap = track();
     // Client 1 queues first, outside the heap window: what a Limiter sets up once per semaphore
     // (the etcd watch) is not a per-waiter cost.
     let started = Instant::now();
@@ -95,6 +96,7 @@ pub async fn many_waiters(
     wait_until_waiting(&observed, n, QUEUE_BOUND).await?;
     let setup = started.elapsed();
     let bytes = settled_live_bytes().await - bytes_before;
+    drop(heap);
 
     let (mut handoff, mut release_costs, mut enqueue_costs) = (vec![], vec![], vec![]);
     for _ in 0..handoffs {
@@ -180,6 +182,7 @@ pub async fn many_semaphores(
     window: Duration,
 ) -> anyhow::Result<ManySemaphores> {
     let l = limiter(url, "many-semaphores").await?;
+    let heap = track();
     let bytes_before = settled_live_bytes().await;
     let (before, started) = (l.stats(), Instant::now());
     let mut permits = Vec::with_capacity(n);
@@ -190,6 +193,7 @@ pub async fn many_semaphores(
     let setup = started.elapsed();
     let setup_requests = l.stats().since(&before).total();
     let bytes = settled_live_bytes().await - bytes_before;
+    drop(heap);
 
     let before = l.stats();
     tokio::time::sleep(window).await;
