@@ -96,7 +96,12 @@ fn sweep(grants: &[Grant], capacity: u32, end: impl Fn(&Grant) -> Instant) -> (V
             if held > capacity {
                 let who: Vec<String> = working
                     .iter()
-                    .map(|&j| format!("{}×{} (token {})", grants[j].holder, grants[j].weight, grants[j].token))
+                    .map(|&j| {
+                        format!(
+                            "{}×{} (token {})",
+                            grants[j].holder, grants[j].weight, grants[j].token
+                        )
+                    })
                     .collect();
                 bad.push(format!(
                     "weight {held} > capacity {capacity} when {} was granted: {}",
@@ -142,7 +147,11 @@ pub fn regranted_at(
 
 /// The first grant at or after `t`.
 pub fn first_grant_after(grants: &[Grant], t: Instant) -> Option<Instant> {
-    grants.iter().map(|g| g.granted_at).filter(|&g| g >= t).min()
+    grants
+        .iter()
+        .map(|g| g.granted_at)
+        .filter(|&g| g >= t)
+        .min()
 }
 
 /// Grants made in `[from, to)`.
@@ -169,7 +178,11 @@ pub fn self_check() -> Result<(), String> {
         lost: false,
     };
     // Capacity 3: a (2) then b (1) fill it; c (1) starts when a stops, exactly at 10 ms.
-    let safe = [grant("a", 2, 1, 0, 10), grant("b", 1, 2, 1, 30), grant("c", 1, 3, 10, 20)];
+    let safe = [
+        grant("a", 2, 1, 0, 10),
+        grant("b", 1, 2, 1, 30),
+        grant("c", 1, 3, 10, 20),
+    ];
     let v = check(&safe, 3);
     if !v.is_safe() || v.max_held != 3 || v.handoff_overlaps != 1 {
         return Err(format!("a safe history was judged {v:?}"));
@@ -189,6 +202,8 @@ pub fn self_check() -> Result<(), String> {
     // a (2) stops at 10 ms; c's grant at 10 ms takes one of its permits (b holds 1).
     match regranted_at(&safe, 3, "a", 2, at(10)) {
         Some(t) if t == at(10) => Ok(()),
-        other => Err(format!("regrant of a's permits found at {other:?}, expected 10 ms")),
+        other => Err(format!(
+            "regrant of a's permits found at {other:?}, expected 10 ms"
+        )),
     }
 }

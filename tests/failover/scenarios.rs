@@ -8,10 +8,12 @@ use crate::child::ChildHolder;
 use crate::cluster::{Cluster, Kind, REQUEST_TIMEOUT, TTL};
 use crate::history::{self, Grant};
 use crate::report::{ms, Row};
-use crate::workload::{self, hang_bound, hold_and_record, Client, Log, Workload, CAPACITY, SEMAPHORE};
+use crate::workload::{
+    self, hang_bound, hold_and_record, Client, Log, Workload, CAPACITY, SEMAPHORE,
+};
 use clusterlimit::{Error, Permit};
-use tokio::task::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
 /// How big a run is: the CI default, or a soak (`CLUSTERLIMIT_SOAK=1`).
@@ -94,9 +96,9 @@ impl Scenario {
     /// Why the scenario does not apply to a store, if it does not.
     fn not_applicable(self, kind: Kind) -> Option<&'static str> {
         match (self, kind) {
-            (Scenario::Compaction, Kind::Zk) => Some(
-                "ZooKeeper keeps no history: a watch never resumes from a compacted revision",
-            ),
+            (Scenario::Compaction, Kind::Zk) => {
+                Some("ZooKeeper keeps no history: a watch never resumes from a compacted revision")
+            }
             _ => None,
         }
     }
@@ -149,7 +151,10 @@ async fn conclude(cluster: &Cluster, log: &Log, row: &mut Row) {
         row.fail(format!("safety violation: {v}"));
     }
     if !verdict.duplicate_tokens.is_empty() {
-        row.fail(format!("fencing tokens granted twice: {:?}", verdict.duplicate_tokens));
+        row.fail(format!(
+            "fencing tokens granted twice: {:?}",
+            verdict.duplicate_tokens
+        ));
     }
     for f in failures.iter().filter(|f| f.hang).take(5) {
         row.fail(format!("{} hung: {}", f.holder, f.error));
@@ -168,14 +173,17 @@ async fn conclude(cluster: &Cluster, log: &Log, row: &mut Row) {
     if !kinds.is_empty() {
         row.note(format!("failed calls by error: {kinds:?}"));
     }
-    row.check(grants.len() > 10, || format!("only {} acquisitions in the run", grants.len()));
+    row.check(grants.len() > 10, || {
+        format!("only {} acquisitions in the run", grants.len())
+    });
     leftovers(cluster, row).await;
 }
 
 /// Once every client stopped, nothing of theirs may stay in the store (no orphaned waiter or
 /// holder): what was not released is expired by the store within the TTL.
 async fn leftovers(cluster: &Cluster, row: &mut Row) {
-    let checker = Client::connect(cluster, "checker", &(0..cluster.len()).collect::<Vec<_>>()).await;
+    let checker =
+        Client::connect(cluster, "checker", &(0..cluster.len()).collect::<Vec<_>>()).await;
     let sem = checker.semaphore(SEMAPHORE, CAPACITY).await;
     let deadline = Instant::now() + TTL * 2 + Duration::from_secs(5);
     let mut last = None;
@@ -185,13 +193,21 @@ async fn leftovers(cluster: &Cluster, row: &mut Row) {
                 last = None;
                 break;
             }
-            Ok(st) => last = Some(format!("{} holders, {} waiting", st.holders.len(), st.waiting)),
+            Ok(st) => {
+                last = Some(format!(
+                    "{} holders, {} waiting",
+                    st.holders.len(),
+                    st.waiting
+                ))
+            }
             Err(e) => last = Some(format!("status failed: {e}")),
         }
         sleep(Duration::from_millis(200)).await;
     }
     if let Some(left) = last {
-        row.fail(format!("entries left in the store after every client stopped: {left}"));
+        row.fail(format!(
+            "entries left in the store after every client stopped: {left}"
+        ));
     }
     let _ = checker.limiter.close().await;
 }
@@ -213,7 +229,13 @@ async fn first_grant(log: &Log, t: Instant, limit: Duration) -> Option<Duration>
 
 /// Polls the log until the permits of `victim` (weight `weight`, stopped at `t`) went to
 /// somebody else; returns how long after `t`.
-async fn regrant(log: &Log, victim: &str, weight: u32, t: Instant, limit: Duration) -> Option<Duration> {
+async fn regrant(
+    log: &Log,
+    victim: &str,
+    weight: u32,
+    t: Instant,
+    limit: Duration,
+) -> Option<Duration> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(g) = history::regranted_at(&log.grants(), CAPACITY, victim, weight, t) {
@@ -227,12 +249,24 @@ async fn regrant(log: &Log, victim: &str, weight: u32, t: Instant, limit: Durati
 }
 
 /// A dedicated holder of `weight` permits of the contended semaphore, outside the workload.
-async fn take(client: &Client, weight: u32, row: &mut Row) -> Option<(clusterlimit::Permit, Instant)> {
+async fn take(
+    client: &Client,
+    weight: u32,
+    row: &mut Row,
+) -> Option<(clusterlimit::Permit, Instant)> {
     let sem = client.semaphore(SEMAPHORE, CAPACITY).await;
-    match timeout(Duration::from_secs(30), sem.acquire_many_timeout(weight, Duration::from_secs(25))).await {
+    match timeout(
+        Duration::from_secs(30),
+        sem.acquire_many_timeout(weight, Duration::from_secs(25)),
+    )
+    .await
+    {
         Ok(Ok(p)) => Some((p, Instant::now())),
         Ok(Err(e)) => {
-            row.fail(format!("{} could not take {weight} permits: {e}", client.name));
+            row.fail(format!(
+                "{} could not take {weight} permits: {e}",
+                client.name
+            ));
             None
         }
         Err(_) => {
@@ -247,7 +281,10 @@ async fn take(client: &Client, weight: u32, row: &mut Row) -> Option<(clusterlim
 /// did not fire within `limit`.
 fn watch_lost(permit: Permit, limit: Duration) -> JoinHandle<(Permit, Option<Instant>)> {
     tokio::spawn(async move {
-        let fired = timeout(limit, permit.lost()).await.ok().map(|()| Instant::now());
+        let fired = timeout(limit, permit.lost())
+            .await
+            .ok()
+            .map(|()| Instant::now());
         (permit, fired)
     })
 }
@@ -257,7 +294,7 @@ const LOST_SLACK: Duration = Duration::from_millis(500);
 
 // ---------------------------------------------------------------------------------------------
 
-/// 1. The leader is SIGKILLed during a contended run, again and again.
+/// Scenario 1: The leader is SIGKILLed during a contended run, again and again.
 async fn leader_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     for i in 0..size.leader_kills {
         let leader = cluster.leader().await;
@@ -272,7 +309,7 @@ async fn leader_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
     }
 }
 
-/// 2. A follower is SIGKILLed, the run goes on, the follower comes back.
+/// Scenario 2: A follower is SIGKILLed, the run goes on, the follower comes back.
 async fn follower_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     let leader = cluster.leader().await;
     let follower = (leader + 1) % cluster.len();
@@ -289,10 +326,12 @@ async fn follower_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: 
     let back = Instant::now();
     sleep(size.phase).await;
     let after = history::grants_between(&load.log.grants(), back, Instant::now());
-    row.check(after > 0, || "no acquisition after the follower came back".into());
+    row.check(after > 0, || {
+        "no acquisition after the follower came back".into()
+    });
 }
 
-/// 3. Every member is killed and stays down longer than the TTL: every session is lost,
+/// Scenario 3: Every member is killed and stays down longer than the TTL: every session is lost,
 /// every holder's `lost()` fires, waits fail with `SessionLost`; after the restart new
 /// acquisitions work.
 async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
@@ -311,7 +350,8 @@ async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: 
     }
     let waiter_client = Client::connect(cluster, "sentinel-waiter", &all).await;
     let waiter_sem = waiter_client.semaphore(SENTINEL, 3).await;
-    let waiter = tokio::spawn(async move { waiter_sem.acquire_timeout(Duration::from_secs(60)).await });
+    let waiter =
+        tokio::spawn(async move { waiter_sem.acquire_timeout(Duration::from_secs(60)).await });
     sleep(Duration::from_millis(300)).await;
 
     let watchers: Vec<_> = holders
@@ -330,7 +370,11 @@ async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: 
                 let after = at.saturating_duration_since(t);
                 latest = latest.max(after);
                 row.check(after <= TTL + LOST_SLACK, || {
-                    format!("{}'s lost() fired {} after the outage, later than the TTL", c.name, ms(after))
+                    format!(
+                        "{}'s lost() fired {} after the outage, later than the TTL",
+                        c.name,
+                        ms(after)
+                    )
                 });
                 holders.push((c, p));
             }
@@ -338,16 +382,30 @@ async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: 
             Err(e) => row.fail(format!("{}'s lost() watcher failed: {e}", c.name)),
         }
     }
-    row.note(format!("{} sentinel holders saw lost() at most {} after the outage (TTL {})", holders.len(), ms(latest), ms(TTL)));
+    row.note(format!(
+        "{} sentinel holders saw lost() at most {} after the outage (TTL {})",
+        holders.len(),
+        ms(latest),
+        ms(TTL)
+    ));
     match timeout(TTL + hang_bound(), waiter).await {
         Ok(Ok(Err(Error::SessionLost))) => {
             let after = t.elapsed();
-            row.note(format!("the waiter got SessionLost {} after the outage", ms(after)));
+            row.note(format!(
+                "the waiter got SessionLost {} after the outage",
+                ms(after)
+            ));
             row.check(after <= TTL + Duration::from_secs(1), || {
-                format!("the waiter got SessionLost only {} after the outage", ms(after))
+                format!(
+                    "the waiter got SessionLost only {} after the outage",
+                    ms(after)
+                )
             });
         }
-        Ok(Ok(other)) => row.fail(format!("the waiter got {:?}, expected SessionLost", other.map(|p| p.fencing_token()))),
+        Ok(Ok(other)) => row.fail(format!(
+            "the waiter got {:?}, expected SessionLost",
+            other.map(|p| p.fencing_token())
+        )),
         Ok(Err(e)) => row.fail(format!("the waiter task failed: {e}")),
         Err(_) => row.fail("the waiter hung through the outage"),
     }
@@ -366,23 +424,32 @@ async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: 
     // The sentinels work again, with new sessions.
     drop(holders);
     let again = waiter_client.semaphore(SENTINEL, 3).await;
-    match timeout(Duration::from_secs(30), again.acquire_timeout(Duration::from_secs(25))).await {
+    match timeout(
+        Duration::from_secs(30),
+        again.acquire_timeout(Duration::from_secs(25)),
+    )
+    .await
+    {
         Ok(Ok(p)) => {
             let _ = p.release().await;
         }
-        Ok(Err(e)) => row.fail(format!("acquire on a fresh session after the restart failed: {e}")),
+        Ok(Err(e)) => row.fail(format!(
+            "acquire on a fresh session after the restart failed: {e}"
+        )),
         Err(_) => row.fail("acquire after the restart hung"),
     }
     sleep(size.phase).await;
 }
 
-/// 4. A holder's client is partitioned longer than its TTL: its `lost()` must fire before any
+/// Scenario 4: A holder's client is partitioned longer than its TTL: its `lost()` must fire before any
 /// other client is granted its permits; healed, it works again.
 async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     const WEIGHT: u32 = 2;
     let all: Vec<usize> = (0..cluster.len()).collect();
     let victim = Client::connect(cluster, "victim", &all).await;
-    let Some((permit, granted_at)) = take(&victim, WEIGHT, row).await else { return };
+    let Some((permit, granted_at)) = take(&victim, WEIGHT, row).await else {
+        return;
+    };
     let t = Instant::now();
     victim.proxies.blackhole();
     let lost_at = match timeout(TTL + Duration::from_secs(3), permit.lost()).await {
@@ -392,7 +459,11 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
             Instant::now()
         }
     };
-    row.note(format!("lost() fired {} after the partition began (TTL {})", ms(lost_at - t), ms(TTL)));
+    row.note(format!(
+        "lost() fired {} after the partition began (TTL {})",
+        ms(lost_at - t),
+        ms(TTL)
+    ));
     load.log.grant(Grant {
         holder: victim.name.clone(),
         weight: WEIGHT,
@@ -403,7 +474,15 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
         lost: true,
     });
     drop(permit);
-    match regrant(&load.log, &victim.name, WEIGHT, lost_at, TTL * 2 + Duration::from_secs(5)).await {
+    match regrant(
+        &load.log,
+        &victim.name,
+        WEIGHT,
+        lost_at,
+        TTL * 2 + Duration::from_secs(5),
+    )
+    .await
+    {
         Some(margin) => {
             row.margin = Some(margin);
             row.recovery.push(lost_at - t + margin);
@@ -419,12 +498,14 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
     sleep(size.phase).await;
 }
 
-/// 5. Short blips (a blackhole shorter than the TTL, then connection resets): nothing is
+/// Scenario 5: Short blips (a blackhole shorter than the TTL, then connection resets): nothing is
 /// lost and nobody is granted twice.
 async fn blip(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     let all: Vec<usize> = (0..cluster.len()).collect();
     let steady = Client::connect(cluster, "steady", &all).await;
-    let Some((permit, granted_at)) = take(&steady, 1, row).await else { return };
+    let Some((permit, granted_at)) = take(&steady, 1, row).await else {
+        return;
+    };
     let blackout = TTL / 6;
     for _ in 0..2 {
         let t = Instant::now();
@@ -450,15 +531,28 @@ async fn blip(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row)
         }
         sleep(size.phase).await;
     }
-    row.note(format!("blackouts of {} and 100 ms of connection resets, twice each", ms(blackout)));
-    row.check(!permit.is_lost(), || "a holder across the blips lost its permit".into());
+    row.note(format!(
+        "blackouts of {} and 100 ms of connection resets, twice each",
+        ms(blackout)
+    ));
+    row.check(!permit.is_lost(), || {
+        "a holder across the blips lost its permit".into()
+    });
     hold_and_record(&load.log, &steady.name, permit, granted_at, Duration::ZERO).await;
-    let lost: Vec<String> = load.log.grants().iter().filter(|g| g.lost).map(|g| g.holder.clone()).collect();
-    row.check(lost.is_empty(), || format!("permits lost in blips shorter than the TTL: {lost:?}"));
+    let lost: Vec<String> = load
+        .log
+        .grants()
+        .iter()
+        .filter(|g| g.lost)
+        .map(|g| g.holder.clone())
+        .collect();
+    row.check(lost.is_empty(), || {
+        format!("permits lost in blips shorter than the TTL: {lost:?}")
+    });
     let _ = steady.limiter.close().await;
 }
 
-/// 6. A holder process is SIGKILLed: its permits come back within TTL + 2 s.
+/// Scenario 6: A holder process is SIGKILLed: its permits come back within TTL + 2 s.
 async fn holder_killed(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     let url = cluster.direct_url("failover");
     for i in 0..size.child_kills {
@@ -476,11 +570,22 @@ async fn holder_killed(cluster: &mut Cluster, load: &Workload, size: Size, row: 
             released_at: None,
             lost: false,
         });
-        match regrant(&load.log, &name, weight, killed, TTL + Duration::from_secs(10)).await {
+        match regrant(
+            &load.log,
+            &name,
+            weight,
+            killed,
+            TTL + Duration::from_secs(10),
+        )
+        .await
+        {
             Some(d) => {
                 row.recovery.push(d);
                 row.check(d <= TTL + Duration::from_secs(2), || {
-                    format!("the killed holder's permit came back after {}, more than TTL + 2 s", ms(d))
+                    format!(
+                        "the killed holder's permit came back after {}, more than TTL + 2 s",
+                        ms(d)
+                    )
                 });
             }
             None => row.fail("the killed holder's permit never came back"),
@@ -489,7 +594,7 @@ async fn holder_killed(cluster: &mut Cluster, load: &Workload, size: Size, row: 
     }
 }
 
-/// 7. Every client's link gets 200 ms slower each way: still safe, acquisitions continue.
+/// Scenario 7: Every client's link gets 200 ms slower each way: still safe, acquisitions continue.
 async fn slow_store(load: &Workload, size: Size, row: &mut Row) {
     let t = Instant::now();
     load.each_proxy(|p| p.delay(Duration::from_millis(200)));
@@ -499,13 +604,18 @@ async fn slow_store(load: &Workload, size: Size, row: &mut Row) {
     }
     sleep(size.phase * 4).await;
     let during = history::grants_between(&load.log.grants(), t, Instant::now());
-    row.check(during > 0, || "no acquisition while the store was slow".into());
-    row.note(format!("{during} acquisitions in {} with +200 ms each way", ms(t.elapsed())));
+    row.check(during > 0, || {
+        "no acquisition while the store was slow".into()
+    });
+    row.note(format!(
+        "{during} acquisitions in {} with +200 ms each way",
+        ms(t.elapsed())
+    ));
     load.each_proxy(|p| p.pass());
     sleep(size.phase).await;
 }
 
-/// 8. etcd compacts its history while half the workers are cut off and waiting; when they
+/// Scenario 8: etcd compacts its history while half the workers are cut off and waiting; when they
 /// reconnect their watches resume from a compacted revision, and they must still be woken.
 async fn compaction(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     let half = load.clients.len() / 2;
@@ -538,7 +648,10 @@ async fn compaction(cluster: &mut Cluster, load: &Workload, size: Size, row: &mu
                     break;
                 }
                 if Instant::now() >= deadline {
-                    row.fail(format!("{} was never granted after compaction to {revision:?}", c.name));
+                    row.fail(format!(
+                        "{} was never granted after compaction to {revision:?}",
+                        c.name
+                    ));
                     break;
                 }
                 sleep(Duration::from_millis(20)).await;
@@ -552,12 +665,14 @@ async fn compaction(cluster: &mut Cluster, load: &Workload, size: Size, row: &mu
     ));
 }
 
-/// 9. The member a client is connected to is SIGSTOPped (a hung server): its calls time out
+/// Scenario 9: The member a client is connected to is SIGSTOPped (a hung server): its calls time out
 /// instead of hanging, its `lost()` fires, the others go on, and it recovers on SIGCONT.
 async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
     let member = cluster.leader().await;
     let probe = Client::connect(cluster, "probe", &[member]).await;
-    let Some((permit, granted_at)) = take(&probe, 1, row).await else { return };
+    let Some((permit, granted_at)) = take(&probe, 1, row).await else {
+        return;
+    };
     let sem = probe.semaphore(SEMAPHORE, CAPACITY).await;
     let watcher = watch_lost(permit, Duration::from_secs(30));
     let t = Instant::now();
@@ -573,18 +688,35 @@ async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
         }
         Ok(Err(e)) => {
             let took = call.elapsed();
-            row.note(format!("acquire_timeout(1 s) through the hung member: {} after {}", workload::describe(&e), ms(took)));
+            row.note(format!(
+                "acquire_timeout(1 s) through the hung member: {} after {}",
+                workload::describe(&e),
+                ms(took)
+            ));
             row.check(took <= Duration::from_millis(2500), || {
-                format!("acquire_timeout(1 s) through the hung member took {}", ms(took))
+                format!(
+                    "acquire_timeout(1 s) through the hung member took {}",
+                    ms(took)
+                )
             });
         }
-        Err(_) => row.fail(format!("an acquire through the hung member hung past {}", ms(hang_bound()))),
+        Err(_) => row.fail(format!(
+            "an acquire through the hung member hung past {}",
+            ms(hang_bound())
+        )),
     }
     let call = Instant::now();
     match timeout(hang_bound(), sem.status()).await {
         Ok(Ok(_)) => row.fail("status through a hung member succeeded"),
-        Ok(Err(e)) => row.note(format!("status through the hung member failed after {}: {}", ms(call.elapsed()), workload::describe(&e))),
-        Err(_) => row.fail(format!("status through the hung member hung past {}", ms(hang_bound()))),
+        Ok(Err(e)) => row.note(format!(
+            "status through the hung member failed after {}: {}",
+            ms(call.elapsed()),
+            workload::describe(&e)
+        )),
+        Err(_) => row.fail(format!(
+            "status through the hung member hung past {}",
+            ms(hang_bound())
+        )),
     }
     let (permit, lost_at) = match watcher.await {
         Ok((p, Some(at))) => (p, at),
@@ -595,9 +727,16 @@ async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
         Err(e) => panic!("the probe's lost() watcher failed: {e}"),
     };
     row.check(lost_at - t <= TTL + LOST_SLACK, || {
-        format!("the probe's lost() fired {} after its member hung, later than the TTL", ms(lost_at - t))
+        format!(
+            "the probe's lost() fired {} after its member hung, later than the TTL",
+            ms(lost_at - t)
+        )
     });
-    row.note(format!("the probe's lost() fired {} after its member hung (request timeout {})", ms(lost_at - t), ms(REQUEST_TIMEOUT)));
+    row.note(format!(
+        "the probe's lost() fired {} after its member hung (request timeout {})",
+        ms(lost_at - t),
+        ms(REQUEST_TIMEOUT)
+    ));
     load.log.grant(Grant {
         holder: probe.name.clone(),
         weight: 1,
@@ -613,7 +752,9 @@ async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
         None => row.fail("no grant to the other clients while a member hung"),
     }
     let during = history::grants_between(&load.log.grants(), t, Instant::now());
-    row.note(format!("{during} acquisitions by the others while the member hung"));
+    row.note(format!(
+        "{during} acquisitions by the others while the member hung"
+    ));
     cluster.resume(member);
     // The probe recovers on SIGCONT.
     if let Some((p, at)) = take(&probe, 1, row).await {

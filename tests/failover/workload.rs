@@ -265,9 +265,16 @@ pub fn describe(e: &Error) -> String {
         // Store errors carry the client library's whole chain: keep the gist, for counting.
         other => {
             let text = other.to_string();
-            let gist = ["unavailable", "Timeout expired", "cancelled", "connection reset", "transport error", "did not answer"]
-                .into_iter()
-                .find(|k| text.contains(k));
+            let gist = [
+                "unavailable",
+                "Timeout expired",
+                "cancelled",
+                "connection reset",
+                "transport error",
+                "did not answer",
+            ]
+            .into_iter()
+            .find(|k| text.contains(k));
             match gist {
                 Some(k) => format!("store: {k}"),
                 None => text.chars().take(80).collect(),

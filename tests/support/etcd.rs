@@ -217,7 +217,8 @@ impl EtcdCluster {
         self.check_index(member);
         let m = &self.members[member];
         let pid = m.process.pid();
-        let pid = pid.unwrap_or_else(|| panic!("kill {sig}: etcd member {} is not running", m.name));
+        let pid =
+            pid.unwrap_or_else(|| panic!("kill {sig}: etcd member {} is not running", m.name));
         let ok = Command::new("kill")
             .args([sig, &pid.to_string()])
             .status()

@@ -160,10 +160,15 @@ impl EtcdBackend {
         // simply expires.
         let ttl = Session::ttl_secs(self.config.session_ttl);
         let (sent, granted) = self
-            .retry(RequestKind::Lease, || false, false, |c| async move {
-                let sent = tokio::time::Instant::now();
-                c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
-            })
+            .retry(
+                RequestKind::Lease,
+                || false,
+                false,
+                |c| async move {
+                    let sent = tokio::time::Instant::now();
+                    c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
+                },
+            )
             .await?;
         let s = Session::start(
             &self.client,
