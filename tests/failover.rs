@@ -36,7 +36,7 @@ use scenarios::{Scenario, Size};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 fn main() {
-    child::run_if_child();
+    support::holder_process::hold_if_child();
     if std::env::args().any(|a| a == "--list") {
         // Tools list tests this way; the scenarios are not libtest tests.
         return;

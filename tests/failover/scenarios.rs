@@ -212,13 +212,18 @@ async fn leftovers(cluster: &Cluster, row: &mut Row) {
     let _ = checker.limiter.close().await;
 }
 
-/// Polls the log until a grant at or after `t` (by anyone but `except`) exists, at most
-/// `limit`; returns how long after `t` it came.
-async fn first_grant(log: &Log, t: Instant, limit: Duration) -> Option<Duration> {
+/// Polls the log every 10 ms for at most `limit` until `found` finds an instant in the grants;
+/// returns how long after `t` that instant is.
+async fn poll_log(
+    log: &Log,
+    t: Instant,
+    limit: Duration,
+    found: impl Fn(&[Grant]) -> Option<Instant>,
+) -> Option<Duration> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(g) = history::first_grant_after(&log.grants(), t) {
-            return Some(g - t);
+        if let Some(at) = found(&log.grants()) {
+            return Some(at.saturating_duration_since(t));
         }
         if Instant::now() >= deadline {
             return None;
@@ -227,8 +232,13 @@ async fn first_grant(log: &Log, t: Instant, limit: Duration) -> Option<Duration>
     }
 }
 
-/// Polls the log until the permits of `victim` (weight `weight`, stopped at `t`) went to
-/// somebody else; returns how long after `t`.
+/// How long after `t` the first grant at or after `t` came (waiting at most `limit`).
+async fn first_grant(log: &Log, t: Instant, limit: Duration) -> Option<Duration> {
+    poll_log(log, t, limit, |g| history::first_grant_after(g, t)).await
+}
+
+/// How long after `t` the permits of `victim` (weight `weight`, stopped at `t`) went to
+/// somebody else (waiting at most `limit`).
 async fn regrant(
     log: &Log,
     victim: &str,
@@ -236,16 +246,10 @@ async fn regrant(
     t: Instant,
     limit: Duration,
 ) -> Option<Duration> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(g) = history::regranted_at(&log.grants(), CAPACITY, victim, weight, t) {
-            return Some(g - t);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        sleep(Duration::from_millis(20)).await;
-    }
+    poll_log(log, t, limit, |g| {
+        history::regranted_at(g, CAPACITY, victim, weight, t)
+    })
+    .await
 }
 
 /// A dedicated holder of `weight` permits of the contended semaphore, outside the workload.
