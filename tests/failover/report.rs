@@ -14,8 +14,9 @@ pub struct Row {
     pub max_held: u32,
     /// Failure (or heal, or restart: see the scenario) → the first new grant, per injection.
     pub recovery: Vec<Duration>,
-    /// Scenario 4: the partitioned holder's `lost()` → its permits granted to another.
-    pub margin: Option<Duration>,
+    /// Scenario 4: from the partitioned holder's `lost()` to its permits being granted to
+    /// another, in ms (negative: granted before `lost()` fired).
+    pub margin_ms: Option<f64>,
     pub acquisitions: usize,
     /// Calls that failed (expected in outages), and how many holders saw `lost()`.
     pub failed_calls: usize,
@@ -37,7 +38,7 @@ impl Row {
             violations: 0,
             max_held: 0,
             recovery: Vec::new(),
-            margin: None,
+            margin_ms: None,
             acquisitions: 0,
             failed_calls: 0,
             lost: 0,
@@ -116,7 +117,7 @@ pub fn table(rows: &[Row]) -> String {
             r.max_held,
             crate::workload::CAPACITY,
             r.recovery_cell(),
-            r.margin.map_or("–".into(), ms),
+            r.margin_ms.map_or("–".into(), |m| format!("{m:+.0} ms")),
             r.acquisitions,
             r.failed_calls,
             r.lost,

@@ -356,7 +356,7 @@ async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: 
     let waiter_sem = waiter_client.semaphore(SENTINEL, 3).await;
     let waiter =
         tokio::spawn(async move { waiter_sem.acquire_timeout(Duration::from_secs(60)).await });
-    sleep(Duration::from_millis(300)).await;
+    sleep(TTL / 2).await; // past the sessions' first deadline: see `partition`
 
     let watchers: Vec<_> = holders
         .into_iter()
@@ -454,6 +454,9 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
     let Some((permit, granted_at)) = take(&victim, WEIGHT, row).await else {
         return;
     };
+    // Hold a while first, so the deadline has been moved on by acknowledged keepalives/probes
+    // (the partition then tests the running rule, not the session's first deadline).
+    sleep(TTL / 2).await;
     let t = Instant::now();
     victim.proxies.blackhole();
     let lost_at = match timeout(TTL + Duration::from_secs(3), permit.lost()).await {
@@ -478,18 +481,18 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
         lost: true,
     });
     drop(permit);
-    match regrant(
-        &load.log,
-        &victim.name,
-        WEIGHT,
-        lost_at,
-        TTL * 2 + Duration::from_secs(5),
-    )
-    .await
-    {
-        Some(margin) => {
-            row.margin = Some(margin);
-            row.recovery.push(lost_at - t + margin);
+    // Looked for from the start of the partition, so a regrant before lost() shows as a
+    // negative margin (and as violations in the history).
+    let limit = TTL * 2 + Duration::from_secs(5);
+    match regrant(&load.log, &victim.name, WEIGHT, t, limit).await {
+        Some(after_partition) => {
+            let lost_after = (lost_at - t).as_secs_f64() * 1e3;
+            let margin = after_partition.as_secs_f64() * 1e3 - lost_after;
+            row.margin_ms = Some(margin);
+            row.check(margin >= 0.0, || {
+                format!("the partitioned holder's permits were given away {:.0} ms before its lost() fired", -margin)
+            });
+            row.recovery.push(after_partition);
         }
         None => row.fail("the partitioned holder's permits were never given to anyone else"),
     }
@@ -677,6 +680,7 @@ async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
     let Some((permit, granted_at)) = take(&probe, 1, row).await else {
         return;
     };
+    sleep(TTL / 2).await; // past the session's first deadline: see `partition`
     let sem = probe.semaphore(SEMAPHORE, CAPACITY).await;
     let watcher = watch_lost(permit, Duration::from_secs(30));
     let t = Instant::now();
