@@ -25,17 +25,15 @@ impl EntryGuard {
     }
 
     /// Removes the entry now; on failure hands it to the background releaser and reports.
+    /// Cancel-safe in effect: the guard stays armed until the store confirmed the removal, so
+    /// if this future is dropped mid-request, `Drop` hands the entry to the releaser.
     pub(crate) async fn remove_now(mut self) -> Result<()> {
-        self.armed = false;
-        match self.limiter.backend.remove(&self.name, &self.id).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.limiter
-                    .releaser
-                    .remove_later(self.name.clone(), std::mem::take(&mut self.id));
-                Err(e)
-            }
+        let result = self.limiter.backend.remove(&self.name, &self.id).await;
+        if result.is_ok() {
+            self.armed = false;
         }
+        // Err: still armed, so dropping `self` here queues the background removal.
+        result
     }
 
     /// Removes the entry of a failed acquire and returns the acquire's error.
