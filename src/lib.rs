@@ -34,6 +34,8 @@ mod semaphore;
 mod stats;
 mod status;
 mod store_url;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod validate;
 mod waiters;
 
