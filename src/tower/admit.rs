@@ -12,8 +12,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// How long past its own deadline an acquire may take to come back (it removes its queue
-/// entry first, one store request) before the store counts as not answering.
-pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(1);
+/// entry first: one store request, milliseconds on a working store) before the store counts as
+/// not answering. Shorter than the up to 1 s a failed acquire waits for that removal before it
+/// hands it to the background, so a store that does not answer is seen here, not taken for a
+/// full semaphore.
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_millis(500);
 
 /// Everything a layer decided, shared by the services it made.
 #[derive(Debug)]

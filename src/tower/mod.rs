@@ -62,7 +62,7 @@
 //!   decides: [`Fallback::Reject`] (default) answers [`LimitError::Timeout`] without running the
 //!   request; [`Fallback::FailOpen`] runs it without a permit.
 //! * **Store down** (an error from the store, or no answer at all: the acquire's deadline plus
-//!   1 s passed without a reply): [`on_store_error`](GlobalConcurrencyLimitLayerBuilder::on_store_error)
+//!   0.5 s passed without a reply): [`on_store_error`](GlobalConcurrencyLimitLayerBuilder::on_store_error)
 //!   decides, [`LimitError::StoreUnavailable`] (default) or fail-open. After such a failure
 //!   the layer stops asking the store for every request: one request per
 //!   [`store_retry_interval`](GlobalConcurrencyLimitLayerBuilder::store_retry_interval)
