@@ -1,4 +1,4 @@
-//! A [tower] layer that caps a service's in-flight requests across the whole cluster
+//! A [tower](https://docs.rs/tower) layer that caps a service's in-flight requests across the whole cluster
 //! (cargo feature `tower`, on by default).
 //!
 //! [`GlobalConcurrencyLimitLayer`] is tower's `ConcurrencyLimitLayer` with the count kept in a
