@@ -21,6 +21,11 @@
 //!
 //! The semaphore's meaning (strict FIFO, atomic weighted grants, capacity stored with the
 //! semaphore, loss, fencing) is written once in [`queue`] and shared by every [`backend`].
+//!
+//! Cargo features (both on by default): `tower` adds `clusterlimit::tower`, a layer that caps a
+//! service's in-flight requests across the cluster; `cli` builds the `clusterlimit` binary
+//! (`run`, `status`, `set-capacity`, the `serve` sidecar). `default-features = false` gives the
+//! library alone.
 #![warn(missing_docs)]
 
 pub mod backend;
