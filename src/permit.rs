@@ -39,13 +39,37 @@ impl EntryGuard {
     }
 
     /// Removes the entry of a failed acquire and returns the acquire's error.
-    pub(crate) async fn fail(self, cause: Error) -> Error {
-        if let Err(e) = self.remove_now().await {
-            tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+    ///
+    /// Waits for the removal at most [`FAILED_ENTRY_REMOVAL_WAIT`]: the caller asked for a
+    /// bounded wait, and a hung store must not stretch it by the request timeout times the
+    /// retries. A removal that takes longer goes on in the background (`Drop` hands it to the
+    /// releaser). After `SessionLost` or `Closed` nothing is awaited: the session's entries go
+    /// with it.
+    pub(crate) async fn fail(mut self, cause: Error) -> Error {
+        if matches!(cause, Error::SessionLost | Error::Closed) {
+            return cause;
+        }
+        let backend = self.limiter.backend.clone();
+        let (name, id) = (self.name.clone(), self.id.clone());
+        // Spawned on the Limiter's runtime, so the timer works whatever executor awaits us.
+        let removal = self.limiter.runtime.spawn(async move {
+            tokio::time::timeout(FAILED_ENTRY_REMOVAL_WAIT, backend.remove(&name, &id)).await
+        });
+        match removal.await {
+            Ok(Ok(Ok(()))) => self.armed = false,
+            Ok(Ok(Err(e))) => {
+                tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+            }
+            _ => {
+                tracing::debug!("the store is slow to remove a failed request's entry; removing it in the background");
+            }
         }
         cause
     }
 }
+
+/// How long a failed acquire waits for the removal of its entry before returning.
+const FAILED_ENTRY_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Drop for EntryGuard {
     fn drop(&mut self) {
