@@ -560,6 +560,69 @@ fn dockerfile(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// `X.Y[.Z]` as (X, Y).
+fn version(text: &str) -> Option<(u32, u32)> {
+    let mut parts = text.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The highest `rust-version` among the crate and everything its build compiles (normal and
+/// build dependencies, all features, as locked), and who asks for it.
+fn rust_needed_to_build_the_binary() -> ((u32, u32), String) {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--all-features",
+            "--locked",
+        ])
+        .arg("--manifest-path")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rust_version = |id: &str| {
+        meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .and_then(|p| p["rust_version"].as_str().and_then(version))
+    };
+    let nodes = meta["resolve"]["nodes"].as_array().unwrap();
+    let mut todo = vec![meta["resolve"]["root"].as_str().unwrap().to_string()];
+    let mut seen = BTreeSet::new();
+    let mut needed = ((1, 0), String::new());
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        if let Some(v) = rust_version(&id) {
+            if v > needed.0 {
+                needed = (v, id.clone());
+            }
+        }
+        let node = nodes.iter().find(|n| n["id"] == id.as_str()).unwrap();
+        for dep in node["deps"].as_array().unwrap() {
+            let built = dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].is_null() || k["kind"] == "build");
+            if built {
+                todo.push(dep["pkg"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    needed
+}
+
 #[test]
 fn dockerfile_is_multi_stage_with_a_small_non_root_runtime() {
     let steps = dockerfile(&read(&deploy().join("Dockerfile")));
@@ -573,18 +636,19 @@ fn dockerfile_is_multi_stage_with_a_small_non_root_runtime() {
     let last = &steps[*froms.last().unwrap()..];
     let build = &steps[froms[0]..froms[1]];
 
-    // Build stage: the toolchain the crate declares, a locked release build of the binary.
+    // Build stage: a toolchain new enough for the crate and every dependency locked in
+    // Cargo.lock, and a locked release build of the binary.
     let build_from = &build[0].1;
-    let rust_version = toml_table(
-        Path::new("Cargo.toml"),
-        &read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")),
-    )["package"]["rust-version"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let image_rust = build_from
+        .strip_prefix("rust:")
+        .and_then(|rest| version(rest.split('-').next().unwrap()))
+        .unwrap_or_else(|| panic!("build stage {build_from:?} is not a rust:X.Y image"));
+    let (needed, by) = rust_needed_to_build_the_binary();
     assert!(
-        build_from.starts_with(&format!("rust:{rust_version}")),
-        "build stage {build_from:?} is not rust:{rust_version} (Cargo.toml rust-version)"
+        image_rust >= needed,
+        "build stage {build_from:?}: {by} needs Rust {}.{}",
+        needed.0,
+        needed.1
     );
     let stage = build_from.split_whitespace().last().unwrap();
     assert!(build

@@ -112,9 +112,22 @@ async fn axum_service_sheds_load_with_503_and_retry_after() {
     assert!(out.contains("at most 2 ran at once (cap 2)"), "{out}");
 }
 
+/// `python3`, or a panic that says how to get it (the client needs nothing else).
+fn python3() -> Command {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "python3 not found: install it (Debian: apt-get install python3)"
+    );
+    Command::new("python3")
+}
+
 /// `python3 examples/sidecar_client.py --url URL ARGS` within 30 s: (exit code, stderr).
 async fn sidecar_client(url: &str, args: &[&str]) -> (Option<i32>, String) {
-    let mut cmd = Command::new("python3");
+    let mut cmd = python3();
     cmd.arg(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/sidecar_client.py"
@@ -197,7 +210,7 @@ async fn sidecar_client_stops_the_command_when_the_permit_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_client_exit_codes_for_timeout_usage_and_unreachable() {
     let sc = Sidecar::start(&["--store", "memory://py-client-codes"]).await;
-    let holder = Command::new("python3")
+    let holder = python3()
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/examples/sidecar_client.py"
