@@ -70,7 +70,7 @@ mod api_tests {
     }
 }
 
-// The README's examples are compiled as doctests, so it stays true.
-#[cfg(doctest)]
+// The README's examples are compiled as doctests, so it stays true (they use the tower layer).
+#[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
