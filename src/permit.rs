@@ -87,6 +87,21 @@ impl Drop for EntryGuard {
 /// may give the permits to someone else. Watch [`lost`](Permit::lost) and stop the guarded work
 /// when it fires, and pass [`fencing_token`](Permit::fencing_token) to resources that can
 /// reject stale holders.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::connect("memory://permit-doc").await?;
+/// let permit = limiter.semaphore("exports", 1).await?.acquire().await?;
+/// let token = permit.fencing_token(); // stamp every write of the guarded work with it
+/// # async fn export(_token: u64) {}
+/// tokio::select! {
+///     _ = export(token) => {}
+///     _ = permit.lost() => { /* someone else may hold it now: stop writing */ }
+/// }
+/// permit.release().await?; // or drop it: released in the background
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[must_use = "dropping a Permit releases it"]
 pub struct Permit {
