@@ -84,6 +84,8 @@ fn sweep(grants: &[Grant], capacity: u32, end: impl Fn(&Grant) -> Instant) -> (V
         events.push((end(g).max(g.granted_at), false, i));
     }
     events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    let zero = grants.iter().map(|g| g.granted_at).min();
+    let at = |t: Instant| zero.map_or(0, |z| t.saturating_duration_since(z).as_millis());
     let mut held: u32 = 0;
     let mut max_held = 0;
     let mut working: Vec<usize> = Vec::new();
@@ -97,9 +99,15 @@ fn sweep(grants: &[Grant], capacity: u32, end: impl Fn(&Grant) -> Instant) -> (V
                 let who: Vec<String> = working
                     .iter()
                     .map(|&j| {
+                        let g = &grants[j];
                         format!(
-                            "{}×{} (token {})",
-                            grants[j].holder, grants[j].weight, grants[j].token
+                            "{}×{} (token {}, works +{}..+{} ms{})",
+                            g.holder,
+                            g.weight,
+                            g.token,
+                            at(g.granted_at),
+                            at(g.work_end),
+                            if g.lost { ", lost" } else { "" }
                         )
                     })
                     .collect();
