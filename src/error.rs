@@ -4,6 +4,21 @@
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong when taking, holding or managing permits.
+///
+/// Match the variants a caller can act on; the rest are failures to report:
+///
+/// ```
+/// # async fn f(sem: clusterlimit::Semaphore) -> clusterlimit::Result<()> {
+/// use clusterlimit::Error;
+/// match sem.try_acquire().await {
+///     Ok(permit) => permit.release().await?,
+///     Err(Error::NoPermits) => println!("busy, try later"),
+///     Err(Error::SessionLost) => println!("the store session ended; the next call starts a new one"),
+///     Err(e @ Error::InvalidArgument(_)) => return Err(e), // a bug in the caller: the text says why
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

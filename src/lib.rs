@@ -21,6 +21,11 @@
 //!
 //! The semaphore's meaning (strict FIFO, atomic weighted grants, capacity stored with the
 //! semaphore, loss, fencing) is written once in [`queue`] and shared by every [`backend`].
+//!
+//! Cargo features (both on by default): `tower` adds `clusterlimit::tower`, a layer that caps a
+//! service's in-flight requests across the cluster; `cli` builds the `clusterlimit` binary
+//! (`run`, `status`, `set-capacity`, the `serve` sidecar). `default-features = false` gives the
+//! library alone.
 #![warn(missing_docs)]
 
 pub mod backend;
@@ -34,6 +39,8 @@ mod semaphore;
 mod stats;
 mod status;
 mod store_url;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod validate;
 mod waiters;
 
@@ -63,7 +70,7 @@ mod api_tests {
     }
 }
 
-// The README's examples are compiled as doctests, so it stays true.
-#[cfg(doctest)]
+// The README's examples are compiled as doctests, so it stays true (they use the tower layer).
+#[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

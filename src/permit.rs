@@ -25,27 +25,49 @@ impl EntryGuard {
     }
 
     /// Removes the entry now; on failure hands it to the background releaser and reports.
+    /// Cancel-safe in effect: the guard stays armed until the store confirmed the removal, so
+    /// if this future is dropped mid-request, `Drop` hands the entry to the releaser.
     pub(crate) async fn remove_now(mut self) -> Result<()> {
-        self.armed = false;
-        match self.limiter.backend.remove(&self.name, &self.id).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.limiter
-                    .releaser
-                    .remove_later(self.name.clone(), std::mem::take(&mut self.id));
-                Err(e)
-            }
+        let result = self.limiter.backend.remove(&self.name, &self.id).await;
+        if result.is_ok() {
+            self.armed = false;
         }
+        // Err: still armed, so dropping `self` here queues the background removal.
+        result
     }
 
     /// Removes the entry of a failed acquire and returns the acquire's error.
-    pub(crate) async fn fail(self, cause: Error) -> Error {
-        if let Err(e) = self.remove_now().await {
-            tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+    ///
+    /// Waits for the removal at most [`FAILED_ENTRY_REMOVAL_WAIT`]: the caller asked for a
+    /// bounded wait, and a hung store must not stretch it by the request timeout times the
+    /// retries. A removal that takes longer goes on in the background (`Drop` hands it to the
+    /// releaser). After `SessionLost` or `Closed` nothing is awaited: the session's entries go
+    /// with it.
+    pub(crate) async fn fail(mut self, cause: Error) -> Error {
+        if matches!(cause, Error::SessionLost | Error::Closed) {
+            return cause;
+        }
+        let backend = self.limiter.backend.clone();
+        let (name, id) = (self.name.clone(), self.id.clone());
+        // Spawned on the Limiter's runtime, so the timer works whatever executor awaits us.
+        let removal = self.limiter.runtime.spawn(async move {
+            tokio::time::timeout(FAILED_ENTRY_REMOVAL_WAIT, backend.remove(&name, &id)).await
+        });
+        match removal.await {
+            Ok(Ok(Ok(()))) => self.armed = false,
+            Ok(Ok(Err(e))) => {
+                tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+            }
+            _ => {
+                tracing::debug!("the store is slow to remove a failed request's entry; removing it in the background");
+            }
         }
         cause
     }
 }
+
+/// How long a failed acquire waits for the removal of its entry before returning.
+const FAILED_ENTRY_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Drop for EntryGuard {
     fn drop(&mut self) {
@@ -65,6 +87,21 @@ impl Drop for EntryGuard {
 /// may give the permits to someone else. Watch [`lost`](Permit::lost) and stop the guarded work
 /// when it fires, and pass [`fencing_token`](Permit::fencing_token) to resources that can
 /// reject stale holders.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::connect("memory://permit-doc").await?;
+/// let permit = limiter.semaphore("exports", 1).await?.acquire().await?;
+/// let token = permit.fencing_token(); // stamp every write of the guarded work with it
+/// # async fn export(_token: u64) {}
+/// tokio::select! {
+///     _ = export(token) => {}
+///     _ = permit.lost() => { /* someone else may hold it now: stop writing */ }
+/// }
+/// permit.release().await?; // or drop it: released in the background
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[must_use = "dropping a Permit releases it"]
 pub struct Permit {

@@ -18,6 +18,21 @@ use std::time::Duration;
 /// removes its queue entry — at once if it can, else in the background, and at the latest when
 /// the session ends — so a cancelled wait never holds or blocks permits. A permit granted in the
 /// store just as the future is dropped is released the same way.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// use std::time::Duration;
+/// let limiter = clusterlimit::Limiter::connect("memory://semaphore-doc").await?;
+/// let gpus = limiter.semaphore("gpu-jobs", 2).await?;
+/// let big = gpus.acquire_many(2).await?;                  // both, atomically
+/// assert!(matches!(gpus.try_acquire().await, Err(clusterlimit::Error::NoPermits)));
+/// let late = gpus.acquire_timeout(Duration::from_millis(10)).await;
+/// assert!(matches!(late, Err(clusterlimit::Error::Timeout))); // and its queue entry is gone
+/// big.release().await?;
+/// assert_eq!(gpus.status().await?.used, 0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     limiter: Arc<LimiterInner>,

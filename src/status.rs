@@ -3,6 +3,18 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A snapshot of one semaphore, read from the store.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::builder("memory://status-doc").owner("host-a").connect().await?;
+/// let sem = limiter.semaphore("exports", 3).await?;
+/// let _permit = sem.acquire_many(2).await?;
+/// let st = sem.status().await?;
+/// assert_eq!((st.capacity, st.used, st.waiting), (3, 2, 0));
+/// assert_eq!(st.holders[0].owner, "host-a");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Status {
     /// Semaphore name.

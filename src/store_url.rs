@@ -30,6 +30,20 @@ pub enum StoreUrl {
 
 impl StoreUrl {
     /// Parses a store URL; every mistake is an `InvalidArgument` naming it.
+    ///
+    /// ```
+    /// use clusterlimit::StoreUrl;
+    /// let url = StoreUrl::parse("etcd://10.0.0.1:2379,10.0.0.2:2379/myapp")?;
+    /// assert_eq!(
+    ///     url,
+    ///     StoreUrl::Etcd {
+    ///         endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
+    ///         prefix: "myapp".into(),
+    ///     }
+    /// );
+    /// assert!(StoreUrl::parse("zk://zk-1").is_err()); // no port
+    /// # Ok::<(), clusterlimit::Error>(())
+    /// ```
     pub fn parse(url: &str) -> Result<StoreUrl> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::invalid(format!(

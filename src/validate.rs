@@ -10,6 +10,12 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_OWNER_LEN: usize = 256;
 
 /// Names become key and path segments: only `[A-Za-z0-9._-]`, 1–128 chars, so no injection.
+///
+/// ```
+/// assert!(clusterlimit::validate::name("nightly-export.v2").is_ok());
+/// let err = clusterlimit::validate::name("a/b").unwrap_err();
+/// assert!(err.to_string().contains("allowed are A-Z a-z 0-9 . _ -"));
+/// ```
 pub fn name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(

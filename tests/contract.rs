@@ -20,12 +20,8 @@ mod util;
 mod cases;
 
 use clusterlimit::Limiter;
-use std::io::{Read, Write};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
 use tokio::task::JoinHandle;
 use util::within;
 
@@ -71,10 +67,7 @@ enum Victim {
     /// In-process: a task owning its own Limiter and the permit.
     Task(JoinHandle<()>),
     /// A child process holding the permit; `kill_on_drop` is the guard for every path.
-    Process {
-        child: Box<Child>,
-        _stdout: Box<Lines<BufReader<ChildStdout>>>,
-    },
+    Process(Box<support::holder_process::HolderProcess>),
 }
 
 impl DoomedHolder {
@@ -89,11 +82,15 @@ impl DoomedHolder {
                     "holder task was not cancelled: {res:?}"
                 );
             }
-            Victim::Process { mut child, .. } => {
+            Victim::Process(mut holder) => {
                 // tokio's Child::kill sends SIGKILL and reaps the child.
-                within("SIGKILL holder child", Duration::from_secs(5), child.kill())
-                    .await
-                    .expect("SIGKILL the holder child");
+                within(
+                    "SIGKILL holder child",
+                    Duration::from_secs(5),
+                    holder.child.kill(),
+                )
+                .await
+                .expect("SIGKILL the holder child");
             }
         }
     }
@@ -293,108 +290,27 @@ impl Harness for ZkHarness {
 // ---------------------------------------------------------------------------------------------
 // The child-process holder (any network store).
 
-const CHILD_URL_ENV: &str = "CLUSTERLIMIT_TEST_CHILD_URL";
-const CHILD_SEM_ENV: &str = "CLUSTERLIMIT_TEST_CHILD_SEM";
-/// The child exits by itself after this long, in case nobody kills it.
-const CHILD_MAX_LIFETIME: Duration = Duration::from_secs(120);
-
 /// Re-executes this test binary as a holder of one permit of `sem` in the store at `url`;
-/// returns once it prints `HOLDING <token>`.
+/// returns once it holds it.
 pub(crate) async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut child = tokio::process::Command::new(&exe)
-        .args([
-            "--exact",
-            "child_holder_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_URL_ENV, url)
-        .env(CHILD_SEM_ENV, sem)
-        // The child exits when this pipe closes, so it cannot outlive a SIGKILLed parent long.
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", exe.display()));
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    // libtest prints "test child_holder_process ... " without a newline first, so the marker
-    // can come in the middle of a line.
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(20), async {
-        for _ in 0..200 {
-            match lines.next_line().await {
-                Ok(Some(line)) => {
-                    if let Some((_, rest)) = line.split_once("HOLDING ") {
-                        let word = rest.split_whitespace().next().unwrap_or("");
-                        return word.parse::<u64>().unwrap_or_else(|e| {
-                            panic!("child printed a bad token in {line:?}: {e}")
-                        });
-                    }
-                    seen.push(line);
-                }
-                Ok(None) => panic!("child holder exited before holding; stdout: {seen:#?}"),
-                Err(e) => panic!("reading the child's stdout: {e}"),
-            }
-        }
-        panic!("no HOLDING line in the child's first 200 lines: {seen:#?}")
-    })
-    .await;
-    let Ok(token) = read else {
-        panic!("child holder did not print HOLDING within 20 s; stdout so far: {seen:#?}")
-    };
+    let args = [
+        "--exact",
+        "child_holder_process",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
     DoomedHolder {
-        token,
-        victim: Some(Victim::Process {
-            child: Box::new(child),
-            _stdout: Box::new(lines),
-        }),
+        token: holder.token,
+        victim: Some(Victim::Process(Box::new(holder))),
     }
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`. Returns at once
-/// unless `CLUSTERLIMIT_TEST_CHILD_URL` is set.
+/// unless started by [`spawn_child_holder`].
 #[test]
 fn child_holder_process() {
-    let Ok(url) = std::env::var(CHILD_URL_ENV) else {
-        return;
-    };
-    let sem = std::env::var(CHILD_SEM_ENV).expect("CLUSTERLIMIT_TEST_CHILD_SEM is set");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("child runtime");
-    let held = rt.block_on(async {
-        let limiter = Limiter::builder(&url)
-            .session_ttl(SHORT_TTL)
-            .owner("child-holder")
-            .connect()
-            .await
-            .expect("child: connect");
-        let s = limiter
-            .open_semaphore(&sem)
-            .await
-            .expect("child: open_semaphore");
-        let permit = s
-            .acquire_timeout(Duration::from_secs(20))
-            .await
-            .expect("child: acquire");
-        println!("\nHOLDING {}", permit.fencing_token());
-        std::io::stdout().flush().expect("child: flush stdout");
-        (limiter, permit)
-    });
-    // Hold (the runtime's workers keep the session alive) until the parent kills us, closes
-    // our stdin, or the lifetime runs out.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        let _ = tx.send(());
-    });
-    let _ = rx.recv_timeout(CHILD_MAX_LIFETIME);
-    drop(held);
-    std::process::exit(0);
+    support::holder_process::hold_if_child();
 }
 
 // ---------------------------------------------------------------------------------------------

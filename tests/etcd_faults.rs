@@ -9,24 +9,6 @@ use std::time::Duration;
 use support::{eventually, hold_and_queue, EtcdCluster};
 use tokio::time::{timeout, Instant};
 
-/// Index of the member that is leader now (asks each live member).
-async fn leader(cluster: &EtcdCluster) -> usize {
-    let endpoints = cluster.endpoints();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        for (i, ep) in endpoints.iter().enumerate() {
-            let mut c = support::connect(std::slice::from_ref(ep)).await;
-            if let Ok(Ok(st)) = timeout(Duration::from_secs(1), c.status()).await {
-                if st.header().is_some_and(|h| h.member_id() == st.leader()) {
-                    return i;
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no etcd leader found");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Retries a raw etcd call (a member may just have died) at most 20 times in 10 s.
 async fn with_retries<T, F, Fut>(what: &str, mut op: F) -> T
 where
@@ -62,7 +44,7 @@ async fn leader_kill_keeps_holders_and_wakes_waiters() {
     let b = Limiter::builder(&url).owner("b").connect().await.unwrap();
     let (sa, held, waiter) = hold_and_queue(&a, &b).await;
 
-    let l = leader(&cluster).await;
+    let l = support::etcd::leader(&cluster).await;
     cluster.kill(l);
     // The release goes through once a new leader is elected; the waiter's watch resumes.
     timeout(Duration::from_secs(10), held.release())

@@ -337,3 +337,35 @@ async fn unreachable_server_fails_fast() {
         start.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_dropped_mid_request_still_frees_the_permit() {
+    let zk = ZkCluster::single();
+    let proxy = FaultProxy::start(zk.client_addr(0));
+    let a = connect(&proxied_url(&proxy, "/dropped"), Duration::from_secs(10)).await;
+    let sa = a.semaphore("s", 1).await.unwrap();
+    let held = sa.acquire().await.unwrap();
+    // The delete is lost on the wire and the caller gives up on release() (a timeout, a
+    // select!): the entry must still be removed in the background once the link is back.
+    proxy.blackhole();
+    let gave_up = timeout(Duration::from_millis(300), held.release()).await;
+    assert!(
+        gave_up.is_err(),
+        "release went through a blackhole: {gave_up:?}"
+    );
+    proxy.pass();
+    let b = connect(&zk.url("/dropped"), Duration::from_secs(10)).await;
+    let sb = b.open_semaphore("s").await.unwrap();
+    let p = timeout(Duration::from_secs(8), sb.acquire())
+        .await
+        .expect("the permit of a dropped release() came back in time")
+        .unwrap();
+    p.release().await.unwrap();
+    assert_eq!(
+        support::count_children(&zk.connect_string(), "/dropped/s/s").await,
+        0
+    );
+    for l in [a, b] {
+        l.close().await.unwrap();
+    }
+}

@@ -131,6 +131,17 @@ impl State {
 /// all entries go, every permit fires `lost()`, waits fail with `SessionLost`. Limiters start
 /// new sessions on their next call. Meant for testing code against session loss. Returns how
 /// many sessions were ended (0 if no Limiter has the store open).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// let limiter = clusterlimit::Limiter::connect("memory://lost-doc").await?;
+/// let permit = limiter.semaphore("jobs", 1).await?.acquire().await?;
+/// assert_eq!(clusterlimit::backend::memory::expire_sessions("lost-doc"), 1);
+/// permit.lost().await; // fires: the code under test must stop its work here
+/// assert!(permit.is_lost());
+/// # Ok(()) }
+/// ```
 pub fn expire_sessions(name: &str) -> usize {
     let store = lock(registry()).get(name).and_then(Weak::upgrade);
     let Some(store) = store else { return 0 };

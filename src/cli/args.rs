@@ -117,6 +117,11 @@ pub struct ServeArgs {
     /// Owner label of the sidecar's permits when a request gives none (default HOSTNAME/PID).
     #[arg(long, value_name = "LABEL")]
     pub owner: Option<String>,
+    /// Check the settings (file and flags: keys, durations, addresses, store URL, declared
+    /// semaphores) without connecting or listening; print them and exit 0, or name the field at
+    /// fault and exit 64.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// `10s`, `500ms`, `1m 30s` (humantime), or a bare number of seconds.

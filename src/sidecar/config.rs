@@ -53,6 +53,8 @@ pub struct Declared {
 /// Settings after merging flags over the file over defaults.
 #[derive(Debug)]
 pub struct Config {
+    /// The `--config` file, if any (named in messages).
+    pub file: Option<PathBuf>,
     pub listen: SocketAddr,
     pub unix: Option<PathBuf>,
     pub store: String,
@@ -105,6 +107,7 @@ impl Config {
             )));
         }
         Ok(Config {
+            file: args.config,
             listen,
             unix: args.unix.or(file.unix),
             store: args
@@ -116,6 +119,94 @@ impl Config {
             owner: args.owner.or(file.owner),
             semaphores: file.semaphores,
         })
+    }
+}
+
+impl Config {
+    /// Everything connecting would reject, found without connecting: the store URL, the session
+    /// TTL, the owner label, and each declared semaphore (named by its index). Errors exit 64.
+    pub fn check(&self) -> Result<(), Failure> {
+        let at = |field: &str, e: clusterlimit::Error| {
+            let e = match e {
+                clusterlimit::Error::InvalidArgument(why) => why,
+                e => e.to_string(),
+            };
+            match &self.file {
+                Some(path) => bad(format!(
+                    "{field}: {e} (settings from config {} and flags)",
+                    path.display()
+                )),
+                None => bad(format!("{field}: {e}")),
+            }
+        };
+        clusterlimit::StoreUrl::parse(&self.store).map_err(|e| at("store", e))?;
+        if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
+            return Err(at(
+                "session_ttl",
+                clusterlimit::Error::InvalidArgument(format!(
+                    "must be at least {:?}, got {:?}",
+                    clusterlimit::MIN_SESSION_TTL,
+                    self.session_ttl
+                )),
+            ));
+        }
+        if let Some(owner) = &self.owner {
+            clusterlimit::validate::owner(owner).map_err(|e| at("owner", e))?;
+        }
+        for (i, d) in self.semaphores.iter().enumerate() {
+            clusterlimit::validate::name(&d.name)
+                .map_err(|e| at(&format!("semaphores[{i}].name"), e))?;
+            clusterlimit::validate::capacity(d.capacity)
+                .map_err(|e| at(&format!("semaphores[{i}].capacity"), e))?;
+            if self.semaphores[..i].iter().any(|o| o.name == d.name) {
+                return Err(at(
+                    &format!("semaphores[{i}].name"),
+                    clusterlimit::Error::InvalidArgument(format!(
+                        "semaphore {:?} is declared twice",
+                        d.name
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings in force, one per line, as `serve --check-config` prints them.
+    pub fn describe(&self) -> String {
+        let file = self
+            .file
+            .as_ref()
+            .map_or("(no file: flags and defaults)".to_string(), |p| {
+                p.display().to_string()
+            });
+        let unix = self
+            .unix
+            .as_ref()
+            .map_or("-".to_string(), |p| p.display().to_string());
+        let semaphores = if self.semaphores.is_empty() {
+            "-".to_string()
+        } else {
+            self.semaphores
+                .iter()
+                .map(|d| format!("{} (capacity {})", d.name, d.capacity))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "config ok: {file}\n\
+             listen       {}\n\
+             unix         {unix}\n\
+             store        {}\n\
+             session_ttl  {:?}\n\
+             permit_ttl   {:?}\n\
+             owner        {}\n\
+             semaphores   {semaphores}\n",
+            self.listen,
+            self.store,
+            self.session_ttl,
+            self.permit_ttl,
+            self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
+        )
     }
 }
 

@@ -28,7 +28,13 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs the sidecar until SIGTERM/SIGINT, then releases every permit and returns 0.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
+    let check_only = args.check_config;
     let cfg = Config::resolve(args)?;
+    cfg.check()?;
+    if check_only {
+        print!("{}", cfg.describe());
+        return Ok(ExitCode::SUCCESS);
+    }
     let sig = |kind| {
         signal(kind).map_err(|e| Failure::new(exit::SOFTWARE, format!("signal handler: {e}")))
     };

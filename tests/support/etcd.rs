@@ -181,6 +181,52 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts every member again (killing any that still runs) with the same names, data dirs
+    /// and ports, then blocks until all are healthy: recovery after a whole-cluster outage,
+    /// which [`EtcdCluster::restart`] cannot do one member at a time (no quorum to wait for).
+    pub fn restart_all(&mut self) {
+        let bin = etcd_binary();
+        for i in 0..self.members.len() {
+            self.members[i].process.stop();
+            if let Err(e) = self.spawn_member(&bin, i) {
+                panic!(
+                    "cannot respawn {} for etcd member {}: {e}",
+                    bin.display(),
+                    self.members[i].name
+                );
+            }
+        }
+        if let Err(err) = self.wait_healthy(Instant::now() + READY_TIMEOUT) {
+            let msg = self.failure_message("restart of the whole etcd cluster failed", &err);
+            panic!("{msg}");
+        }
+    }
+
+    /// SIGSTOPs a member: a hung server (GC pause, frozen VM) whose connections stay open but
+    /// answer nothing. Undo with [`EtcdCluster::resume`].
+    pub fn pause(&mut self, member: usize) {
+        self.signal(member, "-STOP");
+    }
+
+    /// SIGCONTs a member stopped with [`EtcdCluster::pause`]; does not wait for anything.
+    pub fn resume(&mut self, member: usize) {
+        self.signal(member, "-CONT");
+    }
+
+    fn signal(&self, member: usize, sig: &str) {
+        self.check_index(member);
+        let m = &self.members[member];
+        let pid = m.process.pid();
+        let pid =
+            pid.unwrap_or_else(|| panic!("kill {sig}: etcd member {} is not running", m.name));
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill {sig} {pid} (etcd member {}) failed", m.name);
+    }
+
     /// OS pid of a member, `None` after [`EtcdCluster::kill`]: lets tests send other signals
     /// (e.g. SIGSTOP to simulate a hung server).
     pub fn pid(&self, member: usize) -> Option<u32> {
@@ -463,6 +509,48 @@ pub async fn connect(endpoints: &[String]) -> Client {
     Client::connect(endpoints, Some(options))
         .await
         .unwrap_or_else(|e| panic!("etcd_client::Client::connect({endpoints:?}) failed: {e}"))
+}
+
+/// Index of the member that leads now, asking each running member in turn; polls for at most
+/// 10 s (an election may be under way) and panics if no member claims the lead by then.
+pub async fn leader(cluster: &EtcdCluster) -> usize {
+    let endpoints = cluster.endpoints();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        for (i, ep) in endpoints.iter().enumerate() {
+            let mut c = connect(std::slice::from_ref(ep)).await;
+            if let Ok(Ok(st)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await {
+                if st.header().is_some_and(|h| h.member_id() == st.leader()) {
+                    return i;
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no etcd member claimed the lead within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Compacts the cluster's history up to its current revision (what an operator or etcd's
+/// auto-compaction does), so watches resuming from an older revision get `Compacted`.
+/// Returns the revision compacted to.
+pub async fn compact_to_current(endpoints: &[String]) -> i64 {
+    let client = connect(endpoints).await;
+    let revision = super::waiting::retry_call("etcd get (for the revision)", || {
+        let mut c = client.clone();
+        async move { c.get("compaction-probe", None).await }
+    })
+    .await
+    .header()
+    .map_or(0, |h| h.revision());
+    super::waiting::retry_call("etcd compact", || {
+        let mut c = client.clone();
+        async move { c.compact(revision, None).await }
+    })
+    .await;
+    revision
 }
 
 /// Revokes every lease the cluster knows, deleting all keys attached to them: simulates "the

@@ -16,6 +16,9 @@ pub mod process;
 /// Real ZooKeeper servers (Debian's `zookeeper` 3.8 jar run by java) as child processes.
 pub mod zookeeper;
 
+/// A permit holder in a child process, to be SIGKILLed.
+pub mod holder_process;
+
 /// In-process TCP proxy with pass / blackhole / hold / reset / delay switches.
 pub mod proxy;
 

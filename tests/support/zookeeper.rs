@@ -393,6 +393,19 @@ impl ZkCluster {
         self.wait_ready_or_panic(&what, READY_TIMEOUT);
     }
 
+    /// Starts every member again (killing any that still runs) with the same ids, ports and
+    /// data dirs, then blocks until the ensemble is ready: recovery after a whole-cluster
+    /// outage, which [`ZkCluster::restart`] cannot do one member at a time (no quorum).
+    pub fn restart_all(&mut self) {
+        let java = java_binary();
+        let classpath = zookeeper_classpath();
+        for i in 0..self.members.len() {
+            self.members[i].stop();
+            self.spawn_or_panic(&java, &classpath, i);
+        }
+        self.wait_ready_or_panic("restart of the whole ZooKeeper cluster", READY_TIMEOUT);
+    }
+
     /// SIGSTOPs a member: a hung server (GC pause, frozen VM). Its connections stay open but
     /// nothing answers; an ensemble notices after `syncLimit` ticks. Undo with [`resume`].
     ///

@@ -106,10 +106,16 @@ impl EtcdBackend {
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
         // Each attempt gets a fraction of the call's time: right after a leader dies, a request
         // sitting on a follower can hang until the client gives up, and a retry then succeeds.
+        // HTTP/2 pings find a hung member (SIGSTOP, frozen VM, dead link) well inside the
+        // session TTL, so the balancer moves requests, keepalives included, to a live member
+        // before the lease could expire. (Without them a hung member's connection still looks
+        // ready, and keepalives sent there time out until the session is lost.)
+        let ping_every = (config.session_ttl / 6).min(Duration::from_secs(2));
+        let ping_timeout = (config.session_ttl / 3).min(config.request_timeout);
         let opts = ConnectOptions::new()
             .with_timeout(attempt_timeout(config.request_timeout))
             .with_connect_timeout(attempt_timeout(config.request_timeout))
-            .with_keep_alive(Duration::from_secs(2), config.request_timeout);
+            .with_keep_alive(ping_every, ping_timeout);
         let client = tokio::time::timeout(
             config.request_timeout,
             Client::connect(config.endpoints.clone(), Some(opts)),
@@ -150,13 +156,28 @@ impl EtcdBackend {
             s.stop();
         }
         self.check_open()?;
+        // Retried like any request: a lease whose grant reply was lost holds no keys and
+        // simply expires.
+        let ttl = Session::ttl_secs(self.config.session_ttl);
+        let (sent, granted) = self
+            .retry(
+                RequestKind::Lease,
+                || false,
+                false,
+                |c| async move {
+                    let sent = tokio::time::Instant::now();
+                    c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
+                },
+            )
+            .await?;
         let s = Session::start(
             &self.client,
+            sent,
+            &granted,
             self.config.session_ttl,
             self.config.request_timeout,
             self.stats.clone(),
-        )
-        .await?;
+        );
         *current = Some(s.clone());
         Ok(s)
     }

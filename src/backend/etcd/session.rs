@@ -7,10 +7,9 @@
 //! expired behind our back). A lost session is never revived: the backend grants a new lease
 //! for later calls.
 
-use crate::error::{Error, Result};
 use crate::lost::{Deadline, LostSignal};
 use crate::stats::{RequestCounters, RequestKind};
-use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Client, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{timeout, Instant};
@@ -27,23 +26,15 @@ pub(super) struct Session {
 }
 
 impl Session {
-    /// Grants a lease and starts its keeper.
-    pub(super) async fn start(
+    /// Starts the keeper of a lease etcd granted in answer to a request sent at `sent`.
+    pub(super) fn start(
         client: &Client,
+        sent: Instant,
+        granted: &LeaseGrantResponse,
         ttl: Duration,
         request_timeout: Duration,
         stats: Arc<RequestCounters>,
-    ) -> Result<Arc<Session>> {
-        let ttl_secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let sent = Instant::now();
-        stats.count(RequestKind::Lease);
-        let granted = timeout(
-            request_timeout,
-            client.lease_client().grant(ttl_secs as i64, None),
-        )
-        .await
-        .map_err(|_| Error::store("etcd did not answer the lease grant in time"))?
-        .map_err(Error::store)?;
+    ) -> Arc<Session> {
         let granted_ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let session = Arc::new(Session {
             lease: granted.id(),
@@ -59,7 +50,12 @@ impl Session {
             stats,
         };
         tokio::spawn(keeper.run());
-        Ok(session)
+        session
+    }
+
+    /// The TTL to ask etcd for: whole seconds, rounded up.
+    pub(super) fn ttl_secs(ttl: Duration) -> i64 {
+        (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)) as i64
     }
 
     /// Stops the keeper (the lease then expires unless revoked).

@@ -42,6 +42,9 @@ use tokio::time::Instant;
 use view::{EntryEvents, SemView, ViewConfig};
 use zookeeper_client::{self as zk, Acls, CreateMode};
 
+/// Pause before a release interrupted by a connection error is sent again.
+const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// Settings of the ZooKeeper backend.
 #[derive(Debug, Clone)]
 pub struct ZkConfig {
@@ -578,12 +581,29 @@ impl Backend for ZkBackend {
         };
         let client = session.client()?;
         let path = self.paths.entry(name, &node);
-        match self
-            .call(RequestKind::Delete, client.delete(&path, None))
-            .await
-        {
-            Err(e) if !is_zk(&e, &zk::Error::NoNode) => Err(e),
-            _ => Ok(()),
+        // A delete is idempotent (NoNode: done), so a connection broken under it (a failover,
+        // a blip) is retried on the reconnected client, within the call's deadline and while
+        // the session lives.
+        let deadline = Instant::now() + self.config.request_timeout * 2;
+        loop {
+            let e = match self
+                .call(RequestKind::Delete, client.delete(&path, None))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_zk(&e, &zk::Error::NoNode) => return Ok(()),
+                Err(e) => e,
+            };
+            let broken = matches!(&e, Error::Store(inner)
+                if inner.downcast_ref::<zk::Error>().is_some_and(view::is_connection_error));
+            if !broken
+                || session.lost().is_lost()
+                || Instant::now() + DELETE_RETRY_PAUSE >= deadline
+            {
+                return Err(e);
+            }
+            tracing::debug!(%path, error = %e, "release interrupted by a connection error; retrying");
+            tokio::time::sleep(DELETE_RETRY_PAUSE).await;
         }
     }
 

@@ -1,0 +1,158 @@
+//! Admission of one request: take the permit, or decide what a missing permit means.
+
+use super::error::LimitError;
+use super::health::StoreHealth;
+use super::layer::Fallback;
+use crate::error::Error;
+use crate::permit::Permit;
+use crate::semaphore::{AcquireOptions, Semaphore};
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How long past its own deadline an acquire may take to come back (it removes its queue
+/// entry first: one store request, milliseconds on a working store) before the store counts as
+/// not answering. Shorter than the up to 1 s a failed acquire waits for that removal before it
+/// hands it to the background, so a store that does not answer is seen here, not taken for a
+/// full semaphore.
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_millis(500);
+
+/// Everything a layer decided, shared by the services it made.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    pub(crate) semaphore: Semaphore,
+    pub(crate) permits: u32,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) on_timeout: Fallback,
+    pub(crate) on_store_error: Fallback,
+    pub(crate) retry_after: Duration,
+    pub(crate) health: StoreHealth,
+}
+
+/// The outcome for one request: run it holding a permit (`Some`) or without one (fail-open,
+/// `None`), or reject it.
+pub(crate) type Admission = Result<Option<Permit>, LimitError<Infallible>>;
+
+impl Policy {
+    /// Takes the permit for one request.
+    ///
+    /// The acquire runs in a task of its own so that the request never waits for a store that
+    /// does not answer: past the acquire's deadline plus [`ANSWER_GRACE`] the request gets the
+    /// store-down fallback, while the task finishes by itself (its queue entry is removed and a
+    /// permit granted late is released). Dropping this future before the deadline stops the
+    /// wait, which removes the queue entry.
+    pub(crate) async fn admit(&self) -> Admission {
+        if !self.health.may_try() {
+            // Not asked, so nothing learned: the health stays as it is.
+            return self.store_fallback(Error::store(
+                "the store failed on an earlier request and is not asked again yet",
+            ));
+        }
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt,
+            Err(_) => {
+                return Err(LimitError::Limiter(Error::invalid(
+                    "clusterlimit needs a Tokio runtime",
+                )))
+            }
+        };
+        let mut opts = AcquireOptions::new().permits(self.permits);
+        if let Some(t) = self.acquire_timeout {
+            opts = opts.timeout(t);
+        }
+        let deadline = self.acquire_timeout.map(|t| Instant::now() + t);
+        let sem = self.semaphore.clone();
+        let mut task = AbortBefore {
+            task: runtime.spawn(async move { sem.acquire_with(opts).await }),
+            deadline,
+        };
+        let joined = match deadline {
+            None => (&mut task.task).await,
+            Some(d) => match tokio::time::timeout_at(d + ANSWER_GRACE, &mut task.task).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    return self.store_down(Error::store(format!(
+                        "no answer from the store within {:?} of the acquire timeout",
+                        ANSWER_GRACE
+                    )))
+                }
+            },
+        };
+        match joined {
+            Ok(Ok(permit)) => {
+                self.health.up(self.semaphore.name());
+                Ok(Some(permit))
+            }
+            Ok(Err(Error::Timeout)) => {
+                // The entry's removal was answered in time, so the store works: the semaphore
+                // is full.
+                self.health.up(self.semaphore.name());
+                self.timed_out()
+            }
+            Ok(Err(e @ (Error::Store(_) | Error::SessionLost))) => self.store_down(e),
+            Ok(Err(e)) => Err(LimitError::Limiter(e)),
+            Err(join) => Err(LimitError::Limiter(Error::store(format!(
+                "the acquire task ended without an answer: {join}"
+            )))),
+        }
+    }
+
+    fn timed_out(&self) -> Admission {
+        match self.on_timeout {
+            Fallback::FailOpen => {
+                tracing::debug!(semaphore = %self.semaphore.name(), "no permit in time; running the request anyway (fail-open)");
+                Ok(None)
+            }
+            Fallback::Reject => Err(LimitError::Timeout {
+                semaphore: self.semaphore.name().to_string(),
+                waited: self.acquire_timeout.unwrap_or_default(),
+                retry_after: self.retry_after,
+            }),
+        }
+    }
+
+    /// The store failed or did not answer for this request.
+    fn store_down(&self, cause: Error) -> Admission {
+        self.health.down(self.semaphore.name(), &cause);
+        self.store_fallback(cause)
+    }
+
+    fn store_fallback(&self, cause: Error) -> Admission {
+        match self.on_store_error {
+            Fallback::FailOpen => {
+                tracing::debug!(semaphore = %self.semaphore.name(), error = %cause, "store unavailable; running the request without a permit (fail-open)");
+                Ok(None)
+            }
+            Fallback::Reject => Err(LimitError::StoreUnavailable {
+                semaphore: self.semaphore.name().to_string(),
+                source: cause,
+                retry_after: self.retry_after,
+            }),
+        }
+    }
+}
+
+/// The acquire task: aborted when dropped before its deadline (the request was cancelled
+/// while waiting: aborting drops the wait, which removes its queue entry), left to finish after
+/// it (it is then cleaning up by itself, which must not be cut short).
+struct AbortBefore {
+    task: JoinHandle<crate::Result<Permit>>,
+    deadline: Option<Instant>,
+}
+
+/// Margin before the deadline within which a dropped request no longer aborts its acquire:
+/// the acquire's own timeout may be firing.
+const ABORT_MARGIN: Duration = Duration::from_millis(20);
+
+impl Drop for AbortBefore {
+    fn drop(&mut self) {
+        let waiting = match self.deadline {
+            None => true,
+            Some(d) => Instant::now() + ABORT_MARGIN < d,
+        };
+        if waiting {
+            self.task.abort();
+        }
+    }
+}

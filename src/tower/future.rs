@@ -1,0 +1,119 @@
+//! The response future: first the permit, then the inner call, holding the permit until the
+//! inner future completes or this future is dropped.
+
+use super::admit::{Admission, Policy};
+use super::error::LimitError;
+use crate::error::Error;
+use crate::permit::Permit;
+use futures::future::BoxFuture;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use tower_service::Service;
+
+pin_project_lite::pin_project! {
+    /// Future of [`GlobalConcurrencyLimit`](super::GlobalConcurrencyLimit): waits for the
+    /// permit, then calls the inner service and holds the permit until its future completes.
+    ///
+    /// Cancel-safe: dropping it while it waits removes the queue entry; dropping it while the
+    /// inner call runs releases the permit (in the background), as does completing.
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S, Req>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<S, Req>
+    where
+        S: Service<Req>,
+    {
+        Admitting {
+            admission: BoxFuture<'static, Admission>,
+            // Both `Some` until the admission is decided.
+            inner: Option<S>,
+            req: Option<Req>,
+        },
+        Running {
+            #[pin]
+            call: S::Future,
+            permit: Option<Permit>,
+        },
+        Done,
+    }
+}
+
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
+    pub(crate) fn new(policy: Arc<Policy>, inner: S, req: Req) -> Self {
+        ResponseFuture {
+            state: State::Admitting {
+                admission: Box::pin(async move { policy.admit().await }),
+                inner: Some(inner),
+                req: Some(req),
+            },
+        }
+    }
+}
+
+impl<S: Service<Req>, Req> std::fmt::Debug for ResponseFuture<S, Req> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Admitting { .. } => "admitting",
+            State::Running { .. } => "running",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<S: Service<Req>, Req> Future for ResponseFuture<S, Req> {
+    type Output = Result<S::Response, LimitError<S::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Admitting {
+                    admission,
+                    inner,
+                    req,
+                } => {
+                    let admitted = ready!(admission.as_mut().poll(cx));
+                    let (permit, mut inner, req) = match (admitted, inner.take(), req.take()) {
+                        (Ok(permit), Some(inner), Some(req)) => (permit, inner, req),
+                        (Err(rejected), _, _) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(rejected.widen()));
+                        }
+                        // Not reachable: both are taken only here, right before leaving this state.
+                        _ => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(polled_after_completion()));
+                        }
+                    };
+                    let call = inner.call(req);
+                    this.state.set(State::Running { call, permit });
+                }
+                StateProj::Running { call, permit } => {
+                    let output = ready!(call.poll(cx));
+                    // Released now (in the background), not whenever this future is dropped.
+                    drop(permit.take());
+                    this.state.set(State::Done);
+                    return Poll::Ready(output.map_err(LimitError::Service));
+                }
+                StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
+            }
+        }
+    }
+}
+
+fn polled_after_completion<E>() -> LimitError<E> {
+    LimitError::Limiter(Error::invalid("ResponseFuture polled after it completed"))
+}

@@ -1,0 +1,206 @@
+//! The layer, its builder and the fallback choices.
+
+use super::admit::Policy;
+use super::health::StoreHealth;
+use super::service::GlobalConcurrencyLimit;
+use crate::error::{Error, Result};
+use crate::semaphore::Semaphore;
+use crate::validate;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default [`acquire_timeout`](GlobalConcurrencyLimitLayerBuilder::acquire_timeout): a request
+/// waits at most this long for its permit.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default [`store_retry_interval`](GlobalConcurrencyLimitLayerBuilder::store_retry_interval).
+pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default [`retry_after`](GlobalConcurrencyLimitLayerBuilder::retry_after) hint of a rejection.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What to do with a request that got no permit (deadline passed, or the store is down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// Do not run the request: answer [`LimitError::Timeout`](super::LimitError::Timeout) or
+    /// [`LimitError::StoreUnavailable`](super::LimitError::StoreUnavailable). Keeps the cap.
+    #[default]
+    Reject,
+    /// Run the request without a permit: availability before the cap. Logged at `debug` per
+    /// request, and at `warn` when the store goes down.
+    FailOpen,
+}
+
+/// A [`tower_layer::Layer`] that wraps a service in [`GlobalConcurrencyLimit`]: every request
+/// holds permits of one cluster-wide [`Semaphore`] while it runs. See the [module
+/// docs](crate::tower) for where the permit is taken and for how long.
+///
+/// Cheap to clone. Every service made by one layer (and its clones) shares its store-health
+/// state, so they stop asking a down store together.
+///
+/// ```
+/// # async fn f(limiter: clusterlimit::Limiter) -> clusterlimit::Result<()> {
+/// use clusterlimit::tower::GlobalConcurrencyLimitLayer;
+/// let layer = GlobalConcurrencyLimitLayer::new(limiter.semaphore("payments-api", 20).await?);
+/// let service = tower::ServiceBuilder::new()
+///     .layer(layer)
+///     .service_fn(|req: u32| async move { Ok::<_, std::io::Error>(req * 2) });
+/// # let _ = service;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct GlobalConcurrencyLimitLayer {
+    policy: Arc<Policy>,
+}
+
+impl GlobalConcurrencyLimitLayer {
+    /// One permit per request from `semaphore`, the defaults for everything else: wait at most
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`], reject on timeout and when the store is down.
+    pub fn new(semaphore: Semaphore) -> Self {
+        GlobalConcurrencyLimitLayer {
+            policy: Arc::new(GlobalConcurrencyLimitLayerBuilder::new(semaphore).policy()),
+        }
+    }
+
+    /// Starts a builder to choose the weight, the deadline and the fallbacks.
+    pub fn builder(semaphore: Semaphore) -> GlobalConcurrencyLimitLayerBuilder {
+        GlobalConcurrencyLimitLayerBuilder::new(semaphore)
+    }
+
+    /// Name of the semaphore every request takes permits from.
+    pub fn semaphore(&self) -> &str {
+        self.policy.semaphore.name()
+    }
+}
+
+impl<S> tower_layer::Layer<S> for GlobalConcurrencyLimitLayer {
+    type Service = GlobalConcurrencyLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GlobalConcurrencyLimit::new(inner, self.policy.clone())
+    }
+}
+
+/// Options of a [`GlobalConcurrencyLimitLayer`]; [`build`](Self::build) checks them.
+///
+/// ```
+/// # async fn f(sem: clusterlimit::Semaphore) -> clusterlimit::Result<()> {
+/// use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer};
+/// use std::time::Duration;
+/// let layer = GlobalConcurrencyLimitLayer::builder(sem)
+///     .permits_per_request(2)                      // heavy requests: weight 2
+///     .acquire_timeout(Duration::from_millis(250))
+///     .on_timeout(Fallback::Reject)                // full: answer "try later"
+///     .on_store_error(Fallback::FailOpen)          // store down: serve anyway
+///     .store_retry_interval(Duration::from_secs(2))
+///     .retry_after(Duration::from_secs(3))         // hint carried by rejections
+///     .build()?;
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct GlobalConcurrencyLimitLayerBuilder {
+    semaphore: Semaphore,
+    permits: u32,
+    acquire_timeout: Option<Duration>,
+    on_timeout: Fallback,
+    on_store_error: Fallback,
+    store_retry_interval: Duration,
+    retry_after: Duration,
+}
+
+impl GlobalConcurrencyLimitLayerBuilder {
+    fn new(semaphore: Semaphore) -> Self {
+        GlobalConcurrencyLimitLayerBuilder {
+            semaphore,
+            permits: 1,
+            acquire_timeout: Some(DEFAULT_ACQUIRE_TIMEOUT),
+            on_timeout: Fallback::Reject,
+            on_store_error: Fallback::Reject,
+            store_retry_interval: DEFAULT_STORE_RETRY_INTERVAL,
+            retry_after: DEFAULT_RETRY_AFTER,
+        }
+    }
+
+    /// Permits each request holds (default 1), granted at once. Above the semaphore's capacity,
+    /// every request fails with [`LimitError::Limiter`](super::LimitError::Limiter).
+    pub fn permits_per_request(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// Longest wait for a permit (default [`DEFAULT_ACQUIRE_TIMEOUT`]); then
+    /// [`on_timeout`](Self::on_timeout) decides.
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// Wait for a permit as long as it takes (tower's `ConcurrencyLimit` behaviour). Only a
+    /// store failure ends the wait early (after the Limiter's `request_timeout`, retries
+    /// included).
+    pub fn wait_forever(mut self) -> Self {
+        self.acquire_timeout = None;
+        self
+    }
+
+    /// What to do when the deadline passes with the semaphore still full (default
+    /// [`Fallback::Reject`]).
+    pub fn on_timeout(mut self, fallback: Fallback) -> Self {
+        self.on_timeout = fallback;
+        self
+    }
+
+    /// What to do when the store fails or does not answer (default [`Fallback::Reject`]).
+    pub fn on_store_error(mut self, fallback: Fallback) -> Self {
+        self.on_store_error = fallback;
+        self
+    }
+
+    /// While the store is down, one request per interval tries it again (default
+    /// [`DEFAULT_STORE_RETRY_INTERVAL`]); the others get [`on_store_error`](Self::on_store_error)
+    /// at once.
+    pub fn store_retry_interval(mut self, interval: Duration) -> Self {
+        self.store_retry_interval = interval;
+        self
+    }
+
+    /// When a rejected client should try again, as carried by
+    /// [`LimitError::retry_after`](super::LimitError::retry_after) (default
+    /// [`DEFAULT_RETRY_AFTER`]).
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = after;
+        self
+    }
+
+    /// Checks the options: `InvalidArgument` for a weight of 0 (or above the largest
+    /// capacity), or a zero timeout, retry interval or retry-after.
+    pub fn build(self) -> Result<GlobalConcurrencyLimitLayer> {
+        validate::permits(self.permits)?;
+        if self.acquire_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid(
+                "acquire timeout must be above zero (use wait_forever() to wait without one)",
+            ));
+        }
+        if self.store_retry_interval.is_zero() {
+            return Err(Error::invalid("store retry interval must be above zero"));
+        }
+        if self.retry_after.is_zero() {
+            return Err(Error::invalid("retry-after must be above zero"));
+        }
+        Ok(GlobalConcurrencyLimitLayer {
+            policy: Arc::new(self.policy()),
+        })
+    }
+
+    fn policy(self) -> Policy {
+        Policy {
+            semaphore: self.semaphore,
+            permits: self.permits,
+            acquire_timeout: self.acquire_timeout,
+            on_timeout: self.on_timeout,
+            on_store_error: self.on_store_error,
+            retry_after: self.retry_after,
+            health: StoreHealth::new(self.store_retry_interval),
+        }
+    }
+}

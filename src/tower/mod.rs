@@ -1,0 +1,90 @@
+//! A [tower](https://docs.rs/tower) layer that caps a service's in-flight requests across the whole cluster
+//! (cargo feature `tower`, on by default).
+//!
+//! [`GlobalConcurrencyLimitLayer`] is tower's `ConcurrencyLimitLayer` with the count kept in a
+//! clusterlimit [`Semaphore`](crate::Semaphore): every request takes a permit, every replica of
+//! the service shares the semaphore, so at most *capacity* requests run at once in the whole
+//! fleet, however many replicas there are.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> clusterlimit::Result<()> {
+//! use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer};
+//! use std::time::Duration;
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! let limiter = clusterlimit::Limiter::connect("memory://tower-doc").await?;
+//! let semaphore = limiter.semaphore("reports-api", 8).await?; // 8 in flight, cluster-wide
+//! let layer = GlobalConcurrencyLimitLayer::builder(semaphore)
+//!     .acquire_timeout(Duration::from_millis(500)) // then answer LimitError::Timeout
+//!     .on_store_error(Fallback::FailOpen)          // a down store must not take the API down
+//!     .build()?;
+//!
+//! let mut service = layer.layer(service_fn(|name: String| async move {
+//!     Ok::<_, std::convert::Infallible>(format!("hello {name}"))
+//! }));
+//! let reply = service.ready().await.unwrap().call("ops".into()).await;
+//! assert_eq!(reply.unwrap(), "hello ops");
+//! # Ok(()) }
+//! ```
+//!
+//! # Where the permit is taken
+//!
+//! Not in `poll_ready`: a service that is polled ready but never called (a load balancer
+//! probing its backends, a `Buffer` worker) would hold a cluster permit that no request uses,
+//! and a cluster permit is shared with every other replica. `poll_ready` only asks the inner
+//! service; `call` moves that ready inner service into the [`ResponseFuture`], which first takes
+//! the permit and only then calls the inner service. So a replica whose inner service is not
+//! ready holds no permit, and the inner service is `Clone` (as tower's own
+//! middleware that defers calls requires; axum routes and `Buffer` are). The price: the inner
+//! service's own readiness (a slot of a local `ConcurrencyLimit`, say) is held while the request
+//! waits for its cluster permit.
+//!
+//! # How long the permit is held
+//!
+//! From the grant until the inner service's future completes, or until the [`ResponseFuture`]
+//! is dropped (a client that hung up, a timeout layer above): dropping releases the permit in
+//! the background, and a request dropped while it still waits leaves the queue. For HTTP this
+//! covers the handler up to the response head, not a streaming body sent after it: work that
+//! continues while a body streams is not counted. Carry the permit in the body yourself (take
+//! one with [`Semaphore::acquire`](crate::Semaphore::acquire) in the handler) if it must be.
+//!
+//! The permit is not watched while the request runs: if it is [lost](crate::Permit::lost)
+//! (the store session ended behind this replica), the request still finishes, so for that moment
+//! the cluster may run more than *capacity* requests. Cancelling requests in flight would turn
+//! a store outage into failed requests; guard work that must never overlap with
+//! [`Permit::lost`](crate::Permit::lost) and the fencing token instead.
+//!
+//! # When no permit comes
+//!
+//! * **Deadline** ([`acquire_timeout`](GlobalConcurrencyLimitLayerBuilder::acquire_timeout),
+//!   default 1 s): if the semaphore stays full that long, [`on_timeout`](GlobalConcurrencyLimitLayerBuilder::on_timeout)
+//!   decides: [`Fallback::Reject`] (default) answers [`LimitError::Timeout`] without running the
+//!   request; [`Fallback::FailOpen`] runs it without a permit.
+//! * **Store down** (an error from the store, or no answer at all: the acquire's deadline plus
+//!   0.5 s passed without a reply): [`on_store_error`](GlobalConcurrencyLimitLayerBuilder::on_store_error)
+//!   decides, [`LimitError::StoreUnavailable`] (default) or fail-open. After such a failure
+//!   the layer stops asking the store for every request: one request per
+//!   [`store_retry_interval`](GlobalConcurrencyLimitLayerBuilder::store_retry_interval)
+//!   (default 1 s) tries it, the others get the fallback at once, so a down store costs no
+//!   latency per request.
+//! * **Anything else** (a weight above the capacity, a closed [`Limiter`](crate::Limiter), a
+//!   semaphore that is gone) is [`LimitError::Limiter`]: a setup mistake no fallback hides.
+//!
+//! Map the rejections to your protocol's "try later" answer; for HTTP, 503 with a
+//! `Retry-After` of [`LimitError::retry_after`] (see `examples/axum_service.rs`).
+
+mod admit;
+mod error;
+mod future;
+mod health;
+mod layer;
+mod service;
+
+pub use error::LimitError;
+pub use future::ResponseFuture;
+pub use layer::{
+    Fallback, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
+    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
+};
+pub use service::GlobalConcurrencyLimit;

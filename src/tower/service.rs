@@ -1,0 +1,61 @@
+//! The limited service.
+
+use super::admit::Policy;
+use super::error::LimitError;
+use super::future::ResponseFuture;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// A service whose requests each hold permits of a cluster-wide semaphore while they run; made
+/// by [`GlobalConcurrencyLimitLayer`](super::GlobalConcurrencyLimitLayer).
+///
+/// `poll_ready` is the inner service's; the permit is taken in the [`ResponseFuture`], before
+/// the inner service is called (see the [module docs](crate::tower)).
+#[derive(Debug, Clone)]
+pub struct GlobalConcurrencyLimit<S> {
+    inner: S,
+    policy: Arc<Policy>,
+}
+
+impl<S> GlobalConcurrencyLimit<S> {
+    pub(crate) fn new(inner: S, policy: Arc<Policy>) -> Self {
+        GlobalConcurrencyLimit { inner, policy }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req> Service<Req> for GlobalConcurrencyLimit<S>
+where
+    S: Service<Req> + Clone,
+{
+    type Response = S::Response;
+    type Error = LimitError<S::Error>;
+    type Future = ResponseFuture<S, Req>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(LimitError::Service)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        // The service that was polled ready goes with the request (it is called once the
+        // permit is granted); a fresh clone takes its place and is polled for the next one.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        ResponseFuture::new(self.policy.clone(), ready, req)
+    }
+}

@@ -1,0 +1,134 @@
+//! Cluster failover and fault injection with a safety history checker (`harness = false`).
+//!
+//! Nine scenarios (leader and follower SIGKILL, whole-cluster outage, partition longer than
+//! the TTL, short blips, a SIGKILLed holder process, a slow store, compaction while waiting,
+//! a SIGSTOPped member) run on a real 3-member etcd cluster and a real 3-member ZooKeeper
+//! ensemble, each under a contended workload of ≥ 8 Limiters. Every grant goes into a
+//! history; the checker fails the run if more than the capacity was ever held, a token was
+//! granted twice, a call hung, or something stayed in the store. A table of the figures
+//! (violations, failure → first new grant, the lost-before-regrant margin, acquisitions) is
+//! printed at the end.
+//!
+//! ```text
+//! cargo test --test failover                      # the CI size, both stores (~4 min)
+//! cargo test --test failover -- etcd partition    # only rows whose "store scenario" matches every word
+//! CLUSTERLIMIT_SOAK=1 cargo test --test failover  # soak: more workers, kills and time
+//! CLUSTERLIMIT_FAILOVER_SEED=42 …                 # replay the workers' random choices
+//! ```
+
+mod support;
+
+#[path = "failover/child.rs"]
+mod child;
+#[path = "failover/cluster.rs"]
+mod cluster;
+#[path = "failover/history.rs"]
+mod history;
+#[path = "failover/report.rs"]
+mod report;
+#[path = "failover/scenarios.rs"]
+mod scenarios;
+#[path = "failover/workload.rs"]
+mod workload;
+
+use cluster::Kind;
+use scenarios::{Scenario, Size};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+fn main() {
+    support::holder_process::hold_if_child();
+    if std::env::args().any(|a| a == "--list") {
+        // Tools list tests this way; the scenarios are not libtest tests.
+        return;
+    }
+    let filters = word_filters();
+    let soak = std::env::var("CLUSTERLIMIT_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let size = if soak { Size::soak() } else { Size::ci() };
+    let seed = std::env::var("CLUSTERLIMIT_FAILOVER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The library's logs, for digging into a failed scenario.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    if let Err(e) = history::self_check() {
+        eprintln!("failover: the history checker failed its self-check: {e}");
+        std::process::exit(1);
+    }
+    let selected: Vec<(Kind, Scenario)> = [Kind::Etcd, Kind::Zk]
+        .into_iter()
+        .flat_map(|k| Scenario::ALL.into_iter().map(move |s| (k, s)))
+        .filter(|(k, s)| matches(&filters, k.name(), s.name()))
+        .collect();
+    if selected.is_empty() {
+        println!("failover: no scenario matches {filters:?}");
+        return;
+    }
+    println!(
+        "failover: {} scenarios, {} size ({size:?}), seed {seed} (CLUSTERLIMIT_FAILOVER_SEED replays it)",
+        selected.len(),
+        if soak { "soak" } else { "CI" }
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for (kind, scenario) in selected {
+        println!("failover: {} / {} …", kind.name(), scenario.name());
+        let row = runtime.block_on(scenarios::run(kind, scenario, size, seed));
+        println!(
+            "failover: {} / {}: {} in {:.1} s",
+            kind.name(),
+            scenario.name(),
+            if row.passed() { "ok" } else { "FAILED" },
+            row.took.as_secs_f64()
+        );
+        rows.push(row);
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+
+    println!(
+        "\n## Failover run ({} size, seed {seed}, {:.0} s)\n\n{}",
+        if soak { "soak" } else { "CI" },
+        started.elapsed().as_secs_f64(),
+        report::table(&rows)
+    );
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| format!("{} / {}", r.store.name(), r.scenario))
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("failover: FAILED: {}", failed.join("; "));
+        std::process::exit(1);
+    }
+    println!("failover: all scenarios passed with 0 safety violations");
+}
+
+/// Words given on the command line (libtest flags such as `--nocapture` are ignored).
+fn word_filters() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| a.to_lowercase())
+        .collect()
+}
+
+/// True if every filter word occurs in "store scenario" (case-insensitive).
+fn matches(filters: &[String], store: &str, scenario: &str) -> bool {
+    let hay = format!("{store} {scenario}").to_lowercase();
+    filters.iter().all(|f| hay.contains(f.as_str()))
+}

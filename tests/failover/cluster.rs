@@ -1,0 +1,150 @@
+//! A 3-member etcd cluster or ZooKeeper ensemble behind one interface, so every scenario is
+//! written once and run on both stores.
+
+use crate::support::{self, EtcdCluster, ProxyGroup, ZkCluster};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Which store a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Etcd,
+    Zk,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Etcd => "etcd",
+            Kind::Zk => "ZooKeeper",
+        }
+    }
+}
+
+/// Session TTL / ZooKeeper session timeout of every client in the suite: short, so expiry
+/// scenarios are quick, and still 10× etcd's election timeout (250 ms).
+pub const TTL: Duration = Duration::from_secs(3);
+
+/// Per-request bound of every client in the suite (the library's `request_timeout`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub enum Cluster {
+    Etcd(EtcdCluster),
+    Zk(ZkCluster),
+}
+
+impl Cluster {
+    /// Starts 3 members: etcd with fast elections (heartbeat 50 ms, election 250 ms, set by
+    /// the support code), ZooKeeper with a 200 ms tick (a dead leader is noticed after
+    /// `syncLimit` = 5 ticks) and sessions of 1–20 s.
+    pub fn start(kind: Kind) -> Cluster {
+        match kind {
+            Kind::Etcd => Cluster::Etcd(EtcdCluster::start(3)),
+            Kind::Zk => Cluster::Zk(
+                ZkCluster::builder()
+                    .members(3)
+                    .tick_time_ms(200)
+                    .session_timeout_range_ms(1000, 20_000)
+                    .start(),
+            ),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        3
+    }
+
+    /// Client addresses of the members, in member order.
+    pub fn member_addrs(&self) -> Vec<SocketAddr> {
+        match self {
+            Cluster::Etcd(c) => c
+                .endpoints()
+                .iter()
+                .map(|e| e.parse().expect("etcd endpoint is an address"))
+                .collect(),
+            Cluster::Zk(c) => (0..c.len()).map(|i| c.client_addr(i)).collect(),
+        }
+    }
+
+    /// The library's URL for a client that reaches the members through `proxies`.
+    pub fn url_via(&self, proxies: &ProxyGroup, namespace: &str) -> String {
+        match self {
+            Cluster::Etcd(_) => format!("etcd://{}/{namespace}", proxies.connect_string()),
+            Cluster::Zk(_) => proxies.zk_url(&format!("/{namespace}")),
+        }
+    }
+
+    /// The library's URL for a client that reaches every member directly (no proxy).
+    pub fn direct_url(&self, namespace: &str) -> String {
+        match self {
+            Cluster::Etcd(c) => c.url(namespace),
+            Cluster::Zk(c) => c.url(&format!("/{namespace}")),
+        }
+    }
+
+    /// The leader's index (waits for an election in progress, bounded).
+    pub async fn leader(&mut self) -> usize {
+        match self {
+            Cluster::Etcd(c) => support::etcd::leader(c).await,
+            Cluster::Zk(c) => {
+                tokio::task::block_in_place(|| c.wait_leader(Duration::from_secs(15)))
+            }
+        }
+    }
+
+    /// SIGKILLs a member.
+    pub fn kill(&mut self, member: usize) {
+        tokio::task::block_in_place(|| match self {
+            Cluster::Etcd(c) => c.kill(member),
+            Cluster::Zk(c) => c.kill(member),
+        })
+    }
+
+    /// Restarts a member and waits until the cluster is whole again.
+    pub fn restart(&mut self, member: usize) {
+        tokio::task::block_in_place(|| match self {
+            Cluster::Etcd(c) => c.restart(member),
+            Cluster::Zk(c) => c.restart(member),
+        })
+    }
+
+    /// SIGKILLs every member: the whole store is gone.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Starts every member again and waits until the cluster serves.
+    pub fn restart_all(&mut self) {
+        tokio::task::block_in_place(|| match self {
+            Cluster::Etcd(c) => c.restart_all(),
+            Cluster::Zk(c) => c.restart_all(),
+        })
+    }
+
+    /// SIGSTOPs a member: a hung server.
+    pub fn pause(&mut self, member: usize) {
+        match self {
+            Cluster::Etcd(c) => c.pause(member),
+            Cluster::Zk(c) => c.pause(member),
+        }
+    }
+
+    /// SIGCONTs a member paused with [`Cluster::pause`].
+    pub fn resume(&mut self, member: usize) {
+        match self {
+            Cluster::Etcd(c) => c.resume(member),
+            Cluster::Zk(c) => c.resume(member),
+        }
+    }
+
+    /// Compacts etcd's history to the current revision; `None` on ZooKeeper, which keeps no
+    /// history for watches to resume from.
+    pub async fn compact(&self) -> Option<i64> {
+        match self {
+            Cluster::Etcd(c) => Some(support::etcd::compact_to_current(&c.endpoints()).await),
+            Cluster::Zk(_) => None,
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! One row per (store, scenario): the figures the issue asks for, the checks that failed, and
+//! the table printed at the end of the run.
+
+use crate::cluster::Kind;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct Row {
+    pub store: Kind,
+    pub scenario: &'static str,
+    /// Grants at which more than the capacity was held (must be 0).
+    pub violations: usize,
+    pub max_held: u32,
+    /// Failure (or heal, or restart: see the scenario) → the first new grant, per injection.
+    pub recovery: Vec<Duration>,
+    /// Scenario 4: from the partitioned holder's `lost()` to its permits being granted to
+    /// another, in ms (negative: granted before `lost()` fired).
+    pub margin_ms: Option<f64>,
+    pub acquisitions: usize,
+    /// Calls that failed (expected in outages), and how many holders saw `lost()`.
+    pub failed_calls: usize,
+    pub lost: usize,
+    /// Scenario-specific figures.
+    pub notes: Vec<String>,
+    /// Checks that did not hold: the row fails if any.
+    pub failures: Vec<String>,
+    pub took: Duration,
+    /// False for a scenario that does not apply to the store (the notes say why).
+    pub applicable: bool,
+}
+
+impl Row {
+    pub fn new(store: Kind, scenario: &'static str) -> Row {
+        Row {
+            store,
+            scenario,
+            violations: 0,
+            max_held: 0,
+            recovery: Vec::new(),
+            margin_ms: None,
+            acquisitions: 0,
+            failed_calls: 0,
+            lost: 0,
+            notes: Vec::new(),
+            failures: Vec::new(),
+            took: Duration::ZERO,
+            applicable: true,
+        }
+    }
+
+    /// Records a check: `ok`, or a failure described by `what`.
+    pub fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.failures.push(what());
+        }
+    }
+
+    pub fn fail(&mut self, what: impl Into<String>) {
+        self.failures.push(what.into());
+    }
+
+    pub fn note(&mut self, what: impl Into<String>) {
+        self.notes.push(what.into());
+    }
+
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && self.violations == 0
+    }
+
+    fn recovery_cell(&self) -> String {
+        if self.recovery.is_empty() {
+            return "–".into();
+        }
+        let mut v = self.recovery.clone();
+        v.sort();
+        let p50 = v[(v.len() - 1) / 2];
+        let max = v[v.len() - 1];
+        format!("{} / {} (n={})", ms(p50), ms(max), v.len())
+    }
+}
+
+/// `1234 ms` or `0.8 ms`.
+pub fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// The markdown table of a run, then each row's notes and failures.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| store | scenario | violations | max held / cap | failure → first new grant p50 / max | \
+         lost → regrant margin | acquisitions | failed calls | lost | took | result |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        if !r.applicable {
+            let _ = writeln!(
+                out,
+                "| {} | {} | n/a | | | | | | | | n/a |",
+                r.store.name(),
+                r.scenario
+            );
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
+            r.store.name(),
+            r.scenario,
+            r.violations,
+            r.max_held,
+            crate::workload::CAPACITY,
+            r.recovery_cell(),
+            r.margin_ms.map_or("–".into(), |m| format!("{m:+.0} ms")),
+            r.acquisitions,
+            r.failed_calls,
+            r.lost,
+            r.took.as_secs_f64(),
+            if r.passed() { "ok" } else { "FAILED" }
+        );
+    }
+    for r in rows {
+        if r.notes.is_empty() && r.failures.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{} / {}:", r.store.name(), r.scenario);
+        for n in &r.notes {
+            let _ = writeln!(out, "  - {n}");
+        }
+        for f in &r.failures {
+            let _ = writeln!(out, "  - FAILED: {f}");
+        }
+    }
+    out
+}

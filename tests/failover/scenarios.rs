@@ -1,0 +1,773 @@
+//! The nine failure scenarios, each written once for both stores. Every one runs a contended
+//! workload (≥ 8 Limiters, capacity 3, mixed weights, random holds) on a fresh 3-member
+//! cluster, injects its failure, and ends with the same checks: the history is safe (never
+//! more than the capacity held, no token granted twice), no call hung, and nothing is left in
+//! the store once every client stopped.
+
+use crate::child::ChildHolder;
+use crate::cluster::{Cluster, Kind, REQUEST_TIMEOUT, TTL};
+use crate::history::{self, Grant};
+use crate::report::{ms, Row};
+use crate::workload::{
+    self, hang_bound, hold_and_record, Client, Log, Workload, CAPACITY, SEMAPHORE,
+};
+use clusterlimit::{Error, Permit};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout};
+
+/// How big a run is: the CI default, or a soak (`CLUSTERLIMIT_SOAK=1`).
+#[derive(Clone, Copy, Debug)]
+pub struct Size {
+    pub workers: usize,
+    /// Leader kills in scenario 1.
+    pub leader_kills: usize,
+    /// Holder processes SIGKILLed in scenario 6.
+    pub child_kills: usize,
+    /// Compactions in scenario 8.
+    pub compactions: usize,
+    /// Contended running before and between injections.
+    pub phase: Duration,
+}
+
+impl Size {
+    pub fn ci() -> Size {
+        Size {
+            workers: 8,
+            leader_kills: 5,
+            child_kills: 2,
+            compactions: 3,
+            phase: Duration::from_millis(1000),
+        }
+    }
+
+    pub fn soak() -> Size {
+        Size {
+            workers: 12,
+            leader_kills: 25,
+            child_kills: 6,
+            compactions: 10,
+            phase: Duration::from_secs(4),
+        }
+    }
+}
+
+/// The scenarios, in the issue's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    LeaderKill,
+    FollowerKill,
+    WholeCluster,
+    Partition,
+    Blip,
+    HolderKilled,
+    SlowStore,
+    Compaction,
+    HungMember,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 9] = [
+        Scenario::LeaderKill,
+        Scenario::FollowerKill,
+        Scenario::WholeCluster,
+        Scenario::Partition,
+        Scenario::Blip,
+        Scenario::HolderKilled,
+        Scenario::SlowStore,
+        Scenario::Compaction,
+        Scenario::HungMember,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::LeaderKill => "1 leader SIGKILL",
+            Scenario::FollowerKill => "2 follower SIGKILL + restart",
+            Scenario::WholeCluster => "3 whole cluster down + restart",
+            Scenario::Partition => "4 holder partitioned > TTL",
+            Scenario::Blip => "5 short blips < TTL",
+            Scenario::HolderKilled => "6 holder process SIGKILL",
+            Scenario::SlowStore => "7 slow store (+200 ms)",
+            Scenario::Compaction => "8 compaction while waiting",
+            Scenario::HungMember => "9 SIGSTOP of the client's member",
+        }
+    }
+
+    /// Why the scenario does not apply to a store, if it does not.
+    fn not_applicable(self, kind: Kind) -> Option<&'static str> {
+        match (self, kind) {
+            (Scenario::Compaction, Kind::Zk) => {
+                Some("ZooKeeper keeps no history: a watch never resumes from a compacted revision")
+            }
+            _ => None,
+        }
+    }
+
+    async fn body(self, cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+        match self {
+            Scenario::LeaderKill => leader_kill(cluster, load, size, row).await,
+            Scenario::FollowerKill => follower_kill(cluster, load, size, row).await,
+            Scenario::WholeCluster => whole_cluster(cluster, load, size, row).await,
+            Scenario::Partition => partition(cluster, load, size, row).await,
+            Scenario::Blip => blip(cluster, load, size, row).await,
+            Scenario::HolderKilled => holder_killed(cluster, load, size, row).await,
+            Scenario::SlowStore => slow_store(load, size, row).await,
+            Scenario::Compaction => compaction(cluster, load, size, row).await,
+            Scenario::HungMember => hung_member(cluster, load, size, row).await,
+        }
+    }
+}
+
+/// Runs one scenario on a fresh cluster and returns its row.
+pub async fn run(kind: Kind, scenario: Scenario, size: Size, seed: u64) -> Row {
+    let started = Instant::now();
+    let mut row = Row::new(kind, scenario.name());
+    if let Some(why) = scenario.not_applicable(kind) {
+        row.applicable = false;
+        row.note(format!("not applicable: {why}"));
+        return row;
+    }
+    let mut cluster = tokio::task::block_in_place(|| Cluster::start(kind));
+    let load = Workload::start(&cluster, size.workers, seed).await;
+    sleep(size.phase).await;
+    scenario.body(&mut cluster, &load, size, &mut row).await;
+    let log = load.stop().await;
+    conclude(&cluster, &log, &mut row).await;
+    row.took = started.elapsed();
+    row
+}
+
+/// The checks every scenario ends with.
+async fn conclude(cluster: &Cluster, log: &Log, row: &mut Row) {
+    let grants = log.grants();
+    let failures = log.failures();
+    let verdict = history::check(&grants, CAPACITY);
+    row.violations = verdict.violations.len();
+    row.max_held = verdict.max_held;
+    row.acquisitions = grants.len();
+    row.lost = grants.iter().filter(|g| g.lost).count();
+    row.failed_calls = failures.iter().filter(|f| !f.hang).count();
+    for v in verdict.violations.iter().take(5) {
+        row.fail(format!("safety violation: {v}"));
+    }
+    if !verdict.duplicate_tokens.is_empty() {
+        row.fail(format!(
+            "fencing tokens granted twice: {:?}",
+            verdict.duplicate_tokens
+        ));
+    }
+    for f in failures.iter().filter(|f| f.hang).take(5) {
+        row.fail(format!("{} hung: {}", f.holder, f.error));
+    }
+    if verdict.handoff_overlaps > 0 {
+        row.note(format!(
+            "{} grants came while the previous holder's release() call had not returned yet \
+             (normal handoff: the store deletes before it answers)",
+            verdict.handoff_overlaps
+        ));
+    }
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+    for f in &failures {
+        *kinds.entry(f.error.as_str()).or_default() += 1;
+    }
+    if !kinds.is_empty() {
+        row.note(format!("failed calls by error: {kinds:?}"));
+    }
+    row.check(grants.len() > 10, || {
+        format!("only {} acquisitions in the run", grants.len())
+    });
+    leftovers(cluster, row).await;
+}
+
+/// Once every client stopped, nothing of theirs may stay in the store (no orphaned waiter or
+/// holder): what was not released is expired by the store within the TTL.
+async fn leftovers(cluster: &Cluster, row: &mut Row) {
+    let checker =
+        Client::connect(cluster, "checker", &(0..cluster.len()).collect::<Vec<_>>()).await;
+    let sem = checker.semaphore(SEMAPHORE, CAPACITY).await;
+    let deadline = Instant::now() + TTL * 2 + Duration::from_secs(5);
+    let mut last = None;
+    while Instant::now() < deadline {
+        match sem.status().await {
+            Ok(st) if st.holders.is_empty() && st.waiting == 0 => {
+                last = None;
+                break;
+            }
+            Ok(st) => {
+                last = Some(format!(
+                    "{} holders, {} waiting",
+                    st.holders.len(),
+                    st.waiting
+                ))
+            }
+            Err(e) => last = Some(format!("status failed: {e}")),
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+    if let Some(left) = last {
+        row.fail(format!(
+            "entries left in the store after every client stopped: {left}"
+        ));
+    }
+    let _ = checker.limiter.close().await;
+}
+
+/// Polls the log every 10 ms for at most `limit` until `found` finds an instant in the grants;
+/// returns how long after `t` that instant is.
+async fn poll_log(
+    log: &Log,
+    t: Instant,
+    limit: Duration,
+    found: impl Fn(&[Grant]) -> Option<Instant>,
+) -> Option<Duration> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(at) = found(&log.grants()) {
+            return Some(at.saturating_duration_since(t));
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How long after `t` the first grant at or after `t` came (waiting at most `limit`).
+async fn first_grant(log: &Log, t: Instant, limit: Duration) -> Option<Duration> {
+    poll_log(log, t, limit, |g| history::first_grant_after(g, t)).await
+}
+
+/// How long after `t` the permits of `victim` (weight `weight`, stopped at `t`) went to
+/// somebody else (waiting at most `limit`).
+async fn regrant(
+    log: &Log,
+    victim: &str,
+    weight: u32,
+    t: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    poll_log(log, t, limit, |g| {
+        history::regranted_at(g, CAPACITY, victim, weight, t)
+    })
+    .await
+}
+
+/// A dedicated holder of `weight` permits of the contended semaphore, outside the workload.
+async fn take(
+    client: &Client,
+    weight: u32,
+    row: &mut Row,
+) -> Option<(clusterlimit::Permit, Instant)> {
+    let sem = client.semaphore(SEMAPHORE, CAPACITY).await;
+    match timeout(
+        Duration::from_secs(30),
+        sem.acquire_many_timeout(weight, Duration::from_secs(25)),
+    )
+    .await
+    {
+        Ok(Ok(p)) => Some((p, Instant::now())),
+        Ok(Err(e)) => {
+            row.fail(format!(
+                "{} could not take {weight} permits: {e}",
+                client.name
+            ));
+            None
+        }
+        Err(_) => {
+            row.fail(format!("{}'s acquire hung", client.name));
+            None
+        }
+    }
+}
+
+/// Watches a held permit's `lost()` in its own task, so the moment it fires is known exactly
+/// while the scenario awaits other calls. Gives the permit back with that moment, `None` if it
+/// did not fire within `limit`.
+fn watch_lost(permit: Permit, limit: Duration) -> JoinHandle<(Permit, Option<Instant>)> {
+    tokio::spawn(async move {
+        let fired = timeout(limit, permit.lost())
+            .await
+            .ok()
+            .map(|()| Instant::now());
+        (permit, fired)
+    })
+}
+
+/// How late after `TTL` a `lost()` may fire (timer and scheduling slack on a busy machine).
+const LOST_SLACK: Duration = Duration::from_millis(500);
+
+// ---------------------------------------------------------------------------------------------
+
+/// Scenario 1: The leader is SIGKILLed during a contended run, again and again.
+async fn leader_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    for i in 0..size.leader_kills {
+        let leader = cluster.leader().await;
+        let t = Instant::now();
+        cluster.kill(leader);
+        match first_grant(&load.log, t, Duration::from_secs(20)).await {
+            Some(d) => row.recovery.push(d),
+            None => row.fail(format!("no grant within 20 s of leader kill {}", i + 1)),
+        }
+        cluster.restart(leader);
+        sleep(size.phase).await;
+    }
+}
+
+/// Scenario 2: A follower is SIGKILLed, the run goes on, the follower comes back.
+async fn follower_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % cluster.len();
+    let t = Instant::now();
+    cluster.kill(follower);
+    match first_grant(&load.log, t, Duration::from_secs(20)).await {
+        Some(d) => row.recovery.push(d),
+        None => row.fail("no grant within 20 s of the follower kill"),
+    }
+    sleep(size.phase).await;
+    let during = history::grants_between(&load.log.grants(), t, Instant::now());
+    row.note(format!("{during} acquisitions with the follower down"));
+    cluster.restart(follower);
+    let back = Instant::now();
+    sleep(size.phase).await;
+    let after = history::grants_between(&load.log.grants(), back, Instant::now());
+    row.check(after > 0, || {
+        "no acquisition after the follower came back".into()
+    });
+}
+
+/// Scenario 3: Every member is killed and stays down longer than the TTL: every session is lost,
+/// every holder's `lost()` fires, waits fail with `SessionLost`; after the restart new
+/// acquisitions work.
+async fn whole_cluster(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    const SENTINEL: &str = "sentinel";
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    // Three holders of a capacity-3 semaphore that hold until lost, and one waiter behind them.
+    let mut holders = Vec::new();
+    for i in 0..3 {
+        let c = Client::connect(cluster, &format!("sentinel{i}"), &all).await;
+        let sem = c.semaphore(SENTINEL, 3).await;
+        let p = sem.acquire_timeout(Duration::from_secs(10)).await;
+        match p {
+            Ok(p) => holders.push((c, p)),
+            Err(e) => row.fail(format!("sentinel{i} could not take a permit: {e}")),
+        }
+    }
+    let waiter_client = Client::connect(cluster, "sentinel-waiter", &all).await;
+    let waiter_sem = waiter_client.semaphore(SENTINEL, 3).await;
+    let waiter =
+        tokio::spawn(async move { waiter_sem.acquire_timeout(Duration::from_secs(60)).await });
+    sleep(TTL / 2).await; // past the sessions' first deadline: see `partition`
+
+    let watchers: Vec<_> = holders
+        .into_iter()
+        .map(|(c, p)| (c, watch_lost(p, TTL + Duration::from_secs(5))))
+        .collect();
+    let t = Instant::now();
+    cluster.kill_all();
+    // Every holder's lost() fires within the TTL: the outage began at most TTL after the last
+    // acknowledged keepalive or probe was sent.
+    let mut holders = Vec::new();
+    let mut latest = Duration::ZERO;
+    for (c, w) in watchers {
+        match w.await {
+            Ok((p, Some(at))) => {
+                let after = at.saturating_duration_since(t);
+                latest = latest.max(after);
+                row.check(after <= TTL + LOST_SLACK, || {
+                    format!(
+                        "{}'s lost() fired {} after the outage, later than the TTL",
+                        c.name,
+                        ms(after)
+                    )
+                });
+                holders.push((c, p));
+            }
+            Ok((_, None)) => row.fail(format!("{}'s lost() never fired after the outage", c.name)),
+            Err(e) => row.fail(format!("{}'s lost() watcher failed: {e}", c.name)),
+        }
+    }
+    row.note(format!(
+        "{} sentinel holders saw lost() at most {} after the outage (TTL {})",
+        holders.len(),
+        ms(latest),
+        ms(TTL)
+    ));
+    match timeout(TTL + hang_bound(), waiter).await {
+        Ok(Ok(Err(Error::SessionLost))) => {
+            let after = t.elapsed();
+            row.note(format!(
+                "the waiter got SessionLost {} after the outage",
+                ms(after)
+            ));
+            row.check(after <= TTL + Duration::from_secs(1), || {
+                format!(
+                    "the waiter got SessionLost only {} after the outage",
+                    ms(after)
+                )
+            });
+        }
+        Ok(Ok(other)) => row.fail(format!(
+            "the waiter got {:?}, expected SessionLost",
+            other.map(|p| p.fencing_token())
+        )),
+        Ok(Err(e)) => row.fail(format!("the waiter task failed: {e}")),
+        Err(_) => row.fail("the waiter hung through the outage"),
+    }
+    // Stay down past every deadline, then come back.
+    let down_until = t + TTL + Duration::from_secs(1);
+    sleep(down_until.saturating_duration_since(Instant::now())).await;
+    cluster.restart_all();
+    let up = Instant::now();
+    match first_grant(&load.log, up, TTL * 3 + Duration::from_secs(20)).await {
+        Some(d) => {
+            row.recovery.push(d);
+            row.note(format!("cluster down {}; first grant {} after the restart (old sessions expire on the restarted servers first)", ms(up - t), ms(d)));
+        }
+        None => row.fail("no acquisition after the restart"),
+    }
+    // The sentinels work again, with new sessions.
+    drop(holders);
+    let again = waiter_client.semaphore(SENTINEL, 3).await;
+    match timeout(
+        Duration::from_secs(30),
+        again.acquire_timeout(Duration::from_secs(25)),
+    )
+    .await
+    {
+        Ok(Ok(p)) => {
+            let _ = p.release().await;
+        }
+        Ok(Err(e)) => row.fail(format!(
+            "acquire on a fresh session after the restart failed: {e}"
+        )),
+        Err(_) => row.fail("acquire after the restart hung"),
+    }
+    sleep(size.phase).await;
+}
+
+/// Scenario 4: A holder's client is partitioned longer than its TTL: its `lost()` must fire before any
+/// other client is granted its permits; healed, it works again.
+async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    const WEIGHT: u32 = 2;
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    let victim = Client::connect(cluster, "victim", &all).await;
+    let Some((permit, granted_at)) = take(&victim, WEIGHT, row).await else {
+        return;
+    };
+    // Hold a while first, so the deadline has been moved on by acknowledged keepalives/probes
+    // (the partition then tests the running rule, not the session's first deadline).
+    sleep(TTL / 2).await;
+    let t = Instant::now();
+    victim.proxies.blackhole();
+    let lost_at = match timeout(TTL + Duration::from_secs(3), permit.lost()).await {
+        Ok(()) => Instant::now(),
+        Err(_) => {
+            row.fail("the partitioned holder's lost() did not fire within TTL + 3 s");
+            Instant::now()
+        }
+    };
+    row.note(format!(
+        "lost() fired {} after the partition began (TTL {})",
+        ms(lost_at - t),
+        ms(TTL)
+    ));
+    load.log.grant(Grant {
+        holder: victim.name.clone(),
+        weight: WEIGHT,
+        token: permit.fencing_token(),
+        granted_at,
+        work_end: lost_at,
+        released_at: None,
+        lost: true,
+    });
+    drop(permit);
+    // Looked for from the start of the partition, so a regrant before lost() shows as a
+    // negative margin (and as violations in the history).
+    let limit = TTL * 2 + Duration::from_secs(5);
+    match regrant(&load.log, &victim.name, WEIGHT, t, limit).await {
+        Some(after_partition) => {
+            let lost_after = (lost_at - t).as_secs_f64() * 1e3;
+            let margin = after_partition.as_secs_f64() * 1e3 - lost_after;
+            row.margin_ms = Some(margin);
+            row.check(margin >= 0.0, || {
+                format!("the partitioned holder's permits were given away {:.0} ms before its lost() fired", -margin)
+            });
+            row.recovery.push(after_partition);
+        }
+        None => row.fail("the partitioned holder's permits were never given to anyone else"),
+    }
+    victim.proxies.pass();
+    // Healed, the victim works again (a new session).
+    if let Some((p, at)) = take(&victim, 1, row).await {
+        hold_and_record(&load.log, &victim.name, p, at, Duration::from_millis(20)).await;
+    }
+    let _ = victim.limiter.close().await;
+    sleep(size.phase).await;
+}
+
+/// Scenario 5: Short blips (a blackhole shorter than the TTL, then connection resets): nothing is
+/// lost and nobody is granted twice.
+async fn blip(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    let steady = Client::connect(cluster, "steady", &all).await;
+    let Some((permit, granted_at)) = take(&steady, 1, row).await else {
+        return;
+    };
+    let blackout = TTL / 6;
+    for _ in 0..2 {
+        let t = Instant::now();
+        load.each_proxy(|p| p.blackhole());
+        steady.proxies.blackhole();
+        sleep(blackout).await;
+        load.each_proxy(|p| p.pass());
+        steady.proxies.pass();
+        match first_grant(&load.log, t, Duration::from_secs(15)).await {
+            Some(d) => row.recovery.push(d),
+            None => row.fail("no grant within 15 s of a blip"),
+        }
+        sleep(size.phase).await;
+        let t = Instant::now();
+        load.each_proxy(|p| p.reset());
+        steady.proxies.reset();
+        sleep(Duration::from_millis(100)).await;
+        load.each_proxy(|p| p.pass());
+        steady.proxies.pass();
+        match first_grant(&load.log, t, Duration::from_secs(15)).await {
+            Some(d) => row.recovery.push(d),
+            None => row.fail("no grant within 15 s of a connection reset"),
+        }
+        sleep(size.phase).await;
+    }
+    row.note(format!(
+        "blackouts of {} and 100 ms of connection resets, twice each",
+        ms(blackout)
+    ));
+    row.check(!permit.is_lost(), || {
+        "a holder across the blips lost its permit".into()
+    });
+    hold_and_record(&load.log, &steady.name, permit, granted_at, Duration::ZERO).await;
+    let lost: Vec<String> = load
+        .log
+        .grants()
+        .iter()
+        .filter(|g| g.lost)
+        .map(|g| g.holder.clone())
+        .collect();
+    row.check(lost.is_empty(), || {
+        format!("permits lost in blips shorter than the TTL: {lost:?}")
+    });
+    let _ = steady.limiter.close().await;
+}
+
+/// Scenario 6: A holder process is SIGKILLed: its permits come back within TTL + 2 s.
+async fn holder_killed(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    let url = cluster.direct_url("failover");
+    for i in 0..size.child_kills {
+        let child = ChildHolder::spawn(&url, SEMAPHORE, 1).await;
+        let (token, weight, granted_at) = (child.token, child.weight, child.granted_at);
+        sleep(Duration::from_millis(200)).await;
+        let killed = child.kill().await;
+        let name = format!("child{i}");
+        load.log.grant(Grant {
+            holder: name.clone(),
+            weight,
+            token,
+            granted_at,
+            work_end: killed,
+            released_at: None,
+            lost: false,
+        });
+        match regrant(
+            &load.log,
+            &name,
+            weight,
+            killed,
+            TTL + Duration::from_secs(10),
+        )
+        .await
+        {
+            Some(d) => {
+                row.recovery.push(d);
+                row.check(d <= TTL + Duration::from_secs(2), || {
+                    format!(
+                        "the killed holder's permit came back after {}, more than TTL + 2 s",
+                        ms(d)
+                    )
+                });
+            }
+            None => row.fail("the killed holder's permit never came back"),
+        }
+        sleep(size.phase).await;
+    }
+}
+
+/// Scenario 7: Every client's link gets 200 ms slower each way: still safe, acquisitions continue.
+async fn slow_store(load: &Workload, size: Size, row: &mut Row) {
+    let t = Instant::now();
+    load.each_proxy(|p| p.delay(Duration::from_millis(200)));
+    match first_grant(&load.log, t, Duration::from_secs(15)).await {
+        Some(d) => row.recovery.push(d),
+        None => row.fail("no grant within 15 s with a slow store"),
+    }
+    sleep(size.phase * 4).await;
+    let during = history::grants_between(&load.log.grants(), t, Instant::now());
+    row.check(during > 0, || {
+        "no acquisition while the store was slow".into()
+    });
+    row.note(format!(
+        "{during} acquisitions in {} with +200 ms each way",
+        ms(t.elapsed())
+    ));
+    load.each_proxy(|p| p.pass());
+    sleep(size.phase).await;
+}
+
+/// Scenario 8: etcd compacts its history while half the workers are cut off and waiting; when they
+/// reconnect their watches resume from a compacted revision, and they must still be woken.
+async fn compaction(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    let half = load.clients.len() / 2;
+    for _ in 0..size.compactions {
+        let cut = &load.clients[..half];
+        for c in cut {
+            c.proxies.blackhole();
+        }
+        // The other half keeps writing, moving the revision on; then compact past it all.
+        sleep(TTL / 4).await;
+        let revision = cluster.compact().await;
+        sleep(Duration::from_millis(100)).await;
+        for c in cut {
+            c.proxies.pass();
+        }
+        let healed = Instant::now();
+        // Each cut-off worker is granted again (bounded).
+        let deadline = healed + Duration::from_secs(20);
+        for c in cut {
+            loop {
+                let got = load
+                    .log
+                    .grants()
+                    .iter()
+                    .filter(|g| g.holder == c.name && g.granted_at >= healed)
+                    .map(|g| g.granted_at)
+                    .min();
+                if let Some(at) = got {
+                    row.recovery.push(at - healed);
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    row.fail(format!(
+                        "{} was never granted after compaction to {revision:?}",
+                        c.name
+                    ));
+                    break;
+                }
+                sleep(Duration::from_millis(20)).await;
+            }
+        }
+        sleep(size.phase).await;
+    }
+    row.note(format!(
+        "{} compactions to the current revision while {half} workers were cut off; recovery = heal → each cut-off worker's next grant",
+        size.compactions
+    ));
+}
+
+/// Scenario 9: The member a client is connected to is SIGSTOPped (a hung server): its calls time out
+/// instead of hanging, its `lost()` fires, the others go on, and it recovers on SIGCONT.
+async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
+    let member = cluster.leader().await;
+    let probe = Client::connect(cluster, "probe", &[member]).await;
+    let Some((permit, granted_at)) = take(&probe, 1, row).await else {
+        return;
+    };
+    sleep(TTL / 2).await; // past the session's first deadline: see `partition`
+    let sem = probe.semaphore(SEMAPHORE, CAPACITY).await;
+    let watcher = watch_lost(permit, Duration::from_secs(30));
+    let t = Instant::now();
+    cluster.pause(member);
+    // Calls through the hung member return an error in bounded time: an acquire within its
+    // own timeout plus the 1 s allowed for removing its entry, a status within the request
+    // timeout and its retry.
+    let call = Instant::now();
+    match timeout(hang_bound(), sem.acquire_timeout(Duration::from_secs(1))).await {
+        Ok(Ok(p)) => {
+            row.fail("an acquire through a hung member succeeded");
+            drop(p);
+        }
+        Ok(Err(e)) => {
+            let took = call.elapsed();
+            row.note(format!(
+                "acquire_timeout(1 s) through the hung member: {} after {}",
+                workload::describe(&e),
+                ms(took)
+            ));
+            row.check(took <= Duration::from_millis(2500), || {
+                format!(
+                    "acquire_timeout(1 s) through the hung member took {}",
+                    ms(took)
+                )
+            });
+        }
+        Err(_) => row.fail(format!(
+            "an acquire through the hung member hung past {}",
+            ms(hang_bound())
+        )),
+    }
+    let call = Instant::now();
+    match timeout(hang_bound(), sem.status()).await {
+        Ok(Ok(_)) => row.fail("status through a hung member succeeded"),
+        Ok(Err(e)) => row.note(format!(
+            "status through the hung member failed after {}: {}",
+            ms(call.elapsed()),
+            workload::describe(&e)
+        )),
+        Err(_) => row.fail(format!(
+            "status through the hung member hung past {}",
+            ms(hang_bound())
+        )),
+    }
+    let (permit, lost_at) = match watcher.await {
+        Ok((p, Some(at))) => (p, at),
+        Ok((p, None)) => {
+            row.fail("the probe's lost() never fired while its member hung");
+            (p, Instant::now())
+        }
+        Err(e) => panic!("the probe's lost() watcher failed: {e}"),
+    };
+    row.check(lost_at - t <= TTL + LOST_SLACK, || {
+        format!(
+            "the probe's lost() fired {} after its member hung, later than the TTL",
+            ms(lost_at - t)
+        )
+    });
+    row.note(format!(
+        "the probe's lost() fired {} after its member hung (request timeout {})",
+        ms(lost_at - t),
+        ms(REQUEST_TIMEOUT)
+    ));
+    load.log.grant(Grant {
+        holder: probe.name.clone(),
+        weight: 1,
+        token: permit.fencing_token(),
+        granted_at,
+        work_end: lost_at,
+        released_at: None,
+        lost: true,
+    });
+    drop(permit);
+    match first_grant(&load.log, t, Duration::from_secs(20)).await {
+        Some(d) => row.recovery.push(d),
+        None => row.fail("no grant to the other clients while a member hung"),
+    }
+    let during = history::grants_between(&load.log.grants(), t, Instant::now());
+    row.note(format!(
+        "{during} acquisitions by the others while the member hung"
+    ));
+    cluster.resume(member);
+    // The probe recovers on SIGCONT.
+    if let Some((p, at)) = take(&probe, 1, row).await {
+        hold_and_record(&load.log, &probe.name, p, at, Duration::from_millis(20)).await;
+    }
+    let _ = probe.limiter.close().await;
+    sleep(size.phase).await;
+}
