@@ -293,6 +293,20 @@ fn watch_lost(permit: Permit, limit: Duration) -> JoinHandle<(Permit, Option<Ins
     })
 }
 
+/// Records a dedicated holder's permit that worked from `granted_at` until its `lost()` fired
+/// at `lost_at`, and drops it.
+fn record_lost(log: &Log, holder: &str, permit: Permit, granted_at: Instant, lost_at: Instant) {
+    log.grant(Grant {
+        holder: holder.to_string(),
+        weight: permit.permits(),
+        token: permit.fencing_token(),
+        granted_at,
+        work_end: lost_at,
+        released_at: None,
+        lost: true,
+    });
+}
+
 /// How late after `TTL` a `lost()` may fire (timer and scheduling slack on a busy machine).
 const LOST_SLACK: Duration = Duration::from_millis(500);
 
@@ -471,16 +485,7 @@ async fn partition(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut
         ms(lost_at - t),
         ms(TTL)
     ));
-    load.log.grant(Grant {
-        holder: victim.name.clone(),
-        weight: WEIGHT,
-        token: permit.fencing_token(),
-        granted_at,
-        work_end: lost_at,
-        released_at: None,
-        lost: true,
-    });
-    drop(permit);
+    record_lost(&load.log, &victim.name, permit, granted_at, lost_at);
     // Looked for from the start of the partition, so a regrant before lost() shows as a
     // negative margin (and as violations in the history).
     let limit = TTL * 2 + Duration::from_secs(5);
@@ -745,16 +750,7 @@ async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
         ms(lost_at - t),
         ms(REQUEST_TIMEOUT)
     ));
-    load.log.grant(Grant {
-        holder: probe.name.clone(),
-        weight: 1,
-        token: permit.fencing_token(),
-        granted_at,
-        work_end: lost_at,
-        released_at: None,
-        lost: true,
-    });
-    drop(permit);
+    record_lost(&load.log, &probe.name, permit, granted_at, lost_at);
     match first_grant(&load.log, t, Duration::from_secs(20)).await {
         Some(d) => row.recovery.push(d),
         None => row.fail("no grant to the other clients while a member hung"),
