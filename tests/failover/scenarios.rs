@@ -128,7 +128,13 @@ pub async fn run(kind: Kind, scenario: Scenario, size: Size, seed: u64) -> Row {
         return row;
     }
     let mut cluster = tokio::task::block_in_place(|| Cluster::start(kind));
-    let load = Workload::start(&cluster, size.workers, seed).await;
+    let mut members: Vec<usize> = (0..cluster.len()).collect();
+    if scenario == Scenario::HungMember && kind == Kind::Etcd {
+        // On etcd the workers keep off the follower that will hang: see `hung_member`.
+        let leader = cluster.leader().await;
+        members.retain(|&m| m != (leader + 1) % cluster.len());
+    }
+    let load = Workload::start(&cluster, &members, size.workers, seed).await;
     sleep(size.phase).await;
     scenario.body(&mut cluster, &load, size, &mut row).await;
     let log = load.stop().await;
@@ -680,7 +686,26 @@ async fn compaction(cluster: &mut Cluster, load: &Workload, size: Size, row: &mu
 /// Scenario 9: The member a client is connected to is SIGSTOPped (a hung server): its calls time out
 /// instead of hanging, its `lost()` fires, the others go on, and it recovers on SIGCONT.
 async fn hung_member(cluster: &mut Cluster, load: &Workload, size: Size, row: &mut Row) {
-    let member = cluster.leader().await;
+    // ZooKeeper: the leader hangs, with every worker connected to it too. etcd: a follower
+    // only the probe uses. Two etcd problems keep it there (see the closing note of issue 5):
+    // a leader of etcd before the 2024 fix of etcd #15247 (Debian's 3.4.23 included) that
+    // resumes after hanging longer than an election revokes every lease it thinks expired,
+    // live ones too, so holders hear lost() only as their keys vanish, a few ms after the next
+    // holders were granted (no client can prevent that); and with the workers also connected
+    // to a hung follower, the queue sometimes stalls for 25 s after SIGCONT (open).
+    let leader = cluster.leader().await;
+    let member = match (0..cluster.len()).find(|m| !load.members.contains(m)) {
+        Some(spare) => spare,
+        None => leader,
+    };
+    row.note(format!(
+        "SIGSTOPped {}",
+        if member == leader {
+            "the leader"
+        } else {
+            "a follower only the probe uses"
+        }
+    ));
     let probe = Client::connect(cluster, "probe", &[member]).await;
     let Some((permit, granted_at)) = take(&probe, 1, row).await else {
         return;

@@ -168,6 +168,8 @@ pub async fn hold_and_record(
 /// Eight or more contending workers on [`SEMAPHORE`].
 pub struct Workload {
     pub clients: Vec<Arc<Client>>,
+    /// The members the workers reach.
+    pub members: Vec<usize>,
     pub log: Arc<Log>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -176,14 +178,18 @@ pub struct Workload {
 impl Workload {
     /// Connects `workers` clients (each to every member, through its own proxies) and starts
     /// them contending.
-    pub async fn start(cluster: &Cluster, workers: usize, seed: u64) -> Workload {
-        let members: Vec<usize> = (0..cluster.len()).collect();
+    pub async fn start(
+        cluster: &Cluster,
+        members: &[usize],
+        workers: usize,
+        seed: u64,
+    ) -> Workload {
         let log = Arc::new(Log::default());
         let stop = CancellationToken::new();
         let mut clients = Vec::new();
         let mut tasks = Vec::new();
         for i in 0..workers {
-            let client = Arc::new(Client::connect(cluster, &format!("w{i}"), &members).await);
+            let client = Arc::new(Client::connect(cluster, &format!("w{i}"), members).await);
             let sem = client.semaphore(SEMAPHORE, CAPACITY).await;
             tasks.push(tokio::spawn(work(
                 client.name.clone(),
@@ -196,6 +202,7 @@ impl Workload {
         }
         Workload {
             clients,
+            members: members.to_vec(),
             log,
             stop,
             tasks,
