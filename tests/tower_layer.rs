@@ -96,6 +96,27 @@ async fn held_elsewhere(url: &str) -> (Limiter, clusterlimit::Permit) {
     (other, permit)
 }
 
+/// The set-up of the tests on a full semaphore: "api" (capacity 1) on `url` held by another
+/// Limiter, and this replica's own Limiter and handle on it.
+struct FullApi {
+    other: Limiter,
+    held: clusterlimit::Permit,
+    limiter: Limiter,
+    sem: Semaphore,
+}
+
+async fn full_api(url: &str) -> FullApi {
+    let (other, held) = held_elsewhere(url).await;
+    let limiter = Limiter::connect(url).await.unwrap();
+    let sem = limiter.semaphore("api", 1).await.unwrap();
+    FullApi {
+        other,
+        held,
+        limiter,
+        sem,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_never_exceed_the_cluster_cap() {
     const CAP: u32 = 3;
@@ -156,9 +177,12 @@ async fn replicas_never_exceed_the_cluster_cap() {
 async fn full_semaphore_rejects_after_the_deadline_and_leaves_no_waiter() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("tower-timeout");
-    let (_other, held) = held_elsewhere(&url).await;
-    let limiter = Limiter::connect(&url).await.unwrap();
-    let sem = limiter.semaphore("api", 1).await.unwrap();
+    let FullApi {
+        other: _other,
+        held,
+        limiter: _limiter,
+        sem,
+    } = full_api(&url).await;
     let gauge = InFlight::default();
     let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(Duration::from_millis(300))
@@ -203,9 +227,12 @@ async fn full_semaphore_rejects_after_the_deadline_and_leaves_no_waiter() {
 async fn full_semaphore_fails_open_without_taking_a_permit() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("tower-open");
-    let (_other, _held) = held_elsewhere(&url).await;
-    let limiter = Limiter::connect(&url).await.unwrap();
-    let sem = limiter.semaphore("api", 1).await.unwrap();
+    let FullApi {
+        other: _other,
+        held: _held,
+        limiter: _limiter,
+        sem,
+    } = full_api(&url).await;
     let gauge = InFlight::default();
     let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(Duration::from_millis(200))
@@ -411,9 +438,12 @@ async fn dropped_request_releases_its_permit() {
 async fn dropped_waiting_request_leaves_the_queue() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("tower-drop-wait");
-    let (other, held) = held_elsewhere(&url).await;
-    let limiter = Limiter::connect(&url).await.unwrap();
-    let sem = limiter.semaphore("api", 1).await.unwrap();
+    let FullApi {
+        other,
+        held,
+        limiter: _limiter,
+        sem,
+    } = full_api(&url).await;
     let gauge = InFlight::default();
     let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
         .wait_forever()
