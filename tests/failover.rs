@@ -28,6 +28,8 @@ mod history;
 mod report;
 #[path = "failover/scenarios.rs"]
 mod scenarios;
+#[path = "failover/store_probe.rs"]
+mod store_probe;
 #[path = "failover/workload.rs"]
 mod workload;
 

@@ -139,6 +139,31 @@ impl Cluster {
         }
     }
 
+    pub fn kind(&self) -> Kind {
+        match self {
+            Cluster::Etcd(_) => Kind::Etcd,
+            Cluster::Zk(_) => Kind::Zk,
+        }
+    }
+
+    /// Every queue entry of semaphore `name` (key or node name, and its value), read straight
+    /// from the store with a raw client (etcd range of the queue prefix / ZooKeeper children
+    /// with their data), not through the library.
+    pub async fn queue_entries(&self, name: &str) -> Vec<(String, String)> {
+        match self {
+            Cluster::Etcd(c) => {
+                support::etcd::list_entries(&c.endpoints(), &format!("failover/s/{name}/q/")).await
+            }
+            Cluster::Zk(c) => {
+                support::zookeeper::children_with_data(
+                    &c.connect_string(),
+                    &format!("/failover/s/{name}"),
+                )
+                .await
+            }
+        }
+    }
+
     /// Compacts etcd's history to the current revision; `None` on ZooKeeper, which keeps no
     /// history for watches to resume from.
     pub async fn compact(&self) -> Option<i64> {

@@ -170,6 +170,141 @@ pub fn grants_between(grants: &[Grant], from: Instant, to: Instant) -> usize {
         .count()
 }
 
+/// One wait of a worker: an acquire call from its start to its end.
+#[derive(Clone, Debug)]
+pub struct Wait {
+    pub holder: String,
+    pub start: Instant,
+    pub end: Instant,
+    /// The call returned a permit.
+    pub granted: bool,
+}
+
+/// A fault a scenario injected, from its start until it was healed (or the store was whole
+/// again).
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub what: String,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// What the liveness judge found.
+#[derive(Clone, Debug, Default)]
+pub struct Liveness {
+    /// The longest time waiters existed with no grant, faults included.
+    pub longest_pause: std::time::Duration,
+    /// The same, counted only outside the fault windows (the judged figure).
+    pub longest_outside: std::time::Duration,
+    /// Pauses outside the fault windows longer than the bound.
+    pub stalls: Vec<String>,
+}
+
+/// The liveness judge: the queue must move whenever somebody waits. Between two consecutive
+/// grants (and from the first wait to the first grant, from the last grant to the end of the
+/// record), the time during which at least one wait was pending is a *pause*. Each pause is cut
+/// into pieces by the fault windows; a piece (waiting time outside every window) longer than
+/// `bound` is a stall. So a pause that begins in a fault may go on for `bound` after the fault
+/// ends, not longer; and with no fault, the queue may pause for at most `bound` while waiters
+/// exist.
+pub fn liveness(
+    waits: &[Wait],
+    grants: &[Instant],
+    windows: &[Window],
+    bound: std::time::Duration,
+) -> Liveness {
+    use std::time::Duration;
+    let (Some(first), Some(last)) = (
+        waits.iter().map(|w| w.start).min(),
+        waits.iter().map(|w| w.end).max(),
+    ) else {
+        return Liveness::default();
+    };
+    let zero = first;
+    let at = |t: Instant| t.saturating_duration_since(zero).as_millis();
+    let mut cuts: Vec<Instant> = grants
+        .iter()
+        .copied()
+        .chain(waits.iter().filter(|w| w.granted).map(|w| w.end))
+        .filter(|&g| g > first && g < last)
+        .collect();
+    cuts.push(first);
+    cuts.push(last);
+    cuts.sort();
+    cuts.dedup();
+    // Waits by start, so each gap looks only at the waits that began before its end.
+    let mut by_start: Vec<&Wait> = waits.iter().collect();
+    by_start.sort_by_key(|w| w.start);
+    let mut windows: Vec<(Instant, Instant)> = windows.iter().map(|w| (w.start, w.end)).collect();
+    windows.sort();
+    let mut verdict = Liveness::default();
+    for pair in cuts.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // Pending-wait intervals clipped to the gap, merged.
+        let mut busy: Vec<(Instant, Instant)> = by_start
+            .iter()
+            .take_while(|w| w.start < b)
+            .filter(|w| w.end > a)
+            .map(|w| (w.start.max(a), w.end.min(b)))
+            .collect();
+        busy.sort();
+        let busy = merge(busy);
+        let measure = |from: Instant, to: Instant| -> Duration {
+            busy.iter()
+                .map(|&(s, e)| e.min(to).saturating_duration_since(s.max(from)))
+                .sum()
+        };
+        verdict.longest_pause = verdict.longest_pause.max(measure(a, b));
+        // The pieces of [a, b) outside every fault window.
+        let mut from = a;
+        let mut pieces = Vec::new();
+        for &(ws, we) in windows.iter().filter(|&&(ws, we)| we > a && ws < b) {
+            if ws > from {
+                pieces.push((from, ws));
+            }
+            from = from.max(we);
+        }
+        if from < b {
+            pieces.push((from, b));
+        }
+        for (s, e) in pieces {
+            let waited = measure(s, e);
+            verdict.longest_outside = verdict.longest_outside.max(waited);
+            if waited > bound {
+                let mut who: Vec<&str> = by_start
+                    .iter()
+                    .filter(|w| w.start < e && w.end > s)
+                    .map(|w| w.holder.as_str())
+                    .collect();
+                who.sort_unstable();
+                who.dedup();
+                verdict.stalls.push(format!(
+                    "no grant from +{} to +{} ms while waiters existed ({} ms of waiting outside \
+                     any fault window, bound {} ms; waiting: {})",
+                    at(s),
+                    at(e),
+                    waited.as_millis(),
+                    bound.as_millis(),
+                    who.join(", ")
+                ));
+            }
+        }
+    }
+    verdict
+}
+
+/// Merges sorted intervals that overlap or touch.
+fn merge(sorted: Vec<(Instant, Instant)>) -> Vec<(Instant, Instant)> {
+    let mut out: Vec<(Instant, Instant)> = Vec::with_capacity(sorted.len());
+    for (s, e) in sorted {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
 /// Checks the checker on made-up histories (this harness=false binary runs no `#[test]`s):
 /// it must flag an over-grant and a duplicate token, accept back-to-back handoffs, and find the
 /// regrant of a stopped holder's permits. Returns what went wrong, if anything.
@@ -209,9 +344,57 @@ pub fn self_check() -> Result<(), String> {
     }
     // a (2) stops at 10 ms; c's grant at 10 ms takes one of its permits (b holds 1).
     match regranted_at(&safe, 3, "a", 2, at(10)) {
-        Some(t) if t == at(10) => Ok(()),
-        other => Err(format!(
-            "regrant of a's permits found at {other:?}, expected 10 ms"
-        )),
+        Some(t) if t == at(10) => {}
+        other => {
+            return Err(format!(
+                "regrant of a's permits found at {other:?}, expected 10 ms"
+            ))
+        }
     }
+    liveness_self_check(at)
+}
+
+/// The liveness judge on made-up waits, with a bound of 6 s: a 9 s pause with waiters and no
+/// fault is a stall; the same pause is fine when a fault window covers all but 4 s of it, and
+/// is a stall again when the waiting goes on 7 s past the window; a quiet time without waiters
+/// is no pause at all.
+fn liveness_self_check(at: impl Fn(u64) -> Instant) -> Result<(), String> {
+    let bound = std::time::Duration::from_secs(6);
+    let wait = |holder: &str, from: u64, to: u64, granted: bool| Wait {
+        holder: holder.into(),
+        start: at(from),
+        end: at(to),
+        granted,
+    };
+    let window = |from: u64, to: u64| Window {
+        what: "fault".into(),
+        start: at(from),
+        end: at(to),
+    };
+    // x waits 0..9 s and is granted at 9 s; y waits 1..5 s and times out.
+    let waits = [wait("x", 0, 9000, true), wait("y", 1000, 5000, false)];
+    let grants = [at(9000)];
+    let v = liveness(&waits, &grants, &[], bound);
+    if v.stalls.len() != 1 || v.longest_outside.as_millis() != 9000 {
+        return Err(format!("a 9 s stall was judged {v:?}"));
+    }
+    let v = liveness(&waits, &grants, &[window(500, 5000)], bound);
+    if !v.stalls.is_empty() || v.longest_outside.as_millis() != 4000 {
+        return Err(format!("a pause mostly in a fault window was judged {v:?}"));
+    }
+    if v.longest_pause.as_millis() != 9000 {
+        return Err(format!("the longest pause was judged {v:?}, expected 9 s"));
+    }
+    let long = [wait("x", 0, 9000, true)];
+    let v = liveness(&long, &grants, &[window(0, 2000)], bound);
+    if v.stalls.len() != 1 {
+        return Err(format!("7 s of waiting after a fault was judged {v:?}"));
+    }
+    // Waits of 1 s each, 20 s apart: long quiet times, but nobody waited through them.
+    let sparse = [wait("x", 0, 1000, true), wait("x", 20_000, 21_000, true)];
+    let v = liveness(&sparse, &[at(1000), at(21_000)], &[], bound);
+    if !v.stalls.is_empty() || v.longest_pause.as_millis() != 1000 {
+        return Err(format!("quiet times without waiters were judged {v:?}"));
+    }
+    Ok(())
 }

@@ -14,6 +14,12 @@ pub struct Row {
     pub max_held: u32,
     /// Failure (or heal, or restart: see the scenario) → the first new grant, per injection.
     pub recovery: Vec<Duration>,
+    /// Fault → a raw client's write succeeds again (the store's own failover), per kill or
+    /// restart, measured in the same run.
+    pub store_failover: Vec<Duration>,
+    /// The liveness judge's longest pause with waiters and no grant: (in all, outside the
+    /// fault windows).
+    pub longest_pause: Option<(Duration, Duration)>,
     /// Scenario 4: from the partitioned holder's `lost()` to its permits being granted to
     /// another, in ms (negative: granted before `lost()` fired).
     pub margin_ms: Option<f64>,
@@ -38,6 +44,8 @@ impl Row {
             violations: 0,
             max_held: 0,
             recovery: Vec::new(),
+            store_failover: Vec::new(),
+            longest_pause: None,
             margin_ms: None,
             acquisitions: 0,
             failed_calls: 0,
@@ -69,14 +77,31 @@ impl Row {
     }
 
     fn recovery_cell(&self) -> String {
-        if self.recovery.is_empty() {
-            return "–".into();
-        }
-        let mut v = self.recovery.clone();
-        v.sort();
-        let p50 = v[(v.len() - 1) / 2];
-        let max = v[v.len() - 1];
-        format!("{} / {} (n={})", ms(p50), ms(max), v.len())
+        p50_max(&self.recovery)
+    }
+
+    fn pause_cell(&self) -> String {
+        self.longest_pause.map_or("–".into(), |(all, out)| {
+            format!("{} / {}", ms(all), ms(out))
+        })
+    }
+}
+
+/// `p50 / max (n=…)` of some durations, `–` if none.
+fn p50_max(v: &[Duration]) -> String {
+    if v.is_empty() {
+        return "–".into();
+    }
+    let mut v = v.to_vec();
+    v.sort();
+    let p50 = v[(v.len() - 1) / 2];
+    let max = v[v.len() - 1];
+    format!("{} / {} (n={})", ms(p50), ms(max), v.len())
+}
+
+impl Row {
+    fn store_cell(&self) -> String {
+        p50_max(&self.store_failover)
     }
 }
 
@@ -94,15 +119,16 @@ pub fn ms(d: Duration) -> String {
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| store | scenario | violations | max held / cap | failure → first new grant p50 / max | \
+        "| store | scenario | violations | max held / cap | store's own failover p50 / max | \
+         failure → first new grant p50 / max | longest pause: all / outside faults | \
          lost → regrant margin | acquisitions | failed calls | lost | took | result |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         if !r.applicable {
             let _ = writeln!(
                 out,
-                "| {} | {} | n/a | | | | | | | | n/a |",
+                "| {} | {} | n/a | | | | | | | | | | n/a |",
                 r.store.name(),
                 r.scenario
             );
@@ -110,13 +136,15 @@ pub fn table(rows: &[Row]) -> String {
         }
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
             r.store.name(),
             r.scenario,
             r.violations,
             r.max_held,
             crate::workload::CAPACITY,
+            r.store_cell(),
             r.recovery_cell(),
+            r.pause_cell(),
             r.margin_ms.map_or("–".into(), |m| format!("{m:+.0} ms")),
             r.acquisitions,
             r.failed_calls,

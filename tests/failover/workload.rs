@@ -3,7 +3,7 @@
 //! every grant in the history.
 
 use crate::cluster::{Cluster, REQUEST_TIMEOUT, TTL};
-use crate::history::Grant;
+use crate::history::{Grant, Wait, Window};
 use crate::support::ProxyGroup;
 use clusterlimit::{Error, Limiter, Permit, Semaphore};
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,8 @@ pub struct Failure {
 pub struct Log {
     grants: Mutex<Vec<Grant>>,
     failures: Mutex<Vec<Failure>>,
+    waits: Mutex<Vec<Wait>>,
+    windows: Mutex<Vec<Window>>,
 }
 
 impl Log {
@@ -54,6 +56,36 @@ impl Log {
             error,
             hang,
         });
+    }
+
+    /// Records one acquire call of a worker (for the liveness judge).
+    pub fn wait(&self, holder: &str, start: Instant, granted: bool) {
+        lock(&self.waits).push(Wait {
+            holder: holder.to_string(),
+            start,
+            end: Instant::now(),
+            granted,
+        });
+    }
+
+    /// Records a fault a scenario injected, from `start` until now (healed, or the store is
+    /// whole again). Returns now.
+    pub fn fault(&self, what: &str, start: Instant) -> Instant {
+        let end = Instant::now();
+        lock(&self.windows).push(Window {
+            what: what.to_string(),
+            start,
+            end,
+        });
+        end
+    }
+
+    pub fn waits(&self) -> Vec<Wait> {
+        lock(&self.waits).clone()
+    }
+
+    pub fn windows(&self) -> Vec<Window> {
+        lock(&self.windows).clone()
     }
 
     pub fn grants(&self) -> Vec<Grant> {
@@ -171,6 +203,11 @@ pub struct Workload {
     /// The members the workers reach.
     pub members: Vec<usize>,
     pub log: Arc<Log>,
+    /// The run's seed, for a scenario's own random choices.
+    pub seed: u64,
+    /// Clients a scenario adds that stay open until the end of the run, like the workers: their
+    /// entries count in the live-session leftover check.
+    extras: Mutex<Vec<Arc<Client>>>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -204,6 +241,8 @@ impl Workload {
             clients,
             members: members.to_vec(),
             log,
+            seed,
+            extras: Mutex::new(Vec::new()),
             stop,
             tasks,
         }
@@ -216,16 +255,34 @@ impl Workload {
         }
     }
 
-    /// Stops the workers (each finishes the permit it holds) and closes their Limiters.
-    pub async fn stop(self) -> Arc<Log> {
+    /// Keeps `client` open until [`Workload::close`], like a worker.
+    pub fn adopt(&self, client: Arc<Client>) {
+        lock(&self.extras).push(client);
+    }
+
+    /// Names of the clients whose sessions live until [`Workload::close`].
+    pub fn live_owners(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.clients.iter().map(|c| c.name.clone()).collect();
+        names.extend(lock(&self.extras).iter().map(|c| c.name.clone()));
+        names
+    }
+
+    /// Stops the workers: each finishes the permit it holds; a wait in progress is cancelled
+    /// (its entry is removed in the background). The Limiters stay open.
+    pub async fn stop_workers(&mut self) {
         self.stop.cancel();
-        for t in self.tasks {
+        for t in self.tasks.drain(..) {
             if tokio::time::timeout(hang_bound() * 2, t).await.is_err() {
                 self.log
                     .fail("workload", "a worker did not stop in time".into(), true);
             }
         }
-        for c in &self.clients {
+    }
+
+    /// Closes every Limiter (workers and adopted clients).
+    pub async fn close(self) -> Arc<Log> {
+        let extras = std::mem::take(&mut *lock(&self.extras));
+        for c in self.clients.iter().chain(extras.iter()) {
             c.proxies.pass();
             let _ = tokio::time::timeout(REQUEST_TIMEOUT * 3, c.limiter.close()).await;
         }
@@ -243,10 +300,15 @@ async fn work(name: String, sem: Semaphore, log: Arc<Log>, stop: CancellationTok
         }
         let weight = WEIGHTS[rng.below(WEIGHTS.len() as u64) as usize];
         let acquire = sem.acquire_many_timeout(weight, ACQUIRE_TIMEOUT);
+        let start = Instant::now();
         let outcome = tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = stop.cancelled() => {
+                log.wait(&name, start, false);
+                break;
+            }
             r = tokio::time::timeout(hang_bound(), acquire) => r,
         };
+        log.wait(&name, start, matches!(outcome, Ok(Ok(_))));
         match outcome {
             Ok(Ok(permit)) => {
                 let granted_at = Instant::now();

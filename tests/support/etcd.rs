@@ -597,3 +597,25 @@ pub async fn count_keys(endpoints: &[String], prefix: &str) -> i64 {
     .await;
     resp.count()
 }
+
+/// Every key under `prefix` with its value, read straight from etcd (not through the library):
+/// what a check of leftovers sees.
+pub async fn list_entries(endpoints: &[String], prefix: &str) -> Vec<(String, String)> {
+    let client = connect(endpoints).await;
+    let prefix = prefix.to_owned();
+    let resp = super::waiting::retry_call("etcd range of a prefix", || {
+        let mut c = client.clone();
+        let prefix = prefix.clone();
+        async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+    })
+    .await;
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect()
+}

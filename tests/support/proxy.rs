@@ -37,7 +37,12 @@
 //!   the mode changes, like a blackholed one.
 //! - `Delay(d)`: like `Pass`, but each chunk is forwarded `d` after it was read, in each
 //!   direction (a request/response round trip gains at least `2 d`). Chunks of one direction
-//!   are forwarded in order, one after the other.
+//!   are forwarded in order, one after the other: a slow *and* narrow link (a chunk read
+//!   while the previous one waits is only read after that one was written).
+//! - `Lag(d)`: pure latency. Every chunk is read as soon as it arrives and forwarded `d` after
+//!   it was read, in order (per-chunk deadlines in a queue), so a pipelined stream keeps its
+//!   throughput: a member whose disk or network is slow, not narrow. When the mode changes,
+//!   chunks still queued are forwarded at once.
 //!
 //! I/O errors never panic inside the proxy: they end the affected connection.
 
@@ -67,6 +72,7 @@ pub enum ProxyMode {
     Reset,
     DropReplies,
     Delay(Duration),
+    Lag(Duration),
 }
 
 /// Counters shared by the proxy thread and its handle.
@@ -203,6 +209,11 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Delay(d));
     }
 
+    /// `Lag(d)`: +`d` per chunk in each direction, pipelined (see the module docs).
+    pub fn lag(&self, d: Duration) {
+        self.set_mode(ProxyMode::Lag(d));
+    }
+
     /// Connections currently open through the proxy.
     pub fn live_connections(&self) -> usize {
         self.stats.live.load(Ordering::SeqCst)
@@ -310,6 +321,11 @@ impl ProxyGroup {
         self.set_mode(ProxyMode::Delay(d));
     }
 
+    /// All proxies to `Lag(d)` (pipelined latency).
+    pub fn lag(&self, d: Duration) {
+        self.set_mode(ProxyMode::Lag(d));
+    }
+
     /// Connections currently open through all proxies.
     pub fn live_connections(&self) -> usize {
         self.proxies.iter().map(FaultProxy::live_connections).sum()
@@ -395,13 +411,17 @@ async fn handle_connection(
                 rst(client);
                 return;
             }
-            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::DropReplies if lost_bytes => {
+            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::Lag(_) | ProxyMode::DropReplies
+                if lost_bytes =>
+            {
                 // The client's first bytes are gone: the stream cannot go on.
                 stats.resets.fetch_add(1, Ordering::SeqCst);
                 rst(client);
                 return;
             }
-            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::DropReplies => break,
+            ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::Lag(_) | ProxyMode::DropReplies => {
+                break
+            }
             ProxyMode::Hold => {
                 if mode.changed().await.is_err() {
                     return;
@@ -466,7 +486,7 @@ async fn handle_connection(
 async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>, lost: &AtomicBool) {
     loop {
         let m = *mode.borrow_and_update();
-        let flows = matches!(m, ProxyMode::Pass | ProxyMode::Delay(_));
+        let flows = matches!(m, ProxyMode::Pass | ProxyMode::Delay(_) | ProxyMode::Lag(_));
         if m == ProxyMode::Reset || (flows && lost.load(Ordering::SeqCst)) {
             return;
         }
@@ -502,6 +522,13 @@ where
             }
             continue;
         }
+        // A stream that lost bytes is only drained until its reset, whatever the mode.
+        if let (ProxyMode::Lag(d), false) = (m, lost.load(Ordering::SeqCst)) {
+            if lag(rd, wr, &mut mode, d, &mut buf).await? {
+                return Ok(());
+            }
+            continue;
+        }
         let n = tokio::select! {
             r = rd.read(&mut buf) => r?,
             r = mode.changed() => {
@@ -528,7 +555,8 @@ where
                 break;
             }
             match m {
-                ProxyMode::Pass => {
+                // A chunk read just as the mode became `Lag`: forward it now.
+                ProxyMode::Pass | ProxyMode::Lag(_) => {
                     wr.write_all(&buf[..n]).await?;
                     break;
                 }
@@ -554,6 +582,67 @@ where
                     }
                 }
                 ProxyMode::DropReplies => unreachable!("mapped to Pass or Blackhole above"),
+            }
+        }
+    }
+}
+
+/// Copies one direction in `Lag(d)` while the mode stays `Lag(d)`: each chunk is read at once
+/// and queued with its deadline (read time + `d`), and written when the deadline passes, so
+/// chunks overlap in flight. When the mode changes, the queue is flushed in order and the
+/// caller takes over. Returns `true` when EOF was read and forwarded (as a half-close).
+async fn lag<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    mode: &mut watch::Receiver<ProxyMode>,
+    d: Duration,
+    buf: &mut [u8],
+) -> io::Result<bool>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use std::collections::VecDeque;
+    // (deadline, bytes); empty bytes stand for EOF.
+    let mut queue: VecDeque<(tokio::time::Instant, Vec<u8>)> = VecDeque::new();
+    let mut eof = false;
+    loop {
+        let next = queue.front().map(|(at, _)| *at);
+        tokio::select! {
+            r = rd.read(buf), if !eof => {
+                let n = r?;
+                eof = n == 0;
+                queue.push_back((tokio::time::Instant::now() + d, buf[..n].to_vec()));
+            }
+            () = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((_, bytes)) = queue.pop_front() {
+                    if bytes.is_empty() {
+                        let _ = wr.shutdown().await;
+                        return Ok(true);
+                    }
+                    wr.write_all(&bytes).await?;
+                }
+            }
+            r = mode.changed() => {
+                if r.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if *mode.borrow() != ProxyMode::Lag(d) {
+                    // Flush what is in flight, in order, and let the caller go on.
+                    for (_, bytes) in queue.drain(..) {
+                        if bytes.is_empty() {
+                            let _ = wr.shutdown().await;
+                            return Ok(true);
+                        }
+                        wr.write_all(&bytes).await?;
+                    }
+                    return Ok(false);
+                }
             }
         }
     }

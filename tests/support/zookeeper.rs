@@ -915,3 +915,49 @@ pub async fn wait_state(
     }
     None
 }
+
+/// Every child of `path` with its data, read straight from ZooKeeper (not through the
+/// library; empty if `path` does not exist). A child deleted between the listing and its read
+/// is left out.
+pub async fn children_with_data(connect: &str, path: &str) -> Vec<(String, String)> {
+    let client = zk_connect(connect).await;
+    let mut out = Vec::new();
+    for name in list_children_of(&client, path).await {
+        let child = format!("{path}/{name}");
+        let got = super::waiting::retry_call(&format!("ZooKeeper get {child}"), || {
+            let client = client.clone();
+            let child = child.clone();
+            async move {
+                match client.get_data(&child).await {
+                    Ok((data, _)) => Ok(Some(data)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) if is_transient(&e) => Err(e),
+                    Err(e) => panic!("ZooKeeper get {child} failed: {e}"),
+                }
+            }
+        })
+        .await;
+        if let Some(data) = got {
+            out.push((name, String::from_utf8_lossy(&data).into_owned()));
+        }
+    }
+    out
+}
+
+/// Children of `path` on an open client, retried while transient (empty if no such node).
+async fn list_children_of(client: &zk::Client, path: &str) -> Vec<String> {
+    let path = path.to_owned();
+    super::waiting::retry_call(&format!("ZooKeeper list children of {path}"), || {
+        let client = client.clone();
+        let path = path.clone();
+        async move {
+            match client.list_children(&path).await {
+                Ok(c) => Ok(c),
+                Err(zk::Error::NoNode) => Ok(Vec::new()),
+                Err(e) if is_transient(&e) => Err(e),
+                Err(e) => panic!("ZooKeeper list children of {path} failed: {e}"),
+            }
+        }
+    })
+    .await
+}
