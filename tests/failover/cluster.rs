@@ -164,6 +164,26 @@ impl Cluster {
         }
     }
 
+    /// What the store holds about one queue entry of `name` (etcd: revisions and lease; on
+    /// ZooKeeper the node name says it all), for a failure message.
+    pub async fn describe_entry(&self, name: &str, entry: &str) -> String {
+        match self {
+            Cluster::Etcd(c) => {
+                support::etcd::describe_key(&c.endpoints(), &format!("failover/s/{name}/q/{entry}"))
+                    .await
+            }
+            Cluster::Zk(_) => String::new(),
+        }
+    }
+
+    /// etcd's current revision; `None` on ZooKeeper.
+    pub async fn revision(&self) -> Option<i64> {
+        match self {
+            Cluster::Etcd(c) => Some(support::etcd::current_revision(&c.endpoints()).await),
+            Cluster::Zk(_) => None,
+        }
+    }
+
     /// Compacts etcd's history to the current revision; `None` on ZooKeeper, which keeps no
     /// history for watches to resume from.
     pub async fn compact(&self) -> Option<i64> {

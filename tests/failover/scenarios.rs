@@ -210,11 +210,15 @@ async fn live_leftovers(cluster: &Cluster, owners: &[String], row: &mut Row) {
             ms(stopped.elapsed())
         ));
     } else {
-        let shown: Vec<String> = left
-            .iter()
-            .take(5)
-            .map(|(k, v)| format!("{k} = {v}"))
-            .collect();
+        let mut shown = Vec::new();
+        for (k, v) in left.iter().take(5) {
+            let id = k.rsplit('/').next().unwrap_or(k);
+            let detail = cluster.describe_entry(SEMAPHORE, id).await;
+            shown.push(format!("{k} = {v} [{detail}]"));
+        }
+        if let Some(r) = cluster.revision().await {
+            shown.push(format!("store revision now {r}"));
+        }
         row.fail(format!(
             "{} entries of live sessions still in the store {} after the workers stopped: {}",
             left.len(),
@@ -964,6 +968,10 @@ async fn hang_with_probe(
     row.note(format!(
         "{during} acquisitions by the others while the member hung"
     ));
+    // An entry whose create revision is above this was written after SIGCONT.
+    if let Some(r) = cluster.revision().await {
+        row.note(format!("store revision just before SIGCONT: {r}"));
+    }
     cluster.resume(member);
     load.log.fault("member SIGSTOPped", t);
     // The probe recovers on SIGCONT.

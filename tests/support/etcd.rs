@@ -619,3 +619,45 @@ pub async fn list_entries(endpoints: &[String], prefix: &str) -> Vec<(String, St
         })
         .collect()
 }
+
+/// The cluster's current revision (read with a raw get).
+pub async fn current_revision(endpoints: &[String]) -> i64 {
+    let client = connect(endpoints).await;
+    super::waiting::retry_call("etcd get (for the revision)", || {
+        let mut c = client.clone();
+        async move { c.get("revision-probe", None).await }
+    })
+    .await
+    .header()
+    .map_or(0, |h| h.revision())
+}
+
+/// What etcd holds about `key`, for a failure message: its create and mod revision, its lease,
+/// the lease's remaining TTL and how many keys the lease holds. Best effort: a failed read is
+/// reported in the text.
+pub async fn describe_key(endpoints: &[String], key: &str) -> String {
+    let mut client = connect(endpoints).await;
+    let kv = match client.get(key, None).await {
+        Ok(r) => match r.kvs().first() {
+            Some(kv) => kv.clone(),
+            None => return "gone".into(),
+        },
+        Err(e) => return format!("get failed: {e}"),
+    };
+    let keys = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+    let lease = match client.lease_time_to_live(kv.lease(), Some(keys)).await {
+        Ok(l) => format!(
+            "lease {:x}: TTL left {} s of {} s, {} keys",
+            kv.lease(),
+            l.ttl(),
+            l.granted_ttl(),
+            l.keys().len()
+        ),
+        Err(e) => format!("lease {:x}: {e}", kv.lease()),
+    };
+    format!(
+        "create_revision {}, mod_revision {}, {lease}",
+        kv.create_revision(),
+        kv.mod_revision()
+    )
+}
