@@ -1,12 +1,17 @@
-//! Cluster failover and fault injection with a safety history checker (`harness = false`).
+//! Cluster failover and fault injection with a safety history checker and a liveness judge
+//! (`harness = false`).
 //!
-//! Nine scenarios (leader and follower SIGKILL, whole-cluster outage, partition longer than
+//! Twelve scenarios (leader and follower SIGKILL, whole-cluster outage, partition longer than
 //! the TTL, short blips, a SIGKILLed holder process, a slow store, compaction while waiting,
-//! a SIGSTOPped member) run on a real 3-member etcd cluster and a real 3-member ZooKeeper
-//! ensemble, each under a contended workload of ≥ 8 Limiters. Every grant goes into a
-//! history; the checker fails the run if more than the capacity was ever held, a token was
-//! granted twice, a call hung, or something stayed in the store. A table of the figures
-//! (violations, failure → first new grant, the lost-before-regrant margin, acquisitions) is
+//! a SIGSTOPped member, a SIGSTOPped follower every worker uses, one slow member, 200 acquires
+//! cancelled during a leader restart) run on a real 3-member etcd cluster and a real 3-member
+//! ZooKeeper ensemble, each under a contended workload of ≥ 8 Limiters. Every grant and every
+//! wait goes into a history; a run fails if more than the capacity was ever held, a token was
+//! granted twice, a call hung, the queue stood still for more than 2 × TTL outside the fault
+//! windows while waiters existed, an entry of a live session stayed in the store after every
+//! worker stopped (read raw, before any Limiter closes), or something stayed after every client
+//! closed. Rows with a kill measure the store's own failover (a raw write) in the same run; after
+//! a leader kill the first grant must come within that + 0.5 s. A table of the figures is
 //! printed at the end.
 //!
 //! ```text

@@ -164,15 +164,21 @@ impl Cluster {
         }
     }
 
-    /// What the store holds about one queue entry of `name` (etcd: revisions and lease; on
-    /// ZooKeeper the node name says it all), for a failure message.
+    /// What the store holds about one queue entry of `name` (etcd: revisions and lease;
+    /// ZooKeeper: owner session and creation), for a failure message.
     pub async fn describe_entry(&self, name: &str, entry: &str) -> String {
         match self {
             Cluster::Etcd(c) => {
                 support::etcd::describe_key(&c.endpoints(), &format!("failover/s/{name}/q/{entry}"))
                     .await
             }
-            Cluster::Zk(_) => String::new(),
+            Cluster::Zk(c) => {
+                support::zookeeper::describe_node(
+                    &c.connect_string(),
+                    &format!("/failover/s/{name}/{entry}"),
+                )
+                .await
+            }
         }
     }
 

@@ -1,8 +1,10 @@
-//! The nine failure scenarios, each written once for both stores. Every one runs a contended
+//! The twelve failure scenarios, each written once for both stores. Every one runs a contended
 //! workload (≥ 8 Limiters, capacity 3, mixed weights, random holds) on a fresh 3-member
-//! cluster, injects its failure, and ends with the same checks: the history is safe (never
-//! more than the capacity held, no token granted twice), no call hung, and nothing is left in
-//! the store once every client stopped.
+//! cluster, injects its failure (recording each fault's window), and ends with the same checks:
+//! the history is safe (never more than the capacity held, no token granted twice), no call
+//! hung, the queue never stood still with waiters outside the fault windows (+ 2 × TTL), no
+//! entry of a live session is left once the workers stopped, and nothing is left in the store
+//! once every client closed.
 
 use crate::child::ChildHolder;
 use crate::cluster::{Cluster, Kind, REQUEST_TIMEOUT, TTL};
@@ -974,6 +976,7 @@ async fn hang_with_probe(
     }
     cluster.resume(member);
     load.log.fault("member SIGSTOPped", t);
+    row.note(format!("SIGCONT at unix ms {}", unix_ms()));
     // The probe recovers on SIGCONT.
     if let Some((p, at)) = take(&probe, 1, row).await {
         hold_and_record(&load.log, &probe.name, p, at, Duration::from_millis(20)).await;
@@ -1250,4 +1253,12 @@ impl Drop for AbortRecord {
             });
         }
     }
+}
+
+/// Wall-clock time in ms since the epoch, to compare with the times the store and the
+/// entries carry.
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }

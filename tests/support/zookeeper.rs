@@ -961,3 +961,16 @@ async fn list_children_of(client: &zk::Client, path: &str) -> Vec<String> {
     })
     .await
 }
+
+/// What ZooKeeper holds about the node `path`, for a failure message: its owner session (the
+/// form the client logs: `0x…`), creation zxid and the server's creation time. Best effort.
+pub async fn describe_node(connect: &str, path: &str) -> String {
+    let client = zk_connect(connect).await;
+    match client.get_data(path).await {
+        Ok((_, stat)) => format!(
+            "ephemeral owner session {:#x}, czxid {:#x}, ctime unix ms {}",
+            stat.ephemeral_owner, stat.czxid, stat.ctime
+        ),
+        Err(e) => format!("get failed: {e}"),
+    }
+}
