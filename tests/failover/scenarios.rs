@@ -284,7 +284,16 @@ async fn conclude(cluster: &Cluster, log: &Log, row: &mut Row) {
     if !windows.is_empty() {
         let what: Vec<String> = windows
             .iter()
-            .map(|w| format!("{} {}", w.what, ms(w.end - w.start)))
+            .map(|w| {
+                // Wall-clock start, to line up with the library's logs and the store's times.
+                let ago = w.start.elapsed().as_millis();
+                format!(
+                    "{} {} (from unix ms {})",
+                    w.what,
+                    ms(w.end - w.start),
+                    unix_ms().saturating_sub(ago)
+                )
+            })
             .collect();
         row.note(format!("fault windows: {}", what.join(", ")));
     }
