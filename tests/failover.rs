@@ -15,7 +15,7 @@
 //! printed at the end.
 //!
 //! ```text
-//! cargo test --test failover                      # the CI size, both stores (~4 min)
+//! cargo test --test failover                      # the CI size, both stores (~5 min)
 //! cargo test --test failover -- etcd partition    # only rows whose "store scenario" matches every word
 //! CLUSTERLIMIT_SOAK=1 cargo test --test failover  # soak: more workers, kills and time
 //! CLUSTERLIMIT_FAILOVER_SEED=42 …                 # replay the workers' random choices

@@ -1022,8 +1022,9 @@ async fn hung_follower(cluster: &mut Cluster, load: &Workload, size: Size, row: 
         )
     });
     hang_with_probe(cluster, load, size, row, follower).await;
-    // Long enough after SIGCONT for the judge to see a stall there.
-    sleep(STALL_BOUND).await;
+    // A while after SIGCONT, when late writes the hung member still held land (see the
+    // leftovers these runs found on etcd); `still_moving` then waits up to STALL_BOUND more.
+    sleep(TTL).await;
 }
 
 /// Moves every worker's ZooKeeper connection onto `member`: resets its links to the other
