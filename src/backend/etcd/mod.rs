@@ -620,6 +620,48 @@ impl Backend for EtcdBackend {
         self.stats.snapshot()
     }
 
+    fn session_ttl(&self) -> Duration {
+        self.config.session_ttl
+    }
+
+    async fn session_signal(&self) -> Option<LostSignal> {
+        let current = self.session.lock().await;
+        current
+            .as_ref()
+            .filter(|s| !s.lost.is_lost())
+            .map(|s| s.lost.clone())
+    }
+
+    async fn end_session(&self, of: &LostSignal) {
+        let ended = {
+            let mut current = self.session.lock().await;
+            match current.as_ref() {
+                Some(s) if s.lost.same_session(of) => current.take(),
+                _ => None,
+            }
+        };
+        let Some(session) = ended else {
+            return;
+        };
+        // The keeper stops first: from now on nothing keeps the lease alive, so etcd expires
+        // it within the TTL even if the revoke below never arrives.
+        session.stop();
+        session.lost.fire();
+        lock(&self.live).retain(|_, lost| !lost.is_lost());
+        let lease = session.lease;
+        let revoked = self
+            .retry(
+                RequestKind::Lease,
+                || false,
+                false,
+                |c| async move { c.lease_client().revoke(lease).await },
+            )
+            .await;
+        if let Err(e) = revoked {
+            tracing::warn!(lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
+        }
+    }
+
     async fn close(&self) -> Result<()> {
         self.end_locally();
         let session = self.session.lock().await.take();

@@ -721,6 +721,38 @@ impl Backend for ZkBackend {
         self.stats.snapshot()
     }
 
+    fn session_ttl(&self) -> Duration {
+        self.config.session_timeout
+    }
+
+    async fn session_signal(&self) -> Option<LostSignal> {
+        let current = self.session.lock().await;
+        current
+            .as_ref()
+            .filter(|s| !s.lost().is_lost())
+            .map(|s| s.lost().clone())
+    }
+
+    async fn end_session(&self, of: &LostSignal) {
+        let ended = {
+            let mut current = self.session.lock().await;
+            match current.as_ref() {
+                Some(s) if s.lost().same_session(of) => current.take(),
+                _ => None,
+            }
+        };
+        let Some(session) = ended else {
+            return;
+        };
+        // Dropping the client closes the session on the server (every node of it goes); if the
+        // close does not arrive, nothing keeps the session alive and the server expires it.
+        self.stats.count(RequestKind::Lease);
+        session.end();
+        lock(&self.entries.live).retain(|_, e| !e.lost.is_lost());
+        lock(&self.entries.in_doubt).clear();
+        lock(&self.entries.abandoned).clear();
+    }
+
     async fn close(&self) -> Result<()> {
         self.end_locally();
         let session = self.session.lock().await.take();
