@@ -47,8 +47,7 @@ impl EntryGuard {
         result
     }
 
-    /// Removes the entry of a failed acquire and returns the acquire's error, and whether the
-    /// store confirmed the removal before this returned.
+    /// Removes the entry of a failed acquire and returns the acquire's error.
     ///
     /// The wait for the removal is bounded: at most [`FAILED_ENTRY_REMOVAL_WAIT`], and for a
     /// call with a deadline at most until [`TIMEOUT_OVERRUN`] past it, so that
@@ -58,10 +57,10 @@ impl EntryGuard {
     /// removal takes one request of a few milliseconds, so it is almost always done before the
     /// call returns. After `SessionLost` or `Closed` nothing is awaited: the session's entries
     /// go with it.
-    pub(crate) async fn fail(mut self, cause: Error, deadline: Option<Instant>) -> (Error, bool) {
+    pub(crate) async fn fail(mut self, cause: Error, deadline: Option<Instant>) -> Error {
         if matches!(cause, Error::SessionLost | Error::Closed) {
             // Still armed: the releaser sees at once that the session is gone (no request).
-            return (cause, false);
+            return cause;
         }
         let mut until = Instant::now() + FAILED_ENTRY_REMOVAL_WAIT;
         if let Some(d) = deadline {
@@ -86,7 +85,7 @@ impl EntryGuard {
             }
         };
         self.armed = !removed;
-        (cause, removed)
+        cause
     }
 }
 

@@ -44,8 +44,10 @@ pub struct Semaphore {
 #[derive(Debug)]
 pub(crate) struct Acquired {
     pub(crate) result: Result<Permit>,
-    /// Whether the store answered this acquire: its enqueue, or the removal of its entry after
-    /// a failure. A `Timeout` with an answered store means the semaphore stayed full.
+    /// Whether the store answered this acquire's enqueue. A `Timeout` after an answered
+    /// enqueue means the semaphore stayed full; without one, that the store did not answer
+    /// within the deadline. (The removal after a failure is no such proof: a backend may
+    /// confirm the removal of an entry whose create is in doubt without asking the store.)
     pub(crate) store_answered: bool,
 }
 
@@ -86,8 +88,10 @@ impl AcquireOptions {
         self.permits = permits;
         self
     }
-    /// Give up with `Error::Timeout` after this long (the whole call, store requests included;
-    /// the queue entry is then removed before the call returns, which takes one more request).
+    /// Give up with `Error::Timeout` after this long (the whole call, store requests included).
+    /// The call returns within the timeout + 40 ms even when the store hangs; the queue entry is
+    /// removed before it returns when the store confirms that in time (one more request, a few
+    /// milliseconds), else in the background.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -227,13 +231,10 @@ impl Semaphore {
             // On every failure the entry is removed before returning (within the deadline's
             // bound; else in the background), so a caller that got Timeout or NoPermits blocks
             // nobody.
-            Err(e) => {
-                let (e, removed) = guard.fail(e, deadline).await;
-                Acquired {
-                    result: Err(e),
-                    store_answered: enqueued || removed,
-                }
-            }
+            Err(e) => Acquired {
+                result: Err(guard.fail(e, deadline).await),
+                store_answered: enqueued,
+            },
         }
     }
 

@@ -41,8 +41,8 @@ impl Policy {
     /// The acquire runs in a task of its own, so a request never waits past the acquire's
     /// deadline plus [`ANSWER_GRACE`], while the task finishes by itself (a permit granted
     /// late is released). A timeout counts as a full semaphore when the store answered the
-    /// acquire (its enqueue, or the removal of its entry), and as a store that does not answer
-    /// otherwise. Dropping this future before the deadline stops the wait, which removes the
+    /// acquire's enqueue, and as a store that does not answer otherwise (so an acquire timeout
+    /// shorter than one store round trip reads as a store that is down). Dropping this future before the deadline stops the wait, which removes the
     /// queue entry.
     pub(crate) async fn admit(&self) -> Admission {
         if !self.health.may_try() {
