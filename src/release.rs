@@ -18,6 +18,7 @@
 //! for any lost session, and later calls start a new session.
 
 use crate::backend::Backend;
+use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::lost::LostSignal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -161,7 +162,7 @@ async fn remove_with_backoff(
         return Done::SessionGone;
     };
     let give_up_at = Instant::now() + backend.session_ttl() * GIVE_UP_AFTER_TTLS;
-    let mut delay = FIRST_DELAY;
+    let mut backoff = Backoff::new(FIRST_DELAY, MAX_DELAY);
     let mut attempt = 0u32;
     loop {
         if session.is_lost() {
@@ -184,33 +185,12 @@ async fn remove_with_backoff(
             backend.end_session(&session).await;
             return Done::SessionEnded;
         }
-        let pause = jittered(delay).min(give_up_at.saturating_duration_since(Instant::now()));
+        let pause = backoff
+            .pause()
+            .min(give_up_at.saturating_duration_since(Instant::now()));
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = session.lost() => return Done::SessionGone,
-        }
-        delay = (delay * 2).min(MAX_DELAY);
-    }
-}
-
-/// A pause between half and all of `delay`, so that many removals failing together (a store
-/// coming back) do not retry in lockstep.
-fn jittered(delay: Duration) -> Duration {
-    delay.mul_f64(0.5 + fastrand::f64() / 2.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_half_and_whole() {
-        for _ in 0..1000 {
-            let d = jittered(Duration::from_millis(100));
-            assert!(
-                d >= Duration::from_millis(50) && d <= Duration::from_millis(100),
-                "{d:?}"
-            );
         }
     }
 }

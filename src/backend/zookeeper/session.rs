@@ -129,6 +129,23 @@ impl ZkSession {
     }
 }
 
+/// Ends one session from a background task (see [`ZkSession::end`]) without keeping it open.
+#[derive(Debug, Clone)]
+pub(super) struct SessionEnd(Arc<Shared>);
+
+impl SessionEnd {
+    pub(super) fn end(&self) {
+        self.0.end();
+    }
+}
+
+impl ZkSession {
+    /// A handle that ends this session.
+    pub(super) fn end_handle(&self) -> SessionEnd {
+        SessionEnd(self.shared.clone())
+    }
+}
+
 impl Drop for ZkSession {
     fn drop(&mut self) {
         self.shared.end();
