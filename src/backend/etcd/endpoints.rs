@@ -1,0 +1,79 @@
+//! Which etcd member a Limiter talks to: one `Client` (one HTTP/2 connection) per endpoint,
+//! all requests and streams on the current one, and the next one after a failure or timeout.
+//!
+//! Why not etcd-client's balanced channel: it spreads requests over every member and keeps
+//! sending to a member that hangs (SIGSTOP, frozen VM, dead link), because the connection still
+//! looks ready. The only way it notices is HTTP/2 pings often enough to matter within a session
+//! TTL, and etcd's default policy (`--grpc-keepalive-min-time` 5 s, no pings without streams)
+//! answers those with `GOAWAY too_many_pings`. So: no pings at all. A hung or dead member is
+//! found by what we wait for anyway (a request attempt, a lease keepalive round, a watch
+//! progress reply) not arriving in time; whoever sees that calls [`Endpoints::failed`], and
+//! every later call goes to the next member.
+
+use etcd_client::{Client, ConnectOptions};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The members of one Limiter, and the one in use.
+pub(super) struct Endpoints {
+    clients: Vec<Client>,
+    current: AtomicUsize,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field("members", &self.clients.len())
+            .field("current", &self.current.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Endpoints {
+    /// One lazily connected client per endpoint (nothing is sent yet).
+    pub(super) async fn connect(
+        urls: &[String],
+        opts: &ConnectOptions,
+    ) -> Result<Endpoints, etcd_client::Error> {
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            clients.push(Client::connect([url], Some(opts.clone())).await?);
+        }
+        if clients.is_empty() {
+            return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
+        }
+        // Limiters start on different members, so a fleet does not load the first one only.
+        let start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as usize)
+            % clients.len();
+        Ok(Endpoints {
+            clients,
+            current: AtomicUsize::new(start),
+        })
+    }
+
+    /// The member in use: its index (to report a failure) and its client.
+    pub(super) fn pick(&self) -> (usize, Client) {
+        let i = self.current.load(Ordering::Acquire) % self.clients.len();
+        (i, self.clients[i].clone())
+    }
+
+    /// Member `index` failed or did not answer in time: move on to the next one, unless
+    /// someone already did (many calls see one failure; it must move us once, not n times).
+    pub(super) fn failed(&self, index: usize) {
+        let next = (index + 1) % self.clients.len();
+        if self
+            .current
+            .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            && self.clients.len() > 1
+        {
+            tracing::debug!(
+                from = index,
+                to = next,
+                "etcd member failed; using the next one"
+            );
+        }
+    }
+}
