@@ -11,13 +11,16 @@
 //! every later call goes to the next member.
 
 use etcd_client::{Client, ConnectOptions};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The members of one Limiter, and the one in use.
 pub(super) struct Endpoints {
     clients: Vec<Client>,
     current: AtomicUsize,
+    /// Moving average of answered requests' latency, in µs: a slow link (or a loaded store)
+    /// must not look like a dead member to the short first attempts.
+    latency_us: AtomicU64,
 }
 
 impl std::fmt::Debug for Endpoints {
@@ -50,6 +53,7 @@ impl Endpoints {
         Ok(Endpoints {
             clients,
             current: AtomicUsize::new(start),
+            latency_us: AtomicU64::new(0),
         })
     }
 
@@ -57,6 +61,25 @@ impl Endpoints {
     pub(super) fn pick(&self) -> (usize, Client) {
         let i = self.current.load(Ordering::Acquire) % self.clients.len();
         (i, self.clients[i].clone())
+    }
+
+    /// Records how long an answered request took (moves the average a quarter of the way).
+    pub(super) fn answered_in(&self, took: Duration) {
+        let sample = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let _ = self
+            .latency_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(if sample >= old {
+                    old + (sample - old) / 4
+                } else {
+                    old - (old - sample) / 4
+                })
+            });
+    }
+
+    /// The usual latency of an answered request lately.
+    pub(super) fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
     }
 
     /// Member `index` failed or did not answer in time: move on to the next one, unless

@@ -104,11 +104,13 @@ fn attempt_timeout(request_timeout: Duration) -> Duration {
 /// died is forwarded to the dead leader and never answered, and so is one sent to the other
 /// follower until it, too, notices (etcd's randomized election timeout, up to 2× the
 /// configured one); the new leader is up a few hundred ms after the kill, and this bound
-/// decides how soon after that we ask again. It is ~100× a normal request's latency. After
+/// decides how soon after that we ask again. It is ~100× a normal request's latency, and at
+/// least [`LATENCY_FACTOR`] × the latency seen lately (a slow link is not a dead member). After
 /// [`SHORT_ATTEMPTS`] attempts that timed out, each further one doubles it up to
 /// [`attempt_timeout`], so a request that is only slow (every retried request is idempotent)
 /// gets the time it needs.
 const FIRST_ATTEMPT: Duration = Duration::from_millis(250);
+const LATENCY_FACTOR: u32 = 4;
 const SHORT_ATTEMPTS: u32 = 3;
 
 const RETRY_FIRST: Duration = Duration::from_millis(25);
@@ -206,7 +208,9 @@ impl EtcdBackend {
     {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
         let max_attempt = attempt_timeout(self.config.request_timeout);
-        let mut bound = FIRST_ATTEMPT.min(max_attempt);
+        let mut bound = FIRST_ATTEMPT
+            .max(self.endpoints.latency() * LATENCY_FACTOR)
+            .min(max_attempt);
         let mut pause = RETRY_FIRST;
         let mut attempts = 0u32;
         let mut timeouts = 0u32;
@@ -217,8 +221,12 @@ impl EtcdBackend {
             self.stats.count(kind);
             attempts += 1;
             let (member, client) = self.endpoints.pick();
+            let sent = tokio::time::Instant::now();
             let failure = match tokio::time::timeout(bound, op(client)).await {
-                Ok(Ok(v)) => return Ok(v),
+                Ok(Ok(v)) => {
+                    self.endpoints.answered_in(sent.elapsed());
+                    return Ok(v);
+                }
                 Ok(Err(e)) if is_transient(&e) => Error::store(e),
                 // A write bound to a lease that etcd no longer has: the session is gone.
                 Ok(Err(e)) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
