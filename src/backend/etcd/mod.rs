@@ -109,7 +109,7 @@ fn attempt_timeout(request_timeout: Duration) -> Duration {
 /// [`SHORT_ATTEMPTS`] attempts that timed out, each further one doubles it up to
 /// [`attempt_timeout`], so a request that is only slow (every retried request is idempotent)
 /// gets the time it needs.
-const FIRST_ATTEMPT: Duration = Duration::from_millis(250);
+const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
 const LATENCY_FACTOR: u32 = 4;
 const SHORT_ATTEMPTS: u32 = 3;
 
@@ -222,6 +222,7 @@ impl EtcdBackend {
             attempts += 1;
             let (member, client) = self.endpoints.pick();
             let sent = tokio::time::Instant::now();
+            let mut timed_out = false;
             let failure = match tokio::time::timeout(bound, op(client)).await {
                 Ok(Ok(v)) => {
                     self.endpoints.answered_in(sent.elapsed());
@@ -233,6 +234,7 @@ impl EtcdBackend {
                 Ok(Err(e)) => return Err(Error::store(e)),
                 Err(_) => {
                     let e = Error::store(format!("etcd did not answer within {bound:?}"));
+                    timed_out = true;
                     timeouts += 1;
                     if timeouts >= SHORT_ATTEMPTS {
                         bound = (bound * 2).min(max_attempt);
@@ -246,8 +248,12 @@ impl EtcdBackend {
                 return Err(failure);
             }
             tracing::debug!(error = %failure, attempts, "transient etcd failure; retrying");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_MAX);
+            // After a timeout the time is spent already and the next member is another one:
+            // ask at once. Fast failures (a member that refuses, no leader yet) back off.
+            if !timed_out {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
         }
     }
 
