@@ -100,3 +100,26 @@ impl Endpoints {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failure_moves_on_once() {
+        // Clients connect lazily: nothing needs to listen here.
+        let urls: Vec<String> = (1..=3).map(|p| format!("http://127.0.0.1:{p}")).collect();
+        let eps = Endpoints::connect(&urls, &ConnectOptions::new())
+            .await
+            .expect("lazy connect");
+        let (first, _) = eps.pick();
+        eps.failed(first);
+        let (second, _) = eps.pick();
+        assert_eq!(second, (first + 1) % 3);
+        // A second report of the same failure (another call saw it too) changes nothing.
+        eps.failed(first);
+        assert_eq!(eps.pick().0, second);
+        eps.answered_in(Duration::from_millis(400));
+        assert_eq!(eps.latency(), Duration::from_millis(100));
+    }
+}
