@@ -279,3 +279,69 @@ async fn first_grant_after_leader_kill_follows_the_store() {
         );
     }
 }
+
+/// With no HTTP/2 pings, a waiter whose member hangs (its connection open, nothing answered)
+/// must still be granted: the quiet watch's progress request goes unanswered, the watch
+/// resumes on another member, and the lease keepalive moves too, well within the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_on_a_hung_member_is_still_granted() {
+    let cluster = EtcdCluster::start(3);
+    let holder = Limiter::builder(&cluster.url("hung"))
+        .session_ttl(TTL)
+        .request_timeout(REQUEST_TIMEOUT)
+        .connect()
+        .await
+        .expect("holder connects");
+    let proxies = ProxyGroup::start(&cluster.endpoints());
+    let waiter = Limiter::builder(&format!("etcd://{}/hung", proxies.connect_string()))
+        .session_ttl(TTL)
+        .request_timeout(REQUEST_TIMEOUT)
+        .connect()
+        .await
+        .expect("waiter connects");
+    let sem = holder.semaphore("s", 1).await.expect("semaphore");
+    let held = sem.acquire().await.expect("holder acquires");
+    let wsem = waiter.open_semaphore("s").await.expect("open");
+    let waiting = tokio::spawn(async move { wsem.acquire().await });
+    support::eventually("the waiter is queued", Duration::from_secs(5), || async {
+        sem.status().await.is_ok_and(|s| s.waiting == 1)
+    })
+    .await;
+    // The waiter uses one member at a time: hang that one.
+    let used: Vec<usize> = (0..proxies.len())
+        .filter(|&i| proxies[i].live_connections() > 0)
+        .collect();
+    assert_eq!(used.len(), 1, "the waiter talks to one member: {used:?}");
+    proxies[used[0]].hold();
+    // Let the waiter's watch go quiet on the hung member first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let permit = timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("waiter granted within 10 s")
+        .expect("waiter task")
+        .expect("waiter's acquire");
+    let took = released.elapsed();
+    println!(
+        "waiter on a hung member granted {} ms after the release",
+        took.as_millis()
+    );
+    // Two quiet periods of the watch (2 × 500 ms) plus the resumed watch's catch-up.
+    assert!(
+        took < Duration::from_millis(2000),
+        "granted only after {took:?}"
+    );
+    tokio::time::sleep(TTL).await;
+    assert!(
+        !permit.is_lost(),
+        "the waiter's session survived its member hanging"
+    );
+    permit
+        .release()
+        .await
+        .expect("release through another member");
+    proxies[used[0]].pass();
+    waiter.close().await.expect("close");
+    holder.close().await.expect("close");
+}

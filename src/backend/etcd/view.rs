@@ -8,8 +8,8 @@
 //! Txn's own read) and applies every event after R in order. On a broken stream it resumes from
 //! the last applied revision + 1; if that revision was compacted it reads the state anew.
 //!
-//! A watch on a member that hangs would just go quiet, so a quiet watch asks etcd for a
-//! progress report (`WatchProgressRequest`, answered at once by etcd ≥ 3.4); with no answer
+//! A watch on a member that hangs would just go quiet, so a quiet watch with waiters asks
+//! etcd for a progress report (`WatchProgressRequest`, answered at once by etcd ≥ 3.4); with no answer
 //! in time, the member is marked failed and the watch resumes on the next one.
 
 use super::endpoints::Endpoints;
@@ -231,6 +231,10 @@ impl SemWatch {
                         "no watch progress within {quiet:?}; trying another member"
                     )))
                 }
+                // Quiet and nobody waiting: a stale watch costs nothing yet, so no probe
+                // (an idle Limiter sends nothing); a waiter that registers gets one within
+                // `quiet`.
+                Err(_) if self.lock().waiters.len() == 0 => continue,
                 Err(_) => {
                     // Not counted in RequestStats: a liveness probe like an HTTP/2 ping,
                     // not a request of any operation.
