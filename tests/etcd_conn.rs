@@ -69,7 +69,7 @@ async fn cycle(sem: &Semaphore, hold: Duration) {
 /// connection with `GOAWAY too_many_pings` after 3 pings that break its policy. A Limiter that
 /// sits idle with an open watch for 60 s and then works for 60 s must never get one. Two
 /// signals: h2's own trace of a received GOAWAY, and the proxies in front of each member
-/// counting connections (a GOAWAY closes one, the client opens another). The 3-member cluster
+/// counting connections (a GOAWAY closes one, the client opens another to the same member). The 3-member cluster
 /// covers idle connections to members the Limiter does not use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_then_busy_limiter_gets_no_goaway() {
@@ -136,8 +136,12 @@ async fn idle_then_busy_limiter_gets_no_goaway() {
     );
     let texts = GOAWAY_TEXT.lock().map(|t| t.clone()).unwrap_or_default();
     assert_eq!(goaways, 0, "etcd sent GOAWAY: {texts:?}");
-    assert_eq!(before, after_idle, "connections re-opened while idle");
-    assert_eq!(after_idle, after_busy, "connections re-opened while busy");
+    // The Limiter may move to another member (a slow answer), which opens that member's
+    // connection once; a second connection to the same member is a reconnect.
+    assert!(
+        after_busy.iter().all(|&n| n <= 1),
+        "a member's connection was re-opened: {after_busy:?}"
+    );
     assert!(rounds > 100, "the busy phase did work ({rounds} rounds)");
 }
 
