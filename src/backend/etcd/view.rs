@@ -208,7 +208,10 @@ impl SemWatch {
         let start = self.lock().view.revision + 1;
         cfg.stats.count(RequestKind::Watch);
         let opts = WatchOptions::new().with_prefix().with_start_revision(start);
-        let quiet = quiet_bound(cfg.request_timeout);
+        // A slow link is not a hung member: allow a few of the usual round trips.
+        let quiet = quiet_bound(cfg.request_timeout)
+            .max(cfg.endpoints.latency() * 4)
+            .min(cfg.request_timeout);
         let mut stream = tokio::time::timeout(
             cfg.request_timeout,
             client
