@@ -182,8 +182,8 @@ async fn store_failover(endpoints: &[String], killed: Instant) -> Duration {
 ///
 /// Margin: the 0.5 s is the target itself; nothing is added for load. The library's share
 /// is at most one 200 ms first attempt lost to the dead leader past etcd's recovery, plus the
-/// waiter's watch event. Measured on the 2 shared cores at load average ~14: +2 to +219 ms
-/// over 24 kills (before the fix: +1065 to +1355 ms, grants resuming ~1.7 s after the kill).
+/// waiter's watch event. Measured on the 2 shared cores at load average ~14: −92 to +219 ms
+/// over 21 kills (before the fix: +1065 to +1355 ms, grants resuming ~1.7 s after the kill).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_grant_after_leader_kill_follows_the_store() {
     const KILLS: usize = 3;
