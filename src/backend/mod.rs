@@ -20,6 +20,7 @@ use std::time::Duration;
 mod capacity;
 pub mod etcd;
 pub mod memory;
+pub(crate) mod outage;
 pub mod zookeeper;
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
