@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+mod backoff;
 mod error;
 mod limiter;
 mod lost;

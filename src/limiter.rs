@@ -143,9 +143,14 @@ impl Limiter {
         &self.inner.owner
     }
 
-    /// Requests sent to the store so far, by kind.
+    /// Requests sent to the store so far, by kind, and the state of background removals.
     pub fn stats(&self) -> RequestStats {
-        self.inner.backend.stats()
+        let removals = self.inner.releaser.counters();
+        RequestStats {
+            pending_removals: removals.pending(),
+            removal_session_ends: removals.sessions_ended(),
+            ..self.inner.backend.stats()
+        }
     }
 
     /// Ends the session: every permit of this Limiter is released at once (one request on

@@ -119,6 +119,12 @@ impl LostSignal {
         }
     }
 
+    /// Whether `other` belongs to the same session as this signal (a session's signal and the
+    /// signals of its entries share the session's deadline).
+    pub fn same_session(&self, other: &LostSignal) -> bool {
+        Arc::ptr_eq(&self.deadline.tx, &other.deadline.tx)
+    }
+
     /// The session deadline behind this signal.
     pub fn deadline(&self) -> &Deadline {
         &self.deadline

@@ -4,6 +4,8 @@ use crate::error::{Error, Result};
 use crate::limiter::LimiterInner;
 use crate::lost::LostSignal;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Owns one queue entry: removes it when dropped unless disarmed by an explicit removal.
 #[derive(Debug)]
@@ -11,6 +13,9 @@ pub(crate) struct EntryGuard {
     limiter: Arc<LimiterInner>,
     name: Arc<str>,
     id: String,
+    /// The loss signal of the session the entry was written under, once the store answered
+    /// the enqueue: a background removal stops when that session is gone.
+    session: Option<LostSignal>,
     armed: bool,
 }
 
@@ -20,8 +25,14 @@ impl EntryGuard {
             limiter,
             name,
             id,
+            session: None,
             armed: true,
         }
+    }
+
+    /// Records the session the entry was written under (the enqueue's loss signal).
+    pub(crate) fn written_under(&mut self, session: LostSignal) {
+        self.session = Some(session);
     }
 
     /// Removes the entry now; on failure hands it to the background releaser and reports.
@@ -38,43 +49,62 @@ impl EntryGuard {
 
     /// Removes the entry of a failed acquire and returns the acquire's error.
     ///
-    /// Waits for the removal at most [`FAILED_ENTRY_REMOVAL_WAIT`]: the caller asked for a
-    /// bounded wait, and a hung store must not stretch it by the request timeout times the
-    /// retries. A removal that takes longer goes on in the background (`Drop` hands it to the
-    /// releaser). After `SessionLost` or `Closed` nothing is awaited: the session's entries go
-    /// with it.
-    pub(crate) async fn fail(mut self, cause: Error) -> Error {
+    /// The wait for the removal is bounded: at most [`FAILED_ENTRY_REMOVAL_WAIT`], and for a
+    /// call with a deadline at most until [`TIMEOUT_OVERRUN`] past it, so that
+    /// `acquire_timeout(d)` returns within `d` plus that overrun even when the store hangs. A
+    /// removal that takes longer goes on in the background (`Drop` hands it to the releaser,
+    /// which retries until it is confirmed or the session ends). On a working store the
+    /// removal takes one request of a few milliseconds, so it is almost always done before the
+    /// call returns. After `SessionLost` or `Closed` nothing is awaited: the session's entries
+    /// go with it.
+    pub(crate) async fn fail(mut self, cause: Error, deadline: Option<Instant>) -> Error {
         if matches!(cause, Error::SessionLost | Error::Closed) {
+            // Still armed: the releaser sees at once that the session is gone (no request).
             return cause;
+        }
+        let mut until = Instant::now() + FAILED_ENTRY_REMOVAL_WAIT;
+        if let Some(d) = deadline {
+            until = until.min(d + TIMEOUT_OVERRUN);
         }
         let backend = self.limiter.backend.clone();
         let (name, id) = (self.name.clone(), self.id.clone());
         // Spawned on the Limiter's runtime, so the timer works whatever executor awaits us.
-        let removal = self.limiter.runtime.spawn(async move {
-            tokio::time::timeout(FAILED_ENTRY_REMOVAL_WAIT, backend.remove(&name, &id)).await
-        });
-        match removal.await {
-            Ok(Ok(Ok(()))) => self.armed = false,
+        let removal = self
+            .limiter
+            .runtime
+            .spawn(async move { tokio::time::timeout_at(until, backend.remove(&name, &id)).await });
+        let removed = match removal.await {
+            Ok(Ok(Ok(()))) => true,
             Ok(Ok(Err(e))) => {
                 tracing::debug!(error = %e, "removing a failed request's entry; retrying in the background");
+                false
             }
             _ => {
                 tracing::debug!("the store is slow to remove a failed request's entry; removing it in the background");
+                false
             }
-        }
+        };
+        self.armed = !removed;
         cause
     }
 }
 
-/// How long a failed acquire waits for the removal of its entry before returning.
-const FAILED_ENTRY_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a failed acquire without a deadline waits for the removal of its entry before
+/// returning (then the removal goes on in the background).
+pub(crate) const FAILED_ENTRY_REMOVAL_WAIT: Duration = Duration::from_secs(1);
+
+/// How long past its deadline a timed acquire may wait for the removal of its entry: the
+/// call's promise is to return within its timeout plus this.
+pub(crate) const TIMEOUT_OVERRUN: Duration = Duration::from_millis(40);
 
 impl Drop for EntryGuard {
     fn drop(&mut self) {
         if self.armed {
-            self.limiter
-                .releaser
-                .remove_later(self.name.clone(), std::mem::take(&mut self.id));
+            self.limiter.releaser.remove_later(
+                self.name.clone(),
+                std::mem::take(&mut self.id),
+                self.session.take(),
+            );
         }
     }
 }

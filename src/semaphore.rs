@@ -39,6 +39,18 @@ pub struct Semaphore {
     name: Arc<str>,
 }
 
+/// The outcome of an acquire, for callers that must tell a full semaphore from a store that
+/// does not answer (the tower layer).
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) result: Result<Permit>,
+    /// Whether the store answered this acquire's enqueue. A `Timeout` after an answered
+    /// enqueue means the semaphore stayed full; without one, that the store did not answer
+    /// within the deadline. (The removal after a failure is no such proof: a backend may
+    /// confirm the removal of an entry whose create is in doubt without asking the store.)
+    pub(crate) store_answered: bool,
+}
+
 /// How to acquire: weight, deadline, owner label, wait or not. Used by [`Semaphore::acquire_with`].
 ///
 /// ```
@@ -76,8 +88,10 @@ impl AcquireOptions {
         self.permits = permits;
         self
     }
-    /// Give up with `Error::Timeout` after this long (the whole call, store requests included;
-    /// the queue entry is then removed before the call returns, which takes one more request).
+    /// Give up with `Error::Timeout` after this long (the whole call, store requests included).
+    /// The call returns within the timeout + 40 ms even when the store hangs; the queue entry is
+    /// removed before it returns when the store confirms that in time (one more request, a few
+    /// milliseconds), else in the background.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -145,32 +159,53 @@ impl Semaphore {
 
     /// The general form of every `acquire*` method.
     pub async fn acquire_with(&self, opts: AcquireOptions) -> Result<Permit> {
+        self.acquire_with_report(opts).await.result
+    }
+
+    /// [`acquire_with`](Self::acquire_with), telling also whether the store answered.
+    pub(crate) async fn acquire_with_report(&self, opts: AcquireOptions) -> Acquired {
+        // The deadline starts before anything else, so the whole call keeps to it.
+        let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
+        match self.request(opts) {
+            Ok(req) => self.acquire_reporting(req, deadline).await,
+            // Nothing was sent: a caller's mistake or a closed Limiter, not the store's.
+            Err(e) => Acquired {
+                result: Err(e),
+                store_answered: true,
+            },
+        }
+    }
+
+    /// Validates the options into the request sent to the store.
+    fn request(&self, opts: AcquireOptions) -> Result<EntryRequest> {
         validate::permits(opts.permits)?;
         let owner = opts.owner.unwrap_or_else(|| self.limiter.owner.clone());
         validate::owner(&owner)?;
         self.limiter.check_open()?;
-        let req = EntryRequest {
+        Ok(EntryRequest {
             name: self.name.to_string(),
             permits: opts.permits,
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
             wait: opts.wait,
-        };
-        let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
-        self.enqueue_and_wait(req, deadline).await
+        })
     }
 
-    async fn enqueue_and_wait(
+    /// Enqueues `req` and waits for the grant until `deadline`.
+    async fn acquire_reporting(
         &self,
         req: EntryRequest,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Permit> {
+    ) -> Acquired {
         // Armed before the first request: if this future is dropped while the enqueue is in
         // flight, the entry (which may or may not exist) is still removed, in the background.
-        let guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
+        let mut guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
+        let mut enqueued = false;
         let backend = &self.limiter.backend;
         let attempt = async {
             let enq = self.enqueue_to_completion(&req).await?;
+            enqueued = true;
+            guard.written_under(enq.lost.clone());
             if !enq.granted {
                 if !req.wait {
                     return Err(Error::NoPermits);
@@ -188,11 +223,18 @@ impl Semaphore {
         match outcome {
             Ok(enq) => {
                 tracing::debug!(semaphore = %self.name, token = enq.token, permits = req.permits, "acquired");
-                Ok(Permit::new(guard, enq.token, req.permits, enq.lost))
+                Acquired {
+                    result: Ok(Permit::new(guard, enq.token, req.permits, enq.lost)),
+                    store_answered: true,
+                }
             }
-            // On every failure the entry is removed before returning, so a caller that got
-            // Timeout or NoPermits blocks nobody.
-            Err(e) => Err(guard.fail(e).await),
+            // On every failure the entry is removed before returning (within the deadline's
+            // bound; else in the background), so a caller that got Timeout or NoPermits blocks
+            // nobody.
+            Err(e) => Acquired {
+                result: Err(guard.fail(e, deadline).await),
+                store_answered: enqueued,
+            },
         }
     }
 
@@ -209,8 +251,9 @@ impl Semaphore {
         let req = req.clone();
         self.limiter.runtime.spawn(async move {
             let result = backend.enqueue(&req).await;
-            if tx.send(result).is_err() {
-                releaser.remove_later(name, req.id);
+            if let Err(unanswered) = tx.send(result) {
+                let session = unanswered.ok().map(|enq| enq.lost);
+                releaser.remove_later(name, req.id, session);
             }
         });
         rx.await

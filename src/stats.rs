@@ -53,6 +53,7 @@ impl RequestCounters {
             delete: self.delete.load(Relaxed),
             watch: self.watch.load(Relaxed),
             lease: self.lease.load(Relaxed),
+            ..RequestStats::default()
         }
     }
 }
@@ -82,6 +83,14 @@ pub struct RequestStats {
     pub watch: u64,
     /// Session requests (grant, keepalive, revoke).
     pub lease: u64,
+    /// Queue entries being removed in the background now (dropped permits, cancelled or
+    /// failed acquires whose removal is not confirmed yet). A gauge, not a count of requests:
+    /// sums add it up, [`since`](RequestStats::since) keeps the later value.
+    pub pending_removals: u64,
+    /// Sessions ended because the removal of one of their entries could not be confirmed
+    /// within two session TTLs (the one way left to free the entry for certain; the session's
+    /// other permits report lost).
+    pub removal_session_ends: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -94,6 +103,8 @@ impl std::ops::Add for RequestStats {
             delete: self.delete + o.delete,
             watch: self.watch + o.watch,
             lease: self.lease + o.lease,
+            pending_removals: self.pending_removals + o.pending_removals,
+            removal_session_ends: self.removal_session_ends + o.removal_session_ends,
         }
     }
 }
@@ -126,6 +137,10 @@ impl RequestStats {
             delete: self.delete.saturating_sub(earlier.delete),
             watch: self.watch.saturating_sub(earlier.watch),
             lease: self.lease.saturating_sub(earlier.lease),
+            pending_removals: self.pending_removals,
+            removal_session_ends: self
+                .removal_session_ends
+                .saturating_sub(earlier.removal_session_ends),
         }
     }
 }

@@ -113,7 +113,6 @@ impl Waiters {
     }
 
     /// Number of registered waiters.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }

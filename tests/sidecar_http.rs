@@ -601,3 +601,60 @@ async fn config_file_declares_semaphores_and_flags_override_it() {
     assert_eq!(out.code, Some(64), "{}", out.stderr);
     assert!(out.stderr.contains("stor"), "{}", out.stderr);
 }
+
+/// `timeout_ms` means what it says against a SIGSTOPped store: the answer comes within it plus
+/// 100 ms, and the timed-out request's queue entry is removed once the store answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_ms_holds_against_a_stopped_store() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("http-hung");
+    let sc = Sidecar::start(&["--store", &url]).await;
+    let c = client();
+    let base = &sc.url;
+    let (s, held) = acquire(&c, base, "h", json!({"capacity": 1})).await;
+    assert_eq!(s, StatusCode::CREATED);
+
+    cluster.pause(0);
+    let t = Instant::now();
+    let (s, body) = acquire(&c, base, "h", json!({"timeout_ms": 500})).await;
+    let took = t.elapsed();
+    cluster.resume(0);
+    println!("timeout_ms 500 on a stopped store: {s} {body} after {took:?}");
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        took < Duration::from_millis(600),
+        "timeout_ms 500 answered after {took:?}"
+    );
+
+    let m = eventually(
+        "the timed-out entry is removed",
+        Duration::from_secs(15),
+        || {
+            let c = c.clone();
+            async move {
+                let m = metrics(&c, base).await;
+                (sample(&m, "clusterlimit_pending_removals") == Some(0.0)).then_some(m)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        sample(&m, "clusterlimit_removal_session_ends_total"),
+        Some(0.0),
+        "a short pause ends no session"
+    );
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let st = limiter
+        .open_semaphore("h")
+        .await
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
+    assert_eq!((st.holders.len(), st.waiting), (1, 0), "{st:?}");
+    assert_eq!(
+        delete(&c, base, held["id"].as_str().unwrap()).await,
+        StatusCode::NO_CONTENT
+    );
+    limiter.close().await.unwrap();
+}

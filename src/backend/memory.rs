@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 type Registry = Mutex<HashMap<String, Weak<Store>>>;
 
@@ -352,6 +353,27 @@ impl Backend for MemoryBackend {
 
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
+    }
+
+    fn session_ttl(&self) -> Duration {
+        crate::limiter::DEFAULT_SESSION_TTL
+    }
+
+    async fn session_signal(&self) -> Option<LostSignal> {
+        let s = lock(&self.session);
+        (!s.1.is_lost()).then(|| s.1.clone())
+    }
+
+    async fn end_session(&self, session: &LostSignal) {
+        let id = {
+            let s = lock(&self.session);
+            if !s.1.same_session(session) {
+                return;
+            }
+            s.0
+        };
+        self.stats.count(RequestKind::Lease);
+        lock(&self.store.state).end_session(id);
     }
 
     async fn close(&self) -> Result<()> {

@@ -15,10 +15,12 @@ use crate::stats::RequestStats;
 use crate::status::Status;
 use async_trait::async_trait;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 mod capacity;
 pub mod etcd;
 pub mod memory;
+pub(crate) mod outage;
 pub mod zookeeper;
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
@@ -90,6 +92,25 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Requests sent so far.
     fn stats(&self) -> RequestStats;
+
+    /// The session TTL: how long after the last keepalive the store may end a session (for
+    /// `memory://`, whose sessions never expire, the TTL it was configured with).
+    fn session_ttl(&self) -> Duration;
+
+    /// The loss signal of the current session, or `None` if there is no live one.
+    async fn session_signal(&self) -> Option<LostSignal>;
+
+    /// Ends the session `session` belongs to (the signal of a session or of one of its entries,
+    /// see [`LostSignal::same_session`]) if it is still the current one; otherwise does nothing.
+    /// Ending means: its entries, waits and permits are lost at once (`lost()` fires, waits fail
+    /// with `SessionLost`), it is no longer kept alive, and the store is asked to end it now
+    /// (etcd: the lease is revoked; ZooKeeper: the session is closed). If that request fails,
+    /// the store still ends it within one TTL, since nothing keeps it alive. Later calls start a
+    /// new session. Bounded in time; never fails.
+    ///
+    /// Used when an entry's removal cannot be confirmed for long (see `release.rs`): ending its
+    /// session is the one way left to free the entry for certain.
+    async fn end_session(&self, session: &LostSignal);
 
     /// Ends the session: every entry of it is removed at once, waits fail, permits are lost.
     async fn close(&self) -> Result<()>;

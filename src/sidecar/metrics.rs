@@ -32,6 +32,8 @@ pub struct Metrics {
     expired: Family<SemLabel, Counter>,
     store_requests: Family<KindLabel, Counter>,
     store_up: Gauge,
+    pending_removals: Gauge,
+    removal_session_ends: Counter,
     /// Store counters at the last scrape: the exported counters grow by the difference.
     last_stats: Mutex<RequestStats>,
 }
@@ -53,6 +55,8 @@ impl Metrics {
         let expired = Family::<SemLabel, Counter>::default();
         let store_requests = Family::<KindLabel, Counter>::default();
         let store_up = Gauge::default();
+        let pending_removals = Gauge::default();
+        let removal_session_ends = Counter::default();
         registry.register(
             "clusterlimit_permits_held",
             "Permits held through this sidecar",
@@ -93,6 +97,18 @@ impl Metrics {
             "1 if the last store health check succeeded, else 0",
             store_up.clone(),
         );
+        registry.register(
+            "clusterlimit_pending_removals",
+            "Queue entries being removed in the background (released, cancelled or failed \
+             requests whose removal the store has not confirmed yet)",
+            pending_removals.clone(),
+        );
+        registry.register(
+            "clusterlimit_removal_session_ends",
+            "Store sessions ended because an entry's removal could not be confirmed within two \
+             session TTLs",
+            removal_session_ends.clone(),
+        );
         Metrics {
             registry,
             held,
@@ -103,6 +119,8 @@ impl Metrics {
             expired,
             store_requests,
             store_up,
+            pending_removals,
+            removal_session_ends,
             last_stats: Mutex::new(RequestStats::default()),
         }
     }
@@ -172,6 +190,9 @@ impl Metrics {
                     })
                     .inc_by(n);
             }
+            self.removal_session_ends.inc_by(d.removal_session_ends);
+            self.pending_removals
+                .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
             *last = now;
         }
         let mut out = String::new();

@@ -4,19 +4,20 @@ use super::error::LimitError;
 use super::health::StoreHealth;
 use super::layer::Fallback;
 use crate::error::Error;
-use crate::permit::Permit;
-use crate::semaphore::{AcquireOptions, Semaphore};
+use crate::permit::{Permit, TIMEOUT_OVERRUN};
+use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// How long past its own deadline an acquire may take to come back (it removes its queue
-/// entry first: one store request, milliseconds on a working store) before the store counts as
-/// not answering. Shorter than the up to 1 s a failed acquire waits for that removal before it
-/// hands it to the background, so a store that does not answer is seen here, not taken for a
-/// full semaphore.
-pub(crate) const ANSWER_GRACE: Duration = Duration::from_millis(500);
+/// How long past its own deadline an acquire may take to come back before the request gets
+/// an answer anyway. The acquire itself returns within [`TIMEOUT_OVERRUN`] of its deadline
+/// (the removal of its queue entry goes on in the background if the store is slow), so only a
+/// starved runtime runs into this; the request then counts as timed out, and the store's
+/// health is left as it was (nothing was learned about it).
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_millis(90);
+const _: () = assert!(TIMEOUT_OVERRUN.as_millis() < ANSWER_GRACE.as_millis());
 
 /// Everything a layer decided, shared by the services it made.
 #[derive(Debug)]
@@ -37,11 +38,12 @@ pub(crate) type Admission = Result<Option<Permit>, LimitError<Infallible>>;
 impl Policy {
     /// Takes the permit for one request.
     ///
-    /// The acquire runs in a task of its own so that the request never waits for a store that
-    /// does not answer: past the acquire's deadline plus [`ANSWER_GRACE`] the request gets the
-    /// store-down fallback, while the task finishes by itself (its queue entry is removed and a
-    /// permit granted late is released). Dropping this future before the deadline stops the
-    /// wait, which removes the queue entry.
+    /// The acquire runs in a task of its own, so a request never waits past the acquire's
+    /// deadline plus [`ANSWER_GRACE`], while the task finishes by itself (a permit granted
+    /// late is released). A timeout counts as a full semaphore when the store answered the
+    /// acquire's enqueue, and as a store that does not answer otherwise (so an acquire timeout
+    /// shorter than one store round trip reads as a store that is down). Dropping this future before the deadline stops the wait, which removes the
+    /// queue entry.
     pub(crate) async fn admit(&self) -> Admission {
         if !self.health.may_try() {
             // Not asked, so nothing learned: the health stays as it is.
@@ -64,37 +66,40 @@ impl Policy {
         let deadline = self.acquire_timeout.map(|t| Instant::now() + t);
         let sem = self.semaphore.clone();
         let mut task = AbortBefore {
-            task: runtime.spawn(async move { sem.acquire_with(opts).await }),
+            task: runtime.spawn(async move { sem.acquire_with_report(opts).await }),
             deadline,
         };
         let joined = match deadline {
             None => (&mut task.task).await,
             Some(d) => match tokio::time::timeout_at(d + ANSWER_GRACE, &mut task.task).await {
                 Ok(joined) => joined,
-                Err(_) => {
-                    return self.store_down(Error::store(format!(
-                        "no answer from the store within {:?} of the acquire timeout",
-                        ANSWER_GRACE
-                    )))
-                }
+                // The acquire keeps to its own deadline, so only a starved runtime gets here.
+                Err(_) => return self.timed_out(),
             },
         };
-        match joined {
-            Ok(Ok(permit)) => {
+        let acquired = match joined {
+            Ok(acquired) => acquired,
+            Err(join) => {
+                return Err(LimitError::Limiter(Error::store(format!(
+                    "the acquire task ended without an answer: {join}"
+                ))))
+            }
+        };
+        match acquired.result {
+            Ok(permit) => {
                 self.health.up(self.semaphore.name());
                 Ok(Some(permit))
             }
-            Ok(Err(Error::Timeout)) => {
-                // The entry's removal was answered in time, so the store works: the semaphore
-                // is full.
+            Err(Error::Timeout) if acquired.store_answered => {
+                // The store answered, so it works: the semaphore stayed full.
                 self.health.up(self.semaphore.name());
                 self.timed_out()
             }
-            Ok(Err(e @ (Error::Store(_) | Error::SessionLost))) => self.store_down(e),
-            Ok(Err(e)) => Err(LimitError::Limiter(e)),
-            Err(join) => Err(LimitError::Limiter(Error::store(format!(
-                "the acquire task ended without an answer: {join}"
-            )))),
+            Err(Error::Timeout) => self.store_down(Error::store(
+                "no answer from the store within the acquire timeout",
+            )),
+            Err(e @ (Error::Store(_) | Error::SessionLost)) => self.store_down(e),
+            Err(e) => Err(LimitError::Limiter(e)),
         }
     }
 
@@ -137,7 +142,7 @@ impl Policy {
 /// while waiting: aborting drops the wait, which removes its queue entry), left to finish after
 /// it (it is then cleaning up by itself, which must not be cut short).
 struct AbortBefore {
-    task: JoinHandle<crate::Result<Permit>>,
+    task: JoinHandle<Acquired>,
     deadline: Option<Instant>,
 }
 

@@ -8,6 +8,7 @@
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
 //! * Fencing token: the entry key's create revision.
 
+mod endpoints;
 mod keys;
 mod session;
 mod view;
@@ -21,6 +22,7 @@ use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
 use crate::waiters::Outcome;
 use async_trait::async_trait;
+use endpoints::Endpoints;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse,
@@ -50,7 +52,7 @@ pub struct EtcdConfig {
 
 /// The `etcd://` backend: one client, one lease, one watch per contended semaphore.
 pub struct EtcdBackend {
-    client: Client,
+    endpoints: Arc<Endpoints>,
     keys: Keys,
     config: EtcdConfig,
     stats: Arc<RequestCounters>,
@@ -91,40 +93,48 @@ fn is_transient(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// Bound on one attempt of a request whose whole call may take `request_timeout`.
+/// Upper bound on one attempt of a request whose whole call may take `request_timeout`.
 fn attempt_timeout(request_timeout: Duration) -> Duration {
     (request_timeout / 3)
         .max(Duration::from_millis(500))
         .min(request_timeout)
 }
 
+/// Bound on a call's first attempts. A request that reached a follower just as the leader
+/// died is forwarded to the dead leader and never answered, and so is one sent to the other
+/// follower until it, too, notices (etcd's randomized election timeout, up to 2× the
+/// configured one); the new leader is up a few hundred ms after the kill, and this bound
+/// decides how soon after that we ask again. It is ~100× a normal request's latency, and at
+/// least [`LATENCY_FACTOR`] × the latency seen lately (a slow link is not a dead member). After
+/// [`SHORT_ATTEMPTS`] attempts that timed out, each further one doubles it up to
+/// [`attempt_timeout`], so a request that is only slow (every retried request is idempotent)
+/// gets the time it needs.
+const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
+const LATENCY_FACTOR: u32 = 4;
+const SHORT_ATTEMPTS: u32 = 3;
+
 const RETRY_FIRST: Duration = Duration::from_millis(25);
-const RETRY_MAX: Duration = Duration::from_millis(500);
+/// Cap of the pause between attempts: after a failover, the first retry that reaches the new
+/// leader comes at most this long after etcd can take writes again.
+const RETRY_MAX: Duration = Duration::from_millis(250);
 
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
-        // Each attempt gets a fraction of the call's time: right after a leader dies, a request
-        // sitting on a follower can hang until the client gives up, and a retry then succeeds.
-        // HTTP/2 pings find a hung member (SIGSTOP, frozen VM, dead link) well inside the
-        // session TTL, so the balancer moves requests, keepalives included, to a live member
-        // before the lease could expire. (Without them a hung member's connection still looks
-        // ready, and keepalives sent there time out until the session is lost.)
-        let ping_every = (config.session_ttl / 6).min(Duration::from_secs(2));
-        let ping_timeout = (config.session_ttl / 3).min(config.request_timeout);
+        // No HTTP/2 pings (see endpoints.rs): a hung member is found by the bounded attempts,
+        // keepalive rounds and watch progress checks, which then move on to the next member.
         let opts = ConnectOptions::new()
             .with_timeout(attempt_timeout(config.request_timeout))
-            .with_connect_timeout(attempt_timeout(config.request_timeout))
-            .with_keep_alive(ping_every, ping_timeout);
-        let client = tokio::time::timeout(
+            .with_connect_timeout(attempt_timeout(config.request_timeout));
+        let endpoints = tokio::time::timeout(
             config.request_timeout,
-            Client::connect(config.endpoints.clone(), Some(opts)),
+            Endpoints::connect(&config.endpoints, &opts),
         )
         .await
         .map_err(|_| Error::store("timed out connecting to etcd"))?
         .map_err(Error::store)?;
         let backend = EtcdBackend {
-            client,
+            endpoints: Arc::new(endpoints),
             keys: Keys::new(&config.prefix),
             config,
             stats: Arc::new(RequestCounters::default()),
@@ -171,7 +181,7 @@ impl EtcdBackend {
             )
             .await?;
         let s = Session::start(
-            &self.client,
+            self.endpoints.clone(),
             sent,
             &granted,
             self.config.session_ttl,
@@ -197,28 +207,52 @@ impl EtcdBackend {
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let max_attempt = attempt_timeout(self.config.request_timeout);
+        let mut bound = FIRST_ATTEMPT
+            .max(self.endpoints.latency() * LATENCY_FACTOR)
+            .min(max_attempt);
         let mut pause = RETRY_FIRST;
         let mut attempts = 0u32;
+        let mut timeouts = 0u32;
         loop {
             if !after_close {
                 self.check_open()?;
             }
             self.stats.count(kind);
             attempts += 1;
-            match op(self.client.clone()).await {
-                Ok(v) => return Ok(v),
-                Err(e)
-                    if is_transient(&e)
-                        && !give_up()
-                        && tokio::time::Instant::now() + pause < deadline =>
-                {
-                    tracing::debug!(error = %e, attempts, "transient etcd error; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
+            let (member, client) = self.endpoints.pick();
+            let sent = tokio::time::Instant::now();
+            let mut timed_out = false;
+            let failure = match tokio::time::timeout(bound, op(client)).await {
+                Ok(Ok(v)) => {
+                    self.endpoints.answered_in(sent.elapsed());
+                    return Ok(v);
                 }
+                Ok(Err(e)) if is_transient(&e) => Error::store(e),
                 // A write bound to a lease that etcd no longer has: the session is gone.
-                Err(e) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
-                Err(e) => return Err(Error::store(e)),
+                Ok(Err(e)) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
+                Ok(Err(e)) => return Err(Error::store(e)),
+                Err(_) => {
+                    let e = Error::store(format!("etcd did not answer within {bound:?}"));
+                    timed_out = true;
+                    timeouts += 1;
+                    if timeouts >= SHORT_ATTEMPTS {
+                        bound = (bound * 2).min(max_attempt);
+                    }
+                    e
+                }
+            };
+            // Whatever failed here, the next attempt goes to another member.
+            self.endpoints.failed(member);
+            if give_up() || tokio::time::Instant::now() + pause >= deadline {
+                return Err(failure);
+            }
+            tracing::debug!(error = %failure, attempts, "transient etcd failure; retrying");
+            // After a timeout the time is spent already and the next member is another one:
+            // ask at once. Fast failures (a member that refuses, no leader yet) back off.
+            if !timed_out {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
             }
         }
     }
@@ -344,7 +378,7 @@ impl EtcdBackend {
         }
         let live = self.live.clone();
         let config = WatchConfig {
-            client: self.client.clone(),
+            endpoints: self.endpoints.clone(),
             sem_prefix: self.keys.sem_prefix(name),
             cap_key: self.keys.cap(name),
             queue_prefix: self.keys.queue_prefix(name),
@@ -578,7 +612,14 @@ impl Backend for EtcdBackend {
                 None,
             )]);
             self.stats.count(RequestKind::Txn);
-            let resp = self.client.clone().txn(txn).await.map_err(Error::store)?;
+            let (member, mut client) = self.endpoints.pick();
+            let resp = match client.txn(txn).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.endpoints.failed(member);
+                    return Err(Error::store(e));
+                }
+            };
             if resp.succeeded() {
                 return Ok(());
             }
@@ -620,6 +661,48 @@ impl Backend for EtcdBackend {
         self.stats.snapshot()
     }
 
+    fn session_ttl(&self) -> Duration {
+        self.config.session_ttl
+    }
+
+    async fn session_signal(&self) -> Option<LostSignal> {
+        let current = self.session.lock().await;
+        current
+            .as_ref()
+            .filter(|s| !s.lost.is_lost())
+            .map(|s| s.lost.clone())
+    }
+
+    async fn end_session(&self, of: &LostSignal) {
+        let ended = {
+            let mut current = self.session.lock().await;
+            match current.as_ref() {
+                Some(s) if s.lost.same_session(of) => current.take(),
+                _ => None,
+            }
+        };
+        let Some(session) = ended else {
+            return;
+        };
+        // The keeper stops first: from now on nothing keeps the lease alive, so etcd expires
+        // it within the TTL even if the revoke below never arrives.
+        session.stop();
+        session.lost.fire();
+        lock(&self.live).retain(|_, lost| !lost.is_lost());
+        let lease = session.lease;
+        let revoked = self
+            .retry(
+                RequestKind::Lease,
+                || false,
+                false,
+                |c| async move { c.lease_client().revoke(lease).await },
+            )
+            .await;
+        if let Err(e) = revoked {
+            tracing::warn!(lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
+        }
+    }
+
     async fn close(&self) -> Result<()> {
         self.end_locally();
         let session = self.session.lock().await.take();
@@ -654,7 +737,7 @@ impl Backend for EtcdBackend {
             session.stop();
             session.lost.fire();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let client = self.client.clone();
+                let (_, client) = self.endpoints.pick();
                 let timeout = self.config.request_timeout;
                 self.stats.count(RequestKind::Lease);
                 handle.spawn(async move {

@@ -6,10 +6,16 @@
 //! reported lost when etcd answers a keepalive with TTL 0 or "lease not found" (revoked or
 //! expired behind our back). A lost session is never revived: the backend grants a new lease
 //! for later calls.
+//!
+//! The keepalive stream lives on the member [`Endpoints`] picks; a round that fails or times
+//! out marks that member failed, and the next round opens the stream on the next member. That
+//! is how a hung member is left well within the TTL, without HTTP/2 pings.
 
+use super::endpoints::Endpoints;
+use crate::backend::outage::Outage;
 use crate::lost::{Deadline, LostSignal};
 use crate::stats::{RequestCounters, RequestKind};
-use etcd_client::{Client, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{timeout, Instant};
@@ -28,7 +34,7 @@ pub(super) struct Session {
 impl Session {
     /// Starts the keeper of a lease etcd granted in answer to a request sent at `sent`.
     pub(super) fn start(
-        client: &Client,
+        endpoints: Arc<Endpoints>,
         sent: Instant,
         granted: &LeaseGrantResponse,
         ttl: Duration,
@@ -42,7 +48,7 @@ impl Session {
             stop: CancellationToken::new(),
         });
         let keeper = Keeper {
-            client: client.clone(),
+            endpoints,
             session: session.clone(),
             interval: ttl.min(granted_ttl) / 3,
             lease_ttl_secs: granted_ttl.as_secs() as i64,
@@ -64,8 +70,11 @@ impl Session {
     }
 }
 
+/// An open keepalive stream and the member it is on.
+type Stream = (usize, LeaseKeeper, LeaseKeepAliveStream);
+
 struct Keeper {
-    client: Client,
+    endpoints: Arc<Endpoints>,
     session: Arc<Session>,
     interval: Duration,
     lease_ttl_secs: i64,
@@ -76,8 +85,11 @@ struct Keeper {
 impl Keeper {
     async fn run(self) {
         let lease = self.session.lease;
-        let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+        let mut stream: Option<Stream> = None;
         let mut pause = self.interval;
+        let mut outage = Outage::default();
+        // The member the current round went to.
+        let mut member = 0;
         loop {
             tokio::select! {
                 // Stop first: close() both stops the keeper and marks the session lost.
@@ -96,7 +108,7 @@ impl Keeper {
             // Each round is bounded: a hung server must not stall the keeper past the deadline.
             let round = timeout(
                 self.request_timeout.min(self.interval.max(RETRY_PAUSE)),
-                self.keep_alive_once(&mut stream),
+                self.keep_alive_once(&mut stream, &mut member),
             )
             .await;
             match round {
@@ -106,6 +118,7 @@ impl Keeper {
                         .deadline()
                         .extend(sent + Duration::from_secs(ttl as u64));
                     pause = self.interval;
+                    outage.ok("etcd lease keepalive");
                 }
                 Ok(Ok(_)) => {
                     tracing::warn!(
@@ -116,17 +129,20 @@ impl Keeper {
                     return;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(lease, error = %e, "lease keepalive failed; retrying");
                     if is_lease_not_found(&e) {
+                        tracing::warn!(lease, error = %e, "etcd lease not found; permits of this session are lost");
                         self.session.lost.fire();
                         return;
                     }
+                    outage.failed("etcd lease keepalive", &e);
                     stream = None;
+                    self.endpoints.failed(member);
                     pause = RETRY_PAUSE;
                 }
                 Err(_) => {
-                    tracing::warn!(lease, "lease keepalive timed out; retrying");
+                    outage.failed("etcd lease keepalive", &"no answer in time");
                     stream = None;
+                    self.endpoints.failed(member);
                     pause = RETRY_PAUSE;
                 }
             }
@@ -139,20 +155,20 @@ impl Keeper {
         );
         self.session.lost.fire();
         self.stats.count(RequestKind::Lease);
-        let _ = timeout(
-            self.request_timeout,
-            self.client.lease_client().revoke(lease),
-        )
-        .await;
+        let (_, client) = self.endpoints.pick();
+        let _ = timeout(self.request_timeout, client.lease_client().revoke(lease)).await;
     }
 
-    /// Sends one keepalive and returns the TTL etcd answered (0: the lease is gone).
+    /// Sends one keepalive and returns the TTL etcd answered (0: the lease is gone); `member`
+    /// is set to the member it went to.
     async fn keep_alive_once(
         &self,
-        stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+        stream: &mut Option<Stream>,
+        member: &mut usize,
     ) -> std::result::Result<i64, etcd_client::Error> {
         self.stats.count(RequestKind::Lease);
-        if let Some((keeper, responses)) = stream.as_mut() {
+        if let Some((on, keeper, responses)) = stream.as_mut() {
+            *member = *on;
             keeper.keep_alive().await?;
             return match responses.message().await? {
                 Some(resp) => Ok(resp.ttl()),
@@ -162,12 +178,10 @@ impl Keeper {
             };
         }
         // Opening the stream sends the first keepalive and checks its answer.
-        let opened = self
-            .client
-            .lease_client()
-            .keep_alive(self.session.lease)
-            .await?;
-        *stream = Some(opened);
+        let (on, client) = self.endpoints.pick();
+        *member = on;
+        let (keeper, responses) = client.lease_client().keep_alive(self.session.lease).await?;
+        *stream = Some((on, keeper, responses));
         // The opening answer's TTL is checked (> 0) but not exposed: it is the granted TTL.
         Ok(self.lease_ttl_secs)
     }

@@ -7,13 +7,19 @@
 //! The view is exact at its revision: it starts from a range read at revision R (the acquire
 //! Txn's own read) and applies every event after R in order. On a broken stream it resumes from
 //! the last applied revision + 1; if that revision was compacted it reads the state anew.
+//!
+//! A watch on a member that hangs would just go quiet, so a quiet watch with waiters asks
+//! etcd for a progress report (`WatchProgressRequest`, answered at once by etcd ≥ 3.4); with no answer
+//! in time, the member is marked failed and the watch resumes on the next one.
 
+use super::endpoints::Endpoints;
 use super::keys::EntryValue;
 use crate::backend::capacity::CapValue;
+use crate::backend::outage::Outage;
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
 use crate::waiters::{Outcome, QueueView, Waiters};
-use etcd_client::{Client, EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
+use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -112,7 +118,7 @@ impl std::fmt::Debug for SemWatch {
 
 /// What the watch task needs.
 pub(super) struct WatchConfig {
-    pub client: Client,
+    pub endpoints: Arc<Endpoints>,
     pub sem_prefix: String,
     pub cap_key: String,
     pub queue_prefix: String,
@@ -121,8 +127,16 @@ pub(super) struct WatchConfig {
     pub on_delete: OnDelete,
 }
 
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
+/// Pause before resuming a watch that broke (on the next member); doubled while resuming
+/// keeps failing, reset once a watch is created.
+const RETRY_PAUSE: Duration = Duration::from_millis(25);
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long a watch may be quiet before it asks for progress, and then how long the answer
+/// may take: a hung member is left within twice this.
+fn quiet_bound(request_timeout: Duration) -> Duration {
+    (request_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(1))
+}
 
 impl SemWatch {
     /// Starts watching from `view.revision + 1`.
@@ -155,12 +169,11 @@ impl SemWatch {
 
     async fn run(self: Arc<Self>, cfg: WatchConfig) {
         let mut pause = RETRY_PAUSE;
+        let mut outage = Outage::default();
         while !self.stop.is_cancelled() {
-            match self.watch_once(&cfg).await {
-                Ok(()) => pause = RETRY_PAUSE,
-                Err(e) => {
-                    tracing::debug!(prefix = %cfg.sem_prefix, error = %e, "semaphore watch broke; resuming");
-                }
+            match self.watch_once(&cfg, &mut pause).await {
+                Ok(()) => outage.ok("etcd semaphore watch"),
+                Err(e) => outage.failed("etcd semaphore watch", &e),
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return,
@@ -170,28 +183,80 @@ impl SemWatch {
         }
     }
 
-    /// Watches until the stream ends or breaks. `Ok` when it ended in an orderly way (cancel
-    /// because of compaction, handled by re-reading).
-    async fn watch_once(&self, cfg: &WatchConfig) -> Result<(), etcd_client::Error> {
+    /// Watches until the stream ends or breaks, on the member in use; a failure marks that
+    /// member failed. `Ok` when it ended in an orderly way (cancel because of compaction,
+    /// handled by re-reading). `pause` is reset once the watch is created.
+    async fn watch_once(
+        &self,
+        cfg: &WatchConfig,
+        pause: &mut Duration,
+    ) -> Result<(), etcd_client::Error> {
+        let (member, client) = cfg.endpoints.pick();
+        let result = self.watch_on(cfg, client, pause).await;
+        if result.is_err() {
+            cfg.endpoints.failed(member);
+        }
+        result
+    }
+
+    async fn watch_on(
+        &self,
+        cfg: &WatchConfig,
+        client: etcd_client::Client,
+        pause: &mut Duration,
+    ) -> Result<(), etcd_client::Error> {
         let start = self.lock().view.revision + 1;
         cfg.stats.count(RequestKind::Watch);
         let opts = WatchOptions::new().with_prefix().with_start_revision(start);
+        // A slow link is not a hung member: allow a few of the usual round trips.
+        let quiet = quiet_bound(cfg.request_timeout)
+            .max(cfg.endpoints.latency() * 4)
+            .min(cfg.request_timeout);
         let mut stream = tokio::time::timeout(
             cfg.request_timeout,
-            cfg.client
+            client
                 .watch_client()
                 .watch(cfg.sem_prefix.clone(), Some(opts)),
         )
         .await
         .map_err(|_| etcd_client::Error::WatchError("watch create timed out".into()))??;
+        // Whether a progress request is out: a second quiet period means the member hangs.
+        let mut asked = false;
         loop {
             let msg = tokio::select! {
                 _ = self.stop.cancelled() => return Ok(()),
-                m = stream.message() => m?,
+                m = tokio::time::timeout(quiet, stream.message()) => m,
             };
+            let msg = match msg {
+                Ok(m) => m?,
+                Err(_) if asked => {
+                    return Err(etcd_client::Error::WatchError(format!(
+                        "no watch progress within {quiet:?}; trying another member"
+                    )))
+                }
+                // Quiet and nobody waiting: a stale watch costs nothing yet, so no probe
+                // (an idle Limiter sends nothing); a waiter that registers gets one within
+                // `quiet`.
+                Err(_) if self.lock().waiters.len() == 0 => continue,
+                Err(_) => {
+                    // Not counted in RequestStats: a liveness probe like an HTTP/2 ping,
+                    // not a request of any operation.
+                    tokio::time::timeout(quiet, stream.request_progress())
+                        .await
+                        .map_err(|_| {
+                            etcd_client::Error::WatchError("watch progress request stuck".into())
+                        })??;
+                    asked = true;
+                    continue;
+                }
+            };
+            asked = false;
             let Some(resp) = msg else {
                 return Err(etcd_client::Error::WatchError("watch stream ended".into()));
             };
+            if resp.created() {
+                *pause = RETRY_PAUSE;
+            }
             if resp.canceled() {
                 if resp.compact_revision() > 0 {
                     tracing::info!(prefix = %cfg.sem_prefix, compacted = resp.compact_revision(), "watch start compacted; re-reading the semaphore");
@@ -239,9 +304,13 @@ impl SemWatch {
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let resp = super::kv(&cfg.client)
-            .get(cfg.sem_prefix.clone(), Some(opts))
-            .await?;
+        let (_, client) = cfg.endpoints.pick();
+        let resp = tokio::time::timeout(
+            cfg.request_timeout,
+            super::kv(&client).get(cfg.sem_prefix.clone(), Some(opts)),
+        )
+        .await
+        .map_err(|_| etcd_client::Error::WatchError("re-read timed out".into()))??;
         let revision = resp.header().map_or(0, |h| h.revision());
         let view = View::from_kvs(revision, &cfg.cap_key, &cfg.queue_prefix, resp.kvs());
         let gone: Vec<Vec<u8>> = {

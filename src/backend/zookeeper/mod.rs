@@ -24,9 +24,11 @@ mod view;
 
 use super::{lock, Backend, Enqueued, EntryRequest};
 use crate::backend::capacity::CapValue;
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::queue;
+use crate::release::GIVE_UP_AFTER_TTLS;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
 use crate::waiters::Outcome;
@@ -207,12 +209,17 @@ impl ZkBackend {
         Ok(s)
     }
 
+    /// Deletes the nodes of abandoned requests in the background, under the rule of
+    /// `release.rs`: retried until ZooKeeper confirms it or the session ends, and if it stays
+    /// unconfirmed for two session timeouts, the session is ended so the node goes for certain.
     fn reaper(&self, session: &ZkSession) -> Result<Reaper> {
         let client = session.client()?;
         let stop = session.stop_token().clone();
+        let ender = session.end_handle();
         let root = self.paths.semaphores();
         let stats = self.stats.clone();
         let bound = self.config.request_timeout;
+        let give_up_after = self.config.session_timeout * GIVE_UP_AFTER_TTLS;
         // Holds a client clone only while a delete runs; ends with the session.
         let client = Arc::new(Mutex::new(Some(client)));
         let stopper = client.clone();
@@ -226,16 +233,34 @@ impl ZkBackend {
                 return;
             };
             let path = format!("{root}/{rel}");
-            let stats = stats.clone();
-            let stop = stop.clone();
+            let (stats, stop, ender) = (stats.clone(), stop.clone(), ender.clone());
             tokio::spawn(async move {
-                stats.count(RequestKind::Delete);
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    r = tokio::time::timeout(bound, client.delete(&path, None)) => {
-                        if let Ok(Err(e)) = r {
-                            tracing::debug!(%path, error = %e, "deleting an abandoned node failed; the session end removes it");
+                let give_up_at = Instant::now() + give_up_after;
+                let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+                loop {
+                    stats.count(RequestKind::Delete);
+                    let r = tokio::select! {
+                        _ = stop.cancelled() => return, // the session ended: the node went too
+                        r = tokio::time::timeout(bound, client.delete(&path, None)) => r,
+                    };
+                    match r {
+                        Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => return,
+                        Ok(Err(e)) if view::is_terminal(&e) => return,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%path, error = %e, "deleting an abandoned node failed; retrying")
                         }
+                        Err(_) => {
+                            tracing::debug!(%path, "deleting an abandoned node timed out; retrying")
+                        }
+                    }
+                    if Instant::now() >= give_up_at {
+                        tracing::error!(%path, "an abandoned node could not be deleted within {GIVE_UP_AFTER_TTLS} session timeouts; ending the session so ZooKeeper removes it");
+                        ender.end();
+                        return;
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff.pause()) => {}
                     }
                 }
             });
@@ -719,6 +744,38 @@ impl Backend for ZkBackend {
 
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
+    }
+
+    fn session_ttl(&self) -> Duration {
+        self.config.session_timeout
+    }
+
+    async fn session_signal(&self) -> Option<LostSignal> {
+        let current = self.session.lock().await;
+        current
+            .as_ref()
+            .filter(|s| !s.lost().is_lost())
+            .map(|s| s.lost().clone())
+    }
+
+    async fn end_session(&self, of: &LostSignal) {
+        let ended = {
+            let mut current = self.session.lock().await;
+            match current.as_ref() {
+                Some(s) if s.lost().same_session(of) => current.take(),
+                _ => None,
+            }
+        };
+        let Some(session) = ended else {
+            return;
+        };
+        // Dropping the client closes the session on the server (every node of it goes); if the
+        // close does not arrive, nothing keeps the session alive and the server expires it.
+        self.stats.count(RequestKind::Lease);
+        session.end();
+        lock(&self.entries.live).retain(|_, e| !e.lost.is_lost());
+        lock(&self.entries.in_doubt).clear();
+        lock(&self.entries.abandoned).clear();
     }
 
     async fn close(&self) -> Result<()> {

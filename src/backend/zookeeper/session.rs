@@ -15,6 +15,7 @@
 //! for later calls.
 
 use super::view::SemView;
+use crate::backend::outage::Outage;
 use crate::error::{Error, Result};
 use crate::lost::{Deadline, LostSignal};
 use crate::stats::{RequestCounters, RequestKind};
@@ -129,6 +130,23 @@ impl ZkSession {
     }
 }
 
+/// Ends one session from a background task (see [`ZkSession::end`]) without keeping it open.
+#[derive(Debug, Clone)]
+pub(super) struct SessionEnd(Arc<Shared>);
+
+impl SessionEnd {
+    pub(super) fn end(&self) {
+        self.0.end();
+    }
+}
+
+impl ZkSession {
+    /// A handle that ends this session.
+    pub(super) fn end_handle(&self) -> SessionEnd {
+        SessionEnd(self.shared.clone())
+    }
+}
+
 impl Drop for ZkSession {
     fn drop(&mut self) {
         self.shared.end();
@@ -151,6 +169,8 @@ impl Keeper {
         let interval = self.timeout / 3;
         let mut states = self.client.state_watcher();
         let mut pause = interval;
+        // One warning when probes start failing, one line when they work again.
+        let mut outage = Outage::default();
         loop {
             tokio::select! {
                 // Stop first: ending the session both stops the keeper and marks it lost.
@@ -181,17 +201,18 @@ impl Keeper {
                 Ok(Ok(_)) => {
                     self.shared.lost.deadline().extend(sent + self.timeout);
                     pause = interval;
+                    outage.ok("ZooKeeper session probe");
                 }
                 Ok(Err(e)) if super::view::is_terminal(&e) => {
                     tracing::warn!(error = %e, "ZooKeeper session ended; its permits are lost");
                     break;
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "ZooKeeper session probe failed; retrying");
+                    outage.failed("ZooKeeper session probe", &e);
                     pause = RETRY_PAUSE;
                 }
                 Err(_) => {
-                    tracing::debug!("ZooKeeper session probe timed out; retrying");
+                    outage.failed("ZooKeeper session probe", &"no answer in time");
                     pause = RETRY_PAUSE;
                 }
             }
