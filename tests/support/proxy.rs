@@ -84,6 +84,8 @@ struct Stats {
     accepted: AtomicU64,
     /// Connections the proxy ended with RST (`Reset` mode, or bytes lost in `Blackhole`).
     resets: AtomicU64,
+    /// Bytes read from clients on forwarding connections (requests, whatever their fate).
+    client_bytes: AtomicU64,
 }
 
 /// One TCP proxy `127.0.0.1:<free port>` → one upstream address, with a fault switch.
@@ -228,6 +230,13 @@ impl FaultProxy {
     /// `Blackhole`; not counting resets passed on from an endpoint).
     pub fn reset_connections(&self) -> u64 {
         self.stats.resets.load(Ordering::SeqCst)
+    }
+
+    /// Bytes read from clients since the proxy started (on connections that reached the
+    /// upstream): a client whose count grows is sending to this upstream, e.g. the member an
+    /// etcd Limiter currently uses.
+    pub fn client_bytes(&self) -> u64 {
+        self.stats.client_bytes.load(Ordering::SeqCst)
     }
 }
 
@@ -454,8 +463,14 @@ async fn handle_connection(
     let end = {
         let (mut cr, mut cw) = client.split();
         let (mut sr, mut sw) = server.split();
-        let up = pump(&mut cr, &mut sw, mode.clone(), &lost, false);
-        let down = pump(&mut sr, &mut cw, mode.clone(), &lost, true);
+        let up = pump(
+            &mut cr,
+            &mut sw,
+            mode.clone(),
+            &lost,
+            Some(&stats.client_bytes),
+        );
+        let down = pump(&mut sr, &mut cw, mode.clone(), &lost, None);
         let both = async {
             match tokio::try_join!(up, down) {
                 Ok(_) => End::Done,
@@ -496,8 +511,8 @@ async fn wait_for_reset(mut mode: watch::Receiver<ProxyMode>, lost: &AtomicBool)
     }
 }
 
-/// Copies one direction (`replies`: server → client) under the current mode until EOF
-/// (forwarded as a half-close).
+/// Copies one direction under the current mode until EOF (forwarded as a half-close). The
+/// client → server direction passes its byte counter as `requests`; replies pass `None`.
 ///
 /// Sets `lost` when it discards a chunk in `Blackhole`; from then on it forwards nothing more
 /// (the connection task resets the connection when traffic flows again).
@@ -506,7 +521,7 @@ async fn pump<R, W>(
     wr: &mut W,
     mut mode: watch::Receiver<ProxyMode>,
     lost: &AtomicBool,
-    replies: bool,
+    requests: Option<&AtomicU64>,
 ) -> io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -524,7 +539,7 @@ where
         }
         // A stream that lost bytes is only drained until its reset, whatever the mode.
         if let (ProxyMode::Lag(d), false) = (m, lost.load(Ordering::SeqCst)) {
-            if lag(rd, wr, &mut mode, d, &mut buf).await? {
+            if lag(rd, wr, &mut mode, d, &mut buf, requests).await? {
                 return Ok(());
             }
             continue;
@@ -539,6 +554,7 @@ where
             }
         };
         let read_at = tokio::time::Instant::now();
+        count(requests, n);
         if n == 0 {
             let _ = wr.shutdown().await;
             return Ok(());
@@ -546,7 +562,7 @@ where
         // Decide the chunk's fate under the mode in force now (it may change while we wait).
         loop {
             let m = match *mode.borrow_and_update() {
-                ProxyMode::DropReplies if replies => ProxyMode::Blackhole,
+                ProxyMode::DropReplies if requests.is_none() => ProxyMode::Blackhole,
                 ProxyMode::DropReplies => ProxyMode::Pass,
                 m => m,
             };
@@ -597,6 +613,7 @@ async fn lag<R, W>(
     mode: &mut watch::Receiver<ProxyMode>,
     d: Duration,
     buf: &mut [u8],
+    requests: Option<&AtomicU64>,
 ) -> io::Result<bool>
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -611,6 +628,7 @@ where
         tokio::select! {
             r = rd.read(buf), if !eof => {
                 let n = r?;
+                count(requests, n);
                 eof = n == 0;
                 queue.push_back((tokio::time::Instant::now() + d, buf[..n].to_vec()));
             }
@@ -645,5 +663,12 @@ where
                 }
             }
         }
+    }
+}
+
+/// Adds `n` bytes read to a direction's counter, if it keeps one.
+fn count(counter: Option<&AtomicU64>, n: usize) {
+    if let Some(c) = counter {
+        c.fetch_add(n as u64, Ordering::SeqCst);
     }
 }
