@@ -96,6 +96,7 @@ impl Limiter {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::invalid("clusterlimit needs a Tokio runtime"))?;
         let releaser = Releaser::spawn(backend.clone(), &handle);
+        backend.set_orphan_sink(releaser.orphan_sink());
         Ok(Limiter {
             inner: Arc::new(LimiterInner {
                 backend,

@@ -102,6 +102,19 @@ impl Releaser {
         }
     }
 
+    /// A sink for a backend's orphaned entries. It holds the channel weakly, so a backend that
+    /// keeps it does not keep the releaser (which holds the backend) alive.
+    pub(crate) fn orphan_sink(&self) -> crate::backend::OrphanSink {
+        let tx = self.tx.downgrade();
+        let counters = Arc::downgrade(&self.counters);
+        Arc::new(move |name: &str, id: &str, session: LostSignal| {
+            if let (Some(tx), Some(counters)) = (tx.upgrade(), counters.upgrade()) {
+                let releaser = Releaser { tx, counters };
+                releaser.remove_later(name.into(), id.to_string(), Some(session));
+            }
+        })
+    }
+
     /// The counters of the removals handed over so far.
     pub(crate) fn counters(&self) -> &RemovalCounters {
         &self.counters

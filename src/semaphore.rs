@@ -238,11 +238,11 @@ impl Semaphore {
         }
     }
 
-    /// Sends the enqueue in a task of its own, so that dropping the caller (a timeout, a
-    /// `select!`) never cuts the request while it is in flight. Otherwise the caller's delete
-    /// could reach the store before the put lands, and the entry would be left behind for good.
-    /// If nobody takes the result any more, the task itself hands the entry to the releaser,
-    /// and that removal is the last word, since it is sent after the enqueue finished.
+    /// Sends the enqueue in a task of its own, which hands the entry to the releaser if nobody
+    /// takes the result any more (the caller timed out or was dropped); it stops retrying then.
+    /// An attempt the store applies after its removal (a request buffered by a hung member,
+    /// or one whose client-side attempt timed out) is found by the backend as an entry of the
+    /// live session that no request owns, and removed the same way.
     async fn enqueue_to_completion(&self, req: &EntryRequest) -> Result<Enqueued> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let backend = self.limiter.backend.clone();
@@ -250,8 +250,19 @@ impl Semaphore {
         let name = self.name.clone();
         let req = req.clone();
         self.limiter.runtime.spawn(async move {
-            let result = backend.enqueue(&req).await;
-            if let Err(unanswered) = tx.send(result) {
+            let mut tx = tx;
+            // Once the caller is gone, retrying the enqueue only writes an entry nobody wants
+            // (and may write it again after its removal): stop. An attempt the store applies
+            // after this is an orphan its backend finds and hands to the releaser.
+            let result = tokio::select! {
+                r = backend.enqueue(&req) => Some(r),
+                _ = tx.closed() => None,
+            };
+            let unanswered = match result {
+                Some(r) => tx.send(r).err(),
+                None => Some(Err(Error::Timeout)),
+            };
+            if let Some(unanswered) = unanswered {
                 let session = unanswered.ok().map(|enq| enq.lost);
                 releaser.remove_later(name, req.id, session);
             }

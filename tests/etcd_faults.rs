@@ -289,3 +289,90 @@ async fn queue_longer_than_a_default_grpc_reply_still_works() {
     assert_eq!((st.used, st.waiting), (1, ENTRIES - 1));
     limiter.close().await.unwrap();
 }
+
+/// What a hung member does with an enqueue it held in its socket buffer: it applies the stale
+/// Txn after the request finished elsewhere, writing the request's key again under the
+/// Limiter's live lease. Written here with a raw client (same key shape, same lease), the
+/// entry is found — by the watch of a waiting Limiter, or by the queue its next enqueue reads —
+/// and removed, without losing the session; one that is not the Limiter's lease is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_written_late_under_our_lease_is_removed() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("late");
+    let a = Limiter::connect(&url).await.unwrap();
+    let sem = a.semaphore("s", 1).await.unwrap();
+    let held = sem.acquire().await.unwrap();
+    let mut raw = support::connect(&cluster.endpoints()).await;
+    let ours = raw
+        .get(
+            "late/s/s/q/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let lease = ours.kvs()[0].lease();
+    let entry = |id: &str| format!("late/s/s/q/{id}");
+    let value = r#"{"permits":1,"owner":"late","since_unix_ms":0}"#;
+    let count = || async { support::count_keys(&cluster.endpoints(), "late/s/s/q/").await };
+
+    // 1. No watch yet: the next enqueue's read finds it.
+    let put = etcd_client::PutOptions::new().with_lease(lease);
+    raw.put(entry("stale1"), value, Some(put.clone()))
+        .await
+        .unwrap();
+    assert!(matches!(sem.try_acquire().await, Err(Error::NoPermits)));
+    eventually(
+        "the stray found by a read is removed",
+        Duration::from_secs(5),
+        || async { count().await == 1 },
+    )
+    .await;
+
+    // 2. A waiter of the same Limiter watches the semaphore: the watch finds it.
+    let sem2 = sem.clone();
+    let waiter = tokio::spawn(async move { sem2.acquire().await });
+    eventually("waiter queued", Duration::from_secs(5), || async {
+        count().await == 2
+    })
+    .await;
+    raw.put(entry("stale2"), value, Some(put)).await.unwrap();
+    eventually(
+        "the stray seen by the watch is removed",
+        Duration::from_secs(5),
+        || async { count().await == 2 },
+    )
+    .await;
+
+    // 3. Another Limiter's entry is not ours to remove.
+    let b = Limiter::connect(&url).await.unwrap();
+    let theirs = b.semaphore("s", 1).await.unwrap();
+    let theirs = tokio::spawn(async move { theirs.acquire().await });
+    eventually(
+        "the other Limiter queued",
+        Duration::from_secs(5),
+        || async { count().await == 3 },
+    )
+    .await;
+    assert_eq!(sem.status().await.unwrap().waiting, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count().await, 3, "the other Limiter's entry stays");
+
+    assert!(!held.is_lost(), "finding a stray loses nothing");
+    assert_eq!(a.stats().removal_session_ends, 0);
+    held.release().await.unwrap();
+    let next = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    next.release().await.unwrap();
+    let last = timeout(Duration::from_secs(5), theirs)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    last.release().await.unwrap();
+    assert_eq!(count().await, 0);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

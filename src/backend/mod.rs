@@ -29,6 +29,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Where a backend hands an entry of its own live session that no request of the Limiter owns
+/// any more (a write the store applied late, after its request had finished), as (semaphore,
+/// request id, the session's loss signal). The Limiter removes it like a dropped permit: see
+/// `release.rs`.
+pub type OrphanSink = std::sync::Arc<dyn Fn(&str, &str, LostSignal) + Send + Sync>;
+
 /// One acquire request, as handed to [`Backend::enqueue`].
 #[derive(Debug, Clone)]
 pub struct EntryRequest {
@@ -111,6 +117,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Used when an entry's removal cannot be confirmed for long (see `release.rs`): ending its
     /// session is the one way left to free the entry for certain.
     async fn end_session(&self, session: &LostSignal);
+
+    /// Called once by the Limiter with the place to hand orphaned entries to. A backend whose
+    /// store can apply a write after the request that sent it has finished (etcd: a request
+    /// buffered in a hung member) keeps it and reports every such entry it sees; the default
+    /// ignores it.
+    fn set_orphan_sink(&self, _sink: OrphanSink) {}
 
     /// Ends the session: every entry of it is removed at once, waits fail, permits are lost.
     async fn close(&self) -> Result<()>;

@@ -11,6 +11,7 @@
 mod endpoints;
 mod keys;
 mod session;
+mod strays;
 mod view;
 
 use super::{lock, Backend, Enqueued, EntryRequest};
@@ -34,6 +35,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use strays::Strays;
 use tokio_util::sync::CancellationToken;
 use view::{SemWatch, View, WatchConfig};
 
@@ -59,7 +61,9 @@ pub struct EtcdBackend {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
     /// `lost()` and `close()` can mark every permit lost.
-    live: Arc<Mutex<HashMap<Vec<u8>, LostSignal>>>,
+    /// (Entries held or in flight, so a key deleted behind our back fires `lost()`, `close()`
+    /// can mark every permit lost, and an entry nobody owns is found: see `strays.rs`.)
+    strays: Strays,
     watches: Mutex<HashMap<String, Arc<SemWatch>>>,
     /// Stops every background task of this backend.
     stop: CancellationToken,
@@ -113,6 +117,9 @@ const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
 const LATENCY_FACTOR: u32 = 4;
 const SHORT_ATTEMPTS: u32 = 3;
 
+/// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).
+const STRAY_GRACE: Duration = Duration::from_millis(200);
+
 const RETRY_FIRST: Duration = Duration::from_millis(25);
 /// Cap of the pause between attempts: after a failover, the first retry that reaches the new
 /// leader comes at most this long after etcd can take writes again.
@@ -136,10 +143,10 @@ impl EtcdBackend {
         let backend = EtcdBackend {
             endpoints: Arc::new(endpoints),
             keys: Keys::new(&config.prefix),
+            strays: Strays::new(STRAY_GRACE),
             config,
             stats: Arc::new(RequestCounters::default()),
             session: tokio::sync::Mutex::new(None),
-            live: Arc::new(Mutex::new(HashMap::new())),
             watches: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
             closed: AtomicBool::new(false),
@@ -189,6 +196,7 @@ impl EtcdBackend {
             self.stats.clone(),
         );
         *current = Some(s.clone());
+        *lock(&self.strays.session) = Some((s.lease, s.lost.clone()));
         Ok(s)
     }
 
@@ -359,13 +367,30 @@ impl EtcdBackend {
                 View::from_kvs(revision, &cap_key, &queue_prefix, kvs),
             );
         }
+        for kv in queue_of(&queue_prefix, kvs).map(|(_, kv)| kv) {
+            self.strays.check(&req.name, &queue_prefix, kv);
+        }
         let lost = session.lost.child();
-        lock(&self.live).insert(key.into_bytes(), lost.clone());
         Ok(Enqueued {
             token,
             granted,
             lost,
         })
+    }
+
+    /// Enqueues under the live session; if etcd no longer has its lease, under a new one.
+    async fn enqueue_checked(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let session = self.session().await?;
+        match self.enqueue_in(req, &session).await {
+            // The lease vanished before our keeper noticed (revoked, expired in a pause): the
+            // session is lost for its permits, and this request starts a new one.
+            Err(Error::SessionLost) if !session.lost.is_lost() => {
+                session.lost.fire();
+                let session = self.session().await?;
+                self.enqueue_in(req, &session).await
+            }
+            other => other,
+        }
     }
 
     /// The watch of `name`, started from `view` if there is none yet.
@@ -376,7 +401,9 @@ impl EtcdBackend {
                 return w.clone();
             }
         }
-        let live = self.live.clone();
+        let tracked = self.strays.tracked.clone();
+        let strays = self.strays.clone();
+        let (sem, queue_prefix) = (name.to_string(), self.keys.queue_prefix(name));
         let config = WatchConfig {
             endpoints: self.endpoints.clone(),
             sem_prefix: self.keys.sem_prefix(name),
@@ -385,11 +412,12 @@ impl EtcdBackend {
             request_timeout: self.config.request_timeout,
             stats: self.stats.clone(),
             on_delete: Arc::new(move |key: &[u8]| {
-                if let Some(lost) = lock(&live).remove(key) {
+                if let Some(lost) = tracked.vanished(key) {
                     tracing::warn!(key = %String::from_utf8_lossy(key), "permit key deleted behind our back; permit lost");
                     lost.fire();
                 }
             }),
+            on_put: Arc::new(move |kv| strays.check(&sem, &queue_prefix, kv)),
         };
         let w = SemWatch::start(view, config, self.stop.child_token());
         watches.insert(name.to_string(), w.clone());
@@ -399,9 +427,7 @@ impl EtcdBackend {
     fn end_locally(&self) {
         self.closed.store(true, Ordering::Release);
         self.stop.cancel();
-        for (_, lost) in lock(&self.live).drain() {
-            lost.fire();
-        }
+        self.strays.tracked.end_all();
     }
 }
 
@@ -487,17 +513,18 @@ impl Backend for EtcdBackend {
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
         self.check_open()?;
-        let session = self.session().await?;
-        match self.enqueue_in(req, &session).await {
-            // The lease vanished before our keeper noticed (revoked, expired in a pause): the
-            // session is lost for its permits, and this request starts a new one.
-            Err(Error::SessionLost) if !session.lost.is_lost() => {
-                session.lost.fire();
-                let session = self.session().await?;
-                self.enqueue_in(req, &session).await
-            }
-            other => other,
+        let key = self.keys.entry(&req.name, &req.id);
+        // In flight until it ends, however it ends (this future may be dropped mid-request).
+        let sending = self.strays.tracked.sending(key.into_bytes());
+        let enqueued = self.enqueue_checked(req).await;
+        if let Ok(enq) = &enqueued {
+            sending.enqueued(enq.token as i64, enq.lost.clone());
         }
+        enqueued
+    }
+
+    fn set_orphan_sink(&self, sink: super::OrphanSink) {
+        let _ = self.strays.sink.set(sink);
     }
 
     async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
@@ -524,7 +551,7 @@ impl Backend for EtcdBackend {
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         let key = self.keys.entry(name, id);
         // Forget it first: our own delete must not look like a key deleted behind our back.
-        lock(&self.live).remove(key.as_bytes());
+        self.strays.tracked.removing(key.as_bytes());
         if self.closed.load(Ordering::Acquire) {
             return Ok(()); // close() ended the session, and every entry of it with the lease
         }
@@ -552,6 +579,9 @@ impl Backend for EtcdBackend {
             .ok_or_else(|| Error::NotFound(name.to_string()))?;
         let queue_prefix = self.keys.queue_prefix(name);
         let entries: Vec<_> = queue_of(&queue_prefix, &kvs).collect();
+        for (_, kv) in &entries {
+            self.strays.check(name, &queue_prefix, kv);
+        }
         let n = queue::holders(entries.iter().map(|(e, _)| *e), cap.capacity, cap.floor);
         let holders: Vec<Holder> = entries[..n]
             .iter()
@@ -688,7 +718,7 @@ impl Backend for EtcdBackend {
         // it within the TTL even if the revoke below never arrives.
         session.stop();
         session.lost.fire();
-        lock(&self.live).retain(|_, lost| !lost.is_lost());
+        self.strays.tracked.forget_lost();
         let lease = session.lease;
         let revoked = self
             .retry(

@@ -125,7 +125,12 @@ pub(super) struct WatchConfig {
     pub request_timeout: Duration,
     pub stats: Arc<RequestCounters>,
     pub on_delete: OnDelete,
+    /// Called with every queue entry the view sees written (to find strays: `strays.rs`).
+    pub on_put: OnPut,
 }
+
+/// See [`WatchConfig::on_put`].
+pub(super) type OnPut = Arc<dyn Fn(&KeyValue) + Send + Sync>;
 
 /// Pause before resuming a watch that broke (on the next member); doubled while resuming
 /// keeps failing, reset once a watch is created.
@@ -277,13 +282,17 @@ impl SemWatch {
             return;
         }
         let mut deleted = Vec::new();
+        let mut written = Vec::new();
         {
             let mut st = self.lock();
             for ev in events {
                 let Some(kv) = ev.kv() else { continue };
                 st.view.revision = st.view.revision.max(kv.mod_revision());
                 match ev.event_type() {
-                    EventType::Put => st.view.put(&cfg.cap_key, &cfg.queue_prefix, kv),
+                    EventType::Put => {
+                        st.view.put(&cfg.cap_key, &cfg.queue_prefix, kv);
+                        written.push(kv);
+                    }
                     EventType::Delete => {
                         st.view.delete(&cfg.cap_key, kv.key());
                         deleted.push(kv.key().to_vec());
@@ -292,6 +301,9 @@ impl SemWatch {
             }
             let st = &mut *st;
             st.waiters.resolve(&st.view);
+        }
+        for kv in written {
+            (cfg.on_put)(kv);
         }
         for key in deleted {
             (cfg.on_delete)(&key);
@@ -313,6 +325,9 @@ impl SemWatch {
         .map_err(|_| etcd_client::Error::WatchError("re-read timed out".into()))??;
         let revision = resp.header().map_or(0, |h| h.revision());
         let view = View::from_kvs(revision, &cfg.cap_key, &cfg.queue_prefix, resp.kvs());
+        for kv in resp.kvs() {
+            (cfg.on_put)(kv);
+        }
         let gone: Vec<Vec<u8>> = {
             let st = &mut *self.lock();
             let gone = st
