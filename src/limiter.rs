@@ -51,13 +51,34 @@ pub(crate) struct LimiterInner {
     closed: AtomicBool,
 }
 
+/// "Closed" has one owner, the Limiter: calls after [`Limiter::close`] are refused here, and a
+/// call the close cut short reports `Closed` whatever its backend said (a backend only stops:
+/// see `backend/stop.rs`).
 impl LimiterInner {
     pub(crate) fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.is_closed() {
             Err(Error::Closed)
         } else {
             Ok(())
         }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// `e`, or `Closed` if the Limiter was closed meanwhile (the close is why the call failed).
+    pub(crate) fn closed_or(&self, e: Error) -> Error {
+        if self.is_closed() {
+            Error::Closed
+        } else {
+            e
+        }
+    }
+
+    /// A backend call's result, with its error passed through [`closed_or`](Self::closed_or).
+    pub(crate) fn closed_or_result<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| self.closed_or(e))
     }
 }
 
@@ -117,10 +138,12 @@ impl Limiter {
         validate::name(name)?;
         validate::capacity(capacity)?;
         self.inner.check_open()?;
-        self.inner
+        let ensured = self
+            .inner
             .backend
             .ensure_semaphore(name, Some(capacity))
-            .await?;
+            .await;
+        self.inner.closed_or_result(ensured)?;
         Ok(Semaphore::new(self.inner.clone(), name))
     }
 
@@ -129,14 +152,16 @@ impl Limiter {
     pub async fn open_semaphore(&self, name: &str) -> Result<Semaphore> {
         validate::name(name)?;
         self.inner.check_open()?;
-        self.inner.backend.ensure_semaphore(name, None).await?;
+        let ensured = self.inner.backend.ensure_semaphore(name, None).await;
+        self.inner.closed_or_result(ensured)?;
         Ok(Semaphore::new(self.inner.clone(), name))
     }
 
     /// Names of every semaphore in the store (under this URL's prefix), sorted. Cancel-safe.
     pub async fn semaphores(&self) -> Result<Vec<String>> {
         self.inner.check_open()?;
-        self.inner.backend.list().await
+        let names = self.inner.backend.list().await;
+        self.inner.closed_or_result(names)
     }
 
     /// Owner label recorded with this Limiter's permits.

@@ -1,6 +1,6 @@
 //! `Semaphore`: acquire permits from one named semaphore.
 
-use crate::backend::{Enqueued, EntryRequest};
+use crate::backend::{Enqueued, EntryRequest, Outcome};
 use crate::error::{Error, Result};
 use crate::limiter::LimiterInner;
 use crate::permit::{EntryGuard, Permit};
@@ -210,7 +210,12 @@ impl Semaphore {
                 if !req.wait {
                     return Err(Error::NoPermits);
                 }
-                backend.wait_granted(&req, &enq).await?;
+                // The store's decision, or the session's loss, whichever comes first.
+                let outcome = tokio::select! {
+                    o = backend.wait_outcome(&req, &enq) => o?,
+                    _ = enq.lost.lost() => Outcome::Gone,
+                };
+                outcome.into_result(&req, &enq.lost)?;
             }
             Ok(enq)
         };
@@ -232,7 +237,7 @@ impl Semaphore {
             // bound; else in the background), so a caller that got Timeout or NoPermits blocks
             // nobody.
             Err(e) => Acquired {
-                result: Err(guard.fail(e, deadline).await),
+                result: Err(self.limiter.closed_or(guard.fail(e, deadline).await)),
                 store_answered: enqueued,
             },
         }
@@ -274,7 +279,8 @@ impl Semaphore {
     /// Reads capacity, usage, holders and waiters from the store. Cancel-safe.
     pub async fn status(&self) -> Result<Status> {
         self.limiter.check_open()?;
-        self.limiter.backend.status(&self.name).await
+        let status = self.limiter.backend.status(&self.name).await;
+        self.limiter.closed_or_result(status)
     }
 
     /// Changes the capacity for every client at once. Shrinking never revokes current holders;
@@ -282,9 +288,11 @@ impl Semaphore {
     pub async fn set_capacity(&self, capacity: u32) -> Result<()> {
         validate::capacity(capacity)?;
         self.limiter.check_open()?;
-        self.limiter
+        let set = self
+            .limiter
             .backend
             .set_capacity(&self.name, capacity)
-            .await
+            .await;
+        self.limiter.closed_or_result(set)
     }
 }

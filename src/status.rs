@@ -51,6 +51,31 @@ impl Holder {
     }
 }
 
+impl Status {
+    /// The status of a queue whose first `holders.len()` entries hold (in grant order, as
+    /// [`crate::queue::holders`] counts them) and whose other entries, `waiting`, wait. The one
+    /// place every backend builds a status; sums saturate.
+    pub fn from_queue(
+        name: &str,
+        capacity: u32,
+        holders: Vec<Holder>,
+        waiting: &[crate::queue::Entry],
+    ) -> Status {
+        Status {
+            name: name.to_string(),
+            capacity,
+            used: holders
+                .iter()
+                .fold(0u32, |sum, h| sum.saturating_add(h.permits)),
+            holders,
+            waiting: waiting.len(),
+            waiting_permits: waiting
+                .iter()
+                .fold(0u64, |sum, e| sum.saturating_add(u64::from(e.permits))),
+        }
+    }
+}
+
 pub(crate) fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -4,13 +4,16 @@
 //! change, calls [`Waiters::resolve`] once: it finds the holder boundary once and tells exactly
 //! the waiters whose fate is now decided. Nobody else wakes up.
 
+use crate::backend::EntryRequest;
+use crate::error::{Error, Result};
+use crate::lost::LostSignal;
 use crate::queue;
 use std::collections::HashMap;
 use tokio::sync::oneshot;
 
-/// What a waiter learns.
+/// What a waiter learns: the decided fate of one queue entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// The entry holds its permits.
     Granted,
     /// The entry is not in the queue any more (deleted, expired with its session).
@@ -21,8 +24,35 @@ pub(crate) enum Outcome {
     NoSemaphore,
 }
 
-/// A consistent picture of one semaphore, as far as deciding outcomes goes.
-pub(crate) trait QueueView {
+impl Outcome {
+    /// What the outcome means for the acquire waiting on entry `req` whose session signal is
+    /// `lost`: `Ok` when it holds. The one place that maps outcomes to errors, for every backend.
+    pub(crate) fn into_result(self, req: &EntryRequest, lost: &LostSignal) -> Result<()> {
+        match self {
+            // A grant seen after the session was lost is worth nothing: the store may already
+            // have handed the permits to someone else.
+            Outcome::Granted if !lost.is_lost() => Ok(()),
+            Outcome::Granted | Outcome::Gone => Err(Error::SessionLost),
+            Outcome::TooHeavy(capacity) => Err(Error::invalid(format!(
+                "capacity of {:?} fell to {capacity}, below the {} permits requested",
+                req.name, req.permits
+            ))),
+            Outcome::NoSemaphore => Err(Error::NotFound(req.name.clone())),
+        }
+    }
+}
+
+/// The error of an enqueue asking for more permits than the capacity it found.
+pub(crate) fn over_capacity(req: &EntryRequest, capacity: u32) -> Error {
+    Error::invalid(format!(
+        "requested {} permits but semaphore {:?} has capacity {capacity}",
+        req.permits, req.name
+    ))
+}
+
+/// A consistent picture of one semaphore, as far as deciding outcomes goes. A backend
+/// implements it for whatever holds its queue (the store itself, a watch-fed view).
+pub trait QueueView {
     /// Capacity and floor, or `None` if the semaphore does not exist.
     fn capacity(&self) -> Option<(u32, u64)>;
     /// Entries in token order.
@@ -63,19 +93,19 @@ fn decide(view: &impl QueueView, token: u64, permits: u32, last_holder: u64) -> 
 }
 
 /// The outcome for one entry now, or `None` while it must wait.
-pub(crate) fn outcome(view: &impl QueueView, token: u64, permits: u32) -> Option<Outcome> {
+pub fn outcome(view: &impl QueueView, token: u64, permits: u32) -> Option<Outcome> {
     decide(view, token, permits, last_holder(view))
 }
 
 /// Waiters registered by token.
 #[derive(Debug, Default)]
-pub(crate) struct Waiters {
+pub struct Waiters {
     waiting: HashMap<u64, (u32, oneshot::Sender<Outcome>)>,
 }
 
 impl Waiters {
     /// Registers entry `token`; the receiver gets its outcome (at once if already decided).
-    pub(crate) fn register(
+    pub fn register(
         &mut self,
         view: &impl QueueView,
         token: u64,
@@ -94,7 +124,7 @@ impl Waiters {
     }
 
     /// Tells every waiter whose outcome is now decided, and forgets it. Call after each change.
-    pub(crate) fn resolve(&mut self, view: &impl QueueView) {
+    pub fn resolve(&mut self, view: &impl QueueView) {
         if self.waiting.is_empty() {
             return;
         }
@@ -113,8 +143,13 @@ impl Waiters {
     }
 
     /// Number of registered waiters.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
     }
 }
 

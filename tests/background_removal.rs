@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
 use clusterlimit::backend::memory::MemoryBackend;
 use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
-use clusterlimit::backend::{Backend, Enqueued, EntryRequest};
+use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, Outcome};
 use clusterlimit::{Error, Limiter, LostSignal, RequestStats, Result, Status};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -35,8 +35,8 @@ impl Backend for RefusesRemovals {
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
         self.inner.enqueue(req).await
     }
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
-        self.inner.wait_granted(req, enq).await
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+        self.inner.wait_outcome(req, enq).await
     }
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         self.attempts.fetch_add(1, Relaxed);
@@ -69,6 +69,9 @@ impl Backend for RefusesRemovals {
     }
     async fn end_session(&self, session: &LostSignal) {
         self.inner.end_session(session).await
+    }
+    fn set_orphan_sink(&self, sink: OrphanSink) {
+        self.inner.set_orphan_sink(sink)
     }
     async fn close(&self) -> Result<()> {
         self.inner.close().await

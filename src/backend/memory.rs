@@ -3,7 +3,7 @@
 //! (see [`crate::queue`]), no lease: a session ends on `close()`, when its Limiter is dropped, or
 //! through [`expire_sessions`] (for testing how code reacts to a lost session).
 
-use super::{lock, Backend, Enqueued, EntryRequest};
+use super::{lock, Backend, Enqueued, EntryRequest, Stop};
 use crate::error::{Error, Result};
 use crate::lost::{Deadline, LostSignal};
 use crate::queue;
@@ -12,7 +12,6 @@ use crate::status::{unix_ms_now, Holder, Status};
 use crate::waiters::{self, Outcome, QueueView, Waiters};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -160,7 +159,7 @@ pub struct MemoryBackend {
     store: Arc<Store>,
     session: Mutex<(u64, LostSignal)>,
     stats: RequestCounters,
-    closed: AtomicBool,
+    stop: Stop,
 }
 
 impl MemoryBackend {
@@ -183,15 +182,7 @@ impl MemoryBackend {
             store,
             session: Mutex::new(session),
             stats: RequestCounters::default(),
-            closed: AtomicBool::new(false),
-        }
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::Closed)
-        } else {
-            Ok(())
+            stop: Stop::default(),
         }
     }
 
@@ -213,7 +204,7 @@ impl MemoryBackend {
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        self.check_open()?;
+        self.stop.check()?;
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
         if let Some(sem) = st.sems.get(name) {
@@ -232,16 +223,14 @@ impl Backend for MemoryBackend {
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
-        self.check_open()?;
+        // A session ended by close() must not be renewed.
+        self.stop.check()?;
         let (session, lost) = self.current_session();
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
         let sem = &mut st.sem(&req.name)?.queue;
         if req.permits > sem.capacity {
-            return Err(Error::invalid(format!(
-                "requested {} permits but semaphore {:?} has capacity {}",
-                req.permits, req.name, sem.capacity
-            )));
+            return Err(waiters::over_capacity(req, sem.capacity));
         }
         let token = match sem.by_id.get(&req.id) {
             Some(&t) => t,
@@ -270,25 +259,14 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
         let outcome = {
             let mut st = lock(&self.store.state);
             let sem = st.sem(&req.name)?;
             sem.waiters.register(&sem.queue, enq.token, req.permits)
         };
-        let closed_or_lost = || self.check_open().err().unwrap_or(Error::SessionLost);
-        tokio::select! {
-            o = outcome => match o {
-                Ok(Outcome::Granted) => Ok(()),
-                Ok(Outcome::TooHeavy(capacity)) => Err(Error::invalid(format!(
-                    "capacity of {:?} fell to {capacity}, below the {} permits requested",
-                    req.name, req.permits
-                ))),
-                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
-                Ok(Outcome::Gone) | Err(_) => Err(closed_or_lost()),
-            },
-            _ = enq.lost.lost() => Err(closed_or_lost()),
-        }
+        // A dropped sender: the store went away with its last Limiter, and the entry with it.
+        Ok(outcome.await.unwrap_or(Outcome::Gone))
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
@@ -301,11 +279,12 @@ impl Backend for MemoryBackend {
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        self.check_open()?;
+        self.stop.check()?;
         self.stats.count(RequestKind::Range);
         let mut st = lock(&self.store.state);
         let sem = &st.sem(name)?.queue;
-        let n = queue::holders(sem.entries(), sem.capacity, sem.floor);
+        let entries: Vec<queue::Entry> = sem.entries().collect();
+        let n = queue::holders(entries.iter().copied(), sem.capacity, sem.floor);
         let holders: Vec<Holder> = sem
             .entries
             .iter()
@@ -317,23 +296,16 @@ impl Backend for MemoryBackend {
                 since_unix_ms: e.since_unix_ms,
             })
             .collect();
-        Ok(Status {
-            name: name.to_string(),
-            capacity: sem.capacity,
-            used: holders.iter().map(|h| h.permits).sum(),
+        Ok(Status::from_queue(
+            name,
+            sem.capacity,
             holders,
-            waiting: sem.entries.len() - n,
-            waiting_permits: sem
-                .entries
-                .values()
-                .skip(n)
-                .map(|e| u64::from(e.permits))
-                .sum(),
-        })
+            &entries[n..],
+        ))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
-        self.check_open()?;
+        self.stop.check()?;
         self.stats.count(RequestKind::Txn);
         let mut st = lock(&self.store.state);
         let sem = st.sem(name)?;
@@ -346,7 +318,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        self.check_open()?;
+        self.stop.check()?;
         self.stats.count(RequestKind::Range);
         Ok(lock(&self.store.state).sems.keys().cloned().collect())
     }
@@ -377,14 +349,14 @@ impl Backend for MemoryBackend {
     }
 
     async fn close(&self) -> Result<()> {
-        self.closed.store(true, Ordering::Release);
+        self.stop.stop();
         self.stats.count(RequestKind::Lease);
         self.end_session();
         Ok(())
     }
 
     fn shutdown(&self) {
-        self.closed.store(true, Ordering::Release);
+        self.stop.stop();
         self.end_session();
     }
 }

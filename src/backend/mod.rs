@@ -21,7 +21,12 @@ mod capacity;
 pub mod etcd;
 pub mod memory;
 pub(crate) mod outage;
+pub(crate) mod retry;
+mod stop;
 pub mod zookeeper;
+
+pub use crate::waiters::{outcome, Outcome, QueueView, Waiters};
+pub(crate) use stop::Stop;
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
 /// half-done, and a poisoned lock must never turn into a panic of ours.
@@ -66,7 +71,7 @@ pub struct Enqueued {
 /// A store that keeps semaphores. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
 /// Every method must be bounded in time (a hung store yields an error, never a hang), except
-/// [`wait_granted`](Backend::wait_granted), which waits as long as the session lives.
+/// [`wait_outcome`](Backend::wait_outcome), which waits as long as the session lives.
 #[async_trait]
 pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Creates the semaphore with `capacity` if absent, or opens it. Returns the stored capacity.
@@ -79,10 +84,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Idempotent for the same `req.id`.
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued>;
 
-    /// Waits until the enqueued entry holds. `Err(SessionLost)` if its session is lost or the
-    /// entry vanished; `Err(InvalidArgument)` if the capacity fell below its weight.
+    /// Waits until the fate of the enqueued entry is decided and returns it (see [`Outcome`];
+    /// [`Waiters`] does the deciding from any [`QueueView`]). `Err` only when the backend can no
+    /// longer tell (its session or watch ended). The caller maps the outcome to the acquire's
+    /// result and also stops waiting when `enq.lost` fires, so a backend need not watch it.
     /// Cancel-safe: dropping the future leaves the entry queued (the caller removes it).
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()>;
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome>;
 
     /// Removes an entry (release or cancel). Removing an absent entry succeeds.
     async fn remove(&self, name: &str, id: &str) -> Result<()>;

@@ -14,14 +14,15 @@ mod session;
 mod strays;
 mod view;
 
-use super::{lock, Backend, Enqueued, EntryRequest};
+use super::retry::Attempts;
+use super::{lock, Backend, Enqueued, EntryRequest, Stop};
 use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
-use crate::waiters::Outcome;
+use crate::waiters::{self, Outcome};
 use async_trait::async_trait;
 use endpoints::Endpoints;
 use etcd_client::{
@@ -32,11 +33,9 @@ use keys::{queue_of, EntryValue, Keys};
 use session::Session;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use strays::Strays;
-use tokio_util::sync::CancellationToken;
 use view::{SemWatch, View, WatchConfig};
 
 /// Settings of the etcd backend.
@@ -65,16 +64,15 @@ pub struct EtcdBackend {
     /// can mark every permit lost, and an entry nobody owns is found: see `strays.rs`.)
     strays: Strays,
     watches: Mutex<HashMap<String, Arc<SemWatch>>>,
-    /// Stops every background task of this backend.
-    stop: CancellationToken,
-    closed: AtomicBool,
+    /// Set by close/shutdown: stops every background task and retry of this backend.
+    stop: Stop,
 }
 
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
             .field("config", &self.config)
-            .field("closed", &self.closed)
+            .field("stopped", &self.stop.is_stopped())
             .finish_non_exhaustive()
     }
 }
@@ -120,10 +118,16 @@ const SHORT_ATTEMPTS: u32 = 3;
 /// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).
 const STRAY_GRACE: Duration = Duration::from_millis(200);
 
-const RETRY_FIRST: Duration = Duration::from_millis(25);
-/// Cap of the pause between attempts: after a failover, the first retry that reaches the new
-/// leader comes at most this long after etcd can take writes again.
-const RETRY_MAX: Duration = Duration::from_millis(250);
+/// When a call's attempts stop early, besides the call's deadline (see [`Attempts`]).
+#[derive(Debug, Clone, Copy)]
+enum Until<'a> {
+    /// Only the deadline, or the backend's stop.
+    Deadline,
+    /// Also once this session is lost: a write bound to its lease is pointless then.
+    SessionLive(&'a LostSignal),
+    /// The close itself: goes on after the backend has stopped.
+    Closing,
+}
 
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
@@ -148,19 +152,10 @@ impl EtcdBackend {
             stats: Arc::new(RequestCounters::default()),
             session: tokio::sync::Mutex::new(None),
             watches: Mutex::new(HashMap::new()),
-            stop: CancellationToken::new(),
-            closed: AtomicBool::new(false),
+            stop: Stop::default(),
         };
         backend.session().await?;
         Ok(backend)
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::Closed)
-        } else {
-            Ok(())
-        }
     }
 
     /// The live session, or a new lease if the last one was lost.
@@ -172,20 +167,15 @@ impl EtcdBackend {
             }
             s.stop();
         }
-        self.check_open()?;
+        self.stop.check()?;
         // Retried like any request: a lease whose grant reply was lost holds no keys and
         // simply expires.
         let ttl = Session::ttl_secs(self.config.session_ttl);
         let (sent, granted) = self
-            .retry(
-                RequestKind::Lease,
-                || false,
-                false,
-                |c| async move {
-                    let sent = tokio::time::Instant::now();
-                    c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
-                },
-            )
+            .retry(RequestKind::Lease, |c| async move {
+                let sent = tokio::time::Instant::now();
+                c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
+            })
             .await?;
         let s = Session::start(
             self.endpoints.clone(),
@@ -200,34 +190,38 @@ impl EtcdBackend {
         Ok(s)
     }
 
-    /// Sends an idempotent request, retrying transient failures until the call's deadline
-    /// (`request_timeout` × 2 from now), until `give_up` says stop, or until the backend is
-    /// closed (unless `after_close`, for the close itself).
-    async fn retry<T, F, Fut>(
+    /// Sends an idempotent request, retrying transient failures under the shared policy
+    /// ([`Attempts`]) until the call's deadline or the backend's stop.
+    async fn retry<T, F, Fut>(&self, kind: RequestKind, op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        self.retry_until(kind, Until::Deadline, op).await
+    }
+
+    /// [`retry`](Self::retry), stopping also as `until` says.
+    async fn retry_until<T, F, Fut>(
         &self,
         kind: RequestKind,
-        give_up: impl Fn() -> bool,
-        after_close: bool,
+        until: Until<'_>,
         mut op: F,
     ) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout * 2;
+        let mut attempts = Attempts::new(self.config.request_timeout);
         let max_attempt = attempt_timeout(self.config.request_timeout);
         let mut bound = FIRST_ATTEMPT
             .max(self.endpoints.latency() * LATENCY_FACTOR)
             .min(max_attempt);
-        let mut pause = RETRY_FIRST;
-        let mut attempts = 0u32;
         let mut timeouts = 0u32;
         loop {
-            if !after_close {
-                self.check_open()?;
+            if !matches!(until, Until::Closing) {
+                self.stop.check()?;
             }
             self.stats.count(kind);
-            attempts += 1;
             let (member, client) = self.endpoints.pick();
             let sent = tokio::time::Instant::now();
             let mut timed_out = false;
@@ -252,16 +246,15 @@ impl EtcdBackend {
             };
             // Whatever failed here, the next attempt goes to another member.
             self.endpoints.failed(member);
-            if give_up() || tokio::time::Instant::now() + pause >= deadline {
+            if matches!(until, Until::SessionLive(lost) if lost.is_lost()) {
                 return Err(failure);
             }
-            tracing::debug!(error = %failure, attempts, "transient etcd failure; retrying");
             // After a timeout the time is spent already and the next member is another one:
             // ask at once. Fast failures (a member that refuses, no leader yet) back off.
-            if !timed_out {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
+            if !attempts.again(!timed_out).await {
+                return Err(failure);
             }
+            tracing::debug!(error = %failure, attempts = attempts.made(), "transient etcd failure; retrying");
         }
     }
 
@@ -269,15 +262,10 @@ impl EtcdBackend {
     async fn read_semaphore(&self, name: &str) -> Result<(i64, Vec<etcd_client::KeyValue>)> {
         let prefix = self.keys.sem_prefix(name);
         let mut resp = self
-            .retry(
-                RequestKind::Range,
-                || false,
-                false,
-                |c| {
-                    let prefix = prefix.clone();
-                    async move { kv(&c).get(prefix, Some(sorted_prefix())).await }
-                },
-            )
+            .retry(RequestKind::Range, |c| {
+                let prefix = prefix.clone();
+                async move { kv(&c).get(prefix, Some(sorted_prefix())).await }
+            })
             .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok((revision, resp.take_kvs()))
@@ -308,17 +296,11 @@ impl EtcdBackend {
                 TxnOp::get(key.clone(), None),
                 TxnOp::get(sem_prefix, Some(sorted_prefix())),
             ]);
-        let lost = session.lost.clone();
         let resp = self
-            .retry(
-                RequestKind::Txn,
-                || lost.is_lost(),
-                false,
-                |c| {
-                    let t = txn.clone();
-                    async move { kv(&c).txn(t).await }
-                },
-            )
+            .retry_until(RequestKind::Txn, Until::SessionLive(&session.lost), |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
             .await
             .map_err(|e| {
                 if session.lost.is_lost() {
@@ -348,10 +330,7 @@ impl EtcdBackend {
             .and_then(|kv| CapValue::parse(kv.value()))
             .ok_or_else(|| Error::NotFound(req.name.clone()))?;
         if req.permits > cap.capacity {
-            return Err(Error::invalid(format!(
-                "requested {} permits but semaphore {:?} has capacity {}",
-                req.permits, req.name, cap.capacity
-            )));
+            return Err(waiters::over_capacity(req, cap.capacity));
         }
         let queue_prefix = self.keys.queue_prefix(&req.name);
         let granted = queue::holds(
@@ -425,8 +404,7 @@ impl EtcdBackend {
     }
 
     fn end_locally(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.stop.cancel();
+        self.stop.stop();
         self.strays.tracked.end_all();
     }
 }
@@ -458,12 +436,10 @@ fn get_kvs(resp: Option<&TxnOpResponse>) -> &[etcd_client::KeyValue] {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        self.check_open()?;
         let cap_key = self.keys.cap(name);
-        let give_up = || false;
         let Some(requested) = capacity else {
             let resp = self
-                .retry(RequestKind::Range, give_up, false, |mut c| {
+                .retry(RequestKind::Range, |mut c| {
                     let k = cap_key.clone();
                     async move { c.get(k, None).await }
                 })
@@ -489,7 +465,7 @@ impl Backend for EtcdBackend {
             ])
             .or_else([TxnOp::get(cap_key.clone(), None)]);
         let resp = self
-            .retry(RequestKind::Txn, give_up, false, |mut c| {
+            .retry(RequestKind::Txn, |mut c| {
                 let t = txn.clone();
                 async move { c.txn(t).await }
             })
@@ -512,7 +488,6 @@ impl Backend for EtcdBackend {
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
-        self.check_open()?;
         let key = self.keys.entry(&req.name, &req.id);
         // In flight until it ends, however it ends (this future may be dropped mid-request).
         let sending = self.strays.tracked.sending(key.into_bytes());
@@ -527,49 +502,35 @@ impl Backend for EtcdBackend {
         let _ = self.strays.sink.set(sink);
     }
 
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
-        let closed_or_lost = || self.check_open().err().unwrap_or(Error::SessionLost);
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
         let watch = match lock(&self.watches).get(&req.name) {
             Some(w) if !w.is_stopped() => w.clone(),
-            _ => return Err(closed_or_lost()),
+            // Stopped with the backend or its session: the entry went with the lease.
+            _ => return Err(Error::SessionLost),
         };
-        let outcome = watch.register(enq.token, req.permits);
-        tokio::select! {
-            o = outcome => match o {
-                Ok(Outcome::Granted) if !enq.lost.is_lost() => Ok(()),
-                Ok(Outcome::Granted | Outcome::Gone) | Err(_) => Err(closed_or_lost()),
-                Ok(Outcome::TooHeavy(cap)) => Err(Error::invalid(format!(
-                    "capacity of {:?} fell to {cap}, below the {} permits requested",
-                    req.name, req.permits
-                ))),
-                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
-            },
-            _ = enq.lost.lost() => Err(closed_or_lost()),
-        }
+        // A watch that stops drops its waiters: the entry's fate is unknown, its session gone.
+        watch
+            .register(enq.token, req.permits)
+            .await
+            .map_err(|_| Error::SessionLost)
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         let key = self.keys.entry(name, id);
         // Forget it first: our own delete must not look like a key deleted behind our back.
         self.strays.tracked.removing(key.as_bytes());
-        if self.closed.load(Ordering::Acquire) {
+        if self.stop.is_stopped() {
             return Ok(()); // close() ended the session, and every entry of it with the lease
         }
-        self.retry(
-            RequestKind::Delete,
-            || false,
-            false,
-            |mut c| {
-                let k = key.clone();
-                async move { c.delete(k, None).await }
-            },
-        )
+        self.retry(RequestKind::Delete, |mut c| {
+            let k = key.clone();
+            async move { c.delete(k, None).await }
+        })
         .await?;
         Ok(())
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        self.check_open()?;
         let (_, kvs) = self.read_semaphore(name).await?;
         let cap_key = self.keys.cap(name);
         let cap = kvs
@@ -595,23 +556,17 @@ impl Backend for EtcdBackend {
                 }
             })
             .collect();
-        Ok(Status {
-            name: name.to_string(),
-            capacity: cap.capacity,
-            used: holders
-                .iter()
-                .fold(0u32, |a, h| a.saturating_add(h.permits)),
-            holders,
-            waiting: entries.len() - n,
-            waiting_permits: entries[n..].iter().map(|(e, _)| u64::from(e.permits)).sum(),
-        })
+        let waiting: Vec<queue::Entry> = entries[n..].iter().map(|(e, _)| *e).collect();
+        Ok(Status::from_queue(name, cap.capacity, holders, &waiting))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
-        self.check_open()?;
         let cap_key = self.keys.cap(name);
         let queue_prefix = self.keys.queue_prefix(name);
-        for _ in 0..20 {
+        // Read, compute, compare-and-set; a write that lost a race reads again (a retried
+        // write whose first attempt was applied finds its own capacity and writes it again).
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
             let (revision, kvs) = self.read_semaphore(name).await?;
             let Some(cap_kv) = kvs.iter().find(|kv| kv.key() == cap_key.as_bytes()) else {
                 return Err(Error::NotFound(name.to_string()));
@@ -641,40 +596,33 @@ impl Backend for EtcdBackend {
                 CapValue { capacity, floor }.encode(),
                 None,
             )]);
-            self.stats.count(RequestKind::Txn);
-            let (member, mut client) = self.endpoints.pick();
-            let resp = match client.txn(txn).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.endpoints.failed(member);
-                    return Err(Error::store(e));
-                }
-            };
+            let resp = self
+                .retry(RequestKind::Txn, |mut c| {
+                    let t = txn.clone();
+                    async move { c.txn(t).await }
+                })
+                .await?;
             if resp.succeeded() {
                 return Ok(());
             }
+            if !attempts.again(true).await {
+                return Err(Error::store(format!(
+                    "semaphore {name:?} kept changing; capacity not set, try again"
+                )));
+            }
         }
-        Err(Error::store(format!(
-            "semaphore {name:?} kept changing; capacity not set, try again"
-        )))
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        self.check_open()?;
         let prefix = self.keys.names_prefix();
         let resp = self
-            .retry(
-                RequestKind::Range,
-                || false,
-                false,
-                |mut c| {
-                    let p = prefix.clone();
-                    async move {
-                        c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                            .await
-                    }
-                },
-            )
+            .retry(RequestKind::Range, |mut c| {
+                let p = prefix.clone();
+                async move {
+                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
             .await?;
         let mut names: Vec<String> = resp
             .kvs()
@@ -721,12 +669,9 @@ impl Backend for EtcdBackend {
         self.strays.tracked.forget_lost();
         let lease = session.lease;
         let revoked = self
-            .retry(
-                RequestKind::Lease,
-                || false,
-                false,
-                |c| async move { c.lease_client().revoke(lease).await },
-            )
+            .retry(RequestKind::Lease, |c| async move {
+                c.lease_client().revoke(lease).await
+            })
             .await;
         if let Err(e) = revoked {
             tracing::warn!(lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
@@ -744,12 +689,9 @@ impl Backend for EtcdBackend {
         // Retried through a failover; "not found" means it is already gone, which is the goal.
         let lease = session.lease;
         let revoked = self
-            .retry(
-                RequestKind::Lease,
-                || false,
-                true,
-                |c| async move { c.lease_client().revoke(lease).await },
-            )
+            .retry_until(RequestKind::Lease, Until::Closing, |c| async move {
+                c.lease_client().revoke(lease).await
+            })
             .await;
         match revoked {
             Ok(_) | Err(Error::SessionLost) => Ok(()),

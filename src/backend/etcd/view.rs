@@ -242,7 +242,7 @@ impl SemWatch {
                 // Quiet and nobody waiting: a stale watch costs nothing yet, so no probe
                 // (an idle Limiter sends nothing); a waiter that registers gets one within
                 // `quiet`.
-                Err(_) if self.lock().waiters.len() == 0 => continue,
+                Err(_) if self.lock().waiters.is_empty() => continue,
                 Err(_) => {
                     // Not counted in RequestStats: a liveness probe like an HTTP/2 ping,
                     // not a request of any operation.

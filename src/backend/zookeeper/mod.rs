@@ -22,7 +22,8 @@ mod nodes;
 mod session;
 mod view;
 
-use super::{lock, Backend, Enqueued, EntryRequest};
+use super::retry::Attempts;
+use super::{lock, Backend, Enqueued, EntryRequest, Stop};
 use crate::backend::capacity::CapValue;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
@@ -31,21 +32,17 @@ use crate::queue;
 use crate::release::GIVE_UP_AFTER_TTLS;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
-use crate::waiters::Outcome;
+use crate::waiters::{self, Outcome};
 use async_trait::async_trait;
 use nodes::{EntryData, EntryName, Paths};
 use session::{SessionConfig, ZkSession};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use view::{EntryEvents, SemView, ViewConfig};
 use zookeeper_client::{self as zk, Acls, CreateMode};
-
-/// Pause before a release interrupted by a connection error is sent again.
-const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Settings of the ZooKeeper backend.
 #[derive(Debug, Clone)]
@@ -68,14 +65,15 @@ pub struct ZkBackend {
     stats: Arc<RequestCounters>,
     session: tokio::sync::Mutex<Option<Arc<ZkSession>>>,
     entries: Arc<Entries>,
-    closed: AtomicBool,
+    /// Set by close/shutdown: no new session starts.
+    stop: Stop,
 }
 
 impl std::fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkBackend")
             .field("config", &self.config)
-            .field("closed", &self.closed)
+            .field("stopped", &self.stop.is_stopped())
             .finish_non_exhaustive()
     }
 }
@@ -155,7 +153,7 @@ impl ZkBackend {
             stats: Arc::new(RequestCounters::default()),
             session: tokio::sync::Mutex::new(None),
             entries: Arc::new(Entries::default()),
-            closed: AtomicBool::new(false),
+            stop: Stop::default(),
         };
         let session = backend.session().await?;
         let client = session.client()?;
@@ -170,19 +168,6 @@ impl ZkBackend {
         Ok(backend)
     }
 
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// `Closed` after close, else `SessionLost`: what a call cut short by the session reports.
-    fn closed_or_lost(&self) -> Error {
-        self.check_open().err().unwrap_or(Error::SessionLost)
-    }
-
     /// The live session, or a new one if the last one was lost.
     async fn session(&self) -> Result<Arc<ZkSession>> {
         let mut current = self.session.lock().await;
@@ -195,7 +180,7 @@ impl ZkBackend {
             lock(&self.entries.in_doubt).clear();
             lock(&self.entries.abandoned).clear();
         }
-        self.check_open()?;
+        self.stop.check()?;
         let s = ZkSession::connect(SessionConfig {
             hosts: &self.hosts,
             probe_path: self.paths.root(),
@@ -355,7 +340,7 @@ impl ZkBackend {
         req: &EntryRequest,
     ) -> Result<(u64, String)> {
         let client = session.client()?;
-        let deadline = Instant::now() + self.config.request_timeout * 2;
+        let deadline = Attempts::new(self.config.request_timeout).deadline();
         loop {
             let snapshots = view.snapshots();
             match self.create_once(&client, req, deadline).await? {
@@ -418,7 +403,7 @@ impl ZkBackend {
     }
 
     fn end_locally(&self) {
-        self.closed.store(true, Ordering::Release);
+        self.stop.stop();
         for (_, l) in lock(&self.entries.live).drain() {
             l.lost.fire();
         }
@@ -450,7 +435,6 @@ fn not_found_as(e: Error, name: &str) -> Error {
 #[async_trait]
 impl Backend for ZkBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        self.check_open()?;
         let session = self.session().await?;
         let known = {
             let views = session.views.lock().await;
@@ -504,7 +488,6 @@ impl Backend for ZkBackend {
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
-        self.check_open()?;
         let session = self.session().await?;
         let view = self.view(&session, &req.name).await?;
         // The weight is checked once the view has applied every change made before our entry
@@ -532,14 +515,13 @@ impl Backend for ZkBackend {
         }
         let granted = match view.outcome(token, req.permits) {
             Some(Outcome::Granted) => true,
-            Some(Outcome::TooHeavy(cap)) => {
-                return Err(Error::invalid(format!(
-                    "requested {} permits but semaphore {:?} has capacity {cap}",
-                    req.permits, req.name
-                )))
+            Some(Outcome::TooHeavy(cap)) => return Err(waiters::over_capacity(req, cap)),
+            Some(other) => {
+                return Err(other
+                    .into_result(req, &lost)
+                    .err()
+                    .unwrap_or(Error::SessionLost))
             }
-            Some(Outcome::NoSemaphore) => return Err(Error::NotFound(req.name.clone())),
-            Some(Outcome::Gone) => return Err(self.closed_or_lost()),
             None => false,
         };
         Ok(Enqueued {
@@ -549,9 +531,9 @@ impl Backend for ZkBackend {
         })
     }
 
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
         if enq.lost.is_lost() {
-            return Err(self.closed_or_lost());
+            return Err(Error::SessionLost);
         }
         // The session is the entry's own: a lost session would have fired `enq.lost`.
         let session = self.session.lock().await.clone();
@@ -560,27 +542,18 @@ impl Backend for ZkBackend {
             None => None,
         };
         let Some(view) = view else {
-            return Err(self.closed_or_lost());
+            return Err(Error::SessionLost);
         };
-        let outcome = view.register(enq.token, req.permits);
-        tokio::select! {
-            o = outcome => match o {
-                Ok(Outcome::Granted) if !enq.lost.is_lost() => Ok(()),
-                Ok(Outcome::Granted | Outcome::Gone) | Err(_) => Err(self.closed_or_lost()),
-                Ok(Outcome::TooHeavy(cap)) => Err(Error::invalid(format!(
-                    "capacity of {:?} fell to {cap}, below the {} permits requested",
-                    req.name, req.permits
-                ))),
-                Ok(Outcome::NoSemaphore) => Err(Error::NotFound(req.name.clone())),
-            },
-            _ = enq.lost.lost() => Err(self.closed_or_lost()),
-        }
+        // A view that stops (its session ended) drops its waiters.
+        view.register(enq.token, req.permits)
+            .await
+            .map_err(|_| Error::SessionLost)
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         // Forget it first: our own delete must not look like a node deleted behind our back.
         let live = lock(&self.entries.live).remove(id);
-        if self.closed.load(Ordering::Acquire) {
+        if self.stop.is_stopped() {
             return Ok(()); // close() ended the session, and every node of it
         }
         if live.as_ref().is_some_and(|l| l.lost.is_lost()) {
@@ -609,7 +582,7 @@ impl Backend for ZkBackend {
         // A delete is idempotent (NoNode: done), so a connection broken under it (a failover,
         // a blip) is retried on the reconnected client, within the call's deadline and while
         // the session lives.
-        let deadline = Instant::now() + self.config.request_timeout * 2;
+        let mut attempts = Attempts::new(self.config.request_timeout);
         loop {
             let e = match self
                 .call(RequestKind::Delete, client.delete(&path, None))
@@ -621,19 +594,14 @@ impl Backend for ZkBackend {
             };
             let broken = matches!(&e, Error::Store(inner)
                 if inner.downcast_ref::<zk::Error>().is_some_and(view::is_connection_error));
-            if !broken
-                || session.lost().is_lost()
-                || Instant::now() + DELETE_RETRY_PAUSE >= deadline
-            {
+            if !broken || session.lost().is_lost() || !attempts.again(true).await {
                 return Err(e);
             }
             tracing::debug!(%path, error = %e, "release interrupted by a connection error; retrying");
-            tokio::time::sleep(DELETE_RETRY_PAUSE).await;
         }
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        self.check_open()?;
         let session = self.session().await?;
         let client = session.client()?;
         // The queue first, then the capacity: never a capacity older than the queue.
@@ -668,24 +636,22 @@ impl Backend for ZkBackend {
                     .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
             });
         }
-        Ok(Status {
-            name: name.to_string(),
-            capacity: cap.capacity,
-            used: holders
-                .iter()
-                .fold(0u32, |a, h| a.saturating_add(h.permits)),
+        Ok(Status::from_queue(
+            name,
+            cap.capacity,
             holders,
-            waiting: entries.len() - n,
-            waiting_permits: entries[n..].iter().map(|e| u64::from(e.permits)).sum(),
-        })
+            &entries[n..],
+        ))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
-        self.check_open()?;
         let session = self.session().await?;
         let client = session.client()?;
         let path = self.paths.semaphore(name);
-        for _ in 0..20 {
+        // Read, compute, compare-and-set (on the data version); a write that lost a race reads
+        // again.
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
             let (old, version) = self.read_capacity(&client, name).await?;
             let mut writer = client.new_multi_writer();
             let mut floor = old.floor;
@@ -719,14 +685,15 @@ impl Backend for ZkBackend {
                 Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
                 Err(e) => return Err(not_found_as(e, name)),
             }
+            if !attempts.again(true).await {
+                return Err(Error::store(format!(
+                    "semaphore {name:?} kept changing; capacity not set, try again"
+                )));
+            }
         }
-        Err(Error::store(format!(
-            "semaphore {name:?} kept changing; capacity not set, try again"
-        )))
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        self.check_open()?;
         let session = self.session().await?;
         let client = session.client()?;
         let dir = self.paths.semaphores();
