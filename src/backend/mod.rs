@@ -22,10 +22,12 @@ pub mod etcd;
 pub mod memory;
 pub(crate) mod outage;
 pub(crate) mod retry;
+mod session_slot;
 mod stop;
 pub mod zookeeper;
 
 pub use crate::waiters::{outcome, Outcome, QueueView, Waiters};
+pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave

@@ -15,7 +15,7 @@ mod strays;
 mod view;
 
 use super::retry::Attempts;
-use super::{lock, Backend, Enqueued, EntryRequest, Stop};
+use super::{lock, Backend, Enqueued, EntryRequest, SessionSlot, Stop};
 use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
@@ -57,7 +57,7 @@ pub struct EtcdBackend {
     keys: Keys,
     config: EtcdConfig,
     stats: Arc<RequestCounters>,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    session: SessionSlot<Session>,
     /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
     /// `lost()` and `close()` can mark every permit lost.
     /// (Entries held or in flight, so a key deleted behind our back fires `lost()`, `close()`
@@ -150,7 +150,7 @@ impl EtcdBackend {
             strays: Strays::new(STRAY_GRACE),
             config,
             stats: Arc::new(RequestCounters::default()),
-            session: tokio::sync::Mutex::new(None),
+            session: SessionSlot::default(),
             watches: Mutex::new(HashMap::new()),
             stop: Stop::default(),
         };
@@ -160,14 +160,13 @@ impl EtcdBackend {
 
     /// The live session, or a new lease if the last one was lost.
     async fn session(&self) -> Result<Arc<Session>> {
-        let mut current = self.session.lock().await;
-        if let Some(s) = current.as_ref() {
-            if !s.lost.is_lost() {
-                return Ok(s.clone());
-            }
-            s.stop();
-        }
-        self.stop.check()?;
+        self.session
+            .live_or_start(&self.stop, |_| {}, || self.start_session())
+            .await
+    }
+
+    /// Grants a lease and starts its keeper.
+    async fn start_session(&self) -> Result<Arc<Session>> {
         // Retried like any request: a lease whose grant reply was lost holds no keys and
         // simply expires.
         let ttl = Session::ttl_secs(self.config.session_ttl);
@@ -185,9 +184,24 @@ impl EtcdBackend {
             self.config.request_timeout,
             self.stats.clone(),
         );
-        *current = Some(s.clone());
         *lock(&self.strays.session) = Some((s.lease, s.lost.clone()));
         Ok(s)
+    }
+
+    /// Asks etcd to end the lease of a session already ended locally (retried through a
+    /// failover; etcd expires it within the TTL anyway, as nothing keeps it alive).
+    async fn revoke(&self, session: &Session, until: Until<'_>) -> Result<()> {
+        let lease = session.lease;
+        let revoked = self
+            .retry_until(RequestKind::Lease, until, |c| async move {
+                c.lease_client().revoke(lease).await
+            })
+            .await;
+        match revoked {
+            // "Not found": it is gone already, which is the goal.
+            Ok(_) | Err(Error::SessionLost) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends an idempotent request, retrying transient failures under the shared policy
@@ -644,70 +658,30 @@ impl Backend for EtcdBackend {
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {
-        let current = self.session.lock().await;
-        current
-            .as_ref()
-            .filter(|s| !s.lost.is_lost())
-            .map(|s| s.lost.clone())
+        self.session.live_signal().await
     }
 
     async fn end_session(&self, of: &LostSignal) {
-        let ended = {
-            let mut current = self.session.lock().await;
-            match current.as_ref() {
-                Some(s) if s.lost.same_session(of) => current.take(),
-                _ => None,
-            }
-        };
-        let Some(session) = ended else {
+        let Some(session) = self.session.end_if_current(of).await else {
             return;
         };
-        // The keeper stops first: from now on nothing keeps the lease alive, so etcd expires
-        // it within the TTL even if the revoke below never arrives.
-        session.stop();
-        session.lost.fire();
         self.strays.tracked.forget_lost();
-        let lease = session.lease;
-        let revoked = self
-            .retry(RequestKind::Lease, |c| async move {
-                c.lease_client().revoke(lease).await
-            })
-            .await;
-        if let Err(e) = revoked {
-            tracing::warn!(lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
+        if let Err(e) = self.revoke(&session, Until::Deadline).await {
+            tracing::warn!(lease = session.lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
         }
     }
 
     async fn close(&self) -> Result<()> {
         self.end_locally();
-        let session = self.session.lock().await.take();
-        let Some(session) = session else {
-            return Ok(());
-        };
-        session.stop();
-        session.lost.fire();
-        // Retried through a failover; "not found" means it is already gone, which is the goal.
-        let lease = session.lease;
-        let revoked = self
-            .retry_until(RequestKind::Lease, Until::Closing, |c| async move {
-                c.lease_client().revoke(lease).await
-            })
-            .await;
-        match revoked {
-            Ok(_) | Err(Error::SessionLost) => Ok(()),
-            Err(e) => Err(e),
+        match self.session.end().await {
+            Some(session) => self.revoke(&session, Until::Closing).await,
+            None => Ok(()),
         }
     }
 
     fn shutdown(&self) {
         self.end_locally();
-        let session = match self.session.try_lock() {
-            Ok(mut s) => s.take(),
-            Err(_) => None,
-        };
-        if let Some(session) = session {
-            session.stop();
-            session.lost.fire();
+        if let Some(session) = self.session.try_end() {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 let (_, client) = self.endpoints.pick();
                 let timeout = self.config.request_timeout;

@@ -70,6 +70,19 @@ impl Session {
     }
 }
 
+impl crate::backend::StoreSession for Session {
+    fn lost(&self) -> &LostSignal {
+        &self.lost
+    }
+
+    /// The keeper stops first: from then on nothing keeps the lease alive, so etcd expires it
+    /// within the TTL even if no revoke ever arrives.
+    fn end_locally(&self) {
+        self.stop();
+        self.lost.fire();
+    }
+}
+
 /// An open keepalive stream and the member it is on.
 type Stream = (usize, LeaseKeeper, LeaseKeepAliveStream);
 

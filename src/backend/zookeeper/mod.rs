@@ -23,7 +23,7 @@ mod session;
 mod view;
 
 use super::retry::Attempts;
-use super::{lock, Backend, Enqueued, EntryRequest, Stop};
+use super::{lock, Backend, Enqueued, EntryRequest, SessionSlot, Stop};
 use crate::backend::capacity::CapValue;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
@@ -63,7 +63,7 @@ pub struct ZkBackend {
     hosts: String,
     paths: Paths,
     stats: Arc<RequestCounters>,
-    session: tokio::sync::Mutex<Option<Arc<ZkSession>>>,
+    session: SessionSlot<ZkSession>,
     entries: Arc<Entries>,
     /// Set by close/shutdown: no new session starts.
     stop: Stop,
@@ -96,6 +96,15 @@ struct LiveEntry {
 }
 
 type Reaper = Arc<dyn Fn(String) + Send + Sync>;
+
+impl Entries {
+    /// Forgets what belonged to a session that ended: its nodes went with it.
+    fn forget_session(&self) {
+        lock(&self.live).retain(|_, e| !e.lost.is_lost());
+        lock(&self.in_doubt).clear();
+        lock(&self.abandoned).clear();
+    }
+}
 
 impl EntryEvents for Entries {
     fn appeared(&self, semaphore: &str, node: &str) {
@@ -151,7 +160,7 @@ impl ZkBackend {
             paths: Paths::new(&config.root),
             config,
             stats: Arc::new(RequestCounters::default()),
-            session: tokio::sync::Mutex::new(None),
+            session: SessionSlot::default(),
             entries: Arc::new(Entries::default()),
             stop: Stop::default(),
         };
@@ -170,28 +179,22 @@ impl ZkBackend {
 
     /// The live session, or a new one if the last one was lost.
     async fn session(&self) -> Result<Arc<ZkSession>> {
-        let mut current = self.session.lock().await;
-        if let Some(s) = current.as_ref() {
-            if !s.lost().is_lost() {
-                return Ok(s.clone());
-            }
-            s.end();
-            // Entries of the old session are gone with it.
-            lock(&self.entries.in_doubt).clear();
-            lock(&self.entries.abandoned).clear();
-        }
-        self.stop.check()?;
-        let s = ZkSession::connect(SessionConfig {
-            hosts: &self.hosts,
-            probe_path: self.paths.root(),
-            session_timeout: self.config.session_timeout,
-            request_timeout: self.config.request_timeout,
-            stats: self.stats.clone(),
-        })
-        .await?;
-        *lock(&self.entries.reaper) = Some(self.reaper(&s)?);
-        *current = Some(s.clone());
-        Ok(s)
+        // Entries of a replaced session are gone with it.
+        let forget = |_: &ZkSession| self.entries.forget_session();
+        self.session
+            .live_or_start(&self.stop, forget, || async {
+                let s = ZkSession::connect(SessionConfig {
+                    hosts: &self.hosts,
+                    probe_path: self.paths.root(),
+                    session_timeout: self.config.session_timeout,
+                    request_timeout: self.config.request_timeout,
+                    stats: self.stats.clone(),
+                })
+                .await?;
+                *lock(&self.entries.reaper) = Some(self.reaper(&s)?);
+                Ok(s)
+            })
+            .await
     }
 
     /// Deletes the nodes of abandoned requests in the background, under the rule of
@@ -536,7 +539,7 @@ impl Backend for ZkBackend {
             return Err(Error::SessionLost);
         }
         // The session is the entry's own: a lost session would have fired `enq.lost`.
-        let session = self.session.lock().await.clone();
+        let session = self.session.current().await;
         let view = match session {
             Some(s) => s.views.lock().await.get(&req.name).cloned(),
             None => None,
@@ -718,50 +721,27 @@ impl Backend for ZkBackend {
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {
-        let current = self.session.lock().await;
-        current
-            .as_ref()
-            .filter(|s| !s.lost().is_lost())
-            .map(|s| s.lost().clone())
+        self.session.live_signal().await
     }
 
     async fn end_session(&self, of: &LostSignal) {
-        let ended = {
-            let mut current = self.session.lock().await;
-            match current.as_ref() {
-                Some(s) if s.lost().same_session(of) => current.take(),
-                _ => None,
-            }
-        };
-        let Some(session) = ended else {
-            return;
-        };
-        // Dropping the client closes the session on the server (every node of it goes); if the
-        // close does not arrive, nothing keeps the session alive and the server expires it.
-        self.stats.count(RequestKind::Lease);
-        session.end();
-        lock(&self.entries.live).retain(|_, e| !e.lost.is_lost());
-        lock(&self.entries.in_doubt).clear();
-        lock(&self.entries.abandoned).clear();
+        // Ending it locally drops the client, which closes the session on the server.
+        if self.session.end_if_current(of).await.is_some() {
+            self.stats.count(RequestKind::Lease);
+            self.entries.forget_session();
+        }
     }
 
     async fn close(&self) -> Result<()> {
         self.end_locally();
-        let session = self.session.lock().await.take();
-        if let Some(s) = session {
-            // Dropping the client closes the session on the server: every node of it goes.
+        if self.session.end().await.is_some() {
             self.stats.count(RequestKind::Lease);
-            s.end();
         }
         Ok(())
     }
 
     fn shutdown(&self) {
         self.end_locally();
-        if let Ok(mut s) = self.session.try_lock() {
-            if let Some(s) = s.take() {
-                s.end();
-            }
-        }
+        self.session.try_end();
     }
 }

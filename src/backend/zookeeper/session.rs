@@ -130,6 +130,18 @@ impl ZkSession {
     }
 }
 
+impl crate::backend::StoreSession for ZkSession {
+    fn lost(&self) -> &LostSignal {
+        ZkSession::lost(self)
+    }
+
+    /// Dropping the client closes the session on the server (every node of it goes); if the
+    /// close does not arrive, nothing keeps the session alive and the server expires it.
+    fn end_locally(&self) {
+        self.end();
+    }
+}
+
 /// Ends one session from a background task (see [`ZkSession::end`]) without keeping it open.
 #[derive(Debug, Clone)]
 pub(super) struct SessionEnd(Arc<Shared>);
