@@ -96,6 +96,9 @@ pub(crate) const FAILED_ENTRY_REMOVAL_WAIT: Duration = Duration::from_secs(1);
 /// How long past its deadline a timed acquire may wait for the removal of its entry: the
 /// call's promise is to return within its timeout plus this.
 pub(crate) const TIMEOUT_OVERRUN: Duration = Duration::from_millis(40);
+// `acquire_timeout(d)` returns within d + 100 ms (docs/design.md, "Timing rules").
+const _: () = assert!(TIMEOUT_OVERRUN.as_millis() < 100);
+const _: () = assert!(TIMEOUT_OVERRUN.as_millis() < FAILED_ENTRY_REMOVAL_WAIT.as_millis());
 
 impl Drop for EntryGuard {
     fn drop(&mut self) {

@@ -114,6 +114,11 @@ fn attempt_timeout(request_timeout: Duration) -> Duration {
 const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
 const LATENCY_FACTOR: u32 = 4;
 const SHORT_ATTEMPTS: u32 = 3;
+// Three short attempts fit in one call's deadline with the default request timeout.
+const _: () = assert!(
+    FIRST_ATTEMPT.as_millis() * (SHORT_ATTEMPTS as u128)
+        < crate::limiter::DEFAULT_REQUEST_TIMEOUT.as_millis()
+);
 
 /// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).
 const STRAY_GRACE: Duration = Duration::from_millis(200);
@@ -270,6 +275,15 @@ impl EtcdBackend {
             }
             tracing::debug!(error = %failure, attempts = attempts.made(), "transient etcd failure; retrying");
         }
+    }
+
+    /// Sends a Txn whose retry is harmless (its compares make a repeated apply a no-op).
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.retry(RequestKind::Txn, |mut c| {
+            let t = txn.clone();
+            async move { c.txn(t).await }
+        })
+        .await
     }
 
     /// Reads the semaphore's prefix sorted by create revision: (revision, kvs).
@@ -478,12 +492,7 @@ impl Backend for EtcdBackend {
                 TxnOp::put(index, "", None),
             ])
             .or_else([TxnOp::get(cap_key.clone(), None)]);
-        let resp = self
-            .retry(RequestKind::Txn, |mut c| {
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await?;
+        let resp = self.txn(txn).await?;
         if resp.succeeded() {
             return Ok(requested);
         }
@@ -610,12 +619,7 @@ impl Backend for EtcdBackend {
                 CapValue { capacity, floor }.encode(),
                 None,
             )]);
-            let resp = self
-                .retry(RequestKind::Txn, |mut c| {
-                    let t = txn.clone();
-                    async move { c.txn(t).await }
-                })
-                .await?;
+            let resp = self.txn(txn).await?;
             if resp.succeeded() {
                 return Ok(());
             }
