@@ -54,7 +54,7 @@ pub use permit::Permit;
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
-pub use store_url::StoreUrl;
+pub use store_url::{redact, EtcdUser, StoreUrl, TlsFiles};
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]

@@ -263,24 +263,47 @@ impl LimiterBuilder {
         }
         let backend: Arc<dyn Backend> = match StoreUrl::parse(&self.url)? {
             StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
-            StoreUrl::Etcd { endpoints, prefix } => Arc::new(
-                EtcdBackend::connect(EtcdConfig {
-                    endpoints,
-                    prefix,
-                    session_ttl: self.session_ttl,
-                    request_timeout: self.request_timeout,
-                })
-                .await?,
-            ),
-            StoreUrl::ZooKeeper { hosts, root } => Arc::new(
-                ZkBackend::connect(ZkConfig {
-                    hosts,
-                    root,
-                    session_timeout: self.session_ttl,
-                    request_timeout: self.request_timeout,
-                })
-                .await?,
-            ),
+            StoreUrl::Etcd {
+                endpoints,
+                prefix,
+                tls,
+                user,
+            } => {
+                if tls.is_some() || user.is_some() {
+                    return Err(Error::invalid(
+                        "etcd TLS and user authentication are not supported by this version",
+                    ));
+                }
+                Arc::new(
+                    EtcdBackend::connect(EtcdConfig {
+                        endpoints,
+                        prefix,
+                        session_ttl: self.session_ttl,
+                        request_timeout: self.request_timeout,
+                    })
+                    .await?,
+                )
+            }
+            StoreUrl::ZooKeeper {
+                hosts,
+                root,
+                digest_file,
+            } => {
+                if digest_file.is_some() {
+                    return Err(Error::invalid(
+                        "ZooKeeper digest authentication is not supported by this version",
+                    ));
+                }
+                Arc::new(
+                    ZkBackend::connect(ZkConfig {
+                        hosts,
+                        root,
+                        session_timeout: self.session_ttl,
+                        request_timeout: self.request_timeout,
+                    })
+                    .await?,
+                )
+            }
         };
         Limiter::from_backend(backend, owner)
     }

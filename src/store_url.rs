@@ -1,7 +1,31 @@
 //! Parsing of store URLs: `memory://NAME`, `etcd://host:port,host:port/prefix`,
-//! `zk://host:port,host:port/chroot`.
+//! `etcds://…` (TLS), `zk://host:port,host:port/chroot`, each network one with optional
+//! `?key=value&…` settings. Secrets never travel in a URL (only paths of files holding them), and
+//! every message about a URL shows it with credential-like values redacted ([`redact`]).
 
 use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// Certificate files for a TLS connection to etcd (PEM).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsFiles {
+    /// CA bundle that signed the servers' certificates (`None`: the system's roots).
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate, for servers that require one (with `key`).
+    pub cert: Option<PathBuf>,
+    /// Private key of the client certificate.
+    pub key: Option<PathBuf>,
+}
+
+/// etcd user authentication: the user name and where its password is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdUser {
+    /// etcd user name.
+    pub name: String,
+    /// File holding the password (trailing newline ignored); `None`: the
+    /// `CLUSTERLIMIT_ETCD_PASSWORD` environment variable.
+    pub password_file: Option<PathBuf>,
+}
 
 /// A parsed store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,21 +35,126 @@ pub enum StoreUrl {
         /// Store name (`default` when empty).
         name: String,
     },
-    /// `etcd://h1:p1,h2:p2/prefix`.
+    /// `etcd://h1:p1,h2:p2/prefix`, or `etcds://…?cacert=PATH&cert=PATH&key=PATH` for TLS;
+    /// `?user=NAME&password_file=PATH` for etcd authentication on either.
     Etcd {
-        /// `http://host:port` endpoints.
+        /// `http://host:port` (or `https://`) endpoints.
         endpoints: Vec<String>,
         /// Key prefix without slashes at either end (`clusterlimit` when empty).
         prefix: String,
+        /// TLS settings (`etcds://`), `None` for plain text.
+        tls: Option<TlsFiles>,
+        /// User authentication, if any.
+        user: Option<EtcdUser>,
     },
-    /// `zk://h1:p1,h2:p2/chroot`.
+    /// `zk://h1:p1,h2:p2/chroot`, with `?digest_file=PATH` for digest authentication.
     ZooKeeper {
         /// `host:port` servers.
         hosts: Vec<String>,
         /// Absolute path under which every node lives (`/clusterlimit` when empty); created if
         /// absent.
         root: String,
+        /// File holding `user:password` for digest authentication (`None`: the
+        /// `CLUSTERLIMIT_ZK_DIGEST` environment variable, if set).
+        digest_file: Option<PathBuf>,
     },
+}
+
+/// `url` with the values of credential-like settings (`password`, `secret`, `token`, `digest`
+/// that are not `…_file` paths) and any `user:password@` part replaced by `***`: for messages.
+pub fn redact(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((_, after)) => format!("{scheme}://***@{after}"),
+            None => head.to_string(),
+        },
+        None => head.to_string(),
+    };
+    let Some(query) = query else { return head };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", pairs.join("&"))
+}
+
+fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    !k.ends_with("_file")
+        && ["password", "passwd", "secret", "token", "digest", "auth"]
+            .iter()
+            .any(|s| k.contains(s))
+}
+
+/// The `?key=value&…` settings of a URL, each used at most once; what is left over when the
+/// scheme has taken its own is an error naming it.
+struct Settings<'a> {
+    url: &'a str,
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Settings<'a> {
+    fn parse(url: &'a str, query: Option<&'a str>) -> Result<Settings<'a>> {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                Error::invalid(format!(
+                    "store URL {}: setting {k:?} has no value (use KEY=VALUE)",
+                    redact(url),
+                    k = pair
+                ))
+            })?;
+            if pairs.iter().any(|(seen, _)| *seen == k) {
+                return Err(Error::invalid(format!(
+                    "store URL {}: setting {k:?} given twice",
+                    redact(url)
+                )));
+            }
+            pairs.push((k, v));
+        }
+        Ok(Settings { url, pairs })
+    }
+
+    /// Takes the value of `key`, if given; an empty value is an error.
+    fn take(&mut self, key: &str) -> Result<Option<&'a str>> {
+        let Some(i) = self.pairs.iter().position(|(k, _)| *k == key) else {
+            return Ok(None);
+        };
+        let (_, v) = self.pairs.remove(i);
+        if v.is_empty() {
+            return Err(Error::invalid(format!(
+                "store URL {}: setting {key:?} is empty",
+                redact(self.url)
+            )));
+        }
+        Ok(Some(v))
+    }
+
+    fn take_path(&mut self, key: &str) -> Result<Option<PathBuf>> {
+        Ok(self.take(key)?.map(PathBuf::from))
+    }
+
+    /// Fails on any setting not taken, naming it (and how secrets are passed, if it is one).
+    fn finish(self, known: &str) -> Result<()> {
+        match self.pairs.first() {
+            None => Ok(()),
+            Some((k, _)) if is_secret_key(k) => Err(Error::invalid(format!(
+                "store URL {}: secrets are never put in a URL; give {k}_file=PATH (a file holding it) or the environment variable instead",
+                redact(self.url)
+            ))),
+            Some((k, _)) => Err(Error::invalid(format!(
+                "store URL {}: unknown setting {k:?} (known: {known})",
+                redact(self.url)
+            ))),
+        }
+    }
 }
 
 impl StoreUrl {
@@ -39,6 +168,8 @@ impl StoreUrl {
     ///     StoreUrl::Etcd {
     ///         endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()],
     ///         prefix: "myapp".into(),
+    ///         tls: None,
+    ///         user: None,
     ///     }
     /// );
     /// assert!(StoreUrl::parse("zk://zk-1").is_err()); // no port
@@ -47,30 +178,70 @@ impl StoreUrl {
     pub fn parse(url: &str) -> Result<StoreUrl> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::invalid(format!(
-                "store URL {url:?} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX or zk://HOST:PORT[,HOST:PORT]/CHROOT"
+                "store URL {} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX or zk://HOST:PORT[,HOST:PORT]/CHROOT",
+                redact(url)
             ))
         })?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let mut settings = Settings::parse(url, query)?;
+        let url = &redact(url);
         match scheme {
             "memory" | "mem" => {
+                settings.finish("none")?;
                 let name = rest.trim_matches('/');
                 let name = if name.is_empty() { "default" } else { name };
                 Ok(StoreUrl::Memory {
                     name: name.to_string(),
                 })
             }
-            "etcd" | "etcd+http" => {
+            "etcd" | "etcd+http" | "etcds" | "etcd+https" => {
+                let secure = matches!(scheme, "etcds" | "etcd+https");
+                let http = if secure { "https" } else { "http" };
                 let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
                 let endpoints = hosts
                     .split(',')
-                    .map(|h| endpoint(url, h.trim()).map(|hp| format!("http://{hp}")))
+                    .map(|h| endpoint(url, h.trim()).map(|hp| format!("{http}://{hp}")))
                     .collect::<Result<Vec<_>>>()?;
+                let tls = TlsFiles {
+                    ca_cert: settings.take_path("cacert")?,
+                    cert: settings.take_path("cert")?,
+                    key: settings.take_path("key")?,
+                };
+                if !secure && tls != TlsFiles::default() {
+                    return Err(Error::invalid(format!(
+                        "store URL {url}: cacert, cert and key are TLS settings; use etcds://"
+                    )));
+                }
+                if tls.cert.is_some() != tls.key.is_some() {
+                    return Err(Error::invalid(format!(
+                        "store URL {url}: a client certificate needs both cert= and key="
+                    )));
+                }
+                let user = settings.take("user")?.map(str::to_string);
+                let password_file = settings.take_path("password_file")?;
+                let user = match (user, password_file) {
+                    (Some(name), password_file) => Some(EtcdUser {
+                        name,
+                        password_file,
+                    }),
+                    (None, Some(_)) => {
+                        return Err(Error::invalid(format!(
+                            "store URL {url}: password_file= needs user="
+                        )))
+                    }
+                    (None, None) => None,
+                };
+                settings.finish("cacert, cert, key, user, password_file")?;
                 let prefix = path.trim_matches('/');
                 if prefix
                     .chars()
                     .any(|c| c.is_control() || c == '?' || c == '#')
                 {
                     return Err(Error::invalid(format!(
-                        "store URL {url:?}: bad key prefix {prefix:?}"
+                        "store URL {url}: bad key prefix {prefix:?}"
                     )));
                 }
                 let prefix = if prefix.is_empty() {
@@ -81,6 +252,8 @@ impl StoreUrl {
                 Ok(StoreUrl::Etcd {
                     endpoints,
                     prefix: prefix.to_string(),
+                    tls: secure.then_some(tls),
+                    user,
                 })
             }
             "zk" | "zookeeper" => {
@@ -89,13 +262,16 @@ impl StoreUrl {
                     .split(',')
                     .map(|h| endpoint(url, h.trim()))
                     .collect::<Result<Vec<_>>>()?;
+                let digest_file = settings.take_path("digest_file")?;
+                settings.finish("digest_file")?;
                 Ok(StoreUrl::ZooKeeper {
                     hosts,
                     root: zk_root(url, path)?,
+                    digest_file,
                 })
             }
             other => Err(Error::invalid(format!(
-                "store URL {url:?}: unknown scheme {other:?}; use memory://, etcd:// or zk://"
+                "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds:// or zk://"
             ))),
         }
     }
@@ -116,7 +292,7 @@ fn zk_root(url: &str, path: &str) -> Result<String> {
             || seg.chars().any(|c| c.is_control() || c == '?' || c == '#')
         {
             return Err(Error::invalid(format!(
-                "store URL {url:?}: bad ZooKeeper chroot {path:?} (segment {seg:?})"
+                "store URL {url}: bad ZooKeeper chroot {path:?} (segment {seg:?})"
             )));
         }
     }
@@ -127,7 +303,7 @@ fn zk_root(url: &str, path: &str) -> Result<String> {
 fn endpoint(url: &str, host: &str) -> Result<String> {
     let bad = || {
         Error::invalid(format!(
-            "store URL {url:?}: endpoint {host:?} is not HOST:PORT"
+            "store URL {url}: endpoint {host:?} is not HOST:PORT"
         ))
     };
     let (h, port) = host.rsplit_once(':').ok_or_else(bad)?;
@@ -155,14 +331,18 @@ mod tests {
                     "http://127.0.0.1:2379".into(),
                     "http://localhost:22379".into()
                 ],
-                prefix: "myapp".into()
+                prefix: "myapp".into(),
+                tls: None,
+                user: None,
             }
         );
         assert_eq!(
             StoreUrl::parse("etcd://h:1").unwrap(),
             StoreUrl::Etcd {
                 endpoints: vec!["http://h:1".into()],
-                prefix: "clusterlimit".into()
+                prefix: "clusterlimit".into(),
+                tls: None,
+                user: None,
             }
         );
         assert_eq!(
@@ -179,14 +359,16 @@ mod tests {
             StoreUrl::parse("zk://127.0.0.1:2181,h2:2182/apps/limits").unwrap(),
             StoreUrl::ZooKeeper {
                 hosts: vec!["127.0.0.1:2181".into(), "h2:2182".into()],
-                root: "/apps/limits".into()
+                root: "/apps/limits".into(),
+                digest_file: None,
             }
         );
         assert_eq!(
             StoreUrl::parse("zookeeper://h:2181/").unwrap(),
             StoreUrl::ZooKeeper {
                 hosts: vec!["h:2181".into()],
-                root: "/clusterlimit".into()
+                root: "/clusterlimit".into(),
+                digest_file: None,
             }
         );
         for bad in [
@@ -205,11 +387,81 @@ mod tests {
             "redis://h:1",
             "etcd://h:1/a\nb",
             "etcd://a b:1",
+            "etcd://h:1/p?cacert=/ca.pem",
+            "etcds://h:1/p?cert=/c.pem",
+            "etcds://h:1/p?cacert=",
+            "etcds://h:1/p?cacert=/a&cacert=/b",
+            "etcd://h:1/p?password_file=/pw",
+            "etcd://h:1/p?user=u&password=hunter2",
+            "etcd://h:1/p?bogus=1",
+            "etcd://h:1/p?novalue",
+            "zk://h:1/p?digest=u:hunter2",
+            "memory://x?a=b",
         ] {
             assert!(
                 matches!(StoreUrl::parse(bad), Err(Error::InvalidArgument(_))),
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn settings() {
+        assert_eq!(
+            StoreUrl::parse(
+                "etcds://h:1/p?cacert=/ca.pem&cert=/c.pem&key=/k.pem&user=app&password_file=/pw"
+            )
+            .unwrap(),
+            StoreUrl::Etcd {
+                endpoints: vec!["https://h:1".into()],
+                prefix: "p".into(),
+                tls: Some(TlsFiles {
+                    ca_cert: Some("/ca.pem".into()),
+                    cert: Some("/c.pem".into()),
+                    key: Some("/k.pem".into()),
+                }),
+                user: Some(EtcdUser {
+                    name: "app".into(),
+                    password_file: Some("/pw".into()),
+                }),
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("etcds://h:1").unwrap(),
+            StoreUrl::Etcd {
+                endpoints: vec!["https://h:1".into()],
+                prefix: "clusterlimit".into(),
+                tls: Some(TlsFiles::default()),
+                user: None,
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("zk://h:1/r?digest_file=/d").unwrap(),
+            StoreUrl::ZooKeeper {
+                hosts: vec!["h:1".into()],
+                root: "/r".into(),
+                digest_file: Some("/d".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn secrets_never_appear_in_errors() {
+        for url in [
+            "etcd://h:1/p?user=u&password=hunter2",
+            "etcd://u:hunter2@h:1/p",
+            "zk://h:1/p?digest=u:hunter2",
+            "redis://u:hunter2@h:1",
+            "etcd://h:1/p?token=hunter2&x",
+        ] {
+            let Err(Error::InvalidArgument(msg)) = StoreUrl::parse(url) else {
+                panic!("{url} must be refused");
+            };
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+        assert_eq!(
+            redact("etcd://a:b@h:1/p?password=x&password_file=/f&user=u"),
+            "etcd://***@h:1/p?password=***&password_file=/f&user=u"
+        );
     }
 }
