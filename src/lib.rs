@@ -40,6 +40,9 @@ mod semaphore;
 mod stats;
 mod status;
 mod store_url;
+// The contract suite, for backends written outside the crate too (feature `testing`).
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "tower")]
 pub mod tower;
 pub mod validate;

@@ -1,118 +1,36 @@
-//! The contract suite: what a cluster-wide semaphore means (design.md §1–2), written once as
-//! generic async functions over a small [`Harness`] and run on every backend.
+//! The contract suite (what a cluster-wide semaphore means, see `docs/design.md`) on every
+//! backend of the crate. The cases, the `Harness` trait and the `contract_suite!` macro live in
+//! `clusterlimit::testing` (feature `testing`), so a backend written outside the crate runs the
+//! same cases (`tests/external_backend.rs`); this file holds the three store harnesses and
+//! their instantiations: `memory::fifo_order`, `etcd::fifo_order`, …
 //!
-//! * `tests/contract/cases.rs` — the semantics tests, generic over the harness;
-//! * `tests/contract/util.rs` — bounded polling and joining helpers;
-//! * this file — the harness trait, one implementation per store, and the instantiations:
-//!   `memory::fifo_order`, `etcd::fifo_order`, … A new backend joins with one impl and one
-//!   `contract_suite!` line.
-//!
-//! The holder-death test of network stores runs a real child process: this test binary
+//! The holder-death case of network stores runs a real child process: this test binary
 //! re-executes itself with `--exact child_holder_process` (see [`child_holder_process`]).
 
 mod support;
 
-#[macro_use]
-#[path = "contract/util.rs"]
-mod util;
-
-#[path = "contract/cases.rs"]
-mod cases;
-
-use clusterlimit::Limiter;
+use clusterlimit::testing::{
+    entries_via_status, within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL,
+};
+use clusterlimit::{Limiter, Result};
+use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::task::JoinHandle;
-use util::within;
-
-/// Session TTL of Limiters in tests that depend on expiry (the shortest one accepted).
-pub(crate) const SHORT_TTL: Duration = Duration::from_secs(2);
-
-/// Upper bound for one whole contract test (a hang fails the test instead of the CI job).
-const TEST_LIMIT: Duration = Duration::from_secs(90);
-
-/// What a store must provide to run the contract suite. Deliberately small and store-neutral.
-pub(crate) trait Harness: Sized {
-    /// How soon the permits of a killed holder (see [`Harness::spawn_holder`]) must come back.
-    const DEAD_HOLDER_FREED_WITHIN: Duration;
-
-    /// A fresh, empty store for one test.
-    async fn start() -> Self;
-
-    /// The store URL for [`Limiter::connect`]; every call on one harness returns the same URL,
-    /// and no other harness uses it.
-    fn url(&self) -> String;
-
-    /// Ends every session in the store behind the library's back (lease revocation, session
-    /// expiry): every permit must report lost, every wait must fail.
-    async fn revoke_sessions(&self);
-
-    /// Number of queue entries (holders and waiters) of semaphore `sem`, read from the store
-    /// as directly as the store allows; 0 if the semaphore does not exist.
-    async fn queue_entries(&self, sem: &str) -> usize;
-
-    /// Starts a holder of one permit of the existing semaphore `sem` that can be killed
-    /// without any chance to clean up; returns once it holds.
-    async fn spawn_holder(&self, sem: &str) -> DoomedHolder;
-}
-
-/// A holder that [`DoomedHolder::kill`] ends abruptly. Killed on drop as well.
-pub(crate) struct DoomedHolder {
-    /// Fencing token of the permit it holds.
-    pub(crate) token: u64,
-    victim: Option<Victim>,
-}
-
-enum Victim {
-    /// In-process: a task owning its own Limiter and the permit.
-    Task(JoinHandle<()>),
-    /// A child process holding the permit; `kill_on_drop` is the guard for every path.
-    Process(Box<support::holder_process::HolderProcess>),
-}
-
-impl DoomedHolder {
-    /// Kills the holder: `JoinHandle::abort` for a task, SIGKILL for a process.
-    pub(crate) async fn kill(mut self) {
-        match self.victim.take().expect("killed once") {
-            Victim::Task(task) => {
-                task.abort();
-                let res = within("aborted holder task ends", Duration::from_secs(5), task).await;
-                assert!(
-                    res.as_ref().is_err_and(|e| e.is_cancelled()),
-                    "holder task was not cancelled: {res:?}"
-                );
-            }
-            Victim::Process(mut holder) => {
-                // tokio's Child::kill sends SIGKILL and reaps the child.
-                within(
-                    "SIGKILL holder child",
-                    Duration::from_secs(5),
-                    holder.child.kill(),
-                )
-                .await
-                .expect("SIGKILL the holder child");
-            }
-        }
-    }
-}
-
-impl Drop for DoomedHolder {
-    fn drop(&mut self) {
-        if let Some(Victim::Task(task)) = &self.victim {
-            task.abort();
-        }
-        // Victim::Process: `kill_on_drop(true)` SIGKILLs the child.
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // memory://
 
 /// `memory://<unique name>`; an anchor Limiter keeps the in-process store alive for the whole
 /// test, as a real store outlives its clients.
-pub(crate) struct MemoryHarness {
+struct MemoryHarness {
     name: String,
     _anchor: Limiter,
+}
+
+impl MemoryHarness {
+    fn url(&self) -> String {
+        format!("memory://{}", self.name)
+    }
 }
 
 impl Harness for MemoryHarness {
@@ -140,8 +58,8 @@ impl Harness for MemoryHarness {
         }
     }
 
-    fn url(&self) -> String {
-        format!("memory://{}", self.name)
+    async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
+        opts.builder(&self.url()).connect().await
     }
 
     async fn revoke_sessions(&self) {
@@ -153,43 +71,14 @@ impl Harness for MemoryHarness {
         let fresh = Limiter::connect(&self.url())
             .await
             .expect("connect a fresh memory Limiter");
-        let n = match fresh.open_semaphore(sem).await {
-            Ok(s) => {
-                let st = s.status().await.expect("status for queue_entries");
-                st.holders.len() + st.waiting
-            }
-            Err(clusterlimit::Error::NotFound(_)) => 0,
-            Err(e) => panic!("queue_entries({sem:?}): open_semaphore failed: {e}"),
-        };
-        fresh.close().await.expect("close the fresh Limiter");
-        n
+        entries_via_status(fresh, sem).await
     }
 
     async fn spawn_holder(&self, sem: &str) -> DoomedHolder {
-        let url = self.url();
-        let sem = sem.to_string();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let limiter = Limiter::connect(&url).await.expect("holder task: connect");
-            let s = limiter
-                .open_semaphore(&sem)
-                .await
-                .expect("holder task: open_semaphore");
-            let permit = s.acquire().await.expect("holder task: acquire");
-            let _ = tx.send(permit.fencing_token());
-            // Hold until aborted; the permit and the Limiter are dropped with the task.
-            std::future::pending::<()>().await;
-            drop((permit, limiter));
-        });
-        // Built first, so the task is aborted if it never gets to hold.
-        let mut holder = DoomedHolder {
-            token: 0,
-            victim: Some(Victim::Task(task)),
-        };
-        holder.token = within("in-process holder acquires", Duration::from_secs(5), rx)
+        let limiter = Limiter::connect(&self.url())
             .await
-            .expect("holder task died before holding");
-        holder
+            .expect("connect the holder's Limiter");
+        DoomedHolder::hold_in_task(limiter, sem).await
     }
 }
 
@@ -200,7 +89,7 @@ impl Harness for MemoryHarness {
 const ETCD_PREFIX: &str = "t";
 
 /// One fresh single-member etcd per test.
-pub(crate) struct EtcdHarness {
+struct EtcdHarness {
     cluster: support::EtcdCluster,
 }
 
@@ -213,8 +102,8 @@ impl Harness for EtcdHarness {
         }
     }
 
-    fn url(&self) -> String {
-        self.cluster.url(ETCD_PREFIX)
+    async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
+        opts.builder(&self.cluster.url(ETCD_PREFIX)).connect().await
     }
 
     async fn revoke_sessions(&self) {
@@ -231,7 +120,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn spawn_holder(&self, sem: &str) -> DoomedHolder {
-        spawn_child_holder(&self.url(), sem).await
+        spawn_child_holder(&self.cluster.url(ETCD_PREFIX), sem).await
     }
 }
 
@@ -246,9 +135,15 @@ const ZK_MAX_SESSION: Duration = Duration::from_secs(4);
 
 /// One fresh standalone ZooKeeper per test; Limiters reach it through a fault proxy, which is
 /// how sessions are ended behind the library's back (ZooKeeper has no "revoke" call).
-pub(crate) struct ZkHarness {
+struct ZkHarness {
     cluster: support::ZkCluster,
     proxy: support::FaultProxy,
+}
+
+impl ZkHarness {
+    fn url(&self) -> String {
+        format!("zk://{}{ZK_CHROOT}", self.proxy.connect_string())
+    }
 }
 
 impl Harness for ZkHarness {
@@ -262,8 +157,8 @@ impl Harness for ZkHarness {
         ZkHarness { cluster, proxy }
     }
 
-    fn url(&self) -> String {
-        format!("zk://{}{ZK_CHROOT}", self.proxy.connect_string())
+    async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
+        opts.builder(&self.url()).connect().await
     }
 
     async fn revoke_sessions(&self) {
@@ -290,9 +185,28 @@ impl Harness for ZkHarness {
 // ---------------------------------------------------------------------------------------------
 // The child-process holder (any network store).
 
+/// A holder child process; `kill_on_drop` is the guard for every path.
+struct ChildVictim(Box<support::holder_process::HolderProcess>);
+
+impl Victim for ChildVictim {
+    fn kill(self: Box<Self>) -> BoxFuture<'static, ()> {
+        let mut holder = self.0;
+        Box::pin(async move {
+            // tokio's Child::kill sends SIGKILL and reaps the child.
+            within(
+                "SIGKILL holder child",
+                Duration::from_secs(5),
+                holder.child.kill(),
+            )
+            .await
+            .expect("SIGKILL the holder child");
+        })
+    }
+}
+
 /// Re-executes this test binary as a holder of one permit of `sem` in the store at `url`;
 /// returns once it holds it.
-pub(crate) async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
+async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
     let args = [
         "--exact",
         "child_holder_process",
@@ -300,10 +214,7 @@ pub(crate) async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
         "--test-threads=1",
     ];
     let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
-    DoomedHolder {
-        token: holder.token,
-        victim: Some(Victim::Process(Box::new(holder))),
-    }
+    DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`. Returns at once
@@ -314,50 +225,8 @@ fn child_holder_process() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Instantiation.
+// Instantiation: every case of `clusterlimit::testing::cases` on each store.
 
-/// `contract_suite!(module, Harness)` runs every contract case on one backend, as
-/// `module::case`.
-macro_rules! contract_suite {
-    ($backend:ident, $harness:ty) => {
-        mod $backend {
-            use super::*;
-            contract_suite!(@cases $harness;
-                safety_under_load,
-                fifo_order,
-                weighted,
-                try_acquire,
-                timeouts,
-                cancelled_waits_leave_nothing,
-                capacity_mismatch,
-                set_capacity,
-                holder_dies,
-                close,
-                status_counts,
-                bad_input,
-                lost,
-                request_counts,
-                fencing_tokens,
-                drop_releases,
-            );
-        }
-    };
-    (@cases $harness:ty; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let harness = <$harness as crate::Harness>::start().await;
-                crate::util::within(
-                    concat!(stringify!($case), " (whole test)"),
-                    crate::TEST_LIMIT,
-                    crate::cases::$case(&harness),
-                )
-                .await;
-            }
-        )*
-    };
-}
-
-contract_suite!(memory, MemoryHarness);
-contract_suite!(etcd, EtcdHarness);
-contract_suite!(zookeeper, ZkHarness);
+clusterlimit::contract_suite!(memory, MemoryHarness);
+clusterlimit::contract_suite!(etcd, EtcdHarness);
+clusterlimit::contract_suite!(zookeeper, ZkHarness);

@@ -1,13 +1,17 @@
-//! Bounded waiting helpers for the contract suite: every wait here has a deadline and a cap on
-//! iterations, and panics with a message that says what was awaited and what was seen last.
+//! Bounded waiting helpers: every wait here has a deadline and a cap on iterations, and panics
+//! with a message that says what was awaited and what was seen last.
 
-use clusterlimit::{Permit, Semaphore, Status};
+use super::Harness;
+use crate::{Error, Limiter, Permit, Semaphore, Status};
 use std::future::Future;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 /// Interval between two polls of the store.
-pub(crate) const POLL: Duration = Duration::from_millis(10);
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Bound on one `queue_entries` call of a harness.
+const QUEUE_READ_LIMIT: Duration = Duration::from_secs(5);
 
 /// Asserts that `$result` is `Err($pattern)`, printing what it was otherwise.
 macro_rules! assert_err {
@@ -26,6 +30,7 @@ macro_rules! assert_err {
         }
     };
 }
+pub(crate) use assert_err;
 
 /// Milliseconds as a `Duration`.
 pub(crate) fn ms(n: u64) -> Duration {
@@ -37,8 +42,8 @@ fn max_polls(limit: Duration) -> usize {
     usize::try_from(limit.as_millis() / POLL.as_millis()).unwrap_or(usize::MAX / 2) + 3
 }
 
-/// Awaits `fut`, panicking if it takes longer than `limit`.
-pub(crate) async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
+/// Awaits `fut`; panics if it takes longer than `limit`, naming `what`.
+pub async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(limit, fut).await {
         Ok(v) => v,
         Err(_) => panic!("{what}: did not complete within {limit:?}"),
@@ -46,7 +51,7 @@ pub(crate) async fn within<T>(what: &str, limit: Duration, fut: impl Future<Outp
 }
 
 /// Awaits a spawned task within `limit`; re-raises its panic so the test shows the real cause.
-pub(crate) async fn join<T>(what: &str, limit: Duration, handle: JoinHandle<T>) -> T {
+pub async fn join<T>(what: &str, limit: Duration, handle: JoinHandle<T>) -> T {
     match within(what, limit, handle).await {
         Ok(v) => v,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -56,7 +61,7 @@ pub(crate) async fn join<T>(what: &str, limit: Duration, handle: JoinHandle<T>) 
 
 /// Polls `sem.status()` until `pred` holds and returns that status; panics after `limit` with
 /// the last status seen.
-pub(crate) async fn wait_status(
+pub async fn wait_status(
     sem: &Semaphore,
     what: &str,
     limit: Duration,
@@ -79,17 +84,33 @@ pub(crate) async fn wait_status(
     panic!("{what}: not seen within {limit:?}; last status: {last}");
 }
 
+/// Polls the store's raw queue of `sem` ([`Harness::queue_entries`]) until it holds exactly
+/// `n` entries; panics after `limit` with the last count seen.
+pub async fn wait_entries<H: Harness>(h: &H, sem: &str, n: usize, limit: Duration) {
+    let start = Instant::now();
+    let mut last = None;
+    for _ in 0..max_polls(limit) {
+        let got = within("queue_entries", QUEUE_READ_LIMIT, h.queue_entries(sem)).await;
+        if got == n {
+            return;
+        }
+        last = Some(got);
+        if start.elapsed() >= limit {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("queue of {sem:?} not back to {n} entries within {limit:?}; last count {last:?}");
+}
+
 /// Spawns `sem.acquire_many(permits)` as a task (a waiter that can be observed and joined).
-pub(crate) fn spawn_acquire(
-    sem: &Semaphore,
-    permits: u32,
-) -> JoinHandle<clusterlimit::Result<Permit>> {
+pub fn spawn_acquire(sem: &Semaphore, permits: u32) -> JoinHandle<crate::Result<Permit>> {
     let sem = sem.clone();
     tokio::spawn(async move { sem.acquire_many(permits).await })
 }
 
 /// Asserts a spawned waiter is still waiting after `period`.
-pub(crate) async fn assert_still_waiting<T>(what: &str, handle: &JoinHandle<T>, period: Duration) {
+pub async fn assert_still_waiting<T>(what: &str, handle: &JoinHandle<T>, period: Duration) {
     tokio::time::sleep(period).await;
     assert!(
         !handle.is_finished(),
@@ -97,7 +118,7 @@ pub(crate) async fn assert_still_waiting<T>(what: &str, handle: &JoinHandle<T>, 
     );
 }
 
-/// A tiny deterministic PRNG (xorshift64*), so the load test needs no extra dependency.
+/// A tiny deterministic PRNG (xorshift64*), so the load case needs no extra dependency.
 pub(crate) struct Rng(u64);
 
 impl Rng {
@@ -112,4 +133,33 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
     }
+}
+
+/// Number of queue entries (holders and waiters) of `sem` as `status()` through `limiter`
+/// reports them, 0 if the semaphore does not exist; closes `limiter`.
+///
+/// For a [`Harness::queue_entries`] whose store cannot be read more directly (an in-process
+/// store): it trusts the backend's `status`, so a store that can be read directly (keys,
+/// znodes, rows) should count there instead.
+pub async fn entries_via_status(limiter: Limiter, sem: &str) -> usize {
+    let n = match within(
+        "open_semaphore",
+        QUEUE_READ_LIMIT,
+        limiter.open_semaphore(sem),
+    )
+    .await
+    {
+        Ok(s) => {
+            let st = within("status", QUEUE_READ_LIMIT, s.status())
+                .await
+                .unwrap_or_else(|e| panic!("status of {sem:?} for queue_entries: {e}"));
+            st.holders.len() + st.waiting
+        }
+        Err(Error::NotFound(_)) => 0,
+        Err(e) => panic!("queue_entries({sem:?}): open_semaphore failed: {e}"),
+    };
+    within("close", QUEUE_READ_LIMIT, limiter.close())
+        .await
+        .unwrap_or_else(|e| panic!("close the Limiter of queue_entries: {e}"));
+    n
 }

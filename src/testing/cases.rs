@@ -1,9 +1,15 @@
-//! The contract cases, each generic over the [`Harness`] and run on every backend.
-//! See design.md §1 for the meaning they check.
+//! The contract cases: what a cluster-wide semaphore means (docs/design.md describes it), each
+//! an async function generic over the [`Harness`] and run on every backend by
+//! [`contract_suite!`](crate::contract_suite). They use the public API only, and panic (through
+//! `assert!`) on the first broken promise.
 
-use crate::util::{assert_still_waiting, join, ms, spawn_acquire, wait_status, within, Rng, POLL};
-use crate::{Harness, SHORT_TTL};
-use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
+use super::util::{
+    assert_err, assert_still_waiting, join, ms, spawn_acquire, wait_entries, wait_status, within,
+    Rng,
+};
+use super::{Harness, LimiterOptions, SHORT_TTL};
+use crate::{AcquireOptions, Error, Limiter, Permit, Semaphore};
+use std::any::type_name;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -13,19 +19,22 @@ const PROMPT: Duration = Duration::from_secs(5);
 /// Bound on "granted at once" after the blocker went away.
 const ONE_SEC: Duration = Duration::from_secs(1);
 
-/// A Limiter with the default session TTL (tests that do not depend on expiry).
-async fn limiter<H: Harness>(h: &H) -> Limiter {
-    within("connect", PROMPT, Limiter::connect(&h.url()))
+/// A Limiter of the harness with `opts`, connected promptly.
+async fn connect<H: Harness>(h: &H, opts: LimiterOptions) -> Limiter {
+    let what = format!("connect [{}] with {opts:?}", type_name::<H>());
+    within(&what, PROMPT, h.connect(opts))
         .await
-        .unwrap_or_else(|e| panic!("connect {}: {e}", h.url()))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
-/// A Limiter with the 2 s session TTL (tests that depend on expiry).
+/// A Limiter with the default session TTL (cases that do not depend on expiry).
+async fn limiter<H: Harness>(h: &H) -> Limiter {
+    connect(h, LimiterOptions::new()).await
+}
+
+/// A Limiter with the 2 s session TTL (cases that depend on expiry).
 async fn short_ttl_limiter<H: Harness>(h: &H) -> Limiter {
-    let connect = Limiter::builder(&h.url()).session_ttl(SHORT_TTL).connect();
-    within("connect (short TTL)", PROMPT, connect)
-        .await
-        .unwrap_or_else(|e| panic!("connect {} with TTL {SHORT_TTL:?}: {e}", h.url()))
+    connect(h, LimiterOptions::new().session_ttl(SHORT_TTL)).await
 }
 
 async fn create(limiter: &Limiter, name: &str, capacity: u32) -> Semaphore {
@@ -53,25 +62,7 @@ async fn release(permit: Permit) {
         .expect("release");
 }
 
-/// Polls the store's raw queue of `sem` until it holds exactly `n` entries.
-async fn wait_entries<H: Harness>(h: &H, sem: &str, n: usize, limit: Duration) {
-    let start = Instant::now();
-    let mut last = None;
-    for _ in 0..limit.as_millis() / POLL.as_millis() + 3 {
-        let got = within("queue_entries", PROMPT, h.queue_entries(sem)).await;
-        if got == n {
-            return;
-        }
-        last = Some(got);
-        if start.elapsed() >= limit {
-            break;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    panic!("queue of {sem:?} not back to {n} entries within {limit:?}; last count {last:?}");
-}
-
-fn holder_tokens(st: &clusterlimit::Status) -> Vec<u64> {
+fn holder_tokens(st: &crate::Status) -> Vec<u64> {
     st.holders.iter().map(|x| x.fencing_token).collect()
 }
 
@@ -80,7 +71,7 @@ fn holder_tokens(st: &clusterlimit::Status) -> Vec<u64> {
 /// Capacity 3, 8 separate Limiters × 10 acquire/hold/release cycles with weights 1–2: the weight
 /// held at once (counted in-process between acquire returning and release starting) never
 /// exceeds 3, and every cycle finishes.
-pub(crate) async fn safety_under_load<H: Harness>(h: &H) {
+pub async fn safety_under_load<H: Harness>(h: &H) {
     const CAPACITY: u32 = 3;
     const CLIENTS: u64 = 8;
     const CYCLES: usize = 10;
@@ -141,7 +132,7 @@ pub(crate) async fn safety_under_load<H: Harness>(h: &H) {
 
 /// Grants follow request order across Limiters; a heavy request at the head blocks a light one
 /// behind it even when the light one would fit.
-pub(crate) async fn fifo_order<H: Harness>(h: &H) {
+pub async fn fifo_order<H: Harness>(h: &H) {
     const WAITERS: usize = 5;
     let main = limiter(h).await;
     let sem = create(&main, "fifo", 1).await;
@@ -226,7 +217,7 @@ pub(crate) async fn fifo_order<H: Harness>(h: &H) {
 // 3 ---------------------------------------------------------------------------------------------
 
 /// Weighted grants are whole; impossible weights fail at once.
-pub(crate) async fn weighted<H: Harness>(h: &H) {
+pub async fn weighted<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let sem = create(&l, "weighted", 3).await;
     let two = take(&sem, 2).await;
@@ -289,7 +280,7 @@ pub(crate) async fn weighted<H: Harness>(h: &H) {
 // 4 ---------------------------------------------------------------------------------------------
 
 /// try_acquire never waits, never jumps the queue, and leaves nothing behind.
-pub(crate) async fn try_acquire<H: Harness>(h: &H) {
+pub async fn try_acquire<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let sem = create(&l, "try", 2).await;
     let a = within("try_acquire", PROMPT, sem.try_acquire())
@@ -351,7 +342,7 @@ pub(crate) async fn try_acquire<H: Harness>(h: &H) {
 // 5 ---------------------------------------------------------------------------------------------
 
 /// A timed-out wait returns Timeout in about its time and leaves no entry.
-pub(crate) async fn timeouts<H: Harness>(h: &H) {
+pub async fn timeouts<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let sem = create(&l, "timeouts", 1).await;
     let holder = take(&sem, 1).await;
@@ -403,7 +394,7 @@ pub(crate) async fn timeouts<H: Harness>(h: &H) {
 
 /// Waits cancelled at every stage (timeouts, dropped futures; 5 rounds of 100 concurrent ones)
 /// leave no entry behind, and the permits are grantable at once afterwards.
-pub(crate) async fn cancelled_waits_leave_nothing<H: Harness>(h: &H) {
+pub async fn cancelled_waits_leave_nothing<H: Harness>(h: &H) {
     const WAITS: usize = 100;
     // Rounds of 100 concurrent waits: a leak needs an unlucky interleaving, more rounds catch
     // it more often for little time.
@@ -487,7 +478,7 @@ pub(crate) async fn cancelled_waits_leave_nothing<H: Harness>(h: &H) {
 
 /// The capacity is stored with the semaphore: a different one is refused; unknown names are not
 /// found when opened.
-pub(crate) async fn capacity_mismatch<H: Harness>(h: &H) {
+pub async fn capacity_mismatch<H: Harness>(h: &H) {
     let a = limiter(h).await;
     let b = limiter(h).await;
     create(&a, "sized", 4).await;
@@ -517,7 +508,7 @@ pub(crate) async fn capacity_mismatch<H: Harness>(h: &H) {
 
 /// set_capacity: growing grants waiters; shrinking keeps holders and makes new requests wait
 /// until usage fits; every Limiter sees the change.
-pub(crate) async fn set_capacity<H: Harness>(h: &H) {
+pub async fn set_capacity<H: Harness>(h: &H) {
     let a = limiter(h).await;
     let sa = create(&a, "resize", 1).await;
     let sb = open(&limiter(h).await, "resize").await;
@@ -582,17 +573,17 @@ pub(crate) async fn set_capacity<H: Harness>(h: &H) {
 // 9 ---------------------------------------------------------------------------------------------
 
 /// A holder that dies without cleaning up loses its permit within the bound of the store.
-pub(crate) async fn holder_dies<H: Harness>(h: &H) {
+pub async fn holder_dies<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let sem = create(&l, "dies", 1).await;
     let holder = h.spawn_holder("dies").await;
     let st = sem.status().await.expect("status");
-    assert_eq!(holder_tokens(&st), vec![holder.token], "{st:?}");
+    assert_eq!(holder_tokens(&st), vec![holder.token()], "{st:?}");
     assert_err!(
         within("try_acquire", PROMPT, sem.try_acquire()).await,
         Error::NoPermits
     );
-    let old_token = holder.token;
+    let old_token = holder.token();
 
     let bound = H::DEAD_HOLDER_FREED_WITHIN;
     let killed = Instant::now();
@@ -617,7 +608,7 @@ pub(crate) async fn holder_dies<H: Harness>(h: &H) {
 // 10 --------------------------------------------------------------------------------------------
 
 /// close(): the permits come back at once, report lost; the Limiter refuses further calls.
-pub(crate) async fn close<H: Harness>(h: &H) {
+pub async fn close<H: Harness>(h: &H) {
     let a = limiter(h).await;
     let sa = create(&a, "closing", 2).await;
     let sb = open(&limiter(h).await, "closing").await;
@@ -685,18 +676,10 @@ pub(crate) async fn close<H: Harness>(h: &H) {
 
 /// status() reports capacity, usage, holders (owner, weight, token) and waiters; semaphores()
 /// lists every name.
-pub(crate) async fn status_counts<H: Harness>(h: &H) {
+pub async fn status_counts<H: Harness>(h: &H) {
     let before = SystemTime::now();
-    let connect = |owner: &'static str| {
-        let b = Limiter::builder(&h.url()).owner(owner);
-        async move {
-            within("connect", PROMPT, b.connect())
-                .await
-                .expect("connect")
-        }
-    };
-    let a = connect("host-a/worker-1").await;
-    let b = connect("host-b").await;
+    let a = connect(h, LimiterOptions::new().owner("host-a/worker-1")).await;
+    let b = connect(h, LimiterOptions::new().owner("host-b")).await;
     assert_eq!(a.owner(), "host-a/worker-1");
     assert_eq!(b.owner(), "host-b");
     let sa = create(&a, "counted", 5).await;
@@ -774,7 +757,7 @@ pub(crate) async fn status_counts<H: Harness>(h: &H) {
 
 /// Bad names, capacities, URLs and options are refused with InvalidArgument, and nothing is
 /// created in the store.
-pub(crate) async fn bad_input<H: Harness>(h: &H) {
+pub async fn bad_input<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let long = "a".repeat(129);
     for bad in ["", "a/b", "..", long.as_str(), "é"] {
@@ -817,25 +800,25 @@ pub(crate) async fn bad_input<H: Harness>(h: &H) {
             "(url {url:?})"
         );
     }
-    let url = h.url();
-    let builders = [
+    // Options the Limiter refuses, through the harness's own way of connecting.
+    let refused = [
         (
             "session_ttl(1s)",
-            Limiter::builder(&url).session_ttl(Duration::from_secs(1)),
+            LimiterOptions::new().session_ttl(Duration::from_secs(1)),
         ),
         (
             "request_timeout(0)",
-            Limiter::builder(&url).request_timeout(Duration::ZERO),
+            LimiterOptions::new().request_timeout(Duration::ZERO),
         ),
-        ("owner with a newline", Limiter::builder(&url).owner("a\nb")),
+        ("owner with a newline", LimiterOptions::new().owner("a\nb")),
         (
             "owner of 257 bytes",
-            Limiter::builder(&url).owner("o".repeat(257)),
+            LimiterOptions::new().owner("o".repeat(257)),
         ),
     ];
-    for (what, builder) in builders {
+    for (what, opts) in refused {
         assert_err!(
-            within(what, Duration::from_secs(2), builder.connect()).await,
+            within(what, Duration::from_secs(2), h.connect(opts)).await,
             Error::InvalidArgument(_),
             "({what})"
         );
@@ -862,7 +845,7 @@ pub(crate) async fn bad_input<H: Harness>(h: &H) {
 
 /// A revoked session: held permits report lost within TTL + 1 s, waits fail with SessionLost,
 /// and the Limiter works again afterwards with a new session.
-pub(crate) async fn lost<H: Harness>(h: &H) {
+pub async fn lost<H: Harness>(h: &H) {
     let l = short_ttl_limiter(h).await;
     let sem = create(&l, "lost", 1).await;
     let p = take(&sem, 1).await;
@@ -910,7 +893,7 @@ pub(crate) async fn lost<H: Harness>(h: &H) {
 
 /// Request costs: an uncontended acquire is one request, a release one delete; try_acquire is
 /// one request when granted and two when refused.
-pub(crate) async fn request_counts<H: Harness>(h: &H) {
+pub async fn request_counts<H: Harness>(h: &H) {
     let l = limiter(h).await;
     let sem = create(&l, "cost", 1).await;
 
@@ -944,7 +927,7 @@ pub(crate) async fn request_counts<H: Harness>(h: &H) {
 // 15 --------------------------------------------------------------------------------------------
 
 /// Fencing tokens strictly increase across successive grants of one semaphore.
-pub(crate) async fn fencing_tokens<H: Harness>(h: &H) {
+pub async fn fencing_tokens<H: Harness>(h: &H) {
     let mut sems = Vec::new();
     for i in 0..4 {
         let l = limiter(h).await;
@@ -1008,7 +991,7 @@ pub(crate) async fn fencing_tokens<H: Harness>(h: &H) {
 // 16 --------------------------------------------------------------------------------------------
 
 /// Dropping a Permit releases it in the background.
-pub(crate) async fn drop_releases<H: Harness>(h: &H) {
+pub async fn drop_releases<H: Harness>(h: &H) {
     let a = limiter(h).await;
     let sa = create(&a, "dropped", 1).await;
     let sb = open(&limiter(h).await, "dropped").await;
