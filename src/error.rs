@@ -56,11 +56,13 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+    /// An [`InvalidArgument`](Error::InvalidArgument) saying what is wrong with the input.
+    pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }
 
-    pub(crate) fn store(e: impl Into<BoxError>) -> Self {
+    /// A [`Store`](Error::Store) error: the store failed or did not answer in time.
+    pub fn store(e: impl Into<BoxError>) -> Self {
         Error::Store(e.into())
     }
 }

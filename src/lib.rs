@@ -22,10 +22,11 @@
 //! The semaphore's meaning (strict FIFO, atomic weighted grants, capacity stored with the
 //! semaphore, loss, fencing) is written once in [`queue`] and shared by every [`backend`].
 //!
-//! Cargo features (both on by default): `tower` adds `clusterlimit::tower`, a layer that caps a
-//! service's in-flight requests across the cluster; `cli` builds the `clusterlimit` binary
-//! (`run`, `status`, `set-capacity`, the `serve` sidecar). `default-features = false` gives the
-//! library alone.
+//! Cargo features: `tower` (on by default) adds `clusterlimit::tower`, a layer that caps a
+//! service's in-flight requests across the cluster; `cli` (on by default) builds the
+//! `clusterlimit` binary (`run`, `status`, `set-capacity`, the `serve` sidecar); `testing` (off)
+//! adds `clusterlimit::testing`, the contract suite, to run on a backend of your own.
+//! `default-features = false` gives the library alone. The design is in `docs/design.md`.
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -9,7 +9,7 @@
 
 use async_trait::async_trait;
 use clusterlimit::backend::memory::{expire_sessions, MemoryBackend};
-use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink};
+use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, Outcome};
 use clusterlimit::testing::{self, entries_via_status, DoomedHolder, Harness, LimiterOptions};
 use clusterlimit::{Limiter, LostSignal, RequestStats, Result, Status};
 use std::collections::BTreeMap;
@@ -59,9 +59,9 @@ impl Backend for Counted {
         self.inner.enqueue(req).await
     }
 
-    async fn wait_granted(&self, req: &EntryRequest, enq: &Enqueued) -> Result<()> {
-        self.calls.count("wait_granted");
-        self.inner.wait_granted(req, enq).await
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+        self.calls.count("wait_outcome");
+        self.inner.wait_outcome(req, enq).await
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
@@ -203,7 +203,7 @@ fn calls_go_through_the_wrapper() {
         "set_orphan_sink",
         "ensure_semaphore",
         "enqueue",
-        "wait_granted",
+        "wait_outcome",
         "remove",
         "status",
         "set_capacity",

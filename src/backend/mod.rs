@@ -13,7 +13,6 @@ use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::stats::RequestStats;
 use crate::status::Status;
-use async_trait::async_trait;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,6 +26,8 @@ mod stop;
 pub mod zookeeper;
 
 pub use crate::waiters::{outcome, Outcome, QueueView, Waiters};
+/// The trait macro `Backend` is written with, for backends outside the crate.
+pub use async_trait::async_trait;
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
 
