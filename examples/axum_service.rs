@@ -14,12 +14,15 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer, LimitError};
-use clusterlimit::Limiter;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+// The cap is clusterlimit's layer, shared by every replica through the store; tower only
+// stacks the layers (tower's own `ConcurrencyLimitLayer` would cap this process alone).
+use clusterlimit::tower::{ClusterConcurrencyLimitLayer, Fallback, LimitError};
+use clusterlimit::Limiter;
 use tower::ServiceBuilder;
 
 /// Requests running inside the handler right now, and the most seen at once (for `--demo`).
@@ -46,7 +49,7 @@ async fn main() -> Result<(), BoxError> {
     // One Limiter per process: its session's permits come back if the process dies.
     let limiter = Limiter::connect(&store).await?;
     let semaphore = limiter.semaphore("report-api", 2).await?;
-    let limit = GlobalConcurrencyLimitLayer::builder(semaphore)
+    let limit = ClusterConcurrencyLimitLayer::builder(semaphore)
         .acquire_timeout(Duration::from_millis(200)) // queue briefly, then shed load
         .on_store_error(Fallback::Reject) // keep the cap even if the store is down
         .retry_after(Duration::from_secs(1))

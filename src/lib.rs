@@ -51,7 +51,8 @@ mod waiters;
 
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
-    Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MIN_SESSION_TTL,
+    CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
+    MIN_SESSION_TTL,
 };
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;

@@ -157,6 +157,51 @@ impl Limiter {
         Ok(Semaphore::new(self.inner.clone(), name))
     }
 
+    /// Sets the capacity of `name` for every client, creating the semaphore with it if absent:
+    /// what `clusterlimit set-capacity` and the sidecar's `PUT /v1/semaphores/{name}` do.
+    ///
+    /// Shrinking never revokes current holders; new grants wait until usage fits. If another
+    /// client creates the semaphore at the same moment with another capacity, ours is set over
+    /// it (last writer wins). Returns [`CapacityChange::Set`] also when the capacity already
+    /// was `capacity`.
+    ///
+    /// Errors: `InvalidArgument` for a bad name or capacity (checked before any store request).
+    /// Cancel-safe step by step: a dropped call leaves the semaphore absent, created with
+    /// `capacity`, or as it was with or without our capacity set (each change is atomic).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CapacityChange, Limiter};
+    /// let limiter = Limiter::connect("memory://set-capacity-doc").await?;
+    /// assert_eq!(limiter.set_capacity("exports", 4).await?, CapacityChange::Created);
+    /// assert_eq!(limiter.set_capacity("exports", 2).await?, CapacityChange::Set);
+    /// assert_eq!(limiter.open_semaphore("exports").await?.status().await?.capacity, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_capacity(&self, name: &str, capacity: u32) -> Result<CapacityChange> {
+        validate::name(name)?;
+        validate::capacity(capacity)?;
+        match self.open_semaphore(name).await {
+            Ok(sem) => sem
+                .set_capacity(capacity)
+                .await
+                .map(|()| CapacityChange::Set),
+            Err(Error::NotFound(_)) => match self.semaphore(name, capacity).await {
+                Ok(_) => Ok(CapacityChange::Created),
+                // Created concurrently with another capacity: set ours, last writer wins.
+                Err(Error::CapacityMismatch { .. }) => {
+                    let sem = self.open_semaphore(name).await?;
+                    sem.set_capacity(capacity)
+                        .await
+                        .map(|()| CapacityChange::Set)
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     /// Names of every semaphore in the store (under this URL's prefix), sorted. Cancel-safe.
     pub async fn semaphores(&self) -> Result<Vec<String>> {
         self.inner.check_open()?;
@@ -191,6 +236,16 @@ impl Limiter {
         }
         self.inner.backend.close().await
     }
+}
+
+/// What [`Limiter::set_capacity`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacityChange {
+    /// The semaphore was absent: it was created with the capacity given.
+    Created,
+    /// The semaphore existed (or was just created by another client): its capacity is now the
+    /// one given, whether or not it was before.
+    Set,
 }
 
 /// Options for [`Limiter::builder`].

@@ -1,7 +1,10 @@
 //! The `clusterlimit` binary: `run`, `status`, `set-capacity` and the `serve` sidecar.
-//! Everything lives in `cli/` (one-shot commands) and `sidecar/` (the HTTP daemon).
+//! `cli/` parses the command line and runs the one-shot commands, `sidecar/` is the HTTP daemon,
+//! `frontend/` is what both need from a process (exit codes, connecting, durations).
+//! Dependencies go one way: cli → sidecar → frontend → the library.
 
 mod cli;
+mod frontend;
 mod sidecar;
 
 fn main() -> std::process::ExitCode {

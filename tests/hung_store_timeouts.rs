@@ -5,7 +5,7 @@
 
 mod support;
 
-use clusterlimit::tower::{GlobalConcurrencyLimitLayer, LimitError};
+use clusterlimit::tower::{ClusterConcurrencyLimitLayer, LimitError};
 use clusterlimit::{Error, Limiter, Semaphore};
 use std::convert::Infallible;
 use std::time::Duration;
@@ -79,7 +79,7 @@ async fn acquire_timeout_holds(mut store: impl Pausable, namespace: &str) {
     timed_out(&sem, "hung before the enqueue").await;
 
     // The tower layer keeps to its deadline too, and tells the silent store from a full one.
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(D)
         .build()
         .unwrap()

@@ -1,10 +1,10 @@
-//! `clusterlimit::tower::GlobalConcurrencyLimitLayer` against real etcd (memory:// only for
+//! `clusterlimit::tower::ClusterConcurrencyLimitLayer` against real etcd (memory:// only for
 //! option checks that need no store): the cluster-wide cap across replicas, the deadline and
 //! store-down fallbacks, and what dropping a request leaves behind.
 
 mod support;
 
-use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer, LimitError};
+use clusterlimit::tower::{ClusterConcurrencyLimitLayer, Fallback, LimitError};
 use clusterlimit::{Error, Limiter, Semaphore};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -134,7 +134,7 @@ async fn replicas_never_exceed_the_cluster_cap() {
             .await
             .unwrap();
         let sem = limiter.semaphore("api", CAP).await.unwrap();
-        let layer = GlobalConcurrencyLimitLayer::builder(sem)
+        let layer = ClusterConcurrencyLimitLayer::builder(sem)
             .acquire_timeout(Duration::from_secs(50))
             .build()
             .unwrap();
@@ -184,7 +184,7 @@ async fn full_semaphore_rejects_after_the_deadline_and_leaves_no_waiter() {
         sem,
     } = full_api(&url).await;
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(Duration::from_millis(300))
         .retry_after(Duration::from_secs(2))
         .build()
@@ -234,7 +234,7 @@ async fn full_semaphore_fails_open_without_taking_a_permit() {
         sem,
     } = full_api(&url).await;
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(Duration::from_millis(200))
         .on_timeout(Fallback::FailOpen)
         .build()
@@ -266,7 +266,7 @@ async fn stopped_store_rejects_then_answers_at_once_and_recovers() {
     let limiter = quick_limiter(&url).await;
     let sem = limiter.semaphore("api", 2).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem)
+    let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .acquire_timeout(Duration::from_millis(500))
         .store_retry_interval(Duration::from_secs(1))
         .build()
@@ -328,7 +328,7 @@ async fn stopped_store_fails_open_and_serves_every_request() {
     let limiter = quick_limiter(&url).await;
     let sem = limiter.semaphore("api", 1).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem)
+    let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .acquire_timeout(Duration::from_millis(500))
         .on_store_error(Fallback::FailOpen)
         .build()
@@ -363,7 +363,7 @@ async fn unreachable_store_counts_as_down_not_as_full() {
     let limiter = quick_limiter(&url).await;
     let sem = limiter.semaphore("api", 1).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem)
+    let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .acquire_timeout(Duration::from_millis(300))
         .build()
         .unwrap()
@@ -409,7 +409,7 @@ async fn dropped_request_releases_its_permit() {
     let limiter = Limiter::connect(&url).await.unwrap();
     let sem = limiter.semaphore("api", 1).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .wait_forever()
         .build()
         .unwrap()
@@ -445,7 +445,7 @@ async fn dropped_waiting_request_leaves_the_queue() {
         sem,
     } = full_api(&url).await;
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .wait_forever()
         .build()
         .unwrap()
@@ -508,7 +508,7 @@ async fn not_ready_inner_service_holds_no_permit() {
     let limiter = Limiter::connect(&url).await.unwrap();
     let sem = limiter.semaphore("api", 1).await.unwrap();
     let open = Arc::new(AtomicBool::new(false));
-    let mut svc = GlobalConcurrencyLimitLayer::new(sem.clone()).layer(Gate { open: open.clone() });
+    let mut svc = ClusterConcurrencyLimitLayer::new(sem.clone()).layer(Gate { open: open.clone() });
 
     assert!(
         timeout(Duration::from_millis(300), svc.ready())
@@ -533,7 +533,7 @@ async fn weight_per_request_counts_against_the_capacity() {
     let limiter = Limiter::connect("memory://tower-weight").await.unwrap();
     let sem = limiter.semaphore("api", 4).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem)
+    let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .permits_per_request(2)
         .acquire_timeout(Duration::from_secs(30))
         .build()
@@ -554,11 +554,11 @@ async fn weight_per_request_counts_against_the_capacity() {
 async fn bad_options_are_invalid_argument() {
     let limiter = Limiter::connect("memory://tower-options").await.unwrap();
     let sem = limiter.semaphore("api", 4).await.unwrap();
-    let build_err = |b: clusterlimit::tower::GlobalConcurrencyLimitLayerBuilder| match b.build() {
+    let build_err = |b: clusterlimit::tower::ClusterConcurrencyLimitLayerBuilder| match b.build() {
         Err(Error::InvalidArgument(why)) => why,
         other => panic!("expected InvalidArgument, got {other:?}"),
     };
-    let builder = || GlobalConcurrencyLimitLayer::builder(sem.clone());
+    let builder = || ClusterConcurrencyLimitLayer::builder(sem.clone());
     assert!(build_err(builder().permits_per_request(0)).contains("permits"));
     assert!(build_err(builder().acquire_timeout(Duration::ZERO)).contains("acquire timeout"));
     assert!(build_err(builder().store_retry_interval(Duration::ZERO)).contains("retry interval"));
@@ -588,7 +588,7 @@ async fn closed_limiter_is_an_error_even_when_failing_open() {
     let limiter = Limiter::connect("memory://tower-closed").await.unwrap();
     let sem = limiter.semaphore("api", 1).await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem)
+    let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .on_timeout(Fallback::FailOpen)
         .on_store_error(Fallback::FailOpen)
         .build()
@@ -611,7 +611,7 @@ async fn session_lost_while_waiting_is_a_store_failure() {
     // Held in the same session as the wait, so ending it cannot grant the wait first.
     let _held = sem.acquire().await.unwrap();
     let gauge = InFlight::default();
-    let svc = GlobalConcurrencyLimitLayer::builder(sem.clone())
+    let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .wait_forever()
         .build()
         .unwrap()
@@ -643,7 +643,7 @@ async fn session_lost_while_waiting_is_a_store_failure() {
 async fn inner_errors_pass_through_unchanged() {
     let limiter = Limiter::connect("memory://tower-inner").await.unwrap();
     let sem = limiter.semaphore("api", 1).await.unwrap();
-    let svc = GlobalConcurrencyLimitLayer::new(sem.clone()).layer(service_fn(|_: u32| async {
+    let svc = ClusterConcurrencyLimitLayer::new(sem.clone()).layer(service_fn(|_: u32| async {
         Err::<u32, _>(std::io::Error::other("backend said no"))
     }));
     let err = svc.oneshot(1).await.unwrap_err();
@@ -658,4 +658,27 @@ async fn inner_errors_pass_through_unchanged() {
         used(&sem).await == 0
     })
     .await;
+}
+
+/// The names before 0.2.0 still build a working service (for one release, with a deprecation
+/// warning: see `src/tower/deprecated.rs`, whose doctests fail to compile under
+/// `deny(deprecated)`).
+#[tokio::test]
+#[allow(deprecated)]
+async fn old_names_still_build_a_service() {
+    use clusterlimit::tower::{
+        GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
+    };
+    let limiter = Limiter::connect("memory://tower-old-names").await.unwrap();
+    let sem = limiter.semaphore("api", 1).await.unwrap();
+    let builder: GlobalConcurrencyLimitLayerBuilder = GlobalConcurrencyLimitLayer::builder(sem);
+    let layer: GlobalConcurrencyLimitLayer = builder.build().unwrap();
+    let svc: GlobalConcurrencyLimit<_> =
+        layer.layer(service_fn(
+            |x: u32| async move { Ok::<_, Infallible>(x + 1) },
+        ));
+    // The same type as the new name: the alias is no wrapper.
+    let svc: clusterlimit::tower::ClusterConcurrencyLimit<_> = svc;
+    assert_eq!(svc.oneshot(41).await.unwrap(), 42);
+    assert_eq!(layer.semaphore(), "api");
 }

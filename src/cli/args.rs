@@ -1,13 +1,14 @@
 //! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
 
+use crate::frontend::{exit, parse_duration};
+use crate::sidecar::ServeArgs;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Cluster-wide concurrency permits from the command line.
 #[derive(Debug, Parser)]
-#[command(name = "clusterlimit", version, after_help = super::exit::HELP)]
+#[command(name = "clusterlimit", version, after_help = exit::HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -20,16 +21,28 @@ pub enum Command {
     /// Acquires the permits, runs CMD with CLUSTERLIMIT_SEMAPHORE, CLUSTERLIMIT_FENCING_TOKEN and
     /// CLUSTERLIMIT_PERMITS set, forwards SIGINT/SIGTERM/SIGHUP to it, releases when it exits
     /// and exits with its code (128+N if it died of signal N).
-    #[command(after_help = super::exit::HELP)]
+    #[command(after_help = exit::HELP)]
     Run(RunArgs),
     /// Show capacity, usage, waiters and holders of one semaphore or of all.
-    #[command(after_help = super::exit::HELP)]
+    #[command(after_help = exit::HELP)]
     Status(StatusArgs),
     /// Change a semaphore's capacity for every client (creates it if absent).
-    #[command(after_help = super::exit::HELP)]
+    #[command(after_help = exit::HELP)]
     SetCapacity(SetCapacityArgs),
     /// Run the sidecar: an HTTP/JSON API to permits, on one store session.
     Serve(ServeArgs),
+}
+
+impl Command {
+    /// The subcommand's name as typed (its usage line follows a usage failure).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Run(_) => "run",
+            Command::Status(_) => "status",
+            Command::SetCapacity(_) => "set-capacity",
+            Command::Serve(_) => "serve",
+        }
+    }
 }
 
 /// The store every one-shot command needs.
@@ -94,44 +107,6 @@ pub struct SetCapacityArgs {
     pub capacity: u32,
 }
 
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// TOML config file (listen, unix, store, session_ttl, permit_ttl, owner, [[semaphores]]).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// TCP address to listen on [default: 127.0.0.1:7878].
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<String>,
-    /// Also listen on this Unix socket.
-    #[arg(long, value_name = "PATH")]
-    pub unix: Option<PathBuf>,
-    /// Store URL [default: memory://].
-    #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
-    pub store: Option<String>,
-    /// Store session TTL (min 2s) [default: 10s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub session_ttl: Option<Duration>,
-    /// Client TTL of an HTTP permit when the request gives no ttl_ms [default: 15s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub permit_ttl: Option<Duration>,
-    /// Owner label of the sidecar's permits when a request gives none (default HOSTNAME/PID).
-    #[arg(long, value_name = "LABEL")]
-    pub owner: Option<String>,
-    /// Check the settings (file and flags: keys, durations, addresses, store URL, declared
-    /// semaphores) without connecting or listening; print them and exit 0, or name the field at
-    /// fault and exit 64.
-    #[arg(long)]
-    pub check_config: bool,
-}
-
-/// `10s`, `500ms`, `1m 30s` (humantime), or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 500ms, 2m)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,9 +118,23 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert!(parse_duration("soon").is_err());
+    fn command_names_are_the_typed_ones() {
+        let store = ["--store", "memory://"];
+        for argv in [
+            &["run", store[0], store[1], "--semaphore", "s", "--", "true"][..],
+            &["status", store[0], store[1]],
+            &["set-capacity", store[0], store[1], "s", "1"],
+            &["serve"],
+        ] {
+            let cli =
+                Cli::try_parse_from(std::iter::once("clusterlimit").chain(argv.iter().copied()))
+                    .unwrap();
+            assert_eq!(cli.command.name(), argv[0]);
+        }
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        assert_eq!(names, ["run", "status", "set-capacity", "serve"]);
     }
 }

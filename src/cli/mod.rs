@@ -1,17 +1,15 @@
-//! Command-line entry: parse arguments, set up logging and a runtime, run one subcommand.
+//! Command-line entry: parse arguments, set up logging and a runtime, run one subcommand
+//! (`serve` is the sidecar's).
 
 mod args;
-pub mod exit;
 mod run;
-pub mod set_capacity;
+mod set_capacity;
 mod signals;
 mod status;
 
-pub use args::{parse_duration, ServeArgs};
-
+use crate::frontend::{exit, Failure};
 use args::{Cli, Command};
 use clap::{CommandFactory, Parser};
-use exit::Failure;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,6 +19,7 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return parse_error(e),
     };
+    let sub = cli.command.name();
     let serve = matches!(cli.command, Command::Serve(_));
     // One-shot commands report through their exit code and message; the store backend's
     // warnings (keepalive retries, the session ending at close) would only garble that line.
@@ -36,7 +35,8 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            return Failure::new(exit::SOFTWARE, format!("cannot start runtime: {e}")).report()
+            return Failure::new(exit::SOFTWARE, format!("cannot start runtime: {e}"))
+                .report(|| usage_of(sub))
         }
     };
     let result = runtime.block_on(async move {
@@ -51,7 +51,7 @@ pub fn main() -> ExitCode {
     runtime.shutdown_timeout(Duration::from_millis(500));
     match result {
         Ok(code) => code,
-        Err(failure) => failure.report(),
+        Err(failure) => failure.report(|| usage_of(sub)),
     }
 }
 
@@ -84,28 +84,11 @@ fn init_logging(default: &str) {
 }
 
 /// Usage line of one subcommand, shown after argument errors found past clap.
-pub fn usage_of(sub: &str) -> String {
+fn usage_of(sub: &str) -> String {
     let mut cmd = Cli::command();
     cmd.build();
     match cmd.find_subcommand_mut(sub) {
         Some(s) => s.render_usage().to_string(),
         None => cmd.render_usage().to_string(),
     }
-}
-
-/// Connects to the store of a one-shot command; errors exit 64 (bad URL/option) or 69.
-pub async fn connect(
-    store: &str,
-    session_ttl: Duration,
-    owner: Option<&str>,
-    sub: &str,
-) -> Result<clusterlimit::Limiter, Failure> {
-    let mut builder = clusterlimit::Limiter::builder(store).session_ttl(session_ttl);
-    if let Some(owner) = owner {
-        builder = builder.owner(owner);
-    }
-    builder.connect().await.map_err(|e| match e {
-        clusterlimit::Error::InvalidArgument(_) => Failure::usage(e.to_string(), usage_of(sub)),
-        e => Failure::new(exit::UNAVAILABLE, format!("cannot connect to {store}: {e}")),
-    })
 }

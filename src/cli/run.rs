@@ -1,8 +1,8 @@
 //! `clusterlimit run`: hold permits while a child command runs.
 
 use super::args::RunArgs;
-use super::exit::{self, Failure};
 use super::signals::{send, Signals};
+use crate::frontend::{connect, exit, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
@@ -17,7 +17,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // removed, session revoked), not by the default action.
     let mut signals = Signals::install()?;
     let limiter = tokio::select! {
-        r = super::connect(&args.store.store, args.session_ttl, args.owner.as_deref(), "run") => r?,
+        r = connect(&args.store.store, args.session_ttl, args.owner.as_deref()) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
     let outcome = acquire_and_run(&args, &limiter, &mut signals).await;
@@ -70,28 +70,21 @@ async fn acquire_and_run(
 
 /// Opens the semaphore, or creates it when `--capacity` is given.
 async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
-    let usage = super::usage_of("run");
     let opened = match args.capacity {
         Some(cap) => limiter.semaphore(&args.semaphore, cap).await,
         None => limiter.open_semaphore(&args.semaphore).await,
     };
     opened.map_err(|e| match e {
-        Error::NotFound(_) => Failure::usage(
-            format!(
-                "semaphore {:?} does not exist; pass --capacity N to create it",
-                args.semaphore
-            ),
-            usage,
-        ),
-        Error::CapacityMismatch { stored, requested } => Failure::usage(
-            format!(
-                "semaphore {:?} exists with capacity {stored}, not --capacity {requested} \
+        Error::NotFound(_) => Failure::usage(format!(
+            "semaphore {:?} does not exist; pass --capacity N to create it",
+            args.semaphore
+        )),
+        Error::CapacityMismatch { stored, requested } => Failure::usage(format!(
+            "semaphore {:?} exists with capacity {stored}, not --capacity {requested} \
                  (drop --capacity, or change it with `clusterlimit set-capacity`)",
-                args.semaphore
-            ),
-            usage,
-        ),
-        e => Failure::from_lib(e, usage),
+            args.semaphore
+        )),
+        e => Failure::from_lib(e),
     })
 }
 
@@ -106,7 +99,7 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
                 args.semaphore
             ),
         ),
-        e => Failure::from_lib(e, super::usage_of("run")),
+        e => Failure::from_lib(e),
     }
 }
 
@@ -115,7 +108,7 @@ fn spawn(args: &RunArgs, permit: &Permit) -> Result<Child, Failure> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or_else(|| Failure::usage("no command given after --", super::usage_of("run")))?;
+        .ok_or_else(|| Failure::usage("no command given after --"))?;
     Command::new(program)
         .args(rest)
         .env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)

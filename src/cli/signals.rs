@@ -1,6 +1,6 @@
 //! The signals `run` forwards to its command: SIGINT, SIGTERM, SIGHUP.
 
-use super::exit::{self, Failure};
+use crate::frontend::{exit, Failure};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};

@@ -1,20 +1,14 @@
 //! `clusterlimit status`: capacity, usage, waiters and holders, as a table or JSON.
 
 use super::args::StatusArgs;
-use super::exit::{self, Failure};
+use crate::frontend::{connect, exit, Failure};
 use clusterlimit::{Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Runs `status`: prints a table or JSON.
 pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
-    let limiter = super::connect(
-        &args.store.store,
-        clusterlimit::DEFAULT_SESSION_TTL,
-        None,
-        "status",
-    )
-    .await?;
+    let limiter = connect(&args.store.store, clusterlimit::DEFAULT_SESSION_TTL, None).await?;
     let result = read(&limiter, args.name.as_deref()).await;
     let _ = limiter.close().await;
     let statuses = result?;
@@ -33,7 +27,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
 
 /// Status of `name`, or of every semaphore in the store.
 async fn read(limiter: &Limiter, name: Option<&str>) -> Result<Vec<Status>, Failure> {
-    let lib = |e| Failure::from_lib(e, super::usage_of("status"));
+    let lib = Failure::from_lib;
     let names = match name {
         Some(n) => vec![n.to_string()],
         None => limiter.semaphores().await.map_err(lib)?,

@@ -4,6 +4,7 @@ use super::body::{JsonBody, MAX_BODY};
 use super::metrics::Metrics;
 use super::permits::{KeepAlive, Table};
 use super::problem::Problem;
+use crate::frontend::lock;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -81,14 +82,12 @@ impl AppState {
             )),
             e => Problem::from_lib(e, "capacity"),
         })?;
-        if let Ok(mut opened) = self.opened.lock() {
-            opened.insert(name.to_string(), sem.clone());
-        }
+        lock(&self.opened).insert(name.to_string(), sem.clone());
         Ok(sem)
     }
 
     fn cached(&self, name: &str) -> Option<Semaphore> {
-        self.opened.lock().ok()?.get(name).cloned()
+        lock(&self.opened).get(name).cloned()
     }
 
     /// One cheap store call under a short timeout: is the store answering our session?
@@ -335,7 +334,8 @@ async fn set_capacity(
         1,
     )?;
     let cap = u32::try_from(cap).unwrap_or(MAX_CAPACITY);
-    crate::cli::set_capacity::apply(&st.limiter, &name, cap)
+    st.limiter
+        .set_capacity(&name, cap)
         .await
         .map_err(|e| Problem::from_lib(e, "capacity"))?;
     let sem = st.semaphore(&name, None).await?;

@@ -1,8 +1,8 @@
 //! Sidecar settings: a TOML file (`--config`) overridden by flags, with defaults that need no
 //! servers (`memory://`).
 
-use crate::cli::exit::Failure;
-use crate::cli::{parse_duration, ServeArgs};
+use super::ServeArgs;
+use crate::frontend::{parse_duration, Failure};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -217,7 +217,7 @@ fn read_file(path: &Path) -> Result<FileConfig, Failure> {
 }
 
 fn bad(message: String) -> Failure {
-    Failure::usage(message, crate::cli::usage_of("serve"))
+    Failure::usage(message)
 }
 
 #[cfg(test)]

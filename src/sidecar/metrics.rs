@@ -1,5 +1,6 @@
 //! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
 
+use crate::frontend::lock;
 use clusterlimit::RequestStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -174,27 +175,27 @@ impl Metrics {
 
     /// Brings the store counters up to `now` and renders every metric.
     pub fn render(&self, now: RequestStats) -> String {
-        if let Ok(mut last) = self.last_stats.lock() {
-            let d = now.since(&last);
-            for (kind, n) in [
-                ("put", d.put),
-                ("txn", d.txn),
-                ("range", d.range),
-                ("delete", d.delete),
-                ("watch", d.watch),
-                ("lease", d.lease),
-            ] {
-                self.store_requests
-                    .get_or_create(&KindLabel {
-                        kind: kind.to_string(),
-                    })
-                    .inc_by(n);
-            }
-            self.removal_session_ends.inc_by(d.removal_session_ends);
-            self.pending_removals
-                .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
-            *last = now;
+        let mut last = lock(&self.last_stats);
+        let d = now.since(&last);
+        for (kind, n) in [
+            ("put", d.put),
+            ("txn", d.txn),
+            ("range", d.range),
+            ("delete", d.delete),
+            ("watch", d.watch),
+            ("lease", d.lease),
+        ] {
+            self.store_requests
+                .get_or_create(&KindLabel {
+                    kind: kind.to_string(),
+                })
+                .inc_by(n);
         }
+        self.removal_session_ends.inc_by(d.removal_session_ends);
+        self.pending_removals
+            .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
+        *last = now;
+        drop(last); // encoding reads the registry only
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::warn!(error = %e, "encoding metrics");

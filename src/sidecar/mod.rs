@@ -5,12 +5,14 @@
 mod api;
 mod body;
 mod config;
+mod flags;
 mod metrics;
 mod permits;
 mod problem;
 
-use crate::cli::exit::{self, Failure};
-use crate::cli::ServeArgs;
+pub use flags::ServeArgs;
+
+use crate::frontend::{connect, exit, Failure};
 use config::Config;
 use std::future::IntoFuture as _;
 use std::io::Write as _;
@@ -41,8 +43,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
 
-    let limiter =
-        crate::cli::connect(&cfg.store, cfg.session_ttl, cfg.owner.as_deref(), "serve").await?;
+    let limiter = connect(&cfg.store, cfg.session_ttl, cfg.owner.as_deref()).await?;
     for d in &cfg.semaphores {
         match limiter.semaphore(&d.name, d.capacity).await {
             Ok(_) => tracing::info!(semaphore = %d.name, capacity = d.capacity, "declared"),
@@ -51,7 +52,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
                 semaphore = %d.name, stored, configured = d.capacity,
                 "semaphore exists with another capacity; keeping the stored one"
             ),
-            Err(e) => return Err(Failure::from_lib(e, crate::cli::usage_of("serve"))),
+            Err(e) => return Err(Failure::from_lib(e)),
         }
     }
 

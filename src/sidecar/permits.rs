@@ -4,6 +4,7 @@
 //! session ends behind it.
 
 use super::metrics::Metrics;
+use crate::frontend::lock;
 use clusterlimit::Permit;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,9 +52,8 @@ impl Table {
         })
     }
 
-    // A poisoned lock only means another task panicked mid-update of a plain map: keep going.
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.slots)
     }
 
     /// Registers a granted permit with its client TTL; returns its id.

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
-/// Why a request through [`GlobalConcurrencyLimit`](super::GlobalConcurrencyLimit) failed.
+/// Why a request through [`ClusterConcurrencyLimit`](super::ClusterConcurrencyLimit) failed.
 ///
 /// The first three variants mean the request was **not run**; [`Service`](Self::Service) is the
 /// inner service's own error. [`retry_after`](Self::retry_after) tells the rejections meant as

@@ -13,7 +13,7 @@ use std::task::{ready, Context, Poll};
 use tower_service::Service;
 
 pin_project_lite::pin_project! {
-    /// Future of [`GlobalConcurrencyLimit`](super::GlobalConcurrencyLimit): waits for the
+    /// Future of [`ClusterConcurrencyLimit`](super::ClusterConcurrencyLimit): waits for the
     /// permit, then calls the inner service and holds the permit until its future completes.
     ///
     /// Cancel-safe: dropping it while it waits removes the queue entry; dropping it while the

@@ -2,19 +2,19 @@
 
 use super::admit::Policy;
 use super::health::StoreHealth;
-use super::service::GlobalConcurrencyLimit;
+use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
 use crate::validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default [`acquire_timeout`](GlobalConcurrencyLimitLayerBuilder::acquire_timeout): a request
+/// Default [`acquire_timeout`](ClusterConcurrencyLimitLayerBuilder::acquire_timeout): a request
 /// waits at most this long for its permit.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default [`store_retry_interval`](GlobalConcurrencyLimitLayerBuilder::store_retry_interval).
+/// Default [`store_retry_interval`](ClusterConcurrencyLimitLayerBuilder::store_retry_interval).
 pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
-/// Default [`retry_after`](GlobalConcurrencyLimitLayerBuilder::retry_after) hint of a rejection.
+/// Default [`retry_after`](ClusterConcurrencyLimitLayerBuilder::retry_after) hint of a rejection.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// What to do with a request that got no permit (deadline passed, or the store is down).
@@ -29,7 +29,7 @@ pub enum Fallback {
     FailOpen,
 }
 
-/// A [`tower_layer::Layer`] that wraps a service in [`GlobalConcurrencyLimit`]: every request
+/// A [`tower_layer::Layer`] that wraps a service in [`ClusterConcurrencyLimit`]: every request
 /// holds permits of one cluster-wide [`Semaphore`] while it runs. See the [module
 /// docs](crate::tower) for where the permit is taken and for how long.
 ///
@@ -38,8 +38,8 @@ pub enum Fallback {
 ///
 /// ```
 /// # async fn f(limiter: clusterlimit::Limiter) -> clusterlimit::Result<()> {
-/// use clusterlimit::tower::GlobalConcurrencyLimitLayer;
-/// let layer = GlobalConcurrencyLimitLayer::new(limiter.semaphore("payments-api", 20).await?);
+/// use clusterlimit::tower::ClusterConcurrencyLimitLayer;
+/// let layer = ClusterConcurrencyLimitLayer::new(limiter.semaphore("payments-api", 20).await?);
 /// let service = tower::ServiceBuilder::new()
 ///     .layer(layer)
 ///     .service_fn(|req: u32| async move { Ok::<_, std::io::Error>(req * 2) });
@@ -47,22 +47,22 @@ pub enum Fallback {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct GlobalConcurrencyLimitLayer {
+pub struct ClusterConcurrencyLimitLayer {
     policy: Arc<Policy>,
 }
 
-impl GlobalConcurrencyLimitLayer {
+impl ClusterConcurrencyLimitLayer {
     /// One permit per request from `semaphore`, the defaults for everything else: wait at most
     /// [`DEFAULT_ACQUIRE_TIMEOUT`], reject on timeout and when the store is down.
     pub fn new(semaphore: Semaphore) -> Self {
-        GlobalConcurrencyLimitLayer {
-            policy: Arc::new(GlobalConcurrencyLimitLayerBuilder::new(semaphore).policy()),
+        ClusterConcurrencyLimitLayer {
+            policy: Arc::new(ClusterConcurrencyLimitLayerBuilder::new(semaphore).policy()),
         }
     }
 
     /// Starts a builder to choose the weight, the deadline and the fallbacks.
-    pub fn builder(semaphore: Semaphore) -> GlobalConcurrencyLimitLayerBuilder {
-        GlobalConcurrencyLimitLayerBuilder::new(semaphore)
+    pub fn builder(semaphore: Semaphore) -> ClusterConcurrencyLimitLayerBuilder {
+        ClusterConcurrencyLimitLayerBuilder::new(semaphore)
     }
 
     /// Name of the semaphore every request takes permits from.
@@ -71,21 +71,21 @@ impl GlobalConcurrencyLimitLayer {
     }
 }
 
-impl<S> tower_layer::Layer<S> for GlobalConcurrencyLimitLayer {
-    type Service = GlobalConcurrencyLimit<S>;
+impl<S> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer {
+    type Service = ClusterConcurrencyLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        GlobalConcurrencyLimit::new(inner, self.policy.clone())
+        ClusterConcurrencyLimit::new(inner, self.policy.clone())
     }
 }
 
-/// Options of a [`GlobalConcurrencyLimitLayer`]; [`build`](Self::build) checks them.
+/// Options of a [`ClusterConcurrencyLimitLayer`]; [`build`](Self::build) checks them.
 ///
 /// ```
 /// # async fn f(sem: clusterlimit::Semaphore) -> clusterlimit::Result<()> {
-/// use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer};
+/// use clusterlimit::tower::{Fallback, ClusterConcurrencyLimitLayer};
 /// use std::time::Duration;
-/// let layer = GlobalConcurrencyLimitLayer::builder(sem)
+/// let layer = ClusterConcurrencyLimitLayer::builder(sem)
 ///     .permits_per_request(2)                      // heavy requests: weight 2
 ///     .acquire_timeout(Duration::from_millis(250))
 ///     .on_timeout(Fallback::Reject)                // full: answer "try later"
@@ -98,7 +98,7 @@ impl<S> tower_layer::Layer<S> for GlobalConcurrencyLimitLayer {
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct GlobalConcurrencyLimitLayerBuilder {
+pub struct ClusterConcurrencyLimitLayerBuilder {
     semaphore: Semaphore,
     permits: u32,
     acquire_timeout: Option<Duration>,
@@ -108,9 +108,9 @@ pub struct GlobalConcurrencyLimitLayerBuilder {
     retry_after: Duration,
 }
 
-impl GlobalConcurrencyLimitLayerBuilder {
+impl ClusterConcurrencyLimitLayerBuilder {
     fn new(semaphore: Semaphore) -> Self {
-        GlobalConcurrencyLimitLayerBuilder {
+        ClusterConcurrencyLimitLayerBuilder {
             semaphore,
             permits: 1,
             acquire_timeout: Some(DEFAULT_ACQUIRE_TIMEOUT),
@@ -174,7 +174,7 @@ impl GlobalConcurrencyLimitLayerBuilder {
 
     /// Checks the options: `InvalidArgument` for a weight of 0 (or above the largest
     /// capacity), or a zero timeout, retry interval or retry-after.
-    pub fn build(self) -> Result<GlobalConcurrencyLimitLayer> {
+    pub fn build(self) -> Result<ClusterConcurrencyLimitLayer> {
         validate::permits(self.permits)?;
         if self.acquire_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid(
@@ -187,7 +187,7 @@ impl GlobalConcurrencyLimitLayerBuilder {
         if self.retry_after.is_zero() {
             return Err(Error::invalid("retry-after must be above zero"));
         }
-        Ok(GlobalConcurrencyLimitLayer {
+        Ok(ClusterConcurrencyLimitLayer {
             policy: Arc::new(self.policy()),
         })
     }

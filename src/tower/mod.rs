@@ -1,21 +1,23 @@
 //! A [tower](https://docs.rs/tower) layer that caps a service's in-flight requests across the whole cluster
 //! (cargo feature `tower`, on by default).
 //!
-//! [`GlobalConcurrencyLimitLayer`] is tower's `ConcurrencyLimitLayer` with the count kept in a
+//! [`ClusterConcurrencyLimitLayer`] is tower's `ConcurrencyLimitLayer` with the count kept in a
 //! clusterlimit [`Semaphore`](crate::Semaphore): every request takes a permit, every replica of
 //! the service shares the semaphore, so at most *capacity* requests run at once in the whole
-//! fleet, however many replicas there are.
+//! fleet, however many replicas there are. (Tower's own `GlobalConcurrencyLimitLayer` shares
+//! one count between the services of a single process; this module's layer carried that name
+//! before 0.2.0, and the old names remain as deprecated aliases for one release.)
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> clusterlimit::Result<()> {
-//! use clusterlimit::tower::{Fallback, GlobalConcurrencyLimitLayer};
+//! use clusterlimit::tower::{Fallback, ClusterConcurrencyLimitLayer};
 //! use std::time::Duration;
 //! use tower::{service_fn, Layer, Service, ServiceExt};
 //!
 //! let limiter = clusterlimit::Limiter::connect("memory://tower-doc").await?;
 //! let semaphore = limiter.semaphore("reports-api", 8).await?; // 8 in flight, cluster-wide
-//! let layer = GlobalConcurrencyLimitLayer::builder(semaphore)
+//! let layer = ClusterConcurrencyLimitLayer::builder(semaphore)
 //!     .acquire_timeout(Duration::from_millis(500)) // then answer LimitError::Timeout
 //!     .on_store_error(Fallback::FailOpen)          // a down store must not take the API down
 //!     .build()?;
@@ -57,15 +59,15 @@
 //!
 //! # When no permit comes
 //!
-//! * **Deadline** ([`acquire_timeout`](GlobalConcurrencyLimitLayerBuilder::acquire_timeout),
-//!   default 1 s): if the semaphore stays full that long, [`on_timeout`](GlobalConcurrencyLimitLayerBuilder::on_timeout)
+//! * **Deadline** ([`acquire_timeout`](ClusterConcurrencyLimitLayerBuilder::acquire_timeout),
+//!   default 1 s): if the semaphore stays full that long, [`on_timeout`](ClusterConcurrencyLimitLayerBuilder::on_timeout)
 //!   decides: [`Fallback::Reject`] (default) answers [`LimitError::Timeout`] without running the
 //!   request; [`Fallback::FailOpen`] runs it without a permit.
 //! * **Store down** (an error from the store, or no answer at all: the acquire's deadline plus
-//!   0.5 s passed without a reply): [`on_store_error`](GlobalConcurrencyLimitLayerBuilder::on_store_error)
+//!   0.5 s passed without a reply): [`on_store_error`](ClusterConcurrencyLimitLayerBuilder::on_store_error)
 //!   decides, [`LimitError::StoreUnavailable`] (default) or fail-open. After such a failure
 //!   the layer stops asking the store for every request: one request per
-//!   [`store_retry_interval`](GlobalConcurrencyLimitLayerBuilder::store_retry_interval)
+//!   [`store_retry_interval`](ClusterConcurrencyLimitLayerBuilder::store_retry_interval)
 //!   (default 1 s) tries it, the others get the fallback at once, so a down store costs no
 //!   latency per request.
 //! * **Anything else** (a weight above the capacity, a closed [`Limiter`](crate::Limiter), a
@@ -75,16 +77,21 @@
 //! `Retry-After` of [`LimitError::retry_after`] (see `examples/axum_service.rs`).
 
 mod admit;
+mod deprecated;
 mod error;
 mod future;
 mod health;
 mod layer;
 mod service;
 
+#[allow(deprecated)]
+pub use deprecated::{
+    GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
+};
 pub use error::LimitError;
 pub use future::ResponseFuture;
 pub use layer::{
-    Fallback, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
+    ClusterConcurrencyLimitLayer, ClusterConcurrencyLimitLayerBuilder, Fallback,
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
 };
-pub use service::GlobalConcurrencyLimit;
+pub use service::ClusterConcurrencyLimit;

@@ -8,19 +8,19 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 /// A service whose requests each hold permits of a cluster-wide semaphore while they run; made
-/// by [`GlobalConcurrencyLimitLayer`](super::GlobalConcurrencyLimitLayer).
+/// by [`ClusterConcurrencyLimitLayer`](super::ClusterConcurrencyLimitLayer).
 ///
 /// `poll_ready` is the inner service's; the permit is taken in the [`ResponseFuture`], before
 /// the inner service is called (see the [module docs](crate::tower)).
 #[derive(Debug, Clone)]
-pub struct GlobalConcurrencyLimit<S> {
+pub struct ClusterConcurrencyLimit<S> {
     inner: S,
     policy: Arc<Policy>,
 }
 
-impl<S> GlobalConcurrencyLimit<S> {
+impl<S> ClusterConcurrencyLimit<S> {
     pub(crate) fn new(inner: S, policy: Arc<Policy>) -> Self {
-        GlobalConcurrencyLimit { inner, policy }
+        ClusterConcurrencyLimit { inner, policy }
     }
 
     /// The inner service.
@@ -39,7 +39,7 @@ impl<S> GlobalConcurrencyLimit<S> {
     }
 }
 
-impl<S, Req> Service<Req> for GlobalConcurrencyLimit<S>
+impl<S, Req> Service<Req> for ClusterConcurrencyLimit<S>
 where
     S: Service<Req> + Clone,
 {
