@@ -33,6 +33,7 @@ pub mod backend;
 mod backoff;
 mod error;
 mod limiter;
+mod limiter_inner;
 mod lost;
 mod permit;
 pub mod queue;
@@ -44,10 +45,10 @@ mod store_url;
 // The contract suite, for backends written outside the crate too (feature `testing`).
 #[cfg(feature = "testing")]
 pub mod testing;
+mod timing;
 #[cfg(feature = "tower")]
 pub mod tower;
 pub mod validate;
-mod waiters;
 
 pub use error::{BoxError, Error, Result};
 pub use limiter::{

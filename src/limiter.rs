@@ -3,21 +3,16 @@
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
 use crate::error::{Error, Result};
+use crate::limiter_inner::LimiterInner;
 use crate::release::Releaser;
 use crate::semaphore::Semaphore;
 use crate::stats::RequestStats;
 use crate::store_url::StoreUrl;
 use crate::validate;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default session TTL: permits of a dead process come back within this time.
-pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
-/// Shortest session TTL accepted.
-pub const MIN_SESSION_TTL: Duration = Duration::from_secs(2);
-/// Default bound on one store request.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::timing::{DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MIN_SESSION_TTL};
 
 /// A handle to a store with one session (an etcd lease, a ZooKeeper session, or an in-process
 /// session for `memory://`). Every permit taken through it belongs to that session, so when the
@@ -38,58 +33,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Limiter {
     pub(crate) inner: Arc<LimiterInner>,
-}
-
-#[derive(Debug)]
-pub(crate) struct LimiterInner {
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) releaser: Releaser,
-    pub(crate) owner: String,
-    /// The runtime the Limiter was made on: background work is spawned there, so calls made
-    /// from outside a Tokio context cannot panic on a missing runtime.
-    pub(crate) runtime: tokio::runtime::Handle,
-    closed: AtomicBool,
-}
-
-/// "Closed" has one owner, the Limiter: calls after [`Limiter::close`] are refused here, and a
-/// call the close cut short reports `Closed` whatever its backend said (a backend only stops:
-/// see `backend/stop.rs`).
-impl LimiterInner {
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.is_closed() {
-            Err(Error::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// `e`, or `Closed` if the Limiter was closed meanwhile (the close is why the call failed).
-    pub(crate) fn closed_or(&self, e: Error) -> Error {
-        if self.is_closed() {
-            Error::Closed
-        } else {
-            e
-        }
-    }
-
-    /// A backend call's result, with its error passed through [`closed_or`](Self::closed_or).
-    pub(crate) fn closed_or_result<T>(&self, r: Result<T>) -> Result<T> {
-        r.map_err(|e| self.closed_or(e))
-    }
-}
-
-impl Drop for LimiterInner {
-    // Nothing can use the session any more: end it so its permits come back now rather than
-    // after the TTL. Best effort; never panics.
-    fn drop(&mut self) {
-        if !self.closed.load(Ordering::Acquire) {
-            self.backend.shutdown();
-        }
-    }
 }
 
 impl Limiter {
@@ -119,13 +62,7 @@ impl Limiter {
         let releaser = Releaser::spawn(backend.clone(), &handle);
         backend.set_orphan_sink(releaser.orphan_sink());
         Ok(Limiter {
-            inner: Arc::new(LimiterInner {
-                backend,
-                releaser,
-                owner,
-                runtime: handle,
-                closed: AtomicBool::new(false),
-            }),
+            inner: Arc::new(LimiterInner::new(backend, releaser, owner, handle)),
         })
     }
 
@@ -231,7 +168,7 @@ impl Limiter {
     /// Cancel-safe in effect: once started, the session is marked closed; if the revoke does not
     /// reach the store, the TTL frees the permits.
     pub async fn close(&self) -> Result<()> {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
+        if self.inner.mark_closed() {
             return Ok(());
         }
         self.inner.backend.close().await

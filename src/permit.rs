@@ -1,7 +1,7 @@
 //! `Permit`: permits held until released, dropped, or lost.
 
 use crate::error::{Error, Result};
-use crate::limiter::LimiterInner;
+use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;
 use std::sync::Arc;
 use std::time::Duration;

@@ -32,14 +32,9 @@ const FIRST_DELAY: Duration = Duration::from_millis(50);
 /// Longest pause between two attempts: short next to any TTL, so a removal lands soon after
 /// the store answers again.
 const MAX_DELAY: Duration = Duration::from_secs(1);
-/// How many session TTLs a removal may stay unconfirmed before its session is ended. Two TTLs
-/// let a store ride out a failover or a blip (each well under one TTL) without losing a
-/// session, while an entry stuck longer frees the queue within about three TTLs in all.
-pub(crate) const GIVE_UP_AFTER_TTLS: u32 = 2;
-// A store failover or blip (each under one TTL) must never end a session by itself.
-const _: () = assert!(GIVE_UP_AFTER_TTLS >= 2);
+pub(crate) use crate::timing::GIVE_UP_AFTER_TTLS;
 // Between two attempts a removal never sleeps through a whole session TTL.
-const _: () = assert!(MAX_DELAY.as_millis() < crate::limiter::MIN_SESSION_TTL.as_millis());
+const _: () = assert!(MAX_DELAY.as_millis() < crate::timing::MIN_SESSION_TTL.as_millis());
 
 /// One entry to remove, and the loss signal of the session it was written under (`None` when
 /// its enqueue never answered: then the session current at hand-over is taken, the only one

@@ -2,7 +2,7 @@
 
 use crate::backend::{Enqueued, EntryRequest, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::LimiterInner;
+use crate::limiter_inner::LimiterInner;
 use crate::permit::{EntryGuard, Permit};
 use crate::status::Status;
 use crate::validate;
@@ -48,6 +48,8 @@ pub(crate) struct Acquired {
     /// enqueue means the semaphore stayed full; without one, that the store did not answer
     /// within the deadline. (The removal after a failure is no such proof: a backend may
     /// confirm the removal of an entry whose create is in doubt without asking the store.)
+    // Read by the tower layer only.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) store_answered: bool,
 }
 

@@ -4,12 +4,12 @@
 //! through [`expire_sessions`] (for testing how code reacts to a lost session).
 
 use super::{lock, Backend, Enqueued, EntryRequest, Stop};
+use crate::backend::waiters::{self, Outcome, QueueView, Waiters};
 use crate::error::{Error, Result};
 use crate::lost::{Deadline, LostSignal};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
-use crate::waiters::{self, Outcome, QueueView, Waiters};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -328,7 +328,7 @@ impl Backend for MemoryBackend {
     }
 
     fn session_ttl(&self) -> Duration {
-        crate::limiter::DEFAULT_SESSION_TTL
+        crate::timing::DEFAULT_SESSION_TTL
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {

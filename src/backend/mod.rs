@@ -25,11 +25,12 @@ mod session_slot;
 mod stop;
 pub mod zookeeper;
 
-pub use crate::waiters::{outcome, Outcome, QueueView, Waiters};
+pub(crate) mod waiters;
 /// The trait macro `Backend` is written with, for backends outside the crate.
 pub use async_trait::async_trait;
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
+pub use waiters::{outcome, Outcome, QueueView, Waiters};
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
 /// half-done, and a poisoned lock must never turn into a panic of ours.

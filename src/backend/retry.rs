@@ -14,7 +14,7 @@ pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(250);
 /// A whole call may take this many request timeouts.
 pub(crate) const CALL_TIMEOUTS: u32 = 2;
 // A paused retry never sleeps through a keepalive interval (a third of the shortest TTL).
-const _: () = assert!(MAX_PAUSE.as_millis() < crate::limiter::MIN_SESSION_TTL.as_millis() / 3);
+const _: () = assert!(MAX_PAUSE.as_millis() < crate::timing::MIN_SESSION_TTL.as_millis() / 3);
 
 /// The attempts of one call.
 #[derive(Debug)]

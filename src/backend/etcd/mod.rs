@@ -17,12 +17,12 @@ mod view;
 use super::retry::Attempts;
 use super::{lock, Backend, Enqueued, EntryRequest, SessionSlot, Stop};
 use crate::backend::capacity::CapValue;
+use crate::backend::waiters::{self, Outcome};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
-use crate::waiters::{self, Outcome};
 use async_trait::async_trait;
 use endpoints::Endpoints;
 use etcd_client::{
@@ -117,7 +117,7 @@ const SHORT_ATTEMPTS: u32 = 3;
 // Three short attempts fit in one call's deadline with the default request timeout.
 const _: () = assert!(
     FIRST_ATTEMPT.as_millis() * (SHORT_ATTEMPTS as u128)
-        < crate::limiter::DEFAULT_REQUEST_TIMEOUT.as_millis()
+        < crate::timing::DEFAULT_REQUEST_TIMEOUT.as_millis()
 );
 
 /// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).

@@ -16,9 +16,9 @@ use super::endpoints::Endpoints;
 use super::keys::EntryValue;
 use crate::backend::capacity::CapValue;
 use crate::backend::outage::Outage;
+use crate::backend::waiters::{Outcome, QueueView, Waiters};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
-use crate::waiters::{Outcome, QueueView, Waiters};
 use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -351,7 +351,7 @@ impl SemWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::waiters::outcome;
+    use crate::backend::waiters::outcome;
 
     fn view(cap: u32, entries: &[(i64, u32)], revision: i64) -> View {
         View {

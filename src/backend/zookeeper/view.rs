@@ -26,9 +26,9 @@
 
 use super::nodes::EntryName;
 use crate::backend::capacity::CapValue;
+use crate::backend::waiters::{Outcome, QueueView, Waiters};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
-use crate::waiters::{Outcome, QueueView, Waiters};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -191,7 +191,7 @@ impl SemView {
 
     /// The outcome for entry `token` now (`None`: it waits, or the view has not seen it yet).
     pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
-        crate::waiters::outcome(&self.lock().queue, token, permits)
+        crate::backend::waiters::outcome(&self.lock().queue, token, permits)
     }
 
     /// Registers a waiter; the receiver gets its outcome once decided, and an error if the view

@@ -1,0 +1,80 @@
+//! What every handle of one Limiter shares (its `Semaphore`s and `Permit`s hold it too): the
+//! backend, the background releaser, the owner label, the runtime, and the one "closed" flag.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::release::Releaser;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub(crate) struct LimiterInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) releaser: Releaser,
+    pub(crate) owner: String,
+    /// The runtime the Limiter was made on: background work is spawned there, so calls made
+    /// from outside a Tokio context cannot panic on a missing runtime.
+    pub(crate) runtime: tokio::runtime::Handle,
+    closed: AtomicBool,
+}
+
+/// "Closed" has one owner, the Limiter: calls after [`Limiter::close`] are refused here, and a
+/// call the close cut short reports `Closed` whatever its backend said (a backend only stops:
+/// see `backend/stop.rs`).
+impl LimiterInner {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        releaser: Releaser,
+        owner: String,
+        runtime: tokio::runtime::Handle,
+    ) -> LimiterInner {
+        LimiterInner {
+            backend,
+            releaser,
+            owner,
+            runtime,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the Limiter closed; true if it was already.
+    pub(crate) fn mark_closed(&self) -> bool {
+        self.closed.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// `e`, or `Closed` if the Limiter was closed meanwhile (the close is why the call failed).
+    pub(crate) fn closed_or(&self, e: Error) -> Error {
+        if self.is_closed() {
+            Error::Closed
+        } else {
+            e
+        }
+    }
+
+    /// A backend call's result, with its error passed through [`closed_or`](Self::closed_or).
+    pub(crate) fn closed_or_result<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| self.closed_or(e))
+    }
+}
+
+impl Drop for LimiterInner {
+    // Nothing can use the session any more: end it so its permits come back now rather than
+    // after the TTL. Best effort; never panics.
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) {
+            self.backend.shutdown();
+        }
+    }
+}
