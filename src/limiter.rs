@@ -7,8 +7,9 @@ use crate::limiter_inner::LimiterInner;
 use crate::release::Releaser;
 use crate::semaphore::Semaphore;
 use crate::stats::RequestStats;
-use crate::store_url::StoreUrl;
+use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
 use crate::validate;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,9 @@ impl Limiter {
             session_ttl: DEFAULT_SESSION_TTL,
             owner: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            tls: None,
+            etcd_user: None,
+            zk_digest_file: None,
         }
     }
 
@@ -211,6 +215,9 @@ pub struct LimiterBuilder {
     session_ttl: Duration,
     owner: Option<String>,
     request_timeout: Duration,
+    tls: Option<TlsFiles>,
+    etcd_user: Option<EtcdUser>,
+    zk_digest_file: Option<PathBuf>,
 }
 
 impl LimiterBuilder {
@@ -235,6 +242,26 @@ impl LimiterBuilder {
         self
     }
 
+    /// TLS for the store connection (overrides the URL's `cacert`/`cert`/`key`; makes an
+    /// `etcd://` URL connect as `etcds://`).
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
+    /// etcd user authentication (overrides the URL's `user`/`password_file`).
+    pub fn etcd_user(mut self, user: EtcdUser) -> Self {
+        self.etcd_user = Some(user);
+        self
+    }
+
+    /// ZooKeeper digest authentication from a file holding `user:password` (overrides the URL's
+    /// `digest_file`).
+    pub fn zk_digest_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.zk_digest_file = Some(path.into());
+        self
+    }
+
     /// Connects and starts the session. Fails fast if the store does not answer.
     ///
     /// Cancel-safe: a session started by a dropped call is never used and expires by its TTL.
@@ -254,47 +281,54 @@ impl LimiterBuilder {
             return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
         }
         let backend: Arc<dyn Backend> = match StoreUrl::parse(&self.url)? {
-            StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
+            StoreUrl::Memory { name } => {
+                if self.tls.is_some() || self.etcd_user.is_some() || self.zk_digest_file.is_some() {
+                    return Err(Error::invalid(
+                        "memory:// takes no TLS or credentials (they are for etcd and ZooKeeper)",
+                    ));
+                }
+                Arc::new(MemoryBackend::open(&name))
+            }
             StoreUrl::Etcd {
                 endpoints,
                 prefix,
                 tls,
                 user,
             } => {
-                if tls.is_some() || user.is_some() {
+                if self.zk_digest_file.is_some() {
                     return Err(Error::invalid(
-                        "etcd TLS and user authentication are not supported by this version",
+                        "a ZooKeeper digest file was given for an etcd store",
                     ));
                 }
-                Arc::new(
-                    EtcdBackend::connect(EtcdConfig {
-                        endpoints,
-                        prefix,
-                        session_ttl: self.session_ttl,
-                        request_timeout: self.request_timeout,
-                    })
-                    .await?,
-                )
+                let config = EtcdConfig {
+                    endpoints,
+                    prefix,
+                    session_ttl: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                    tls: self.tls.or(tls),
+                    user: self.etcd_user.or(user),
+                };
+                Arc::new(EtcdBackend::connect(config).await?)
             }
             StoreUrl::ZooKeeper {
                 hosts,
                 root,
                 digest_file,
             } => {
-                if digest_file.is_some() {
+                if self.etcd_user.is_some() {
                     return Err(Error::invalid(
-                        "ZooKeeper digest authentication is not supported by this version",
+                        "an etcd user was given for a ZooKeeper store",
                     ));
                 }
-                Arc::new(
-                    ZkBackend::connect(ZkConfig {
-                        hosts,
-                        root,
-                        session_timeout: self.session_ttl,
-                        request_timeout: self.request_timeout,
-                    })
-                    .await?,
-                )
+                let config = ZkConfig {
+                    hosts,
+                    root,
+                    session_timeout: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                    tls: self.tls,
+                    digest_file: self.zk_digest_file.or(digest_file),
+                };
+                Arc::new(ZkBackend::connect(config).await?)
             }
         };
         Limiter::from_backend(backend, owner)

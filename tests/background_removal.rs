@@ -97,6 +97,8 @@ impl Store {
                     prefix: namespace.to_string(),
                     session_ttl: TTL,
                     request_timeout: Duration::from_secs(2),
+                    tls: None,
+                    user: None,
                 })
                 .await
                 .unwrap(),
@@ -107,6 +109,8 @@ impl Store {
                     root: format!("/{namespace}"),
                     session_timeout: TTL,
                     request_timeout: Duration::from_secs(2),
+                    tls: None,
+                    digest_file: None,
                 })
                 .await
                 .unwrap(),

@@ -49,6 +49,10 @@ pub struct EtcdConfig {
     pub session_ttl: Duration,
     /// Bound on each request.
     pub request_timeout: Duration,
+    /// TLS settings; `None` for plain text.
+    pub tls: Option<crate::TlsFiles>,
+    /// User authentication, if any.
+    pub user: Option<crate::EtcdUser>,
 }
 
 /// The `etcd://` backend: one client, one lease, one watch per contended semaphore.
@@ -137,6 +141,11 @@ enum Until<'a> {
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
+        if config.tls.is_some() || config.user.is_some() {
+            return Err(Error::invalid(
+                "etcd TLS and user authentication are not supported by this version",
+            ));
+        }
         // No HTTP/2 pings (see endpoints.rs): a hung member is found by the bounded attempts,
         // keepalive rounds and watch progress checks, which then move on to the next member.
         let opts = ConnectOptions::new()

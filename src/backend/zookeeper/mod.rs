@@ -55,6 +55,10 @@ pub struct ZkConfig {
     pub session_timeout: Duration,
     /// Bound on each call's store requests.
     pub request_timeout: Duration,
+    /// TLS settings; `None` for plain text.
+    pub tls: Option<crate::TlsFiles>,
+    /// File holding `user:password` for digest authentication, if any.
+    pub digest_file: Option<std::path::PathBuf>,
 }
 
 /// The `zk://` backend: one session, one watch per semaphore in use.
@@ -155,6 +159,11 @@ impl ZkBackend {
     /// Connects the session and creates the root nodes if absent. Fails fast if no server
     /// answers.
     pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
+        if config.tls.is_some() || config.digest_file.is_some() {
+            return Err(Error::invalid(
+                "ZooKeeper TLS and digest authentication are not supported by this version",
+            ));
+        }
         let backend = ZkBackend {
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
