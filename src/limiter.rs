@@ -275,63 +275,70 @@ impl LimiterBuilder {
         if self.request_timeout.is_zero() {
             return Err(Error::invalid("request timeout must be above zero"));
         }
+        let url = StoreUrl::parse(&self.url)?;
+        self.check_credentials_fit(&url)?;
         let owner = self.owner.unwrap_or_else(default_owner);
         validate::owner(&owner)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
         }
-        let backend: Arc<dyn Backend> = match StoreUrl::parse(&self.url)? {
-            StoreUrl::Memory { name } => {
-                if self.tls.is_some() || self.etcd_user.is_some() || self.zk_digest_file.is_some() {
-                    return Err(Error::invalid(
-                        "memory:// takes no TLS or credentials (they are for etcd and ZooKeeper)",
-                    ));
-                }
-                Arc::new(MemoryBackend::open(&name))
-            }
+        let backend: Arc<dyn Backend> = match url {
+            StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
             StoreUrl::Etcd {
                 endpoints,
                 prefix,
                 tls,
                 user,
-            } => {
-                if self.zk_digest_file.is_some() {
-                    return Err(Error::invalid(
-                        "a ZooKeeper digest file was given for an etcd store",
-                    ));
-                }
-                let config = EtcdConfig {
+            } => Arc::new(
+                EtcdBackend::connect(EtcdConfig {
                     endpoints,
                     prefix,
                     session_ttl: self.session_ttl,
                     request_timeout: self.request_timeout,
                     tls: self.tls.or(tls),
                     user: self.etcd_user.or(user),
-                };
-                Arc::new(EtcdBackend::connect(config).await?)
-            }
+                })
+                .await?,
+            ),
             StoreUrl::ZooKeeper {
                 hosts,
                 root,
                 digest_file,
-            } => {
-                if self.etcd_user.is_some() {
-                    return Err(Error::invalid(
-                        "an etcd user was given for a ZooKeeper store",
-                    ));
-                }
-                let config = ZkConfig {
+            } => Arc::new(
+                ZkBackend::connect(ZkConfig {
                     hosts,
                     root,
                     session_timeout: self.session_ttl,
                     request_timeout: self.request_timeout,
                     tls: self.tls,
                     digest_file: self.zk_digest_file.or(digest_file),
-                };
-                Arc::new(ZkBackend::connect(config).await?)
-            }
+                })
+                .await?,
+            ),
         };
         Limiter::from_backend(backend, owner)
+    }
+}
+
+impl LimiterBuilder {
+    /// Credentials given through the builder must be for the store the URL names: a mistake
+    /// here would otherwise connect without them.
+    fn check_credentials_fit(&self, url: &StoreUrl) -> Result<()> {
+        let misplaced = match url {
+            StoreUrl::Memory { .. } => {
+                (self.tls.is_some() || self.etcd_user.is_some() || self.zk_digest_file.is_some())
+                    .then_some("memory:// takes no TLS or credentials")
+            }
+            StoreUrl::Etcd { .. } => self
+                .zk_digest_file
+                .is_some()
+                .then_some("a ZooKeeper digest file was given for an etcd store"),
+            StoreUrl::ZooKeeper { .. } => self
+                .etcd_user
+                .is_some()
+                .then_some("an etcd user was given for a ZooKeeper store"),
+        };
+        misplaced.map_or(Ok(()), |m| Err(Error::invalid(m)))
     }
 }
 
@@ -343,4 +350,29 @@ fn default_owner() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_string());
     format!("{host}/{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn credentials_must_fit_the_store() {
+        let cases = [
+            Limiter::builder("memory://c").tls(TlsFiles::default()),
+            Limiter::builder("memory://c").zk_digest_file("/d"),
+            Limiter::builder("etcd://127.0.0.1:1/p").zk_digest_file("/d"),
+            Limiter::builder("zk://127.0.0.1:1/p").etcd_user(EtcdUser {
+                name: "u".into(),
+                password_file: None,
+            }),
+        ];
+        for builder in cases {
+            let err = builder.clone().connect().await.err();
+            assert!(
+                matches!(err, Some(Error::InvalidArgument(_))),
+                "{builder:?}: {err:?}"
+            );
+        }
+    }
 }

@@ -188,6 +188,15 @@ impl StoreUrl {
         };
         let mut settings = Settings::parse(url, query)?;
         let url = &redact(url);
+        if rest
+            .split('/')
+            .next()
+            .is_some_and(|hosts| hosts.contains('@'))
+        {
+            return Err(Error::invalid(format!(
+                "store URL {url}: credentials are never put in a URL (USER:PASSWORD@); give user= and password_file= (etcd) or digest_file= (ZooKeeper)"
+            )));
+        }
         match scheme {
             "memory" | "mem" => {
                 settings.finish("none")?;

@@ -136,6 +136,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     fn set_orphan_sink(&self, _sink: OrphanSink) {}
 
     /// Ends the session: every entry of it is removed at once, waits fail, permits are lost.
+    /// From then on the backend is stopped: it starts no new session, its retries and
+    /// background tasks end, and calls still in flight may fail with any error (the Limiter,
+    /// the one owner of "closed", reports them as `Closed`; it calls nothing else afterwards
+    /// but `remove`, which must then succeed at once).
     async fn close(&self) -> Result<()>;
 
     /// Best-effort, non-blocking version of [`close`](Backend::close) for `Drop`: must not panic
