@@ -3,6 +3,7 @@
 //! every permit at once.
 
 mod api;
+mod auth;
 mod body;
 mod config;
 mod flags;
@@ -10,7 +11,7 @@ mod metrics;
 mod permits;
 mod problem;
 
-pub use flags::ServeArgs;
+pub use flags::{ServeArgs, StoreSecurityFlags};
 
 use crate::frontend::{connect, exit, Failure};
 use config::Config;
@@ -43,7 +44,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
 
-    let limiter = connect(&cfg.store, cfg.session_ttl, cfg.owner.as_deref()).await?;
+    // The URL as printed and logged: credential-like values blanked.
+    let store = clusterlimit::redact(&cfg.store);
+    let limiter = connect(
+        &cfg.store,
+        cfg.session_ttl,
+        cfg.owner.as_deref(),
+        &cfg.security,
+    )
+    .await?;
     for d in &cfg.semaphores {
         match limiter.semaphore(&d.name, d.capacity).await {
             Ok(_) => tracing::info!(semaphore = %d.name, capacity = d.capacity, "declared"),
@@ -57,7 +66,14 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     }
 
     let state = api::AppState::new(limiter.clone(), cfg.permit_ttl);
-    let app = api::router(state.clone());
+    let access = auth::Access {
+        token: cfg.token.clone(),
+        metrics_without_token: cfg.metrics_without_token,
+    };
+    let app = api::router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        access,
+        auth::require_token,
+    ));
     let listen_err = |what: String, e: std::io::Error| {
         Failure::new(exit::UNAVAILABLE, format!("cannot listen on {what}: {e}"))
     };
@@ -68,10 +84,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         .local_addr()
         .map_err(|e| listen_err(cfg.listen.to_string(), e))?;
     // Printed on stdout so scripts (and tests) can learn a port picked with :0.
-    println!(
-        "clusterlimit serve: listening on http://{addr} (store {})",
-        cfg.store
-    );
+    println!("clusterlimit serve: listening on http://{addr} (store {store})");
     let mut servers = tokio::task::JoinSet::new();
     servers.spawn(
         axum::serve(tcp, app.clone())
@@ -88,6 +101,21 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         }
         let unix = tokio::net::UnixListener::bind(path)
             .map_err(|e| listen_err(path.display().to_string(), e))?;
+        // Who may connect is decided by the socket file's mode (the umask made it; set it).
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
+                .map_err(|e| {
+                    Failure::new(
+                        exit::UNAVAILABLE,
+                        format!(
+                            "cannot set mode {:04o} on {}: {e}",
+                            cfg.socket_mode,
+                            path.display()
+                        ),
+                    )
+                })?;
+        }
         println!("clusterlimit serve: listening on unix:{}", path.display());
         servers.spawn(
             axum::serve(unix, app)
@@ -96,7 +124,13 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         );
     }
     let _ = std::io::stdout().flush();
-    tracing::info!(%addr, store = %cfg.store, "serving");
+    tracing::info!(
+        %addr,
+        %store,
+        token = cfg.token.is_some(),
+        metrics_without_token = cfg.metrics_without_token,
+        "serving"
+    );
 
     let probe_state = state.clone();
     let probe = tokio::spawn(async move {
