@@ -10,6 +10,7 @@ mod flags;
 mod metrics;
 mod permits;
 mod problem;
+mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
 
@@ -83,6 +84,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let addr = tcp
         .local_addr()
         .map_err(|e| listen_err(cfg.listen.to_string(), e))?;
+    // Every listener is bound before the first line is printed: whoever waits for that line
+    // (scripts, tests) can use the socket too.
+    let unix = match &cfg.unix {
+        Some(path) => Some(unix_socket::bind(path, cfg.socket_mode)?),
+        None => None,
+    };
     // Printed on stdout so scripts (and tests) can learn a port picked with :0.
     println!("clusterlimit serve: listening on http://{addr} (store {store})");
     let mut servers = tokio::task::JoinSet::new();
@@ -91,31 +98,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
             .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
             .into_future(),
     );
-    if let Some(path) = &cfg.unix {
-        // A socket file left by a previous run would make bind fail.
-        if std::fs::symlink_metadata(path).is_ok_and(|m| {
-            use std::os::unix::fs::FileTypeExt;
-            m.file_type().is_socket()
-        }) {
-            let _ = std::fs::remove_file(path);
-        }
-        let unix = tokio::net::UnixListener::bind(path)
-            .map_err(|e| listen_err(path.display().to_string(), e))?;
-        // Who may connect is decided by the socket file's mode (the umask made it; set it).
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
-                .map_err(|e| {
-                    Failure::new(
-                        exit::UNAVAILABLE,
-                        format!(
-                            "cannot set mode {:04o} on {}: {e}",
-                            cfg.socket_mode,
-                            path.display()
-                        ),
-                    )
-                })?;
-        }
+    if let (Some(unix), Some(path)) = (unix, &cfg.unix) {
         println!("clusterlimit serve: listening on unix:{}", path.display());
         servers.spawn(
             axum::serve(unix, app)
