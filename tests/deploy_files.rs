@@ -1023,8 +1023,10 @@ async fn check_config_checks_the_access_settings() {
             "metrics_without_token = \"yes\"".to_string(),
             &["metrics_without_token"],
         ),
-        ("etcd_password_file = \"/p\"".to_string(), &["etcd_user"]),
-        ("etcd_cert = \"/c.pem\"".to_string(), &["etcd_key"]),
+        (
+            "store = \"etcd://h:1/p\"\netcd_password_file = \"/p\"".to_string(),
+            &["etcd_password_file", "--etcd-user"],
+        ),
         (
             "store = \"etcd://u:pw-in-url@h:1/p\"".to_string(),
             &["never put in a URL"],

@@ -16,12 +16,12 @@ pub async fn connect(
     security: &StoreSecurity,
 ) -> Result<Limiter, Failure> {
     refuse_userinfo(store)?;
-    security.check()?;
+    security.check(store)?;
     let mut builder = Limiter::builder(store).session_ttl(session_ttl);
     if let Some(owner) = owner {
         builder = builder.owner(owner);
     }
-    builder = security.apply(builder);
+    builder = security.apply(store, builder);
     builder.connect().await.map_err(|e| match e {
         Error::InvalidArgument(_) => Failure::usage(e.to_string()),
         e => Failure::new(

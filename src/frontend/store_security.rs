@@ -2,7 +2,7 @@
 //! onto the library's builder. They override the store URL's own `?cacert=…` settings.
 
 use super::failure::Failure;
-use clusterlimit::{EtcdUser, LimiterBuilder, TlsFiles};
+use clusterlimit::{EtcdUser, LimiterBuilder, StoreUrl, TlsFiles};
 use std::path::PathBuf;
 
 /// TLS and authentication settings for the store; every field holds a path or a user name,
@@ -36,40 +36,68 @@ impl StoreSecurity {
         }
     }
 
+    /// The TLS files and etcd user to give the builder: each flag overrides the URL's setting
+    /// of the same name, one by one (`--etcd-cert` keeps the URL's `cacert`). The builder's
+    /// own setters replace the URL's settings as a whole, hence the merge here.
+    fn merged(&self, store: &str) -> (Option<TlsFiles>, Option<EtcdUser>) {
+        let (url_tls, url_user) = match StoreUrl::parse(store) {
+            Ok(StoreUrl::Etcd { tls, user, .. }) => (tls, user),
+            _ => (None, None),
+        };
+        let flags_tls =
+            self.etcd_cacert.is_some() || self.etcd_cert.is_some() || self.etcd_key.is_some();
+        let tls = if flags_tls {
+            let base = url_tls.unwrap_or_default();
+            Some(TlsFiles {
+                ca_cert: self.etcd_cacert.clone().or(base.ca_cert),
+                cert: self.etcd_cert.clone().or(base.cert),
+                key: self.etcd_key.clone().or(base.key),
+            })
+        } else {
+            None
+        };
+        let user = if self.etcd_user.is_some() || self.etcd_password_file.is_some() {
+            let name = self
+                .etcd_user
+                .clone()
+                .or_else(|| url_user.as_ref().map(|u| u.name.clone()));
+            name.map(|name| EtcdUser {
+                name,
+                password_file: self
+                    .etcd_password_file
+                    .clone()
+                    .or_else(|| url_user.and_then(|u| u.password_file)),
+            })
+        } else {
+            None
+        };
+        (tls, user)
+    }
+
     /// Combinations that can never work, found without connecting (usage errors). What the
     /// store then accepts is the library's and the store's business.
-    pub fn check(&self) -> Result<(), Failure> {
-        if self.etcd_password_file.is_some() && self.etcd_user.is_none() {
-            return Err(Failure::usage(
-                "etcd_password_file is given without etcd_user (--etcd-user NAME)",
-            ));
-        }
-        if self.etcd_cert.is_some() != self.etcd_key.is_some() {
-            return Err(Failure::usage(
-                "a client certificate needs both etcd_cert and etcd_key (--etcd-cert, --etcd-key)",
-            ));
-        }
+    pub fn check(&self, store: &str) -> Result<(), Failure> {
         if self.etcd_user.as_deref().is_some_and(str::is_empty) {
             return Err(Failure::usage("etcd_user is empty"));
+        }
+        if self.etcd_password_file.is_some() && self.merged(store).1.is_none() {
+            return Err(Failure::usage(
+                "etcd_password_file is given without a user (--etcd-user NAME, etcd_user in the \
+                 config, or user=NAME in the store URL)",
+            ));
         }
         Ok(())
     }
 
     /// The builder with these settings applied (nothing is read here: the library reads the
     /// files when it connects).
-    pub fn apply(&self, mut builder: LimiterBuilder) -> LimiterBuilder {
-        if self.etcd_cacert.is_some() || self.etcd_cert.is_some() || self.etcd_key.is_some() {
-            builder = builder.tls(TlsFiles {
-                ca_cert: self.etcd_cacert.clone(),
-                cert: self.etcd_cert.clone(),
-                key: self.etcd_key.clone(),
-            });
+    pub fn apply(&self, store: &str, mut builder: LimiterBuilder) -> LimiterBuilder {
+        let (tls, user) = self.merged(store);
+        if let Some(tls) = tls {
+            builder = builder.tls(tls);
         }
-        if let Some(name) = &self.etcd_user {
-            builder = builder.etcd_user(EtcdUser {
-                name: name.clone(),
-                password_file: self.etcd_password_file.clone(),
-            });
+        if let Some(user) = user {
+            builder = builder.etcd_user(user);
         }
         if let Some(path) = &self.zk_digest_file {
             builder = builder.zk_digest_file(path.clone());
@@ -122,17 +150,43 @@ mod tests {
     }
 
     #[test]
-    fn impossible_combinations_are_usage_errors() {
+    fn a_password_file_needs_a_user_from_somewhere() {
         let no_user = StoreSecurity {
             etcd_password_file: Some("/p".into()),
             ..StoreSecurity::default()
         };
-        assert!(no_user.check().unwrap_err().message.contains("etcd_user"));
-        let half_cert = StoreSecurity {
-            etcd_cert: Some("/c".into()),
+        let e = no_user.check("etcd://h:1/p").unwrap_err();
+        assert!(e.message.contains("--etcd-user"), "{}", e.message);
+        assert!(no_user.check("etcd://h:1/p?user=svc").is_ok());
+        assert!(StoreSecurity::default().check("etcd://h:1/p").is_ok());
+    }
+
+    #[test]
+    fn flags_override_the_urls_settings_one_by_one() {
+        let flags = StoreSecurity {
+            etcd_cert: Some("/flag/c.pem".into()),
+            etcd_key: Some("/flag/k.pem".into()),
+            etcd_password_file: Some("/flag/pw".into()),
             ..StoreSecurity::default()
         };
-        assert!(half_cert.check().unwrap_err().message.contains("etcd_key"));
-        assert!(StoreSecurity::default().check().is_ok());
+        let url = "etcds://h:1/p?cacert=/url/ca.pem&cert=/url/c.pem&key=/url/k.pem&user=svc&password_file=/url/pw";
+        let (tls, user) = flags.merged(url);
+        assert_eq!(
+            tls,
+            Some(TlsFiles {
+                ca_cert: Some("/url/ca.pem".into()),
+                cert: Some("/flag/c.pem".into()),
+                key: Some("/flag/k.pem".into()),
+            })
+        );
+        assert_eq!(
+            user,
+            Some(EtcdUser {
+                name: "svc".into(),
+                password_file: Some("/flag/pw".into()),
+            })
+        );
+        // No flags: the URL's settings go to the library untouched.
+        assert_eq!(StoreSecurity::default().merged(url), (None, None));
     }
 }

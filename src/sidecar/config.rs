@@ -205,7 +205,7 @@ impl Config {
         };
         crate::frontend::refuse_userinfo(&self.store)?;
         clusterlimit::StoreUrl::parse(&self.store).map_err(|e| at("store", e))?;
-        self.security.check()?;
+        self.security.check(&self.store)?;
         if self.token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_allow_remote {
             return Err(bad(format!(
                 "refusing to listen on {} without a token: anyone who can reach that address \
