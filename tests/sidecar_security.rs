@@ -398,6 +398,25 @@ async fn socket_mode_is_configurable() {
         assert_eq!(unix_get(&socket, "/v1/semaphores", None).await, 200);
         sc.stop().await;
     }
+    // A file that is not a socket is never replaced.
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = output(
+        cmd(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "memory://socket-mode",
+            "--unix",
+            file.to_str().unwrap(),
+        ]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert!(out.stderr.contains("not a socket"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

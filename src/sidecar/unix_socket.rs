@@ -16,8 +16,15 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, Failure> {
             format!("cannot listen on {}: {what}: {e}", path.display()),
         )
     };
-    // A socket file left by a previous run would make the rename fail.
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+    // A socket left by a previous run is replaced; anything else there is never touched
+    // (the rename below would replace a file silently).
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(fail(
+                "a file that is not a socket is in the way",
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
         let _ = std::fs::remove_file(path);
     }
     let name = path
@@ -32,6 +39,9 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, Failure> {
         name.to_string_lossy(),
         std::process::id()
     ));
+    // Left over by a run killed right here (in a container the pid is the same every time).
+    let _ = std::fs::remove_file(private.join("sock"));
+    let _ = std::fs::remove_dir(&private);
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&private)
