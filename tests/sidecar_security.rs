@@ -279,15 +279,22 @@ async fn without_the_token_every_route_but_health_is_401_and_nothing_changes() {
     .await;
     assert_eq!((s, st["used"].clone()), (StatusCode::OK, json!(1)));
     let lower = format!("bearer {TOKEN}");
-    let (s, _, _) = send(
-        &c,
-        Method::GET,
-        &format!("{base}/metrics"),
-        None,
-        Some(&lower),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK, "the scheme is case-insensitive");
+    let r = c
+        .get(format!("{base}/metrics"))
+        .header("authorization", &lower)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the scheme is case-insensitive");
+    // Every refusal is counted.
+    let metrics = r.text().await.unwrap();
+    let refused = (requests.len() * wrong.len()).to_string();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == format!("clusterlimit_http_unauthorized_total {refused}")),
+        "{refused} 401s not counted:\n{metrics}"
+    );
     let (s, _, _) = send(
         &c,
         Method::POST,

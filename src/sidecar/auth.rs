@@ -2,6 +2,7 @@
 //! `/readyz` (and `/metrics`, if configured so) answers 401 to a request without
 //! `Authorization: Bearer <token>`, before any handler runs, so nothing changes.
 
+use super::metrics::Metrics;
 use super::problem::Problem;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -58,10 +59,12 @@ impl Token {
 }
 
 /// What the access check needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Access {
     pub token: Option<Token>,
     pub metrics_without_token: bool,
+    /// Counts the 401s.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Access {
@@ -100,6 +103,7 @@ pub async fn require_token(State(access): State<Access>, req: Request, next: Nex
     if access.allows(&req) {
         return next.run(req).await;
     }
+    access.metrics.unauthorized();
     let presented = req.headers().contains_key(header::AUTHORIZATION);
     // The path only: never the header's value.
     tracing::debug!(path = %req.uri().path(), presented, "request without a valid token");

@@ -70,6 +70,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let access = auth::Access {
         token: cfg.token.clone(),
         metrics_without_token: cfg.metrics_without_token,
+        metrics: state.metrics.clone(),
     };
     let app = api::router(state.clone()).layer(axum::middleware::from_fn_with_state(
         access,
