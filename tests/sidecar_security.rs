@@ -622,3 +622,44 @@ async fn store_credential_flags_and_keys_reach_the_library() {
     assert_eq!(out.code, Some(64));
     assert!(out.stderr.contains("etcd_user"), "{}", out.stderr);
 }
+
+/// The Python client in examples/ (used by the compose demo and the k8s app pattern) sends the
+/// token from `--token-file` or `$CLUSTERLIMIT_TOKEN_FILE`, and reports a 401 as exit 64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_client_sends_the_token_from_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path());
+    let sc = Served::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "memory://client-token",
+        "--token-file",
+        &token,
+    ])
+    .await;
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sidecar_client.py");
+    let run = |extra: Vec<String>, env_file: Option<String>| {
+        let mut c = tokio::process::Command::new("python3");
+        c.arg(client)
+            .args(["--url", &sc.url, "--semaphore", "jobs", "--capacity", "1"])
+            .args(extra)
+            .args(["--", "sh", "-c", "test -n \"$CLUSTERLIMIT_FENCING_TOKEN\""])
+            .env_remove("CLUSTERLIMIT_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(f) = env_file {
+            c.env("CLUSTERLIMIT_TOKEN_FILE", f);
+        }
+        output(c, Duration::from_secs(30))
+    };
+    let out = run(vec!["--token-file".into(), token.clone()], None).await;
+    assert_eq!(out.code, Some(0), "--token-file: {}", out.stderr);
+    let out = run(vec![], Some(token.clone())).await;
+    assert_eq!(out.code, Some(0), "CLUSTERLIMIT_TOKEN_FILE: {}", out.stderr);
+    let out = run(vec![], None).await;
+    assert_eq!(out.code, Some(64), "no token: {}", out.stderr);
+    assert!(out.stderr.contains("Bearer"), "{}", out.stderr);
+    let printed = sc.stop().await;
+    assert!(!printed.contains(TOKEN), "{printed}");
+}
