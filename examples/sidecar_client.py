@@ -13,6 +13,9 @@ CLUSTERLIMIT_PERMIT_ID in its environment. Exit codes follow `clusterlimit run`:
 own (128+N if it died of signal N), 64 bad arguments or request, 69 sidecar unreachable or
 unavailable, 75 no permit within --timeout-ms (HTTP 429), 76 the permit was lost while the
 command ran (it got SIGTERM, then SIGKILL after --grace).
+
+A sidecar started with `serve --token-file` wants the same token on every request: pass
+`--token-file PATH` (or set CLUSTERLIMIT_TOKEN_FILE).
 """
 
 import argparse
@@ -29,6 +32,9 @@ import urllib.request
 
 USAGE, UNAVAILABLE, TIMEOUT, LOST = 64, 69, 75, 76
 
+# `Authorization: Bearer TOKEN` on every request when the sidecar has a token (--token-file).
+AUTH = {}
+
 
 class Unreachable(Exception):
     """The sidecar did not answer (refused, timed out, DNS...)."""
@@ -38,6 +44,7 @@ def call(method, url, body=None, timeout=10.0):
     """One HTTP request; returns (status, parsed JSON body or {}, headers)."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"} if data is not None else {}
+    headers.update(AUTH)
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as res:
@@ -105,6 +112,11 @@ def main(argv):
     ap.add_argument("--ttl-ms", type=int, default=15000, help="client TTL: released this long after the last keepalive")
     ap.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on loss")
     ap.add_argument("--owner", help="owner label shown in status")
+    ap.add_argument(
+        "--token-file",
+        default=os.environ.get("CLUSTERLIMIT_TOKEN_FILE"),
+        help="file holding the sidecar's bearer token (serve --token-file)",
+    )
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     args = ap.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -112,6 +124,14 @@ def main(argv):
         ap.print_usage(sys.stderr)
         log("a command to run is required after --")
         return USAGE
+
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="ascii") as f:
+                AUTH["Authorization"] = "Bearer " + f.read().strip()
+        except (OSError, ValueError) as err:
+            log(f"cannot read the token file: {err}")
+            return USAGE
 
     base = args.url.rstrip("/")
     body = {"permits": args.permits, "timeout_ms": args.timeout_ms, "ttl_ms": args.ttl_ms}

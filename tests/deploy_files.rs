@@ -91,18 +91,26 @@ fn list(node: &Yaml) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Runs `clusterlimit serve --check-config --config PATH`; panics unless it accepts it.
+/// Runs `clusterlimit serve --check-config --config PATH`; panics unless it accepts it. A
+/// config's `token_file` names where the deployment mounts the secret; here `--token-file`
+/// points it at a token written for the test (flags override the file), and the printed
+/// settings must not show that token.
 async fn assert_config_ok(path: &Path) -> String {
-    let out = output(
-        cmd(&[
-            "serve",
-            "--check-config",
-            "--config",
-            path.to_str().unwrap(),
-        ]),
-        Duration::from_secs(20),
-    )
-    .await;
+    let config = toml_table(path, &read(path));
+    let dir = tempfile::tempdir().unwrap();
+    let token_path = dir.path().join("token");
+    let token = "deploy-test-token-9f8e7d";
+    std::fs::write(&token_path, format!("{token}\n")).unwrap();
+    let mut args = vec![
+        "serve",
+        "--check-config",
+        "--config",
+        path.to_str().unwrap(),
+    ];
+    if config.contains_key("token_file") {
+        args.extend(["--token-file", token_path.to_str().unwrap()]);
+    }
+    let out = output(cmd(&args), Duration::from_secs(20)).await;
     assert_eq!(
         out.code,
         Some(0),
@@ -111,6 +119,12 @@ async fn assert_config_ok(path: &Path) -> String {
         out.stderr
     );
     assert!(out.stdout.starts_with("config ok"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains(token) && !out.stderr.contains(token),
+        "the token is printed: {}{}",
+        out.stdout,
+        out.stderr
+    );
     out.stdout
 }
 
@@ -762,4 +776,297 @@ async fn check_config_prints_the_settings_without_connecting() {
     .await;
     assert_eq!(out.code, Some(64));
     assert!(out.stderr.contains("store"), "{}", out.stderr);
+}
+
+/// Whether an environment variable's name says it carries a secret. etcd's
+/// `ETCD_INITIAL_CLUSTER_TOKEN` is a cluster id that keeps two clusters apart, not a credential.
+fn secret_name(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n != "ETCD_INITIAL_CLUSTER_TOKEN"
+        && ["TOKEN", "PASSWORD", "SECRET", "DIGEST", "KEY", "CREDENTIAL"]
+            .iter()
+            .any(|s| n.contains(s))
+}
+
+/// Asserts that a secret-named variable carries a path (`…_FILE` = `/…`), never a value.
+fn assert_env_holds_no_secret(what: &str, name: &str, value: &str) {
+    if secret_name(name) {
+        assert!(
+            name.ends_with("_FILE") && value.starts_with('/'),
+            "{what}: {name} carries a secret in the environment ({value:?}); mount it as a file"
+        );
+    }
+}
+
+#[test]
+fn kubernetes_mounts_the_token_and_store_credentials_from_secrets_as_files() {
+    let mut docs = Vec::new();
+    for path in files(&deploy().join("k8s"), &["yaml", "yml"]) {
+        docs.extend(yaml_docs(&path));
+    }
+    assert!(
+        docs.iter().all(|d| text(field(d, "kind")) != "Secret"),
+        "a Secret with its value is committed in deploy/k8s"
+    );
+    let deployment = docs
+        .iter()
+        .find(|d| text(field(d, "kind")) == "Deployment")
+        .expect("a Deployment");
+    let pod = at(deployment, "spec.template.spec");
+    let secret_volumes: Vec<(String, String)> = field(pod, "volumes")
+        .as_vec()
+        .unwrap()
+        .iter()
+        .filter(|v| !field(v, "secret").is_badvalue())
+        .map(|v| (text(field(v, "name")), text(at(v, "secret.secretName"))))
+        .collect();
+    assert!(
+        secret_volumes.len() >= 2,
+        "token and etcd client TLS: {secret_volumes:?}"
+    );
+
+    // No secret reaches any container through its environment.
+    let containers = pod_containers(deployment);
+    for (_, c) in &containers {
+        let name = text(field(c, "name"));
+        assert!(field(c, "envFrom").is_badvalue(), "{name}: envFrom");
+        for e in field(c, "env").as_vec().into_iter().flatten() {
+            let var = text(field(e, "name"));
+            assert!(
+                at(e, "valueFrom.secretKeyRef").is_badvalue(),
+                "{name}: {var} comes from a Secret through the environment"
+            );
+            assert_env_holds_no_secret(&name, &var, &text(field(e, "value")));
+        }
+    }
+
+    // Where each container mounts a Secret volume: read-only.
+    let secret_mounts = |c: &Yaml| -> Vec<String> {
+        field(c, "volumeMounts")
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .filter(|m| {
+                secret_volumes
+                    .iter()
+                    .any(|(v, _)| *v == text(field(m, "name")))
+            })
+            .map(|m| {
+                assert_eq!(text(field(m, "readOnly")), "true", "{m:?} is writable");
+                text(field(m, "mountPath"))
+            })
+            .collect()
+    };
+    let (_, sidecar) = containers
+        .iter()
+        .find(|(_, c)| text(field(c, "image")).contains("clusterlimit"))
+        .unwrap();
+    let sidecar_mounts = secret_mounts(sidecar);
+
+    // The sidecar's config reads the token and every store credential from those mounts.
+    let map = docs
+        .iter()
+        .find(|d| text(field(d, "kind")) == "ConfigMap")
+        .unwrap();
+    let config = toml_table(
+        Path::new("configmap.yaml"),
+        &text(field(field(map, "data"), "clusterlimit.toml")),
+    );
+    let from_secret = |key: &str| {
+        let path = config
+            .get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or_else(|| panic!("the sidecar config has no {key}"));
+        assert!(
+            sidecar_mounts
+                .iter()
+                .any(|m| Path::new(path).starts_with(m)),
+            "{key} = {path:?} is not in a Secret mount of the sidecar: {sidecar_mounts:?}"
+        );
+        path.to_string()
+    };
+    let token_at = from_secret("token_file");
+    for key in ["etcd_cacert", "etcd_cert", "etcd_key"] {
+        from_secret(key);
+    }
+    assert!(config["store"].as_str().unwrap().starts_with("etcds://"));
+
+    // The app reads the same token from its own read-only mount.
+    let (_, app) = containers
+        .iter()
+        .find(|(k, c)| *k == "containers" && !text(field(c, "image")).contains("clusterlimit"))
+        .unwrap();
+    let app_mounts = secret_mounts(app);
+    let token_env = field(app, "env")
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|e| text(field(e, "name")) == "CLUSTERLIMIT_TOKEN_FILE")
+        .map(|e| text(field(e, "value")))
+        .expect("the app is told where the token is");
+    assert_eq!(token_env, token_at);
+    assert!(app_mounts
+        .iter()
+        .any(|m| Path::new(&token_env).starts_with(m)));
+}
+
+#[test]
+fn compose_and_systemd_hand_the_token_over_as_a_file() {
+    let doc = &yaml_docs(&deploy().join("docker-compose.yml"))[0];
+    let secrets = field(doc, "secrets").as_hash().expect("top-level secrets");
+    for (name, def) in secrets {
+        let file = text(field(def, "file"));
+        assert!(
+            file.starts_with("./secrets/"),
+            "{}: secret source {file:?} outside deploy/secrets",
+            text(name)
+        );
+    }
+    // deploy/secrets/ is never committed (nor sent to the image build).
+    let ignore = read(&deploy().join("secrets/.gitignore"));
+    assert!(ignore.lines().any(|l| l.trim() == "*"), "{ignore}");
+    assert!(read(&deploy().join("Dockerfile.dockerignore")).contains("deploy/secrets"));
+
+    let services = field(doc, "services").as_hash().unwrap();
+    let mut sidecars = 0;
+    for (name, s) in services {
+        let name = text(name);
+        if let Some(env) = field(s, "environment").as_hash() {
+            for (k, v) in env {
+                assert_env_holds_no_secret(&name, &text(k), &text(v));
+            }
+        }
+        let command = list(field(s, "command"));
+        if command.first().map(String::as_str) != Some("serve") {
+            continue;
+        }
+        sidecars += 1;
+        let config_at = &command[command.iter().position(|a| a == "--config").unwrap() + 1];
+        let host = list(field(s, "volumes"))
+            .into_iter()
+            .find(|v| v.split(':').nth(1) == Some(config_at.as_str()))
+            .unwrap();
+        let host_file = deploy().join(host.split(':').next().unwrap());
+        let config = toml_table(&host_file, &read(&host_file));
+        let token_file = config["token_file"].as_str().expect("token_file");
+        let mounted = list(field(s, "secrets"));
+        assert!(
+            mounted
+                .iter()
+                .any(|m| token_file == format!("/run/secrets/{m}")
+                    && secrets.contains_key(&Yaml::String(m.clone()))),
+            "{name}: token_file {token_file} is not one of its secrets {mounted:?}"
+        );
+    }
+    assert_eq!(sidecars, 2);
+    // The demo job sends the token: it mounts the secret and points the client at it.
+    let job = services
+        .values()
+        .find(|s| {
+            list(field(s, "volumes"))
+                .iter()
+                .any(|v| v.contains("sidecar_client.py"))
+        })
+        .unwrap();
+    let token_file = text(at(job, "environment.CLUSTERLIMIT_TOKEN_FILE"));
+    assert!(list(field(job, "secrets"))
+        .iter()
+        .any(|m| token_file == format!("/run/secrets/{m}")));
+
+    // systemd: a credential only the service can read, where the shipped config looks.
+    let unit = read(&deploy().join("systemd/clusterlimit.service"));
+    let credential = unit_entries(&unit)
+        .into_iter()
+        .find(|(s, k, _)| s == "Service" && k == "LoadCredential")
+        .map(|(_, _, v)| v)
+        .expect("LoadCredential");
+    let (id, _) = credential.split_once(':').unwrap();
+    let toml_path = deploy().join("systemd/clusterlimit.toml");
+    let config = toml_table(&toml_path, &read(&toml_path));
+    assert_eq!(
+        config["token_file"].as_str(),
+        Some(format!("/run/credentials/clusterlimit.service/{id}").as_str())
+    );
+    assert!(
+        !unit
+            .lines()
+            .any(|l| l.trim_start().starts_with("Environment=")
+                && secret_name(l.split('=').nth(1).unwrap_or(""))),
+        "a secret in Environment="
+    );
+}
+
+#[tokio::test]
+async fn check_config_checks_the_access_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cr3t-deploy-token\n").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let token = token.to_str().unwrap();
+    let empty = empty.to_str().unwrap();
+
+    // Refused: the field (or address) is named, and the way out.
+    for (body, wants) in [
+        (
+            "listen = \"0.0.0.0:7878\"".to_string(),
+            &["0.0.0.0:7878", "--token-file", "--insecure-allow-remote"][..],
+        ),
+        (
+            "token_file = \"/nonexistent/token\"".to_string(),
+            &["token_file", "/nonexistent/token"],
+        ),
+        (format!("token_file = {empty:?}"), &["token_file", "empty"]),
+        ("socket_mode = \"0999\"".to_string(), &["socket_mode"]),
+        ("socket_mode = \"1777\"".to_string(), &["socket_mode"]),
+        (
+            "metrics_without_token = \"yes\"".to_string(),
+            &["metrics_without_token"],
+        ),
+        (
+            "store = \"etcd://h:1/p\"\netcd_password_file = \"/p\"".to_string(),
+            &["etcd_password_file", "--etcd-user"],
+        ),
+        (
+            "store = \"etcd://u:pw-in-url@h:1/p\"".to_string(),
+            &["never put in a URL"],
+        ),
+    ] {
+        let (code, stdout, stderr) = check(&body).await;
+        assert_eq!(code, Some(64), "{body:?} accepted: {stdout}{stderr}");
+        for want in wants {
+            assert!(stderr.contains(want), "{body:?}: {want:?} not in: {stderr}");
+        }
+        assert!(!stderr.contains("pw-in-url"), "{stderr}");
+    }
+
+    // Accepted: a token, or the explicit override; the token itself is never printed.
+    let (code, stdout, stderr) = check(&format!(
+        "listen = \"0.0.0.0:7878\"\ntoken_file = {token:?}\nsocket_mode = \"0600\"\n\
+         unix = \"/run/cl.sock\"\nmetrics_without_token = true\n\
+         store = \"etcds://h:1/p\"\netcd_cacert = \"/ca.pem\"\netcd_user = \"svc\"\n\
+         etcd_password_file = \"/pw\"\n"
+    ))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    for want in [
+        format!("bearer token from {token} (/metrics open)"),
+        "(mode 0600)".to_string(),
+        "etcd_cacert=/ca.pem".to_string(),
+        "etcd_user=svc".to_string(),
+    ] {
+        assert!(stdout.contains(&want), "{want:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains("s3cr3t-deploy-token"), "{stdout}");
+    let (code, stdout, stderr) =
+        check("listen = \"0.0.0.0:7878\"\ninsecure_allow_remote = true\n").await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("none (insecure_allow_remote)"), "{stdout}");
+    // Loopback needs no token; the socket defaults to 0660.
+    let (code, stdout, stderr) = check("unix = \"/run/cl.sock\"\n").await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("(mode 0660)") && stdout.contains("none (loopback only)"),
+        "{stdout}"
+    );
 }

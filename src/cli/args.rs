@@ -1,7 +1,7 @@
 //! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
 
-use crate::frontend::{exit, parse_duration};
-use crate::sidecar::ServeArgs;
+use crate::frontend::{exit, parse_duration, StoreSecurity};
+use crate::sidecar::{ServeArgs, StoreSecurityFlags};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::time::Duration;
@@ -51,6 +51,15 @@ pub struct StoreArg {
     /// Store URL: memory://NAME, etcd://HOST:PORT[,HOST:PORT…][/PREFIX], zk://HOST:PORT[,…][/CHROOT].
     #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
     pub store: String,
+    #[command(flatten)]
+    pub security: StoreSecurityFlags,
+}
+
+impl StoreArg {
+    /// The store credential flags, for `frontend::connect`.
+    pub fn security(&self) -> StoreSecurity {
+        self.security.clone().into()
+    }
 }
 
 #[derive(Debug, Args)]

@@ -16,8 +16,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // Installed first: a SIGTERM while we connect or wait must end us cleanly (queue entry
     // removed, session revoked), not by the default action.
     let mut signals = Signals::install()?;
+    let security = args.store.security();
     let limiter = tokio::select! {
-        r = connect(&args.store.store, args.session_ttl, args.owner.as_deref()) => r?,
+        r = connect(&args.store.store, args.session_ttl, args.owner.as_deref(), &security) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
     let outcome = acquire_and_run(&args, &limiter, &mut signals).await;

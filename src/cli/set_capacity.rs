@@ -7,7 +7,13 @@ use std::process::ExitCode;
 
 /// Runs `set-capacity`: prints what was done.
 pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
-    let limiter = connect(&args.store.store, clusterlimit::DEFAULT_SESSION_TTL, None).await?;
+    let limiter = connect(
+        &args.store.store,
+        clusterlimit::DEFAULT_SESSION_TTL,
+        None,
+        &args.store.security(),
+    )
+    .await?;
     let result = limiter.set_capacity(&args.name, args.capacity).await;
     let _ = limiter.close().await;
     let (name, capacity) = (&args.name, args.capacity);

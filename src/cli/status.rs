@@ -8,7 +8,13 @@ use std::process::ExitCode;
 
 /// Runs `status`: prints a table or JSON.
 pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
-    let limiter = connect(&args.store.store, clusterlimit::DEFAULT_SESSION_TTL, None).await?;
+    let limiter = connect(
+        &args.store.store,
+        clusterlimit::DEFAULT_SESSION_TTL,
+        None,
+        &args.store.security(),
+    )
+    .await?;
     let result = read(&limiter, args.name.as_deref()).await;
     let _ = limiter.close().await;
     let statuses = result?;

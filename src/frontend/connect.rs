@@ -2,23 +2,62 @@
 
 use super::exit;
 use super::failure::Failure;
-use clusterlimit::{Error, Limiter};
+use super::store_security::StoreSecurity;
+use clusterlimit::{redact, Error, Limiter};
 use std::time::Duration;
 
-/// Connects to `store` with the session TTL and owner label given on the command line or in
-/// the sidecar's config. A bad URL or option is a usage failure (exit 64); a store that cannot
-/// be reached exits 69.
+/// Connects to `store` with the session TTL, owner label and store credentials given on the
+/// command line or in the sidecar's config. A bad URL or option is a usage failure (exit 64);
+/// a store that cannot be reached exits 69. Messages show the URL redacted.
 pub async fn connect(
     store: &str,
     session_ttl: Duration,
     owner: Option<&str>,
+    security: &StoreSecurity,
 ) -> Result<Limiter, Failure> {
+    refuse_userinfo(store)?;
+    security.check(store)?;
     let mut builder = Limiter::builder(store).session_ttl(session_ttl);
     if let Some(owner) = owner {
         builder = builder.owner(owner);
     }
+    builder = security.apply(store, builder);
     builder.connect().await.map_err(|e| match e {
         Error::InvalidArgument(_) => Failure::usage(e.to_string()),
-        e => Failure::new(exit::UNAVAILABLE, format!("cannot connect to {store}: {e}")),
+        e => Failure::new(
+            exit::UNAVAILABLE,
+            format!("cannot connect to {}: {e}", redact(store)),
+        ),
     })
+}
+
+/// Refuses a `user:password@` part in the store URL before the library sees it: the library
+/// would refuse it too, but may quote the host part, password included, in its message.
+pub fn refuse_userinfo(store: &str) -> Result<(), Failure> {
+    let Some((_, rest)) = store.split_once("://") else {
+        return Ok(());
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(Failure::usage(format!(
+            "store URL {}: credentials are never put in a URL; use --etcd-user with \
+             --etcd-password-file (etcd) or --zk-digest-file (ZooKeeper)",
+            redact(store)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_refused_without_quoting_it() {
+        let e = refuse_userinfo("etcd://u:hunter2@10.0.0.1:2379/p").unwrap_err();
+        assert!(e.message.contains("never put in a URL"), "{}", e.message);
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+        assert!(refuse_userinfo("etcd://10.0.0.1:2379/p?user=u").is_ok());
+        assert!(refuse_userinfo("memory://x").is_ok());
+    }
 }

@@ -1,6 +1,7 @@
 //! What the binary's two front ends, `cli` (one-shot commands) and `sidecar` (`serve`), both
 //! need from a process: exit codes and the failure that carries one to `main`, connecting to
-//! the store with the command-line options, duration parsing, and locks that survive poison.
+//! the store with the command-line options (credentials as file paths), duration parsing, and
+//! locks that survive poison.
 //!
 //! Dependencies go one way: `cli` → `sidecar` → `frontend` → the library. Nothing here knows
 //! the command-line grammar: a usage failure only says that the usage line belongs after it,
@@ -11,8 +12,10 @@ mod duration;
 pub mod exit;
 mod failure;
 mod lock;
+mod store_security;
 
-pub use connect::connect;
+pub use connect::{connect, refuse_userinfo};
 pub use duration::parse_duration;
 pub use failure::Failure;
 pub use lock::lock;
+pub use store_security::StoreSecurity;

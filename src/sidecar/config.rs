@@ -1,8 +1,9 @@
 //! Sidecar settings: a TOML file (`--config`) overridden by flags, with defaults that need no
 //! servers (`memory://`).
 
+use super::auth::Token;
 use super::ServeArgs;
-use crate::frontend::{parse_duration, Failure};
+use crate::frontend::{parse_duration, Failure, StoreSecurity};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 pub const DEFAULT_STORE: &str = "memory://";
 /// Default client TTL of an HTTP permit.
 pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(15);
+/// Default permissions of the Unix socket: owner and group may connect.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 
 /// The config file. Durations are strings like `"10s"`.
 ///
@@ -24,6 +27,12 @@ pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(15);
 /// session_ttl = "10s"
 /// permit_ttl = "15s"
 /// owner = "host-a/sidecar"
+/// socket_mode = "0660"
+/// token_file = "/run/secrets/clusterlimit-token"
+/// metrics_without_token = false
+/// insecure_allow_remote = false
+/// etcd_cacert = "/etc/clusterlimit/etcd/ca.crt"   # also etcd_cert, etcd_key,
+/// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
 ///
 /// [[semaphores]]
 /// name = "nightly-export"
@@ -38,8 +47,31 @@ struct FileConfig {
     session_ttl: Option<String>,
     permit_ttl: Option<String>,
     owner: Option<String>,
+    socket_mode: Option<String>,
+    token_file: Option<PathBuf>,
+    metrics_without_token: Option<bool>,
+    insecure_allow_remote: Option<bool>,
+    etcd_cacert: Option<PathBuf>,
+    etcd_cert: Option<PathBuf>,
+    etcd_key: Option<PathBuf>,
+    etcd_user: Option<String>,
+    etcd_password_file: Option<PathBuf>,
+    zk_digest_file: Option<PathBuf>,
     #[serde(default)]
     semaphores: Vec<Declared>,
+}
+
+impl FileConfig {
+    fn security(&self) -> StoreSecurity {
+        StoreSecurity {
+            etcd_cacert: self.etcd_cacert.clone(),
+            etcd_cert: self.etcd_cert.clone(),
+            etcd_key: self.etcd_key.clone(),
+            etcd_user: self.etcd_user.clone(),
+            etcd_password_file: self.etcd_password_file.clone(),
+            zk_digest_file: self.zk_digest_file.clone(),
+        }
+    }
 }
 
 /// A semaphore created at start-up if absent (an existing one keeps its stored capacity).
@@ -50,14 +82,24 @@ pub struct Declared {
     pub capacity: u32,
 }
 
-/// Settings after merging flags over the file over defaults.
+/// Settings after merging flags over the file over defaults. `Debug` shows no secret: the
+/// token redacts itself and the rest are paths.
 #[derive(Debug)]
 pub struct Config {
     /// The `--config` file, if any (named in messages).
     pub file: Option<PathBuf>,
     pub listen: SocketAddr,
     pub unix: Option<PathBuf>,
+    /// Permissions the Unix socket is given after it is created.
+    pub socket_mode: u32,
+    pub token_file: Option<PathBuf>,
+    /// Read from `token_file` at start.
+    pub token: Option<Token>,
+    pub metrics_without_token: bool,
+    pub insecure_allow_remote: bool,
+    /// The store URL as given; print it only through `clusterlimit::redact`.
     pub store: String,
+    pub security: StoreSecurity,
     pub session_ttl: Duration,
     pub permit_ttl: Duration,
     pub owner: Option<String>,
@@ -71,6 +113,7 @@ impl Config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
+        let file_security = file.security();
         let listen_text = args
             .listen
             .or(file.listen)
@@ -106,10 +149,31 @@ impl Config {
                 super::api::MIN_TTL
             )));
         }
+        let socket_mode = match args.socket_mode.or(file.socket_mode) {
+            Some(text) => {
+                parse_mode(&text).map_err(|e| bad(format!("socket_mode {text:?}: {e}")))?
+            }
+            None => DEFAULT_SOCKET_MODE,
+        };
+        let token_file = args.token_file.or(file.token_file);
+        let token = match &token_file {
+            Some(path) => Some(Token::read(path).map_err(bad)?),
+            None => None,
+        };
+        let security = StoreSecurity::from(args.security).or(file_security);
         Ok(Config {
             file: args.config,
             listen,
             unix: args.unix.or(file.unix),
+            socket_mode,
+            token_file,
+            token,
+            // A flag can only turn these on: a file's `true` stays unless the file changes.
+            metrics_without_token: args.metrics_without_token
+                || file.metrics_without_token.unwrap_or(false),
+            insecure_allow_remote: args.insecure_allow_remote
+                || file.insecure_allow_remote.unwrap_or(false),
+            security,
             store: args
                 .store
                 .or(file.store)
@@ -139,7 +203,18 @@ impl Config {
                 None => bad(format!("{field}: {e}")),
             }
         };
+        crate::frontend::refuse_userinfo(&self.store)?;
         clusterlimit::StoreUrl::parse(&self.store).map_err(|e| at("store", e))?;
+        self.security.check(&self.store)?;
+        if self.token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_allow_remote {
+            return Err(bad(format!(
+                "refusing to listen on {} without a token: anyone who can reach that address \
+                 could take, release and resize permits. Give a token (--token-file PATH, or \
+                 token_file in the config), or accept an open API with --insecure-allow-remote \
+                 (insecure_allow_remote = true)",
+                self.listen
+            )));
+        }
         if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
             return Err(at(
                 "session_ttl",
@@ -192,17 +267,35 @@ impl Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        // The token file's path only, never the token.
+        let access = match &self.token_file {
+            Some(p) => format!(
+                "bearer token from {}{}",
+                p.display(),
+                if self.metrics_without_token {
+                    " (/metrics open)"
+                } else {
+                    ""
+                }
+            ),
+            None if self.insecure_allow_remote => "none (insecure_allow_remote)".to_string(),
+            None => "none (loopback only)".to_string(),
+        };
         format!(
             "config ok: {file}\n\
              listen       {}\n\
-             unix         {unix}\n\
+             unix         {unix} (mode {:04o})\n\
+             access       {access}\n\
              store        {}\n\
+             store_auth   {}\n\
              session_ttl  {:?}\n\
              permit_ttl   {:?}\n\
              owner        {}\n\
              semaphores   {semaphores}\n",
             self.listen,
-            self.store,
+            self.socket_mode,
+            clusterlimit::redact(&self.store),
+            self.security.describe(),
             self.session_ttl,
             self.permit_ttl,
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
@@ -214,6 +307,17 @@ fn read_file(path: &Path) -> Result<FileConfig, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("cannot read config {}: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| bad(format!("config {}: {e}", path.display())))
+}
+
+/// An octal permission mode: `0660`, `660` or `0o660`; at most `0777`.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.trim().trim_start_matches("0o");
+    let mode = u32::from_str_radix(digits, 8)
+        .map_err(|_| "expected an octal mode like 0660 or 0600".to_string())?;
+    if mode > 0o777 {
+        return Err("permission bits only (at most 0777)".to_string());
+    }
+    Ok(mode)
 }
 
 fn bad(message: String) -> Failure {
@@ -232,5 +336,15 @@ mod tests {
         .unwrap();
         assert_eq!(ok.semaphores.len(), 1);
         assert!(toml::from_str::<FileConfig>("stor = \"x\"").is_err());
+    }
+
+    #[test]
+    fn socket_modes() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o640"), Ok(0o640));
+        assert!(parse_mode("0888").is_err());
+        assert!(parse_mode("01777").is_err());
+        assert!(parse_mode("rw").is_err());
     }
 }

@@ -35,6 +35,7 @@ pub struct Metrics {
     store_up: Gauge,
     pending_removals: Gauge,
     removal_session_ends: Counter,
+    unauthorized: Counter,
     /// Store counters at the last scrape: the exported counters grow by the difference.
     last_stats: Mutex<RequestStats>,
 }
@@ -58,6 +59,7 @@ impl Metrics {
         let store_up = Gauge::default();
         let pending_removals = Gauge::default();
         let removal_session_ends = Counter::default();
+        let unauthorized = Counter::default();
         registry.register(
             "clusterlimit_permits_held",
             "Permits held through this sidecar",
@@ -110,6 +112,11 @@ impl Metrics {
              session TTLs",
             removal_session_ends.clone(),
         );
+        registry.register(
+            "clusterlimit_http_unauthorized",
+            "Requests answered 401: no bearer token or a wrong one",
+            unauthorized.clone(),
+        );
         Metrics {
             registry,
             held,
@@ -122,6 +129,7 @@ impl Metrics {
             store_up,
             pending_removals,
             removal_session_ends,
+            unauthorized,
             last_stats: Mutex::new(RequestStats::default()),
         }
     }
@@ -166,6 +174,11 @@ impl Metrics {
     /// A permit was released because its client stopped calling keepalive.
     pub fn expired(&self, semaphore: &str) {
         self.expired.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A request was answered 401.
+    pub fn unauthorized(&self) {
+        self.unauthorized.inc();
     }
 
     /// Result of the latest store health check.

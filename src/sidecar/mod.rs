@@ -3,14 +3,16 @@
 //! every permit at once.
 
 mod api;
+mod auth;
 mod body;
 mod config;
 mod flags;
 mod metrics;
 mod permits;
 mod problem;
+mod unix_socket;
 
-pub use flags::ServeArgs;
+pub use flags::{ServeArgs, StoreSecurityFlags};
 
 use crate::frontend::{connect, exit, Failure};
 use config::Config;
@@ -43,7 +45,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
 
-    let limiter = connect(&cfg.store, cfg.session_ttl, cfg.owner.as_deref()).await?;
+    // The URL as printed and logged: credential-like values blanked.
+    let store = clusterlimit::redact(&cfg.store);
+    let limiter = connect(
+        &cfg.store,
+        cfg.session_ttl,
+        cfg.owner.as_deref(),
+        &cfg.security,
+    )
+    .await?;
     for d in &cfg.semaphores {
         match limiter.semaphore(&d.name, d.capacity).await {
             Ok(_) => tracing::info!(semaphore = %d.name, capacity = d.capacity, "declared"),
@@ -57,7 +67,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     }
 
     let state = api::AppState::new(limiter.clone(), cfg.permit_ttl);
-    let app = api::router(state.clone());
+    let access = auth::Access {
+        token: cfg.token.clone(),
+        metrics_without_token: cfg.metrics_without_token,
+        metrics: state.metrics.clone(),
+    };
+    let app = api::router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        access,
+        auth::require_token,
+    ));
     let listen_err = |what: String, e: std::io::Error| {
         Failure::new(exit::UNAVAILABLE, format!("cannot listen on {what}: {e}"))
     };
@@ -67,27 +85,21 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let addr = tcp
         .local_addr()
         .map_err(|e| listen_err(cfg.listen.to_string(), e))?;
+    // Every listener is bound before the first line is printed: whoever waits for that line
+    // (scripts, tests) can use the socket too.
+    let unix = match &cfg.unix {
+        Some(path) => Some(unix_socket::bind(path, cfg.socket_mode)?),
+        None => None,
+    };
     // Printed on stdout so scripts (and tests) can learn a port picked with :0.
-    println!(
-        "clusterlimit serve: listening on http://{addr} (store {})",
-        cfg.store
-    );
+    println!("clusterlimit serve: listening on http://{addr} (store {store})");
     let mut servers = tokio::task::JoinSet::new();
     servers.spawn(
         axum::serve(tcp, app.clone())
             .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
             .into_future(),
     );
-    if let Some(path) = &cfg.unix {
-        // A socket file left by a previous run would make bind fail.
-        if std::fs::symlink_metadata(path).is_ok_and(|m| {
-            use std::os::unix::fs::FileTypeExt;
-            m.file_type().is_socket()
-        }) {
-            let _ = std::fs::remove_file(path);
-        }
-        let unix = tokio::net::UnixListener::bind(path)
-            .map_err(|e| listen_err(path.display().to_string(), e))?;
+    if let (Some(unix), Some(path)) = (unix, &cfg.unix) {
         println!("clusterlimit serve: listening on unix:{}", path.display());
         servers.spawn(
             axum::serve(unix, app)
@@ -96,7 +108,13 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         );
     }
     let _ = std::io::stdout().flush();
-    tracing::info!(%addr, store = %cfg.store, "serving");
+    tracing::info!(
+        %addr,
+        %store,
+        token = cfg.token.is_some(),
+        metrics_without_token = cfg.metrics_without_token,
+        "serving"
+    );
 
     let probe_state = state.clone();
     let probe = tokio::spawn(async move {
