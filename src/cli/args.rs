@@ -60,6 +60,17 @@ impl StoreArg {
     pub fn security(&self) -> StoreSecurity {
         self.security.clone().into()
     }
+
+    /// Connects for a one-shot command (`status`, `set-capacity`): default TTL and owner.
+    pub async fn connect_once(&self) -> Result<clusterlimit::Limiter, crate::frontend::Failure> {
+        crate::frontend::connect(
+            &self.store,
+            clusterlimit::DEFAULT_SESSION_TTL,
+            None,
+            &self.security(),
+        )
+        .await
+    }
 }
 
 #[derive(Debug, Args)]

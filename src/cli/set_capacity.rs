@@ -1,19 +1,13 @@
 //! `clusterlimit set-capacity`: change a semaphore's capacity (create it if absent).
 
 use super::args::SetCapacityArgs;
-use crate::frontend::{connect, Failure};
+use crate::frontend::Failure;
 use clusterlimit::CapacityChange;
 use std::process::ExitCode;
 
 /// Runs `set-capacity`: prints what was done.
 pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
-    let limiter = connect(
-        &args.store.store,
-        clusterlimit::DEFAULT_SESSION_TTL,
-        None,
-        &args.store.security(),
-    )
-    .await?;
+    let limiter = args.store.connect_once().await?;
     let result = limiter.set_capacity(&args.name, args.capacity).await;
     let _ = limiter.close().await;
     let (name, capacity) = (&args.name, args.capacity);

@@ -1,20 +1,14 @@
 //! `clusterlimit status`: capacity, usage, waiters and holders, as a table or JSON.
 
 use super::args::StatusArgs;
-use crate::frontend::{connect, exit, Failure};
+use crate::frontend::{exit, Failure};
 use clusterlimit::{Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Runs `status`: prints a table or JSON.
 pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
-    let limiter = connect(
-        &args.store.store,
-        clusterlimit::DEFAULT_SESSION_TTL,
-        None,
-        &args.store.security(),
-    )
-    .await?;
+    let limiter = args.store.connect_once().await?;
     let result = read(&limiter, args.name.as_deref()).await;
     let _ = limiter.close().await;
     let statuses = result?;
