@@ -314,6 +314,7 @@ impl LimiterBuilder {
                 hosts,
                 root,
                 digest_file,
+                acl,
             } => {
                 if self.etcd_user.is_some() {
                     return Err(Error::invalid(
@@ -327,6 +328,7 @@ impl LimiterBuilder {
                     request_timeout: self.request_timeout,
                     tls: self.tls,
                     digest_file: self.zk_digest_file.or(digest_file),
+                    acl,
                 };
                 Arc::new(ZkBackend::connect(config).await?)
             }

@@ -18,6 +18,7 @@
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
 
+mod auth;
 mod nodes;
 mod session;
 mod view;
@@ -34,6 +35,7 @@ use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
 use crate::timing::GIVE_UP_AFTER_TTLS;
 use async_trait::async_trait;
+use auth::{Digest, Identity};
 use nodes::{EntryData, EntryName, Paths};
 use session::{SessionConfig, ZkSession};
 use std::collections::{HashMap, HashSet};
@@ -57,8 +59,12 @@ pub struct ZkConfig {
     pub request_timeout: Duration,
     /// TLS settings; `None` for plain text.
     pub tls: Option<crate::TlsFiles>,
-    /// File holding `user:password` for digest authentication, if any.
+    /// File holding `user:password` for digest authentication; `None`: the
+    /// `CLUSTERLIMIT_ZK_DIGEST` environment variable if set, else no authentication.
     pub digest_file: Option<std::path::PathBuf>,
+    /// ACL of the nodes this backend creates (`None`: creator-all + anyone-read with
+    /// credentials, anyone-all without). Nodes that already exist keep theirs.
+    pub acl: Option<crate::ZkAcl>,
 }
 
 /// The `zk://` backend: one session, one watch per semaphore in use.
@@ -69,6 +75,11 @@ pub struct ZkBackend {
     stats: Arc<RequestCounters>,
     session: SessionSlot<ZkSession>,
     entries: Arc<Entries>,
+    /// Sent on every session (and every reconnect of one); `Debug` hides the password.
+    digest: Option<Digest>,
+    identity: Identity,
+    /// ACL of every node created.
+    acls: Acls<'static>,
     /// Set by close/shutdown: no new session starts.
     stop: Stop,
 }
@@ -77,6 +88,7 @@ impl std::fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkBackend")
             .field("config", &self.config)
+            .field("digest", &self.digest)
             .field("stopped", &self.stop.is_stopped())
             .finish_non_exhaustive()
     }
@@ -159,12 +171,17 @@ impl ZkBackend {
     /// Connects the session and creates the root nodes if absent. Fails fast if no server
     /// answers.
     pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
-        if config.tls.is_some() || config.digest_file.is_some() {
+        if config.tls.is_some() {
             return Err(Error::invalid(
-                "ZooKeeper TLS and digest authentication are not supported by this version",
+                "TLS to ZooKeeper is not supported by this version",
             ));
         }
+        let digest = Digest::load(config.digest_file.as_deref())?;
+        let acls = auth::node_acls(config.acl, digest.as_ref())?;
         let backend = ZkBackend {
+            identity: Identity::of(digest.as_ref()),
+            digest,
+            acls,
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
             config,
@@ -176,13 +193,29 @@ impl ZkBackend {
         let session = backend.session().await?;
         let client = session.client()?;
         let dir = backend.paths.semaphores();
-        backend
+        let made = backend
             .call(RequestKind::Put, async {
                 client
-                    .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+                    .mkdir(&dir, &CreateMode::Persistent.with_acls(backend.acls))
                     .await
             })
-            .await?;
+            .await;
+        match made {
+            Ok(()) => {}
+            // ZooKeeper checks the parent's ACL before whether the node exists: a client that
+            // may only read (another identity, or none) gets NoAuth for a root that is there.
+            Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
+                let there = backend
+                    .call(RequestKind::Range, client.check_stat(&dir))
+                    .await?;
+                if there.is_none() {
+                    return Err(backend
+                        .identity
+                        .denied(&format!("creating the root node {dir}")));
+                }
+            }
+            Err(e) => return Err(e),
+        }
         Ok(backend)
     }
 
@@ -195,6 +228,8 @@ impl ZkBackend {
                 let s = ZkSession::connect(SessionConfig {
                     hosts: &self.hosts,
                     probe_path: self.paths.root(),
+                    digest: self.digest.as_ref(),
+                    identity: &self.identity,
                     session_timeout: self.config.session_timeout,
                     request_timeout: self.config.request_timeout,
                     stats: self.stats.clone(),
@@ -273,8 +308,25 @@ impl ZkBackend {
         self.stats.count(kind);
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(e)),
+            Ok(Err(e)) => Err(self.map_error(e)),
             Err(_) => Err(Error::store("ZooKeeper did not answer in time")),
+        }
+    }
+
+    fn map_error(&self, e: zk::Error) -> Error {
+        match e {
+            zk::Error::AuthFailed => self.identity.rejected(),
+            e if view::is_terminal(&e) => Error::SessionLost,
+            e => Error::store(e),
+        }
+    }
+
+    /// `e`, or if it is a `NoAuth` answer, an error saying that the ACL denied `what`.
+    fn denied_as(&self, e: Error, what: impl FnOnce() -> String) -> Error {
+        if is_zk(&e, &zk::Error::NoAuth) {
+            self.identity.denied(&what())
+        } else {
+            e
         }
     }
 
@@ -296,7 +348,7 @@ impl ZkBackend {
         let start = SemView::start(cfg, session.stop_token().child_token());
         let view = match tokio::time::timeout(self.config.request_timeout, start).await {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(map_error(e)),
+            Ok(Err(e)) => return Err(self.map_error(e)),
             Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
         };
         views.insert(name.to_string(), view.clone());
@@ -316,7 +368,7 @@ impl ZkBackend {
             since_unix_ms: unix_ms_now(),
         }
         .encode();
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         self.stats.count(RequestKind::Put);
         lock(&self.entries.in_doubt).insert(req.id.clone());
         let settled = |e: &Self| lock(&e.entries.in_doubt).remove(&req.id);
@@ -336,7 +388,9 @@ impl ZkBackend {
             }
             Ok(Err(e)) => {
                 settled(self);
-                Err(map_error(e))
+                Err(self.denied_as(self.map_error(e), || {
+                    format!("adding an entry to semaphore {:?}", req.name)
+                }))
             }
             // Still queued or in flight: it stays in doubt, so a late node is deleted.
             Err(_) => Err(Error::store("ZooKeeper did not answer the create in time")),
@@ -422,14 +476,6 @@ impl ZkBackend {
     }
 }
 
-fn map_error(e: zk::Error) -> Error {
-    if view::is_terminal(&e) {
-        Error::SessionLost
-    } else {
-        Error::store(e)
-    }
-}
-
 /// Whether `e` is the ZooKeeper error `z`.
 fn is_zk(e: &Error, z: &zk::Error) -> bool {
     matches!(e, Error::Store(inner) if inner.downcast_ref::<zk::Error>() == Some(z))
@@ -456,6 +502,7 @@ impl Backend for ZkBackend {
             // The watch keeps it current: no request.
             Some(v) if v.capacity().is_some() => v,
             _ => {
+                let mut denied = None;
                 if let Some(c) = capacity {
                     let client = session.client()?;
                     let path = self.paths.semaphore(name);
@@ -466,17 +513,22 @@ impl Backend for ZkBackend {
                             client.create(
                                 &path,
                                 &data,
-                                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                                &CreateMode::Persistent.with_acls(self.acls),
                             ),
                         )
                         .await;
                     match created {
                         Ok(_) => {}
                         Err(e) if is_zk(&e, &zk::Error::NodeExists) => {}
+                        // It may exist (ZooKeeper checks the ACL first): the view tells.
+                        Err(e) if is_zk(&e, &zk::Error::NoAuth) => denied = Some(e),
                         Err(e) => return Err(e),
                     }
                 }
                 let view = self.view(&session, name).await?;
+                if let (Some(e), None) = (denied, view.capacity()) {
+                    return Err(self.denied_as(e, || format!("creating semaphore {name:?}")));
+                }
                 if capacity.is_some() && view.capacity().is_none() {
                     // A view that watched the absent semaphore learns of our create from its
                     // event, which precedes the create's reply: wait for it to be applied.
@@ -602,6 +654,9 @@ impl Backend for ZkBackend {
             {
                 Ok(()) => return Ok(()),
                 Err(e) if is_zk(&e, &zk::Error::NoNode) => return Ok(()),
+                Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
+                    return Err(self.denied_as(e, || format!("deleting the entry node {path}")))
+                }
                 Err(e) => e,
             };
             let broken = matches!(&e, Error::Store(inner)
@@ -695,7 +750,10 @@ impl Backend for ZkBackend {
                 Ok(_) => return Ok(()),
                 // Something changed since the read (or a holder left): read again.
                 Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
-                Err(e) => return Err(not_found_as(e, name)),
+                Err(e) => {
+                    let e = self.denied_as(e, || format!("setting the capacity of {name:?}"));
+                    return Err(not_found_as(e, name));
+                }
             }
             if !attempts.again(true).await {
                 return Err(Error::store(format!(
