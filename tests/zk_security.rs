@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 use std::time::Duration;
-use support::ZkCluster;
+use support::{FaultProxy, ZkCluster};
 use tokio::time::timeout;
 use tracing_subscriber::layer::SubscriberExt;
 use zookeeper_client as zk;
@@ -337,6 +337,125 @@ async fn authenticated_limiters_acquire_wait_release_and_resize() {
     }
     a.close().await.unwrap();
     b.close().await.unwrap();
+    assert_password_never_logged(true);
+}
+
+/// The digest and user of the single entry node of `name` (its ACL's digest id).
+async fn entry_acl_user(client: &zk::Client, name: &str) -> Vec<String> {
+    let entry = only_entry(client, name).await;
+    let (acls, _) = client.get_acl(&entry).await.unwrap();
+    acls.iter()
+        .map(|a| format!("{}:{}", a.scheme(), a.id().split(':').next().unwrap_or("")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_sent_again_after_a_reconnect_and_on_a_new_session() {
+    capture_logs();
+    let zk = ZkCluster::single();
+    let proxy = FaultProxy::start(zk.client_addr(0));
+    let dir = tempfile::tempdir().unwrap();
+    let app = digest_file(dir.path(), "app", PASSWORD);
+    let ttl = Duration::from_secs(2);
+    let url = format!(
+        "zk://{}{CHROOT}?digest_file={}",
+        proxy.connect_string(),
+        app.display()
+    );
+    let limiter = Limiter::builder(&url)
+        .session_ttl(ttl)
+        .connect()
+        .await
+        .unwrap();
+    let sem = limiter.semaphore("jobs", 2).await.unwrap();
+    let held = sem.acquire().await.unwrap();
+
+    // Every connection is cut: the client reconnects on the same session. Adding an entry needs
+    // the creator's identity, so it works only if the credentials went with the new connection.
+    proxy.reset();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.pass();
+    let second = timeout(BOUND, sem.acquire()).await.unwrap().unwrap();
+    assert!(proxy.reset_connections() >= 1, "the connection was not cut");
+    assert!(!held.is_lost(), "a reset lost the session");
+    second.release().await.unwrap();
+
+    // Cut for longer than the session: it is lost, and the next call starts a new session,
+    // which must authenticate again to add an entry.
+    proxy.blackhole();
+    timeout(ttl * 3, held.lost())
+        .await
+        .expect("the session is given up within its timeout");
+    proxy.pass();
+    drop(held);
+    let third = timeout(BOUND, sem.acquire()).await.unwrap().unwrap();
+    assert!(!third.is_lost());
+    let anon = raw(&zk, None).await;
+    // The old session's node may linger until the server expires it; wait for it to go, then
+    // the one entry left is the new session's, created as "app".
+    let mut acl = Vec::new();
+    for _ in 0..100 {
+        let n = anon
+            .list_children(&format!("{CHROOT}/s/jobs"))
+            .await
+            .unwrap()
+            .len();
+        if n == 1 {
+            acl = entry_acl_user(&anon, "jobs").await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    acl.sort();
+    assert_eq!(acl, ["digest:app", "world:anyone"]);
+    third.release().await.unwrap();
+    limiter.close().await.unwrap();
+    assert_password_never_logged(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_enforces_authentication_refuses_with_a_clear_error() {
+    capture_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let app = digest_file(dir.path(), "app", PASSWORD);
+
+    // The server requires digest authentication: the authenticated Limiter works, one without
+    // credentials is refused by the server, with an error saying so.
+    let zk = ZkCluster::builder()
+        .config_line("enforce.auth.enabled=true")
+        .config_line("enforce.auth.schemes=digest")
+        .start();
+    let limiter = Limiter::connect(&url(&zk, Some(&app))).await.unwrap();
+    let sem = limiter.semaphore("jobs", 1).await.unwrap();
+    sem.acquire().await.unwrap().release().await.unwrap();
+    let e = timeout(BOUND, Limiter::connect(&url(&zk, None)))
+        .await
+        .unwrap()
+        .expect_err("an anonymous client must be refused");
+    assert!(
+        text_of(&e).contains("requires authentication"),
+        "unclear error: {}",
+        text_of(&e)
+    );
+    limiter.close().await.unwrap();
+    drop(zk);
+
+    // The server takes only SASL: it rejects the digest credentials.
+    let zk = ZkCluster::builder()
+        .config_line("enforce.auth.enabled=true")
+        .config_line("enforce.auth.schemes=sasl")
+        .config_line("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+        .start();
+    let e = timeout(BOUND, Limiter::connect(&url(&zk, Some(&app))))
+        .await
+        .unwrap()
+        .expect_err("digest credentials must be rejected");
+    let text = text_of(&e);
+    assert!(
+        text.contains(r#"ZooKeeper rejected the digest credentials for user "app""#),
+        "unclear error: {text}"
+    );
+    assert!(!text.contains(PASSWORD), "{text}");
     assert_password_never_logged(true);
 }
 

@@ -159,9 +159,19 @@ pub struct ZkBuilder {
     tick_time_ms: u32,
     min_session_timeout_ms: u32,
     max_session_timeout_ms: u32,
+    /// Extra `zoo.cfg` lines (see [`ZkBuilder::config_line`]).
+    extra_config: Vec<String>,
 }
 
 impl ZkBuilder {
+    /// Appends `line` (`key=value`) to every member's `zoo.cfg`. ZooKeeper turns keys it does
+    /// not know into `zookeeper.<key>` system properties, so this also sets those (e.g.
+    /// `enforce.auth.enabled=true`, `ssl.keyStore.location=…`).
+    pub fn config_line(mut self, line: impl Into<String>) -> Self {
+        self.extra_config.push(line.into());
+        self
+    }
+
     /// Number of servers: 1 (standalone, the default) or an odd ensemble size (normally 3).
     pub fn members(mut self, members: usize) -> Self {
         self.members = members;
@@ -196,6 +206,7 @@ impl Default for ZkBuilder {
             tick_time_ms: DEFAULT_TICK_TIME_MS,
             min_session_timeout_ms: DEFAULT_MIN_SESSION_TIMEOUT_MS,
             max_session_timeout_ms: DEFAULT_MAX_SESSION_TIMEOUT_MS,
+            extra_config: Vec::new(),
         }
     }
 }
@@ -509,6 +520,9 @@ impl ZkCluster {
                     p.id, p.quorum_port, p.election_port
                 );
             }
+        }
+        for line in &o.extra_config {
+            let _ = writeln!(cfg, "{line}");
         }
         cfg
     }
