@@ -356,7 +356,8 @@ async fn credentials_are_sent_again_after_a_reconnect_and_on_a_new_session() {
     let proxy = FaultProxy::start(zk.client_addr(0));
     let dir = tempfile::tempdir().unwrap();
     let app = digest_file(dir.path(), "app", PASSWORD);
-    let ttl = Duration::from_secs(2);
+    // Short, so the partition below outlasts it quickly; 3 s leaves margin on a loaded machine.
+    let ttl = Duration::from_secs(3);
     let url = format!(
         "zk://{}{CHROOT}?digest_file={}",
         proxy.connect_string(),
@@ -456,6 +457,49 @@ async fn a_server_that_enforces_authentication_refuses_with_a_clear_error() {
         "unclear error: {text}"
     );
     assert!(!text.contains(PASSWORD), "{text}");
+    assert_password_never_logged(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_open_nodes_keep_their_acl_and_are_reported() {
+    capture_logs();
+    let zk = ZkCluster::single();
+    let dir = tempfile::tempdir().unwrap();
+    let app = digest_file(dir.path(), "app", PASSWORD);
+    // Made open by an earlier run without credentials.
+    let open = Limiter::connect(&zk.url("/legacy")).await.unwrap();
+    open.semaphore("jobs", 1).await.unwrap();
+    open.close().await.unwrap();
+
+    let limiter = Limiter::connect(&format!(
+        "{}?digest_file={}",
+        zk.url("/legacy"),
+        app.display()
+    ))
+    .await
+    .unwrap();
+    let sem = limiter.semaphore("jobs", 1).await.unwrap();
+    let p = sem.acquire().await.unwrap();
+    // Not changed behind the user's back: the semaphore node is still open to everyone...
+    let anon = raw(&zk, None).await;
+    let (acls, _) = anon.get_acl("/legacy/s/jobs").await.unwrap();
+    assert_eq!(&acls[..], &zk::Acls::anyone_all()[..]);
+    // ...but the new entry is protected, and the open root is reported.
+    let entry = format!(
+        "/legacy/s/jobs/{}",
+        anon.list_children("/legacy/s/jobs").await.unwrap()[0]
+    );
+    let (acls, _) = anon.get_acl(&entry).await.unwrap();
+    assert_eq!(acls.len(), 2, "{acls:?}");
+    let logs = String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned();
+    assert!(
+        logs.lines().any(|l| l.contains("WARN")
+            && l.contains("/legacy/s")
+            && l.contains("lets anyone write")),
+        "no warning about the open node"
+    );
+    p.release().await.unwrap();
+    limiter.close().await.unwrap();
     assert_password_never_logged(true);
 }
 

@@ -14,6 +14,13 @@
 //! * Fencing token: the node's sequence number + 1 (strictly increasing per semaphore; ZooKeeper
 //!   keeps the sequence as a signed 32-bit counter of the parent's creates, so it wraps after
 //!   2^31 entries of one semaphore).
+//! * Access: with digest credentials (`digest_file=` or `CLUSTERLIMIT_ZK_DIGEST`, sent on every
+//!   connection of every session) each node created (root, semaphore, entry) is creator-all +
+//!   anyone-read: other identities see status but cannot add or delete entries (both need a
+//!   right on the semaphore's node) nor change a capacity. Without credentials nodes are
+//!   anyone-all, as before (`acl=open` asks for that with credentials too). Existing nodes keep
+//!   their ACL (never changed behind the user's back; an open semaphores' node is logged as a
+//!   warning), so protecting an existing tree takes a `setAcl` or a new chroot (see `auth.rs`).
 //!
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
@@ -44,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use view::{EntryEvents, SemView, ViewConfig};
-use zookeeper_client::{self as zk, Acls, CreateMode};
+use zookeeper_client::{self as zk, Acls, CreateMode, Permission};
 
 /// Settings of the ZooKeeper backend.
 #[derive(Debug, Clone)]
@@ -216,7 +223,32 @@ impl ZkBackend {
             }
             Err(e) => return Err(e),
         }
+        backend.warn_if_open(&client, &dir).await;
         Ok(backend)
+    }
+
+    /// With creator ACLs, says so if the semaphores' node was made open to everyone (by an
+    /// earlier version or another tool): clusterlimit never changes an existing node's ACL, so
+    /// anyone could still add semaphores there or delete idle ones. One read, best effort.
+    async fn warn_if_open(&self, client: &zk::Client, dir: &str) {
+        if self.acls == Acls::anyone_all() {
+            return;
+        }
+        if let Ok((acls, _)) = self.call(RequestKind::Range, client.get_acl(dir)).await {
+            let open = acls.iter().any(|a| {
+                let p = a.permission();
+                a.scheme() == "world"
+                    && [Permission::WRITE, Permission::CREATE, Permission::DELETE]
+                        .into_iter()
+                        .any(|w| p.has(w))
+            });
+            if open {
+                tracing::warn!(
+                    node = dir,
+                    "this node lets anyone write (created without ACLs); clusterlimit does not change existing ACLs: restrict it with setAcl or use a new chroot"
+                );
+            }
+        }
     }
 
     /// The live session, or a new one if the last one was lost.
