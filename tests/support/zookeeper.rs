@@ -161,6 +161,8 @@ pub struct ZkBuilder {
     max_session_timeout_ms: u32,
     /// Extra `zoo.cfg` lines (see [`ZkBuilder::config_line`]).
     extra_config: Vec<String>,
+    /// Jars appended to the classpath (see [`ZkBuilder::classpath_jar`]).
+    extra_jars: Vec<String>,
 }
 
 impl ZkBuilder {
@@ -169,6 +171,13 @@ impl ZkBuilder {
     /// `enforce.auth.enabled=true`, `ssl.keyStore.location=…`).
     pub fn config_line(mut self, line: impl Into<String>) -> Self {
         self.extra_config.push(line.into());
+        self
+    }
+
+    /// Appends a jar to the servers' classpath (e.g. netty jars that Debian's `zookeeper.jar`
+    /// manifest leaves out but `NettyServerCnxnFactory`, needed for TLS, uses).
+    pub fn classpath_jar(mut self, jar: impl Into<String>) -> Self {
+        self.extra_jars.push(jar.into());
         self
     }
 
@@ -207,6 +216,7 @@ impl Default for ZkBuilder {
             min_session_timeout_ms: DEFAULT_MIN_SESSION_TIMEOUT_MS,
             max_session_timeout_ms: DEFAULT_MAX_SESSION_TIMEOUT_MS,
             extra_config: Vec::new(),
+            extra_jars: Vec::new(),
         }
     }
 }
@@ -547,6 +557,11 @@ impl ZkCluster {
 
     /// Spawns one server process (plus its watchdog), logging to `zk.log` in its temp dir.
     fn spawn_member(&mut self, java: &Path, classpath: &str, i: usize) -> std::io::Result<()> {
+        let mut classpath = classpath.to_owned();
+        for jar in &self.opts.extra_jars {
+            classpath.push(':');
+            classpath.push_str(jar);
+        }
         let m = &mut self.members[i];
         let mut cmd = Command::new(java);
         // Options a developer's environment would inject into every JVM.

@@ -28,6 +28,7 @@
 mod auth;
 mod nodes;
 mod session;
+mod tls;
 mod view;
 
 use super::retry::Attempts;
@@ -64,7 +65,8 @@ pub struct ZkConfig {
     pub session_timeout: Duration,
     /// Bound on each call's store requests.
     pub request_timeout: Duration,
-    /// TLS settings; `None` for plain text.
+    /// TLS to the servers' `secureClientPort` (the CA is required); `None` for plain text.
+    /// Needs the `zk-tls` feature.
     pub tls: Option<crate::TlsFiles>,
     /// File holding `user:password` for digest authentication; `None`: the
     /// `CLUSTERLIMIT_ZK_DIGEST` environment variable if set, else no authentication.
@@ -85,6 +87,8 @@ pub struct ZkBackend {
     /// Sent on every session (and every reconnect of one); `Debug` hides the password.
     digest: Option<Digest>,
     identity: Identity,
+    /// Read from the files once; `None`: plain text.
+    tls: Option<tls::Tls>,
     /// ACL of every node created.
     acls: Acls<'static>,
     /// Set by close/shutdown: no new session starts.
@@ -96,6 +100,7 @@ impl std::fmt::Debug for ZkBackend {
         f.debug_struct("ZkBackend")
             .field("config", &self.config)
             .field("digest", &self.digest)
+            .field("tls", &self.tls.is_some())
             .field("stopped", &self.stop.is_stopped())
             .finish_non_exhaustive()
     }
@@ -178,16 +183,13 @@ impl ZkBackend {
     /// Connects the session and creates the root nodes if absent. Fails fast if no server
     /// answers.
     pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
-        if config.tls.is_some() {
-            return Err(Error::invalid(
-                "TLS to ZooKeeper is not supported by this version",
-            ));
-        }
+        let tls = config.tls.as_ref().map(tls::Tls::load).transpose()?;
         let digest = Digest::load(config.digest_file.as_deref())?;
         let acls = auth::node_acls(config.acl, digest.as_ref())?;
         let backend = ZkBackend {
             identity: Identity::of(digest.as_ref()),
             digest,
+            tls,
             acls,
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
@@ -261,6 +263,7 @@ impl ZkBackend {
                     hosts: &self.hosts,
                     probe_path: self.paths.root(),
                     digest: self.digest.as_ref(),
+                    tls: self.tls.as_ref(),
                     identity: &self.identity,
                     session_timeout: self.config.session_timeout,
                     request_timeout: self.config.request_timeout,
