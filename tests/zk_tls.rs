@@ -8,7 +8,6 @@ mod support;
 
 use clusterlimit::{Error, Limiter, TlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::ZkCluster;
@@ -65,23 +64,14 @@ impl Pki {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A standalone ZooKeeper serving TLS on the returned port (besides its plain port), with a
+/// A standalone ZooKeeper serving TLS on its secure port (besides its plain port), with a
 /// certificate for 127.0.0.1 from `pki`, requiring client certificates from the same CA.
-fn tls_zookeeper(pki: &Pki) -> (ZkCluster, u16) {
+fn tls_zookeeper(pki: &Pki) -> ZkCluster {
     let (cert, key) = pki.issue("server", &["127.0.0.1", "localhost"]);
     // ZooKeeper's PEM keystore: the certificate and its key in one file.
     let keystore = pki.dir.join("server-keystore.pem");
     let pem = std::fs::read_to_string(&cert).unwrap() + &std::fs::read_to_string(&key).unwrap();
     std::fs::write(&keystore, pem).unwrap();
-    let port = free_port();
     let mut builder = ZkCluster::builder();
     // Debian's zookeeper.jar manifest lists netty-handler but not what it needs.
     for jar in NETTY_JARS {
@@ -91,10 +81,9 @@ fn tls_zookeeper(pki: &Pki) -> (ZkCluster, u16) {
         );
         builder = builder.classpath_jar(*jar);
     }
-    let zk = builder
+    builder
+        .secure_client_port()
         .config_line("serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory")
-        .config_line(format!("secureClientPort={port}"))
-        .config_line("secureClientPortAddress=127.0.0.1")
         .config_line(format!("ssl.keyStore.location={}", keystore.display()))
         .config_line("ssl.keyStore.type=PEM")
         .config_line(format!(
@@ -103,8 +92,7 @@ fn tls_zookeeper(pki: &Pki) -> (ZkCluster, u16) {
         ))
         .config_line("ssl.trustStore.type=PEM")
         .config_line("ssl.clientAuth=need")
-        .start();
-    (zk, port)
+        .start()
 }
 
 /// A TLS connection refused: the error says what to check.
@@ -128,11 +116,15 @@ async fn connect(url: &str, tls: TlsFiles) -> Result<Limiter, Error> {
 async fn limiter_works_over_tls_and_refuses_a_wrong_ca_or_no_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "good");
-    let (zk, port) = tls_zookeeper(&pki);
+    let zk = tls_zookeeper(&pki);
     let (cert, key) = pki.issue("client", &["client.example"]);
     let digest = dir.path().join("digest");
     std::fs::write(&digest, "app:tls-test-password\n").unwrap();
-    let url = format!("zk://127.0.0.1:{port}/tls?digest_file={}", digest.display());
+    let url = format!(
+        "zk://{}/tls?digest_file={}",
+        zk.secure_connect_string(),
+        digest.display()
+    );
     let good = TlsFiles {
         ca_cert: Some(pki.ca_file()),
         cert: Some(cert.clone()),

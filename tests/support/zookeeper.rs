@@ -163,6 +163,8 @@ pub struct ZkBuilder {
     extra_config: Vec<String>,
     /// Jars appended to the classpath (see [`ZkBuilder::classpath_jar`]).
     extra_jars: Vec<String>,
+    /// Also serve on a `secureClientPort` (see [`ZkBuilder::secure_client_port`]).
+    secure_port: bool,
 }
 
 impl ZkBuilder {
@@ -178,6 +180,14 @@ impl ZkBuilder {
     /// manifest leaves out but `NettyServerCnxnFactory`, needed for TLS, uses).
     pub fn classpath_jar(mut self, jar: impl Into<String>) -> Self {
         self.extra_jars.push(jar.into());
+        self
+    }
+
+    /// Gives every member a free `secureClientPort` on 127.0.0.1 too (TLS; the `ssl.*` settings
+    /// and the Netty factory come from [`ZkBuilder::config_line`]); see
+    /// [`ZkCluster::secure_connect_string`].
+    pub fn secure_client_port(mut self) -> Self {
+        self.secure_port = true;
         self
     }
 
@@ -217,6 +227,7 @@ impl Default for ZkBuilder {
             max_session_timeout_ms: DEFAULT_MAX_SESSION_TIMEOUT_MS,
             extra_config: Vec::new(),
             extra_jars: Vec::new(),
+            secure_port: false,
         }
     }
 }
@@ -239,6 +250,8 @@ struct Member {
     quorum_port: u16,
     /// Leader election port; unused by a standalone server.
     election_port: u16,
+    /// `secureClientPort`, if the builder asked for one.
+    secure_port: Option<u16>,
     /// java; its temp dir holds `zoo.cfg`, `data/` and `zk.log`, removed with the cluster.
     process: ServerProcess,
     /// SIGSTOPped by [`ZkCluster::pause`] and not resumed yet.
@@ -337,6 +350,21 @@ impl ZkCluster {
         self.members
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Connect string of every member's `secureClientPort`; panics unless the builder asked
+    /// for them ([`ZkBuilder::secure_client_port`]).
+    pub fn secure_connect_string(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let port = m
+                    .secure_port
+                    .expect("ZkCluster started without ZkBuilder::secure_client_port");
+                format!("127.0.0.1:{port}")
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -472,12 +500,18 @@ impl ZkCluster {
     fn prepare(opts: ZkBuilder) -> ZkCluster {
         let n = opts.members;
         let ports = free_ports(3 * n);
+        let secure = if opts.secure_port {
+            free_ports(n)
+        } else {
+            Vec::new()
+        };
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 id: i + 1,
                 client_port: ports[3 * i],
                 quorum_port: ports[3 * i + 1],
                 election_port: ports[3 * i + 2],
+                secure_port: secure.get(i).copied(),
                 process: ServerProcess::new(
                     "zookeeper",
                     &format!("clusterlimit-zk-s{}-", i + 1),
@@ -530,6 +564,12 @@ impl ZkCluster {
                     p.id, p.quorum_port, p.election_port
                 );
             }
+        }
+        if let Some(port) = m.secure_port {
+            let _ = writeln!(
+                cfg,
+                "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1"
+            );
         }
         for line in &o.extra_config {
             let _ = writeln!(cfg, "{line}");
