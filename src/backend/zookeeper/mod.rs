@@ -229,9 +229,11 @@ impl ZkBackend {
         Ok(backend)
     }
 
-    /// With creator ACLs, says so if the semaphores' node was made open to everyone (by an
-    /// earlier version or another tool): clusterlimit never changes an existing node's ACL, so
-    /// anyone could still add semaphores there or delete idle ones. One read, best effort.
+    /// With creator ACLs, says so if an existing node we rely on (the semaphores' node, a
+    /// semaphore) is open to everyone, e.g. made by an earlier version without credentials:
+    /// clusterlimit never changes an existing node's ACL, and ZooKeeper checks a parent's ACL
+    /// for creating and deleting children, so anyone could still add or delete what is under
+    /// it. One read, best effort.
     async fn warn_if_open(&self, client: &zk::Client, dir: &str) {
         if self.acls == Acls::anyone_all() {
             return;
@@ -247,7 +249,7 @@ impl ZkBackend {
             if open {
                 tracing::warn!(
                     node = dir,
-                    "this node lets anyone write (created without ACLs); clusterlimit does not change existing ACLs: restrict it with setAcl or use a new chroot"
+                    "this node lets anyone write (created without ACLs), so anyone may add or delete what is under it; clusterlimit does not change existing ACLs: restrict it with setAcl or use a new chroot"
                 );
             }
         }
@@ -554,7 +556,9 @@ impl Backend for ZkBackend {
                         .await;
                     match created {
                         Ok(_) => {}
-                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {}
+                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {
+                            self.warn_if_open(&client, &path).await;
+                        }
                         // It may exist (ZooKeeper checks the ACL first): the view tells.
                         Err(e) if is_zk(&e, &zk::Error::NoAuth) => denied = Some(e),
                         Err(e) => return Err(e),
