@@ -59,6 +59,7 @@ impl Tls {
                 })?,
             _ => options,
         };
+        ensure_crypto_provider();
         Ok(Tls { options })
     }
 
@@ -67,6 +68,18 @@ impl Tls {
         Err(Error::invalid(
             "TLS to ZooKeeper needs clusterlimit built with the zk-tls feature",
         ))
+    }
+}
+
+/// zookeeper-client builds its TLS configuration with rustls' process-wide crypto provider.
+/// With a single rustls backend compiled in, rustls picks it; with two (an application that
+/// also uses etcd-client's `tls`, which brings ring) it cannot, and panics. So one is installed
+/// if the application has not installed its own: the aws-lc-rs that zookeeper-client builds.
+#[cfg(feature = "zk-tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: a provider is installed either way.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }
 }
 
