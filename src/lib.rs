@@ -60,7 +60,7 @@ pub use permit::Permit;
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
-pub use store_url::{redact, EtcdUser, StoreUrl, TlsFiles};
+pub use store_url::{redact, EtcdUser, StoreUrl, TlsFiles, ZkAcl};
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]

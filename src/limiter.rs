@@ -304,6 +304,7 @@ impl LimiterBuilder {
                 hosts,
                 root,
                 digest_file,
+                acl,
             } => Arc::new(
                 ZkBackend::connect(ZkConfig {
                     hosts,
@@ -312,6 +313,7 @@ impl LimiterBuilder {
                     request_timeout: self.request_timeout,
                     tls: self.tls,
                     digest_file: self.zk_digest_file.or(digest_file),
+                    acl,
                 })
                 .await?,
             ),

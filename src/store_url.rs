@@ -27,6 +27,17 @@ pub struct EtcdUser {
     pub password_file: Option<PathBuf>,
 }
 
+/// Who may change the ZooKeeper nodes clusterlimit creates (`zk://…?acl=creator|open`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZkAcl {
+    /// Only the digest identity that created a node may change or delete it (and what is
+    /// under it); anyone may read. The default when digest credentials are given; needs them.
+    Creator,
+    /// Anyone may do anything (ZooKeeper's `world:anyone` with every permission). The default
+    /// without credentials.
+    Open,
+}
+
 /// A parsed store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUrl {
@@ -47,7 +58,8 @@ pub enum StoreUrl {
         /// User authentication, if any.
         user: Option<EtcdUser>,
     },
-    /// `zk://h1:p1,h2:p2/chroot`, with `?digest_file=PATH` for digest authentication.
+    /// `zk://h1:p1,h2:p2/chroot`, with `?digest_file=PATH` for digest authentication and
+    /// `?acl=creator|open` for the ACL of the nodes it creates.
     ZooKeeper {
         /// `host:port` servers.
         hosts: Vec<String>,
@@ -57,6 +69,9 @@ pub enum StoreUrl {
         /// File holding `user:password` for digest authentication (`None`: the
         /// `CLUSTERLIMIT_ZK_DIGEST` environment variable, if set).
         digest_file: Option<PathBuf>,
+        /// ACL of created nodes (`None`: [`ZkAcl::Creator`] with credentials, else
+        /// [`ZkAcl::Open`]).
+        acl: Option<ZkAcl>,
     },
 }
 
@@ -272,11 +287,22 @@ impl StoreUrl {
                     .map(|h| endpoint(url, h.trim()))
                     .collect::<Result<Vec<_>>>()?;
                 let digest_file = settings.take_path("digest_file")?;
-                settings.finish("digest_file")?;
+                let acl = match settings.take("acl")? {
+                    None => None,
+                    Some("creator") => Some(ZkAcl::Creator),
+                    Some("open") => Some(ZkAcl::Open),
+                    Some(other) => {
+                        return Err(Error::invalid(format!(
+                            "store URL {url}: acl={other:?} is not creator or open"
+                        )))
+                    }
+                };
+                settings.finish("digest_file, acl")?;
                 Ok(StoreUrl::ZooKeeper {
                     hosts,
                     root: zk_root(url, path)?,
                     digest_file,
+                    acl,
                 })
             }
             other => Err(Error::invalid(format!(
@@ -310,9 +336,14 @@ fn zk_root(url: &str, path: &str) -> Result<String> {
 
 /// Checks one `HOST:PORT` of a URL and returns it unchanged.
 fn endpoint(url: &str, host: &str) -> Result<String> {
+    // A `user:password@` part is not shown (the URL itself is already redacted).
+    let shown = match host.rsplit_once('@') {
+        Some((_, after)) => format!("***@{after}"),
+        None => host.to_string(),
+    };
     let bad = || {
         Error::invalid(format!(
-            "store URL {url}: endpoint {host:?} is not HOST:PORT"
+            "store URL {url}: endpoint {shown:?} is not HOST:PORT"
         ))
     };
     let (h, port) = host.rsplit_once(':').ok_or_else(bad)?;
@@ -370,6 +401,7 @@ mod tests {
                 hosts: vec!["127.0.0.1:2181".into(), "h2:2182".into()],
                 root: "/apps/limits".into(),
                 digest_file: None,
+                acl: None,
             }
         );
         assert_eq!(
@@ -378,6 +410,7 @@ mod tests {
                 hosts: vec!["h:2181".into()],
                 root: "/clusterlimit".into(),
                 digest_file: None,
+                acl: None,
             }
         );
         for bad in [
@@ -405,6 +438,8 @@ mod tests {
             "etcd://h:1/p?bogus=1",
             "etcd://h:1/p?novalue",
             "zk://h:1/p?digest=u:hunter2",
+            "zk://h:1/p?acl=world",
+            "zk://h:1/p?acl=",
             "memory://x?a=b",
         ] {
             assert!(
@@ -450,6 +485,25 @@ mod tests {
                 hosts: vec!["h:1".into()],
                 root: "/r".into(),
                 digest_file: Some("/d".into()),
+                acl: None,
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("zk://h:1/r?digest_file=/d&acl=open").unwrap(),
+            StoreUrl::ZooKeeper {
+                hosts: vec!["h:1".into()],
+                root: "/r".into(),
+                digest_file: Some("/d".into()),
+                acl: Some(ZkAcl::Open),
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("zk://h:1/r?acl=creator").unwrap(),
+            StoreUrl::ZooKeeper {
+                hosts: vec!["h:1".into()],
+                root: "/r".into(),
+                digest_file: None,
+                acl: Some(ZkAcl::Creator),
             }
         );
     }

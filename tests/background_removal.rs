@@ -111,6 +111,7 @@ impl Store {
                     request_timeout: Duration::from_secs(2),
                     tls: None,
                     digest_file: None,
+                    acl: None,
                 })
                 .await
                 .unwrap(),

@@ -159,9 +159,38 @@ pub struct ZkBuilder {
     tick_time_ms: u32,
     min_session_timeout_ms: u32,
     max_session_timeout_ms: u32,
+    /// Extra `zoo.cfg` lines (see [`ZkBuilder::config_line`]).
+    extra_config: Vec<String>,
+    /// Jars appended to the classpath (see [`ZkBuilder::classpath_jar`]).
+    extra_jars: Vec<String>,
+    /// Also serve on a `secureClientPort` (see [`ZkBuilder::secure_client_port`]).
+    secure_port: bool,
 }
 
 impl ZkBuilder {
+    /// Appends `line` (`key=value`) to every member's `zoo.cfg`. ZooKeeper turns keys it does
+    /// not know into `zookeeper.<key>` system properties, so this also sets those (e.g.
+    /// `enforce.auth.enabled=true`, `ssl.keyStore.location=…`).
+    pub fn config_line(mut self, line: impl Into<String>) -> Self {
+        self.extra_config.push(line.into());
+        self
+    }
+
+    /// Appends a jar to the servers' classpath (e.g. netty jars that Debian's `zookeeper.jar`
+    /// manifest leaves out but `NettyServerCnxnFactory`, needed for TLS, uses).
+    pub fn classpath_jar(mut self, jar: impl Into<String>) -> Self {
+        self.extra_jars.push(jar.into());
+        self
+    }
+
+    /// Gives every member a free `secureClientPort` on 127.0.0.1 too (TLS; the `ssl.*` settings
+    /// and the Netty factory come from [`ZkBuilder::config_line`]); see
+    /// [`ZkCluster::secure_connect_string`].
+    pub fn secure_client_port(mut self) -> Self {
+        self.secure_port = true;
+        self
+    }
+
     /// Number of servers: 1 (standalone, the default) or an odd ensemble size (normally 3).
     pub fn members(mut self, members: usize) -> Self {
         self.members = members;
@@ -196,6 +225,9 @@ impl Default for ZkBuilder {
             tick_time_ms: DEFAULT_TICK_TIME_MS,
             min_session_timeout_ms: DEFAULT_MIN_SESSION_TIMEOUT_MS,
             max_session_timeout_ms: DEFAULT_MAX_SESSION_TIMEOUT_MS,
+            extra_config: Vec::new(),
+            extra_jars: Vec::new(),
+            secure_port: false,
         }
     }
 }
@@ -218,6 +250,8 @@ struct Member {
     quorum_port: u16,
     /// Leader election port; unused by a standalone server.
     election_port: u16,
+    /// `secureClientPort`, if the builder asked for one.
+    secure_port: Option<u16>,
     /// java; its temp dir holds `zoo.cfg`, `data/` and `zk.log`, removed with the cluster.
     process: ServerProcess,
     /// SIGSTOPped by [`ZkCluster::pause`] and not resumed yet.
@@ -316,6 +350,21 @@ impl ZkCluster {
         self.members
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Connect string of every member's `secureClientPort`; panics unless the builder asked
+    /// for them ([`ZkBuilder::secure_client_port`]).
+    pub fn secure_connect_string(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let port = m
+                    .secure_port
+                    .expect("ZkCluster started without ZkBuilder::secure_client_port");
+                format!("127.0.0.1:{port}")
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -451,12 +500,18 @@ impl ZkCluster {
     fn prepare(opts: ZkBuilder) -> ZkCluster {
         let n = opts.members;
         let ports = free_ports(3 * n);
+        let secure = if opts.secure_port {
+            free_ports(n)
+        } else {
+            Vec::new()
+        };
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 id: i + 1,
                 client_port: ports[3 * i],
                 quorum_port: ports[3 * i + 1],
                 election_port: ports[3 * i + 2],
+                secure_port: secure.get(i).copied(),
                 process: ServerProcess::new(
                     "zookeeper",
                     &format!("clusterlimit-zk-s{}-", i + 1),
@@ -510,6 +565,15 @@ impl ZkCluster {
                 );
             }
         }
+        if let Some(port) = m.secure_port {
+            let _ = writeln!(
+                cfg,
+                "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1"
+            );
+        }
+        for line in &o.extra_config {
+            let _ = writeln!(cfg, "{line}");
+        }
         cfg
     }
 
@@ -533,6 +597,11 @@ impl ZkCluster {
 
     /// Spawns one server process (plus its watchdog), logging to `zk.log` in its temp dir.
     fn spawn_member(&mut self, java: &Path, classpath: &str, i: usize) -> std::io::Result<()> {
+        let mut classpath = classpath.to_owned();
+        for jar in &self.opts.extra_jars {
+            classpath.push(':');
+            classpath.push_str(jar);
+        }
         let m = &mut self.members[i];
         let mut cmd = Command::new(java);
         // Options a developer's environment would inject into every JVM.

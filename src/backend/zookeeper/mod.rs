@@ -14,12 +14,21 @@
 //! * Fencing token: the node's sequence number + 1 (strictly increasing per semaphore; ZooKeeper
 //!   keeps the sequence as a signed 32-bit counter of the parent's creates, so it wraps after
 //!   2^31 entries of one semaphore).
+//! * Access: with digest credentials (`digest_file=` or `CLUSTERLIMIT_ZK_DIGEST`, sent on every
+//!   connection of every session) each node created (root, semaphore, entry) is creator-all +
+//!   anyone-read: other identities see status but cannot add or delete entries (both need a
+//!   right on the semaphore's node) nor change a capacity. Without credentials nodes are
+//!   anyone-all, as before (`acl=open` asks for that with credentials too). Existing nodes keep
+//!   their ACL (never changed behind the user's back; an open semaphores' node is logged as a
+//!   warning), so protecting an existing tree takes a `setAcl` or a new chroot (see `auth.rs`).
 //!
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
 
+mod auth;
 mod nodes;
 mod session;
+mod tls;
 mod view;
 
 use super::retry::Attempts;
@@ -34,6 +43,7 @@ use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
 use crate::timing::GIVE_UP_AFTER_TTLS;
 use async_trait::async_trait;
+use auth::{Digest, Identity};
 use nodes::{EntryData, EntryName, Paths};
 use session::{SessionConfig, ZkSession};
 use std::collections::{HashMap, HashSet};
@@ -42,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use view::{EntryEvents, SemView, ViewConfig};
-use zookeeper_client::{self as zk, Acls, CreateMode};
+use zookeeper_client::{self as zk, Acls, CreateMode, Permission};
 
 /// Settings of the ZooKeeper backend.
 #[derive(Debug, Clone)]
@@ -55,10 +65,15 @@ pub struct ZkConfig {
     pub session_timeout: Duration,
     /// Bound on each call's store requests.
     pub request_timeout: Duration,
-    /// TLS settings; `None` for plain text.
+    /// TLS to the servers' `secureClientPort` (the CA is required); `None` for plain text.
+    /// Needs the `zk-tls` feature.
     pub tls: Option<crate::TlsFiles>,
-    /// File holding `user:password` for digest authentication, if any.
+    /// File holding `user:password` for digest authentication; `None`: the
+    /// `CLUSTERLIMIT_ZK_DIGEST` environment variable if set, else no authentication.
     pub digest_file: Option<std::path::PathBuf>,
+    /// ACL of the nodes this backend creates (`None`: creator-all + anyone-read with
+    /// credentials, anyone-all without). Nodes that already exist keep theirs.
+    pub acl: Option<crate::ZkAcl>,
 }
 
 /// The `zk://` backend: one session, one watch per semaphore in use.
@@ -69,6 +84,13 @@ pub struct ZkBackend {
     stats: Arc<RequestCounters>,
     session: SessionSlot<ZkSession>,
     entries: Arc<Entries>,
+    /// Sent on every session (and every reconnect of one); `Debug` hides the password.
+    digest: Option<Digest>,
+    identity: Identity,
+    /// Read from the files once; `None`: plain text.
+    tls: Option<tls::Tls>,
+    /// ACL of every node created.
+    acls: Acls<'static>,
     /// Set by close/shutdown: no new session starts.
     stop: Stop,
 }
@@ -77,6 +99,8 @@ impl std::fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkBackend")
             .field("config", &self.config)
+            .field("digest", &self.digest)
+            .field("tls", &self.tls.is_some())
             .field("stopped", &self.stop.is_stopped())
             .finish_non_exhaustive()
     }
@@ -159,12 +183,14 @@ impl ZkBackend {
     /// Connects the session and creates the root nodes if absent. Fails fast if no server
     /// answers.
     pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
-        if config.tls.is_some() || config.digest_file.is_some() {
-            return Err(Error::invalid(
-                "ZooKeeper TLS and digest authentication are not supported by this version",
-            ));
-        }
+        let tls = config.tls.as_ref().map(tls::Tls::load).transpose()?;
+        let digest = Digest::load(config.digest_file.as_deref())?;
+        let acls = auth::node_acls(config.acl, digest.as_ref())?;
         let backend = ZkBackend {
+            identity: Identity::of(digest.as_ref()),
+            digest,
+            tls,
+            acls,
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
             config,
@@ -176,14 +202,57 @@ impl ZkBackend {
         let session = backend.session().await?;
         let client = session.client()?;
         let dir = backend.paths.semaphores();
-        backend
+        let made = backend
             .call(RequestKind::Put, async {
                 client
-                    .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+                    .mkdir(&dir, &CreateMode::Persistent.with_acls(backend.acls))
                     .await
             })
-            .await?;
+            .await;
+        match made {
+            Ok(()) => {}
+            // ZooKeeper checks the parent's ACL before whether the node exists: a client that
+            // may only read (another identity, or none) gets NoAuth for a root that is there.
+            Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
+                let there = backend
+                    .call(RequestKind::Range, client.check_stat(&dir))
+                    .await?;
+                if there.is_none() {
+                    return Err(backend
+                        .identity
+                        .denied(&format!("creating the root node {dir}")));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        backend.warn_if_open(&client, &dir).await;
         Ok(backend)
+    }
+
+    /// With creator ACLs, says so if an existing node we rely on (the semaphores' node, a
+    /// semaphore) is open to everyone, e.g. made by an earlier version without credentials:
+    /// clusterlimit never changes an existing node's ACL, and ZooKeeper checks a parent's ACL
+    /// for creating and deleting children, so anyone could still add or delete what is under
+    /// it. One read, best effort.
+    async fn warn_if_open(&self, client: &zk::Client, dir: &str) {
+        if self.acls == Acls::anyone_all() {
+            return;
+        }
+        if let Ok((acls, _)) = self.call(RequestKind::Range, client.get_acl(dir)).await {
+            let open = acls.iter().any(|a| {
+                let p = a.permission();
+                a.scheme() == "world"
+                    && [Permission::WRITE, Permission::CREATE, Permission::DELETE]
+                        .into_iter()
+                        .any(|w| p.has(w))
+            });
+            if open {
+                tracing::warn!(
+                    node = dir,
+                    "this node lets anyone write (created without ACLs), so anyone may add or delete what is under it; clusterlimit does not change existing ACLs: restrict it with setAcl or use a new chroot"
+                );
+            }
+        }
     }
 
     /// The live session, or a new one if the last one was lost.
@@ -195,6 +264,9 @@ impl ZkBackend {
                 let s = ZkSession::connect(SessionConfig {
                     hosts: &self.hosts,
                     probe_path: self.paths.root(),
+                    digest: self.digest.as_ref(),
+                    tls: self.tls.as_ref(),
+                    identity: &self.identity,
                     session_timeout: self.config.session_timeout,
                     request_timeout: self.config.request_timeout,
                     stats: self.stats.clone(),
@@ -273,8 +345,25 @@ impl ZkBackend {
         self.stats.count(kind);
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(e)),
+            Ok(Err(e)) => Err(self.map_error(e)),
             Err(_) => Err(Error::store("ZooKeeper did not answer in time")),
+        }
+    }
+
+    fn map_error(&self, e: zk::Error) -> Error {
+        match e {
+            zk::Error::AuthFailed => self.identity.rejected(),
+            e if view::is_terminal(&e) => Error::SessionLost,
+            e => Error::store(e),
+        }
+    }
+
+    /// `e`, or if it is a `NoAuth` answer, an error saying that the ACL denied `what`.
+    fn denied_as(&self, e: Error, what: impl FnOnce() -> String) -> Error {
+        if is_zk(&e, &zk::Error::NoAuth) {
+            self.identity.denied(&what())
+        } else {
+            e
         }
     }
 
@@ -296,7 +385,7 @@ impl ZkBackend {
         let start = SemView::start(cfg, session.stop_token().child_token());
         let view = match tokio::time::timeout(self.config.request_timeout, start).await {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(map_error(e)),
+            Ok(Err(e)) => return Err(self.map_error(e)),
             Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
         };
         views.insert(name.to_string(), view.clone());
@@ -316,7 +405,7 @@ impl ZkBackend {
             since_unix_ms: unix_ms_now(),
         }
         .encode();
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         self.stats.count(RequestKind::Put);
         lock(&self.entries.in_doubt).insert(req.id.clone());
         let settled = |e: &Self| lock(&e.entries.in_doubt).remove(&req.id);
@@ -336,7 +425,9 @@ impl ZkBackend {
             }
             Ok(Err(e)) => {
                 settled(self);
-                Err(map_error(e))
+                Err(self.denied_as(self.map_error(e), || {
+                    format!("adding an entry to semaphore {:?}", req.name)
+                }))
             }
             // Still queued or in flight: it stays in doubt, so a late node is deleted.
             Err(_) => Err(Error::store("ZooKeeper did not answer the create in time")),
@@ -422,14 +513,6 @@ impl ZkBackend {
     }
 }
 
-fn map_error(e: zk::Error) -> Error {
-    if view::is_terminal(&e) {
-        Error::SessionLost
-    } else {
-        Error::store(e)
-    }
-}
-
 /// Whether `e` is the ZooKeeper error `z`.
 fn is_zk(e: &Error, z: &zk::Error) -> bool {
     matches!(e, Error::Store(inner) if inner.downcast_ref::<zk::Error>() == Some(z))
@@ -456,6 +539,7 @@ impl Backend for ZkBackend {
             // The watch keeps it current: no request.
             Some(v) if v.capacity().is_some() => v,
             _ => {
+                let mut denied = None;
                 if let Some(c) = capacity {
                     let client = session.client()?;
                     let path = self.paths.semaphore(name);
@@ -466,17 +550,24 @@ impl Backend for ZkBackend {
                             client.create(
                                 &path,
                                 &data,
-                                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                                &CreateMode::Persistent.with_acls(self.acls),
                             ),
                         )
                         .await;
                     match created {
                         Ok(_) => {}
-                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {}
+                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {
+                            self.warn_if_open(&client, &path).await;
+                        }
+                        // It may exist (ZooKeeper checks the ACL first): the view tells.
+                        Err(e) if is_zk(&e, &zk::Error::NoAuth) => denied = Some(e),
                         Err(e) => return Err(e),
                     }
                 }
                 let view = self.view(&session, name).await?;
+                if let (Some(e), None) = (denied, view.capacity()) {
+                    return Err(self.denied_as(e, || format!("creating semaphore {name:?}")));
+                }
                 if capacity.is_some() && view.capacity().is_none() {
                     // A view that watched the absent semaphore learns of our create from its
                     // event, which precedes the create's reply: wait for it to be applied.
@@ -602,6 +693,9 @@ impl Backend for ZkBackend {
             {
                 Ok(()) => return Ok(()),
                 Err(e) if is_zk(&e, &zk::Error::NoNode) => return Ok(()),
+                Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
+                    return Err(self.denied_as(e, || format!("deleting the entry node {path}")))
+                }
                 Err(e) => e,
             };
             let broken = matches!(&e, Error::Store(inner)
@@ -695,7 +789,10 @@ impl Backend for ZkBackend {
                 Ok(_) => return Ok(()),
                 // Something changed since the read (or a holder left): read again.
                 Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
-                Err(e) => return Err(not_found_as(e, name)),
+                Err(e) => {
+                    let e = self.denied_as(e, || format!("setting the capacity of {name:?}"));
+                    return Err(not_found_as(e, name));
+                }
             }
             if !attempts.again(true).await {
                 return Err(Error::store(format!(

@@ -60,6 +60,11 @@ pub(super) struct SessionConfig<'a> {
     pub hosts: &'a str,
     /// Path probed to keep the deadline (the root; it exists once connected).
     pub probe_path: &'a str,
+    /// Digest credentials, sent on connect and again on every reconnect by the client.
+    pub digest: Option<&'a super::auth::Digest>,
+    pub identity: &'a super::auth::Identity,
+    /// TLS for every connection, if any.
+    pub tls: Option<&'a super::tls::Tls>,
     pub session_timeout: Duration,
     pub request_timeout: Duration,
     pub stats: Arc<RequestCounters>,
@@ -70,16 +75,27 @@ impl ZkSession {
     pub(super) async fn connect(cfg: SessionConfig<'_>) -> Result<Arc<ZkSession>> {
         let sent = Instant::now();
         cfg.stats.count(RequestKind::Lease);
-        let client = timeout(
-            cfg.request_timeout,
-            zk::Client::connector()
-                .with_session_timeout(cfg.session_timeout)
-                .with_fail_eagerly()
-                .connect(cfg.hosts),
-        )
-        .await
-        .map_err(|_| Error::store("timed out connecting to ZooKeeper"))?
-        .map_err(Error::store)?;
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(cfg.session_timeout)
+            .with_fail_eagerly();
+        if let Some(d) = cfg.digest {
+            connector = connector.with_auth("digest", d.auth());
+        }
+        let connect = super::tls::connect(connector, cfg.tls, cfg.hosts);
+        let client = timeout(cfg.request_timeout, connect)
+            .await
+            .map_err(|_| Error::store("timed out connecting to ZooKeeper"))?
+            .map_err(|e| match e {
+                zk::Error::AuthFailed => cfg.identity.rejected(),
+                // The client only logs why each server failed (at debug): say what to check.
+                zk::Error::NoHosts if cfg.tls.is_some() => Error::store(format!(
+                    "no ZooKeeper server at {} completed a TLS connection: check that these are \
+                     secureClientPort addresses, the CA certificate that signed the servers', \
+                     and the client certificate if the servers require one",
+                    cfg.hosts
+                )),
+                e => Error::store(e),
+            })?;
         let negotiated = client.session_timeout();
         let shared = Arc::new(Shared {
             client: Mutex::new(Some(client.clone())),
