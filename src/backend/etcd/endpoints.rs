@@ -10,57 +10,131 @@
 //! progress reply) not arriving in time; whoever sees that calls [`Endpoints::failed`], and
 //! every later call goes to the next member.
 
+//!
+//! With an etcd user, creating a member's client authenticates against that member (a simple
+//! token is valid only on the member that issued it). A member that cannot be reached then is
+//! skipped and authenticated again in the background until it answers, so a member down at
+//! connect is not lost for failover later.
+
 use etcd_client::{Client, ConnectOptions};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Pause between two rounds of authenticating the members that could not be reached.
+const REAUTH_PAUSE: Duration = Duration::from_secs(1);
 
 /// The members of one Limiter, and the one in use.
 pub(super) struct Endpoints {
-    clients: Vec<Client>,
+    members: Vec<Member>,
     current: AtomicUsize,
     /// Moving average of answered requests' latency, in µs: a slow link (or a loaded store)
     /// must not look like a dead member to the short first attempts.
     latency_us: AtomicU64,
 }
 
+/// One member's client; not `ready` while it is a placeholder still to be authenticated.
+struct Member {
+    client: RwLock<Client>,
+    ready: AtomicBool,
+}
+
+impl Member {
+    fn client(&self) -> Client {
+        self.client
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the options: they hold the password.
         f.debug_struct("Endpoints")
-            .field("members", &self.clients.len())
+            .field("members", &self.members.len())
             .field("current", &self.current.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 impl Endpoints {
-    /// One lazily connected client per endpoint (nothing is sent yet).
+    /// One client per endpoint. Without a user nothing is sent yet (clients connect lazily);
+    /// with one, every member is authenticated at once, and it is enough that one answers.
+    /// A refusal (wrong password, TLS) from any member is returned as is.
     pub(super) async fn connect(
         urls: &[String],
         opts: &ConnectOptions,
-    ) -> Result<Endpoints, etcd_client::Error> {
-        let mut clients = Vec::with_capacity(urls.len());
-        for url in urls {
-            clients.push(Client::connect([url], Some(opts.clone())).await?);
-        }
-        if clients.is_empty() {
+        authenticates: bool,
+    ) -> Result<Arc<Endpoints>, etcd_client::Error> {
+        if urls.is_empty() {
             return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
         }
+        let connects = urls
+            .iter()
+            .map(|url| Client::connect([url], Some(opts.clone())));
+        let mut clients = Vec::with_capacity(urls.len());
+        let mut last_error = None;
+        for connected in futures::future::join_all(connects).await {
+            match connected {
+                Ok(client) => clients.push(Some(client)),
+                // Unreachable now: authenticated in the background.
+                Err(e) if authenticates && super::is_transient(&e) => {
+                    clients.push(None);
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(any_ready) = clients.iter().flatten().next().cloned() else {
+            return Err(last_error
+                .unwrap_or_else(|| etcd_client::Error::InvalidArgs("no etcd endpoints".into())));
+        };
+        let unready: Vec<usize> = (0..clients.len())
+            .filter(|&i| clients[i].is_none())
+            .collect();
+        // A ready member's client holds an unready member's place; it is never picked for it.
+        let members: Vec<Member> = clients
+            .into_iter()
+            .map(|c| Member {
+                ready: AtomicBool::new(c.is_some()),
+                client: RwLock::new(c.unwrap_or_else(|| any_ready.clone())),
+            })
+            .collect();
         // Limiters start on different members, so a fleet does not load the first one only.
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos() as usize)
-            % clients.len();
-        Ok(Endpoints {
-            clients,
+            % members.len();
+        let endpoints = Arc::new(Endpoints {
+            members,
             current: AtomicUsize::new(start),
             latency_us: AtomicU64::new(0),
-        })
+        });
+        if !unready.is_empty() {
+            tracing::debug!(
+                members = ?unready,
+                "etcd members not reached at connect; authenticating them in the background"
+            );
+            let urls: Vec<String> = unready.iter().map(|&i| urls[i].clone()).collect();
+            tokio::spawn(authenticate_later(
+                Arc::downgrade(&endpoints),
+                unready.into_iter().zip(urls).collect(),
+                opts.clone(),
+            ));
+        }
+        Ok(endpoints)
     }
 
-    /// The member in use: its index (to report a failure) and its client.
+    /// The member in use (or the next ready one): its index (to report a failure) and client.
     pub(super) fn pick(&self) -> (usize, Client) {
-        let i = self.current.load(Ordering::Acquire) % self.clients.len();
-        (i, self.clients[i].clone())
+        let n = self.members.len();
+        let current = self.current.load(Ordering::Acquire) % n;
+        let i = (0..n)
+            .map(|k| (current + k) % n)
+            .find(|&i| self.members[i].ready.load(Ordering::Acquire))
+            .unwrap_or(current);
+        (i, self.members[i].client())
     }
 
     /// Records how long an answered request took (moves the average a quarter of the way).
@@ -85,12 +159,12 @@ impl Endpoints {
     /// Member `index` failed or did not answer in time: move on to the next one, unless
     /// someone already did (many calls see one failure; it must move us once, not n times).
     pub(super) fn failed(&self, index: usize) {
-        let next = (index + 1) % self.clients.len();
+        let next = (index + 1) % self.members.len();
         if self
             .current
             .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
-            && self.clients.len() > 1
+            && self.members.len() > 1
         {
             tracing::debug!(
                 from = index,
@@ -98,6 +172,42 @@ impl Endpoints {
                 "etcd member failed; using the next one"
             );
         }
+    }
+}
+
+/// Authenticates the members `pending` (index, URL) until each has answered, then puts their
+/// clients in place; ends early once the Limiter's endpoints are gone.
+async fn authenticate_later(
+    endpoints: Weak<Endpoints>,
+    mut pending: Vec<(usize, String)>,
+    opts: ConnectOptions,
+) {
+    while !pending.is_empty() {
+        tokio::time::sleep(REAUTH_PAUSE).await;
+        if endpoints.strong_count() == 0 {
+            return;
+        }
+        let mut still = Vec::new();
+        for (i, url) in pending {
+            match Client::connect([&url], Some(opts.clone())).await {
+                Ok(client) => {
+                    let Some(eps) = endpoints.upgrade() else {
+                        return;
+                    };
+                    *eps.members[i]
+                        .client
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+                    eps.members[i].ready.store(true, Ordering::Release);
+                    tracing::debug!(member = i, "etcd member authenticated");
+                }
+                Err(e) => {
+                    tracing::debug!(member = i, error = %e, "etcd member still not authenticated");
+                    still.push((i, url));
+                }
+            }
+        }
+        pending = still;
     }
 }
 
@@ -109,7 +219,7 @@ mod tests {
     async fn a_failure_moves_on_once() {
         // Clients connect lazily: nothing needs to listen here.
         let urls: Vec<String> = (1..=3).map(|p| format!("http://127.0.0.1:{p}")).collect();
-        let eps = Endpoints::connect(&urls, &ConnectOptions::new())
+        let eps = Endpoints::connect(&urls, &ConnectOptions::new(), false)
             .await
             .expect("lazy connect");
         let (first, _) = eps.pick();

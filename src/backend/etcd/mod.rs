@@ -10,6 +10,7 @@
 
 mod endpoints;
 mod keys;
+mod security;
 mod session;
 mod strays;
 mod view;
@@ -30,6 +31,8 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 use keys::{queue_of, EntryValue, Keys};
+use security::Security;
+pub use security::{CACERT_ENV, CERT_ENV, KEY_ENV, PASSWORD_ENV};
 use session::Session;
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,7 +41,8 @@ use std::time::Duration;
 use strays::Strays;
 use view::{SemWatch, View, WatchConfig};
 
-/// Settings of the etcd backend.
+/// Settings of the etcd backend. Holds no secret: the password is read from its file (or
+/// [`PASSWORD_ENV`]) at connect, so `{:?}` of this shows paths only.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     /// `http://host:port` endpoints.
@@ -49,9 +53,10 @@ pub struct EtcdConfig {
     pub session_ttl: Duration,
     /// Bound on each request.
     pub request_timeout: Duration,
-    /// TLS settings; `None` for plain text.
+    /// TLS settings; `None` for plain text. A file not given falls back to etcdctl's
+    /// [`CACERT_ENV`], [`CERT_ENV`], [`KEY_ENV`]; no CA at all means the system's roots.
     pub tls: Option<crate::TlsFiles>,
-    /// User authentication, if any.
+    /// User authentication, if any (token refreshed when etcd expires it).
     pub user: Option<crate::EtcdUser>,
 }
 
@@ -60,6 +65,8 @@ pub struct EtcdBackend {
     endpoints: Arc<Endpoints>,
     keys: Keys,
     config: EtcdConfig,
+    /// How the connection is secured, to name the cause of a refusal.
+    security: Security,
     stats: Arc<RequestCounters>,
     session: SessionSlot<Session>,
     /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
@@ -81,7 +88,8 @@ impl std::fmt::Debug for EtcdBackend {
     }
 }
 
-/// Errors after which the same idempotent request may be sent again.
+/// Errors after which the same idempotent request may be sent again (refusals by TLS,
+/// authentication or permissions are caught before this by [`Security::refusal`]).
 fn is_transient(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     match e {
@@ -140,26 +148,41 @@ enum Until<'a> {
 
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
+    ///
+    /// TLS files and the password are read first: a missing, unreadable or garbled one is an
+    /// `InvalidArgument` naming it, before any network traffic. A refusal by etcd (untrusted or
+    /// rejected certificate, wrong password, no permission on the prefix) is a `Store` error
+    /// naming the cause, returned without retrying.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
-        if config.tls.is_some() || config.user.is_some() {
-            return Err(Error::invalid(
-                "etcd TLS and user authentication are not supported by this version",
-            ));
-        }
         // No HTTP/2 pings (see endpoints.rs): a hung member is found by the bounded attempts,
         // keepalive rounds and watch progress checks, which then move on to the next member.
         let opts = ConnectOptions::new()
             .with_timeout(attempt_timeout(config.request_timeout))
             .with_connect_timeout(attempt_timeout(config.request_timeout));
-        let endpoints = tokio::time::timeout(
-            config.request_timeout,
-            Endpoints::connect(&config.endpoints, &opts),
-        )
-        .await
-        .map_err(|_| Error::store("timed out connecting to etcd"))?
-        .map_err(Error::store)?;
+        let secured = security::secure(
+            opts,
+            config.tls.as_ref(),
+            config.user.as_ref(),
+            &config.prefix,
+        )?;
+        let security = secured.security;
+        // TLS given by the builder for an etcd:// URL: the same members, over TLS.
+        let urls: Vec<String> = config
+            .endpoints
+            .iter()
+            .map(|u| match u.strip_prefix("http://") {
+                Some(rest) if security.tls => format!("https://{rest}"),
+                _ => u.clone(),
+            })
+            .collect();
+        let connecting = Endpoints::connect(&urls, &secured.options, security.user.is_some());
+        let endpoints = tokio::time::timeout(config.request_timeout, connecting)
+            .await
+            .map_err(|_| Error::store("timed out connecting to etcd"))?
+            .map_err(|e| security.refusal(&e).unwrap_or_else(|| Error::store(e)))?;
         let backend = EtcdBackend {
-            endpoints: Arc::new(endpoints),
+            endpoints,
+            security,
             keys: Keys::new(&config.prefix),
             strays: Strays::new(STRAY_GRACE),
             config,
@@ -258,10 +281,20 @@ impl EtcdBackend {
                     self.endpoints.answered_in(sent.elapsed());
                     return Ok(v);
                 }
-                Ok(Err(e)) if is_transient(&e) => Error::store(e),
-                // A write bound to a lease that etcd no longer has: the session is gone.
-                Ok(Err(e)) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
-                Ok(Err(e)) => return Err(Error::store(e)),
+                Ok(Err(e)) => {
+                    // Refused for TLS, authentication or permissions: no retry changes that.
+                    if let Some(refused) = self.security.refusal(&e) {
+                        return Err(refused);
+                    }
+                    if is_transient(&e) {
+                        self.security.explain(e)
+                    } else if session::is_lease_not_found(&e) {
+                        // A write bound to a lease that etcd no longer has: the session is gone.
+                        return Err(Error::SessionLost);
+                    } else {
+                        return Err(Error::store(e));
+                    }
+                }
                 Err(_) => {
                     let e = Error::store(format!("etcd did not answer within {bound:?}"));
                     timed_out = true;
