@@ -27,6 +27,7 @@ const REAUTH_PAUSE: Duration = Duration::from_secs(1);
 /// The members of one Limiter, and the one in use.
 pub(super) struct Endpoints {
     members: Vec<Member>,
+    urls: Vec<String>,
     current: AtomicUsize,
     /// Moving average of answered requests' latency, in µs: a slow link (or a loaded store)
     /// must not look like a dead member to the short first attempts.
@@ -108,6 +109,7 @@ impl Endpoints {
             % members.len();
         let endpoints = Arc::new(Endpoints {
             members,
+            urls: urls.to_vec(),
             current: AtomicUsize::new(start),
             latency_us: AtomicU64::new(0),
         });
@@ -135,6 +137,11 @@ impl Endpoints {
             .find(|&i| self.members[i].ready.load(Ordering::Acquire))
             .unwrap_or(current);
         (i, self.members[i].client())
+    }
+
+    /// The URL of member `index`.
+    pub(super) fn url(&self, index: usize) -> &str {
+        self.urls.get(index).map_or("", String::as_str)
     }
 
     /// Records how long an answered request took (moves the average a quarter of the way).

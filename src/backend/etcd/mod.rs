@@ -13,6 +13,7 @@ mod keys;
 mod security;
 mod session;
 mod strays;
+mod tls_probe;
 mod view;
 
 use super::retry::Attempts;
@@ -268,6 +269,7 @@ impl EtcdBackend {
             .max(self.endpoints.latency() * LATENCY_FACTOR)
             .min(max_attempt);
         let mut timeouts = 0u32;
+        let mut probed = false;
         loop {
             if !matches!(until, Until::Closing) {
                 self.stop.check()?;
@@ -285,6 +287,17 @@ impl EtcdBackend {
                     // Refused for TLS, authentication or permissions: no retry changes that.
                     if let Some(refused) = self.security.refusal(&e) {
                         return Err(refused);
+                    }
+                    if let Some(tls) = self.security.closed_under_us(&e).filter(|_| !probed) {
+                        // Maybe etcd refused our certificate and the alert lost a race (see
+                        // tls_probe.rs): ask once with a handshake of our own.
+                        probed = true;
+                        let url = self.endpoints.url(member);
+                        if let Some(text) = tls_probe::failure(url, tls, bound).await {
+                            if let Some(refused) = self.security.tls_refusal(&text) {
+                                return Err(refused);
+                            }
+                        }
                     }
                     if is_transient(&e) {
                         self.security.explain(e)

@@ -11,6 +11,7 @@
 //! [`LimiterBuilder::tls`]: crate::LimiterBuilder::tls
 //! [`LimiterBuilder::etcd_user`]: crate::LimiterBuilder::etcd_user
 
+use super::tls_probe::TlsMaterial;
 use crate::error::{Error, Result};
 use crate::{EtcdUser, TlsFiles};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
@@ -40,6 +41,8 @@ pub(super) struct Security {
     pub(super) user: Option<String>,
     /// The key prefix, for permission errors.
     pub(super) prefix: String,
+    /// The TLS files' contents, for [`tls_probe`](super::tls_probe) (redacting `Debug`).
+    pub(super) material: Option<TlsMaterial>,
 }
 
 /// Secret-free connection options plus what to tell about them.
@@ -64,11 +67,15 @@ pub(super) fn secure(
     if let Some(files) = tls {
         let files = with_env_fallback(files, |k| std::env::var_os(k).filter(|v| !v.is_empty()));
         let mut tls_options = TlsOptions::new();
+        let mut material = TlsMaterial {
+            ca: None,
+            cert: None,
+            key: None,
+        };
         if let Some(ca) = &files.ca_cert {
-            tls_options = tls_options.ca_certificate(Certificate::from_pem(read_certs(
-                ca,
-                "CA certificate (cacert)",
-            )?));
+            let ca_pem = read_certs(ca, "CA certificate (cacert)")?;
+            material.ca = Some(ca_pem.clone());
+            tls_options = tls_options.ca_certificate(Certificate::from_pem(ca_pem));
             security.ca_cert = Some(ca.clone());
         } else {
             tls_options = tls_options.with_native_roots();
@@ -77,6 +84,8 @@ pub(super) fn secure(
             (Some(cert), Some(key)) => {
                 let cert_pem = read_certs(cert, "client certificate (cert)")?;
                 let key_pem = read_key(key)?;
+                material.cert = Some(cert_pem.clone());
+                material.key = Some(key_pem.clone());
                 tls_options = tls_options.identity(Identity::from_pem(cert_pem, key_pem));
                 security.client_cert = true;
             }
@@ -89,6 +98,7 @@ pub(super) fn secure(
         }
         options = options.with_tls(tls_options);
         security.tls = true;
+        security.material = Some(material);
     }
     if let Some(user) = user {
         if user.name.is_empty() {
@@ -253,7 +263,7 @@ impl Security {
 
     /// A TLS handshake failure, found in the error's text (rustls' errors are wrapped in
     /// `io::Error`s and hyper's, so their type is out of reach of a downcast).
-    fn tls_refusal(&self, text: &str) -> Option<Error> {
+    pub(super) fn tls_refusal(&self, text: &str) -> Option<Error> {
         let ca = match &self.ca_cert {
             Some(path) => format!("the CA in {}", path.display()),
             None => "the system's root CAs".to_string(),
@@ -291,6 +301,13 @@ impl Security {
         None
     }
 
+    /// Whether a TLS connection was closed under a request: worth one [`tls_probe`]
+    /// (super::tls_probe) to learn whether etcd refused our certificate.
+    pub(super) fn closed_under_us(&self, e: &etcd_client::Error) -> Option<&TlsMaterial> {
+        let material = self.material.as_ref()?;
+        chain(e).contains("connection closed").then_some(material)
+    }
+
     /// A transient failure, with a hint when it has a likely cause the text does not say.
     pub(super) fn explain(&self, e: etcd_client::Error) -> Error {
         if self.tls && chain(&e).contains("tls handshake eof") {
@@ -314,7 +331,7 @@ fn alert(text: &str) -> Option<&str> {
 }
 
 /// An error and its sources, joined: "a: b: c".
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -406,6 +423,7 @@ mod tests {
             client_cert: false,
             user: Some("app".into()),
             prefix: "limits".into(),
+            material: None,
         };
         let status = |code, msg: &str| {
             etcd_client::Error::GRpcStatus(tonic::Status::new(code, msg.to_string()))
