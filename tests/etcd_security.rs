@@ -343,6 +343,12 @@ async fn auth_cluster() -> EtcdCluster {
         },
     );
     let mut c = support::connect(&cluster.endpoints()).await;
+    enable_auth(&mut c).await;
+    cluster
+}
+
+/// Adds root, the roles and users of [`auth_cluster`], then enables auth.
+async fn enable_auth(c: &mut Client) {
     c.user_add("root", ROOT_PASSWORD, None)
         .await
         .expect("add root");
@@ -373,7 +379,6 @@ async fn auth_cluster() -> EtcdCluster {
         c.user_grant_role(user, role).await.expect("grant role");
     }
     c.auth_enable().await.expect("auth enable");
-    cluster
 }
 
 fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
@@ -588,4 +593,87 @@ fn assert_no_password_in_logs() {
             logs.len()
         );
     }
+}
+
+/// Three TLS members with auth: every member connection gets the certificate and the user.
+/// A member down at connect is skipped and authenticated in the background once it is back;
+/// the Limiter then keeps working while each of the others is down in turn (a restarted
+/// member has forgotten its tokens, so this also re-authenticates).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_gets_tls_and_auth() {
+    let logs = capture_logs();
+    let pki = TestPki::new();
+    let mut cluster = EtcdCluster::start_with(
+        3,
+        EtcdOptions {
+            tls: Some(ServerTls {
+                cert: pki.server.cert.clone(),
+                key: pki.server.key.clone(),
+                client_ca: Some(pki.ca.clone()),
+            }),
+            auth_token_ttl: None,
+        },
+    );
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(
+            std::fs::read(&pki.ca).expect("ca"),
+        ))
+        .identity(etcd_client::Identity::from_pem(
+            std::fs::read(&pki.client.cert).expect("cert"),
+            std::fs::read(&pki.client.key).expect("key"),
+        ));
+    let mut admin = Client::connect(
+        cluster.endpoints(),
+        Some(
+            ConnectOptions::new()
+                .with_tls(tls)
+                .with_timeout(Duration::from_secs(2)),
+        ),
+    )
+    .await
+    .expect("admin client");
+    enable_auth(&mut admin).await;
+
+    cluster.kill(0);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pw = password_file(dir.path(), "app.pw", APP_PASSWORD);
+    let url = format!(
+        "{}?cacert={}&cert={}&key={}&user=app&password_file={}",
+        cluster.url("app"),
+        pki.ca.display(),
+        pki.client.cert.display(),
+        pki.client.key.display(),
+        pw.display()
+    );
+    let start = Instant::now();
+    let limiter = timeout(CALL_BOUND, connect(&url))
+        .await
+        .expect("connect bounded")
+        .expect("connect with one member down");
+    println!(
+        "TLS + auth connect, 3 members (one down): {:?}",
+        start.elapsed()
+    );
+    acquire_status_release(&limiter, "s").await;
+
+    cluster.restart(0);
+    let authenticated = |l: &Arc<Mutex<Vec<u8>>>| {
+        let bytes = l.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).contains("etcd member authenticated")
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !authenticated(&logs) {
+        assert!(
+            Instant::now() < deadline,
+            "member 0 was not authenticated within 15 s of its restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for down in [1, 2] {
+        cluster.kill(down);
+        acquire_status_release(&limiter, &format!("down{down}")).await;
+        cluster.restart(down);
+    }
+    limiter.close().await.expect("close");
+    assert_no_password_in_logs();
 }
