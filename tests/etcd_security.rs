@@ -283,6 +283,13 @@ async fn tls_refusals_name_the_cause_quickly() {
     // restarting member could do too, so this is retried for the call's time (2 request
     // timeouts) and then says what is likely wrong.
     let plain = EtcdCluster::single();
+    let start = Instant::now();
+    let plain_limiter = connect(&plain.url("p")).await.expect("plain connect");
+    println!(
+        "plain-text connect (lease granted), for comparison: {:?}",
+        start.elapsed()
+    );
+    plain_limiter.close().await.expect("close");
     let plain_url = plain.url("p").replacen("etcd://", "etcds://", 1);
     let start = Instant::now();
     let connected = Limiter::builder(&url_with(&plain_url, &[("cacert", &pki.ca)]))
@@ -422,12 +429,31 @@ async fn auth_user_works_within_its_prefix_and_survives_token_expiry() {
     println!("auth connect (authenticate + lease): {:?}", start.elapsed());
     acquire_status_release(&limiter, "s").await;
 
-    // The token lives 2 s once idle: pauses of 3 s let it expire between rounds, and every
-    // round must still work (the token is refreshed when etcd refuses it).
+    // The token lives 2 s once idle (etcd drops it within 1 s after that): pauses of 3.5 s
+    // let it expire between rounds, and every round must still work (the token is refreshed
+    // when etcd refuses it). A client that does not refresh shows the expiry is real.
+    let mut raw = Client::connect(
+        cluster.endpoints(),
+        Some(
+            ConnectOptions::new()
+                .with_user("app", APP_PASSWORD)
+                .with_timeout(Duration::from_secs(2)),
+        ),
+    )
+    .await
+    .expect("raw client as app");
+    raw.get("app/probe", None).await.expect("fresh token works");
     let sem = limiter.semaphore("s", 2).await.expect("semaphore");
     let began = Instant::now();
     for round in 0..3 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        if round == 0 {
+            let stale = raw
+                .get("app/probe", None)
+                .await
+                .expect_err("an idle token expires");
+            assert!(stale.to_string().contains("invalid auth token"), "{stale}");
+        }
         let round_start = Instant::now();
         let permit = timeout(CALL_BOUND, sem.acquire())
             .await
@@ -634,7 +660,6 @@ async fn every_member_gets_tls_and_auth() {
     .expect("admin client");
     enable_auth(&mut admin).await;
 
-    cluster.kill(0);
     let dir = tempfile::tempdir().expect("temp dir");
     let pw = password_file(dir.path(), "app.pw", APP_PASSWORD);
     let url = format!(
@@ -645,6 +670,26 @@ async fn every_member_gets_tls_and_auth() {
         pki.client.key.display(),
         pw.display()
     );
+    // With a user, connecting authenticates at once: the TLS refusals are named there too.
+    let no_cert = format!(
+        "{}?cacert={}&user=app&password_file={}",
+        cluster.url("app"),
+        pki.ca.display(),
+        pw.display()
+    );
+    let (e, took) = connect_fails(&no_cert).await;
+    assert!(
+        e.to_string().contains("requires a client certificate"),
+        "{e}"
+    );
+    assert!(took < REQUEST_TIMEOUT, "{took:?}: {e}");
+    let wrong_pw = password_file(dir.path(), "wrong.pw", "not-the-password");
+    let (e, _) =
+        connect_fails(&url.replace(&pw.display().to_string(), &wrong_pw.display().to_string()))
+            .await;
+    assert!(e.to_string().contains("authentication failed"), "{e}");
+
+    cluster.kill(0);
     let start = Instant::now();
     let limiter = timeout(CALL_BOUND, connect(&url))
         .await

@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Pause between two rounds of authenticating the members that could not be reached.
 const REAUTH_PAUSE: Duration = Duration::from_secs(1);
+/// First pause before authenticating again at connect, when no member answered (doubles).
+const CONNECT_PAUSE: Duration = Duration::from_millis(50);
 
 /// The members of one Limiter, and the one in use.
 pub(super) struct Endpoints {
@@ -61,35 +63,51 @@ impl std::fmt::Debug for Endpoints {
 
 impl Endpoints {
     /// One client per endpoint. Without a user nothing is sent yet (clients connect lazily);
-    /// with one, every member is authenticated at once, and it is enough that one answers.
-    /// A refusal (wrong password, TLS) from any member is returned as is.
+    /// with one, every member is authenticated at once, and it is enough that one answers (the
+    /// others are tried again, with pauses, until one does or `deadline` passes). An error
+    /// that `refused` says no retry changes is returned at once.
     pub(super) async fn connect(
         urls: &[String],
         opts: &ConnectOptions,
         authenticates: bool,
+        deadline: tokio::time::Instant,
+        refused: impl Fn(&etcd_client::Error) -> bool,
     ) -> Result<Arc<Endpoints>, etcd_client::Error> {
         if urls.is_empty() {
             return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
         }
-        let connects = urls
-            .iter()
-            .map(|url| Client::connect([url], Some(opts.clone())));
-        let mut clients = Vec::with_capacity(urls.len());
-        let mut last_error = None;
-        for connected in futures::future::join_all(connects).await {
-            match connected {
-                Ok(client) => clients.push(Some(client)),
-                // Unreachable now: authenticated in the background.
-                Err(e) if authenticates && super::is_transient(&e) => {
-                    clients.push(None);
-                    last_error = Some(e);
+        let mut clients: Vec<Option<Client>> = vec![None; urls.len()];
+        let mut pause = CONNECT_PAUSE;
+        let any_ready = loop {
+            let pending: Vec<usize> = (0..urls.len()).filter(|&i| clients[i].is_none()).collect();
+            let connects = pending
+                .iter()
+                .map(|&i| Client::connect([&urls[i]], Some(opts.clone())));
+            let mut last_error = None;
+            for (&i, connected) in pending
+                .iter()
+                .zip(futures::future::join_all(connects).await)
+            {
+                match connected {
+                    Ok(client) => clients[i] = Some(client),
+                    // Unreachable or no leader now: tried again below or in the background.
+                    Err(e) if authenticates && super::is_transient(&e) && !refused(&e) => {
+                        last_error = Some(e);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
-        }
-        let Some(any_ready) = clients.iter().flatten().next().cloned() else {
-            return Err(last_error
-                .unwrap_or_else(|| etcd_client::Error::InvalidArgs("no etcd endpoints".into())));
+            if let Some(ready) = clients.iter().flatten().next() {
+                break ready.clone();
+            }
+            let Some(e) = last_error else {
+                return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
+            };
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(REAUTH_PAUSE / 4);
         };
         let unready: Vec<usize> = (0..clients.len())
             .filter(|&i| clients[i].is_none())
@@ -226,7 +244,8 @@ mod tests {
     async fn a_failure_moves_on_once() {
         // Clients connect lazily: nothing needs to listen here.
         let urls: Vec<String> = (1..=3).map(|p| format!("http://127.0.0.1:{p}")).collect();
-        let eps = Endpoints::connect(&urls, &ConnectOptions::new(), false)
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        let eps = Endpoints::connect(&urls, &ConnectOptions::new(), false, deadline, |_| false)
             .await
             .expect("lazy connect");
         let (first, _) = eps.pick();

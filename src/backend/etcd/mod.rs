@@ -176,11 +176,23 @@ impl EtcdBackend {
                 _ => u.clone(),
             })
             .collect();
-        let connecting = Endpoints::connect(&urls, &secured.options, security.user.is_some());
-        let endpoints = tokio::time::timeout(config.request_timeout, connecting)
+        let deadline = tokio::time::Instant::now() + config.request_timeout;
+        let connecting = Endpoints::connect(
+            &urls,
+            &secured.options,
+            security.user.is_some(),
+            deadline,
+            |e| security.refusal(e).is_some(),
+        );
+        // Each authentication is bounded by the options' timeouts; this is a safety net.
+        let safety = config.request_timeout + attempt_timeout(config.request_timeout);
+        let connected = tokio::time::timeout(safety, connecting)
             .await
-            .map_err(|_| Error::store("timed out connecting to etcd"))?
-            .map_err(|e| security.refusal(&e).unwrap_or_else(|| Error::store(e)))?;
+            .map_err(|_| Error::store("timed out connecting to etcd"))?;
+        let endpoints = match connected {
+            Ok(endpoints) => endpoints,
+            Err(e) => return Err(connect_failure(&security, &urls, e).await),
+        };
         let backend = EtcdBackend {
             endpoints,
             security,
@@ -270,6 +282,8 @@ impl EtcdBackend {
             .min(max_attempt);
         let mut timeouts = 0u32;
         let mut probed = false;
+        // A likely cause seen on any attempt (the last failure may be a mere timeout).
+        let mut hint = None;
         loop {
             if !matches!(until, Until::Closing) {
                 self.stop.check()?;
@@ -285,22 +299,12 @@ impl EtcdBackend {
                 }
                 Ok(Err(e)) => {
                     // Refused for TLS, authentication or permissions: no retry changes that.
-                    if let Some(refused) = self.security.refusal(&e) {
+                    if let Some(refused) = self.refused(&e, member, bound, &mut probed).await {
                         return Err(refused);
                     }
-                    if let Some(tls) = self.security.closed_under_us(&e).filter(|_| !probed) {
-                        // Maybe etcd refused our certificate and the alert lost a race (see
-                        // tls_probe.rs): ask once with a handshake of our own.
-                        probed = true;
-                        let url = self.endpoints.url(member);
-                        if let Some(text) = tls_probe::failure(url, tls, bound).await {
-                            if let Some(refused) = self.security.tls_refusal(&text) {
-                                return Err(refused);
-                            }
-                        }
-                    }
                     if is_transient(&e) {
-                        self.security.explain(e)
+                        hint = self.security.hint(&e).or(hint);
+                        Error::store(e)
                     } else if session::is_lease_not_found(&e) {
                         // A write bound to a lease that etcd no longer has: the session is gone.
                         return Err(Error::SessionLost);
@@ -326,10 +330,32 @@ impl EtcdBackend {
             // After a timeout the time is spent already and the next member is another one:
             // ask at once. Fast failures (a member that refuses, no leader yet) back off.
             if !attempts.again(!timed_out).await {
-                return Err(failure);
+                return Err(match hint {
+                    Some(hint) => Error::store(format!("{hint}; last failure: {failure}")),
+                    None => failure,
+                });
             }
             tracing::debug!(error = %failure, attempts = attempts.made(), "transient etcd failure; retrying");
         }
+    }
+
+    /// The clear error if etcd refused the request for TLS, authentication or permissions (no
+    /// retry changes that). A TLS connection closed under the request gets one handshake of
+    /// our own per call (`probed`), in case etcd's certificate alert lost a race (tls_probe.rs).
+    async fn refused(
+        &self,
+        e: &etcd_client::Error,
+        member: usize,
+        bound: Duration,
+        probed: &mut bool,
+    ) -> Option<Error> {
+        if let Some(refused) = self.security.refusal(e) {
+            return Some(refused);
+        }
+        let tls = self.security.closed_under_us(e).filter(|_| !*probed)?;
+        *probed = true;
+        let text = tls_probe::failure(self.endpoints.url(member), tls, bound).await?;
+        self.security.tls_refusal(&text)
     }
 
     /// Sends a Txn whose retry is harmless (its compares make a repeated apply a no-op).
@@ -489,6 +515,26 @@ impl EtcdBackend {
     fn end_locally(&self) {
         self.stop.stop();
         self.strays.tracked.end_all();
+    }
+}
+
+/// Why connecting (authenticating, with a user) failed: a refusal named as such, else the
+/// store error (a TLS connection closed under the authentication gets one probe, as in
+/// `EtcdBackend::refused`).
+async fn connect_failure(security: &Security, urls: &[String], e: etcd_client::Error) -> Error {
+    if let Some(refused) = security.refusal(&e) {
+        return refused;
+    }
+    if let (Some(tls), Some(url)) = (security.closed_under_us(&e), urls.first()) {
+        if let Some(text) = tls_probe::failure(url, tls, FIRST_ATTEMPT * 5).await {
+            if let Some(refused) = security.tls_refusal(&text) {
+                return refused;
+            }
+        }
+    }
+    match security.hint(&e) {
+        Some(hint) => Error::store(format!("{hint}; last failure: {e}")),
+        None => Error::store(e),
     }
 }
 

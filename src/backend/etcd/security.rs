@@ -308,14 +308,11 @@ impl Security {
         chain(e).contains("connection closed").then_some(material)
     }
 
-    /// A transient failure, with a hint when it has a likely cause the text does not say.
-    pub(super) fn explain(&self, e: etcd_client::Error) -> Error {
-        if self.tls && chain(&e).contains("tls handshake eof") {
-            return Error::store(format!(
-                "etcd closed the connection during the TLS handshake (is it serving plain text? then use etcd://): {e}"
-            ));
-        }
-        Error::store(e)
+    /// A likely cause of a transient failure that its text does not say.
+    pub(super) fn hint(&self, e: &etcd_client::Error) -> Option<&'static str> {
+        (self.tls && chain(e).contains("tls handshake eof")).then_some(
+            "etcd closed the connection during the TLS handshake (is it serving plain text? then use etcd://)",
+        )
     }
 }
 
