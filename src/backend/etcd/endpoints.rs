@@ -9,7 +9,6 @@
 //! found by what we wait for anyway (a request attempt, a lease keepalive round, a watch
 //! progress reply) not arriving in time; whoever sees that calls [`Endpoints::failed`], and
 //! every later call goes to the next member.
-
 //!
 //! With an etcd user, creating a member's client authenticates against that member (a simple
 //! token is valid only on the member that issued it). A member that cannot be reached then is

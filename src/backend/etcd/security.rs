@@ -227,12 +227,16 @@ impl Security {
     /// permissions), or `None` for any other failure.
     pub(super) fn refusal(&self, e: &etcd_client::Error) -> Option<Error> {
         let user = self.user.as_deref().unwrap_or("");
+        let who = match &self.user {
+            Some(name) => format!("etcd user {name:?}"),
+            None => "an anonymous client (no user= given)".to_string(),
+        };
         if let etcd_client::Error::GRpcStatus(s) = e {
             use tonic::Code;
             let msg = s.message();
             let refused = match s.code() {
                 Code::PermissionDenied => Some(Error::store(format!(
-                    "permission denied on prefix {:?} for etcd user {user:?} (grant it a role with readwrite on the prefix range)",
+                    "permission denied on prefix {:?} for {who} (grant a role with readwrite on the prefix range)",
                     self.prefix
                 ))),
                 Code::InvalidArgument if msg.contains("authentication failed") => {
@@ -248,9 +252,10 @@ impl Security {
                         "etcd user {user:?} was given but authentication is not enabled on the etcd server"
                     )))
                 }
-                // The refreshed token was refused too (the user was deleted, the password changed).
+                // The refreshed token was refused too (the user was deleted, the password
+                // changed), or auth was enabled and no user is given.
                 Code::Unauthenticated => Some(Error::store(format!(
-                    "etcd refused the authentication of user {user:?}: {msg}"
+                    "etcd refused the authentication of {who}: {msg}"
                 ))),
                 _ => None,
             };
