@@ -33,6 +33,16 @@ static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
 /// hold this, so a test leaving a file out never sees another test's variables.
 static ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Takes [`ENV`] and clears etcdctl's variables (a developer's shell may set them), so the
+/// files a test leaves out stay out.
+async fn env_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    let guard = ENV.lock().await;
+    for var in ["ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY"] {
+        std::env::remove_var(var);
+    }
+    guard
+}
+
 #[derive(Clone)]
 struct LogBuffer(Arc<Mutex<Vec<u8>>>);
 
@@ -136,7 +146,7 @@ fn tls_cluster(pki: &TestPki, require_client_cert: bool) -> EtcdCluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_right_ca_and_client_cert_works() {
     capture_logs();
-    let _env = ENV.lock().await;
+    let _env = env_lock().await;
     let pki = TestPki::new();
     let cluster = tls_cluster(&pki, true);
     let url = url_with(
@@ -191,7 +201,7 @@ async fn tls_with_the_right_ca_and_client_cert_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_refusals_name_the_cause_quickly() {
     capture_logs();
-    let _env = ENV.lock().await;
+    let _env = env_lock().await;
     let pki = TestPki::new();
     let cluster = tls_cluster(&pki, true);
     let base = cluster.url("tls");
@@ -307,6 +317,7 @@ async fn tls_refusals_name_the_cause_quickly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_server_certificate_is_refused() {
     capture_logs();
+    let _env = env_lock().await;
     let pki = TestPki::new();
     let cluster = EtcdCluster::start_with(
         1,
@@ -475,7 +486,7 @@ async fn auth_user_works_within_its_prefix_and_survives_token_expiry() {
 
     // The password comes from the environment when no file is given.
     {
-        let _env = ENV.lock().await;
+        let _env = env_lock().await;
         std::env::set_var("CLUSTERLIMIT_ETCD_PASSWORD", APP_PASSWORD);
         let from_env = Limiter::builder(&cluster.url("app"))
             .session_ttl(TTL)
@@ -628,6 +639,7 @@ fn assert_no_password_in_logs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_gets_tls_and_auth() {
     let logs = capture_logs();
+    let _env = env_lock().await;
     let pki = TestPki::new();
     let mut cluster = EtcdCluster::start_with(
         3,
