@@ -330,9 +330,11 @@ impl EtcdBackend {
             // After a timeout the time is spent already and the next member is another one:
             // ask at once. Fast failures (a member that refuses, no leader yet) back off.
             if !attempts.again(!timed_out).await {
-                return Err(match hint {
-                    Some(hint) => Error::store(format!("{hint}; last failure: {failure}")),
-                    None => failure,
+                return Err(match (hint, failure) {
+                    (Some(hint), Error::Store(last)) => {
+                        Error::store(format!("{hint}; last failure: {last}"))
+                    }
+                    (_, failure) => failure,
                 });
             }
             tracing::debug!(error = %failure, attempts = attempts.made(), "transient etcd failure; retrying");
