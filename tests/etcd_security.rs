@@ -594,7 +594,35 @@ async fn auth_refusals_are_clear_not_retried_and_leave_nothing() {
     assert!(took < REQUEST_TIMEOUT, "{took:?}: {e}");
     let queue = keys_under(&mut root, "app/s/ro/q/").await;
     assert!(queue.is_empty(), "entries left behind: {queue:?}");
-    reader.close().await.expect("close");
+
+    // The password changes while the Limiter runs: once its token expires, the refresh is
+    // refused, and calls say so (not a retry storm, not a bare "invalid auth token").
+    root.user_change_password("reader", "rotated-Pw-5e0c")
+        .await
+        .expect("change password");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let before = reader.stats();
+    let start = Instant::now();
+    let e = timeout(CALL_BOUND, sem.status())
+        .await
+        .expect("bounded")
+        .expect_err("status with a stale password");
+    let took = start.elapsed();
+    assert!(
+        e.to_string()
+            .contains("authentication failed for etcd user \"reader\""),
+        "{e}"
+    );
+    assert!(took < REQUEST_TIMEOUT, "{took:?}: {e}");
+    let sent = reader.stats().since(&before);
+    assert_eq!(
+        sent.range, 1,
+        "an authentication failure is not retried: {sent:?}"
+    );
+    // Closing still ends locally; etcd expires the lease by its TTL.
+    let _ = timeout(CALL_BOUND, reader.close())
+        .await
+        .expect("close bounded");
     app.close().await.expect("close");
     assert_no_password_in_logs();
 }

@@ -33,6 +33,10 @@ pub(super) struct Endpoints {
     /// Moving average of answered requests' latency, in µs: a slow link (or a loaded store)
     /// must not look like a dead member to the short first attempts.
     latency_us: AtomicU64,
+    /// The slowest authentication seen (µs; 0 without a user). A request sent with an
+    /// expired token re-authenticates inside its attempt (etcd checks the password with
+    /// bcrypt, ~100 ms, more under load), so attempts must allow for one.
+    auth_us: AtomicU64,
 }
 
 /// One member's client; not `ready` while it is a placeholder still to be authenticated.
@@ -77,16 +81,22 @@ impl Endpoints {
         }
         let mut clients: Vec<Option<Client>> = vec![None; urls.len()];
         let mut pause = CONNECT_PAUSE;
+        let mut auth_us = 0;
         let any_ready = loop {
             let pending: Vec<usize> = (0..urls.len()).filter(|&i| clients[i].is_none()).collect();
-            let connects = pending
-                .iter()
-                .map(|&i| Client::connect([&urls[i]], Some(opts.clone())));
+            let connects = pending.iter().map(|&i| async move {
+                let sent = tokio::time::Instant::now();
+                let connected = Client::connect([&urls[i]], Some(opts.clone())).await;
+                (connected, sent.elapsed())
+            });
             let mut last_error = None;
-            for (&i, connected) in pending
+            for (&i, (connected, took)) in pending
                 .iter()
                 .zip(futures::future::join_all(connects).await)
             {
+                if authenticates && connected.is_ok() {
+                    auth_us = auth_us.max(micros(took));
+                }
                 match connected {
                     Ok(client) => clients[i] = Some(client),
                     // Unreachable or no leader now: tried again below or in the background.
@@ -129,6 +139,7 @@ impl Endpoints {
             urls: urls.to_vec(),
             current: AtomicUsize::new(start),
             latency_us: AtomicU64::new(0),
+            auth_us: AtomicU64::new(auth_us),
         });
         if !unready.is_empty() {
             tracing::debug!(
@@ -163,7 +174,7 @@ impl Endpoints {
 
     /// Records how long an answered request took (moves the average a quarter of the way).
     pub(super) fn answered_in(&self, took: Duration) {
-        let sample = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let sample = micros(took);
         let _ = self
             .latency_us
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
@@ -173,6 +184,11 @@ impl Endpoints {
                     old - (old - sample) / 4
                 })
             });
+    }
+
+    /// How long an authentication may take (zero without a user).
+    pub(super) fn auth_time(&self) -> Duration {
+        Duration::from_micros(self.auth_us.load(Ordering::Relaxed))
     }
 
     /// The usual latency of an answered request lately.
@@ -213,11 +229,14 @@ async fn authenticate_later(
         }
         let mut still = Vec::new();
         for (i, url) in pending {
+            let sent = tokio::time::Instant::now();
             match Client::connect([&url], Some(opts.clone())).await {
                 Ok(client) => {
                     let Some(eps) = endpoints.upgrade() else {
                         return;
                     };
+                    eps.auth_us
+                        .fetch_max(micros(sent.elapsed()), Ordering::Relaxed);
                     *eps.members[i]
                         .client
                         .write()
@@ -233,6 +252,10 @@ async fn authenticate_later(
         }
         pending = still;
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

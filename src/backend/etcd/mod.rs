@@ -126,6 +126,9 @@ fn attempt_timeout(request_timeout: Duration) -> Duration {
 /// gets the time it needs.
 const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
 const LATENCY_FACTOR: u32 = 4;
+/// Multiple of the slowest authentication seen that an attempt allows (see
+/// `Endpoints::auth_time`): an authenticating client's first attempts are that much longer.
+const AUTH_FACTOR: u32 = 2;
 const SHORT_ATTEMPTS: u32 = 3;
 // Three short attempts fit in one call's deadline with the default request timeout.
 const _: () = assert!(
@@ -279,6 +282,8 @@ impl EtcdBackend {
         let max_attempt = attempt_timeout(self.config.request_timeout);
         let mut bound = FIRST_ATTEMPT
             .max(self.endpoints.latency() * LATENCY_FACTOR)
+            // Room for one re-authentication (an expired token) within the attempt.
+            .max(self.endpoints.auth_time() * AUTH_FACTOR)
             .min(max_attempt);
         let mut timeouts = 0u32;
         let mut probed = false;
