@@ -66,6 +66,28 @@ pub fn etcd_binary() -> PathBuf {
 pub struct EtcdCluster {
     token: String,
     members: Vec<Member>,
+    options: EtcdOptions,
+}
+
+/// How the members serve clients. The default is plain text, what every other suite uses;
+/// [`EtcdCluster::start_with`] takes others (kept across restarts).
+#[derive(Debug, Clone, Default)]
+pub struct EtcdOptions {
+    /// Serve clients over TLS only (`https://` client URLs; `/health` then moves to a plain
+    /// metrics port on 127.0.0.1, for the readiness probe).
+    pub tls: Option<ServerTls>,
+    /// `--auth-token-ttl` in seconds (how long an idle simple token lives; etcd's default 300).
+    pub auth_token_ttl: Option<u32>,
+}
+
+/// The server side of TLS.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// Server certificate and key (PEM).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA (`--client-cert-auth`).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// One etcd server: fixed name, ports and data dir, so it can be killed and restarted.
@@ -73,8 +95,17 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// Plain-text `/health` port of a TLS member (`--listen-metrics-urls`).
+    metrics_port: Option<u16>,
     /// etcd itself; its temp dir holds `data/` and `etcd.log`, removed with the cluster.
     process: ServerProcess,
+}
+
+impl Member {
+    /// Where `/health` answers in plain HTTP.
+    fn health_port(&self) -> u16 {
+        self.metrics_port.unwrap_or(self.client_port)
+    }
 }
 
 /// Why a start attempt failed.
@@ -92,13 +123,18 @@ impl EtcdCluster {
     /// Retries the whole start with fresh ports up to 3 times if a member exits early, because
     /// a probed free port can be taken before etcd binds it. Panics with the log tail otherwise.
     pub fn start(members: usize) -> EtcdCluster {
+        Self::start_with(members, EtcdOptions::default())
+    }
+
+    /// [`EtcdCluster::start`] with TLS or auth settings.
+    pub fn start_with(members: usize, options: EtcdOptions) -> EtcdCluster {
         assert!(
             (1..=7).contains(&members),
             "EtcdCluster::start: {members} members requested, expected 1..=7 (normally 1 or 3)"
         );
         let bin = etcd_binary();
         start_with_retries(&format!("{members}-member etcd cluster"), |what| {
-            let mut cluster = EtcdCluster::prepare(members);
+            let mut cluster = EtcdCluster::prepare(members, options.clone());
             let deadline = Instant::now() + READY_TIMEOUT;
             let err = match cluster
                 .spawn_all(&bin, deadline)
@@ -140,10 +176,16 @@ impl EtcdCluster {
             .collect()
     }
 
-    /// The library's connection URL for this cluster, `etcd://HOST:PORT,HOST:PORT/prefix`.
+    /// The library's connection URL for this cluster, `etcd://HOST:PORT,HOST:PORT/prefix`
+    /// (`etcds://` for a TLS cluster; add the `?cacert=…` settings yourself).
     pub fn url(&self, prefix: &str) -> String {
+        let scheme = if self.options.tls.is_some() {
+            "etcds"
+        } else {
+            "etcd"
+        };
         format!(
-            "etcd://{}/{}",
+            "{scheme}://{}/{}",
             self.endpoints().join(","),
             prefix.trim_start_matches('/')
         )
@@ -237,7 +279,8 @@ impl EtcdCluster {
     /// One `/health` probe of a member (true only if it is up and sees a leader).
     pub fn is_healthy(&self, member: usize) -> bool {
         self.check_index(member);
-        self.members[member].process.is_running() && probe_health(self.members[member].client_port)
+        self.members[member].process.is_running()
+            && probe_health(self.members[member].health_port())
     }
 
     /// Path of a member's log file (etcd's stdout and stderr), for debugging failed tests.
@@ -247,19 +290,21 @@ impl EtcdCluster {
     }
 
     /// Allocates ports, names and temp dirs for a new cluster without starting anything.
-    fn prepare(n: usize) -> EtcdCluster {
+    fn prepare(n: usize, options: EtcdOptions) -> EtcdCluster {
         let seq = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let token = format!("clusterlimit-test-{}-{seq}-{nanos:x}", std::process::id());
-        let ports = free_ports(2 * n);
+        let per_member = if options.tls.is_some() { 3 } else { 2 };
+        let ports = free_ports(per_member * n);
         let members = (0..n)
             .map(|i| Member {
                 name: format!("n{i}"),
-                client_port: ports[2 * i],
-                peer_port: ports[2 * i + 1],
+                client_port: ports[per_member * i],
+                peer_port: ports[per_member * i + 1],
+                metrics_port: (per_member == 3).then(|| ports[per_member * i + 2]),
                 process: ServerProcess::new(
                     "etcd",
                     &format!("clusterlimit-etcd-n{i}-"),
@@ -267,7 +312,11 @@ impl EtcdCluster {
                 ),
             })
             .collect();
-        EtcdCluster { token, members }
+        EtcdCluster {
+            token,
+            members,
+            options,
+        }
     }
 
     fn check_index(&self, member: usize) {
@@ -291,7 +340,12 @@ impl EtcdCluster {
     fn spawn_member(&mut self, bin: &Path, i: usize) -> std::io::Result<()> {
         let initial_cluster = self.initial_cluster();
         let m = &mut self.members[i];
-        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let client_scheme = if self.options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let client_url = format!("{client_scheme}://127.0.0.1:{}", m.client_port);
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         let mut cmd = Command::new(bin);
         // etcd reads ETCD_* variables as flags; a developer's environment must not leak in.
@@ -318,6 +372,23 @@ impl EtcdCluster {
             .arg("--unsafe-no-fsync")
             // zap avoids capnslog's deprecation noise; JSON lines are fine in a log file.
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        if let Some(tls) = &self.options.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key);
+            if let Some(ca) = &tls.client_ca {
+                cmd.arg("--trusted-ca-file")
+                    .arg(ca)
+                    .arg("--client-cert-auth");
+            }
+        }
+        if let Some(port) = m.metrics_port {
+            cmd.args(["--listen-metrics-urls", &format!("http://127.0.0.1:{port}")]);
+        }
+        if let Some(ttl) = self.options.auth_token_ttl {
+            cmd.args(["--auth-token-ttl", &ttl.to_string()]);
+        }
         let banner = format!(
             "starting etcd member {} (client 127.0.0.1:{}, peer 127.0.0.1:{})",
             m.name, m.client_port, m.peer_port
@@ -400,7 +471,7 @@ impl EtcdCluster {
                 .iter()
                 .enumerate()
                 .filter(|(_, m)| m.process.is_running())
-                .map(|(i, m)| (i, m.client_port))
+                .map(|(i, m)| (i, m.health_port()))
                 .collect();
             let unhealthy: Vec<usize> = std::thread::scope(|s| {
                 let probes: Vec<_> = running

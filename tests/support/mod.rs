@@ -7,6 +7,9 @@
 /// Real etcd servers as child processes (no Docker, no mocks).
 pub mod etcd;
 
+/// Certificates made at run time (rcgen) for the TLS tests.
+pub mod certs;
+
 pub use etcd::{connect, count_keys, etcd_binary, revoke_all_leases, EtcdCluster};
 
 /// A store server as a child process (temp dir, log, orphan watchdog) and free ports: what the

@@ -9,63 +9,172 @@
 //! found by what we wait for anyway (a request attempt, a lease keepalive round, a watch
 //! progress reply) not arriving in time; whoever sees that calls [`Endpoints::failed`], and
 //! every later call goes to the next member.
+//!
+//! With an etcd user, creating a member's client authenticates against that member (a simple
+//! token is valid only on the member that issued it). A member that cannot be reached then is
+//! skipped and authenticated again in the background until it answers, so a member down at
+//! connect is not lost for failover later.
 
 use etcd_client::{Client, ConnectOptions};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Pause between two rounds of authenticating the members that could not be reached.
+const REAUTH_PAUSE: Duration = Duration::from_secs(1);
+/// First pause before authenticating again at connect, when no member answered (doubles).
+const CONNECT_PAUSE: Duration = Duration::from_millis(50);
 
 /// The members of one Limiter, and the one in use.
 pub(super) struct Endpoints {
-    clients: Vec<Client>,
+    members: Vec<Member>,
+    urls: Vec<String>,
     current: AtomicUsize,
     /// Moving average of answered requests' latency, in µs: a slow link (or a loaded store)
     /// must not look like a dead member to the short first attempts.
     latency_us: AtomicU64,
+    /// The slowest authentication seen (µs; 0 without a user). A request sent with an
+    /// expired token re-authenticates inside its attempt (etcd checks the password with
+    /// bcrypt, ~100 ms, more under load), so attempts must allow for one.
+    auth_us: AtomicU64,
+}
+
+/// One member's client; not `ready` while it is a placeholder still to be authenticated.
+struct Member {
+    client: RwLock<Client>,
+    ready: AtomicBool,
+}
+
+impl Member {
+    fn client(&self) -> Client {
+        self.client
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the options: they hold the password.
         f.debug_struct("Endpoints")
-            .field("members", &self.clients.len())
+            .field("members", &self.members.len())
             .field("current", &self.current.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 impl Endpoints {
-    /// One lazily connected client per endpoint (nothing is sent yet).
+    /// One client per endpoint. Without a user nothing is sent yet (clients connect lazily);
+    /// with one, every member is authenticated at once, and it is enough that one answers (the
+    /// others are tried again, with pauses, until one does or `deadline` passes). An error
+    /// that `refused` says no retry changes is returned at once.
     pub(super) async fn connect(
         urls: &[String],
         opts: &ConnectOptions,
-    ) -> Result<Endpoints, etcd_client::Error> {
-        let mut clients = Vec::with_capacity(urls.len());
-        for url in urls {
-            clients.push(Client::connect([url], Some(opts.clone())).await?);
-        }
-        if clients.is_empty() {
+        authenticates: bool,
+        deadline: tokio::time::Instant,
+        refused: impl Fn(&etcd_client::Error) -> bool,
+    ) -> Result<Arc<Endpoints>, etcd_client::Error> {
+        if urls.is_empty() {
             return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
         }
+        let mut clients: Vec<Option<Client>> = vec![None; urls.len()];
+        let mut pause = CONNECT_PAUSE;
+        let mut auth_us = 0;
+        let any_ready = loop {
+            let pending: Vec<usize> = (0..urls.len()).filter(|&i| clients[i].is_none()).collect();
+            let connects = pending.iter().map(|&i| async move {
+                let sent = tokio::time::Instant::now();
+                let connected = Client::connect([&urls[i]], Some(opts.clone())).await;
+                (connected, sent.elapsed())
+            });
+            let mut last_error = None;
+            for (&i, (connected, took)) in pending
+                .iter()
+                .zip(futures::future::join_all(connects).await)
+            {
+                if authenticates && connected.is_ok() {
+                    auth_us = auth_us.max(micros(took));
+                }
+                match connected {
+                    Ok(client) => clients[i] = Some(client),
+                    // Unreachable or no leader now: tried again below or in the background.
+                    Err(e) if authenticates && super::is_transient(&e) && !refused(&e) => {
+                        last_error = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(ready) = clients.iter().flatten().next() {
+                break ready.clone();
+            }
+            let Some(e) = last_error else {
+                return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
+            };
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(REAUTH_PAUSE / 4);
+        };
+        let unready: Vec<usize> = (0..clients.len())
+            .filter(|&i| clients[i].is_none())
+            .collect();
+        // A ready member's client holds an unready member's place; it is never picked for it.
+        let members: Vec<Member> = clients
+            .into_iter()
+            .map(|c| Member {
+                ready: AtomicBool::new(c.is_some()),
+                client: RwLock::new(c.unwrap_or_else(|| any_ready.clone())),
+            })
+            .collect();
         // Limiters start on different members, so a fleet does not load the first one only.
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos() as usize)
-            % clients.len();
-        Ok(Endpoints {
-            clients,
+            % members.len();
+        let endpoints = Arc::new(Endpoints {
+            members,
+            urls: urls.to_vec(),
             current: AtomicUsize::new(start),
             latency_us: AtomicU64::new(0),
-        })
+            auth_us: AtomicU64::new(auth_us),
+        });
+        if !unready.is_empty() {
+            tracing::debug!(
+                members = ?unready,
+                "etcd members not reached at connect; authenticating them in the background"
+            );
+            let urls: Vec<String> = unready.iter().map(|&i| urls[i].clone()).collect();
+            tokio::spawn(authenticate_later(
+                Arc::downgrade(&endpoints),
+                unready.into_iter().zip(urls).collect(),
+                opts.clone(),
+            ));
+        }
+        Ok(endpoints)
     }
 
-    /// The member in use: its index (to report a failure) and its client.
+    /// The member in use (or the next ready one): its index (to report a failure) and client.
     pub(super) fn pick(&self) -> (usize, Client) {
-        let i = self.current.load(Ordering::Acquire) % self.clients.len();
-        (i, self.clients[i].clone())
+        let n = self.members.len();
+        let current = self.current.load(Ordering::Acquire) % n;
+        let i = (0..n)
+            .map(|k| (current + k) % n)
+            .find(|&i| self.members[i].ready.load(Ordering::Acquire))
+            .unwrap_or(current);
+        (i, self.members[i].client())
+    }
+
+    /// The URL of member `index`.
+    pub(super) fn url(&self, index: usize) -> &str {
+        self.urls.get(index).map_or("", String::as_str)
     }
 
     /// Records how long an answered request took (moves the average a quarter of the way).
     pub(super) fn answered_in(&self, took: Duration) {
-        let sample = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let sample = micros(took);
         let _ = self
             .latency_us
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
@@ -77,6 +186,11 @@ impl Endpoints {
             });
     }
 
+    /// How long an authentication may take (zero without a user).
+    pub(super) fn auth_time(&self) -> Duration {
+        Duration::from_micros(self.auth_us.load(Ordering::Relaxed))
+    }
+
     /// The usual latency of an answered request lately.
     pub(super) fn latency(&self) -> Duration {
         Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
@@ -85,12 +199,12 @@ impl Endpoints {
     /// Member `index` failed or did not answer in time: move on to the next one, unless
     /// someone already did (many calls see one failure; it must move us once, not n times).
     pub(super) fn failed(&self, index: usize) {
-        let next = (index + 1) % self.clients.len();
+        let next = (index + 1) % self.members.len();
         if self
             .current
             .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
-            && self.clients.len() > 1
+            && self.members.len() > 1
         {
             tracing::debug!(
                 from = index,
@@ -101,6 +215,49 @@ impl Endpoints {
     }
 }
 
+/// Authenticates the members `pending` (index, URL) until each has answered, then puts their
+/// clients in place; ends early once the Limiter's endpoints are gone.
+async fn authenticate_later(
+    endpoints: Weak<Endpoints>,
+    mut pending: Vec<(usize, String)>,
+    opts: ConnectOptions,
+) {
+    while !pending.is_empty() {
+        tokio::time::sleep(REAUTH_PAUSE).await;
+        if endpoints.strong_count() == 0 {
+            return;
+        }
+        let mut still = Vec::new();
+        for (i, url) in pending {
+            let sent = tokio::time::Instant::now();
+            match Client::connect([&url], Some(opts.clone())).await {
+                Ok(client) => {
+                    let Some(eps) = endpoints.upgrade() else {
+                        return;
+                    };
+                    eps.auth_us
+                        .fetch_max(micros(sent.elapsed()), Ordering::Relaxed);
+                    *eps.members[i]
+                        .client
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+                    eps.members[i].ready.store(true, Ordering::Release);
+                    tracing::debug!(member = i, "etcd member authenticated");
+                }
+                Err(e) => {
+                    tracing::debug!(member = i, error = %e, "etcd member still not authenticated");
+                    still.push((i, url));
+                }
+            }
+        }
+        pending = still;
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +266,8 @@ mod tests {
     async fn a_failure_moves_on_once() {
         // Clients connect lazily: nothing needs to listen here.
         let urls: Vec<String> = (1..=3).map(|p| format!("http://127.0.0.1:{p}")).collect();
-        let eps = Endpoints::connect(&urls, &ConnectOptions::new())
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        let eps = Endpoints::connect(&urls, &ConnectOptions::new(), false, deadline, |_| false)
             .await
             .expect("lazy connect");
         let (first, _) = eps.pick();

@@ -10,8 +10,10 @@
 
 mod endpoints;
 mod keys;
+mod security;
 mod session;
 mod strays;
+mod tls_probe;
 mod view;
 
 use super::retry::Attempts;
@@ -30,6 +32,8 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 use keys::{queue_of, EntryValue, Keys};
+use security::Security;
+pub use security::{CACERT_ENV, CERT_ENV, KEY_ENV, PASSWORD_ENV};
 use session::Session;
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,7 +42,8 @@ use std::time::Duration;
 use strays::Strays;
 use view::{SemWatch, View, WatchConfig};
 
-/// Settings of the etcd backend.
+/// Settings of the etcd backend. Holds no secret: the password is read from its file (or
+/// [`PASSWORD_ENV`]) at connect, so `{:?}` of this shows paths only.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     /// `http://host:port` endpoints.
@@ -49,9 +54,10 @@ pub struct EtcdConfig {
     pub session_ttl: Duration,
     /// Bound on each request.
     pub request_timeout: Duration,
-    /// TLS settings; `None` for plain text.
+    /// TLS settings; `None` for plain text. A file not given falls back to etcdctl's
+    /// [`CACERT_ENV`], [`CERT_ENV`], [`KEY_ENV`]; no CA at all means the system's roots.
     pub tls: Option<crate::TlsFiles>,
-    /// User authentication, if any.
+    /// User authentication, if any (token refreshed when etcd expires it).
     pub user: Option<crate::EtcdUser>,
 }
 
@@ -60,6 +66,8 @@ pub struct EtcdBackend {
     endpoints: Arc<Endpoints>,
     keys: Keys,
     config: EtcdConfig,
+    /// How the connection is secured, to name the cause of a refusal.
+    security: Security,
     stats: Arc<RequestCounters>,
     session: SessionSlot<Session>,
     /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
@@ -81,7 +89,8 @@ impl std::fmt::Debug for EtcdBackend {
     }
 }
 
-/// Errors after which the same idempotent request may be sent again.
+/// Errors after which the same idempotent request may be sent again (refusals by TLS,
+/// authentication or permissions are caught before this by [`Security::refusal`]).
 fn is_transient(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     match e {
@@ -117,6 +126,9 @@ fn attempt_timeout(request_timeout: Duration) -> Duration {
 /// gets the time it needs.
 const FIRST_ATTEMPT: Duration = Duration::from_millis(200);
 const LATENCY_FACTOR: u32 = 4;
+/// Multiple of the slowest authentication seen that an attempt allows (see
+/// `Endpoints::auth_time`): an authenticating client's first attempts are that much longer.
+const AUTH_FACTOR: u32 = 2;
 const SHORT_ATTEMPTS: u32 = 3;
 // Three short attempts fit in one call's deadline with the default request timeout.
 const _: () = assert!(
@@ -140,26 +152,53 @@ enum Until<'a> {
 
 impl EtcdBackend {
     /// Connects and grants the session lease (fails fast if no member answers).
+    ///
+    /// TLS files and the password are read first: a missing, unreadable or garbled one is an
+    /// `InvalidArgument` naming it, before any network traffic. A refusal by etcd (untrusted or
+    /// rejected certificate, wrong password, no permission on the prefix) is a `Store` error
+    /// naming the cause, returned without retrying.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
-        if config.tls.is_some() || config.user.is_some() {
-            return Err(Error::invalid(
-                "etcd TLS and user authentication are not supported by this version",
-            ));
-        }
         // No HTTP/2 pings (see endpoints.rs): a hung member is found by the bounded attempts,
         // keepalive rounds and watch progress checks, which then move on to the next member.
         let opts = ConnectOptions::new()
             .with_timeout(attempt_timeout(config.request_timeout))
             .with_connect_timeout(attempt_timeout(config.request_timeout));
-        let endpoints = tokio::time::timeout(
-            config.request_timeout,
-            Endpoints::connect(&config.endpoints, &opts),
-        )
-        .await
-        .map_err(|_| Error::store("timed out connecting to etcd"))?
-        .map_err(Error::store)?;
+        let secured = security::secure(
+            opts,
+            config.tls.as_ref(),
+            config.user.as_ref(),
+            &config.prefix,
+        )?;
+        let security = secured.security;
+        // TLS given by the builder for an etcd:// URL: the same members, over TLS.
+        let urls: Vec<String> = config
+            .endpoints
+            .iter()
+            .map(|u| match u.strip_prefix("http://") {
+                Some(rest) if security.tls => format!("https://{rest}"),
+                _ => u.clone(),
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + config.request_timeout;
+        let connecting = Endpoints::connect(
+            &urls,
+            &secured.options,
+            security.user.is_some(),
+            deadline,
+            |e| security.refusal(e).is_some(),
+        );
+        // Each authentication is bounded by the options' timeouts; this is a safety net.
+        let safety = config.request_timeout + attempt_timeout(config.request_timeout);
+        let connected = tokio::time::timeout(safety, connecting)
+            .await
+            .map_err(|_| Error::store("timed out connecting to etcd"))?;
+        let endpoints = match connected {
+            Ok(endpoints) => endpoints,
+            Err(e) => return Err(connect_failure(&security, &urls, e).await),
+        };
         let backend = EtcdBackend {
-            endpoints: Arc::new(endpoints),
+            endpoints,
+            security,
             keys: Keys::new(&config.prefix),
             strays: Strays::new(STRAY_GRACE),
             config,
@@ -243,8 +282,13 @@ impl EtcdBackend {
         let max_attempt = attempt_timeout(self.config.request_timeout);
         let mut bound = FIRST_ATTEMPT
             .max(self.endpoints.latency() * LATENCY_FACTOR)
+            // Room for one re-authentication (an expired token) within the attempt.
+            .max(self.endpoints.auth_time() * AUTH_FACTOR)
             .min(max_attempt);
         let mut timeouts = 0u32;
+        let mut probed = false;
+        // A likely cause seen on any attempt (the last failure may be a mere timeout).
+        let mut hint = None;
         loop {
             if !matches!(until, Until::Closing) {
                 self.stop.check()?;
@@ -258,10 +302,21 @@ impl EtcdBackend {
                     self.endpoints.answered_in(sent.elapsed());
                     return Ok(v);
                 }
-                Ok(Err(e)) if is_transient(&e) => Error::store(e),
-                // A write bound to a lease that etcd no longer has: the session is gone.
-                Ok(Err(e)) if session::is_lease_not_found(&e) => return Err(Error::SessionLost),
-                Ok(Err(e)) => return Err(Error::store(e)),
+                Ok(Err(e)) => {
+                    // Refused for TLS, authentication or permissions: no retry changes that.
+                    if let Some(refused) = self.refused(&e, member, bound, &mut probed).await {
+                        return Err(refused);
+                    }
+                    if is_transient(&e) {
+                        hint = self.security.hint(&e).or(hint);
+                        Error::store(e)
+                    } else if session::is_lease_not_found(&e) {
+                        // A write bound to a lease that etcd no longer has: the session is gone.
+                        return Err(Error::SessionLost);
+                    } else {
+                        return Err(Error::store(e));
+                    }
+                }
                 Err(_) => {
                     let e = Error::store(format!("etcd did not answer within {bound:?}"));
                     timed_out = true;
@@ -280,10 +335,34 @@ impl EtcdBackend {
             // After a timeout the time is spent already and the next member is another one:
             // ask at once. Fast failures (a member that refuses, no leader yet) back off.
             if !attempts.again(!timed_out).await {
-                return Err(failure);
+                return Err(match (hint, failure) {
+                    (Some(hint), Error::Store(last)) => {
+                        Error::store(format!("{hint}; last failure: {last}"))
+                    }
+                    (_, failure) => failure,
+                });
             }
             tracing::debug!(error = %failure, attempts = attempts.made(), "transient etcd failure; retrying");
         }
+    }
+
+    /// The clear error if etcd refused the request for TLS, authentication or permissions (no
+    /// retry changes that). A TLS connection closed under the request gets one handshake of
+    /// our own per call (`probed`), in case etcd's certificate alert lost a race (tls_probe.rs).
+    async fn refused(
+        &self,
+        e: &etcd_client::Error,
+        member: usize,
+        bound: Duration,
+        probed: &mut bool,
+    ) -> Option<Error> {
+        if let Some(refused) = self.security.refusal(e) {
+            return Some(refused);
+        }
+        let tls = self.security.closed_under_us(e).filter(|_| !*probed)?;
+        *probed = true;
+        let text = tls_probe::failure(self.endpoints.url(member), tls, bound).await?;
+        self.security.tls_refusal(&text)
     }
 
     /// Sends a Txn whose retry is harmless (its compares make a repeated apply a no-op).
@@ -443,6 +522,26 @@ impl EtcdBackend {
     fn end_locally(&self) {
         self.stop.stop();
         self.strays.tracked.end_all();
+    }
+}
+
+/// Why connecting (authenticating, with a user) failed: a refusal named as such, else the
+/// store error (a TLS connection closed under the authentication gets one probe, as in
+/// `EtcdBackend::refused`).
+async fn connect_failure(security: &Security, urls: &[String], e: etcd_client::Error) -> Error {
+    if let Some(refused) = security.refusal(&e) {
+        return refused;
+    }
+    if let (Some(tls), Some(url)) = (security.closed_under_us(&e), urls.first()) {
+        if let Some(text) = tls_probe::failure(url, tls, FIRST_ATTEMPT * 5).await {
+            if let Some(refused) = security.tls_refusal(&text) {
+                return refused;
+            }
+        }
+    }
+    match security.hint(&e) {
+        Some(hint) => Error::store(format!("{hint}; last failure: {e}")),
+        None => Error::store(e),
     }
 }
 
