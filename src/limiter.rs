@@ -242,8 +242,10 @@ impl LimiterBuilder {
         self
     }
 
-    /// TLS for the store connection (overrides the URL's `cacert`/`cert`/`key`; makes an
-    /// `etcd://` URL connect as `etcds://`).
+    /// TLS for the store connection. etcd: overrides the URL's `cacert`/`cert`/`key` as a
+    /// whole (files left out fall back to `ETCDCTL_*`) and makes an `etcd://` URL connect as
+    /// `etcds://`. ZooKeeper: connects to the servers' `secureClientPort` (the CA is required;
+    /// feature `zk-tls`). See the README's "Security" section.
     pub fn tls(mut self, files: TlsFiles) -> Self {
         self.tls = Some(files);
         self
