@@ -307,13 +307,14 @@ impl LimiterBuilder {
                 root,
                 digest_file,
                 acl,
+                tls,
             } => Arc::new(
                 ZkBackend::connect(ZkConfig {
                     hosts,
                     root,
                     session_timeout: self.session_ttl,
                     request_timeout: self.request_timeout,
-                    tls: self.tls,
+                    tls: self.tls.or(tls),
                     digest_file: self.zk_digest_file.or(digest_file),
                     acl,
                 })

@@ -72,6 +72,9 @@ pub enum StoreUrl {
         /// ACL of created nodes (`None`: [`ZkAcl::Creator`] with credentials, else
         /// [`ZkAcl::Open`]).
         acl: Option<ZkAcl>,
+        /// TLS settings (`zks://`, to the servers' `secureClientPort`; the CA is required),
+        /// `None` for plain text.
+        tls: Option<TlsFiles>,
     },
 }
 
@@ -156,6 +159,28 @@ impl<'a> Settings<'a> {
         Ok(self.take(key)?.map(PathBuf::from))
     }
 
+    /// The TLS settings `cacert`, `cert`, `key`: `Some` for a TLS scheme (each optional), an
+    /// error if given to a plain-text one (named `tls_scheme` in the message).
+    fn tls(&mut self, secure: bool, tls_scheme: &str) -> Result<Option<TlsFiles>> {
+        let tls = TlsFiles {
+            ca_cert: self.take_path("cacert")?,
+            cert: self.take_path("cert")?,
+            key: self.take_path("key")?,
+        };
+        let url = redact(self.url);
+        if !secure && tls != TlsFiles::default() {
+            return Err(Error::invalid(format!(
+                "store URL {url}: cacert, cert and key are TLS settings; use {tls_scheme}"
+            )));
+        }
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err(Error::invalid(format!(
+                "store URL {url}: a client certificate needs both cert= and key="
+            )));
+        }
+        Ok(secure.then_some(tls))
+    }
+
     /// Fails on any setting not taken, naming it (and how secrets are passed, if it is one).
     fn finish(self, known: &str) -> Result<()> {
         match self.pairs.first() {
@@ -229,21 +254,7 @@ impl StoreUrl {
                     .split(',')
                     .map(|h| endpoint(url, h.trim()).map(|hp| format!("{http}://{hp}")))
                     .collect::<Result<Vec<_>>>()?;
-                let tls = TlsFiles {
-                    ca_cert: settings.take_path("cacert")?,
-                    cert: settings.take_path("cert")?,
-                    key: settings.take_path("key")?,
-                };
-                if !secure && tls != TlsFiles::default() {
-                    return Err(Error::invalid(format!(
-                        "store URL {url}: cacert, cert and key are TLS settings; use etcds://"
-                    )));
-                }
-                if tls.cert.is_some() != tls.key.is_some() {
-                    return Err(Error::invalid(format!(
-                        "store URL {url}: a client certificate needs both cert= and key="
-                    )));
-                }
+                let tls = settings.tls(secure, "etcds://")?;
                 let user = settings.take("user")?.map(str::to_string);
                 let password_file = settings.take_path("password_file")?;
                 let user = match (user, password_file) {
@@ -276,11 +287,12 @@ impl StoreUrl {
                 Ok(StoreUrl::Etcd {
                     endpoints,
                     prefix: prefix.to_string(),
-                    tls: secure.then_some(tls),
+                    tls,
                     user,
                 })
             }
-            "zk" | "zookeeper" => {
+            "zk" | "zookeeper" | "zks" | "zk+tls" => {
+                let secure = matches!(scheme, "zks" | "zk+tls");
                 let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
                 let hosts = hosts
                     .split(',')
@@ -297,16 +309,18 @@ impl StoreUrl {
                         )))
                     }
                 };
-                settings.finish("digest_file, acl")?;
+                let tls = settings.tls(secure, "zks://")?;
+                settings.finish("cacert, cert, key (zks://), digest_file, acl")?;
                 Ok(StoreUrl::ZooKeeper {
                     hosts,
                     root: zk_root(url, path)?,
                     digest_file,
                     acl,
+                    tls,
                 })
             }
             other => Err(Error::invalid(format!(
-                "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds:// or zk://"
+                "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds://, zk:// or zks://"
             ))),
         }
     }
@@ -402,6 +416,7 @@ mod tests {
                 root: "/apps/limits".into(),
                 digest_file: None,
                 acl: None,
+                tls: None,
             }
         );
         assert_eq!(
@@ -411,6 +426,7 @@ mod tests {
                 root: "/clusterlimit".into(),
                 digest_file: None,
                 acl: None,
+                tls: None,
             }
         );
         for bad in [
@@ -441,6 +457,8 @@ mod tests {
             "zk://h:1/p?acl=world",
             "zk://h:1/p?acl=",
             "memory://x?a=b",
+            "zk://h:1/p?cacert=/ca.pem",
+            "zks://h:1/p?key=/k.pem",
         ] {
             assert!(
                 matches!(StoreUrl::parse(bad), Err(Error::InvalidArgument(_))),
@@ -486,6 +504,21 @@ mod tests {
                 root: "/r".into(),
                 digest_file: Some("/d".into()),
                 acl: None,
+                tls: None,
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("zks://h:1/r?cacert=/ca.pem").unwrap(),
+            StoreUrl::ZooKeeper {
+                hosts: vec!["h:1".into()],
+                root: "/r".into(),
+                digest_file: None,
+                acl: None,
+                tls: Some(TlsFiles {
+                    ca_cert: Some("/ca.pem".into()),
+                    cert: None,
+                    key: None,
+                }),
             }
         );
         assert_eq!(
@@ -495,6 +528,7 @@ mod tests {
                 root: "/r".into(),
                 digest_file: Some("/d".into()),
                 acl: Some(ZkAcl::Open),
+                tls: None,
             }
         );
         assert_eq!(
@@ -504,6 +538,7 @@ mod tests {
                 root: "/r".into(),
                 digest_file: None,
                 acl: Some(ZkAcl::Creator),
+                tls: None,
             }
         );
     }

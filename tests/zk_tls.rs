@@ -195,6 +195,23 @@ async fn limiter_works_over_tls_and_refuses_a_wrong_ca_or_no_client_certificate(
     eprintln!("plain text to the TLS port: {e}");
     assert!(matches!(e, Error::Store(_)), "{e}");
 
+    // The same TLS settings in the URL alone (zks://), as the binary's --store takes them.
+    let tls_url = format!(
+        "zks://{}/tls?digest_file={}&cacert={}&cert={}&key={}",
+        zk.secure_connect_string(),
+        digest.display(),
+        pki.ca_file().display(),
+        cert.display(),
+        key.display()
+    );
+    let by_url = timeout(BOUND, Limiter::connect(&tls_url))
+        .await
+        .expect("answers in time")
+        .expect("zks:// with cacert/cert/key connects");
+    let sem = by_url.open_semaphore("jobs").await.unwrap();
+    sem.acquire().await.unwrap().release().await.unwrap();
+    by_url.close().await.unwrap();
+
     limiter.close().await.unwrap();
 }
 
