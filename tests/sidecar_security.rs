@@ -104,6 +104,14 @@ fn client() -> Client {
 }
 
 /// Sends one request with the given `Authorization` value (if any): (status, headers, JSON).
+/// `GET /v1/semaphores` with no credentials.
+async fn list_without_token(
+    c: &Client,
+    base: &str,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    send(c, Method::GET, &format!("{base}/v1/semaphores"), None, None).await
+}
+
 async fn send(
     c: &Client,
     method: Method,
@@ -369,14 +377,7 @@ async fn metrics_can_be_left_open_while_the_api_stays_guarded() {
         let r = c.get(format!("{}/metrics", sc.url)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{args:?}");
         assert!(r.text().await.unwrap().contains("clusterlimit_"));
-        let (s, _, _) = send(
-            &c,
-            Method::GET,
-            &format!("{}/v1/semaphores", sc.url),
-            None,
-            None,
-        )
-        .await;
+        let (s, _, _) = list_without_token(&c, &sc.url).await;
         assert_eq!(s, StatusCode::UNAUTHORIZED, "{args:?}");
         let out = sc.stop().await;
         assert!(!out.contains(TOKEN), "{out}");
@@ -456,14 +457,7 @@ async fn a_non_loopback_address_needs_a_token_or_the_explicit_flag() {
     ])
     .await;
     let c = client();
-    let (s, _, _) = send(
-        &c,
-        Method::GET,
-        &format!("{}/v1/semaphores", sc.url),
-        None,
-        None,
-    )
-    .await;
+    let (s, _, _) = list_without_token(&c, &sc.url).await;
     assert_eq!(s, StatusCode::OK);
     sc.stop().await;
 
