@@ -302,37 +302,31 @@ async fn timed_out_wait_with_refused_removal(store: Store, namespace: &str) {
     limiter.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_removal_that_keeps_failing_ends_the_session() {
-    removal_that_keeps_failing_ends_the_session(Store::Etcd(EtcdCluster::single()), "gone").await;
+/// One test per store for a case `async fn(Store, namespace)`: `case::etcd`, `case::zk`, ….
+macro_rules! on_stores {
+    ($case:ident, $namespace:literal: $($store:ident => $make:expr),+ $(,)?) => {
+        mod $case {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $store() {
+                    super::$case($make, $namespace).await;
+                }
+            )+
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zk_removal_that_keeps_failing_ends_the_session() {
-    removal_that_keeps_failing_ends_the_session(Store::Zk(ZkCluster::single()), "gone").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_removal_that_fails_for_a_while_lands() {
-    removal_that_fails_for_a_while_lands(Store::Etcd(EtcdCluster::single()), "lands").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zk_removal_that_fails_for_a_while_lands() {
-    removal_that_fails_for_a_while_lands(Store::Zk(ZkCluster::single()), "lands").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_removal_that_fails_for_a_while_lands() {
-    removal_that_fails_for_a_while_lands(Store::Memory, "removal-lands").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_timed_out_wait_with_refused_removal() {
-    timed_out_wait_with_refused_removal(Store::Etcd(EtcdCluster::single()), "waiter").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zk_timed_out_wait_with_refused_removal() {
-    timed_out_wait_with_refused_removal(Store::Zk(ZkCluster::single()), "waiter").await;
-}
+on_stores!(removal_that_keeps_failing_ends_the_session, "gone":
+    etcd => Store::Etcd(EtcdCluster::single()),
+    zk => Store::Zk(ZkCluster::single()),
+);
+on_stores!(removal_that_fails_for_a_while_lands, "lands":
+    etcd => Store::Etcd(EtcdCluster::single()),
+    zk => Store::Zk(ZkCluster::single()),
+    memory => Store::Memory,
+);
+on_stores!(timed_out_wait_with_refused_removal, "waiter":
+    etcd => Store::Etcd(EtcdCluster::single()),
+    zk => Store::Zk(ZkCluster::single()),
+);
