@@ -121,6 +121,14 @@ impl Store {
     }
 
     /// Entries of semaphore `s` in the store, read without the library (memory: its status).
+    /// Whether the store holds `n` entries within 5 s.
+    async fn entries_reach(&self, namespace: &str, limiter: &Limiter, n: usize) -> bool {
+        within(Duration::from_secs(5), async || {
+            self.entries(namespace, limiter).await == n
+        })
+        .await
+    }
+
     async fn entries(&self, namespace: &str, limiter: &Limiter) -> usize {
         match self {
             Store::Etcd(c) => {
@@ -205,11 +213,7 @@ async fn removal_that_keeps_failing_ends_the_session(store: Store, namespace: &s
     );
 
     assert!(
-        within(Duration::from_secs(5), async || store
-            .entries(namespace, &limiter)
-            .await
-            == 0)
-        .await,
+        store.entries_reach(namespace, &limiter, 0).await,
         "every entry of the ended session left the store"
     );
     // The releaser counts the end once the revoke is answered, just after the keys vanished.
@@ -241,11 +245,7 @@ async fn removal_that_fails_for_a_while_lands(store: Store, namespace: &str) {
     let kept = sem.acquire().await.unwrap();
     drop(sem.acquire().await.unwrap());
     assert!(
-        within(Duration::from_secs(5), async || store
-            .entries(namespace, &limiter)
-            .await
-            == 1)
-        .await,
+        store.entries_reach(namespace, &limiter, 1).await,
         "the dropped permit's entry was removed after the refusals"
     );
     assert_eq!(
@@ -292,11 +292,7 @@ async fn timed_out_wait_with_refused_removal(store: Store, namespace: &str) {
         .await
         .expect("the session is ended");
     assert!(
-        within(Duration::from_secs(5), async || store
-            .entries(namespace, &limiter)
-            .await
-            == 0)
-        .await,
+        store.entries_reach(namespace, &limiter, 0).await,
         "no entry left"
     );
     limiter.close().await.unwrap();
