@@ -29,7 +29,8 @@ pub enum Error {
     /// `try_acquire` found no free permits (or others waiting ahead in the FIFO queue).
     #[error("no permits available")]
     NoPermits,
-    /// The wait for permits ran out of time; the queue entry was removed.
+    /// The wait ran out of time: for permits (the queue entry was removed), or for a rate
+    /// limit to admit (nothing was consumed).
     #[error("timed out waiting for permits")]
     Timeout,
     /// The semaphore exists with another capacity than the one asked for.
@@ -40,7 +41,16 @@ pub enum Error {
         /// Capacity the caller asked for.
         requested: u32,
     },
-    /// The semaphore does not exist (open it with a capacity to create it).
+    /// The rate limit exists with another quota than the one asked for (open it with
+    /// `open_rate_limit`, or change it with `set_quota`).
+    #[error("rate limit exists with quota {stored}, not {requested}")]
+    QuotaMismatch {
+        /// Quota stored in the store.
+        stored: crate::rate::Quota,
+        /// Quota the caller asked for.
+        requested: crate::rate::Quota,
+    },
+    /// The semaphore (or rate limit) does not exist (open it with a capacity to create it).
     #[error("semaphore {0:?} does not exist")]
     NotFound(String),
     /// The store session (etcd lease, ZooKeeper session) this call depended on is gone or may be

@@ -37,6 +37,7 @@ mod limiter_inner;
 mod lost;
 mod permit;
 pub mod queue;
+pub mod rate;
 mod release;
 mod semaphore;
 mod stats;
@@ -57,6 +58,7 @@ pub use limiter::{
 };
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;
+pub use rate::{Algorithm, Decision, Quota};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};

@@ -20,6 +20,7 @@ mod capacity;
 pub mod etcd;
 pub mod memory;
 pub(crate) mod outage;
+mod rate_store;
 pub(crate) mod retry;
 mod session_slot;
 mod stop;
@@ -30,6 +31,7 @@ pub(crate) mod waiters;
 pub use async_trait::async_trait;
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
+pub use rate_store::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
 pub use waiters::{outcome, Outcome, QueueView, Waiters};
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
@@ -134,6 +136,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// buffered in a hung member) keeps it and reports every such entry it sees; the default
     /// ignores it.
     fn set_orphan_sink(&self, _sink: OrphanSink) {}
+
+    /// The backend's rate-limit storage, if it keeps rate limits (the default: it does not,
+    /// and rate-limit calls fail with `InvalidArgument` saying so).
+    fn rate_store(&self) -> Option<&dyn RateStore> {
+        None
+    }
 
     /// Ends the session: every entry of it is removed at once, waits fail, permits are lost.
     /// From then on the backend is stopped: it starts no new session, its retries and

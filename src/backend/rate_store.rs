@@ -1,0 +1,89 @@
+//! The store interface of rate limits: versioned values with compare-and-swap, per
+//! (limit, key), and each limit's stored quota. What the values mean is [`crate::rate`]'s
+//! business; a store only keeps them.
+//!
+//! A [`Backend`](super::Backend) that keeps rate limits returns itself from
+//! [`Backend::rate_store`](super::Backend::rate_store).
+
+use crate::error::Result;
+use async_trait::async_trait;
+
+/// A stored value and its version. Versions of one key only grow and are never reused, even
+/// across a delete and re-create (etcd: `mod_revision`; ZooKeeper: see its backend for how a
+/// re-created node's version is kept from matching an old one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The bytes stored.
+    pub value: Vec<u8>,
+    /// The version to compare against in the next write.
+    pub version: u64,
+}
+
+/// One conditional write of a key's state.
+#[derive(Debug, Clone)]
+pub struct KeyWrite {
+    /// Rate limit name (validated).
+    pub limit: String,
+    /// The version of the limit's quota the state was computed with: the write fails if the
+    /// quota changed since, so no client mixes an old quota into a new state.
+    pub quota_version: u64,
+    /// The key (validated: 1–512 bytes of UTF-8; the store escapes it as it needs).
+    pub key: String,
+    /// The version the key must still have; `None`: the key must be absent.
+    pub expected: Option<u64>,
+    /// The new state.
+    pub value: Vec<u8>,
+    /// Unix time (ns) from which the state is worth nothing: the store may delete the key from
+    /// then on and should within a bounded time (lease, TTL or sweep), never before.
+    pub expires_at: u64,
+}
+
+/// What a store holds for one write of a batch that did not apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Current {
+    /// The limit's quota now (`None`: the limit was deleted).
+    pub quota: Option<Versioned>,
+    /// The key's state now (`None`: absent).
+    pub key: Option<Versioned>,
+}
+
+/// The result of [`RateStore::write_keys`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Every write applied; the new versions, in order.
+    Written(Vec<u64>),
+    /// Some condition failed, so none applied; what each write found, in order. A store that
+    /// can return these atomically with the failure does (etcd: a Txn's else branch); one that
+    /// cannot reads them after (counted as reads).
+    Conflict(Vec<Current>),
+}
+
+/// Rate-limit storage. Implemented by `memory://`, `etcd://` and `zk://`.
+///
+/// Every method is bounded in time (a call and its retries take at most twice the request
+/// timeout) and may retry a request whose reply was lost: a retried write may have applied
+/// already, which the caller recognises by the unique tag in its value.
+#[async_trait]
+pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Creates the limit with the encoded `quota` if absent and returns what is stored then.
+    /// `None` and absent → `NotFound`. (Comparing the stored quota is the caller's job.)
+    async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned>;
+
+    /// Stores `quota` for the limit, creating it if absent; returns the new version.
+    async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64>;
+
+    /// Names of all rate limits, sorted.
+    async fn limits(&self) -> Result<Vec<String>>;
+
+    /// Reads a key and its limit's quota (`NotFound` if the limit is absent), in one request
+    /// where the store allows it.
+    async fn read_key(&self, limit: &str, key: &str) -> Result<Current>;
+
+    /// Applies every write, or none if any condition (key version, quota version) fails:
+    /// atomically, in one request where the store allows it. At most one write per
+    /// (limit, key). An empty slice is `Written(vec![])` without a request.
+    async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
+
+    /// Forgets a key (reset). Deleting an absent key succeeds.
+    async fn delete_key(&self, limit: &str, key: &str) -> Result<()>;
+}

@@ -1,0 +1,34 @@
+//! [`Decision`]: the answer to one check, with what a client needs to tell its caller.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// The answer to a check of a rate limit.
+///
+/// `limit`, `remaining`, `retry_after` and `reset_after` mean what redis-cell's `CL.THROTTLE`
+/// (and the IETF `RateLimit` header fields) mean:
+///
+/// ```
+/// # async fn f(rl: clusterlimit::RateLimit) -> clusterlimit::Result<()> {
+/// let d = rl.check("user-42").await?;
+/// if !d.allowed {
+///     let wait = d.retry_after.unwrap_or_default(); // Some iff denied
+///     println!("429, Retry-After: {}", wait.as_secs_f64().ceil());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the request is admitted (and its cost consumed).
+    pub allowed: bool,
+    /// The most a key can take at once: GCRA's `burst`, a window's `limit`.
+    pub limit: u64,
+    /// How much more the key could take right now, after this decision.
+    pub remaining: u64,
+    /// When denied: how long until the same check could be admitted (at least, if others keep
+    /// taking). `None` when allowed.
+    pub retry_after: Option<Duration>,
+    /// How long until the key is back to full (nothing consumed, no ban).
+    pub reset_after: Duration,
+}

@@ -1,0 +1,1 @@
+//! GCRA (placeholder).

@@ -1,0 +1,18 @@
+//! What a rate limit means, written once as pure code (like [`crate::queue`] for semaphores):
+//! [`decide`] maps (quota, stored state, cost, now) to a [`Decision`] and the state to store.
+//! Every backend only reads and compare-and-swaps these states, so all stores mean the same.
+//!
+//! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), and the
+//! ban that wraps each (`decide.rs`).
+
+mod decide;
+mod decision;
+mod gcra;
+mod quota;
+mod state;
+mod window;
+
+pub use decide::{decide, Verdict};
+pub use decision::Decision;
+pub use quota::{Algorithm, Quota, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
+pub use state::{KeyState, Meter, UnixNanos};

@@ -1,0 +1,161 @@
+//! [`KeyState`]: what a store keeps per key, and its encoding (short text, readable with
+//! `etcdctl get` or `zkCli get`).
+
+use super::Algorithm;
+use crate::error::{Error, Result};
+
+/// Unix time in nanoseconds: the one time unit of rate-limit state, absolute so that every
+/// process sharing a key reads the same instants.
+pub type UnixNanos = u64;
+
+/// The counting state of one key, per algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Meter {
+    /// GCRA: the theoretical arrival time of the next request.
+    Gcra {
+        /// Theoretical arrival time.
+        tat: UnixNanos,
+    },
+    /// A fixed window and its count.
+    Fixed {
+        /// Window index: `now / period`.
+        window: u64,
+        /// Admitted cost in that window.
+        count: u64,
+    },
+    /// The sliding window's two counters.
+    Sliding {
+        /// Index of the current window: `now / period`.
+        window: u64,
+        /// Admitted cost in the current window.
+        count: u64,
+        /// Admitted cost in the window before it.
+        previous: u64,
+    },
+}
+
+impl Meter {
+    /// The algorithm this meter belongs to.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Meter::Gcra { .. } => Algorithm::Gcra,
+            Meter::Fixed { .. } => Algorithm::FixedWindow,
+            Meter::Sliding { .. } => Algorithm::SlidingWindow,
+        }
+    }
+}
+
+/// The stored state of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyState {
+    /// The counting state.
+    pub meter: Meter,
+    /// Denied until then (0: no ban).
+    pub banned_until: UnixNanos,
+    /// The latest `now` any writer used: time never runs backwards per key, whatever the
+    /// writers' clocks (see `decide`).
+    pub stamp: UnixNanos,
+    /// A random number per write, so a writer that retries a write whose reply was lost
+    /// recognises its own write instead of counting it twice.
+    pub tag: u64,
+}
+
+impl KeyState {
+    /// `1 <kind> <stamp> <banned_until> <tag> <fields…>`, all decimal.
+    pub fn encode(&self) -> Vec<u8> {
+        let head = |k: &str| format!("1 {k} {} {} {}", self.stamp, self.banned_until, self.tag);
+        let text = match self.meter {
+            Meter::Gcra { tat } => format!("{} {tat}", head("g")),
+            Meter::Fixed { window, count } => format!("{} {window} {count}", head("f")),
+            Meter::Sliding {
+                window,
+                count,
+                previous,
+            } => format!("{} {window} {count} {previous}", head("s")),
+        };
+        text.into_bytes()
+    }
+
+    /// Parses a stored state; anything else is a store error naming the value.
+    pub fn decode(raw: &[u8]) -> Result<KeyState> {
+        let bad = || {
+            Error::store(format!(
+                "stored rate-limit state {:?} is unreadable",
+                String::from_utf8_lossy(raw)
+            ))
+        };
+        let text = std::str::from_utf8(raw).map_err(|_| bad())?;
+        let mut parts = text.split(' ');
+        if parts.next() != Some("1") {
+            return Err(bad());
+        }
+        let kind = parts.next().ok_or_else(bad)?;
+        let nums: Vec<u64> = parts
+            .map(|p| p.parse::<u64>().map_err(|_| bad()))
+            .collect::<Result<_>>()?;
+        let meter = match (kind, &nums[..]) {
+            ("g", [_, _, _, tat]) => Meter::Gcra { tat: *tat },
+            ("f", [_, _, _, window, count]) => Meter::Fixed {
+                window: *window,
+                count: *count,
+            },
+            ("s", [_, _, _, window, count, previous]) => Meter::Sliding {
+                window: *window,
+                count: *count,
+                previous: *previous,
+            },
+            _ => return Err(bad()),
+        };
+        Ok(KeyState {
+            meter,
+            stamp: nums[0],
+            banned_until: nums[1],
+            tag: nums[2],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_meter() {
+        for meter in [
+            Meter::Gcra { tat: u64::MAX },
+            Meter::Fixed {
+                window: 7,
+                count: 3,
+            },
+            Meter::Sliding {
+                window: 9,
+                count: 1,
+                previous: 4,
+            },
+        ] {
+            let s = KeyState {
+                meter,
+                banned_until: 5,
+                stamp: 6,
+                tag: 42,
+            };
+            assert_eq!(KeyState::decode(&s.encode()).ok(), Some(s));
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_store_error() {
+        for raw in [
+            &b""[..],
+            b"1",
+            b"2 g 1 2 3 4",
+            b"1 g 1 2 3",
+            b"1 g 1 2 3 x",
+            b"1 f 1 2 3 4",
+            b"1 q 1 2 3 4",
+            b"\xff",
+        ] {
+            assert!(matches!(KeyState::decode(raw), Err(Error::Store(_))), "{raw:?}");
+        }
+    }
+}
