@@ -50,8 +50,9 @@ pub enum Error {
         /// Quota the caller asked for.
         requested: crate::rate::Quota,
     },
-    /// The semaphore (or rate limit) does not exist (open it with a capacity to create it).
-    #[error("semaphore {0:?} does not exist")]
+    /// No semaphore or rate limit has this name (open one with a capacity or a quota to create
+    /// it). Holds the name.
+    #[error("no semaphore or rate limit named {0:?} exists")]
     NotFound(String),
     /// The store session (etcd lease, ZooKeeper session) this call depended on is gone or may be
     /// gone: permits of that session can no longer be trusted and waits are abandoned.

@@ -38,6 +38,7 @@ mod lost;
 mod permit;
 pub mod queue;
 pub mod rate;
+mod rate_limit;
 mod release;
 mod semaphore;
 mod stats;
@@ -59,6 +60,7 @@ pub use limiter::{
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
+pub use rate_limit::{Check, Clock, RateLimit, MAX_KEY_LEN};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};

@@ -4,6 +4,7 @@ use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
+use crate::rate_limit::Clock;
 use crate::release::Releaser;
 use crate::semaphore::Semaphore;
 use crate::stats::RequestStats;
@@ -54,19 +55,36 @@ impl Limiter {
             tls: None,
             etcd_user: None,
             zk_digest_file: None,
+            clock: Clock::system(),
         }
     }
 
     /// Wraps a custom [`Backend`].
     pub fn from_backend(backend: Arc<dyn Backend>, owner: impl Into<String>) -> Result<Limiter> {
-        let owner = owner.into();
+        Self::wrap(
+            backend,
+            owner.into(),
+            Clock::system(),
+            crate::timing::DEFAULT_REQUEST_TIMEOUT,
+        )
+    }
+
+    fn wrap(
+        backend: Arc<dyn Backend>,
+        owner: String,
+        clock: Clock,
+        request_timeout: Duration,
+    ) -> Result<Limiter> {
         validate::owner(&owner)?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::invalid("clusterlimit needs a Tokio runtime"))?;
         let releaser = Releaser::spawn(backend.clone(), &handle);
         backend.set_orphan_sink(releaser.orphan_sink());
+        let mut inner = LimiterInner::new(backend, releaser, owner, handle);
+        inner.clock = clock;
+        inner.request_timeout = request_timeout;
         Ok(Limiter {
-            inner: Arc::new(LimiterInner::new(backend, releaser, owner, handle)),
+            inner: Arc::new(inner),
         })
     }
 
@@ -218,6 +236,7 @@ pub struct LimiterBuilder {
     tls: Option<TlsFiles>,
     etcd_user: Option<EtcdUser>,
     zk_digest_file: Option<PathBuf>,
+    clock: Clock,
 }
 
 impl LimiterBuilder {
@@ -261,6 +280,15 @@ impl LimiterBuilder {
     /// `digest_file`).
     pub fn zk_digest_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.zk_digest_file = Some(path.into());
+        self
+    }
+
+    /// The wall clock rate limits read (default: the system clock). Rate-limit state holds
+    /// absolute times shared by every client, so clients' clocks should agree: a clock `Δ`
+    /// ahead of the others can admit up to `Δ × limit / period` more on a key (see the README's
+    /// "Rate limits"). Semaphores do not read it.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -321,7 +349,7 @@ impl LimiterBuilder {
                 .await?,
             ),
         };
-        Limiter::from_backend(backend, owner)
+        Limiter::wrap(backend, owner, self.clock, self.request_timeout)
     }
 }
 

@@ -3,9 +3,12 @@
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::rate::UnixNanos;
+use crate::rate_limit::{Clock, RateRegistry};
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug)]
 pub(crate) struct LimiterInner {
@@ -15,6 +18,12 @@ pub(crate) struct LimiterInner {
     /// The runtime the Limiter was made on: background work is spawned there, so calls made
     /// from outside a Tokio context cannot panic on a missing runtime.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// What this Limiter knows of its rate limits (quotas, last seen key states).
+    pub(crate) rates: RateRegistry,
+    /// The clock rate limits read.
+    pub(crate) clock: Clock,
+    /// Bound on each store request; a rate-limit decision takes at most twice this.
+    pub(crate) request_timeout: Duration,
     closed: AtomicBool,
 }
 
@@ -33,8 +42,16 @@ impl LimiterInner {
             releaser,
             owner,
             runtime,
+            rates: RateRegistry::default(),
+            clock: Clock::system(),
+            request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// Now on the rate-limit clock, in Unix nanoseconds.
+    pub(crate) fn now_ns(&self) -> UnixNanos {
+        self.clock.unix_ns()
     }
 
     /// Marks the Limiter closed; true if it was already.

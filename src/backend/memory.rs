@@ -22,9 +22,13 @@ fn registry() -> &'static Registry {
     STORES.get_or_init(Default::default)
 }
 
+mod rate;
+pub use rate::rate_key_count;
+
 #[derive(Debug, Default)]
 struct Store {
     state: Mutex<State>,
+    rates: Mutex<rate::Rates>,
 }
 
 #[derive(Debug, Default)]
@@ -321,6 +325,10 @@ impl Backend for MemoryBackend {
         self.stop.check()?;
         self.stats.count(RequestKind::Range);
         Ok(lock(&self.store.state).sems.keys().cloned().collect())
+    }
+
+    fn rate_store(&self) -> Option<&dyn super::RateStore> {
+        Some(self)
     }
 
     fn stats(&self) -> RequestStats {

@@ -1,0 +1,178 @@
+//! Rate-limit storage of `memory://`: the quotas and key states of every Limiter on the same
+//! store NAME, under one lock. Versions come from one counter, so none is ever reused; a key
+//! whose `expires_at` has passed is swept by a later call (at most once a second, never before
+//! its `expires_at`): an in-process store has no clock of its own to do it sooner.
+
+use super::{lock, MemoryBackend};
+use crate::backend::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use crate::error::{Error, Result};
+use crate::stats::RequestKind;
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// How often expired keys are swept: amortised, so a call stays O(1) on average.
+const SWEEP_EVERY_NS: u64 = 1_000_000_000;
+
+#[derive(Debug, Default)]
+pub(super) struct Rates {
+    limits: BTreeMap<String, Versioned>,
+    keys: HashMap<(String, String), Stored>,
+    version: u64,
+    next_sweep: u64,
+}
+
+#[derive(Debug)]
+struct Stored {
+    value: Versioned,
+    expires_at: u64,
+}
+
+fn unix_ns_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Rates {
+    fn next_version(&mut self) -> u64 {
+        self.version += 1;
+        self.version
+    }
+
+    fn current(&self, limit: &str, key: &str) -> Current {
+        Current {
+            quota: self.limits.get(limit).cloned(),
+            key: self
+                .keys
+                .get(&(limit.to_string(), key.to_string()))
+                .map(|s| s.value.clone()),
+        }
+    }
+
+    fn sweep(&mut self) {
+        let now = unix_ns_now();
+        if now >= self.next_sweep {
+            self.keys.retain(|_, s| s.expires_at > now);
+            self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
+        }
+    }
+
+    /// Number of key states held (for tests of the sweep).
+    pub(super) fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+impl MemoryBackend {
+    fn rates(&self) -> std::sync::MutexGuard<'_, Rates> {
+        lock(&self.store.rates)
+    }
+}
+
+#[async_trait]
+impl RateStore for MemoryBackend {
+    async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned> {
+        self.stats.count(RequestKind::Txn);
+        let mut r = self.rates();
+        if let Some(v) = r.limits.get(name) {
+            return Ok(v.clone());
+        }
+        let Some(quota) = quota else {
+            return Err(Error::NotFound(name.to_string()));
+        };
+        let stored = Versioned {
+            value: quota.to_vec(),
+            version: r.next_version(),
+        };
+        r.limits.insert(name.to_string(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64> {
+        self.stats.count(RequestKind::Put);
+        let mut r = self.rates();
+        let version = r.next_version();
+        r.limits.insert(
+            name.to_string(),
+            Versioned {
+                value: quota.to_vec(),
+                version,
+            },
+        );
+        Ok(version)
+    }
+
+    async fn limits(&self) -> Result<Vec<String>> {
+        self.stats.count(RequestKind::Range);
+        Ok(self.rates().limits.keys().cloned().collect())
+    }
+
+    async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
+        self.stats.count(RequestKind::Range);
+        let mut r = self.rates();
+        r.sweep();
+        let current = r.current(limit, key);
+        if current.quota.is_none() {
+            return Err(Error::NotFound(limit.to_string()));
+        }
+        Ok(current)
+    }
+
+    async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        if writes.is_empty() {
+            return Ok(WriteOutcome::Written(Vec::new()));
+        }
+        self.stats.count(RequestKind::Txn);
+        let mut r = self.rates();
+        let holds = |w: &KeyWrite| {
+            let quota_ok = r
+                .limits
+                .get(&w.limit)
+                .is_some_and(|q| q.version == w.quota_version);
+            let key_version = r
+                .keys
+                .get(&(w.limit.clone(), w.key.clone()))
+                .map(|s| s.value.version);
+            quota_ok && key_version == w.expected
+        };
+        if !writes.iter().all(holds) {
+            let found = writes.iter().map(|w| r.current(&w.limit, &w.key)).collect();
+            return Ok(WriteOutcome::Conflict(found));
+        }
+        let mut versions = Vec::with_capacity(writes.len());
+        for w in writes {
+            let version = r.next_version();
+            r.keys.insert(
+                (w.limit.clone(), w.key.clone()),
+                Stored {
+                    value: Versioned {
+                        value: w.value.clone(),
+                        version,
+                    },
+                    expires_at: w.expires_at,
+                },
+            );
+            versions.push(version);
+        }
+        r.sweep();
+        Ok(WriteOutcome::Written(versions))
+    }
+
+    async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
+        self.stats.count(RequestKind::Delete);
+        self.rates()
+            .keys
+            .remove(&(limit.to_string(), key.to_string()));
+        Ok(())
+    }
+}
+
+/// Key states held by the in-process store `name` now (0 if no Limiter has it open): for
+/// tests that idle keys are swept.
+pub fn rate_key_count(name: &str) -> usize {
+    let store = lock(super::registry())
+        .get(name)
+        .and_then(std::sync::Weak::upgrade);
+    store.map_or(0, |s| lock(&s.rates).key_count())
+}

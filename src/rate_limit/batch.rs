@@ -1,0 +1,357 @@
+//! One key in one Limiter: what we last saw of it, and the coalescing of concurrent checks.
+//!
+//! Checks of a key that arrive while a write for it is in flight wait and go together in the
+//! next write: one compare-and-swap decides the whole batch in arrival order, so a hot key costs
+//! one request per batch, not per check. A check the last seen state already denies is answered
+//! without a request (the state only moves forward, so a denial it proves is a true denial) as
+//! long as that state was confirmed by the store within [`TRUSTED_FOR`]: a `reset` or a more
+//! generous quota elsewhere is seen within that time.
+//!
+//! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
+//! the others; a dropped check may or may not have consumed its cost.
+
+use super::registry::LimitShared;
+use crate::backend::{lock, Current, KeyWrite, RateStore, WriteOutcome};
+use crate::error::{Error, Result};
+use crate::limiter_inner::LimiterInner;
+use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// How long a state confirmed by the store may answer denials and peeks without a request.
+pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
+/// Conflicts in a row answered by an immediate retry (the conflict brought the current state);
+/// after these, retries pause a little, with jitter, so writers of one key spread out.
+const QUICK_RETRIES: u32 = 2;
+/// Cap of those pauses.
+const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Default)]
+pub(crate) struct KeyCell {
+    inner: Mutex<CellInner>,
+}
+
+#[derive(Debug, Default)]
+struct CellInner {
+    known: Option<Known>,
+    pending: Vec<Pending>,
+    driving: bool,
+}
+
+/// The key as the store last showed it to us.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// `None`: absent.
+    state: Option<KeyState>,
+    /// `None`: absent.
+    version: Option<u64>,
+    /// When the store confirmed it.
+    confirmed: Instant,
+    /// When the state is worth nothing (Unix ns, the caller's clock).
+    expires_at: UnixNanos,
+    /// The same instant on the monotonic clock, for sweeping idle cells.
+    idle_at: Instant,
+}
+
+#[derive(Debug)]
+struct Pending {
+    cost: u64,
+    reply: oneshot::Sender<Result<Decision>>,
+}
+
+/// What a decision starts from: a state and its version, read together.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    pub(crate) state: Option<KeyState>,
+    pub(crate) version: Option<u64>,
+    /// Confirmed by the store within [`TRUSTED_FOR`]: may answer denials and peeks.
+    pub(crate) trusted: bool,
+}
+
+impl KeyCell {
+    /// No check waits, no batch runs, and what we know is worth nothing: the cell may go.
+    pub(crate) fn is_idle(&self) -> bool {
+        let c = lock(&self.inner);
+        c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
+    }
+
+    pub(crate) fn forget(&self) {
+        lock(&self.inner).known = None;
+    }
+
+    /// The state to start from at `now`. A state past its expiry is dropped: it is worth
+    /// nothing, and the store may have deleted (and someone re-created) the key since, so its
+    /// version must not be used again (see the ZooKeeper backend's sweeper).
+    pub(crate) fn start(&self, now: UnixNanos) -> Start {
+        let mut c = lock(&self.inner);
+        if c.known
+            .is_some_and(|k| k.state.is_some() && k.expires_at <= now)
+        {
+            c.known = None;
+        }
+        match c.known {
+            Some(k) => Start {
+                state: k.state,
+                version: k.version,
+                trusted: k.confirmed.elapsed() < TRUSTED_FOR,
+            },
+            None => Start {
+                state: None,
+                version: None,
+                trusted: false,
+            },
+        }
+    }
+
+    pub(crate) fn set_known(
+        &self,
+        state: Option<KeyState>,
+        version: Option<u64>,
+        expires_at: u64,
+        now: u64,
+    ) {
+        let left = Duration::from_nanos(expires_at.saturating_sub(now));
+        lock(&self.inner).known = Some(Known {
+            state,
+            version,
+            confirmed: Instant::now(),
+            expires_at,
+            idle_at: Instant::now() + left,
+        });
+    }
+
+    /// A decision from what we know, if it needs no request: a trusted state that denies, or
+    /// a peek on a trusted state.
+    fn local_answer(&self, quota: &Quota, cost: u64, now: UnixNanos) -> Option<Decision> {
+        let start = self.start(now);
+        if !start.trusted {
+            return None;
+        }
+        let verdict = decide(quota, start.state.as_ref(), cost, now);
+        (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
+            .then_some(verdict.decision)
+    }
+}
+
+/// Decides a check of `cost` on `key`: locally if the known state proves it, else in the next
+/// batch of this key.
+pub(crate) async fn check(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cost: u64,
+) -> Result<Decision> {
+    let cell = limit.cell(key);
+    let (quota, _) = limit.quota();
+    let now = inner.now_ns();
+    let rx = {
+        if let Some(d) = cell.local_answer(&quota, cost, now) {
+            return Ok(d);
+        }
+        let (tx, rx) = oneshot::channel();
+        let mut c = lock(&cell.inner);
+        c.pending.push(Pending { cost, reply: tx });
+        if !c.driving {
+            c.driving = true;
+            let driver = Driver {
+                inner: inner.clone(),
+                limit: limit.clone(),
+                key: key.to_string(),
+                cell: cell.clone(),
+            };
+            inner.runtime.spawn(driver.run());
+        }
+        rx
+    };
+    match rx.await {
+        Ok(result) => result,
+        // The batch task was dropped: the runtime is shutting down.
+        Err(_) => Err(inner.closed_or(Error::store("the rate-limit batch task ended"))),
+    }
+}
+
+/// Runs the batches of one key until none is waiting.
+struct Driver {
+    inner: Arc<LimiterInner>,
+    limit: Arc<LimitShared>,
+    key: String,
+    cell: Arc<KeyCell>,
+}
+
+impl Driver {
+    async fn run(self) {
+        loop {
+            let batch = {
+                let mut c = lock(&self.cell.inner);
+                if c.pending.is_empty() {
+                    c.driving = false;
+                    return;
+                }
+                std::mem::take(&mut c.pending)
+            };
+            let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
+            match self.decide_batch(&costs).await {
+                Ok(decisions) => {
+                    for (p, d) in batch.into_iter().zip(decisions) {
+                        let _ = p.reply.send(Ok(d));
+                    }
+                }
+                Err(e) => {
+                    let e = self.inner.closed_or(e);
+                    for p in batch {
+                        let _ = p.reply.send(Err(copy_error(&e)));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn decide_batch(&self, costs: &[u64]) -> Result<Vec<Decision>> {
+        self.inner.check_open()?;
+        let store = rate_store(&self.inner)?;
+        let deadline = Instant::now() + self.inner.request_timeout * 2;
+        let mut conflicts = 0u32;
+        loop {
+            let now = self.inner.now_ns();
+            let (quota, quota_version) = self.limit.quota();
+            let start = self.cell.start(now);
+            let mut state = start.state;
+            let mut changed = false;
+            let mut expires_at = now;
+            let mut decisions = Vec::with_capacity(costs.len());
+            for &cost in costs {
+                let v = decide(&quota, state.as_ref(), cost, now);
+                decisions.push(v.decision);
+                if v.state.is_some() {
+                    state = v.state;
+                    changed = true;
+                }
+                expires_at = v.expires_at;
+            }
+            let Some(mut new) = state.filter(|_| changed) else {
+                if start.trusted {
+                    return Ok(decisions);
+                }
+                // Only denials or peeks, from a state the store has not confirmed lately:
+                // read it, then decide again from the truth.
+                let current = store.read_key(&self.limit.name, &self.key).await?;
+                self.learn(current, now)?;
+                continue;
+            };
+            new.tag = fastrand::u64(1..);
+            let value = new.encode();
+            let write = KeyWrite {
+                limit: self.limit.name.clone(),
+                quota_version,
+                key: self.key.clone(),
+                expected: start.version,
+                value: value.clone(),
+                expires_at,
+            };
+            match store.write_keys(std::slice::from_ref(&write)).await {
+                Ok(WriteOutcome::Written(versions)) => {
+                    let version = versions.first().copied();
+                    self.cell.set_known(Some(new), version, expires_at, now);
+                    return Ok(decisions);
+                }
+                Ok(WriteOutcome::Conflict(found)) => {
+                    let current = found.into_iter().next().ok_or_else(|| {
+                        Error::store("the store reported a conflict without the current state")
+                    })?;
+                    // A retried request of ours applied after all: the batch is decided.
+                    if let Some(k) = current.key.as_ref().filter(|k| k.value == value) {
+                        self.cell
+                            .set_known(Some(new), Some(k.version), expires_at, now);
+                        return Ok(decisions);
+                    }
+                    self.learn(current, now)?;
+                    conflicts += 1;
+                    pause_after_conflict(conflicts, deadline).await?;
+                }
+                Err(e) => {
+                    self.cell.forget();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Takes what the store holds now into our knowledge.
+    fn learn(&self, current: Current, now: UnixNanos) -> Result<()> {
+        learn(&self.limit, &self.cell, current, now)
+    }
+}
+
+/// Updates the limit's quota and the key's known state from what a store returned.
+pub(crate) fn learn(
+    limit: &LimitShared,
+    cell: &KeyCell,
+    current: Current,
+    now: UnixNanos,
+) -> Result<()> {
+    let quota = current
+        .quota
+        .ok_or_else(|| Error::NotFound(limit.name.clone()))?;
+    limit.learn_quota(Quota::decode(&quota.value)?, quota.version);
+    let (quota, _) = limit.quota();
+    match current.key {
+        None => cell.set_known(None, None, now, now),
+        Some(k) => {
+            let state = KeyState::decode(&k.value)?;
+            let expires_at = decide(&quota, Some(&state), 0, now).expires_at;
+            cell.set_known(Some(state), Some(k.version), expires_at, now);
+        }
+    }
+    Ok(())
+}
+
+/// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict
+/// brought the current state), then short jittered pauses; past the deadline, an error (never
+/// a denial: the limit did not deny, we could not get a decision).
+async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
+    if Instant::now() >= deadline {
+        return Err(Error::store(format!(
+            "no decision: {conflicts} writes in a row lost to other writers of the key"
+        )));
+    }
+    if conflicts > QUICK_RETRIES {
+        let cap =
+            Duration::from_millis(1 << (conflicts - QUICK_RETRIES).min(5)).min(MAX_CONFLICT_PAUSE);
+        let pause = cap.mul_f64(fastrand::f64());
+        tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+    }
+    Ok(())
+}
+
+/// The backend's rate-limit storage, or a clear error for one that has none.
+pub(crate) fn rate_store(inner: &LimiterInner) -> Result<&dyn RateStore> {
+    inner.backend.rate_store().ok_or_else(|| {
+        Error::invalid(format!(
+            "this store ({:?}) does not keep rate limits",
+            inner.backend
+        ))
+    })
+}
+
+/// One error for each waiter of a failed batch (a store error's source becomes its text).
+pub(crate) fn copy_error(e: &Error) -> Error {
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+        Error::NoPermits => Error::NoPermits,
+        Error::Timeout => Error::Timeout,
+        Error::CapacityMismatch { stored, requested } => Error::CapacityMismatch {
+            stored: *stored,
+            requested: *requested,
+        },
+        Error::QuotaMismatch { stored, requested } => Error::QuotaMismatch {
+            stored: *stored,
+            requested: *requested,
+        },
+        Error::NotFound(n) => Error::NotFound(n.clone()),
+        Error::SessionLost => Error::SessionLost,
+        Error::Closed => Error::Closed,
+        Error::Store(s) => Error::store(s.to_string()),
+    }
+}

@@ -1,0 +1,205 @@
+//! [`RateLimit`]: a handle to one cluster-wide rate limit ("at most N per period, per key").
+//!
+//! The meaning is in [`crate::rate`] (pure); the storage behind
+//! [`RateStore`](crate::backend::RateStore); this module validates, coalesces concurrent
+//! checks of a key into one write (`batch.rs`), answers provable denials without a request, and
+//! waits.
+
+pub(crate) mod batch;
+mod check_all;
+mod clock;
+mod open;
+mod registry;
+
+pub use check_all::Check;
+pub use clock::Clock;
+pub(crate) use registry::RateRegistry;
+
+use crate::error::{Error, Result};
+use crate::limiter_inner::LimiterInner;
+use crate::rate::{Decision, Quota};
+use registry::LimitShared;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Longest key, in bytes of UTF-8.
+pub const MAX_KEY_LEN: usize = 512;
+/// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
+const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+
+/// A rate limit: at most [`Quota::limit`] per [`Quota::period`] for each key, across every
+/// client of the store. Made by [`Limiter::rate_limit`](crate::Limiter::rate_limit) (create or
+/// open) or [`Limiter::open_rate_limit`](crate::Limiter::open_rate_limit).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// use clusterlimit::{Limiter, Quota};
+/// let limiter = Limiter::connect("memory://rate-doc").await?;
+/// let api = limiter.rate_limit("api", Quota::per_second(100).burst(20)).await?;
+/// let d = api.check("user-42").await?;
+/// assert!(d.allowed);
+/// assert_eq!(d.remaining, 19);
+/// # Ok(()) }
+/// ```
+///
+/// Cheap to clone; handles of one Limiter share what it knows of each key, so their concurrent
+/// checks of a key coalesce into one store write.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    inner: Arc<LimiterInner>,
+    limit: Arc<LimitShared>,
+}
+
+impl RateLimit {
+    pub(crate) fn new(inner: Arc<LimiterInner>, limit: Arc<LimitShared>) -> RateLimit {
+        RateLimit { inner, limit }
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.limit.name
+    }
+
+    /// The quota as this Limiter last saw it in the store (a `set_quota` elsewhere is seen at
+    /// the next write, or within a second of checks).
+    pub fn quota(&self) -> Quota {
+        self.limit.quota().0
+    }
+
+    /// Checks one request for `key`: admitted (and counted) or denied. Same as `check_n(key, 1)`.
+    pub async fn check(&self, key: &str) -> Result<Decision> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks a request of `cost` for `key`, all or nothing: admitted and consumed whole, or
+    /// denied with nothing consumed. Cost 0 is a peek: `allowed` tells whether a request of 1
+    /// would be admitted now, and nothing changes.
+    ///
+    /// Costs: a denial the last seen state proves takes no store request; an admitted check
+    /// takes one compare-and-swap, shared with every concurrent check of the key in this
+    /// Limiter; a conflict with another client takes one more (it brings the current state).
+    ///
+    /// Errors: `InvalidArgument` for a bad key or a cost above the quota's burst (GCRA) or limit
+    /// (windows), which could never be admitted; `NotFound` if the limit was deleted; `Store`
+    /// if the store fails or no decision could be made within twice the request timeout (never
+    /// a denial for that). Cancel-safe in that dropping the future never disturbs other
+    /// checks; a dropped check may or may not have consumed its cost.
+    pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
+        self.validate(key, cost)?;
+        self.inner.check_open()?;
+        batch::check(&self.inner, &self.limit, key, cost).await
+    }
+
+    /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`
+    /// with delay): checks, and after a denial sleeps its `retry_after`, as long as it takes.
+    pub async fn wait(&self, key: &str) -> Result<Decision> {
+        self.wait_until(key, 1, None).await
+    }
+
+    /// Waits until a request of `cost` for `key` is admitted.
+    pub async fn wait_n(&self, key: &str, cost: u64) -> Result<Decision> {
+        self.wait_until(key, cost, None).await
+    }
+
+    /// Waits at most `timeout` for a request of `cost` for `key` to be admitted. `Timeout`
+    /// consumes nothing; it comes at once when a denial's `retry_after` already reaches past the
+    /// deadline. Cancel-safe: dropping it between checks consumes nothing.
+    pub async fn wait_timeout(&self, key: &str, cost: u64, timeout: Duration) -> Result<Decision> {
+        self.wait_until(key, cost, Some(Instant::now() + timeout))
+            .await
+    }
+
+    async fn wait_until(
+        &self,
+        key: &str,
+        cost: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
+        if cost == 0 {
+            return Err(Error::invalid(
+                "a wait needs a cost of at least 1 (cost 0 is a peek: use check_n)",
+            ));
+        }
+        loop {
+            let d = self.check_n(key, cost).await?;
+            if d.allowed {
+                return Ok(d);
+            }
+            let step = d.retry_after.unwrap_or(MIN_WAIT_STEP).max(MIN_WAIT_STEP);
+            let wake = Instant::now() + step;
+            if deadline.is_some_and(|dl| wake > dl) {
+                return Err(Error::Timeout);
+            }
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+
+    /// Forgets `key`: its next check starts from a full bucket or an empty window (and any ban
+    /// ends). Other Limiters see it at their next write, or within a second of checks.
+    pub async fn reset(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        self.inner.check_open()?;
+        let store = batch::rate_store(&self.inner)?;
+        let deleted = store.delete_key(&self.limit.name, key).await;
+        self.limit.forget(key);
+        self.inner.closed_or_result(deleted)
+    }
+
+    /// Changes the quota for every client: each applies it from its next write (a write made
+    /// with the old quota fails and is decided again), and within a second for checks answered
+    /// without a write. Key states carry over (GCRA's arrival time and window counts are
+    /// absolute); a state of another algorithm starts full.
+    pub async fn set_quota(&self, quota: Quota) -> Result<()> {
+        quota.validate()?;
+        self.inner.check_open()?;
+        let store = batch::rate_store(&self.inner)?;
+        let version = self
+            .inner
+            .closed_or_result(store.put_limit(&self.limit.name, &quota.encode()).await)?;
+        self.limit.learn_quota(quota, version);
+        Ok(())
+    }
+
+    /// Key states this Limiter holds in memory for this limit (each at most a few hundred
+    /// bytes; idle ones are dropped as the map grows).
+    pub fn cached_keys(&self) -> usize {
+        self.limit.cells()
+    }
+
+    fn validate(&self, key: &str, cost: u64) -> Result<()> {
+        validate_key(key)?;
+        let quota = self.quota();
+        if cost > quota.max_cost() {
+            let what = match quota.algorithm {
+                crate::rate::Algorithm::Gcra => "burst",
+                _ => "limit",
+            };
+            return Err(Error::invalid(format!(
+                "cost {cost} is above the quota's {what} {} ({quota}), so it could never be admitted",
+                quota.max_cost()
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<LimiterInner> {
+        &self.inner
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<LimitShared> {
+        &self.limit
+    }
+}
+
+/// A key is any non-empty UTF-8 of at most [`MAX_KEY_LEN`] bytes.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(format!(
+            "rate-limit key must be 1-{MAX_KEY_LEN} bytes, got {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
