@@ -230,3 +230,8 @@ fn child_holder_process() {
 clusterlimit::contract_suite!(memory, MemoryHarness);
 clusterlimit::contract_suite!(etcd, EtcdHarness);
 clusterlimit::contract_suite!(zookeeper, ZkHarness);
+
+// The rate-limit contract on the same stores (same harnesses).
+clusterlimit::rate_contract_suite!(memory_rate, MemoryHarness);
+clusterlimit::rate_contract_suite!(etcd_rate, EtcdHarness);
+clusterlimit::rate_contract_suite!(zk_rate, ZkHarness);

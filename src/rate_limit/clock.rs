@@ -42,6 +42,15 @@ impl Clock {
     }
 }
 
+/// Clocks are equal when they are the same clock (clones of one `Clock`).
+impl PartialEq for Clock {
+    fn eq(&self, other: &Clock) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Clock {}
+
 impl fmt::Debug for Clock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Clock")

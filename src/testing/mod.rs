@@ -72,6 +72,8 @@
 
 pub mod cases;
 mod holder;
+pub mod rate_cases;
+pub mod rate_history;
 mod util;
 
 pub use holder::{DoomedHolder, Victim};
@@ -80,7 +82,7 @@ pub use util::{
     within, POLL,
 };
 
-use crate::{Error, Limiter, LimiterBuilder, Result, MIN_SESSION_TTL};
+use crate::{Clock, Error, Limiter, LimiterBuilder, Result, MIN_SESSION_TTL};
 use std::future::Future;
 use std::time::Duration;
 
@@ -101,6 +103,8 @@ pub struct LimiterOptions {
     pub owner: Option<String>,
     /// Bound on each store request ([`LimiterBuilder::request_timeout`]).
     pub request_timeout: Option<Duration>,
+    /// The rate-limit clock ([`LimiterBuilder::clock`]).
+    pub clock: Option<Clock>,
 }
 
 impl LimiterOptions {
@@ -127,6 +131,12 @@ impl LimiterOptions {
         self
     }
 
+    /// Sets the rate-limit clock.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// A [`LimiterBuilder`] for the store at `url` with these options: all a harness of a
     /// URL store (`memory://`, `etcd://`, `zk://`) needs in [`Harness::connect`].
     pub fn builder(&self, url: &str) -> LimiterBuilder {
@@ -139,6 +149,9 @@ impl LimiterOptions {
         }
         if let Some(timeout) = self.request_timeout {
             b = b.request_timeout(timeout);
+        }
+        if let Some(clock) = &self.clock {
+            b = b.clock(clock.clone());
         }
         b
     }
@@ -206,6 +219,55 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         .build()
         .unwrap_or_else(|e| panic!("cannot build the Tokio runtime of a contract test: {e}"));
     runtime.block_on(fut)
+}
+
+/// `rate_contract_suite!(module, HarnessType)`: every rate-limit case of
+/// [`testing::rate_cases`](crate::testing::rate_cases) on one backend, as
+/// [`contract_suite!`](crate::contract_suite) does for semaphores (same [`Harness`]; the
+/// backend must keep rate limits, see [`Backend::rate_store`](crate::backend::Backend::rate_store)).
+///
+/// The list of cases lives here and only here.
+#[macro_export]
+macro_rules! rate_contract_suite {
+    ($module:ident, $harness:ty $(,)?) => {
+        $crate::rate_contract_suite!(@cases $module, $harness;
+            rate_gcra_decisions,
+            rate_shared_between_limiters,
+            rate_costs,
+            rate_windows,
+            rate_ban,
+            rate_quota_storage,
+            rate_set_quota_is_live,
+            rate_reset,
+            rate_wait,
+            rate_check_all,
+            rate_bad_input,
+            rate_request_counts,
+            rate_closed,
+            rate_exact_under_contention,
+        );
+    };
+    (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    $crate::testing::block_on(async {
+                        let harness =
+                            <$harness as $crate::testing::Harness>::start().await;
+                        $crate::testing::within(
+                            concat!(stringify!($case), " (whole test)"),
+                            $crate::testing::TEST_LIMIT,
+                            $crate::testing::rate_cases::$case(&harness),
+                        )
+                        .await;
+                    });
+                }
+            )*
+        }
+    };
 }
 
 /// `contract_suite!(module, HarnessType)` runs every contract case on one backend: it expands

@@ -1,0 +1,454 @@
+//! The rate-limit contract: what a cluster-wide rate limit means on any store, one `pub async
+//! fn` per case over a [`Harness`], run by [`rate_contract_suite!`](crate::rate_contract_suite)
+//! on each backend that keeps rate limits. The algorithms' arithmetic is tested without a store
+//! (`src/rate`, `tests/rate_model.rs`); these cases check what the store and the generic layer
+//! add: sharing between Limiters, atomicity, quota storage and changes, costs, and bad input.
+//!
+//! Quotas here are slow (per minute, or windows of a year) so that a loaded CI machine cannot
+//! turn a planned denial into an admission.
+
+use super::rate_history::{assert_gcra_exact, unix_ns, Admitted};
+use super::util::{assert_err, ms};
+use super::{Harness, LimiterOptions};
+use crate::{Algorithm, Check, Error, Limiter, Quota, RateLimit, RequestStats};
+use std::time::Duration;
+
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+async fn limiter(h: &impl Harness) -> Limiter {
+    h.connect(LimiterOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+async fn open(l: &Limiter, name: &str, q: Quota) -> RateLimit {
+    l.rate_limit(name, q)
+        .await
+        .unwrap_or_else(|e| panic!("rate_limit({name}, {q}): {e}"))
+}
+
+async fn check(rl: &RateLimit, key: &str, cost: u64) -> crate::Decision {
+    rl.check_n(key, cost)
+        .await
+        .unwrap_or_else(|e| panic!("check_n({key:?}, {cost}) on {}: {e}", rl.name()))
+}
+
+fn requests(l: &Limiter, since: &RequestStats) -> u64 {
+    l.stats().since(since).total()
+}
+
+/// GCRA as redis-cell answers: burst at once, then one per emission interval; `limit`,
+/// `remaining`, `retry_after` (Some iff denied), `reset_after`.
+pub async fn rate_gcra_decisions(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "gcra", Quota::per_minute(60).burst(3)).await;
+    for remaining in [2, 1, 0] {
+        let d = check(&rl, "k", 1).await;
+        assert!(d.allowed, "{d:?}");
+        assert_eq!((d.limit, d.remaining, d.retry_after), (3, remaining, None));
+        assert!(d.reset_after <= Duration::from_secs(3 - remaining), "{d:?}");
+        assert!(d.reset_after > Duration::from_secs(2 - remaining), "{d:?}");
+    }
+    let denied = check(&rl, "k", 1).await;
+    assert!(!denied.allowed && denied.remaining == 0, "{denied:?}");
+    let retry = denied.retry_after.expect("a denial says when to retry");
+    assert!(
+        retry > ms(500) && retry <= Duration::from_secs(1),
+        "{denied:?}"
+    );
+    // Keys are independent.
+    assert_eq!(check(&rl, "other", 1).await.remaining, 2);
+    // After retry_after, admitted again.
+    tokio::time::sleep(retry + ms(20)).await;
+    assert!(check(&rl, "k", 1).await.allowed);
+}
+
+/// Two Limiters share every key: what one consumes, the other cannot.
+pub async fn rate_shared_between_limiters(h: &impl Harness) {
+    let a = limiter(h).await;
+    let b = limiter(h).await;
+    let q = Quota::per_minute(60).burst(4);
+    let ra = open(&a, "shared", q).await;
+    let rb = b.open_rate_limit("shared").await.expect("open_rate_limit");
+    assert_eq!(rb.quota(), q);
+    let mut admitted = 0;
+    for i in 0..8 {
+        let rl = if i % 2 == 0 { &ra } else { &rb };
+        admitted += u32::from(check(rl, "k", 1).await.allowed);
+    }
+    assert_eq!(admitted, 4, "burst 4 across both Limiters");
+}
+
+/// Cost: all or nothing; 0 peeks; above the burst is refused.
+pub async fn rate_costs(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "costs", Quota::per_minute(60).burst(5)).await;
+    let peek = check(&rl, "k", 0).await;
+    assert!(peek.allowed && peek.remaining == 5, "{peek:?}");
+    assert_eq!(check(&rl, "k", 4).await.remaining, 1);
+    let d = check(&rl, "k", 2).await;
+    assert!(!d.allowed && d.remaining == 1, "all or nothing: {d:?}");
+    assert!(
+        check(&rl, "k", 1).await.allowed,
+        "the denied cost took nothing"
+    );
+    let peek = check(&rl, "k", 0).await;
+    assert!(!peek.allowed && peek.retry_after.is_some(), "{peek:?}");
+    assert_err!(rl.check_n("k", 6).await, Error::InvalidArgument(_));
+    let windows = open(
+        &l,
+        "costs-w",
+        Quota::new(3, YEAR).algorithm(Algorithm::FixedWindow),
+    )
+    .await;
+    assert_err!(windows.check_n("k", 4).await, Error::InvalidArgument(_));
+    assert!(check(&windows, "k", 3).await.allowed);
+}
+
+/// Fixed and sliding windows: at most `limit` per window, `remaining` counts down,
+/// `reset_after` within the window.
+pub async fn rate_windows(h: &impl Harness) {
+    let l = limiter(h).await;
+    for (name, algorithm) in [
+        ("fixed", Algorithm::FixedWindow),
+        ("sliding", Algorithm::SlidingWindow),
+    ] {
+        let q = Quota::new(3, YEAR).algorithm(algorithm);
+        let rl = open(&l, name, q).await;
+        for remaining in [2, 1, 0] {
+            let d = check(&rl, "k", 1).await;
+            assert!(
+                d.allowed && d.remaining == remaining && d.limit == 3,
+                "{name}: {d:?}"
+            );
+            assert!(d.reset_after <= YEAR * 2, "{name}: {d:?}");
+        }
+        let d = check(&rl, "k", 1).await;
+        assert!(!d.allowed, "{name}: {d:?}");
+        assert!(
+            d.retry_after.is_some_and(|r| r <= YEAR * 2),
+            "{name}: {d:?}"
+        );
+    }
+}
+
+/// A denial bans the key for `ban`, whatever the meter says.
+pub async fn rate_ban(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(
+        &l,
+        "ban",
+        Quota::per_second(1000)
+            .burst(1)
+            .ban(Duration::from_secs(30)),
+    )
+    .await;
+    assert!(check(&rl, "k", 1).await.allowed);
+    // Denied within the same ms or so: the bucket holds 1, refilled every ms.
+    let mut banned = None;
+    for _ in 0..50 {
+        let d = check(&rl, "k", 1).await;
+        if !d.allowed {
+            banned = Some(d);
+            break;
+        }
+    }
+    let d = banned.expect("a denial within 50 quick checks of a bucket of 1 per ms");
+    let retry = d.retry_after.expect("denied");
+    assert!(retry > Duration::from_secs(25), "the ban says so: {d:?}");
+    tokio::time::sleep(ms(20)).await; // the bucket is full again; the ban holds
+    let again = check(&rl, "k", 1).await;
+    assert!(
+        !again.allowed && again.retry_after > Some(Duration::from_secs(25)),
+        "{again:?}"
+    );
+    // Another Limiter sees the ban too (it is stored).
+    let other = limiter(h).await;
+    let ro = other.open_rate_limit("ban").await.expect("open");
+    assert!(!check(&ro, "k", 1).await.allowed);
+    assert!(check(&ro, "k2", 1).await.allowed, "bans are per key");
+}
+
+/// Stored quotas: created once, a different one is a mismatch, open reads it, list names it.
+pub async fn rate_quota_storage(h: &impl Harness) {
+    let l = limiter(h).await;
+    let q = Quota::per_hour(100).burst(7);
+    open(&l, "stored", q).await;
+    let other = Quota::per_hour(100);
+    match l.rate_limit("stored", other).await {
+        Err(Error::QuotaMismatch { stored, requested }) => {
+            assert_eq!((stored, requested), (q, other));
+        }
+        r => panic!("expected QuotaMismatch, got {r:?}"),
+    }
+    assert_eq!(
+        open(&l, "stored", q).await.quota(),
+        q,
+        "the same quota opens"
+    );
+    assert_eq!(
+        l.open_rate_limit("stored").await.map(|r| r.quota()).ok(),
+        Some(q)
+    );
+    assert_err!(l.open_rate_limit("absent").await, Error::NotFound(_));
+    open(&l, "a-first", Quota::per_second(1)).await;
+    let names = l.rate_limits().await.expect("rate_limits");
+    assert_eq!(names, vec!["a-first".to_string(), "stored".to_string()]);
+}
+
+/// `set_quota` reaches every Limiter: at its next write, or within a second of checks.
+pub async fn rate_set_quota_is_live(h: &impl Harness) {
+    let a = limiter(h).await;
+    let b = limiter(h).await;
+    let ra = open(&a, "live", Quota::per_minute(60).burst(1)).await;
+    let rb = b.open_rate_limit("live").await.expect("open");
+    assert!(check(&ra, "k", 1).await.allowed);
+    assert!(!check(&rb, "k", 1).await.allowed);
+    let bigger = Quota::per_minute(60).burst(5);
+    rb.set_quota(bigger).await.expect("set_quota");
+    assert_eq!(rb.quota(), bigger);
+    assert!(
+        check(&rb, "k", 1).await.allowed,
+        "b writes with the new quota"
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let d = check(&ra, "k", 1).await;
+        if d.allowed {
+            assert_eq!(ra.quota(), bigger);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a still denies under the old quota: {d:?}"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert_err!(
+        rb.set_quota(Quota::per_second(0)).await,
+        Error::InvalidArgument(_)
+    );
+}
+
+/// `reset` forgets a key for everyone.
+pub async fn rate_reset(h: &impl Harness) {
+    let a = limiter(h).await;
+    let b = limiter(h).await;
+    let ra = open(&a, "reset", Quota::per_minute(60).burst(1)).await;
+    let rb = b.open_rate_limit("reset").await.expect("open");
+    assert!(check(&ra, "k", 1).await.allowed);
+    assert!(!check(&ra, "k", 1).await.allowed);
+    assert!(!check(&rb, "k", 1).await.allowed);
+    ra.reset("k").await.expect("reset");
+    assert!(check(&ra, "k", 0).await.allowed, "a forgot it at once");
+    let started = std::time::Instant::now();
+    while !check(&rb, "k", 0).await.allowed {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "b never saw the reset"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    ra.reset("never-seen")
+        .await
+        .expect("resetting an absent key succeeds");
+}
+
+/// `wait` shapes; `wait_timeout` gives up at once when the wait cannot fit, consuming nothing.
+pub async fn rate_wait(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "wait", Quota::per_minute(60).burst(1)).await;
+    assert!(check(&rl, "k", 1).await.allowed);
+    let started = std::time::Instant::now();
+    assert_err!(rl.wait_timeout("k", 1, ms(100)).await, Error::Timeout);
+    assert!(
+        started.elapsed() < ms(90),
+        "no point waiting 100 ms for a 1 s refill"
+    );
+    let peek = check(&rl, "k", 0).await;
+    assert!(
+        peek.retry_after
+            .is_some_and(|r| r <= Duration::from_secs(1)),
+        "the timeout consumed nothing: {peek:?}"
+    );
+    let d = rl.wait("k").await.expect("wait");
+    assert!(
+        d.allowed && started.elapsed() >= ms(800),
+        "{d:?} after {:?}",
+        started.elapsed()
+    );
+    let d = rl
+        .wait_timeout("k", 1, Duration::from_secs(5))
+        .await
+        .expect("fits in 5 s");
+    assert!(d.allowed);
+    assert_err!(rl.wait_n("k", 0).await, Error::InvalidArgument(_));
+}
+
+/// `check_all`: all or nothing across limits and keys, in order for repeated keys.
+pub async fn rate_check_all(h: &impl Harness) {
+    let l = limiter(h).await;
+    let user = open(&l, "user", Quota::per_minute(60).burst(10)).await;
+    let global = open(&l, "global", Quota::per_minute(60).burst(2)).await;
+    let both = |key: &'static str| [Check::new(&user, key, 1), Check::new(&global, "all", 1)];
+    for _ in 0..2 {
+        let ds = l.check_all(&both("u1")).await.expect("check_all");
+        assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
+    }
+    let ds = l.check_all(&both("u1")).await.expect("check_all");
+    assert!(ds.iter().all(|d| !d.allowed), "global is spent: {ds:?}");
+    assert!(ds.iter().all(|d| d.retry_after.is_some()), "{ds:?}");
+    assert_eq!(ds[0].remaining, 8, "u1 was not charged");
+    assert_eq!(check(&user, "u1", 0).await.remaining, 8);
+    let ds = l
+        .check_all(&[Check::new(&user, "u2", 3), Check::new(&user, "u2", 4)])
+        .await
+        .expect("same key twice");
+    assert_eq!((ds[0].remaining, ds[1].remaining), (7, 3), "{ds:?}");
+    let other = limiter(h).await;
+    let foreign = open(&other, "user", Quota::per_minute(60).burst(10)).await;
+    assert_err!(
+        l.check_all(&[Check::new(&foreign, "u", 1)]).await,
+        Error::InvalidArgument(_)
+    );
+    assert_err!(l.check_all(&[]).await, Error::InvalidArgument(_));
+    assert_err!(
+        l.check_all(&[Check::new(&user, "u", 11)]).await,
+        Error::InvalidArgument(_)
+    );
+}
+
+/// Bad names, quotas and keys are refused before any request; any UTF-8 key up to 512 bytes
+/// works.
+pub async fn rate_bad_input(h: &impl Harness) {
+    let l = limiter(h).await;
+    let before = l.stats();
+    assert_err!(
+        l.rate_limit("a/b", Quota::per_second(1)).await,
+        Error::InvalidArgument(_)
+    );
+    assert_err!(
+        l.rate_limit("ok", Quota::per_second(0)).await,
+        Error::InvalidArgument(_)
+    );
+    assert_err!(l.open_rate_limit("").await, Error::InvalidArgument(_));
+    assert_eq!(requests(&l, &before), 0, "refused before any request");
+    let rl = open(&l, "keys", Quota::per_minute(60).burst(2)).await;
+    let before = l.stats();
+    assert_err!(rl.check("").await, Error::InvalidArgument(_));
+    assert_err!(rl.check(&"x".repeat(513)).await, Error::InvalidArgument(_));
+    assert_err!(rl.reset("").await, Error::InvalidArgument(_));
+    assert_eq!(requests(&l, &before), 0);
+    let long = "é".repeat(256);
+    for key in [
+        "a/b",
+        ".",
+        "..",
+        " spaced key ",
+        "ключ",
+        "\u{0}nul",
+        "\u{1}\u{7f}",
+        "%2F",
+        "GET /v1/users",
+        "192.168.0.1",
+        &long,
+    ] {
+        let d = check(&rl, key, 2).await;
+        assert!(d.allowed && d.remaining == 0, "{key:?}: {d:?}");
+        assert!(!check(&rl, key, 1).await.allowed, "{key:?} is its own key");
+    }
+}
+
+/// Costs in store requests: a first touch and an uncontended admission take one each (no read
+/// before the write); a denial the last state proves takes none; concurrent checks of one key
+/// in one Limiter share writes.
+pub async fn rate_request_counts(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "counts", Quota::per_minute(60).burst(2)).await;
+    let before = l.stats();
+    assert!(check(&rl, "k", 1).await.allowed);
+    assert_eq!(requests(&l, &before), 1, "first touch: one write");
+    let before = l.stats();
+    assert!(check(&rl, "k", 1).await.allowed);
+    assert_eq!(requests(&l, &before), 1, "uncontended: one write");
+    let before = l.stats();
+    for _ in 0..20 {
+        assert!(!check(&rl, "k", 1).await.allowed);
+    }
+    assert_eq!(requests(&l, &before), 0, "provable denials: no request");
+    let hot = open(&l, "counts-hot", Quota::per_minute(6000).burst(1000)).await;
+    let before = l.stats();
+    let checks = (0..64).map(|_| hot.check("hot"));
+    let ds = futures::future::join_all(checks).await;
+    assert!(
+        ds.iter().all(|d| d.as_ref().is_ok_and(|d| d.allowed)),
+        "{ds:?}"
+    );
+    let used = requests(&l, &before);
+    assert!(
+        used <= 8,
+        "64 concurrent checks of one key took {used} requests"
+    );
+}
+
+/// After `close`, calls fail with `Closed`.
+pub async fn rate_closed(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "closed", Quota::per_second(10)).await;
+    l.close().await.expect("close");
+    assert_err!(rl.check("k").await, Error::Closed);
+    assert_err!(l.rate_limit("x", Quota::per_second(1)).await, Error::Closed);
+    assert_err!(l.rate_limits().await, Error::Closed);
+}
+
+/// Several Limiters hammering one key never admit more than the quota allows in any
+/// interval, and admit close to it over the run (the long version is
+/// `tests/rate_exactness.rs`).
+pub async fn rate_exact_under_contention(h: &impl Harness) {
+    let quota = Quota::per_second(100).burst(10);
+    let run = Duration::from_millis(1500);
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        limiters.push(limiter(h).await);
+    }
+    open(&limiters[0], "hot", quota).await;
+    let mut tasks = Vec::new();
+    for l in &limiters {
+        let rl = l.open_rate_limit("hot").await.expect("open");
+        for _ in 0..8 {
+            let rl = rl.clone();
+            tasks.push(tokio::spawn(async move {
+                let stop = std::time::Instant::now() + run;
+                let mut admitted = Vec::new();
+                let mut calls = 0u32;
+                while std::time::Instant::now() < stop && calls < 100_000 {
+                    calls += 1;
+                    let start = unix_ns();
+                    let d = rl.check("hot").await.expect("check");
+                    if d.allowed {
+                        admitted.push(Admitted {
+                            start,
+                            end: unix_ns(),
+                            cost: 1,
+                        });
+                    } else {
+                        let pause = d.retry_after.unwrap_or(ms(1)).min(ms(5));
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut events = Vec::new();
+    for t in tasks {
+        events.extend(t.await.expect("caller task"));
+    }
+    assert_gcra_exact(&events, &quota, 0.0);
+    let floor = 100.0 * 1.2;
+    assert!(
+        events.len() as f64 >= floor,
+        "only {} admitted in {run:?} at 100/s",
+        events.len()
+    );
+}
