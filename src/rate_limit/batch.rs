@@ -81,13 +81,15 @@ impl KeyCell {
         lock(&self.inner).known = None;
     }
 
-    /// The state to start from at `now`. A state past its expiry is dropped: it is worth
-    /// nothing, and the store may have deleted (and someone re-created) the key since, so its
-    /// version must not be used again (see the ZooKeeper backend's sweeper).
-    pub(crate) fn start(&self, now: UnixNanos) -> Start {
+    /// The state to start from at `now`. A state past its expiry that the store showed us
+    /// before `fresh_since` (the start of this decision) is dropped: it is worth nothing, and
+    /// the store may have deleted and someone re-created the key since, so its version must
+    /// not be trusted again (ZooKeeper restarts a re-created node's version; see its sweeper).
+    /// Seen during this decision, it is the store's answer of a moment ago and is used.
+    pub(crate) fn start(&self, now: UnixNanos, fresh_since: Instant) -> Start {
         let mut c = lock(&self.inner);
         if c.known
-            .is_some_and(|k| k.state.is_some() && k.expires_at <= now)
+            .is_some_and(|k| k.state.is_some() && k.expires_at <= now && k.confirmed < fresh_since)
         {
             c.known = None;
         }
@@ -125,7 +127,7 @@ impl KeyCell {
     /// A decision from what we know, if it needs no request: a trusted state that denies, or
     /// a peek on a trusted state.
     fn local_answer(&self, quota: &Quota, cost: u64, now: UnixNanos) -> Option<Decision> {
-        let start = self.start(now);
+        let start = self.start(now, Instant::now());
         if !start.trusted {
             return None;
         }
@@ -213,10 +215,11 @@ impl Driver {
         let store = rate_store(&self.inner)?;
         let deadline = Instant::now() + self.inner.request_timeout * 2;
         let mut conflicts = 0u32;
+        let began = Instant::now();
         loop {
             let now = self.inner.now_ns();
             let (quota, quota_version) = self.limit.quota();
-            let start = self.cell.start(now);
+            let start = self.cell.start(now, began);
             let mut state = start.state;
             let mut changed = false;
             let mut expires_at = now;

@@ -111,9 +111,10 @@ impl Limiter {
         let store = rate_store(&self.inner)?;
         let deadline = Instant::now() + self.inner.request_timeout * 2;
         let mut conflicts = 0u32;
+        let began = Instant::now();
         loop {
             let now = self.inner.now_ns();
-            let pass = one_pass(checks, groups, now);
+            let pass = one_pass(checks, groups, now, began);
             if !pass.untrusted_denial.is_empty() {
                 // A denial from a state the store has not confirmed lately: read it first.
                 for &g in &pass.untrusted_denial {
@@ -200,7 +201,7 @@ fn group(checks: &[Check<'_>]) -> Vec<Group> {
 
 /// Decides every check from what we know. All admitted: the writes of every changed group.
 /// Any denied: every check denied, and the writes of bans only.
-fn one_pass(checks: &[Check<'_>], groups: &[Group], now: u64) -> Pass {
+fn one_pass(checks: &[Check<'_>], groups: &[Group], now: u64, began: Instant) -> Pass {
     let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
     let mut group_of = vec![0; checks.len()];
     let mut admitted_writes = Vec::new();
@@ -211,7 +212,7 @@ fn one_pass(checks: &[Check<'_>], groups: &[Group], now: u64) -> Pass {
     for (g, group) in groups.iter().enumerate() {
         let (quota, version) = group.limit.quota();
         quota_versions.push(version);
-        let start = group.cell.start(now);
+        let start = group.cell.start(now, began);
         let (mut state, mut ban_state) = (start.state, start.state);
         let (mut changed, mut banned) = (false, false);
         let mut expires = now;
