@@ -350,6 +350,17 @@ async fn a_batch_applies_all_or_nothing_within_etcds_operation_limit() {
     }
     assert_eq!(cost(&b, &before).total(), 0);
     assert_eq!(s.read_key("a", "many-127").await.unwrap().key, None);
+    // Two writes of one key in a batch: refused before sending.
+    let before = b.stats();
+    let twice = [
+        write("b", qb, "y", None, "1"),
+        write("b", qb, "y", None, "2"),
+    ];
+    assert!(matches!(
+        s.write_keys(&twice).await,
+        Err(Error::InvalidArgument(m)) if m.contains("twice")
+    ));
+    assert_eq!(cost(&b, &before).total(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -568,6 +579,52 @@ async fn idle_keys_vanish_by_themselves_through_few_leases() {
             "{key} vanished before its expiry"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_etcd_no_longer_has_is_replaced_and_the_write_applies() {
+    let cluster = EtcdCluster::single();
+    // No keepalive during the test: every Lease counted is a grant.
+    let b = backend_with(&cluster, Duration::from_secs(600)).await;
+    let s = store(&b);
+    let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+    let before = b.stats();
+    written(
+        s.write_keys(&[write("api", q, "a", None, "1")])
+            .await
+            .unwrap(),
+    );
+    written(
+        s.write_keys(&[write("api", q, "b", None, "1")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b.stats().since(&before).lease, 1, "one grant, then reused");
+
+    // Gone behind our back (expired in a pause, revoked by an operator): its keys with it.
+    support::revoke_all_leases(&cluster.endpoints()).await;
+    assert_eq!(s.read_key("api", "a").await.unwrap().key, None);
+    let before = b.stats();
+    let vc = written(
+        s.write_keys(&[write("api", q, "c", None, "1")])
+            .await
+            .unwrap(),
+    )[0];
+    let c = b.stats().since(&before);
+    assert_eq!(
+        (c.txn, c.lease),
+        (2, 1),
+        "refused once, a new lease, sent again: {c:?}"
+    );
+    assert_eq!(s.read_key("api", "c").await.unwrap().key, Some(v("1", vc)));
+    // The new lease is reused from then on.
+    let before = b.stats();
+    written(
+        s.write_keys(&[write("api", q, "d", None, "1")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b.stats().since(&before).lease, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

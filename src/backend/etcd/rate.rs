@@ -44,6 +44,27 @@ fn limits_of(writes: &[KeyWrite]) -> Vec<&str> {
     out
 }
 
+/// A batch etcd can take in one Txn, with one write per (limit, key), else `InvalidArgument`.
+fn check_batch(writes: &[KeyWrite]) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    if let Some(w) = writes.iter().find(|w| !seen.insert((&w.limit, &w.key))) {
+        return Err(Error::invalid(format!(
+            "key {:?} of rate limit {:?} is written twice in one batch",
+            w.key, w.limit
+        )));
+    }
+    let limits = limits_of(writes).len();
+    let ops = writes.len() + quota_checks(writes).len().max(limits);
+    if ops > MAX_TXN_OPS {
+        return Err(Error::invalid(format!(
+            "{} key writes over {limits} rate limits need {ops} operations in one etcd \
+             transaction; etcd allows at most {MAX_TXN_OPS} (its --max-txn-ops default)",
+            writes.len(),
+        )));
+    }
+    Ok(())
+}
+
 fn versioned(kv: &etcd_client::KeyValue) -> Versioned {
     Versioned {
         value: kv.value().to_vec(),
@@ -91,6 +112,24 @@ impl EtcdBackend {
             .await?;
         leases.add(granted.id(), sent, ttl, granted.ttl());
         Ok(Some(granted.id()))
+    }
+
+    /// The batch's Txn; if a cached lease expired before the write reached etcd (a pause, a
+    /// slow retry), nothing applied: the batch's leases are forgotten and it is sent once more
+    /// with fresh ones.
+    async fn write_batch(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        match self.write_once(writes).await {
+            (used, Err(Error::SessionLost)) => {
+                self.rate_leases.forget(&used);
+                match self.write_once(writes).await.1 {
+                    Err(Error::SessionLost) => {
+                        Err(Error::store("etcd lost the rate-limit key lease twice"))
+                    }
+                    other => other,
+                }
+            }
+            (_, other) => other,
+        }
     }
 
     /// One attempt at the batch with leases from the cache (or fresh ones).
@@ -267,29 +306,12 @@ impl RateStore for EtcdBackend {
         if writes.is_empty() {
             return Ok(WriteOutcome::Written(Vec::new()));
         }
-        let ops = writes.len() + quota_checks(writes).len().max(limits_of(writes).len());
-        if ops > MAX_TXN_OPS {
-            return Err(Error::invalid(format!(
-                "{} key writes over {} rate limits need {ops} operations in one etcd transaction; \
-                 etcd allows at most {MAX_TXN_OPS} (its --max-txn-ops default)",
-                writes.len(),
-                limits_of(writes).len()
-            )));
-        }
-        match self.write_once(writes).await {
-            // A lease expired before the write reached etcd (a pause, a slow retry): forget
-            // the batch's leases and send it once more with fresh ones. Nothing was applied.
-            (used, Err(Error::SessionLost)) => {
-                self.rate_leases.forget(&used);
-                match self.write_once(writes).await.1 {
-                    Err(Error::SessionLost) => {
-                        Err(Error::store("etcd lost the rate-limit key lease twice"))
-                    }
-                    other => other,
-                }
-            }
-            (_, other) => other,
-        }
+        check_batch(writes)?;
+        // The lease grant and the Txn (and their one repeat) share one call's bound.
+        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        tokio::time::timeout(bound, self.write_batch(writes))
+            .await
+            .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
     }
 
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
@@ -323,5 +345,23 @@ mod tests {
         let ws = [w("a", 1), w("b", 2), w("a", 1), w("a", 3)];
         assert_eq!(quota_checks(&ws), vec![("a", 1), ("b", 2), ("a", 3)]);
         assert_eq!(limits_of(&ws), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn batches_etcd_cannot_take_are_refused() {
+        let dup = [w("a", 1), w("b", 1), w("a", 2)];
+        assert!(matches!(check_batch(&dup), Err(Error::InvalidArgument(m)) if m.contains("twice")));
+        let keyed = |n: usize| -> Vec<KeyWrite> {
+            (0..n)
+                .map(|i| KeyWrite {
+                    key: format!("k{i}"),
+                    ..w("a", 1)
+                })
+                .collect()
+        };
+        assert!(check_batch(&keyed(127)).is_ok());
+        assert!(
+            matches!(check_batch(&keyed(128)), Err(Error::InvalidArgument(m)) if m.contains("128"))
+        );
     }
 }
