@@ -7,6 +7,7 @@ mod support;
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
 use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
 use clusterlimit::{Error, RequestStats};
+use etcd_client::{Permission, PermissionType};
 use futures::stream::{self, StreamExt};
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -673,4 +674,99 @@ async fn calls_on_a_closed_backend_or_a_dead_server_fail_promptly() {
         "calls on a dead server failed after {:?}",
         started.elapsed()
     );
+}
+
+/// Adds root, `reader` (read only on `rates/`) and `stranger` (readwrite on `other/` only),
+/// then enables auth.
+async fn enable_auth(cluster: &EtcdCluster) {
+    let mut c = support::connect(&cluster.endpoints()).await;
+    c.user_add("root", "root-Pw-1", None).await.unwrap();
+    c.role_add("root").await.unwrap();
+    c.user_grant_role("root", "root").await.unwrap();
+    for (user, role, prefix, kind) in [
+        ("reader", "rates-ro", "rates/", PermissionType::Read),
+        ("stranger", "other-rw", "other/", PermissionType::Readwrite),
+    ] {
+        c.role_add(role).await.unwrap();
+        let perm = match kind {
+            PermissionType::Read => Permission::read(prefix),
+            _ => Permission::read_write(prefix),
+        }
+        .with_prefix();
+        c.role_grant_permission(role, perm).await.unwrap();
+        c.user_add(user, "user-Pw-1", None).await.unwrap();
+        c.user_grant_role(user, role).await.unwrap();
+    }
+    c.auth_enable().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_named_and_not_retried() {
+    let cluster = EtcdCluster::single();
+    let q = {
+        let b = backend(&cluster).await;
+        let s = store(&b);
+        let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+        written(
+            s.write_keys(&[write("api", q, "k", None, "s")])
+                .await
+                .unwrap(),
+        );
+        b.close().await.unwrap();
+        q
+    };
+    enable_auth(&cluster).await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("pw");
+    std::fs::write(&password, "user-Pw-1\n").unwrap();
+    let as_user = |name: &str| EtcdConfig {
+        endpoints: cluster.endpoints(),
+        prefix: PREFIX.into(),
+        session_ttl: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        user: Some(clusterlimit::EtcdUser {
+            name: name.into(),
+            password_file: Some(password.clone()),
+        }),
+    };
+    let denied = |r: &clusterlimit::Result<()>, what: &str| {
+        let text = match r {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("{what}: allowed"),
+        };
+        assert!(
+            text.contains("permission denied on prefix \"rates\""),
+            "{what}: {text}"
+        );
+    };
+
+    // Read-only: reads work, every write is refused at once, each with one request.
+    let reader = EtcdBackend::connect(as_user("reader")).await.unwrap();
+    let s = store(&reader);
+    assert!(s.read_key("api", "k").await.unwrap().key.is_some());
+    let started = Instant::now();
+    let before = reader.stats();
+    let r = s.write_keys(&[write("api", q, "k2", None, "s")]).await;
+    denied(&r.map(|_| ()), "write_keys");
+    let r = s.put_limit("api", b"q2").await;
+    denied(&r.map(|_| ()), "put_limit");
+    denied(&s.delete_key("api", "k").await, "delete_key");
+    let c = cost(&reader, &before);
+    assert_eq!((c.txn, c.put, c.delete), (1, 1, 1), "not retried: {c:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // No rights on the prefix at all: a read is refused too.
+    let stranger = EtcdBackend::connect(as_user("stranger")).await.unwrap();
+    let before = stranger.stats();
+    denied(
+        &store(&stranger).read_key("api", "k").await.map(|_| ()),
+        "read_key",
+    );
+    denied(&store(&stranger).limits().await.map(|_| ()), "limits");
+    assert_eq!(cost(&stranger, &before).range, 2, "not retried");
 }

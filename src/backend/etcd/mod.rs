@@ -7,6 +7,8 @@
 //! * Waiting: one watch per semaphore per Limiter feeds a local view (`view.rs`); a release costs
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
 //! * Fencing token: the entry key's create revision.
+//! * Rate limits (`rate.rs`): one Txn per compare-and-swap write, whose else branch returns
+//!   the current state; idle keys vanish with shared expiry-bucket leases (`rate_leases.rs`).
 
 mod endpoints;
 mod keys;
