@@ -5,8 +5,14 @@
 //! <root>/names/<name>          index of semaphores (for listing), empty value
 //! <root>/s/<name>/cap          {"capacity":N,"floor":F}
 //! <root>/s/<name>/q/<id>       {"permits":K,"owner":"…","since_unix_ms":T}, bound to a lease
+//! <root>/rq/<name>             a rate limit's quota (the bytes the caller gave)
+//! <root>/rk/<name>/<key>       a rate-limit key's state, bound to an expiry-bucket lease
 //! ```
-//! Names are validated to `[A-Za-z0-9._-]`, so a name can never reach outside its prefix.
+//! Names are validated to `[A-Za-z0-9._-]`, so a name can never reach outside its prefix, and
+//! the four second-level segments (`names`, `s`, `rq`, `rk`) differ, so semaphores and rate
+//! limits of one name never share a key. A rate-limit key is any UTF-8 (`/` included), kept
+//! as is: it comes after `<root>/rk/<name>/`, which no other name's keys start with, and a
+//! listing of limits reads `<root>/rq/` only.
 
 use crate::queue;
 use serde::{Deserialize, Serialize};
@@ -39,6 +45,15 @@ impl Keys {
     }
     pub(super) fn entry(&self, name: &str, id: &str) -> String {
         format!("{}/s/{name}/q/{id}", self.root)
+    }
+    pub(super) fn quotas_prefix(&self) -> String {
+        format!("{}/rq/", self.root)
+    }
+    pub(super) fn quota(&self, name: &str) -> String {
+        format!("{}/rq/{name}", self.root)
+    }
+    pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
+        format!("{}/rk/{name}/{key}", self.root)
     }
 }
 

@@ -7,9 +7,13 @@
 //! * Waiting: one watch per semaphore per Limiter feeds a local view (`view.rs`); a release costs
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
 //! * Fencing token: the entry key's create revision.
+//! * Rate limits (`rate.rs`): one Txn per compare-and-swap write, whose else branch returns
+//!   the current state; idle keys vanish with shared expiry-bucket leases (`rate_leases.rs`).
 
 mod endpoints;
 mod keys;
+mod rate;
+mod rate_leases;
 mod security;
 mod session;
 mod strays;
@@ -78,6 +82,8 @@ pub struct EtcdBackend {
     watches: Mutex<HashMap<String, Arc<SemWatch>>>,
     /// Set by close/shutdown: stops every background task and retry of this backend.
     stop: Stop,
+    /// Leases of rate-limit keys, by expiry bucket (not the session's: see `rate_leases.rs`).
+    rate_leases: rate_leases::RateLeases,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -206,6 +212,7 @@ impl EtcdBackend {
             session: SessionSlot::default(),
             watches: Mutex::new(HashMap::new()),
             stop: Stop::default(),
+            rate_leases: rate_leases::RateLeases::default(),
         };
         backend.session().await?;
         Ok(backend)
@@ -763,6 +770,10 @@ impl Backend for EtcdBackend {
 
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
+    }
+
+    fn rate_store(&self) -> Option<&dyn super::RateStore> {
+        Some(self)
     }
 
     fn session_ttl(&self) -> Duration {

@@ -1,0 +1,367 @@
+//! Rate-limit storage on etcd (layout in `keys.rs`): a key's version is its `mod_revision`
+//! (global, so never reused for a key, even across a delete and re-create).
+//!
+//! * Write: **one** Txn — compare every key's `mod_revision` (`create_revision == 0` for "must
+//!   be absent") and every quota's `mod_revision`; then the puts, each with its expiry-bucket
+//!   lease (`rate_leases.rs`); else a get of every key and quota, so a conflict costs no
+//!   extra read. etcd's `--max-txn-ops` (default [`MAX_TXN_OPS`]) bounds a batch.
+//! * Read: one Txn of two gets (key and quota), counted as a read.
+//! * A retried write whose first attempt applied finds its own value in the conflict reply
+//!   (the caller recognises it by the tag in the value).
+
+use super::rate_leases::unix_now;
+use super::{get_kvs, kv, EtcdBackend, Until};
+use crate::backend::rate_store::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use crate::backend::retry::CALL_TIMEOUTS;
+use crate::error::{Error, Result};
+use crate::stats::RequestKind;
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+
+/// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
+/// may hold.
+pub(super) const MAX_TXN_OPS: usize = 128;
+
+/// Distinct (limit, quota version) pairs of a batch, in first-seen order.
+fn quota_checks(writes: &[KeyWrite]) -> Vec<(&str, u64)> {
+    let mut out: Vec<(&str, u64)> = Vec::new();
+    for w in writes {
+        if !out.contains(&(w.limit.as_str(), w.quota_version)) {
+            out.push((w.limit.as_str(), w.quota_version));
+        }
+    }
+    out
+}
+
+/// Distinct limits of a batch, in first-seen order.
+fn limits_of(writes: &[KeyWrite]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for w in writes {
+        if !out.contains(&w.limit.as_str()) {
+            out.push(w.limit.as_str());
+        }
+    }
+    out
+}
+
+/// A batch etcd can take in one Txn, with one write per (limit, key), else `InvalidArgument`.
+fn check_batch(writes: &[KeyWrite]) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    if let Some(w) = writes.iter().find(|w| !seen.insert((&w.limit, &w.key))) {
+        return Err(Error::invalid(format!(
+            "key {:?} of rate limit {:?} is written twice in one batch",
+            w.key, w.limit
+        )));
+    }
+    let limits = limits_of(writes).len();
+    let ops = writes.len() + quota_checks(writes).len().max(limits);
+    if ops > MAX_TXN_OPS {
+        return Err(Error::invalid(format!(
+            "{} key writes over {limits} rate limits need {ops} operations in one etcd \
+             transaction; etcd allows at most {MAX_TXN_OPS} (its --max-txn-ops default)",
+            writes.len(),
+        )));
+    }
+    Ok(())
+}
+
+fn versioned(kv: &etcd_client::KeyValue) -> Versioned {
+    Versioned {
+        value: kv.value().to_vec(),
+        version: kv.mod_revision().max(0) as u64,
+    }
+}
+
+/// The revision a successful write or put produced.
+fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
+    match header.map(|h| h.revision()) {
+        Some(r) if r > 0 => Ok(r as u64),
+        _ => Err(Error::store("etcd reply without a revision")),
+    }
+}
+
+impl EtcdBackend {
+    /// A lease that ends no sooner than `expires_at` and at most a bucket's slack later
+    /// (`None`: no lease, for an expiry beyond etcd's largest TTL). Writers of one bucket wait
+    /// for one grant.
+    async fn rate_lease(&self, expires_at: u64) -> Result<Option<i64>> {
+        let leases = &self.rate_leases;
+        let Some(b) = leases.bucket(expires_at) else {
+            return Ok(None);
+        };
+        if let Some(lease) = leases.find(&b) {
+            return Ok(Some(lease));
+        }
+        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        let _granting = tokio::time::timeout(bound, leases.granting.lock())
+            .await
+            .map_err(|_| Error::store("timed out waiting for another lease grant"))?;
+        // Granted by another writer while we waited?
+        let Some(b) = leases.bucket(expires_at) else {
+            return Ok(None);
+        };
+        if let Some(lease) = leases.find(&b) {
+            return Ok(Some(lease));
+        }
+        let ttl = b.ttl_secs;
+        let (sent, granted) = self
+            .retry(RequestKind::Lease, |c| async move {
+                let sent = unix_now();
+                c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
+            })
+            .await?;
+        leases.add(granted.id(), sent, ttl, granted.ttl());
+        Ok(Some(granted.id()))
+    }
+
+    /// The batch's Txn; if a cached lease expired before the write reached etcd (a pause, a
+    /// slow retry), nothing applied: the batch's leases are forgotten and it is sent once more
+    /// with fresh ones.
+    async fn write_batch(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        match self.write_once(writes).await {
+            (used, Err(Error::SessionLost)) => {
+                self.rate_leases.forget(&used);
+                match self.write_once(writes).await.1 {
+                    Err(Error::SessionLost) => {
+                        Err(Error::store("etcd lost the rate-limit key lease twice"))
+                    }
+                    other => other,
+                }
+            }
+            (_, other) => other,
+        }
+    }
+
+    /// One attempt at the batch with leases from the cache (or fresh ones).
+    async fn write_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<WriteOutcome>) {
+        let mut leases = Vec::with_capacity(writes.len());
+        for w in writes {
+            match self.rate_lease(w.expires_at).await {
+                Ok(l) => leases.push(l),
+                Err(e) => return (Vec::new(), Err(e)),
+            }
+        }
+        let keys: Vec<String> = writes
+            .iter()
+            .map(|w| self.keys.rate_key(&w.limit, &w.key))
+            .collect();
+        let limits = limits_of(writes);
+        let mut when: Vec<Compare> = writes
+            .iter()
+            .zip(&keys)
+            .map(|(w, key)| match w.expected {
+                None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                Some(v) => Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    i64::try_from(v).unwrap_or(i64::MAX),
+                ),
+            })
+            .collect();
+        when.extend(quota_checks(writes).into_iter().map(|(limit, version)| {
+            Compare::mod_revision(
+                self.keys.quota(limit),
+                CompareOp::Equal,
+                i64::try_from(version).unwrap_or(i64::MAX),
+            )
+        }));
+        let puts: Vec<TxnOp> = writes
+            .iter()
+            .zip(&keys)
+            .zip(&leases)
+            .map(|((w, key), lease)| {
+                let opts = lease.map(|l| PutOptions::new().with_lease(l));
+                TxnOp::put(key.clone(), w.value.clone(), opts)
+            })
+            .collect();
+        let mut gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+        gets.extend(limits.iter().map(|l| TxnOp::get(self.keys.quota(l), None)));
+        let txn = Txn::new().when(when).and_then(puts).or_else(gets);
+        let sent = self
+            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
+            .await;
+        let used: Vec<i64> = leases.into_iter().flatten().collect();
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => return (used, Err(e)),
+        };
+        if resp.succeeded() {
+            let outcome =
+                revision(resp.header()).map(|r| WriteOutcome::Written(vec![r; writes.len()]));
+            return (used, outcome);
+        }
+        let ops = resp.op_responses();
+        let found = writes
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let q = limits.iter().position(|l| *l == w.limit).unwrap_or(0);
+                Current {
+                    key: get_kvs(ops.get(i)).first().map(versioned),
+                    quota: get_kvs(ops.get(writes.len() + q)).first().map(versioned),
+                }
+            })
+            .collect();
+        (used, Ok(WriteOutcome::Conflict(found)))
+    }
+}
+
+#[async_trait]
+impl RateStore for EtcdBackend {
+    async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned> {
+        let key = self.keys.quota(name);
+        let Some(quota) = quota else {
+            let resp = self
+                .retry(RequestKind::Range, |c| {
+                    let k = key.clone();
+                    async move { kv(&c).get(k, None).await }
+                })
+                .await?;
+            return resp
+                .kvs()
+                .first()
+                .map(versioned)
+                .ok_or_else(|| Error::NotFound(name.to_string()));
+        };
+        // Create if absent, else read: one request, and a retry after a lost reply finds the
+        // first attempt's quota.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), quota.to_vec(), None)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let resp = self.txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(Versioned {
+                value: quota.to_vec(),
+                version: revision(resp.header())?,
+            });
+        }
+        get_kvs(resp.op_responses().first())
+            .first()
+            .map(versioned)
+            // Deleted between the compare and the get cannot happen in one Txn; an empty
+            // reply is a store failure.
+            .ok_or_else(|| Error::store(format!("etcd returned no quota at {key}")))
+    }
+
+    async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64> {
+        let key = self.keys.quota(name);
+        let resp = self
+            .retry(RequestKind::Put, |c| {
+                let (k, v) = (key.clone(), quota.to_vec());
+                async move { kv(&c).put(k, v, None).await }
+            })
+            .await?;
+        revision(resp.header())
+    }
+
+    async fn limits(&self) -> Result<Vec<String>> {
+        let prefix = self.keys.quotas_prefix();
+        let resp = self
+            .retry(RequestKind::Range, |c| {
+                let p = prefix.clone();
+                async move {
+                    kv(&c)
+                        .get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await?;
+        let mut names: Vec<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
+        let (k, q) = (self.keys.rate_key(limit, key), self.keys.quota(limit));
+        // Both in one revision: a Txn without compares runs its success branch.
+        let txn = Txn::new().and_then([TxnOp::get(k, None), TxnOp::get(q, None)]);
+        let resp = self
+            .retry(RequestKind::Range, |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
+            .await?;
+        let ops = resp.op_responses();
+        let quota = get_kvs(ops.get(1)).first().map(versioned);
+        if quota.is_none() {
+            return Err(Error::NotFound(limit.to_string()));
+        }
+        Ok(Current {
+            quota,
+            key: get_kvs(ops.first()).first().map(versioned),
+        })
+    }
+
+    async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        if writes.is_empty() {
+            return Ok(WriteOutcome::Written(Vec::new()));
+        }
+        check_batch(writes)?;
+        // The lease grant and the Txn (and their one repeat) share one call's bound.
+        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        tokio::time::timeout(bound, self.write_batch(writes))
+            .await
+            .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
+    }
+
+    async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
+        let k = self.keys.rate_key(limit, key);
+        self.retry(RequestKind::Delete, |c| {
+            let k = k.clone();
+            async move { kv(&c).delete(k, None).await }
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(limit: &str, qv: u64) -> KeyWrite {
+        KeyWrite {
+            limit: limit.into(),
+            quota_version: qv,
+            key: "k".into(),
+            expected: None,
+            value: Vec::new(),
+            expires_at: 0,
+        }
+    }
+
+    #[test]
+    fn quotas_are_compared_and_read_once_per_limit() {
+        let ws = [w("a", 1), w("b", 2), w("a", 1), w("a", 3)];
+        assert_eq!(quota_checks(&ws), vec![("a", 1), ("b", 2), ("a", 3)]);
+        assert_eq!(limits_of(&ws), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn batches_etcd_cannot_take_are_refused() {
+        let dup = [w("a", 1), w("b", 1), w("a", 2)];
+        assert!(matches!(check_batch(&dup), Err(Error::InvalidArgument(m)) if m.contains("twice")));
+        let keyed = |n: usize| -> Vec<KeyWrite> {
+            (0..n)
+                .map(|i| KeyWrite {
+                    key: format!("k{i}"),
+                    ..w("a", 1)
+                })
+                .collect()
+        };
+        assert!(check_batch(&keyed(127)).is_ok());
+        assert!(
+            matches!(check_batch(&keyed(128)), Err(Error::InvalidArgument(m)) if m.contains("128"))
+        );
+    }
+}

@@ -1,0 +1,772 @@
+//! The etcd rate-limit store, driven through the `RateStore` trait on a real etcd: quotas,
+//! compare-and-swap per key (one request per write, a conflict answered in the same request),
+//! key escaping, deletes, and idle keys vanishing by themselves through shared leases.
+
+mod support;
+
+use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
+use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use clusterlimit::{Error, RequestStats};
+use etcd_client::{Permission, PermissionType};
+use futures::stream::{self, StreamExt};
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::EtcdCluster;
+
+const PREFIX: &str = "rates";
+
+async fn backend_with(cluster: &EtcdCluster, session_ttl: Duration) -> EtcdBackend {
+    EtcdBackend::connect(EtcdConfig {
+        endpoints: cluster.endpoints(),
+        prefix: PREFIX.into(),
+        session_ttl,
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        user: None,
+    })
+    .await
+    .expect("connect to etcd")
+}
+
+async fn backend(cluster: &EtcdCluster) -> EtcdBackend {
+    backend_with(cluster, Duration::from_secs(10)).await
+}
+
+fn store(b: &EtcdBackend) -> &dyn RateStore {
+    b.rate_store().expect("etcd keeps rate limits")
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+const SEC: u64 = 1_000_000_000;
+
+fn write(limit: &str, qv: u64, key: &str, expected: Option<u64>, value: &str) -> KeyWrite {
+    KeyWrite {
+        limit: limit.into(),
+        quota_version: qv,
+        key: key.into(),
+        expected,
+        value: value.as_bytes().to_vec(),
+        expires_at: unix_now() + 60 * SEC,
+    }
+}
+
+fn written(outcome: WriteOutcome) -> Vec<u64> {
+    match outcome {
+        WriteOutcome::Written(v) => v,
+        other => panic!("expected Written, got {other:?}"),
+    }
+}
+
+fn conflict(outcome: WriteOutcome) -> Vec<Current> {
+    match outcome {
+        WriteOutcome::Conflict(c) => c,
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+}
+
+fn v(value: &str, version: u64) -> Versioned {
+    Versioned {
+        value: value.as_bytes().to_vec(),
+        version,
+    }
+}
+
+/// Requests sent since `before`, without the session's keepalives (not rate-limit requests).
+fn cost(b: &EtcdBackend, before: &RequestStats) -> RequestStats {
+    let mut c = b.stats().since(before);
+    c.lease = 0;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_created_opened_changed_and_listed() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+
+    assert!(matches!(s.ensure_limit("api", None).await, Err(Error::NotFound(n)) if n == "api"));
+    let before = b.stats();
+    let created = s.ensure_limit("api", Some(b"q1")).await.unwrap();
+    assert_eq!(created.value, b"q1");
+    assert_eq!(cost(&b, &before).txn, 1, "create-if-absent is one Txn");
+    // Opening again returns what is stored, whatever is asked (comparing is the caller's job).
+    assert_eq!(s.ensure_limit("api", Some(b"q2")).await.unwrap(), created);
+    assert_eq!(s.ensure_limit("api", None).await.unwrap(), created);
+
+    let v2 = s.put_limit("api", b"q2").await.unwrap();
+    assert!(v2 > created.version);
+    assert_eq!(s.ensure_limit("api", None).await.unwrap(), v("q2", v2));
+    // put_limit creates too.
+    let other = s.put_limit("other", b"q3").await.unwrap();
+    assert_eq!(s.ensure_limit("other", None).await.unwrap(), v("q3", other));
+
+    // A semaphore of the same name is another thing: no collision either way.
+    b.ensure_semaphore("api", Some(2)).await.unwrap();
+    b.ensure_semaphore("sem-only", Some(1)).await.unwrap();
+    assert_eq!(s.limits().await.unwrap(), vec!["api", "other"]);
+    assert_eq!(b.list().await.unwrap(), vec!["api", "sem-only"]);
+    assert_eq!(s.ensure_limit("api", None).await.unwrap(), v("q2", v2));
+    assert!(matches!(
+        s.ensure_limit("sem-only", None).await,
+        Err(Error::NotFound(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_compare_and_swap_and_a_conflict_costs_one_request() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    assert!(matches!(
+        s.read_key("api", "k").await,
+        Err(Error::NotFound(n)) if n == "api"
+    ));
+    let q = s.ensure_limit("api", Some(b"q")).await.unwrap();
+
+    let before = b.stats();
+    let read = s.read_key("api", "k").await.unwrap();
+    assert_eq!(
+        read,
+        Current {
+            quota: Some(q.clone()),
+            key: None
+        }
+    );
+    assert_eq!(cost(&b, &before).range, 1);
+    assert_eq!(cost(&b, &before).total(), 1, "a read is one request");
+
+    // First touch: "must be absent", no read before.
+    let before = b.stats();
+    let v1 = written(
+        s.write_keys(&[write("api", q.version, "k", None, "s1")])
+            .await
+            .unwrap(),
+    )[0];
+    let c = cost(&b, &before);
+    assert_eq!((c.txn, c.total()), (1, 1), "a write is one Txn: {c:?}");
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, Some(v("s1", v1)));
+
+    // Another first touch loses, and learns the current state from the same request.
+    let before = b.stats();
+    let found = conflict(
+        s.write_keys(&[write("api", q.version, "k", None, "lost")])
+            .await
+            .unwrap(),
+    );
+    let c = cost(&b, &before);
+    assert_eq!(
+        (c.txn, c.total()),
+        (1, 1),
+        "a conflict is one request: {c:?}"
+    );
+    assert_eq!(
+        found,
+        vec![Current {
+            quota: Some(q.clone()),
+            key: Some(v("s1", v1))
+        }]
+    );
+
+    let v2 = written(
+        s.write_keys(&[write("api", q.version, "k", Some(v1), "s2")])
+            .await
+            .unwrap(),
+    )[0];
+    assert!(v2 > v1);
+    // A stale version: Conflict with the current key and quota, in one request.
+    let before = b.stats();
+    let found = conflict(
+        s.write_keys(&[write("api", q.version, "k", Some(v1), "stale")])
+            .await
+            .unwrap(),
+    );
+    let c = cost(&b, &before);
+    assert_eq!(
+        (c.txn, c.total()),
+        (1, 1),
+        "a conflict is one request: {c:?}"
+    );
+    assert_eq!(
+        found,
+        vec![Current {
+            quota: Some(q.clone()),
+            key: Some(v("s2", v2))
+        }]
+    );
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, Some(v("s2", v2)));
+
+    // An empty batch sends nothing.
+    let before = b.stats();
+    assert_eq!(
+        s.write_keys(&[]).await.unwrap(),
+        WriteOutcome::Written(vec![])
+    );
+    assert_eq!(cost(&b, &before).total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_change_fails_writes_computed_with_the_old_one() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let q1 = s.ensure_limit("api", Some(b"q1")).await.unwrap();
+    let k1 = written(
+        s.write_keys(&[write("api", q1.version, "k", None, "s1")])
+            .await
+            .unwrap(),
+    )[0];
+    let q2 = s.put_limit("api", b"q2").await.unwrap();
+
+    let found = conflict(
+        s.write_keys(&[write("api", q1.version, "k", Some(k1), "old-quota")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        found,
+        vec![Current {
+            quota: Some(v("q2", q2)),
+            key: Some(v("s1", k1))
+        }]
+    );
+    // A first touch computed with the old quota fails too.
+    let found = conflict(
+        s.write_keys(&[write("api", q1.version, "new", None, "old-quota")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(found[0].key, None);
+    assert_eq!(found[0].quota, Some(v("q2", q2)));
+    // With the new quota's version, it applies.
+    written(
+        s.write_keys(&[write("api", q2, "k", Some(k1), "new-quota")])
+            .await
+            .unwrap(),
+    );
+    // A write on a limit that does not exist finds no quota.
+    let found = conflict(
+        s.write_keys(&[write("gone", 1, "k", None, "x")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        found,
+        vec![Current {
+            quota: None,
+            key: None
+        }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applies_all_or_nothing_within_etcds_operation_limit() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let qa = s.ensure_limit("a", Some(b"qa")).await.unwrap().version;
+    let qb = s.ensure_limit("b", Some(b"qb")).await.unwrap().version;
+    let va = written(
+        s.write_keys(&[write("a", qa, "x", None, "a0")])
+            .await
+            .unwrap(),
+    )[0];
+
+    // One stale write spoils the batch: nothing applies, and every write learns its state.
+    let before = b.stats();
+    let found = conflict(
+        s.write_keys(&[
+            write("b", qb, "y", None, "b1"),
+            write("a", qa, "x", Some(va - 1), "a1"),
+            write("a", qa, "z", None, "z1"),
+        ])
+        .await
+        .unwrap(),
+    );
+    assert_eq!(cost(&b, &before).total(), 1);
+    assert_eq!(
+        found,
+        vec![
+            Current {
+                quota: Some(v("qb", qb)),
+                key: None
+            },
+            Current {
+                quota: Some(v("qa", qa)),
+                key: Some(v("a0", va))
+            },
+            Current {
+                quota: Some(v("qa", qa)),
+                key: None
+            },
+        ]
+    );
+    for (limit, key) in [("b", "y"), ("a", "z")] {
+        assert_eq!(s.read_key(limit, key).await.unwrap().key, None);
+    }
+    assert_eq!(s.read_key("a", "x").await.unwrap().key, Some(v("a0", va)));
+
+    // All current: all apply, in one revision.
+    let vs = written(
+        s.write_keys(&[
+            write("b", qb, "y", None, "b1"),
+            write("a", qa, "x", Some(va), "a1"),
+            write("a", qa, "z", None, "z1"),
+        ])
+        .await
+        .unwrap(),
+    );
+    assert_eq!(vs.len(), 3);
+    assert!(vs.iter().all(|&r| r == vs[0] && r > va));
+    assert_eq!(
+        s.read_key("b", "y").await.unwrap().key,
+        Some(v("b1", vs[0]))
+    );
+    assert_eq!(
+        s.read_key("a", "x").await.unwrap().key,
+        Some(v("a1", vs[1]))
+    );
+    assert_eq!(
+        s.read_key("a", "z").await.unwrap().key,
+        Some(v("z1", vs[2]))
+    );
+
+    // etcd's limit is 128 operations per list of a Txn: 127 writes + 1 quota fit ...
+    let batch = |n: usize| -> Vec<KeyWrite> {
+        (0..n)
+            .map(|i| write("a", qa, &format!("many-{i}"), None, "m"))
+            .collect()
+    };
+    assert_eq!(written(s.write_keys(&batch(127)).await.unwrap()).len(), 127);
+    // ... one more is refused before sending, naming the limit.
+    let before = b.stats();
+    match s.write_keys(&batch(128)).await {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("128"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(cost(&b, &before).total(), 0);
+    assert_eq!(s.read_key("a", "many-127").await.unwrap().key, None);
+    // Two writes of one key in a batch: refused before sending.
+    let before = b.stats();
+    let twice = [
+        write("b", qb, "y", None, "1"),
+        write("b", qb, "y", None, "2"),
+    ];
+    assert!(matches!(
+        s.write_keys(&twice).await,
+        Err(Error::InvalidArgument(m)) if m.contains("twice")
+    ));
+    assert_eq!(cost(&b, &before).total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_kept_as_given_and_delete_forgets_them() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+    let qo = s.ensure_limit("api-2", Some(b"q")).await.unwrap().version;
+    let long_ascii = "k".repeat(512);
+    let long_utf8 = "é".repeat(256); // 512 bytes
+    let keys = [
+        "a/b",
+        "/",
+        "a/",
+        "../x",
+        "GET /v1/users",
+        " spaced ",
+        "ünïcødé ✓ 日本",
+        "10.0.0.1",
+        long_ascii.as_str(),
+        long_utf8.as_str(),
+    ];
+    let mut versions = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let w = write("api", q, key, None, &format!("v{i}"));
+        versions.push(written(s.write_keys(&[w]).await.unwrap())[0]);
+    }
+    // The same key in another limit whose name extends this one's is another key.
+    written(
+        s.write_keys(&[write("api-2", qo, "a/b", None, "other")])
+            .await
+            .unwrap(),
+    );
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            s.read_key("api", key).await.unwrap().key,
+            Some(v(&format!("v{i}"), versions[i])),
+            "key {key:?}"
+        );
+    }
+    // Stored under the exact bytes: one etcd key each, nothing else under the limit's prefix.
+    let stored = support::etcd::list_entries(&cluster.endpoints(), &format!("{PREFIX}/rk/api/"))
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect::<HashSet<_>>();
+    let expected = keys
+        .iter()
+        .map(|k| format!("{PREFIX}/rk/api/{k}"))
+        .collect::<HashSet<_>>();
+    assert_eq!(stored, expected);
+
+    let before = b.stats();
+    s.delete_key("api", "a/b").await.unwrap();
+    assert_eq!(cost(&b, &before).delete, 1);
+    assert_eq!(s.read_key("api", "a/b").await.unwrap().key, None);
+    assert_eq!(
+        s.read_key("api", "a/").await.unwrap().key,
+        Some(v("v2", versions[2]))
+    );
+    assert!(s.read_key("api-2", "a/b").await.unwrap().key.is_some());
+    s.delete_key("api", "a/b").await.unwrap(); // absent: fine
+                                               // Re-created after a delete: a new version, never the old one.
+    let again = written(
+        s.write_keys(&[write("api", q, "a/b", None, "again")])
+            .await
+            .unwrap(),
+    )[0];
+    assert!(again > *versions.iter().max().unwrap());
+    // The old version does not match the re-created key.
+    let found = conflict(
+        s.write_keys(&[write("api", q, "a/b", Some(versions[0]), "stale")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(found[0].key, Some(v("again", again)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_vanish_by_themselves_through_few_leases() {
+    const KEYS: usize = 10_000;
+    const CONCURRENCY: usize = 32;
+    const HORIZON: u64 = 2 * SEC;
+    let cluster = EtcdCluster::single();
+    // A long session TTL: no keepalive during the test, so every Lease counted is a grant.
+    let b = backend_with(&cluster, Duration::from_secs(600)).await;
+    let s = store(&b);
+    let q = s.ensure_limit("idle", Some(b"q")).await.unwrap().version;
+    let ql = s.ensure_limit("long", Some(b"q")).await.unwrap().version;
+
+    // A few keys that must outlive the whole test.
+    let long_until = unix_now() + 120 * SEC;
+    for i in 0..5 {
+        let mut w = write("long", ql, &format!("long-{i}"), None, "l");
+        w.expires_at = long_until;
+        written(s.write_keys(&[w]).await.unwrap());
+    }
+
+    let before = b.stats();
+    let started = Instant::now();
+    let expiries: Vec<u64> = stream::iter(0..KEYS)
+        .map(|i| {
+            let mut w = write("idle", q, &format!("user-{i}"), None, "once");
+            w.expires_at = unix_now() + HORIZON;
+            async move {
+                let at = w.expires_at;
+                written(s.write_keys(std::slice::from_ref(&w)).await.unwrap());
+                at
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let writing = started.elapsed();
+    let c = b.stats().since(&before);
+    let last_expiry = *expiries.iter().max().unwrap();
+    println!(
+        "{KEYS} first-touch writes in {writing:?}: {} Txn, {} other requests, {} lease grants \
+         ({:.2} per 1,000 writes)",
+        c.txn,
+        c.total() - c.txn,
+        c.lease,
+        c.lease as f64 * 1000.0 / KEYS as f64
+    );
+    assert_eq!(c.txn, KEYS as u64, "one Txn per write");
+    // (`total()` leaves out `lease`, where the grants are counted.)
+    assert_eq!(c.total(), c.txn, "nothing but writes and grants: {c:?}");
+    // One lease per bucket: a fresh lease serves at least 1 s of writing.
+    let bound = writing.as_secs() + 3;
+    assert!(
+        c.lease <= bound,
+        "{} lease grants for {writing:?} of writing (at most {bound})",
+        c.lease
+    );
+
+    // Polled until all but 1% are gone, within the documented bound (slack 2 s + etcd's
+    // expiry check) plus a margin for a loaded machine; at every poll, nothing is gone before
+    // its expiry (a listing shows etcd at some instant before it returned).
+    let prefix = format!("{PREFIX}/rk/idle/");
+    let vanish_by = Duration::from_secs(15);
+    let limit = KEYS / 100;
+    let wait_from = Instant::now();
+    let mut polls = 0;
+    let mut below_limit = None;
+    // Per key present at the first poll: the first poll that found it gone.
+    let mut gone_at: Vec<Option<u64>> = vec![None; KEYS];
+    let mut watched = vec![false; KEYS];
+    loop {
+        let present: HashSet<String> = support::etcd::list_entries(&cluster.endpoints(), &prefix)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let listed_by = unix_now();
+        polls += 1;
+        for i in 0..KEYS {
+            let here = present.contains(&format!("{prefix}user-{i}"));
+            if polls == 1 {
+                watched[i] = here;
+            } else if watched[i] && !here && gone_at[i].is_none() {
+                gone_at[i] = Some(listed_by);
+            }
+        }
+        let early: Vec<usize> = (0..KEYS)
+            .filter(|&i| expiries[i] > listed_by)
+            .filter(|i| !present.contains(&format!("{prefix}user-{i}")))
+            .collect();
+        assert!(early.is_empty(), "deleted before their expiry: {early:?}");
+        let since = Duration::from_nanos(listed_by.saturating_sub(last_expiry));
+        let left = present.len();
+        if listed_by > last_expiry && left <= limit && below_limit.is_none() {
+            println!("{left} of {KEYS} idle keys left {since:?} after the last expiry");
+            below_limit = Some(since);
+        }
+        if left == 0 {
+            println!("all gone {since:?} after the last expiry ({polls} polls)");
+            break;
+        }
+        if since >= vanish_by {
+            assert!(
+                below_limit.is_some(),
+                "{left} of {KEYS} idle keys left {since:?} after the last expiry"
+            );
+            println!("{left} keys still left {since:?} after the last expiry");
+            break;
+        }
+        assert!(
+            wait_from.elapsed() < Duration::from_secs(40),
+            "bounded wait"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Each key seen going vanished within the bound (slack 2 s + etcd's expiry lag) plus the
+    // poll interval and a margin for a loaded machine.
+    let lateness = (0..KEYS)
+        .filter_map(|i| gone_at[i].map(|t| t.saturating_sub(expiries[i])))
+        .max()
+        .unwrap_or(0);
+    let seen = gone_at.iter().flatten().count();
+    println!(
+        "{seen} keys seen vanishing, the latest {:?} after its expiry",
+        Duration::from_nanos(lateness)
+    );
+    assert!(
+        lateness < 8 * SEC,
+        "a key vanished {lateness} ns after its expiry"
+    );
+
+    // The long-lived keys are all still there.
+    for i in 0..5 {
+        let key = format!("long-{i}");
+        assert!(
+            s.read_key("long", &key).await.unwrap().key.is_some(),
+            "{key} vanished before its expiry"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_etcd_no_longer_has_is_replaced_and_the_write_applies() {
+    let cluster = EtcdCluster::single();
+    // No keepalive during the test: every Lease counted is a grant.
+    let b = backend_with(&cluster, Duration::from_secs(600)).await;
+    let s = store(&b);
+    let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+    let before = b.stats();
+    written(
+        s.write_keys(&[write("api", q, "a", None, "1")])
+            .await
+            .unwrap(),
+    );
+    written(
+        s.write_keys(&[write("api", q, "b", None, "1")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b.stats().since(&before).lease, 1, "one grant, then reused");
+
+    // Gone behind our back (expired in a pause, revoked by an operator): its keys with it.
+    support::revoke_all_leases(&cluster.endpoints()).await;
+    assert_eq!(s.read_key("api", "a").await.unwrap().key, None);
+    let before = b.stats();
+    let vc = written(
+        s.write_keys(&[write("api", q, "c", None, "1")])
+            .await
+            .unwrap(),
+    )[0];
+    let c = b.stats().since(&before);
+    assert_eq!(
+        (c.txn, c.lease),
+        (2, 1),
+        "refused once, a new lease, sent again: {c:?}"
+    );
+    assert_eq!(s.read_key("api", "c").await.unwrap().key, Some(v("1", vc)));
+    // The new lease is reused from then on.
+    let before = b.stats();
+    written(
+        s.write_keys(&[write("api", q, "d", None, "1")])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b.stats().since(&before).lease, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_a_closed_backend_or_a_dead_server_fail_promptly() {
+    let mut cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+    written(
+        s.write_keys(&[write("api", q, "k", None, "s")])
+            .await
+            .unwrap(),
+    );
+    b.close().await.unwrap();
+    let started = Instant::now();
+    let results = [
+        s.ensure_limit("api", None).await.err(),
+        s.put_limit("api", b"q").await.err(),
+        s.limits().await.err(),
+        s.read_key("api", "k").await.err(),
+        s.write_keys(&[write("api", q, "k2", None, "s")])
+            .await
+            .err(),
+        s.delete_key("api", "k").await.err(),
+    ];
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    for r in results {
+        assert!(matches!(r, Some(Error::Closed)), "{r:?}");
+    }
+
+    // A stopped server: every call fails within its bound (2 × the request timeout), none hangs.
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    cluster.kill(0);
+    let bound = Duration::from_secs(5);
+    let started = Instant::now();
+    let r = tokio::time::timeout(bound, s.read_key("api", "k")).await;
+    assert!(matches!(r, Ok(Err(_))), "{r:?}");
+    let r = tokio::time::timeout(bound, s.write_keys(&[write("api", q, "k3", None, "s")])).await;
+    assert!(matches!(r, Ok(Err(_))), "{r:?}");
+    println!(
+        "calls on a dead server failed after {:?}",
+        started.elapsed()
+    );
+}
+
+/// Adds root, `reader` (read only on `rates/`) and `stranger` (readwrite on `other/` only),
+/// then enables auth.
+async fn enable_auth(cluster: &EtcdCluster) {
+    let mut c = support::connect(&cluster.endpoints()).await;
+    c.user_add("root", "root-Pw-1", None).await.unwrap();
+    c.role_add("root").await.unwrap();
+    c.user_grant_role("root", "root").await.unwrap();
+    for (user, role, prefix, kind) in [
+        ("reader", "rates-ro", "rates/", PermissionType::Read),
+        ("stranger", "other-rw", "other/", PermissionType::Readwrite),
+    ] {
+        c.role_add(role).await.unwrap();
+        let perm = match kind {
+            PermissionType::Read => Permission::read(prefix),
+            _ => Permission::read_write(prefix),
+        }
+        .with_prefix();
+        c.role_grant_permission(role, perm).await.unwrap();
+        c.user_add(user, "user-Pw-1", None).await.unwrap();
+        c.user_grant_role(user, role).await.unwrap();
+    }
+    c.auth_enable().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_named_and_not_retried() {
+    let cluster = EtcdCluster::single();
+    let q = {
+        let b = backend(&cluster).await;
+        let s = store(&b);
+        let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
+        written(
+            s.write_keys(&[write("api", q, "k", None, "s")])
+                .await
+                .unwrap(),
+        );
+        b.close().await.unwrap();
+        q
+    };
+    enable_auth(&cluster).await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("pw");
+    std::fs::write(&password, "user-Pw-1\n").unwrap();
+    let as_user = |name: &str| EtcdConfig {
+        endpoints: cluster.endpoints(),
+        prefix: PREFIX.into(),
+        session_ttl: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        user: Some(clusterlimit::EtcdUser {
+            name: name.into(),
+            password_file: Some(password.clone()),
+        }),
+    };
+    let denied = |r: &clusterlimit::Result<()>, what: &str| {
+        let text = match r {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("{what}: allowed"),
+        };
+        assert!(
+            text.contains("permission denied on prefix \"rates\""),
+            "{what}: {text}"
+        );
+    };
+
+    // Read-only: reads work, every write is refused at once, each with one request.
+    let reader = EtcdBackend::connect(as_user("reader")).await.unwrap();
+    let s = store(&reader);
+    assert!(s.read_key("api", "k").await.unwrap().key.is_some());
+    let started = Instant::now();
+    let before = reader.stats();
+    let r = s.write_keys(&[write("api", q, "k2", None, "s")]).await;
+    denied(&r.map(|_| ()), "write_keys");
+    let r = s.put_limit("api", b"q2").await;
+    denied(&r.map(|_| ()), "put_limit");
+    denied(&s.delete_key("api", "k").await, "delete_key");
+    let c = cost(&reader, &before);
+    assert_eq!((c.txn, c.put, c.delete), (1, 1, 1), "not retried: {c:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // No rights on the prefix at all: a read is refused too.
+    let stranger = EtcdBackend::connect(as_user("stranger")).await.unwrap();
+    let before = stranger.stats();
+    denied(
+        &store(&stranger).read_key("api", "k").await.map(|_| ()),
+        "read_key",
+    );
+    denied(&store(&stranger).limits().await.map(|_| ()), "limits");
+    assert_eq!(cost(&stranger, &before).range, 2, "not retried");
+}
