@@ -16,6 +16,16 @@
 //!
 //! Names are validated to `[A-Za-z0-9._-]` and ids are hex, so a name never reaches outside
 //! its parent.
+//!
+//! Rate limits live beside the semaphores, under their own child of the root, so the two never
+//! share a parent (a semaphore named `r` is `<root>/s/r`, a rate limit named `s` is `<root>/r/s`):
+//!
+//! ```text
+//! <root>/r/<name>                          the encoded quota  (persistent; its version is the quota version)
+//! <root>/r/<name>/<escaped key>            the key's encoded state  (persistent; its version is the key's version)
+//! ```
+//!
+//! A key is any non-empty UTF-8 up to 512 bytes; [`escape_key`] makes it one legal node name.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +57,31 @@ impl Paths {
     pub(super) fn entry(&self, name: &str, node: &str) -> String {
         format!("{}/s/{name}/{node}", self.root)
     }
+    pub(super) fn rate_limits(&self) -> String {
+        format!("{}/r", self.root)
+    }
+    pub(super) fn rate_limit(&self, name: &str) -> String {
+        format!("{}/r/{name}", self.root)
+    }
+    pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
+        format!("{}/r/{name}/{}", self.root, escape_key(key))
+    }
+}
+
+/// Percent-encodes every byte outside `[A-Za-z0-9_~-]` (`%2F`, `%2E`, …): the result has no
+/// `/`, is never `.` or `..`, and holds none of the characters ZooKeeper refuses in a path
+/// (control characters, U+D800–U+F8FF, U+FFF0–U+FFFF), whatever the key. Distinct keys give
+/// distinct names (`%` itself is encoded). Never decoded: nothing lists keys back to callers.
+pub(super) fn escape_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'~' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A queue entry as its node name tells it.
@@ -136,5 +171,19 @@ mod tests {
         assert_eq!(EntryName::parse("lock"), None);
         assert_eq!(EntryName::parse("1-a-"), None);
         assert_eq!(EntryName::parse("1-a-12x"), None);
+    }
+
+    #[test]
+    fn rate_paths_and_key_escaping() {
+        let p = Paths::new("/cl");
+        assert_eq!(p.rate_limit("api"), "/cl/r/api");
+        assert_eq!(p.rate_key("api", "user-42"), "/cl/r/api/user-42");
+        assert_eq!(escape_key("."), "%2E");
+        assert_eq!(escape_key(".."), "%2E%2E");
+        assert_eq!(escape_key("a/b c%"), "a%2Fb%20c%25");
+        assert_eq!(escape_key("é\u{0}"), "%C3%A9%00");
+        assert_eq!(escape_key("A_~-z9"), "A_~-z9");
+        // Injective: a key that looks escaped is escaped again.
+        assert_ne!(escape_key("%2F"), escape_key("/"));
     }
 }
