@@ -9,7 +9,7 @@ use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
 use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
 use clusterlimit::Error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use support::{count_children, zk_connect, ZkCluster};
+use support::{count_children, eventually, zk_connect, FaultProxy, ZkCluster};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -426,7 +426,7 @@ async fn a_later_write_by_another_backend_is_not_swept() {
         assert!(started.elapsed() < Duration::from_secs(20), "a never swept");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    support::eventually("a's sweep ends", Duration::from_secs(5), || async {
+    eventually("a's sweep ends", Duration::from_secs(5), || async {
         count_children(&connect, "/rl-two/r/api").await == 1
     })
     .await;
@@ -478,4 +478,117 @@ async fn a_closed_backend_fails_promptly_and_stops_sweeping() {
     // The key is past its sweep time (0.5 s + 1 s margin) and stays: the sweeper stopped.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(count_children(&connect, "/rl-closed/r/api").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_in_bounded_time_in_a_partition_and_work_again_on_a_new_session() {
+    let zk = ZkCluster::single();
+    let proxy = FaultProxy::start(zk.client_addr(0));
+    let b = ZkBackend::connect(ZkConfig {
+        hosts: vec![proxy.connect_string()],
+        root: "/rl-part".into(),
+        session_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(1),
+        tls: None,
+        digest_file: None,
+        acl: None,
+    })
+    .await
+    .unwrap();
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+    // Swept only after the partition (due at expiry + 1 s).
+    let w = KeyWrite {
+        expires_at: unix_now() + SEC,
+        ..write("api", 0, "short", None, "s")
+    };
+    s.write_keys(&[w]).await.unwrap();
+
+    proxy.blackhole();
+    let t = Instant::now();
+    let r = s.write_keys(&[write("api", 0, "k", None, "x")]).await;
+    let took = t.elapsed();
+    assert!(r.is_err(), "{r:?}");
+    // A call and its retries: at most twice the request timeout (plus scheduling slack).
+    assert!(took < Duration::from_millis(3000), "took {took:?}");
+    // Past the session timeout: the session is gone for good.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.pass();
+
+    let t = Instant::now();
+    let r = s
+        .write_keys(&[write("api", 0, "k", None, "y")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Written(vec![0]));
+    println!("first write after the partition took {:?}", t.elapsed());
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, v("y", 0));
+    // The sweeper resumed on the new session: the short key goes.
+    eventually(
+        "the key expired before the partition is swept",
+        Duration::from_secs(10),
+        || async { s.read_key("api", "short").await.unwrap().key.is_none() },
+    )
+    .await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_identity_reads_but_is_refused_writes_by_name_without_retries() {
+    let zk = ZkCluster::single();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.digest");
+    std::fs::write(&file, "app:s3cret-pass\n").unwrap();
+    let owner = ZkBackend::connect(ZkConfig {
+        hosts: vec![zk.connect_string()],
+        root: "/rl-acl".into(),
+        session_timeout: Duration::from_secs(4),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        digest_file: Some(file),
+        acl: None,
+    })
+    .await
+    .unwrap();
+    store(&owner).ensure_limit("api", Some(b"q")).await.unwrap();
+    store(&owner)
+        .write_keys(&[write("api", 0, "k", None, "s0")])
+        .await
+        .unwrap();
+
+    let other = backend(&zk, "/rl-acl").await;
+    let s = store(&other);
+    // Creating is refused, but the limit is there: what is stored comes back.
+    assert_eq!(
+        Some(s.ensure_limit("api", Some(b"q")).await.unwrap()),
+        v("q", 0)
+    );
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, v("s0", 0));
+    let before = other.stats();
+    let t = Instant::now();
+    let e = s
+        .write_keys(&[write("api", 0, "k", Some(0), "s1")])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("NoAuth") && e.contains("without credentials"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(other.stats().since(&before).txn, 1, "not retried");
+    let e = s.put_limit("api", b"x").await.unwrap_err().to_string();
+    assert!(e.contains("NoAuth"), "{e}");
+    let e = s
+        .ensure_limit("new", Some(b"q"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NoAuth"), "{e}");
+    assert_eq!(
+        store(&owner).read_key("api", "k").await.unwrap().key,
+        v("s0", 0)
+    );
+    owner.close().await.unwrap();
+    other.close().await.unwrap();
 }

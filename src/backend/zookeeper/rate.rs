@@ -236,8 +236,12 @@ impl ZkBackend {
         .transpose()
     }
 
-    /// Sends the multi of `ops`: `Ok(versions)` or `Err(())` if a condition failed.
-    async fn commit_writes(&self, ops: &[Op<'_>]) -> Result<std::result::Result<Vec<u64>, ()>> {
+    /// Sends the multi of `ops`: `Ok((version, zxid) per write)` (zxid 0: unknown) or `Err(())`
+    /// if a condition failed.
+    async fn commit_writes(
+        &self,
+        ops: &[Op<'_>],
+    ) -> Result<std::result::Result<Vec<(i32, i64)>, ()>> {
         let acls = self.acls;
         let results = self
             .rate_call(
@@ -278,10 +282,11 @@ impl ZkBackend {
         let mut versions = Vec::with_capacity(ops.len());
         for r in results.into_iter().skip(1).step_by(2) {
             versions.push(match r {
-                MultiWriteResult::SetData { stat } => version_of(stat.version)?,
+                MultiWriteResult::SetData { stat } => (stat.version, stat.mzxid),
                 // A created node is at version 0 (the create's stat may be invalid:
-                // ZOOKEEPER-4026).
-                MultiWriteResult::Create { .. } => 0,
+                // ZOOKEEPER-4026, then its zxid is unknown).
+                MultiWriteResult::Create { stat, .. } if stat.is_invalid() => (0, 0),
+                MultiWriteResult::Create { stat, .. } => (0, stat.mzxid),
                 _ => return Err(Error::store("ZooKeeper answered a multi out of order")),
             });
         }
@@ -407,11 +412,12 @@ impl RateStore for ZkBackend {
             .iter()
             .any(|o| o.quota_version.is_none() || o.expected.is_none());
         if !impossible {
-            if let Ok(versions) = self.commit_writes(&ops).await? {
-                for (op, &v) in ops.iter().zip(&versions) {
-                    // Versions came from i32s.
-                    let v32 = i32::try_from(v).unwrap_or(i32::MAX);
-                    self.sweeper().wrote(op.key.clone(), v32, op.w.expires_at);
+            if let Ok(written) = self.commit_writes(&ops).await? {
+                let mut versions = Vec::with_capacity(written.len());
+                for (op, &(v, zxid)) in ops.iter().zip(&written) {
+                    versions.push(version_of(v)?);
+                    self.sweeper()
+                        .wrote(op.key.clone(), v, zxid, op.w.expires_at);
                 }
                 return Ok(WriteOutcome::Written(versions));
             }
@@ -425,7 +431,7 @@ impl RateStore for ZkBackend {
         for (op, c) in ops.iter().zip(&currents) {
             if let Some(k) = c.key.as_ref().filter(|k| k.value == op.w.value) {
                 if let Ok(v) = i32::try_from(k.version) {
-                    self.sweeper().wrote(op.key.clone(), v, op.w.expires_at);
+                    self.sweeper().wrote(op.key.clone(), v, 0, op.w.expires_at);
                 }
             }
         }

@@ -25,7 +25,10 @@
 //!
 //! Bounds: at most [`MAX_RECORDS`] keys remembered (later ones are not swept by us and stay
 //! until touched again: logged once); at most [`CONCURRENCY`] deletes in flight; each bounded by
-//! the request timeout; a failed delete is retried a second later. The sweeper stops with the
+//! the request timeout. A delete whose outcome is unknown (lost reply, timeout, session ended
+//! under it) may have applied, and the key may have been re-created since at our version: it
+//! is retried a second later only if still at our write's zxid (one read first; a key whose
+//! create reply carried no valid stat, ZOOKEEPER-4026, is then left to its next writer). The sweeper stops with the
 //! backend (`close` does not wait for future expiries). Keys written by a process that died (or
 //! closed) before their expiry stay in the store until some process writes them again and
 //! sweeps them then. The sweeper uses the backend's session: it is handed the client by every
@@ -65,16 +68,33 @@ pub(super) fn unix_nanos_now() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// When a state written at `now` that expires at `expires_at` may be deleted.
 fn due(now: u64, expires_at: u64) -> u64 {
     let tenth = expires_at.saturating_sub(now) / 10;
-    let margin = tenth.max(u64::try_from(MIN_MARGIN.as_nanos()).unwrap_or(u64::MAX));
+    let margin = tenth.max(nanos(MIN_MARGIN));
     expires_at.saturating_add(margin)
+}
+
+/// What a delete must find to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Target {
+    /// The version we wrote.
+    pub version: i32,
+    /// The zxid of our write (0: unknown). Unlike versions, zxids are never reused.
+    pub mzxid: i64,
+    /// Set after a delete whose outcome is unknown (a lost reply, a session that ended under
+    /// it): it may have applied, and a node re-created since may be back at our version, so
+    /// the retry deletes only a node that still carries our write's zxid (read first).
+    pub verify: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Record {
-    version: i32,
+    target: Target,
     due: u64,
     /// Matches the heap entry that is this record's (older entries of the path are stale).
     seq: u64,
@@ -92,7 +112,7 @@ struct State {
 }
 
 impl State {
-    fn insert(&mut self, path: String, version: i32, due: u64) {
+    fn insert(&mut self, path: String, target: Target, due: u64) {
         if !self.records.contains_key(&path) && self.records.len() >= MAX_RECORDS {
             if !self.full_warned {
                 self.full_warned = true;
@@ -105,7 +125,7 @@ impl State {
         self.next_seq += 1;
         let seq = self.next_seq;
         self.records
-            .insert(path.clone(), Record { version, due, seq });
+            .insert(path.clone(), Record { target, due, seq });
         self.heap.push(Reverse((due, seq, path)));
         // Rewrites of hot keys leave stale heap entries: rebuild before they outgrow the map.
         if self.heap.len() > 2 * self.records.len() + 1024 {
@@ -117,6 +137,20 @@ impl State {
         }
     }
 
+    /// Puts back a delete whose outcome is unknown, unless we wrote the key again meanwhile
+    /// (that record supersedes it) or the zxid that makes a retry safe is unknown (then the
+    /// key is left to whoever writes it next).
+    fn retry(&mut self, path: String, target: Target, due: u64) {
+        if self.records.contains_key(&path) || target.mzxid == 0 {
+            return;
+        }
+        let target = Target {
+            verify: true,
+            ..target
+        };
+        self.insert(path, target, due);
+    }
+
     /// The client, unless its session ended (then it is dropped here).
     fn live_client(&mut self) -> Option<zk::Client> {
         if self.client.as_ref().is_some_and(|(_, t)| t.is_cancelled()) {
@@ -125,8 +159,8 @@ impl State {
         self.client.as_ref().map(|(c, _)| c.clone())
     }
 
-    /// Takes out up to [`ROUND`] records due at `now`: (path, version).
-    fn take_due(&mut self, now: u64) -> Vec<(String, i32)> {
+    /// Takes out up to [`ROUND`] records due at `now`.
+    fn take_due(&mut self, now: u64) -> Vec<(String, Target)> {
         let mut out = Vec::new();
         while out.len() < ROUND {
             match self.heap.peek() {
@@ -139,7 +173,7 @@ impl State {
             if let Some(r) = self.records.get(&path).copied() {
                 if r.seq == seq {
                     self.records.remove(&path);
-                    out.push((path, r.version));
+                    out.push((path, r.target));
                 }
             }
         }
@@ -193,15 +227,21 @@ impl Sweeper {
         }
     }
 
-    /// We wrote `path` at `version`; its state expires at `expires_at` (Unix ns).
-    pub(super) fn wrote(&self, path: String, version: i32, expires_at: u64) {
+    /// We wrote `path` at `version` (zxid `mzxid`, 0 if unknown); its state expires at
+    /// `expires_at` (Unix ns).
+    pub(super) fn wrote(&self, path: String, version: i32, mzxid: i64, expires_at: u64) {
         if self.shared.stop.is_cancelled() {
             return;
         }
         let due = due(unix_nanos_now(), expires_at);
         // No wake-up needed: the task looks at least every IDLE, and nothing is due sooner
         // than MIN_MARGIN (≥ IDLE) after it is recorded.
-        lock(&self.shared.state).insert(path, version, due);
+        let target = Target {
+            version,
+            mzxid,
+            verify: false,
+        };
+        lock(&self.shared.state).insert(path, target, due);
         self.start();
     }
 
@@ -254,65 +294,70 @@ async fn run(shared: Arc<Shared>) {
             _ = session_ended => continue, // drops the client at the top
             _ = tokio::time::sleep(pause) => {}
         }
-        let (client, due) = {
+        let (client, session_end, due) = {
             let mut st = lock(&shared.state);
-            match st.live_client() {
-                Some(c) => {
+            match (st.live_client(), st.client.as_ref().map(|(_, t)| t.clone())) {
+                (Some(c), Some(t)) => {
                     let due = st.take_due(unix_nanos_now());
-                    (c, due)
+                    (c, t, due)
                 }
-                None => continue, // no session: the records wait for the next call's client
+                // No session: the records wait for the next call's client.
+                _ => continue,
             }
         };
         if due.is_empty() {
             continue;
         }
-        let sweep = sweep_round(&shared, client, due);
+        let sweep = sweep_round(&shared, client, due.clone());
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return,
+            // The session ended under the round: drop its client now (a clone would keep the
+            // ended session open on the server) and keep the round's keys for the next one.
+            _ = session_end.cancelled() => {
+                let mut st = lock(&shared.state);
+                let again = unix_nanos_now().saturating_add(nanos(RETRY));
+                for (path, target) in due {
+                    st.retry(path, target, again);
+                }
+            }
             () = sweep => {}
         }
     }
 }
 
-/// Deletes `due` (path, version) at most [`CONCURRENCY`] at a time; failures are put back.
-async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, i32)>) {
-    let deletes = futures::stream::iter(due).map(|(path, version)| {
+/// Deletes `due` at most [`CONCURRENCY`] at a time; failures are put back.
+async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, Target)>) {
+    let deletes = futures::stream::iter(due).map(|(path, target)| {
         let client = &client;
         async move {
-            shared.stats.count(RequestKind::Delete);
-            let r =
-                tokio::time::timeout(shared.request_timeout, client.delete(&path, Some(version)))
-                    .await;
-            (path, version, r)
+            let r = tokio::time::timeout(
+                shared.request_timeout,
+                delete(shared, client, &path, target),
+            )
+            .await
+            .unwrap_or(Err(zk::Error::Timeout));
+            (path, target, r)
         }
     });
     let mut deletes = deletes.buffer_unordered(CONCURRENCY);
     let mut ended = false;
-    while let Some((path, version, r)) = deletes.next().await {
+    while let Some((path, target, r)) = deletes.next().await {
         match r {
             // Gone, or written again since (by someone whose own sweeper removes it).
-            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::BadVersion)) => {}
+            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
             // Someone made children under a key node (not us): leave it.
-            Ok(Err(zk::Error::NotEmpty)) => {
+            Err(zk::Error::NotEmpty) => {
                 tracing::debug!(%path, "rate-limit key node has children; not swept");
             }
-            Ok(Err(zk::Error::NoAuth)) => {
+            Err(zk::Error::NoAuth) => {
                 tracing::warn!(%path, "not allowed to delete an expired rate-limit key; it stays");
             }
-            other => {
-                if let Ok(Err(e)) = &other {
-                    ended |= super::view::is_terminal(e);
-                }
-                tracing::debug!(%path, "deleting an expired rate-limit key failed; retrying later");
-                let mut st = lock(&shared.state);
-                // Unless we wrote it again meanwhile (that record supersedes this one).
-                if !st.records.contains_key(&path) {
-                    let again = unix_nanos_now()
-                        .saturating_add(u64::try_from(RETRY.as_nanos()).unwrap_or(u64::MAX));
-                    st.insert(path, version, again);
-                }
+            Err(e) => {
+                ended |= super::view::is_terminal(&e);
+                tracing::debug!(%path, error = %e, "deleting an expired rate-limit key failed; retrying later");
+                let again = unix_nanos_now().saturating_add(nanos(RETRY));
+                lock(&shared.state).retry(path, target, again);
             }
         }
     }
@@ -320,6 +365,28 @@ async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, i32)
         // The session is gone: forget its client (the next call hands over a new one).
         lock(&shared.state).client = None;
     }
+}
+
+/// One delete at `target`'s version; a `verify` target is read first and deleted only if the
+/// node still carries our write's zxid (else it is someone else's state: `BadVersion`).
+async fn delete(
+    shared: &Shared,
+    client: &zk::Client,
+    path: &str,
+    target: Target,
+) -> Result<(), zk::Error> {
+    if target.verify {
+        shared.stats.count(RequestKind::Range);
+        match client.check_stat(path).await? {
+            None => return Err(zk::Error::NoNode),
+            Some(s) if s.mzxid != target.mzxid || s.version != target.version => {
+                return Err(zk::Error::BadVersion)
+            }
+            Some(_) => {}
+        }
+    }
+    shared.stats.count(RequestKind::Delete);
+    client.delete(path, Some(target.version)).await
 }
 
 #[cfg(test)]
@@ -335,18 +402,48 @@ mod tests {
         assert_eq!(due(0, u64::MAX), u64::MAX);
     }
 
+    fn t(version: i32, mzxid: i64) -> Target {
+        Target {
+            version,
+            mzxid,
+            verify: false,
+        }
+    }
+
     #[test]
     fn one_record_per_key_the_latest() {
         let mut st = State::default();
         for v in 0..5000 {
-            st.insert("/r/a/k".into(), v, 10 + u64::try_from(v).unwrap_or(0));
+            st.insert("/r/a/k".into(), t(v, 1), 10 + u64::try_from(v).unwrap_or(0));
         }
-        st.insert("/r/a/j".into(), 7, 5);
+        st.insert("/r/a/j".into(), t(7, 1), 5);
         assert_eq!(st.records.len(), 2);
         assert!(st.heap.len() <= 2 * 2 + 1024 + 1, "stale entries pruned");
-        assert_eq!(st.take_due(100), vec![("/r/a/j".to_string(), 7)]);
-        assert_eq!(st.take_due(u64::MAX), vec![("/r/a/k".to_string(), 4999)]);
+        assert_eq!(st.take_due(100), vec![("/r/a/j".to_string(), t(7, 1))]);
+        assert_eq!(
+            st.take_due(u64::MAX),
+            vec![("/r/a/k".to_string(), t(4999, 1))]
+        );
         assert!(st.records.is_empty());
         assert!(st.take_due(u64::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_retry_verifies_the_zxid_and_never_overrides_a_newer_write() {
+        let mut st = State::default();
+        st.retry("/r/a/k".into(), t(0, 0), 1);
+        assert!(st.records.is_empty(), "zxid unknown: not retried");
+        st.retry("/r/a/k".into(), t(0, 42), 1);
+        let want = Target {
+            verify: true,
+            ..t(0, 42)
+        };
+        assert_eq!(st.take_due(1), vec![("/r/a/k".to_string(), want)]);
+        st.insert("/r/a/k".into(), t(3, 50), 9);
+        st.retry("/r/a/k".into(), t(0, 42), 1);
+        assert_eq!(
+            st.take_due(u64::MAX),
+            vec![("/r/a/k".to_string(), t(3, 50))]
+        );
     }
 }
