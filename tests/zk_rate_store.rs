@@ -592,3 +592,52 @@ async fn another_identity_reads_but_is_refused_writes_by_name_without_retries() 
     owner.close().await.unwrap();
     other.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_left_by_a_closed_writer_are_swept_by_the_next_writers_scan() {
+    const N: usize = 200;
+    let zk = ZkCluster::single();
+    let connect = zk.connect_string();
+    let a = backend(&zk, "/rl-scan").await;
+    store(&a).ensure_limit("api", Some(b"q")).await.unwrap();
+    write_many(store(&a), "api", N, unix_now() + SEC).await;
+    store(&a)
+        .write_keys(&[write("api", 0, "live", None, "l")])
+        .await
+        .unwrap();
+    a.close().await.unwrap(); // its sweeper stops with it: the keys stay
+
+    // Another process (a restart, say) writes to the limit: its scan finds them.
+    let b = backend(&zk, "/rl-scan").await;
+    let started = Instant::now();
+    store(&b)
+        .write_keys(&[write("api", 0, "mine", None, "m")])
+        .await
+        .unwrap();
+    let limit = Duration::from_secs(60);
+    let mut left = usize::MAX;
+    while started.elapsed() < limit {
+        left = count_children(&connect, "/rl-scan/r/api").await - 2;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let took = started.elapsed();
+    let cost = b.stats();
+    println!(
+        "scan: {N} keys of a closed writer gone {took:?} after the next writer's first write \
+         ({left} left; its requests: {cost:?})"
+    );
+    assert_eq!(left, 0, "{left} of {N} left after {took:?}");
+    // Unexpired keys stay, ours and the closed writer's.
+    assert_eq!(
+        store(&b).read_key("api", "live").await.unwrap().key,
+        v("l", 0)
+    );
+    assert_eq!(
+        store(&b).read_key("api", "mine").await.unwrap().key,
+        v("m", 0)
+    );
+    b.close().await.unwrap();
+}

@@ -28,6 +28,7 @@
 mod auth;
 mod nodes;
 mod rate;
+mod scan;
 mod session;
 mod sweeper;
 mod tls;

@@ -12,6 +12,7 @@
 //!   write whose first attempt applied fails its version check, and the caller recognises its
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
 
+use super::nodes::{key_data, split_key_data};
 use super::sweeper::Sweeper;
 use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
@@ -38,11 +39,15 @@ fn version_of(v: i32) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::store(format!("ZooKeeper returned the version {v}")))
 }
 
-/// A data result of a multi-read: `None` for an absent node.
-fn versioned(r: MultiReadResult) -> std::result::Result<Option<Versioned>, zk::Error> {
+/// A data result of a multi-read: `None` for an absent node. A key's expiry suffix is cut
+/// off (`is_key`).
+fn versioned(
+    r: MultiReadResult,
+    is_key: bool,
+) -> std::result::Result<Option<Versioned>, zk::Error> {
     match r {
         MultiReadResult::Data { data, stat } => Ok(Some(Versioned {
-            value: data,
+            value: if is_key { split_key_data(data).0 } else { data },
             version: u64::try_from(stat.version)
                 .map_err(|_| zk::Error::BadArguments(&"version"))?,
         })),
@@ -64,6 +69,8 @@ struct Op<'a> {
     /// cannot apply: no znode has that version).
     quota_version: Option<i32>,
     expected: Option<Option<i32>>,
+    /// The node's data: the state and its expiry (`nodes.rs`).
+    data: Vec<u8>,
     w: &'a KeyWrite,
 }
 
@@ -148,8 +155,8 @@ impl ZkBackend {
                     let mut it = results.into_iter();
                     while let (Some(q), Some(k)) = (it.next(), it.next()) {
                         out.push(Current {
-                            quota: versioned(q)?,
-                            key: versioned(k)?,
+                            quota: versioned(q, false)?,
+                            key: versioned(k, true)?,
                         });
                     }
                     Ok(out)
@@ -255,10 +262,10 @@ impl ZkBackend {
                         };
                         writer.add_check_version(&op.limit, qv)?;
                         match expected {
-                            Some(v) => writer.add_set_data(&op.key, &op.w.value, Some(v))?,
+                            Some(v) => writer.add_set_data(&op.key, &op.data, Some(v))?,
                             None => writer.add_create(
                                 &op.key,
-                                &op.w.value,
+                                &op.data,
                                 &CreateMode::Persistent.with_acls(acls),
                             )?,
                         }
@@ -405,6 +412,7 @@ impl RateStore for ZkBackend {
                     None => Some(None),
                     Some(v) => i32::try_from(v).ok().map(Some),
                 },
+                data: key_data(&w.value, w.expires_at),
                 w,
             })
             .collect();

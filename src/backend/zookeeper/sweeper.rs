@@ -30,8 +30,8 @@
 //! is retried a second later only if still at our write's zxid (one read first; a key whose
 //! create reply carried no valid stat, ZOOKEEPER-4026, is then left to its next writer). The sweeper stops with the
 //! backend (`close` does not wait for future expiries). Keys written by a process that died (or
-//! closed) before their expiry stay in the store until some process writes them again and
-//! sweeps them then. The sweeper uses the backend's session: it is handed the client by every
+//! closed) before their expiry are found by the slow scan of `scan.rs` (every limit this
+//! backend has written, soon after its first write and then every few minutes, paced). The sweeper uses the backend's session: it is handed the client by every
 //! rate-limit call, and drops it when that session ends (a client clone would keep an ended
 //! session open on the server), so after a session loss it resumes with the next call.
 
@@ -39,7 +39,7 @@ use crate::backend::lock;
 use crate::stats::{RequestCounters, RequestKind};
 use futures::StreamExt;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -68,12 +68,12 @@ pub(super) fn unix_nanos_now() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn nanos(d: Duration) -> u64 {
+pub(super) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// When a state written at `now` that expires at `expires_at` may be deleted.
-fn due(now: u64, expires_at: u64) -> u64 {
+pub(super) fn due(now: u64, expires_at: u64) -> u64 {
     let tenth = expires_at.saturating_sub(now) / 10;
     let margin = tenth.max(nanos(MIN_MARGIN));
     expires_at.saturating_add(margin)
@@ -109,6 +109,8 @@ struct State {
     /// The current session's client and the token cancelled when that session ends.
     client: Option<(zk::Client, CancellationToken)>,
     full_warned: bool,
+    /// Parents of the keys written: the limits the scan visits.
+    limits: HashSet<String>,
 }
 
 impl State {
@@ -187,11 +189,29 @@ pub(super) struct Sweeper {
     started: AtomicBool,
 }
 
-struct Shared {
+/// What the sweeper's tasks (the sweep here, the scan in `scan.rs`) share.
+pub(super) struct Shared {
     state: Mutex<State>,
-    stop: CancellationToken,
-    stats: Arc<RequestCounters>,
-    request_timeout: Duration,
+    pub(super) stop: CancellationToken,
+    pub(super) stats: Arc<RequestCounters>,
+    pub(super) request_timeout: Duration,
+}
+
+impl Shared {
+    /// The current session's client, if it lives.
+    pub(super) fn client(&self) -> Option<zk::Client> {
+        lock(&self.state).live_client()
+    }
+
+    /// Whether this backend remembers a write of `path` (then the sweep removes it).
+    pub(super) fn is_ours(&self, path: &str) -> bool {
+        lock(&self.state).records.contains_key(path)
+    }
+
+    /// The limits (node paths) this backend has written keys of.
+    pub(super) fn limits(&self) -> Vec<String> {
+        lock(&self.state).limits.iter().cloned().collect()
+    }
 }
 
 impl std::fmt::Debug for Sweeper {
@@ -241,7 +261,14 @@ impl Sweeper {
             mzxid,
             verify: false,
         };
-        lock(&self.shared.state).insert(path, target, due);
+        let mut st = lock(&self.shared.state);
+        if let Some((limit, _)) = path.rsplit_once('/') {
+            if !st.limits.contains(limit) {
+                st.limits.insert(limit.to_string());
+            }
+        }
+        st.insert(path, target, due);
+        drop(st);
         self.start();
     }
 
@@ -263,6 +290,7 @@ impl Sweeper {
         match tokio::runtime::Handle::try_current() {
             Ok(h) => {
                 h.spawn(run(self.shared.clone()));
+                h.spawn(super::scan::run(self.shared.clone()));
             }
             // Not in a runtime (cannot happen from an async call): try again next time.
             Err(_) => self.started.store(false, Ordering::Release),
