@@ -27,7 +27,10 @@
 
 mod auth;
 mod nodes;
+mod rate;
+mod scan;
 mod session;
+mod sweeper;
 mod tls;
 mod view;
 
@@ -93,6 +96,8 @@ pub struct ZkBackend {
     acls: Acls<'static>,
     /// Set by close/shutdown: no new session starts.
     stop: Stop,
+    /// Deletes the rate-limit keys we wrote once expired (`rate.rs`, `sweeper.rs`).
+    sweeper: sweeper::Sweeper,
 }
 
 impl std::fmt::Debug for ZkBackend {
@@ -186,7 +191,14 @@ impl ZkBackend {
         let tls = config.tls.as_ref().map(tls::Tls::load).transpose()?;
         let digest = Digest::load(config.digest_file.as_deref())?;
         let acls = auth::node_acls(config.acl, digest.as_ref())?;
+        let stop = Stop::default();
+        let stats = Arc::new(RequestCounters::default());
         let backend = ZkBackend {
+            sweeper: sweeper::Sweeper::new(
+                stop.child_token(),
+                stats.clone(),
+                config.request_timeout,
+            ),
             identity: Identity::of(digest.as_ref()),
             digest,
             tls,
@@ -194,10 +206,10 @@ impl ZkBackend {
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
             config,
-            stats: Arc::new(RequestCounters::default()),
+            stats,
             session: SessionSlot::default(),
             entries: Arc::new(Entries::default()),
-            stop: Stop::default(),
+            stop,
         };
         let session = backend.session().await?;
         let client = session.client()?;
@@ -820,6 +832,10 @@ impl Backend for ZkBackend {
 
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
+    }
+
+    fn rate_store(&self) -> Option<&dyn super::RateStore> {
+        Some(self)
     }
 
     fn session_ttl(&self) -> Duration {

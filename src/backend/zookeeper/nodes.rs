@@ -16,6 +16,19 @@
 //!
 //! Names are validated to `[A-Za-z0-9._-]` and ids are hex, so a name never reaches outside
 //! its parent.
+//!
+//! Rate limits live beside the semaphores, under their own child of the root, so the two never
+//! share a parent (a semaphore named `r` is `<root>/s/r`, a rate limit named `s` is `<root>/r/s`):
+//!
+//! ```text
+//! <root>/r/<name>                          the encoded quota  (persistent; its version is the quota version)
+//! <root>/r/<name>/<escaped key>            the key's encoded state  (persistent; its version is the key's version)
+//! ```
+//!
+//! A key is any non-empty UTF-8 up to 512 bytes; [`escape_key`] makes it one legal node name.
+//! A key node's data is the caller's state followed by `\n@<expires_at>` (Unix ns, decimal):
+//! [`key_data`] / [`split_key_data`]. The suffix lets any process sweep a key whose writer
+//! died before its expiry (see `scan.rs`); callers only ever see their own bytes.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +60,56 @@ impl Paths {
     pub(super) fn entry(&self, name: &str, node: &str) -> String {
         format!("{}/s/{name}/{node}", self.root)
     }
+    pub(super) fn rate_limits(&self) -> String {
+        format!("{}/r", self.root)
+    }
+    pub(super) fn rate_limit(&self, name: &str) -> String {
+        format!("{}/r/{name}", self.root)
+    }
+    pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
+        format!("{}/r/{name}/{}", self.root, escape_key(key))
+    }
+}
+
+/// The data of a key node: `value` + `\n@<expires_at>`.
+pub(super) fn key_data(value: &[u8], expires_at: u64) -> Vec<u8> {
+    let mut data = value.to_vec();
+    data.extend_from_slice(format!("\n@{expires_at}").as_bytes());
+    data
+}
+
+/// A key node's data as (the caller's value, `expires_at`). The suffix is the last `\n@`
+/// (it holds only digits), so any value splits back exactly; data without a readable suffix
+/// (written by something else) is all value, with no expiry known.
+pub(super) fn split_key_data(mut data: Vec<u8>) -> (Vec<u8>, Option<u64>) {
+    let at = data.windows(2).rposition(|w| w == b"\n@");
+    let Some(at) = at else {
+        return (data, None);
+    };
+    let expires_at = std::str::from_utf8(&data[at + 2..])
+        .ok()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok());
+    if expires_at.is_some() {
+        data.truncate(at);
+    }
+    (data, expires_at)
+}
+
+/// Percent-encodes every byte outside `[A-Za-z0-9_~-]` (`%2F`, `%2E`, …): the result has no
+/// `/`, is never `.` or `..`, and holds none of the characters ZooKeeper refuses in a path
+/// (control characters, U+D800–U+F8FF, U+FFF0–U+FFFF), whatever the key. Distinct keys give
+/// distinct names (`%` itself is encoded). Never decoded: nothing lists keys back to callers.
+pub(super) fn escape_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'~' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A queue entry as its node name tells it.
@@ -136,5 +199,37 @@ mod tests {
         assert_eq!(EntryName::parse("lock"), None);
         assert_eq!(EntryName::parse("1-a-"), None);
         assert_eq!(EntryName::parse("1-a-12x"), None);
+    }
+
+    #[test]
+    fn rate_paths_and_key_escaping() {
+        let p = Paths::new("/cl");
+        assert_eq!(p.rate_limit("api"), "/cl/r/api");
+        assert_eq!(p.rate_key("api", "user-42"), "/cl/r/api/user-42");
+        assert_eq!(escape_key("."), "%2E");
+        assert_eq!(escape_key(".."), "%2E%2E");
+        assert_eq!(escape_key("a/b c%"), "a%2Fb%20c%25");
+        assert_eq!(escape_key("é\u{0}"), "%C3%A9%00");
+        assert_eq!(escape_key("A_~-z9"), "A_~-z9");
+        // Injective: a key that looks escaped is escaped again.
+        assert_ne!(escape_key("%2F"), escape_key("/"));
+    }
+
+    #[test]
+    fn key_data_splits_back_exactly() {
+        for value in [&b""[..], b"1 g 5 0 7 9", b"x\n@12", b"\n@", b"a\n@b\n"] {
+            let data = key_data(value, 1234);
+            assert_eq!(
+                split_key_data(data),
+                (value.to_vec(), Some(1234)),
+                "{value:?}"
+            );
+        }
+        assert_eq!(split_key_data(b"plain".to_vec()), (b"plain".to_vec(), None));
+        assert_eq!(
+            split_key_data(b"x\n@1a".to_vec()),
+            (b"x\n@1a".to_vec(), None)
+        );
+        assert_eq!(split_key_data(b"x\n@".to_vec()), (b"x\n@".to_vec(), None));
     }
 }

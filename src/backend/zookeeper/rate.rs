@@ -1,0 +1,463 @@
+//! [`RateStore`] on ZooKeeper (layout in `nodes.rs`): a limit is a persistent node whose data
+//! is the quota, a key a persistent child whose data is the state; versions are the nodes'
+//! data versions.
+//!
+//! * `write_keys`: one `multi`, per write `check(limit, quota_version)` and `setData(key,
+//!   expected)` (or `create(key)` for "must be absent"). On a failed condition, one multi-read
+//!   of every key and quota (counted as a read) gives the caller what it needs to recompute.
+//! * `read_key`: one multi-read of the quota and the key.
+//! * Idle keys: removed by this backend's sweeper after their expiry (see `sweeper.rs`).
+//! * Every call is retried across connection errors and a lost session (rate nodes are
+//!   persistent: nothing goes with the session) within the shared [`Attempts`] bound; a retried
+//!   write whose first attempt applied fails its version check, and the caller recognises its
+//!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
+
+use super::nodes::{key_data, split_key_data};
+use super::sweeper::Sweeper;
+use super::view::{is_connection_error, is_terminal};
+use super::ZkBackend;
+use crate::backend::retry::Attempts;
+use crate::backend::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use crate::error::{Error, Result};
+use crate::stats::RequestKind;
+use async_trait::async_trait;
+use std::future::Future;
+use zookeeper_client::{
+    self as zk, CreateMode, MultiReadResult, MultiWriteError, MultiWriteResult,
+};
+
+/// Failures of a write's condition: the key's version, the key's (non-)existence, the limit.
+fn is_condition(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists
+    )
+}
+
+/// A znode version as the trait's version.
+fn version_of(v: i32) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::store(format!("ZooKeeper returned the version {v}")))
+}
+
+/// A data result of a multi-read: `None` for an absent node. A key's expiry suffix is cut
+/// off (`is_key`).
+fn versioned(
+    r: MultiReadResult,
+    is_key: bool,
+) -> std::result::Result<Option<Versioned>, zk::Error> {
+    match r {
+        MultiReadResult::Data { data, stat } => Ok(Some(Versioned {
+            value: if is_key { split_key_data(data).0 } else { data },
+            version: u64::try_from(stat.version)
+                .map_err(|_| zk::Error::BadArguments(&"version"))?,
+        })),
+        MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        } => Ok(None),
+        MultiReadResult::Error { err } => Err(err),
+        _ => Err(zk::Error::UnexpectedError(
+            "children where data was asked".into(),
+        )),
+    }
+}
+
+/// One write as the multi sends it.
+struct Op<'a> {
+    limit: String,
+    key: String,
+    /// Quota and key versions as znode versions; `None` if they cannot be one (then the write
+    /// cannot apply: no znode has that version).
+    quota_version: Option<i32>,
+    expected: Option<Option<i32>>,
+    /// The node's data: the state and its expiry (`nodes.rs`).
+    data: Vec<u8>,
+    w: &'a KeyWrite,
+}
+
+impl ZkBackend {
+    fn sweeper(&self) -> &Sweeper {
+        &self.sweeper
+    }
+
+    /// Runs one request (`op` on the session's client) with the retries of a rate-limit call:
+    /// connection errors and a lost session are retried within [`Attempts`]; `NoAuth` is named
+    /// after `what`. Each attempt counts as `kind`.
+    async fn rate_call<T, F, Fut>(&self, kind: RequestKind, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
+            let session = match self.session().await {
+                Ok(s) => s,
+                Err(Error::Closed) => return Err(Error::Closed),
+                Err(e) => {
+                    if attempts.again(true).await {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            let client = match session.client() {
+                Ok(c) => c,
+                // Ended just now: the next turn starts a new session.
+                Err(e) => {
+                    if attempts.again(false).await {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            self.sweeper().use_client(&client, session.stop_token());
+            self.stats.count(kind);
+            let bound = tokio::time::Instant::now() + self.config.request_timeout;
+            let r = tokio::time::timeout_at(bound.min(attempts.deadline()), op(client)).await;
+            let e = match r {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(Error::store(format!(
+                        "ZooKeeper did not answer in time ({what})"
+                    )))
+                }
+            };
+            match &e {
+                zk::Error::NoAuth => return Err(self.identity.denied(what)),
+                zk::Error::AuthFailed => return Err(self.identity.rejected()),
+                // Gone for good: end it here (the keeper may not have noticed yet), retry on
+                // a new one.
+                e if is_terminal(e) => session.end(),
+                e if is_connection_error(e) => {}
+                _ => return Err(self.map_error(e)),
+            }
+            tracing::debug!(error = %e, what, "rate-limit request failed; retrying");
+            if !attempts.again(true).await {
+                return Err(self.map_error(e));
+            }
+        }
+    }
+
+    /// Reads each (limit, key): one multi-read, counted as a read.
+    async fn read_currents(&self, pairs: &[(String, String)]) -> Result<Vec<Current>> {
+        let results = self
+            .rate_call(
+                RequestKind::Range,
+                "reading rate-limit state",
+                |c| async move {
+                    let mut reader = c.new_multi_reader();
+                    for (limit, key) in pairs {
+                        reader.add_get_data(limit)?;
+                        reader.add_get_data(key)?;
+                    }
+                    let results = reader.commit().await?;
+                    let mut out = Vec::with_capacity(pairs.len());
+                    let mut it = results.into_iter();
+                    while let (Some(q), Some(k)) = (it.next(), it.next()) {
+                        out.push(Current {
+                            quota: versioned(q, false)?,
+                            key: versioned(k, true)?,
+                        });
+                    }
+                    Ok(out)
+                },
+            )
+            .await?;
+        if results.len() != pairs.len() {
+            return Err(Error::store(
+                "ZooKeeper answered a multi-read with too few results",
+            ));
+        }
+        Ok(results)
+    }
+
+    /// Creates `<root>/r` (once per tree; a lost race is fine).
+    async fn make_limits_dir(&self) -> Result<()> {
+        let dir = self.paths.rate_limits();
+        let acls = self.acls;
+        self.rate_call(RequestKind::Put, "creating the rate limits' node", |c| {
+            let dir = dir.clone();
+            async move {
+                match c.mkdir(&dir, &CreateMode::Persistent.with_acls(acls)).await {
+                    Ok(()) | Err(zk::Error::NodeExists) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Creates the limit's node with `quota`: `Ok(true)` created, `Ok(false)` it exists.
+    async fn create_limit(&self, name: &str, quota: &[u8]) -> Result<bool> {
+        let path = self.paths.rate_limit(name);
+        let acls = self.acls;
+        let what = format!("creating rate limit {name:?}");
+        for _ in 0..2 {
+            let created = self
+                .rate_call(RequestKind::Put, &what, |c| {
+                    let path = path.clone();
+                    async move {
+                        let options = CreateMode::Persistent.with_acls(acls);
+                        match c.create(&path, quota, &options).await {
+                            Ok(_) => Ok(Some(true)),
+                            Err(zk::Error::NodeExists) => Ok(Some(false)),
+                            Err(zk::Error::NoNode) => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .await?;
+            match created {
+                Some(made) => return Ok(made),
+                // The first rate limit of this tree: make `<root>/r`, then create again.
+                None => self.make_limits_dir().await?,
+            }
+        }
+        Err(Error::store(format!(
+            "the node {} vanished while creating rate limit {name:?}",
+            self.paths.rate_limits()
+        )))
+    }
+
+    /// The limit's node: `None` if absent.
+    async fn read_limit(&self, name: &str) -> Result<Option<Versioned>> {
+        let path = self.paths.rate_limit(name);
+        let read = self
+            .rate_call(RequestKind::Range, "reading a rate limit", |c| {
+                let path = path.clone();
+                async move {
+                    match c.get_data(&path).await {
+                        Ok((data, stat)) => Ok(Some((data, stat.version))),
+                        Err(zk::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        read.map(|(value, v)| {
+            Ok(Versioned {
+                value,
+                version: version_of(v)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Sends the multi of `ops`: `Ok((version, zxid) per write)` (zxid 0: unknown) or `Err(())`
+    /// if a condition failed.
+    async fn commit_writes(
+        &self,
+        ops: &[Op<'_>],
+    ) -> Result<std::result::Result<Vec<(i32, i64)>, ()>> {
+        let acls = self.acls;
+        let results = self
+            .rate_call(
+                RequestKind::Txn,
+                "writing rate-limit state",
+                |c| async move {
+                    let mut writer = c.new_multi_writer();
+                    for op in ops {
+                        let (Some(qv), Some(expected)) = (op.quota_version, op.expected) else {
+                            continue;
+                        };
+                        writer.add_check_version(&op.limit, qv)?;
+                        match expected {
+                            Some(v) => writer.add_set_data(&op.key, &op.data, Some(v))?,
+                            None => writer.add_create(
+                                &op.key,
+                                &op.data,
+                                &CreateMode::Persistent.with_acls(acls),
+                            )?,
+                        }
+                    }
+                    match writer.commit().await {
+                        Ok(r) => Ok(Ok(r)),
+                        Err(MultiWriteError::OperationFailed { source, .. })
+                            if is_condition(&source) =>
+                        {
+                            Ok(Err(()))
+                        }
+                        Err(e) => Err(zk::Error::from(e)),
+                    }
+                },
+            )
+            .await?;
+        let Ok(results) = results else {
+            return Ok(Err(()));
+        };
+        // Per write: the check's result, then the set's or the create's.
+        let mut versions = Vec::with_capacity(ops.len());
+        for r in results.into_iter().skip(1).step_by(2) {
+            versions.push(match r {
+                MultiWriteResult::SetData { stat } => (stat.version, stat.mzxid),
+                // A created node is at version 0 (the create's stat may be invalid:
+                // ZOOKEEPER-4026, then its zxid is unknown).
+                MultiWriteResult::Create { stat, .. } if stat.is_invalid() => (0, 0),
+                MultiWriteResult::Create { stat, .. } => (0, stat.mzxid),
+                _ => return Err(Error::store("ZooKeeper answered a multi out of order")),
+            });
+        }
+        if versions.len() != ops.len() {
+            return Err(Error::store(
+                "ZooKeeper answered a multi with too few results",
+            ));
+        }
+        Ok(Ok(versions))
+    }
+}
+
+#[async_trait]
+impl RateStore for ZkBackend {
+    async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned> {
+        if let Some(q) = quota {
+            match self.create_limit(name, q).await {
+                Ok(true) => {
+                    return Ok(Versioned {
+                        value: q.to_vec(),
+                        version: 0,
+                    })
+                }
+                Ok(false) => {}
+                // ZooKeeper checks the parent's ACL before whether the node exists: a reader
+                // gets NoAuth for a limit that is there. The read below tells.
+                Err(e) => {
+                    return match self.read_limit(name).await {
+                        Ok(Some(v)) => Ok(v),
+                        _ => Err(e),
+                    }
+                }
+            }
+        }
+        self.read_limit(name)
+            .await?
+            .ok_or_else(|| Error::NotFound(name.to_string()))
+    }
+
+    async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64> {
+        let path = self.paths.rate_limit(name);
+        let what = format!("setting the quota of rate limit {name:?}");
+        // Set, or create if absent; a create that loses a race sets again.
+        for _ in 0..3 {
+            let set = self
+                .rate_call(RequestKind::Put, &what, |c| {
+                    let path = path.clone();
+                    async move {
+                        match c.set_data(&path, quota, None).await {
+                            Ok(stat) => Ok(Some(stat.version)),
+                            Err(zk::Error::NoNode) => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .await?;
+            match set {
+                Some(v) => return version_of(v),
+                None => {
+                    if self.create_limit(name, quota).await? {
+                        return Ok(0);
+                    }
+                }
+            }
+        }
+        Err(Error::store(format!(
+            "rate limit {name:?} kept appearing and vanishing; quota not set, try again"
+        )))
+    }
+
+    async fn limits(&self) -> Result<Vec<String>> {
+        let dir = self.paths.rate_limits();
+        let mut names = self
+            .rate_call(RequestKind::Range, "listing rate limits", |c| {
+                let dir = dir.clone();
+                async move {
+                    match c.list_children(&dir).await {
+                        Ok(names) => Ok(names),
+                        Err(zk::Error::NoNode) => Ok(Vec::new()),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        names.sort();
+        Ok(names)
+    }
+
+    async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
+        let pair = [(
+            self.paths.rate_limit(limit),
+            self.paths.rate_key(limit, key),
+        )];
+        let current = self
+            .read_currents(&pair)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::store("ZooKeeper answered a multi-read with no result"))?;
+        if current.quota.is_none() {
+            return Err(Error::NotFound(limit.to_string()));
+        }
+        Ok(current)
+    }
+
+    async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        if writes.is_empty() {
+            return Ok(WriteOutcome::Written(Vec::new()));
+        }
+        let ops: Vec<Op<'_>> = writes
+            .iter()
+            .map(|w| Op {
+                limit: self.paths.rate_limit(&w.limit),
+                key: self.paths.rate_key(&w.limit, &w.key),
+                quota_version: i32::try_from(w.quota_version).ok(),
+                expected: match w.expected {
+                    None => Some(None),
+                    Some(v) => i32::try_from(v).ok().map(Some),
+                },
+                data: key_data(&w.value, w.expires_at),
+                w,
+            })
+            .collect();
+        let impossible = ops
+            .iter()
+            .any(|o| o.quota_version.is_none() || o.expected.is_none());
+        if !impossible {
+            if let Ok(written) = self.commit_writes(&ops).await? {
+                let mut versions = Vec::with_capacity(written.len());
+                for (op, &(v, zxid)) in ops.iter().zip(&written) {
+                    versions.push(version_of(v)?);
+                    self.sweeper()
+                        .wrote(op.key.clone(), v, zxid, op.w.expires_at);
+                }
+                return Ok(WriteOutcome::Written(versions));
+            }
+        }
+        let pairs: Vec<(String, String)> = ops
+            .iter()
+            .map(|o| (o.limit.clone(), o.key.clone()))
+            .collect();
+        let currents = self.read_currents(&pairs).await?;
+        // A retried write whose first attempt applied shows our own value: sweep it too.
+        for (op, c) in ops.iter().zip(&currents) {
+            if let Some(k) = c.key.as_ref().filter(|k| k.value == op.w.value) {
+                if let Ok(v) = i32::try_from(k.version) {
+                    self.sweeper().wrote(op.key.clone(), v, 0, op.w.expires_at);
+                }
+            }
+        }
+        Ok(WriteOutcome::Conflict(currents))
+    }
+
+    async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
+        let path = self.paths.rate_key(limit, key);
+        self.sweeper().forget(&path);
+        self.rate_call(RequestKind::Delete, "deleting a rate-limit key", |c| {
+            let path = path.clone();
+            async move {
+                match c.delete(&path, None).await {
+                    Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
+    }
+}

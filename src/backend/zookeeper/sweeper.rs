@@ -1,0 +1,477 @@
+//! Idle rate-limit keys vanish: the sweeper deletes each key this backend wrote once the state
+//! it wrote has expired, **with a version check**.
+//!
+//! ZooKeeper's TTL nodes need a server flag most installs lack (`extendedTypesEnabled`), and a
+//! node's TTL cannot grow when a later write (or a quota change) makes the state live longer,
+//! so keys are plain persistent nodes and the writer removes them. For every key it wrote, the
+//! backend remembers (path, version written, `expires_at`), one record per key (the latest
+//! write), and deletes `path` at that version once `expires_at + margin` has passed on its
+//! clock. The margin (at least [`MIN_MARGIN`], else a tenth of the state's lifetime at the
+//! write) protects a writer whose clock is behind ours: it still sees the state as unexpired a
+//! little longer. A version mismatch means someone wrote the key after us; their state may be
+//! live, and their own sweeper (with their `expires_at`) removes it: we forget ours.
+//!
+//! Why a delete by version is safe although a re-created node restarts at version 0 (so a
+//! version can come back for one key): a node is deleted only after the state at that version
+//! has expired for every writer whose clock is within the margin, and the generic layer drops
+//! a cached state once past its `expires_at`. So nobody holds an unexpired cached version of a
+//! deleted node, and a stale version that happens to equal a re-created node's version is never
+//! used for a write. **Not covered**: `delete_key` (a reset) deletes at once, without waiting
+//! for expiry; a process that cached the reset key's state (e.g. serving a provable denial)
+//! keeps its version, and if the re-created node reaches that same version before the cache
+//! expires, that process's write (computed from the pre-reset state) applies, and this
+//! sweeper's record of the old node may delete the new one at that version. Both need the
+//! re-created node to reach exactly the cached version, within the old state's lifetime.
+//!
+//! Bounds: at most [`MAX_RECORDS`] keys remembered (later ones are not swept by us and stay
+//! until touched again: logged once); at most [`CONCURRENCY`] deletes in flight; each bounded by
+//! the request timeout. A delete whose outcome is unknown (lost reply, timeout, session ended
+//! under it) may have applied, and the key may have been re-created since at our version: it
+//! is retried a second later only if still at our write's zxid (one read first; a key whose
+//! create reply carried no valid stat, ZOOKEEPER-4026, is then left to its next writer). The sweeper stops with the
+//! backend (`close` does not wait for future expiries). Keys written by a process that died (or
+//! closed) before their expiry are found by the slow scan of `scan.rs` (every limit this
+//! backend has written, soon after its first write and then every few minutes, paced). The sweeper uses the backend's session: it is handed the client by every
+//! rate-limit call, and drops it when that session ends (a client clone would keep an ended
+//! session open on the server), so after a session loss it resumes with the next call.
+
+use crate::backend::lock;
+use crate::stats::{RequestCounters, RequestKind};
+use futures::StreamExt;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+/// Shortest wait past `expires_at` before a delete.
+pub(super) const MIN_MARGIN: Duration = Duration::from_secs(1);
+/// Most keys remembered at once.
+pub(super) const MAX_RECORDS: usize = 1_000_000;
+/// Most deletes in flight at once.
+pub(super) const CONCURRENCY: usize = 32;
+/// Most deletes taken per round (between two looks at the clock and the stop token).
+const ROUND: usize = 1024;
+/// Longest sleep of the task (it also looks whether its session ended).
+const IDLE: Duration = Duration::from_secs(1);
+/// Pause before a delete that failed is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+const _: () = assert!(MIN_MARGIN.as_nanos() >= IDLE.as_nanos());
+
+/// Unix time now in nanoseconds (0 if the clock is before 1970).
+pub(super) fn unix_nanos_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+pub(super) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// When a state written at `now` that expires at `expires_at` may be deleted.
+pub(super) fn due(now: u64, expires_at: u64) -> u64 {
+    let tenth = expires_at.saturating_sub(now) / 10;
+    let margin = tenth.max(nanos(MIN_MARGIN));
+    expires_at.saturating_add(margin)
+}
+
+/// What a delete must find to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Target {
+    /// The version we wrote.
+    pub version: i32,
+    /// The zxid of our write (0: unknown). Unlike versions, zxids are never reused.
+    pub mzxid: i64,
+    /// Set after a delete whose outcome is unknown (a lost reply, a session that ended under
+    /// it): it may have applied, and a node re-created since may be back at our version, so
+    /// the retry deletes only a node that still carries our write's zxid (read first).
+    pub verify: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    target: Target,
+    due: u64,
+    /// Matches the heap entry that is this record's (older entries of the path are stale).
+    seq: u64,
+}
+
+#[derive(Default)]
+struct State {
+    records: HashMap<String, Record>,
+    /// (due, seq, path), earliest first; entries whose seq no longer matches are skipped.
+    heap: BinaryHeap<Reverse<(u64, u64, String)>>,
+    next_seq: u64,
+    /// The current session's client and the token cancelled when that session ends.
+    client: Option<(zk::Client, CancellationToken)>,
+    full_warned: bool,
+    /// Parents of the keys written: the limits the scan visits.
+    limits: HashSet<String>,
+}
+
+impl State {
+    fn insert(&mut self, path: String, target: Target, due: u64) {
+        if !self.records.contains_key(&path) && self.records.len() >= MAX_RECORDS {
+            if !self.full_warned {
+                self.full_warned = true;
+                tracing::warn!(
+                    "more than {MAX_RECORDS} rate-limit keys wait for their expiry; later keys are not swept by this process"
+                );
+            }
+            return;
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.records
+            .insert(path.clone(), Record { target, due, seq });
+        self.heap.push(Reverse((due, seq, path)));
+        // Rewrites of hot keys leave stale heap entries: rebuild before they outgrow the map.
+        if self.heap.len() > 2 * self.records.len() + 1024 {
+            self.heap = self
+                .records
+                .iter()
+                .map(|(p, r)| Reverse((r.due, r.seq, p.clone())))
+                .collect();
+        }
+    }
+
+    /// Puts back a delete whose outcome is unknown, unless we wrote the key again meanwhile
+    /// (that record supersedes it) or the zxid that makes a retry safe is unknown (then the
+    /// key is left to whoever writes it next).
+    fn retry(&mut self, path: String, target: Target, due: u64) {
+        if self.records.contains_key(&path) || target.mzxid == 0 {
+            return;
+        }
+        let target = Target {
+            verify: true,
+            ..target
+        };
+        self.insert(path, target, due);
+    }
+
+    /// The client, unless its session ended (then it is dropped here).
+    fn live_client(&mut self) -> Option<zk::Client> {
+        if self.client.as_ref().is_some_and(|(_, t)| t.is_cancelled()) {
+            self.client = None;
+        }
+        self.client.as_ref().map(|(c, _)| c.clone())
+    }
+
+    /// Takes out up to [`ROUND`] records due at `now`.
+    fn take_due(&mut self, now: u64) -> Vec<(String, Target)> {
+        let mut out = Vec::new();
+        while out.len() < ROUND {
+            match self.heap.peek() {
+                Some(Reverse((due, _, _))) if *due <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((_, seq, path))) = self.heap.pop() else {
+                break;
+            };
+            if let Some(r) = self.records.get(&path).copied() {
+                if r.seq == seq {
+                    self.records.remove(&path);
+                    out.push((path, r.target));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The sweeper of one backend; its task starts with the first key recorded.
+pub(super) struct Sweeper {
+    shared: Arc<Shared>,
+    started: AtomicBool,
+}
+
+/// What the sweeper's tasks (the sweep here, the scan in `scan.rs`) share.
+pub(super) struct Shared {
+    state: Mutex<State>,
+    pub(super) stop: CancellationToken,
+    pub(super) stats: Arc<RequestCounters>,
+    pub(super) request_timeout: Duration,
+}
+
+impl Shared {
+    /// The current session's client, if it lives.
+    pub(super) fn client(&self) -> Option<zk::Client> {
+        lock(&self.state).live_client()
+    }
+
+    /// Whether this backend remembers a write of `path` (then the sweep removes it).
+    pub(super) fn is_ours(&self, path: &str) -> bool {
+        lock(&self.state).records.contains_key(path)
+    }
+
+    /// The limits (node paths) this backend has written keys of.
+    pub(super) fn limits(&self) -> Vec<String> {
+        lock(&self.state).limits.iter().cloned().collect()
+    }
+}
+
+impl std::fmt::Debug for Sweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweeper")
+            .field("records", &lock(&self.shared.state).records.len())
+            .finish()
+    }
+}
+
+impl Sweeper {
+    /// `stop`: cancelled when the backend stops.
+    pub(super) fn new(
+        stop: CancellationToken,
+        stats: Arc<RequestCounters>,
+        request_timeout: Duration,
+    ) -> Sweeper {
+        Sweeper {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                stop,
+                stats,
+                request_timeout,
+            }),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// The client of the session in use (and the token that ends with it).
+    pub(super) fn use_client(&self, client: &zk::Client, session_end: &CancellationToken) {
+        if !session_end.is_cancelled() {
+            lock(&self.shared.state).client = Some((client.clone(), session_end.clone()));
+        }
+    }
+
+    /// We wrote `path` at `version` (zxid `mzxid`, 0 if unknown); its state expires at
+    /// `expires_at` (Unix ns).
+    pub(super) fn wrote(&self, path: String, version: i32, mzxid: i64, expires_at: u64) {
+        if self.shared.stop.is_cancelled() {
+            return;
+        }
+        let due = due(unix_nanos_now(), expires_at);
+        // No wake-up needed: the task looks at least every IDLE, and nothing is due sooner
+        // than MIN_MARGIN (≥ IDLE) after it is recorded.
+        let target = Target {
+            version,
+            mzxid,
+            verify: false,
+        };
+        let mut st = lock(&self.shared.state);
+        if let Some((limit, _)) = path.rsplit_once('/') {
+            if !st.limits.contains(limit) {
+                st.limits.insert(limit.to_string());
+            }
+        }
+        st.insert(path, target, due);
+        drop(st);
+        self.start();
+    }
+
+    /// We deleted `path` ourselves: the record would only match a re-created node.
+    pub(super) fn forget(&self, path: &str) {
+        lock(&self.shared.state).records.remove(path);
+    }
+
+    /// Keys remembered now (for tests and logs).
+    #[allow(dead_code)]
+    pub(super) fn len(&self) -> usize {
+        lock(&self.shared.state).records.len()
+    }
+
+    fn start(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(run(self.shared.clone()));
+                h.spawn(super::scan::run(self.shared.clone()));
+            }
+            // Not in a runtime (cannot happen from an async call): try again next time.
+            Err(_) => self.started.store(false, Ordering::Release),
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    loop {
+        let (next, session_end) = {
+            let mut st = lock(&shared.state);
+            let _ = st.live_client();
+            let next = st.heap.peek().map(|Reverse((due, _, _))| *due);
+            (next, st.client.as_ref().map(|(_, t)| t.clone()))
+        };
+        let now = unix_nanos_now();
+        let pause = next.map_or(IDLE, |d| {
+            Duration::from_nanos(d.saturating_sub(now)).min(IDLE)
+        });
+        let session_ended = async {
+            match &session_end {
+                Some(t) => t.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return,
+            _ = session_ended => continue, // drops the client at the top
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let (client, session_end, due) = {
+            let mut st = lock(&shared.state);
+            match (st.live_client(), st.client.as_ref().map(|(_, t)| t.clone())) {
+                (Some(c), Some(t)) => {
+                    let due = st.take_due(unix_nanos_now());
+                    (c, t, due)
+                }
+                // No session: the records wait for the next call's client.
+                _ => continue,
+            }
+        };
+        if due.is_empty() {
+            continue;
+        }
+        let sweep = sweep_round(&shared, client, due.clone());
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return,
+            // The session ended under the round: drop its client now (a clone would keep the
+            // ended session open on the server) and keep the round's keys for the next one.
+            _ = session_end.cancelled() => {
+                let mut st = lock(&shared.state);
+                let again = unix_nanos_now().saturating_add(nanos(RETRY));
+                for (path, target) in due {
+                    st.retry(path, target, again);
+                }
+            }
+            () = sweep => {}
+        }
+    }
+}
+
+/// Deletes `due` at most [`CONCURRENCY`] at a time; failures are put back.
+async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, Target)>) {
+    let deletes = futures::stream::iter(due).map(|(path, target)| {
+        let client = &client;
+        async move {
+            let r = tokio::time::timeout(
+                shared.request_timeout,
+                delete(shared, client, &path, target),
+            )
+            .await
+            .unwrap_or(Err(zk::Error::Timeout));
+            (path, target, r)
+        }
+    });
+    let mut deletes = deletes.buffer_unordered(CONCURRENCY);
+    let mut ended = false;
+    while let Some((path, target, r)) = deletes.next().await {
+        match r {
+            // Gone, or written again since (by someone whose own sweeper removes it).
+            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
+            // Someone made children under a key node (not us): leave it.
+            Err(zk::Error::NotEmpty) => {
+                tracing::debug!(%path, "rate-limit key node has children; not swept");
+            }
+            Err(zk::Error::NoAuth) => {
+                tracing::warn!(%path, "not allowed to delete an expired rate-limit key; it stays");
+            }
+            Err(e) => {
+                ended |= super::view::is_terminal(&e);
+                tracing::debug!(%path, error = %e, "deleting an expired rate-limit key failed; retrying later");
+                let again = unix_nanos_now().saturating_add(nanos(RETRY));
+                lock(&shared.state).retry(path, target, again);
+            }
+        }
+    }
+    if ended {
+        // The session is gone: forget its client (the next call hands over a new one).
+        lock(&shared.state).client = None;
+    }
+}
+
+/// One delete at `target`'s version; a `verify` target is read first and deleted only if the
+/// node still carries our write's zxid (else it is someone else's state: `BadVersion`).
+async fn delete(
+    shared: &Shared,
+    client: &zk::Client,
+    path: &str,
+    target: Target,
+) -> Result<(), zk::Error> {
+    if target.verify {
+        shared.stats.count(RequestKind::Range);
+        match client.check_stat(path).await? {
+            None => return Err(zk::Error::NoNode),
+            Some(s) if s.mzxid != target.mzxid || s.version != target.version => {
+                return Err(zk::Error::BadVersion)
+            }
+            Some(_) => {}
+        }
+    }
+    shared.stats.count(RequestKind::Delete);
+    client.delete(path, Some(target.version)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_waits_a_margin_past_expiry() {
+        let s = 1_000_000_000u64;
+        assert_eq!(due(0, 2 * s), 3 * s, "at least one second");
+        assert_eq!(due(0, 100 * s), 110 * s, "a tenth of the lifetime");
+        assert_eq!(due(50 * s, 10 * s), 11 * s, "already expired: the minimum");
+        assert_eq!(due(0, u64::MAX), u64::MAX);
+    }
+
+    fn t(version: i32, mzxid: i64) -> Target {
+        Target {
+            version,
+            mzxid,
+            verify: false,
+        }
+    }
+
+    #[test]
+    fn one_record_per_key_the_latest() {
+        let mut st = State::default();
+        for v in 0..5000 {
+            st.insert("/r/a/k".into(), t(v, 1), 10 + u64::try_from(v).unwrap_or(0));
+        }
+        st.insert("/r/a/j".into(), t(7, 1), 5);
+        assert_eq!(st.records.len(), 2);
+        assert!(st.heap.len() <= 2 * 2 + 1024 + 1, "stale entries pruned");
+        assert_eq!(st.take_due(100), vec![("/r/a/j".to_string(), t(7, 1))]);
+        assert_eq!(
+            st.take_due(u64::MAX),
+            vec![("/r/a/k".to_string(), t(4999, 1))]
+        );
+        assert!(st.records.is_empty());
+        assert!(st.take_due(u64::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_retry_verifies_the_zxid_and_never_overrides_a_newer_write() {
+        let mut st = State::default();
+        st.retry("/r/a/k".into(), t(0, 0), 1);
+        assert!(st.records.is_empty(), "zxid unknown: not retried");
+        st.retry("/r/a/k".into(), t(0, 42), 1);
+        let want = Target {
+            verify: true,
+            ..t(0, 42)
+        };
+        assert_eq!(st.take_due(1), vec![("/r/a/k".to_string(), want)]);
+        st.insert("/r/a/k".into(), t(3, 50), 9);
+        st.retry("/r/a/k".into(), t(0, 42), 1);
+        assert_eq!(
+            st.take_due(u64::MAX),
+            vec![("/r/a/k".to_string(), t(3, 50))]
+        );
+    }
+}

@@ -1,0 +1,643 @@
+//! The ZooKeeper `RateStore` driven directly on a real server: limits, compare-and-swap writes
+//! (one `multi` per batch, one multi-read per conflict, counted), all-or-nothing batches, odd
+//! keys, and the sweeper that removes idle keys (with a version check, so a later write by
+//! another process survives).
+
+mod support;
+
+use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
+use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use clusterlimit::Error;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::{count_children, eventually, zk_connect, FaultProxy, ZkCluster};
+
+const SEC: u64 = 1_000_000_000;
+
+async fn backend(zk: &ZkCluster, root: &str) -> ZkBackend {
+    ZkBackend::connect(ZkConfig {
+        hosts: vec![zk.connect_string()],
+        root: root.to_string(),
+        session_timeout: Duration::from_secs(4),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        digest_file: None,
+        acl: None,
+    })
+    .await
+    .expect("connect")
+}
+
+fn store(b: &ZkBackend) -> &dyn RateStore {
+    b.rate_store().expect("zk keeps rate limits")
+}
+
+fn unix_now() -> u64 {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    u64::try_from(d.as_nanos()).expect("fits")
+}
+
+fn write(limit: &str, qv: u64, key: &str, expected: Option<u64>, value: &str) -> KeyWrite {
+    KeyWrite {
+        limit: limit.into(),
+        quota_version: qv,
+        key: key.into(),
+        expected,
+        value: value.as_bytes().to_vec(),
+        expires_at: unix_now() + 3600 * SEC,
+    }
+}
+
+fn v(value: &str, version: u64) -> Option<Versioned> {
+    Some(Versioned {
+        value: value.as_bytes().to_vec(),
+        version,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_created_set_and_listed() {
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-limits").await;
+    let s = store(&b);
+    assert_eq!(s.limits().await.unwrap(), Vec::<String>::new());
+    assert!(matches!(s.ensure_limit("api", None).await, Err(Error::NotFound(n)) if n == "api"));
+
+    let made = s.ensure_limit("api", Some(b"q1")).await.unwrap();
+    assert_eq!(Some(made), v("q1", 0));
+    // Already there: what is stored comes back, whatever was asked.
+    let again = s.ensure_limit("api", Some(b"q2")).await.unwrap();
+    assert_eq!(Some(again), v("q1", 0));
+    assert_eq!(Some(s.ensure_limit("api", None).await.unwrap()), v("q1", 0));
+
+    assert_eq!(s.put_limit("api", b"q2").await.unwrap(), 1);
+    assert_eq!(Some(s.ensure_limit("api", None).await.unwrap()), v("q2", 1));
+    // put_limit creates an absent limit.
+    assert_eq!(s.put_limit("login", b"q3").await.unwrap(), 0);
+    assert_eq!(s.limits().await.unwrap(), vec!["api", "login"]);
+
+    // Semaphores and rate limits of the same name do not meet.
+    b.ensure_semaphore("api", Some(2)).await.unwrap();
+    b.ensure_semaphore("r", Some(1)).await.unwrap();
+    assert_eq!(b.list().await.unwrap(), vec!["api", "r"]);
+    assert_eq!(s.limits().await.unwrap(), vec!["api", "login"]);
+    assert_eq!(Some(s.ensure_limit("api", None).await.unwrap()), v("q2", 1));
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_compare_and_swap_and_a_conflict_returns_key_and_quota() {
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-cas").await;
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+
+    // First touch: no read, one multi.
+    let before = b.stats();
+    let r = s
+        .write_keys(&[write("api", 0, "k", None, "s0")])
+        .await
+        .unwrap();
+    let cost = b.stats().since(&before);
+    assert_eq!(r, WriteOutcome::Written(vec![0]));
+    assert_eq!((cost.txn, cost.total()), (1, 1), "first write: {cost:?}");
+
+    let before = b.stats();
+    let cur = s.read_key("api", "k").await.unwrap();
+    let cost = b.stats().since(&before);
+    assert_eq!(
+        cur,
+        Current {
+            quota: v("q", 0),
+            key: v("s0", 0)
+        }
+    );
+    assert_eq!((cost.range, cost.total()), (1, 1), "read_key: {cost:?}");
+
+    let r = s
+        .write_keys(&[write("api", 0, "k", Some(0), "s1")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Written(vec![1]));
+
+    // A stale version: one multi that fails, one multi-read for what the caller needs.
+    let before = b.stats();
+    let r = s
+        .write_keys(&[write("api", 0, "k", Some(0), "lost")])
+        .await
+        .unwrap();
+    let cost = b.stats().since(&before);
+    let want = Current {
+        quota: v("q", 0),
+        key: v("s1", 1),
+    };
+    assert_eq!(r, WriteOutcome::Conflict(vec![want.clone()]));
+    assert_eq!(
+        (cost.txn, cost.range, cost.total()),
+        (1, 1, 2),
+        "conflict: {cost:?}"
+    );
+    println!("requests: first write {{txn 1}}, conflict {cost:?}");
+
+    // "Must be absent" on a present key conflicts too; nothing was written.
+    let r = s
+        .write_keys(&[write("api", 0, "k", None, "lost")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Conflict(vec![want.clone()]));
+    // A version no znode can have conflicts without harm.
+    let r = s
+        .write_keys(&[write("api", 0, "k", Some(u64::MAX), "lost")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Conflict(vec![want.clone()]));
+    assert_eq!(s.read_key("api", "k").await.unwrap(), want);
+
+    // An absent key reads as None; an absent limit is NotFound, by name.
+    let absent = s.read_key("api", "other").await.unwrap();
+    assert_eq!(
+        absent,
+        Current {
+            quota: v("q", 0),
+            key: None
+        }
+    );
+    assert!(matches!(s.read_key("nope", "k").await, Err(Error::NotFound(n)) if n == "nope"));
+    // A write to an absent limit conflicts with quota None.
+    let r = s
+        .write_keys(&[write("nope", 0, "k", None, "x")])
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        WriteOutcome::Conflict(vec![Current {
+            quota: None,
+            key: None
+        }])
+    );
+
+    // Empty batch: no request.
+    let before = b.stats();
+    assert_eq!(
+        s.write_keys(&[]).await.unwrap(),
+        WriteOutcome::Written(vec![])
+    );
+    assert_eq!(b.stats().since(&before).total(), 0);
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_change_fails_writes_computed_with_the_old_quota() {
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-quota").await;
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"old")).await.unwrap();
+    s.write_keys(&[write("api", 0, "k", None, "s0")])
+        .await
+        .unwrap();
+    assert_eq!(s.put_limit("api", b"new").await.unwrap(), 1);
+
+    let r = s
+        .write_keys(&[write("api", 0, "k", Some(0), "s1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        WriteOutcome::Conflict(vec![Current {
+            quota: v("new", 1),
+            key: v("s0", 0)
+        }])
+    );
+    let r = s
+        .write_keys(&[write("api", 0, "fresh", None, "f")])
+        .await
+        .unwrap();
+    assert!(matches!(r, WriteOutcome::Conflict(_)), "{r:?}");
+    assert_eq!(s.read_key("api", "fresh").await.unwrap().key, None);
+
+    let r = s
+        .write_keys(&[write("api", 1, "k", Some(0), "s1")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Written(vec![1]));
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applies_all_or_nothing_across_limits() {
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-batch").await;
+    let s = store(&b);
+    s.ensure_limit("a", Some(b"qa")).await.unwrap();
+    s.ensure_limit("g", Some(b"qg")).await.unwrap();
+    s.write_keys(&[
+        write("a", 0, "u1", None, "a0"),
+        write("g", 0, "all", None, "g0"),
+    ])
+    .await
+    .unwrap();
+
+    // One stale write spoils the batch: nothing of it applies, every write's current comes back.
+    let before = b.stats();
+    let r = s
+        .write_keys(&[
+            write("a", 0, "u1", Some(0), "a1"),
+            write("a", 0, "u2", None, "b0"),
+            write("g", 0, "all", Some(7), "g1"),
+        ])
+        .await
+        .unwrap();
+    let cost = b.stats().since(&before);
+    assert_eq!(
+        r,
+        WriteOutcome::Conflict(vec![
+            Current {
+                quota: v("qa", 0),
+                key: v("a0", 0)
+            },
+            Current {
+                quota: v("qa", 0),
+                key: None
+            },
+            Current {
+                quota: v("qg", 0),
+                key: v("g0", 0)
+            },
+        ])
+    );
+    assert_eq!((cost.txn, cost.range, cost.total()), (1, 1, 2), "{cost:?}");
+    assert_eq!(s.read_key("a", "u1").await.unwrap().key, v("a0", 0));
+    assert_eq!(s.read_key("a", "u2").await.unwrap().key, None);
+
+    let before = b.stats();
+    let r = s
+        .write_keys(&[
+            write("a", 0, "u1", Some(0), "a1"),
+            write("a", 0, "u2", None, "b0"),
+            write("g", 0, "all", Some(0), "g1"),
+        ])
+        .await
+        .unwrap();
+    let cost = b.stats().since(&before);
+    assert_eq!(r, WriteOutcome::Written(vec![1, 0, 1]));
+    assert_eq!((cost.txn, cost.total()), (1, 1), "{cost:?}");
+    assert_eq!(s.read_key("g", "all").await.unwrap().key, v("g1", 1));
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_key_round_trips_and_deletes() {
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-keys").await;
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+    let keys: Vec<String> = vec![
+        "/".into(),
+        "a/b".into(),
+        "/a/".into(),
+        ".".into(),
+        "..".into(),
+        " ".into(),
+        "GET /v1/users".into(),
+        "%2F".into(),
+        "ünïcødé 😀 ключ".into(),
+        "\u{0}\u{1}\n\t\u{7f}\u{9f}".into(),
+        "\u{e000}\u{f8ff}\u{fff0}\u{ffff}".into(),
+        "zookeeper".into(),
+        "x".repeat(512),
+        "é".repeat(256),
+    ];
+    for k in &keys {
+        assert!(!k.is_empty() && k.len() <= 512);
+        let r = s.write_keys(&[write("api", 0, k, None, k)]).await;
+        assert_eq!(r.unwrap(), WriteOutcome::Written(vec![0]), "key {k:?}");
+    }
+    for k in &keys {
+        let cur = s.read_key("api", k).await.unwrap();
+        assert_eq!(cur.key, v(k, 0), "key {k:?}");
+    }
+    // One node per key, all under the limit's node.
+    assert_eq!(
+        count_children(&zk.connect_string(), "/rl-keys/r/api").await,
+        keys.len()
+    );
+    for k in &keys {
+        s.delete_key("api", k).await.unwrap();
+        assert_eq!(s.read_key("api", k).await.unwrap().key, None, "key {k:?}");
+        s.delete_key("api", k).await.unwrap(); // absent: fine
+    }
+    assert_eq!(
+        count_children(&zk.connect_string(), "/rl-keys/r/api").await,
+        0
+    );
+    b.close().await.unwrap();
+}
+
+/// Writes `n` keys `k<i>` of `limit` (absent before), in batches of 100.
+async fn write_many(s: &dyn RateStore, limit: &str, n: usize, expires_at: u64) {
+    let keys: Vec<usize> = (0..n).collect();
+    for chunk in keys.chunks(100) {
+        let writes: Vec<KeyWrite> = chunk
+            .iter()
+            .map(|i| KeyWrite {
+                expires_at,
+                ..write(limit, 0, &format!("k{i}"), None, "s")
+            })
+            .collect();
+        let r = s.write_keys(&writes).await.unwrap();
+        assert!(matches!(r, WriteOutcome::Written(_)), "{r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_vanish_and_live_ones_stay() {
+    const N: usize = 10_000;
+    let zk = ZkCluster::single();
+    let connect = zk.connect_string();
+    let b = backend(&zk, "/rl-sweep").await;
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+    // A key that lives for an hour must not be swept.
+    s.write_keys(&[write("api", 0, "live", None, "l")])
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let expires_at = unix_now() + 2 * SEC;
+    write_many(s, "api", N, expires_at).await;
+    let written = started.elapsed();
+    let before = b.stats();
+
+    // Due at expiry + 1 s (the margin); give the sweep a generous bound on a loaded machine.
+    let limit = Duration::from_secs(60);
+    let mut left = usize::MAX;
+    while started.elapsed() < limit {
+        left = count_children(&connect, "/rl-sweep/r/api").await - 1;
+        if left <= N / 100 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = started.elapsed();
+    println!(
+        "{N} keys written in {written:?}, expiring 2 s after the first write; \
+         {left} left {took:?} after it; deletes sent: {}",
+        b.stats().since(&before).delete
+    );
+    assert!(
+        left <= N / 100,
+        "{left} of {N} idle keys left after {took:?}"
+    );
+    assert_eq!(s.read_key("api", "live").await.unwrap().key, v("l", 0));
+    // Every key is gone soon after (the 1% allowance is not needed by this sweeper).
+    let client = zk_connect(&connect).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.list_children("/rl-sweep/r/api").await.unwrap().len() > 1 {
+        assert!(Instant::now() < deadline, "stragglers stay");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("all {N} gone {:?} after the first write", started.elapsed());
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_write_by_another_backend_is_not_swept() {
+    let zk = ZkCluster::single();
+    let connect = zk.connect_string();
+    let a = backend(&zk, "/rl-two").await;
+    let b = backend(&zk, "/rl-two").await;
+    store(&a).ensure_limit("api", Some(b"q")).await.unwrap();
+    let soon = unix_now() + SEC;
+    let w = |key: &str| KeyWrite {
+        expires_at: soon,
+        ..write("api", 0, key, None, "a")
+    };
+    store(&a).write_keys(&[w("gone"), w("kept")]).await.unwrap();
+    // b writes "kept" after a, with a state that lives for an hour.
+    let r = store(&b)
+        .write_keys(&[write("api", 0, "kept", Some(0), "b")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Written(vec![1]));
+
+    // a's sweeper tries both once due (2 s): "gone" goes, "kept" fails its version check.
+    let before = a.stats();
+    let started = Instant::now();
+    while a.stats().since(&before).delete < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "a never swept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually("a's sweep ends", Duration::from_secs(5), || async {
+        count_children(&connect, "/rl-two/r/api").await == 1
+    })
+    .await;
+    assert_eq!(store(&b).read_key("api", "gone").await.unwrap().key, None);
+    assert_eq!(
+        store(&b).read_key("api", "kept").await.unwrap().key,
+        v("b", 1)
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_backend_fails_promptly_and_stops_sweeping() {
+    let zk = ZkCluster::single();
+    let connect = zk.connect_string();
+    let b = backend(&zk, "/rl-closed").await;
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+    let soon = unix_now() + SEC / 2;
+    let w = KeyWrite {
+        expires_at: soon,
+        ..write("api", 0, "k", None, "s")
+    };
+    s.write_keys(&[w]).await.unwrap();
+
+    let t = Instant::now();
+    b.close().await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "close waited: {:?}",
+        t.elapsed()
+    );
+
+    let t = Instant::now();
+    assert!(s.ensure_limit("api", None).await.is_err());
+    assert!(s.put_limit("api", b"x").await.is_err());
+    assert!(s.limits().await.is_err());
+    assert!(s.read_key("api", "k").await.is_err());
+    let r = s.write_keys(&[write("api", 0, "k", Some(0), "t")]).await;
+    assert!(r.is_err(), "{r:?}");
+    assert!(s.delete_key("api", "k").await.is_err());
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "calls after close took {:?}",
+        t.elapsed()
+    );
+
+    // The key is past its sweep time (0.5 s + 1 s margin) and stays: the sweeper stopped.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(count_children(&connect, "/rl-closed/r/api").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_in_bounded_time_in_a_partition_and_work_again_on_a_new_session() {
+    let zk = ZkCluster::single();
+    let proxy = FaultProxy::start(zk.client_addr(0));
+    let b = ZkBackend::connect(ZkConfig {
+        hosts: vec![proxy.connect_string()],
+        root: "/rl-part".into(),
+        session_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(1),
+        tls: None,
+        digest_file: None,
+        acl: None,
+    })
+    .await
+    .unwrap();
+    let s = store(&b);
+    s.ensure_limit("api", Some(b"q")).await.unwrap();
+    // Swept only after the partition (due at expiry + 1 s).
+    let w = KeyWrite {
+        expires_at: unix_now() + SEC,
+        ..write("api", 0, "short", None, "s")
+    };
+    s.write_keys(&[w]).await.unwrap();
+
+    proxy.blackhole();
+    let t = Instant::now();
+    let r = s.write_keys(&[write("api", 0, "k", None, "x")]).await;
+    let took = t.elapsed();
+    assert!(r.is_err(), "{r:?}");
+    // A call and its retries: at most twice the request timeout (plus scheduling slack).
+    assert!(took < Duration::from_millis(3000), "took {took:?}");
+    // Past the session timeout: the session is gone for good.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.pass();
+
+    let t = Instant::now();
+    let r = s
+        .write_keys(&[write("api", 0, "k", None, "y")])
+        .await
+        .unwrap();
+    assert_eq!(r, WriteOutcome::Written(vec![0]));
+    println!("first write after the partition took {:?}", t.elapsed());
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, v("y", 0));
+    // The sweeper resumed on the new session: the short key goes.
+    eventually(
+        "the key expired before the partition is swept",
+        Duration::from_secs(10),
+        || async { s.read_key("api", "short").await.unwrap().key.is_none() },
+    )
+    .await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_identity_reads_but_is_refused_writes_by_name_without_retries() {
+    let zk = ZkCluster::single();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.digest");
+    std::fs::write(&file, "app:s3cret-pass\n").unwrap();
+    let owner = ZkBackend::connect(ZkConfig {
+        hosts: vec![zk.connect_string()],
+        root: "/rl-acl".into(),
+        session_timeout: Duration::from_secs(4),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        digest_file: Some(file),
+        acl: None,
+    })
+    .await
+    .unwrap();
+    store(&owner).ensure_limit("api", Some(b"q")).await.unwrap();
+    store(&owner)
+        .write_keys(&[write("api", 0, "k", None, "s0")])
+        .await
+        .unwrap();
+
+    let other = backend(&zk, "/rl-acl").await;
+    let s = store(&other);
+    // Creating is refused, but the limit is there: what is stored comes back.
+    assert_eq!(
+        Some(s.ensure_limit("api", Some(b"q")).await.unwrap()),
+        v("q", 0)
+    );
+    assert_eq!(s.read_key("api", "k").await.unwrap().key, v("s0", 0));
+    let before = other.stats();
+    let t = Instant::now();
+    let e = s
+        .write_keys(&[write("api", 0, "k", Some(0), "s1")])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("NoAuth") && e.contains("without credentials"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(other.stats().since(&before).txn, 1, "not retried");
+    let e = s.put_limit("api", b"x").await.unwrap_err().to_string();
+    assert!(e.contains("NoAuth"), "{e}");
+    let e = s
+        .ensure_limit("new", Some(b"q"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NoAuth"), "{e}");
+    assert_eq!(
+        store(&owner).read_key("api", "k").await.unwrap().key,
+        v("s0", 0)
+    );
+    owner.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_left_by_a_closed_writer_are_swept_by_the_next_writers_scan() {
+    const N: usize = 200;
+    let zk = ZkCluster::single();
+    let connect = zk.connect_string();
+    let a = backend(&zk, "/rl-scan").await;
+    store(&a).ensure_limit("api", Some(b"q")).await.unwrap();
+    write_many(store(&a), "api", N, unix_now() + SEC).await;
+    store(&a)
+        .write_keys(&[write("api", 0, "live", None, "l")])
+        .await
+        .unwrap();
+    a.close().await.unwrap(); // its sweeper stops with it: the keys stay
+
+    // Another process (a restart, say) writes to the limit: its scan finds them.
+    let b = backend(&zk, "/rl-scan").await;
+    let started = Instant::now();
+    store(&b)
+        .write_keys(&[write("api", 0, "mine", None, "m")])
+        .await
+        .unwrap();
+    let limit = Duration::from_secs(60);
+    let mut left = usize::MAX;
+    while started.elapsed() < limit {
+        left = count_children(&connect, "/rl-scan/r/api").await - 2;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let took = started.elapsed();
+    let cost = b.stats();
+    println!(
+        "scan: {N} keys of a closed writer gone {took:?} after the next writer's first write \
+         ({left} left; its requests: {cost:?})"
+    );
+    assert_eq!(left, 0, "{left} of {N} left after {took:?}");
+    // Unexpired keys stay, ours and the closed writer's.
+    assert_eq!(
+        store(&b).read_key("api", "live").await.unwrap().key,
+        v("l", 0)
+    );
+    assert_eq!(
+        store(&b).read_key("api", "mine").await.unwrap().key,
+        v("m", 0)
+    );
+    b.close().await.unwrap();
+}
