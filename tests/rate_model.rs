@@ -369,3 +369,60 @@ fn the_model_sees_admissions_denials_and_bans() {
     };
     assert!(decide(&q, Some(&state), 2, t0).decision.allowed);
 }
+
+/// A meter of `algorithm` worth nothing at any time after the epoch.
+fn spent(algorithm: Algorithm) -> Meter {
+    match algorithm {
+        Algorithm::Gcra => Meter::Gcra { tat: 0 },
+        Algorithm::FixedWindow => Meter::Fixed {
+            window: 0,
+            count: 0,
+        },
+        _ => Meter::Sliding {
+            window: 0,
+            count: 0,
+            previous: 0,
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// A stored state of another algorithm (after a quota change) counts as absent, but its
+    /// ban and its stamp still hold.
+    #[test]
+    fn another_algorithms_state_counts_as_absent(
+        quota in quota(),
+        foreign in 0u8..3,
+        fields in (any::<u64>(), any::<u64>(), any::<u64>()),
+        stamp_ahead in 0u64..2_000_000_000,
+        ban_ahead in prop_oneof![Just(None), (0u64..4_000_000_000).prop_map(Some)],
+        cost_sel in 0u64..1000,
+    ) {
+        prop_assume!(quota.validate().is_ok());
+        let now = 1_750_000_000_000_000_000u64;
+        let (a, b, c) = fields;
+        let meter = match foreign {
+            0 => Meter::Gcra { tat: a },
+            1 => Meter::Fixed { window: a, count: b },
+            _ => Meter::Sliding { window: a, count: b, previous: c },
+        };
+        prop_assume!(meter.algorithm() != quota.algorithm);
+        let stamp = now + stamp_ahead;
+        let banned_until = ban_ahead.map_or(0, |d| stamp + d);
+        let stored = KeyState { meter, banned_until, stamp, tag: 9 };
+        let blank = KeyState { meter: spent(quota.algorithm), ..stored };
+        let cost = cost_of(cost_sel, quota.max_cost());
+        let v = decide(&quota, Some(&stored), cost, now);
+        let w = decide(&quota, Some(&blank), cost, now);
+        prop_assert_eq!(v.decision, w.decision);
+        prop_assert_eq!(v.expires_at, w.expires_at);
+        prop_assert_eq!(v.state.is_some(), w.state.is_some());
+        if let Some(s) = v.state {
+            prop_assert_eq!(s.meter.algorithm(), quota.algorithm);
+            prop_assert_eq!(s.stamp, stamp);
+            prop_assert!(s.banned_until >= banned_until);
+        }
+    }
+}
