@@ -277,12 +277,6 @@ impl Sweeper {
         lock(&self.shared.state).records.remove(path);
     }
 
-    /// Keys remembered now (for tests and logs).
-    #[allow(dead_code)]
-    pub(super) fn len(&self) -> usize {
-        lock(&self.shared.state).records.len()
-    }
-
     fn start(&self) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
