@@ -115,6 +115,8 @@ struct State {
     full_warned: bool,
     /// Parents of the keys written: the limits the scan visits.
     limits: HashSet<String>,
+    /// While a scan runs: paths the sweep has dealt with since it listed.
+    swept: Option<HashSet<String>>,
 }
 
 impl State {
@@ -207,9 +209,21 @@ impl Shared {
         lock(&self.state).live_client()
     }
 
-    /// Whether this backend remembers a write of `path` (then the sweep removes it).
+    /// Whether this backend remembers a write of `path` (then the sweep removes it), or the
+    /// sweep has dealt with it since [`scan_started`](Self::scan_started).
     pub(super) fn is_ours(&self, path: &str) -> bool {
-        lock(&self.state).records.contains_key(path)
+        let st = lock(&self.state);
+        st.records.contains_key(path) || st.swept.as_ref().is_some_and(|s| s.contains(path))
+    }
+
+    /// A scan listed a limit: from now on, remember what the sweep deletes, so the scan does
+    /// not read it again.
+    pub(super) fn scan_started(&self) {
+        lock(&self.state).swept = Some(HashSet::new());
+    }
+
+    pub(super) fn scan_ended(&self) {
+        lock(&self.state).swept = None;
     }
 
     /// The limits (node paths) this backend has written keys of.
@@ -371,7 +385,11 @@ async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, Targ
     while let Some((path, target, r)) = deletes.next().await {
         match r {
             // Gone, or written again since (by someone whose own sweeper removes it).
-            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
+            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {
+                if let Some(swept) = lock(&shared.state).swept.as_mut() {
+                    swept.insert(path);
+                }
+            }
             // Someone made children under a key node (not us): leave it.
             Err(zk::Error::NotEmpty) => {
                 tracing::debug!(%path, "rate-limit key node has children; not swept");
