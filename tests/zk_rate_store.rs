@@ -396,6 +396,11 @@ async fn idle_keys_vanish_and_live_ones_stay() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("all {N} gone {:?} after the first write", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "requests since the writes, sweep and scan: {:?}",
+        b.stats().since(&before)
+    );
     b.close().await.unwrap();
 }
 

@@ -6,7 +6,11 @@
 //!   expected)` (or `create(key)` for "must be absent"). On a failed condition, one multi-read
 //!   of every key and quota (counted as a read) gives the caller what it needs to recompute.
 //! * `read_key`: one multi-read of the quota and the key.
-//! * Idle keys: removed by this backend's sweeper after their expiry (see `sweeper.rs`).
+//! * Idle keys: removed by this backend's sweeper after their expiry (`sweeper.rs`), and those
+//!   of writers that died by a slow scan (`scan.rs`); a key node's data carries its expiry.
+//! * Versions are znode data versions, so a deleted and re-created key restarts at 0: why the
+//!   sweep's deletes keep that safe, and what a reset (`delete_key`) does not cover, is in
+//!   `sweeper.rs`.
 //! * Every call is retried across connection errors and a lost session (rate nodes are
 //!   persistent: nothing goes with the session) within the shared [`Attempts`] bound; a retried
 //!   write whose first attempt applied fails its version check, and the caller recognises its

@@ -42,6 +42,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 _ = shared.stop.cancelled() => return,
                 _ = scan_limit(&shared, &limit, &mut pace) => {}
             }
+            shared.scan_ended();
         }
         next = Instant::now() + SCAN_INTERVAL;
     }
@@ -61,6 +62,7 @@ async fn scan_limit(shared: &Shared, limit: &str, pace: &mut tokio::time::Interv
     let Some(client) = shared.client() else {
         return;
     };
+    shared.scan_started();
     shared.stats.count(RequestKind::Range);
     let children = match bounded(shared, client.list_children(limit)).await {
         Some(Ok(c)) => c,

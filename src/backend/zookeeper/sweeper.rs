@@ -16,24 +16,28 @@
 //! has expired for every writer whose clock is within the margin, and the generic layer drops
 //! a cached state once past its `expires_at`. So nobody holds an unexpired cached version of a
 //! deleted node, and a stale version that happens to equal a re-created node's version is never
-//! used for a write. **Not covered**: `delete_key` (a reset) deletes at once, without waiting
-//! for expiry; a process that cached the reset key's state (e.g. serving a provable denial)
-//! keeps its version, and if the re-created node reaches that same version before the cache
-//! expires, that process's write (computed from the pre-reset state) applies, and this
-//! sweeper's record of the old node may delete the new one at that version. Both need the
-//! re-created node to reach exactly the cached version, within the old state's lifetime.
+//! used for a write, as long as only expired states are deleted. **Not covered**, as both
+//! break that premise: (1) `delete_key` (a reset) deletes at once; a process that cached the
+//! reset key's state (e.g. serving a provable denial) keeps its version, and if the re-created
+//! node reaches that same version before the cache expires, that process's write (computed
+//! from the pre-reset state) applies, and our record of the old node may delete the new one at
+//! that version. (2) A later writer whose state expires before ours (a quota change to a
+//! shorter period): its sweep deletes the node before our due time, and if the re-created node
+//! reaches our version by then, our delete removes a live state. Both need a re-created node
+//! to reach exactly the old version within the old state's lifetime.
 //!
-//! Bounds: at most [`MAX_RECORDS`] keys remembered (later ones are not swept by us and stay
-//! until touched again: logged once); at most [`CONCURRENCY`] deletes in flight; each bounded by
-//! the request timeout. A delete whose outcome is unknown (lost reply, timeout, session ended
-//! under it) may have applied, and the key may have been re-created since at our version: it
-//! is retried a second later only if still at our write's zxid (one read first; a key whose
-//! create reply carried no valid stat, ZOOKEEPER-4026, is then left to its next writer). The sweeper stops with the
-//! backend (`close` does not wait for future expiries). Keys written by a process that died (or
-//! closed) before their expiry are found by the slow scan of `scan.rs` (every limit this
-//! backend has written, soon after its first write and then every few minutes, paced). The sweeper uses the backend's session: it is handed the client by every
-//! rate-limit call, and drops it when that session ends (a client clone would keep an ended
-//! session open on the server), so after a session loss it resumes with the next call.
+//! Bounds: at most [`MAX_RECORDS`] keys remembered (later ones are not swept by us: logged
+//! once); at most [`CONCURRENCY`] deletes in flight, each bounded by the request timeout. A
+//! delete whose outcome is unknown (lost reply, timeout, session ended under it) may have
+//! applied, and the key may have been re-created since at our version: it is retried a second
+//! later only if the node still carries our write's zxid (one read first; a key whose create
+//! reply had no valid stat, ZOOKEEPER-4026, is then left to the scan). The sweeper stops with
+//! the backend (`close` does not wait for future expiries). Keys written by a process that
+//! died (or closed) before their expiry are found by the slow scan of `scan.rs` (every limit
+//! this backend has written, soon after its first write and then every few minutes, paced).
+//! The sweeper uses the backend's session: every rate-limit call hands it the client, and it
+//! drops the client when that session ends (a clone would keep an ended session open on the
+//! server), so after a session loss it resumes with the next call.
 
 use crate::backend::lock;
 use crate::stats::{RequestCounters, RequestKind};
@@ -111,6 +115,8 @@ struct State {
     full_warned: bool,
     /// Parents of the keys written: the limits the scan visits.
     limits: HashSet<String>,
+    /// While a scan runs: paths the sweep has dealt with since it listed.
+    swept: Option<HashSet<String>>,
 }
 
 impl State {
@@ -203,9 +209,21 @@ impl Shared {
         lock(&self.state).live_client()
     }
 
-    /// Whether this backend remembers a write of `path` (then the sweep removes it).
+    /// Whether this backend remembers a write of `path` (then the sweep removes it), or the
+    /// sweep has dealt with it since [`scan_started`](Self::scan_started).
     pub(super) fn is_ours(&self, path: &str) -> bool {
-        lock(&self.state).records.contains_key(path)
+        let st = lock(&self.state);
+        st.records.contains_key(path) || st.swept.as_ref().is_some_and(|s| s.contains(path))
+    }
+
+    /// A scan listed a limit: from now on, remember what the sweep deletes, so the scan does
+    /// not read it again.
+    pub(super) fn scan_started(&self) {
+        lock(&self.state).swept = Some(HashSet::new());
+    }
+
+    pub(super) fn scan_ended(&self) {
+        lock(&self.state).swept = None;
     }
 
     /// The limits (node paths) this backend has written keys of.
@@ -275,12 +293,6 @@ impl Sweeper {
     /// We deleted `path` ourselves: the record would only match a re-created node.
     pub(super) fn forget(&self, path: &str) {
         lock(&self.shared.state).records.remove(path);
-    }
-
-    /// Keys remembered now (for tests and logs).
-    #[allow(dead_code)]
-    pub(super) fn len(&self) -> usize {
-        lock(&self.shared.state).records.len()
     }
 
     fn start(&self) {
@@ -373,7 +385,11 @@ async fn sweep_round(shared: &Shared, client: zk::Client, due: Vec<(String, Targ
     while let Some((path, target, r)) = deletes.next().await {
         match r {
             // Gone, or written again since (by someone whose own sweeper removes it).
-            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
+            Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {
+                if let Some(swept) = lock(&shared.state).swept.as_mut() {
+                    swept.insert(path);
+                }
+            }
             // Someone made children under a key node (not us): leave it.
             Err(zk::Error::NotEmpty) => {
                 tracing::debug!(%path, "rate-limit key node has children; not swept");
