@@ -45,10 +45,10 @@ pub enum Error {
     /// `open_rate_limit`, or change it with `set_quota`).
     #[error("rate limit exists with quota {stored}, not {requested}")]
     QuotaMismatch {
-        /// Quota stored in the store.
-        stored: crate::rate::Quota,
+        /// Quota stored in the store (boxed: it keeps every `Result` of the crate small).
+        stored: Box<crate::rate::Quota>,
         /// Quota the caller asked for.
-        requested: crate::rate::Quota,
+        requested: Box<crate::rate::Quota>,
     },
     /// No semaphore or rate limit has this name (open one with a capacity or a quota to create
     /// it). Holds the name.

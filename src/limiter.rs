@@ -11,6 +11,7 @@ use crate::stats::RequestStats;
 use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
 use crate::validate;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,6 +180,8 @@ impl Limiter {
         RequestStats {
             pending_removals: removals.pending(),
             removal_session_ends: removals.sessions_ended(),
+            rate_batches: self.inner.rate_counts.batches.load(Relaxed),
+            rate_local_answers: self.inner.rate_counts.local_answers.load(Relaxed),
             ..self.inner.backend.stats()
         }
     }

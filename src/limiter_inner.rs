@@ -4,7 +4,7 @@
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::rate::UnixNanos;
-use crate::rate_limit::{Clock, RateRegistry};
+use crate::rate_limit::{Clock, RateCounts, RateRegistry};
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,6 +20,8 @@ pub(crate) struct LimiterInner {
     pub(crate) runtime: tokio::runtime::Handle,
     /// What this Limiter knows of its rate limits (quotas, last seen key states).
     pub(crate) rates: RateRegistry,
+    /// Rate-limit decisions by where they were made (see `RequestStats`).
+    pub(crate) rate_counts: RateCounts,
     /// The clock rate limits read.
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
@@ -43,6 +45,7 @@ impl LimiterInner {
             owner,
             runtime,
             rates: RateRegistry::default(),
+            rate_counts: RateCounts::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             closed: AtomicBool::new(false),

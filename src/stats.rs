@@ -91,6 +91,12 @@ pub struct RequestStats {
     /// within two session TTLs (the one way left to free the entry for certain; the session's
     /// other permits report lost).
     pub removal_session_ends: u64,
+    /// Rate-limit decisions that went to the store: each is one batch of concurrent checks of
+    /// a key (one write when nobody else wrote the key meanwhile, one more per conflict).
+    pub rate_batches: u64,
+    /// Rate-limit checks answered without a store request (a denial or peek the last state
+    /// confirmed by the store proves).
+    pub rate_local_answers: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -105,6 +111,8 @@ impl std::ops::Add for RequestStats {
             lease: self.lease + o.lease,
             pending_removals: self.pending_removals + o.pending_removals,
             removal_session_ends: self.removal_session_ends + o.removal_session_ends,
+            rate_batches: self.rate_batches + o.rate_batches,
+            rate_local_answers: self.rate_local_answers + o.rate_local_answers,
         }
     }
 }
@@ -141,6 +149,10 @@ impl RequestStats {
             removal_session_ends: self
                 .removal_session_ends
                 .saturating_sub(earlier.removal_session_ends),
+            rate_batches: self.rate_batches.saturating_sub(earlier.rate_batches),
+            rate_local_answers: self
+                .rate_local_answers
+                .saturating_sub(earlier.rate_local_answers),
         }
     }
 }

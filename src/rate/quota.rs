@@ -170,7 +170,9 @@ impl Quota {
     /// GCRA's emission interval `period / limit` in nanoseconds, rounded up so that rounding
     /// can only admit less, never more. At least 1 for a valid quota.
     pub fn emission_interval_ns(&self) -> u128 {
-        self.period.as_nanos().div_ceil(u128::from(self.limit.max(1)))
+        self.period
+            .as_nanos()
+            .div_ceil(u128::from(self.limit.max(1)))
     }
 
     /// The quota as stored (JSON, versioned by its `v` field).
@@ -206,7 +208,11 @@ struct Stored {
 
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} per {:?} ({}", self.limit, self.period, self.algorithm)?;
+        write!(
+            f,
+            "{} per {:?} ({}",
+            self.limit, self.period, self.algorithm
+        )?;
         if self.algorithm == Algorithm::Gcra {
             write!(f, ", burst {}", self.burst)?;
         }
@@ -224,7 +230,10 @@ mod tests {
     #[test]
     fn constructors_and_builders() {
         let q = Quota::per_minute(60).burst(5).ban(Duration::from_secs(3));
-        assert_eq!((q.limit, q.period, q.burst), (60, Duration::from_secs(60), 5));
+        assert_eq!(
+            (q.limit, q.period, q.burst),
+            (60, Duration::from_secs(60), 5)
+        );
         assert_eq!(q.ban, Duration::from_secs(3));
         assert_eq!(Quota::per_day(7).period, Duration::from_secs(86_400));
         assert_eq!(Quota::per_hour(1).max_cost(), 1);

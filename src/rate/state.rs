@@ -155,7 +155,10 @@ mod tests {
             b"1 q 1 2 3 4",
             b"\xff",
         ] {
-            assert!(matches!(KeyState::decode(raw), Err(Error::Store(_))), "{raw:?}");
+            assert!(
+                matches!(KeyState::decode(raw), Err(Error::Store(_))),
+                "{raw:?}"
+            );
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::backend::{lock, Current, KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -150,6 +151,7 @@ pub(crate) async fn check(
     let now = inner.now_ns();
     let rx = {
         if let Some(d) = cell.local_answer(&quota, cost, now) {
+            inner.rate_counts.local_answers.fetch_add(1, Relaxed);
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
@@ -194,6 +196,7 @@ impl Driver {
                 std::mem::take(&mut c.pending)
             };
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
+            self.inner.rate_counts.batches.fetch_add(1, Relaxed);
             match self.decide_batch(&costs).await {
                 Ok(decisions) => {
                     for (p, d) in batch.into_iter().zip(decisions) {
@@ -349,8 +352,8 @@ pub(crate) fn copy_error(e: &Error) -> Error {
             requested: *requested,
         },
         Error::QuotaMismatch { stored, requested } => Error::QuotaMismatch {
-            stored: *stored,
-            requested: *requested,
+            stored: stored.clone(),
+            requested: requested.clone(),
         },
         Error::NotFound(n) => Error::NotFound(n.clone()),
         Error::SessionLost => Error::SessionLost,

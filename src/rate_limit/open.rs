@@ -41,8 +41,8 @@ impl Limiter {
         let found = Quota::decode(&stored.value)?;
         if let Some(requested) = quota.filter(|q| *q != found) {
             return Err(Error::QuotaMismatch {
-                stored: found,
-                requested,
+                stored: Box::new(found),
+                requested: Box::new(requested),
             });
         }
         let shared = self.inner.rates.limit(name, found, stored.version);

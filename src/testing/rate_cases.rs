@@ -138,25 +138,15 @@ pub async fn rate_ban(h: &impl Harness) {
     let rl = open(
         &l,
         "ban",
-        Quota::per_second(1000)
-            .burst(1)
-            .ban(Duration::from_secs(30)),
+        Quota::per_minute(60).burst(1).ban(Duration::from_secs(30)),
     )
     .await;
     assert!(check(&rl, "k", 1).await.allowed);
-    // Denied within the same ms or so: the bucket holds 1, refilled every ms.
-    let mut banned = None;
-    for _ in 0..50 {
-        let d = check(&rl, "k", 1).await;
-        if !d.allowed {
-            banned = Some(d);
-            break;
-        }
-    }
-    let d = banned.expect("a denial within 50 quick checks of a bucket of 1 per ms");
+    let d = check(&rl, "k", 1).await;
+    assert!(!d.allowed, "the bucket of 1 refills in 1 s: {d:?}");
     let retry = d.retry_after.expect("denied");
     assert!(retry > Duration::from_secs(25), "the ban says so: {d:?}");
-    tokio::time::sleep(ms(20)).await; // the bucket is full again; the ban holds
+    tokio::time::sleep(ms(1100)).await; // the bucket is full again; the ban holds
     let again = check(&rl, "k", 1).await;
     assert!(
         !again.allowed && again.retry_after > Some(Duration::from_secs(25)),
@@ -177,7 +167,7 @@ pub async fn rate_quota_storage(h: &impl Harness) {
     let other = Quota::per_hour(100);
     match l.rate_limit("stored", other).await {
         Err(Error::QuotaMismatch { stored, requested }) => {
-            assert_eq!((stored, requested), (q, other));
+            assert_eq!((*stored, *requested), (q, other));
         }
         r => panic!("expected QuotaMismatch, got {r:?}"),
     }
@@ -364,7 +354,8 @@ pub async fn rate_bad_input(h: &impl Harness) {
 /// in one Limiter share writes.
 pub async fn rate_request_counts(h: &impl Harness) {
     let l = limiter(h).await;
-    let rl = open(&l, "counts", Quota::per_minute(60).burst(2)).await;
+    // Slow (one per hour): no key expires, so no store clean-up runs while we count.
+    let rl = open(&l, "counts", Quota::per_day(24).burst(2)).await;
     let before = l.stats();
     assert!(check(&rl, "k", 1).await.allowed);
     assert_eq!(requests(&l, &before), 1, "first touch: one write");
@@ -376,6 +367,7 @@ pub async fn rate_request_counts(h: &impl Harness) {
         assert!(!check(&rl, "k", 1).await.allowed);
     }
     assert_eq!(requests(&l, &before), 0, "provable denials: no request");
+    assert_eq!(l.stats().since(&before).rate_local_answers, 20);
     let hot = open(&l, "counts-hot", Quota::per_minute(6000).burst(1000)).await;
     let before = l.stats();
     let checks = (0..64).map(|_| hot.check("hot"));
@@ -384,7 +376,13 @@ pub async fn rate_request_counts(h: &impl Harness) {
         ds.iter().all(|d| d.as_ref().is_ok_and(|d| d.allowed)),
         "{ds:?}"
     );
-    let used = requests(&l, &before);
+    let since = l.stats().since(&before);
+    let used = since.total();
+    assert!(
+        used <= since.rate_batches && since.rate_batches < 64,
+        "64 concurrent checks of one key: {used} requests in {} batches",
+        since.rate_batches
+    );
     assert!(
         used <= 8,
         "64 concurrent checks of one key took {used} requests"
