@@ -308,7 +308,12 @@ async fn any_key_round_trips_and_deletes() {
     ];
     for k in &keys {
         assert!(!k.is_empty() && k.len() <= 512);
-        let r = s.write_keys(&[write("api", 0, k, None, k)]).await;
+        // Expiring soon, so the sweeper deletes them after the reset below.
+        let w = KeyWrite {
+            expires_at: unix_now() + SEC,
+            ..write("api", 0, k, None, k)
+        };
+        let r = s.write_keys(&[w]).await;
         assert_eq!(r.unwrap(), WriteOutcome::Written(vec![0]), "key {k:?}");
     }
     for k in &keys {
@@ -322,13 +327,32 @@ async fn any_key_round_trips_and_deletes() {
     );
     for k in &keys {
         s.delete_key("api", k).await.unwrap();
-        assert_eq!(s.read_key("api", k).await.unwrap().key, None, "key {k:?}");
-        s.delete_key("api", k).await.unwrap(); // absent: fine
+        // A reset keeps the node with an empty value (absent to the caller) and a growing
+        // version, so no client's old version can match a re-created node.
+        let reset = s.read_key("api", k).await.unwrap().key;
+        assert_eq!(reset, v("", 1), "key {k:?}");
+        s.delete_key("api", k).await.unwrap(); // already reset: fine
+        assert_eq!(s.read_key("api", k).await.unwrap().key, v("", 1));
+        let r = s.write_keys(&[write("api", 0, k, None, k)]).await.unwrap();
+        assert!(
+            matches!(&r, WriteOutcome::Conflict(c) if c[0].key == v("", 1)),
+            "a reset key is not absent to a create: {r:?}"
+        );
     }
-    assert_eq!(
-        count_children(&zk.connect_string(), "/rl-keys/r/api").await,
-        0
-    );
+    s.delete_key("api", "never-written").await.unwrap(); // absent: fine
+                                                         // The sweeper deletes the reset nodes once their old state has expired (+ its margin).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = count_children(&zk.connect_string(), "/rl-keys/r/api").await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} reset nodes left"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     b.close().await.unwrap();
 }
 

@@ -84,6 +84,9 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// (limit, key). An empty slice is `Written(vec![])` without a request.
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
 
-    /// Forgets a key (reset). Deleting an absent key succeeds.
+    /// Forgets a key (reset): deletes it, or stores an empty value in its place (callers read
+    /// an empty value as an absent key; a store whose versions would restart on re-creation
+    /// does this, and deletes the key later, once its old state has expired). Forgetting an
+    /// absent key succeeds.
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()>;
 }

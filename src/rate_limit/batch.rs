@@ -89,9 +89,9 @@ impl KeyCell {
     /// Seen during this decision, it is the store's answer of a moment ago and is used.
     pub(crate) fn start(&self, now: UnixNanos, fresh_since: Instant) -> Start {
         let mut c = lock(&self.inner);
-        if c.known
-            .is_some_and(|k| k.state.is_some() && k.expires_at <= now && k.confirmed < fresh_since)
-        {
+        if c.known.is_some_and(|k| {
+            k.version.is_some() && k.expires_at <= now && k.confirmed < fresh_since
+        }) {
             c.known = None;
         }
         match c.known {
@@ -304,6 +304,8 @@ pub(crate) fn learn(
     let (quota, _) = limit.quota();
     match current.key {
         None => cell.set_known(None, None, now, now),
+        // A reset key some stores keep (see `RateStore::delete_key`): absent, at a version.
+        Some(k) if k.value.is_empty() => cell.set_known(None, Some(k.version), now, now),
         Some(k) => {
             let state = KeyState::decode(&k.value)?;
             let expires_at = decide(&quota, Some(&state), 0, now).expires_at;

@@ -17,7 +17,7 @@
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
 
 use super::nodes::{key_data, split_key_data};
-use super::sweeper::Sweeper;
+use super::sweeper::{unix_nanos_now, Sweeper};
 use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
 use crate::backend::retry::Attempts;
@@ -450,18 +450,66 @@ impl RateStore for ZkBackend {
         Ok(WriteOutcome::Conflict(currents))
     }
 
+    /// A reset does not delete the node: it writes an empty value (which means "absent" to
+    /// the caller, see `RateStore::delete_key`) with the old state's expiry, so the node's
+    /// version keeps growing. Deleting it would restart the version at 0 on re-creation, and a
+    /// client still holding a state from before the reset could then write over the new one
+    /// with a version that matches again. The sweeper deletes the empty node once the old
+    /// state has expired, when nobody can hold it any more.
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
         let path = self.paths.rate_key(limit, key);
-        self.sweeper().forget(&path);
-        self.rate_call(RequestKind::Delete, "deleting a rate-limit key", |c| {
-            let path = path.clone();
-            async move {
-                match c.delete(&path, None).await {
-                    Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-                    Err(e) => Err(e),
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
+            let read = self
+                .rate_call(
+                    RequestKind::Range,
+                    "reading a rate-limit key to reset it",
+                    |c| {
+                        let path = path.clone();
+                        async move {
+                            match c.get_data(&path).await {
+                                Ok((data, stat)) => Ok(Some((data, stat.version))),
+                                Err(zk::Error::NoNode) => Ok(None),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    },
+                )
+                .await?;
+            let Some((data, version)) = read else {
+                return Ok(());
+            };
+            let (value, expires_at) = split_key_data(data);
+            if value.is_empty() {
+                return Ok(());
+            }
+            let expires_at = expires_at.unwrap_or_else(unix_nanos_now);
+            let written = self
+                .rate_call(RequestKind::Txn, "resetting a rate-limit key", |c| {
+                    let path = path.clone();
+                    let data = key_data(b"", expires_at);
+                    async move {
+                        match c.set_data(&path, &data, Some(version)).await {
+                            Ok(stat) => Ok(Some((stat.version, stat.mzxid))),
+                            Err(zk::Error::BadVersion) | Err(zk::Error::NoNode) => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .await?;
+            match written {
+                Some((v, mzxid)) => {
+                    self.sweeper().wrote(path, v, mzxid, expires_at);
+                    return Ok(());
+                }
+                // Written or deleted meanwhile: reset what is there now.
+                None if attempts.again(false).await => continue,
+                None => {
+                    return Err(Error::store(
+                        "resetting a rate-limit key: it kept changing under concurrent writes",
+                    ))
                 }
             }
-        })
-        .await
+        }
     }
 }

@@ -290,11 +290,6 @@ impl Sweeper {
         self.start();
     }
 
-    /// We deleted `path` ourselves: the record would only match a re-created node.
-    pub(super) fn forget(&self, path: &str) {
-        lock(&self.shared.state).records.remove(path);
-    }
-
     fn start(&self) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
