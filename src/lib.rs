@@ -31,6 +31,7 @@
 
 pub mod backend;
 mod backoff;
+mod clock;
 mod error;
 mod limiter;
 mod limiter_inner;
@@ -38,6 +39,7 @@ mod lost;
 mod permit;
 pub mod queue;
 pub mod rate;
+mod rate_known;
 mod rate_limit;
 mod release;
 mod semaphore;
@@ -52,6 +54,7 @@ mod timing;
 pub mod tower;
 pub mod validate;
 
+pub use clock::Clock;
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
     CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
@@ -60,7 +63,7 @@ pub use limiter::{
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
-pub use rate_limit::{Check, Clock, RateLimit, MAX_KEY_LEN};
+pub use rate_limit::{Check, RateLimit, MAX_KEY_LEN};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};

@@ -2,9 +2,9 @@
 
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate_limit::Clock;
 use crate::release::Releaser;
 use crate::semaphore::Semaphore;
 use crate::stats::RequestStats;

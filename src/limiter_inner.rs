@@ -2,9 +2,10 @@
 //! backend, the background releaser, the owner label, the runtime, and the one "closed" flag.
 
 use crate::backend::Backend;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::rate::UnixNanos;
-use crate::rate_limit::{Clock, RateCounts, RateRegistry};
+use crate::rate_known::{RateCounts, RateRegistry};
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! One key in one Limiter: what we last saw of it, and the coalescing of concurrent checks.
+//! The coalescing of concurrent checks of one key in one Limiter.
 //!
 //! Checks of a key that arrive while a write for it is in flight wait and go together in the
 //! next write: one compare-and-swap decides the whole batch in arrival order, so a hot key costs
@@ -10,133 +10,23 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::registry::LimitShared;
-use crate::backend::{lock, Current, KeyWrite, RateStore, WriteOutcome};
+use crate::backend::{Current, KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
+use crate::rate::decide;
+use crate::rate::{Decision, UnixNanos};
+use crate::rate_known::{learn, KeyCell, LimitShared};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// How long a state confirmed by the store may answer denials and peeks without a request.
-pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
 /// Conflicts in a row answered by an immediate retry (the conflict brought the current state);
 /// after these, retries pause a little, with jitter, so writers of one key spread out.
 const QUICK_RETRIES: u32 = 2;
 /// Cap of those pauses.
 const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
-
-#[derive(Debug, Default)]
-pub(crate) struct KeyCell {
-    inner: Mutex<CellInner>,
-}
-
-#[derive(Debug, Default)]
-struct CellInner {
-    known: Option<Known>,
-    pending: Vec<Pending>,
-    driving: bool,
-}
-
-/// The key as the store last showed it to us.
-#[derive(Debug, Clone, Copy)]
-struct Known {
-    /// `None`: absent.
-    state: Option<KeyState>,
-    /// `None`: absent.
-    version: Option<u64>,
-    /// When the store confirmed it.
-    confirmed: Instant,
-    /// When the state is worth nothing (Unix ns, the caller's clock).
-    expires_at: UnixNanos,
-    /// The same instant on the monotonic clock, for sweeping idle cells.
-    idle_at: Instant,
-}
-
-#[derive(Debug)]
-struct Pending {
-    cost: u64,
-    reply: oneshot::Sender<Result<Decision>>,
-}
-
-/// What a decision starts from: a state and its version, read together.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Start {
-    pub(crate) state: Option<KeyState>,
-    pub(crate) version: Option<u64>,
-    /// Confirmed by the store within [`TRUSTED_FOR`]: may answer denials and peeks.
-    pub(crate) trusted: bool,
-}
-
-impl KeyCell {
-    /// No check waits, no batch runs, and what we know is worth nothing: the cell may go.
-    pub(crate) fn is_idle(&self) -> bool {
-        let c = lock(&self.inner);
-        c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
-    }
-
-    pub(crate) fn forget(&self) {
-        lock(&self.inner).known = None;
-    }
-
-    /// The state to start from at `now`. A state past its expiry that the store showed us
-    /// before `fresh_since` (the start of this decision) is dropped: it is worth nothing, and
-    /// the store may have deleted and someone re-created the key since, so its version must
-    /// not be trusted again (ZooKeeper restarts a re-created node's version; see its sweeper).
-    /// Seen during this decision, it is the store's answer of a moment ago and is used.
-    pub(crate) fn start(&self, now: UnixNanos, fresh_since: Instant) -> Start {
-        let mut c = lock(&self.inner);
-        if c.known.is_some_and(|k| {
-            k.version.is_some() && k.expires_at <= now && k.confirmed < fresh_since
-        }) {
-            c.known = None;
-        }
-        match c.known {
-            Some(k) => Start {
-                state: k.state,
-                version: k.version,
-                trusted: k.confirmed.elapsed() < TRUSTED_FOR,
-            },
-            None => Start {
-                state: None,
-                version: None,
-                trusted: false,
-            },
-        }
-    }
-
-    pub(crate) fn set_known(
-        &self,
-        state: Option<KeyState>,
-        version: Option<u64>,
-        expires_at: u64,
-        now: u64,
-    ) {
-        let left = Duration::from_nanos(expires_at.saturating_sub(now));
-        lock(&self.inner).known = Some(Known {
-            state,
-            version,
-            confirmed: Instant::now(),
-            expires_at,
-            idle_at: Instant::now() + left,
-        });
-    }
-
-    /// A decision from what we know, if it needs no request: a trusted state that denies, or
-    /// a peek on a trusted state.
-    fn local_answer(&self, quota: &Quota, cost: u64, now: UnixNanos) -> Option<Decision> {
-        let start = self.start(now, Instant::now());
-        if !start.trusted {
-            return None;
-        }
-        let verdict = decide(quota, start.state.as_ref(), cost, now);
-        (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
-            .then_some(verdict.decision)
-    }
-}
 
 /// Decides a check of `cost` on `key`: locally if the known state proves it, else in the next
 /// batch of this key.
@@ -155,10 +45,7 @@ pub(crate) async fn check(
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
-        let mut c = lock(&cell.inner);
-        c.pending.push(Pending { cost, reply: tx });
-        if !c.driving {
-            c.driving = true;
+        if cell.enqueue(cost, tx) {
             let driver = Driver {
                 inner: inner.clone(),
                 limit: limit.clone(),
@@ -187,13 +74,8 @@ struct Driver {
 impl Driver {
     async fn run(self) {
         loop {
-            let batch = {
-                let mut c = lock(&self.cell.inner);
-                if c.pending.is_empty() {
-                    c.driving = false;
-                    return;
-                }
-                std::mem::take(&mut c.pending)
+            let Some(batch) = self.cell.take_batch() else {
+                return;
             };
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
             self.inner.rate_counts.batches.fetch_add(1, Relaxed);
@@ -288,31 +170,6 @@ impl Driver {
     fn learn(&self, current: Current, now: UnixNanos) -> Result<()> {
         learn(&self.limit, &self.cell, current, now)
     }
-}
-
-/// Updates the limit's quota and the key's known state from what a store returned.
-pub(crate) fn learn(
-    limit: &LimitShared,
-    cell: &KeyCell,
-    current: Current,
-    now: UnixNanos,
-) -> Result<()> {
-    let quota = current
-        .quota
-        .ok_or_else(|| Error::NotFound(limit.name.clone()))?;
-    limit.learn_quota(Quota::decode(&quota.value)?, quota.version);
-    let (quota, _) = limit.quota();
-    match current.key {
-        None => cell.set_known(None, None, now, now),
-        // A reset key some stores keep (see `RateStore::delete_key`): absent, at a version.
-        Some(k) if k.value.is_empty() => cell.set_known(None, Some(k.version), now, now),
-        Some(k) => {
-            let state = KeyState::decode(&k.value)?;
-            let expires_at = decide(&quota, Some(&state), 0, now).expires_at;
-            cell.set_known(Some(state), Some(k.version), expires_at, now);
-        }
-    }
-    Ok(())
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict

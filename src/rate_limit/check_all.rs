@@ -1,13 +1,13 @@
 //! [`Limiter::check_all`]: several checks (of one or several limits) admitted together or not
 //! at all, in one atomic store write.
 
-use super::batch::{learn, rate_store, KeyCell};
-use super::registry::LimitShared;
+use super::batch::rate_store;
 use super::{validate_key, RateLimit};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::{decide, Decision, KeyState, Quota};
+use crate::rate_known::{learn, KeyCell, LimitShared};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -7,25 +7,14 @@
 
 pub(crate) mod batch;
 mod check_all;
-mod clock;
 mod open;
-mod registry;
 
 pub use check_all::Check;
-pub use clock::Clock;
-pub(crate) use registry::RateRegistry;
-
-/// Counts of rate-limit decisions by where they were made.
-#[derive(Debug, Default)]
-pub(crate) struct RateCounts {
-    pub(crate) batches: std::sync::atomic::AtomicU64,
-    pub(crate) local_answers: std::sync::atomic::AtomicU64,
-}
 
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{Decision, Quota};
-use registry::LimitShared;
+use crate::rate_known::LimitShared;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -1,9 +1,9 @@
 //! What one Limiter knows about its rate limits: each limit's quota (and its store version),
 //! and per key the last state it saw, which serves provable denials without a request and is
 //! the expected version of the next write. Shared by every handle of the Limiter, so checks of
-//! one key from anywhere in the process coalesce (`batch.rs`).
+//! one key from anywhere in the process coalesce (`rate_limit/batch.rs`).
 
-use super::batch::KeyCell;
+use super::KeyCell;
 use crate::backend::lock;
 use crate::rate::Quota;
 use std::collections::HashMap;

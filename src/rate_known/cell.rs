@@ -1,0 +1,172 @@
+//! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
+//! (the coalescing itself is `rate_limit/batch.rs`).
+
+use super::LimitShared;
+use crate::backend::{lock, Current};
+use crate::error::{Error, Result};
+use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// How long a state confirmed by the store may answer denials and peeks without a request.
+pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
+
+/// A check waiting for the next write of its key.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) cost: u64,
+    pub(crate) reply: oneshot::Sender<Result<Decision>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct KeyCell {
+    inner: Mutex<CellInner>,
+}
+
+#[derive(Debug, Default)]
+struct CellInner {
+    known: Option<Known>,
+    pending: Vec<Pending>,
+    driving: bool,
+}
+
+/// The key as the store last showed it to us.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// `None`: absent.
+    state: Option<KeyState>,
+    /// `None`: absent.
+    version: Option<u64>,
+    /// When the store confirmed it.
+    confirmed: Instant,
+    /// When the state is worth nothing (Unix ns, the caller's clock).
+    expires_at: UnixNanos,
+    /// The same instant on the monotonic clock, for sweeping idle cells.
+    idle_at: Instant,
+}
+
+/// What a decision starts from: a state and its version, read together.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    pub(crate) state: Option<KeyState>,
+    pub(crate) version: Option<u64>,
+    /// Confirmed by the store within [`TRUSTED_FOR`]: may answer denials and peeks.
+    pub(crate) trusted: bool,
+}
+
+impl KeyCell {
+    /// No check waits, no batch runs, and what we know is worth nothing: the cell may go.
+    pub(crate) fn is_idle(&self) -> bool {
+        let c = lock(&self.inner);
+        c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
+    }
+
+    /// Queues a check for the next write; true if the caller must start the key's batch task
+    /// (none runs now).
+    pub(crate) fn enqueue(&self, cost: u64, reply: oneshot::Sender<Result<Decision>>) -> bool {
+        let mut c = lock(&self.inner);
+        c.pending.push(Pending { cost, reply });
+        !std::mem::replace(&mut c.driving, true)
+    }
+
+    /// Every queued check, or `None` (and the batch task ends) when none waits.
+    pub(crate) fn take_batch(&self) -> Option<Vec<Pending>> {
+        let mut c = lock(&self.inner);
+        if c.pending.is_empty() {
+            c.driving = false;
+            return None;
+        }
+        Some(std::mem::take(&mut c.pending))
+    }
+
+    pub(crate) fn forget(&self) {
+        lock(&self.inner).known = None;
+    }
+
+    /// The state to start from at `now`. A state past its expiry that the store showed us
+    /// before `fresh_since` (the start of this decision) is dropped: it is worth nothing, and
+    /// the store may have deleted and someone re-created the key since, so its version must
+    /// not be trusted again (ZooKeeper restarts a re-created node's version; see its sweeper).
+    /// Seen during this decision, it is the store's answer of a moment ago and is used.
+    pub(crate) fn start(&self, now: UnixNanos, fresh_since: Instant) -> Start {
+        let mut c = lock(&self.inner);
+        if c.known.is_some_and(|k| {
+            k.version.is_some() && k.expires_at <= now && k.confirmed < fresh_since
+        }) {
+            c.known = None;
+        }
+        match c.known {
+            Some(k) => Start {
+                state: k.state,
+                version: k.version,
+                trusted: k.confirmed.elapsed() < TRUSTED_FOR,
+            },
+            None => Start {
+                state: None,
+                version: None,
+                trusted: false,
+            },
+        }
+    }
+
+    pub(crate) fn set_known(
+        &self,
+        state: Option<KeyState>,
+        version: Option<u64>,
+        expires_at: u64,
+        now: u64,
+    ) {
+        let left = Duration::from_nanos(expires_at.saturating_sub(now));
+        lock(&self.inner).known = Some(Known {
+            state,
+            version,
+            confirmed: Instant::now(),
+            expires_at,
+            idle_at: Instant::now() + left,
+        });
+    }
+
+    /// A decision from what we know, if it needs no request: a trusted state that denies, or
+    /// a peek on a trusted state.
+    pub(crate) fn local_answer(
+        &self,
+        quota: &Quota,
+        cost: u64,
+        now: UnixNanos,
+    ) -> Option<Decision> {
+        let start = self.start(now, Instant::now());
+        if !start.trusted {
+            return None;
+        }
+        let verdict = decide(quota, start.state.as_ref(), cost, now);
+        (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
+            .then_some(verdict.decision)
+    }
+}
+
+/// Updates the limit's quota and the key's known state from what a store returned.
+pub(crate) fn learn(
+    limit: &LimitShared,
+    cell: &KeyCell,
+    current: Current,
+    now: UnixNanos,
+) -> Result<()> {
+    let quota = current
+        .quota
+        .ok_or_else(|| Error::NotFound(limit.name.clone()))?;
+    limit.learn_quota(Quota::decode(&quota.value)?, quota.version);
+    let (quota, _) = limit.quota();
+    match current.key {
+        None => cell.set_known(None, None, now, now),
+        // A reset key some stores keep (see `RateStore::delete_key`): absent, at a version.
+        Some(k) if k.value.is_empty() => cell.set_known(None, Some(k.version), now, now),
+        Some(k) => {
+            let state = KeyState::decode(&k.value)?;
+            let expires_at = decide(&quota, Some(&state), 0, now).expires_at;
+            cell.set_known(Some(state), Some(k.version), expires_at, now);
+        }
+    }
+    Ok(())
+}
