@@ -23,6 +23,8 @@ use tokio::time::Instant;
 pub const MAX_KEY_LEN: usize = 512;
 /// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
 const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+/// A `retry_after` this long means "never" (no quota's wait or ban comes near it).
+const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
 
 /// A rate limit: at most [`Quota::limit`] per [`Quota::period`] for each key, across every
 /// client of the store. Made by [`Limiter::rate_limit`](crate::Limiter::rate_limit) (create or
@@ -103,7 +105,8 @@ impl RateLimit {
     /// consumes nothing; it comes at once when a denial's `retry_after` already reaches past the
     /// deadline. Cancel-safe: dropping it between checks consumes nothing.
     pub async fn wait_timeout(&self, key: &str, cost: u64, timeout: Duration) -> Result<Decision> {
-        self.wait_until(key, cost, Some(Instant::now() + timeout))
+        // A timeout too long to represent is no timeout.
+        self.wait_until(key, cost, Instant::now().checked_add(timeout))
             .await
     }
 
@@ -124,7 +127,13 @@ impl RateLimit {
                 return Ok(d);
             }
             let step = d.retry_after.unwrap_or(MIN_WAIT_STEP).max(MIN_WAIT_STEP);
-            let wake = Instant::now() + step;
+            // `Duration::MAX`: the quota changed under us to one this cost can never pass.
+            let Some(wake) = Instant::now().checked_add(step).filter(|_| step < NEVER) else {
+                return Err(Error::invalid(format!(
+                    "cost {cost} can never be admitted by the quota now stored ({})",
+                    self.quota()
+                )));
+            };
             if deadline.is_some_and(|dl| wake > dl) {
                 return Err(Error::Timeout);
             }

@@ -273,6 +273,11 @@ pub async fn rate_wait(h: &impl Harness) {
         .expect("fits in 5 s");
     assert!(d.allowed);
     assert_err!(rl.wait_n("k", 0).await, Error::InvalidArgument(_));
+    let d = rl.wait_timeout("fresh", 1, Duration::MAX).await;
+    assert!(
+        d.is_ok_and(|d| d.allowed),
+        "an unrepresentable timeout is no timeout"
+    );
 }
 
 /// `check_all`: all or nothing across limits and keys, in order for repeated keys.
