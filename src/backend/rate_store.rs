@@ -8,9 +8,9 @@
 use crate::error::Result;
 use async_trait::async_trait;
 
-/// A stored value and its version. Versions of one key only grow and are never reused, even
-/// across a delete and re-create (etcd: `mod_revision`; ZooKeeper: see its backend for how a
-/// re-created node's version is kept from matching an old one).
+/// A stored value and its version. Versions of one key only grow while it exists (etcd's
+/// `mod_revision` and memory's are never reused at all; ZooKeeper's restart when a node is
+/// re-created: see [`RateStore::version_life`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
     /// The bytes stored.
@@ -83,6 +83,16 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// atomically, in one request where the store allows it. At most one write per
     /// (limit, key). An empty slice is `Written(vec![])` without a request.
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
+
+    /// How long after a state's `expires_at` its version stays safe to write against: until
+    /// then the store cannot have deleted the key and re-created it at that same version.
+    /// Default: forever, for stores whose versions are never reused (etcd, memory). A store
+    /// whose versions restart on re-creation (ZooKeeper) returns less than the time it waits
+    /// before deleting an expired key; past it, callers write "must be absent" instead (one
+    /// more request if the key is still there).
+    fn version_life(&self) -> std::time::Duration {
+        std::time::Duration::MAX
+    }
 
     /// Forgets a key (reset): deletes it, or stores an empty value in its place (callers read
     /// an empty value as an absent key; a store whose versions would restart on re-creation

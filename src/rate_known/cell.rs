@@ -85,15 +85,24 @@ impl KeyCell {
         lock(&self.inner).known = None;
     }
 
-    /// The state to start from at `now`. A state past its expiry that the store showed us
-    /// before `fresh_since` (the start of this decision) is dropped: it is worth nothing, and
-    /// the store may have deleted and someone re-created the key since, so its version must
-    /// not be trusted again (ZooKeeper restarts a re-created node's version; see its sweeper).
-    /// Seen during this decision, it is the store's answer of a moment ago and is used.
-    pub(crate) fn start(&self, now: UnixNanos, fresh_since: Instant) -> Start {
+    /// The state to start from at `now`. A version is used only while the store cannot have
+    /// deleted the key and re-created it at the same version: for `version_life` after its
+    /// state expired (`RateStore::version_life`; forever on stores that never reuse a
+    /// version), or whenever the store showed it during this decision (since `fresh_since`).
+    /// Past that, the state is dropped (it is worth nothing anyway) and the next write expects
+    /// the key absent.
+    pub(crate) fn start(
+        &self,
+        now: UnixNanos,
+        fresh_since: Instant,
+        version_life: Duration,
+    ) -> Start {
+        let life = u64::try_from(version_life.as_nanos()).unwrap_or(u64::MAX);
         let mut c = lock(&self.inner);
         if c.known.is_some_and(|k| {
-            k.version.is_some() && k.expires_at <= now && k.confirmed < fresh_since
+            k.version.is_some()
+                && k.expires_at.saturating_add(life) <= now
+                && k.confirmed < fresh_since
         }) {
             c.known = None;
         }
@@ -135,8 +144,9 @@ impl KeyCell {
         quota: &Quota,
         cost: u64,
         now: UnixNanos,
+        version_life: Duration,
     ) -> Option<Decision> {
-        let start = self.start(now, Instant::now());
+        let start = self.start(now, Instant::now(), version_life);
         if !start.trusted {
             return None;
         }

@@ -40,7 +40,8 @@ pub(crate) async fn check(
     let (quota, _) = limit.quota();
     let now = inner.now_ns();
     let rx = {
-        if let Some(d) = cell.local_answer(&quota, cost, now) {
+        let life = rate_store(inner)?.version_life();
+        if let Some(d) = cell.local_answer(&quota, cost, now, life) {
             inner.rate_counts.local_answers.fetch_add(1, Relaxed);
             return Ok(d);
         }
@@ -104,7 +105,7 @@ impl Driver {
         loop {
             let now = self.inner.now_ns();
             let (quota, quota_version) = self.limit.quota();
-            let start = self.cell.start(now, began);
+            let start = self.cell.start(now, began, store.version_life());
             let mut state = start.state;
             let mut changed = false;
             let mut expires_at = now;

@@ -114,7 +114,7 @@ impl Limiter {
         let began = Instant::now();
         loop {
             let now = self.inner.now_ns();
-            let pass = one_pass(checks, groups, now, began);
+            let pass = one_pass(checks, groups, now, began, store.version_life());
             if !pass.untrusted_denial.is_empty() {
                 // A denial from a state the store has not confirmed lately: read it first.
                 for &g in &pass.untrusted_denial {
@@ -201,7 +201,13 @@ fn group(checks: &[Check<'_>]) -> Vec<Group> {
 
 /// Decides every check from what we know. All admitted: the writes of every changed group.
 /// Any denied: every check denied, and the writes of bans only.
-fn one_pass(checks: &[Check<'_>], groups: &[Group], now: u64, began: Instant) -> Pass {
+fn one_pass(
+    checks: &[Check<'_>],
+    groups: &[Group],
+    now: u64,
+    began: Instant,
+    version_life: Duration,
+) -> Pass {
     let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
     let mut group_of = vec![0; checks.len()];
     let mut admitted_writes = Vec::new();
@@ -212,7 +218,7 @@ fn one_pass(checks: &[Check<'_>], groups: &[Group], now: u64, began: Instant) ->
     for (g, group) in groups.iter().enumerate() {
         let (quota, version) = group.limit.quota();
         quota_versions.push(version);
-        let start = group.cell.start(now, began);
+        let start = group.cell.start(now, began, version_life);
         let (mut state, mut ban_state) = (start.state, start.state);
         let (mut changed, mut banned) = (false, false);
         let mut expires = now;

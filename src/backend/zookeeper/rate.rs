@@ -17,7 +17,7 @@
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
 
 use super::nodes::{key_data, split_key_data};
-use super::sweeper::{unix_nanos_now, Sweeper};
+use super::sweeper::{unix_nanos_now, Sweeper, MIN_MARGIN};
 use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
 use crate::backend::retry::Attempts;
@@ -448,6 +448,13 @@ impl RateStore for ZkBackend {
             }
         }
         Ok(WriteOutcome::Conflict(currents))
+    }
+
+    /// A re-created node restarts at version 0, so a version may be reused once the sweeper
+    /// deleted an expired key: it never does before `expires_at` + [`MIN_MARGIN`] (on the
+    /// writer's clock), so half of that leaves room for clock skew between hosts.
+    fn version_life(&self) -> std::time::Duration {
+        MIN_MARGIN / 2
     }
 
     /// A reset does not delete the node: it writes an empty value (which means "absent" to
