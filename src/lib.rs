@@ -1,6 +1,7 @@
 //! # clusterlimit
 //!
-//! Cluster-wide concurrency permits: "at most N of these at once, across every host".
+//! Cluster-wide concurrency permits ("at most N of these at once, across every host") and rate
+//! limits ("at most N per second, per key, across every replica").
 //! Permits live in etcd (leases + revision order), ZooKeeper (ephemeral sequential znodes) or
 //! in process memory (`memory://`), and come back by themselves when their holder dies.
 //!
@@ -21,6 +22,20 @@
 //!
 //! The semaphore's meaning (strict FIFO, atomic weighted grants, capacity stored with the
 //! semaphore, loss, fencing) is written once in [`queue`] and shared by every [`backend`].
+//!
+//! Rate limits ("at most N per period, per key, across every replica": GCRA, sliding and fixed
+//! windows, bans) live in the same stores; their meaning is written once in [`rate`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> clusterlimit::Result<()> {
+//! use clusterlimit::{Limiter, Quota};
+//! let limiter = Limiter::connect("memory://quick-rate").await?;
+//! let api = limiter.rate_limit("api", Quota::per_second(100).burst(20)).await?;
+//! let d = api.check("user-42").await?;          // one store write; a provable denial: none
+//! assert!(d.allowed && d.remaining == 19);
+//! # Ok(()) }
+//! ```
 //!
 //! Cargo features: `tower` (on by default) adds `clusterlimit::tower`, a layer that caps a
 //! service's in-flight requests across the cluster; `cli` (on by default) builds the
