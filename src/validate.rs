@@ -9,7 +9,8 @@ pub const MAX_NAME_LEN: usize = 128;
 /// Longest owner label.
 pub const MAX_OWNER_LEN: usize = 256;
 
-/// Names become key and path segments: only `[A-Za-z0-9._-]`, 1–128 chars, so no injection.
+/// Names (of semaphores and rate limits) become key and path segments: only `[A-Za-z0-9._-]`,
+/// 1–128 chars, so no injection.
 ///
 /// ```
 /// assert!(clusterlimit::validate::name("nightly-export.v2").is_ok());
@@ -19,13 +20,13 @@ pub const MAX_OWNER_LEN: usize = 256;
 pub fn name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
-            "semaphore name must be 1-{MAX_NAME_LEN} characters, got {}",
+            "name must be 1-{MAX_NAME_LEN} characters, got {}",
             name.len()
         )));
     }
     if name == "." || name == ".." {
         return Err(Error::invalid(format!(
-            "semaphore name {name:?} is reserved"
+            "name {name:?} is reserved"
         )));
     }
     if let Some(c) = name
@@ -33,7 +34,7 @@ pub fn name(name: &str) -> Result<()> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err(Error::invalid(format!(
-            "semaphore name {name:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"
+            "name {name:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"
         )));
     }
     Ok(())
