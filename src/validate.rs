@@ -25,9 +25,7 @@ pub fn name(name: &str) -> Result<()> {
         )));
     }
     if name == "." || name == ".." {
-        return Err(Error::invalid(format!(
-            "name {name:?} is reserved"
-        )));
+        return Err(Error::invalid(format!("name {name:?} is reserved")));
     }
     if let Some(c) = name
         .chars()

@@ -176,7 +176,7 @@ impl Driver {
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict
 /// brought the current state), then short jittered pauses; past the deadline, an error (never
 /// a denial: the limit did not deny, we could not get a decision).
-async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
+pub(crate) async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
     if Instant::now() >= deadline {
         return Err(Error::store(format!(
             "no decision: {conflicts} writes in a row lost to other writers of the key"

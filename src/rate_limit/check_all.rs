@@ -1,7 +1,7 @@
 //! [`Limiter::check_all`]: several checks (of one or several limits) admitted together or not
 //! at all, in one atomic store write.
 
-use super::batch::rate_store;
+use super::batch::{pause_after_conflict, rate_store};
 use super::{validate_key, RateLimit};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
@@ -167,15 +167,7 @@ impl Limiter {
                         learn(&groups[g].limit, &groups[g].cell, f, now)?;
                     }
                     conflicts += 1;
-                    if Instant::now() >= deadline {
-                        return Err(Error::store(format!(
-                            "no decision: {conflicts} writes in a row lost to other writers"
-                        )));
-                    }
-                    if conflicts > 2 {
-                        let pause = Duration::from_millis(20).mul_f64(fastrand::f64());
-                        tokio::time::sleep(pause).await;
-                    }
+                    pause_after_conflict(conflicts, deadline).await?;
                 }
             }
         }

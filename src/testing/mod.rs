@@ -248,25 +248,7 @@ macro_rules! rate_contract_suite {
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
-        mod $module {
-            #[allow(unused_imports)]
-            use super::*;
-            $(
-                #[test]
-                fn $case() {
-                    $crate::testing::block_on(async {
-                        let harness =
-                            <$harness as $crate::testing::Harness>::start().await;
-                        $crate::testing::within(
-                            concat!(stringify!($case), " (whole test)"),
-                            $crate::testing::TEST_LIMIT,
-                            $crate::testing::rate_cases::$case(&harness),
-                        )
-                        .await;
-                    });
-                }
-            )*
-        }
+        $crate::contract_suite!(@run $module, $harness, rate_cases; $($case),*);
     };
 }
 
@@ -303,6 +285,9 @@ macro_rules! contract_suite {
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
+        $crate::contract_suite!(@run $module, $harness, cases; $($case),*);
+    };
+    (@run $module:ident, $harness:ty, $set:ident; $($case:ident),* $(,)?) => {
         mod $module {
             // The harness type is named in the invoking module.
             #[allow(unused_imports)]
@@ -316,7 +301,7 @@ macro_rules! contract_suite {
                         $crate::testing::within(
                             concat!(stringify!($case), " (whole test)"),
                             $crate::testing::TEST_LIMIT,
-                            $crate::testing::cases::$case(&harness),
+                            $crate::testing::$set::$case(&harness),
                         )
                         .await;
                     });

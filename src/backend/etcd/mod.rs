@@ -157,6 +157,29 @@ enum Until<'a> {
 }
 
 impl EtcdBackend {
+    /// The sorted names of the keys under `prefix` (one keys-only range): semaphores under
+    /// `names/`, rate limits under `rq/`.
+    pub(super) async fn names_under(&self, prefix: String) -> Result<Vec<String>> {
+        let resp = self
+            .retry(RequestKind::Range, |mut c| {
+                let p = prefix.clone();
+                async move {
+                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await?;
+        let mut names: Vec<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Connects and grants the session lease (fails fast if no member answers).
     ///
     /// TLS files and the password are read first: a missing, unreadable or garbled one is an
@@ -747,25 +770,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        let prefix = self.keys.names_prefix();
-        let resp = self
-            .retry(RequestKind::Range, |mut c| {
-                let p = prefix.clone();
-                async move {
-                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await?;
-        let mut names: Vec<String> = resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok())
-            .filter_map(|k| k.strip_prefix(prefix.as_str()))
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        Ok(names)
+        self.names_under(self.keys.names_prefix()).await
     }
 
     fn stats(&self) -> RequestStats {

@@ -16,7 +16,7 @@ use crate::backend::retry::CALL_TIMEOUTS;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 /// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
 /// may hold.
@@ -259,26 +259,7 @@ impl RateStore for EtcdBackend {
     }
 
     async fn limits(&self) -> Result<Vec<String>> {
-        let prefix = self.keys.quotas_prefix();
-        let resp = self
-            .retry(RequestKind::Range, |c| {
-                let p = prefix.clone();
-                async move {
-                    kv(&c)
-                        .get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await?;
-        let mut names: Vec<String> = resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok())
-            .filter_map(|k| k.strip_prefix(prefix.as_str()))
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        Ok(names)
+        self.names_under(self.keys.quotas_prefix()).await
     }
 
     async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {

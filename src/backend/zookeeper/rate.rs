@@ -223,20 +223,25 @@ impl ZkBackend {
         )))
     }
 
+    /// A node's data and version: `None` if absent. Counted as a read.
+    async fn get_node(&self, path: &str, what: &str) -> Result<Option<(Vec<u8>, i32)>> {
+        self.rate_call(RequestKind::Range, what, |c| {
+            let path = path.to_string();
+            async move {
+                match c.get_data(&path).await {
+                    Ok((data, stat)) => Ok(Some((data, stat.version))),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
+    }
+
     /// The limit's node: `None` if absent.
     async fn read_limit(&self, name: &str) -> Result<Option<Versioned>> {
-        let path = self.paths.rate_limit(name);
         let read = self
-            .rate_call(RequestKind::Range, "reading a rate limit", |c| {
-                let path = path.clone();
-                async move {
-                    match c.get_data(&path).await {
-                        Ok((data, stat)) => Ok(Some((data, stat.version))),
-                        Err(zk::Error::NoNode) => Ok(None),
-                        Err(e) => Err(e),
-                    }
-                }
-            })
+            .get_node(&self.paths.rate_limit(name), "reading a rate limit")
             .await?;
         read.map(|(value, v)| {
             Ok(Versioned {
@@ -468,20 +473,7 @@ impl RateStore for ZkBackend {
         let mut attempts = Attempts::new(self.config.request_timeout);
         loop {
             let read = self
-                .rate_call(
-                    RequestKind::Range,
-                    "reading a rate-limit key to reset it",
-                    |c| {
-                        let path = path.clone();
-                        async move {
-                            match c.get_data(&path).await {
-                                Ok((data, stat)) => Ok(Some((data, stat.version))),
-                                Err(zk::Error::NoNode) => Ok(None),
-                                Err(e) => Err(e),
-                            }
-                        }
-                    },
-                )
+                .get_node(&path, "reading a rate-limit key to reset it")
                 .await?;
             let Some((data, version)) = read else {
                 return Ok(());
