@@ -160,7 +160,7 @@ impl Outcome {
         println!(
             "[{what} {}] run {secs:.2} s: {:.0} decisions/s, {:.1} admitted/s ({} admitted), \
              {:.3} requests per admitted decision ({} requests: txn {} range {} put {} delete {}; \
-             lease {}), {} batches, {} local answers, latency p50 {:.3} ms p99 {:.3} ms, {} errors",
+             lease {}), {} batches, {} local answers, latency p50 {:.3} ms p99 {:.3} ms max {:.3} ms ({} decisions over 1 s), {} errors",
             self.store,
             self.latencies.len() as f64 / secs,
             self.events.len() as f64 / secs,
@@ -176,6 +176,8 @@ impl Outcome {
             s.rate_local_answers,
             self.percentile_ms(0.5),
             self.percentile_ms(0.99),
+            self.percentile_ms(1.0),
+            self.latencies.iter().filter(|&&l| l > 1_000_000_000).count(),
             self.errors.len(),
         );
         if let Some(e) = self.errors.first() {
