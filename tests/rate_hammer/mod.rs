@@ -142,6 +142,17 @@ impl Outcome {
             .sum()
     }
 
+    /// The longest time (ns) between two admissions in a row (by end time) and when it ended:
+    /// a stretch longer than the bucket's tolerance lets tokens go unused.
+    pub fn longest_gap(&self) -> (u64, u64) {
+        let mut ends: Vec<u64> = self.events.iter().map(|e| e.end).collect();
+        ends.sort_unstable();
+        ends.windows(2)
+            .map(|w| (w[1] - w[0], w[1]))
+            .max()
+            .unwrap_or((0, 0))
+    }
+
     fn percentile_ms(&self, p: f64) -> f64 {
         if self.latencies.is_empty() {
             return f64::NAN;
@@ -179,6 +190,13 @@ impl Outcome {
             self.percentile_ms(1.0),
             self.latencies.iter().filter(|&&l| l > 1_000_000_000).count(),
             self.errors.len(),
+        );
+        let (gap, at) = self.longest_gap();
+        println!(
+            "[{what} {}] longest stretch without an admission: {:.1} ms, ending {:.3} s into the run",
+            self.store,
+            gap as f64 / 1e6,
+            at.saturating_sub(self.t0) as f64 / 1e9
         );
         if let Some(e) = self.errors.first() {
             println!("[{what} {}] first error: {e}", self.store);
