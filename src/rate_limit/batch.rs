@@ -157,7 +157,13 @@ impl Driver {
                     }
                     self.learn(current, now)?;
                     conflicts += 1;
-                    pause_after_conflict(conflicts, deadline).await?;
+                    if pause_after_conflict(conflicts, deadline).await? {
+                        // What the conflict brought is as old as the pause: on a hot key
+                        // others wrote meanwhile, and a write decided from it would lose
+                        // again, pause after pause, until the deadline. Read afresh.
+                        let current = store.read_key(&self.limit.name, &self.key).await?;
+                        self.learn(current, self.inner.now_ns())?;
+                    }
                 }
                 Err(e) => {
                     self.cell.forget();
@@ -174,9 +180,10 @@ impl Driver {
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict
-/// brought the current state), then short jittered pauses; past the deadline, an error (never
-/// a denial: the limit did not deny, we could not get a decision).
-pub(crate) async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
+/// brought the current state), then short jittered pauses (true: paused, so that state is
+/// stale); past the deadline, an error (never a denial: the limit did not deny, we could not
+/// get a decision).
+pub(crate) async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<bool> {
     if Instant::now() >= deadline {
         return Err(Error::store(format!(
             "no decision: {conflicts} writes in a row lost to other writers of the key"
@@ -187,8 +194,9 @@ pub(crate) async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> R
             Duration::from_millis(1 << (conflicts - QUICK_RETRIES).min(5)).min(MAX_CONFLICT_PAUSE);
         let pause = cap.mul_f64(fastrand::f64());
         tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The backend's rate-limit storage, or a clear error for one that has none.

@@ -167,7 +167,17 @@ impl Limiter {
                         learn(&groups[g].limit, &groups[g].cell, f, now)?;
                     }
                     conflicts += 1;
-                    pause_after_conflict(conflicts, deadline).await?;
+                    if pause_after_conflict(conflicts, deadline).await? {
+                        // What the conflict brought is as old as the pause: read afresh (as
+                        // the batch does).
+                        let now = self.inner.now_ns();
+                        for &(g, _, _, _) in &pass.writes {
+                            let current = store
+                                .read_key(&groups[g].limit.name, &groups[g].key)
+                                .await?;
+                            learn(&groups[g].limit, &groups[g].cell, current, now)?;
+                        }
+                    }
                 }
             }
         }
