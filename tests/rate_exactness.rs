@@ -12,6 +12,8 @@ mod support;
 use clusterlimit::testing::rate_history::{assert_gcra_exact, window_excess};
 use clusterlimit::{Algorithm, Quota};
 use rate_hammer::{hammer, serial, Hammer, Server};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const GCRA_RUN: Duration = Duration::from_secs(10);
@@ -19,37 +21,89 @@ const WINDOW_RUN: Duration = Duration::from_secs(5);
 /// The issue's bar: the run admits at least this share of what the quota allows.
 const MIN_SHARE: f64 = 0.97;
 
+/// The bucket's tolerance: tokens not taken within `burst / rate` of their time are gone, so a
+/// stall of the test process longer than this (a loaded 2-core machine starving it of CPU)
+/// costs admissions that no limiter could have made.
+const TOLERANCE: Duration = Duration::from_millis(100);
+
+/// Measures how late an OS thread wakes from 5 ms sleeps: the longest scheduling stall of this
+/// process while it runs.
+struct StallProbe {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Duration>,
+}
+
+impl StallProbe {
+    fn start() -> StallProbe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            while !flag.load(Ordering::Relaxed) {
+                let asked = Duration::from_millis(5);
+                let started = std::time::Instant::now();
+                std::thread::sleep(asked);
+                worst = worst.max(started.elapsed().saturating_sub(asked));
+            }
+            worst
+        });
+        StallProbe { stop, thread }
+    }
+
+    fn worst(self) -> Duration {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(Duration::MAX)
+    }
+}
+
 async fn gcra(server: Server) {
     let quota = Quota::per_second(500).burst(50);
-    let out = hammer(&server, &Hammer::new("hot-gcra", quota, GCRA_RUN)).await;
-    out.print("gcra");
-    let worst = assert_gcra_exact(&out.events, &quota, 0.0);
-    println!(
-        "[gcra {}] worst excess {:.3} (≤ 0: never over), in {:.3} ms with {} admitted",
-        out.store,
-        worst.over,
-        (worst.to - worst.from) as f64 / 1e6,
-        worst.admitted
-    );
-    let allowed = 500.0 * out.run_secs() + 50.0;
-    let admitted = out.admitted_in_run();
-    println!(
-        "[gcra {}] admitted {admitted} of {allowed:.0} the quota allows in the run ({:.2}%)",
-        out.store,
-        100.0 * admitted as f64 / allowed
-    );
-    assert!(
-        out.errors.is_empty(),
-        "{}: {} checks failed, first: {:?}",
-        out.store,
-        out.errors.len(),
-        out.errors.first()
-    );
-    assert!(
-        admitted as f64 >= MIN_SHARE * allowed,
-        "{}: admitted {admitted}, below {MIN_SHARE} × {allowed:.0}",
-        out.store
-    );
+    // A second run only when the first fell short of the share while this process was starved
+    // for longer than the bucket's tolerance; exactness is asserted on every run.
+    for attempt in 1..=2 {
+        let probe = StallProbe::start();
+        let out = hammer(&server, &Hammer::new("hot-gcra", quota, GCRA_RUN)).await;
+        let stall = probe.worst();
+        out.print("gcra");
+        let worst = assert_gcra_exact(&out.events, &quota, 0.0);
+        println!(
+            "[gcra {}] worst excess {:.3} (≤ 0: never over), in {:.3} ms with {} admitted",
+            out.store,
+            worst.over,
+            (worst.to - worst.from) as f64 / 1e6,
+            worst.admitted
+        );
+        let allowed = 500.0 * out.run_secs() + 50.0;
+        let admitted = out.admitted_in_run();
+        println!(
+            "[gcra {}] admitted {admitted} of {allowed:.0} the quota allows in the run ({:.2}%); \
+             longest scheduling stall of the process {stall:?}",
+            out.store,
+            100.0 * admitted as f64 / allowed
+        );
+        assert!(
+            out.errors.is_empty(),
+            "{}: {} checks failed, first: {:?}",
+            out.store,
+            out.errors.len(),
+            out.errors.first()
+        );
+        if admitted as f64 >= MIN_SHARE * allowed {
+            return;
+        }
+        assert!(
+            attempt == 1 && stall > TOLERANCE,
+            "{}: admitted {admitted}, below {MIN_SHARE} × {allowed:.0} (longest stall {stall:?})",
+            out.store
+        );
+        println!(
+            "[gcra {}] short of {MIN_SHARE} while the process stalled {stall:?} (> {TOLERANCE:?}): \
+             one more run",
+            out.store
+        );
+        // Another store's servers may still be winding down: let the machine settle.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 async fn windows(server: Server) {
