@@ -274,7 +274,13 @@ impl Driver {
                     }
                     self.learn(current, now)?;
                     conflicts += 1;
-                    pause_after_conflict(conflicts, deadline).await?;
+                    if pause_after_conflict(conflicts, deadline).await? {
+                        // On a hot key the state the conflict brought is stale after a pause:
+                        // a write with its version would lose for sure, every time (a
+                        // livelock: 100+ conflicts in a row, then an error). Read it again.
+                        let current = store.read_key(&self.limit.name, &self.key).await?;
+                        self.learn(current, self.inner.now_ns())?;
+                    }
                 }
                 Err(e) => {
                     self.cell.forget();
@@ -315,8 +321,8 @@ pub(crate) fn learn(
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict
 /// brought the current state), then short jittered pauses; past the deadline, an error (never
-/// a denial: the limit did not deny, we could not get a decision).
-async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
+/// a denial: the limit did not deny, we could not get a decision). True if it paused.
+async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<bool> {
     if Instant::now() >= deadline {
         return Err(Error::store(format!(
             "no decision: {conflicts} writes in a row lost to other writers of the key"
@@ -327,8 +333,9 @@ async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<()> {
             Duration::from_millis(1 << (conflicts - QUICK_RETRIES).min(5)).min(MAX_CONFLICT_PAUSE);
         let pause = cap.mul_f64(fastrand::f64());
         tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The backend's rate-limit storage, or a clear error for one that has none.
