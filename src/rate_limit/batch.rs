@@ -59,6 +59,8 @@ struct Known {
 #[derive(Debug)]
 struct Pending {
     cost: u64,
+    /// When the check came: its answer is due within twice the request timeout from here.
+    arrived: Instant,
     reply: oneshot::Sender<Result<Decision>>,
 }
 
@@ -156,7 +158,11 @@ pub(crate) async fn check(
         }
         let (tx, rx) = oneshot::channel();
         let mut c = lock(&cell.inner);
-        c.pending.push(Pending { cost, reply: tx });
+        c.pending.push(Pending {
+            cost,
+            arrived: Instant::now(),
+            reply: tx,
+        });
         if !c.driving {
             c.driving = true;
             let driver = Driver {
@@ -197,7 +203,15 @@ impl Driver {
             };
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
             self.inner.rate_counts.batches.fetch_add(1, Relaxed);
-            match self.decide_batch(&costs).await {
+            // Due when its oldest check is: a check that waited for the previous batch does
+            // not get a whole new bound on top.
+            let deadline = batch
+                .iter()
+                .map(|p| p.arrived)
+                .min()
+                .unwrap_or_else(Instant::now)
+                + self.inner.request_timeout * 2;
+            match self.decide_batch(&costs, deadline).await {
                 Ok(decisions) => {
                     for (p, d) in batch.into_iter().zip(decisions) {
                         let _ = p.reply.send(Ok(d));
@@ -213,10 +227,9 @@ impl Driver {
         }
     }
 
-    async fn decide_batch(&self, costs: &[u64]) -> Result<Vec<Decision>> {
+    async fn decide_batch(&self, costs: &[u64], deadline: Instant) -> Result<Vec<Decision>> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
-        let deadline = Instant::now() + self.inner.request_timeout * 2;
         let mut conflicts = 0u32;
         let began = Instant::now();
         loop {
@@ -242,7 +255,7 @@ impl Driver {
                 }
                 // Only denials or peeks, from a state the store has not confirmed lately:
                 // read it, then decide again from the truth.
-                let current = store.read_key(&self.limit.name, &self.key).await?;
+                let current = by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                 self.learn(current, now)?;
                 continue;
             };
@@ -256,7 +269,7 @@ impl Driver {
                 value: value.clone(),
                 expires_at,
             };
-            match store.write_keys(std::slice::from_ref(&write)).await {
+            match by(deadline, store.write_keys(std::slice::from_ref(&write))).await {
                 Ok(WriteOutcome::Written(versions)) => {
                     let version = versions.first().copied();
                     self.cell.set_known(Some(new), version, expires_at, now);
@@ -278,7 +291,8 @@ impl Driver {
                         // On a hot key the state the conflict brought is stale after a pause:
                         // a write with its version would lose for sure, every time (a
                         // livelock: 100+ conflicts in a row, then an error). Read it again.
-                        let current = store.read_key(&self.limit.name, &self.key).await?;
+                        let current =
+                            by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                         self.learn(current, self.inner.now_ns())?;
                     }
                 }
@@ -336,6 +350,18 @@ async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> Result<bool>
         return Ok(true);
     }
     Ok(false)
+}
+
+/// A store call cut off at the batch's deadline: an error then (a write's outcome unknown, so
+/// the caller forgets the key's state), never a decision.
+async fn by<T>(deadline: Instant, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::store(
+                "no decision within twice the request timeout of the oldest check",
+            ))
+        })
 }
 
 /// The backend's rate-limit storage, or a clear error for one that has none.
