@@ -1,7 +1,7 @@
 //! Cluster failover and fault injection with a safety history checker and a liveness judge
 //! (`harness = false`).
 //!
-//! Twelve scenarios (leader and follower SIGKILL, whole-cluster outage, partition longer than
+//! Twelve semaphore scenarios (leader and follower SIGKILL, whole-cluster outage, partition longer than
 //! the TTL, short blips, a SIGKILLed holder process, a slow store, compaction while waiting,
 //! a SIGSTOPped member, a SIGSTOPped follower every worker uses, one slow member, 200 acquires
 //! cancelled during a leader restart) run on a real 3-member etcd cluster and a real 3-member
@@ -11,14 +11,17 @@
 //! windows while waiters existed, an entry of a live session stayed in the store after every
 //! worker stopped (read raw, before any Limiter closes), or something stayed after every client
 //! closed. Rows with a kill measure the store's own failover (a raw write) in the same run; after
-//! a leader kill the first grant must come within that + 0.5 s. A table of the figures is
-//! printed at the end.
+//! a leader kill the first grant must come within that + 0.5 s. Two rate-limit scenarios
+//! (`rate.rs`: a hot key under GCRA and a fixed window, leader SIGKILLs) check their admitted
+//! history with `clusterlimit::testing::rate_history`, hence the `testing` feature. Tables of
+//! the figures are printed at the end.
 //!
 //! ```text
-//! cargo test --test failover                      # the CI size, both stores (~5 min)
-//! cargo test --test failover -- etcd partition    # only rows whose "store scenario" matches every word
-//! CLUSTERLIMIT_SOAK=1 cargo test --test failover  # soak: more workers, kills and time
-//! CLUSTERLIMIT_FAILOVER_SEED=42 …                 # replay the workers' random choices
+//! cargo test --all-features --test failover                      # the CI size, both stores (~6 min)
+//! cargo test --all-features --test failover -- etcd partition    # only rows whose "store scenario" matches every word
+//! cargo test --all-features --test failover -- rate              # the rate-limit rows
+//! CLUSTERLIMIT_SOAK=1 cargo test --all-features --test failover  # soak: more workers, kills and time
+//! CLUSTERLIMIT_FAILOVER_SEED=42 …                                # replay the workers' random choices
 //! ```
 
 mod support;
@@ -29,6 +32,10 @@ mod child;
 mod cluster;
 #[path = "failover/history.rs"]
 mod history;
+#[path = "failover/rate.rs"]
+mod rate;
+#[path = "failover/rate_load.rs"]
+mod rate_load;
 #[path = "failover/report.rs"]
 mod report;
 #[path = "failover/scenarios.rs"]

@@ -17,6 +17,8 @@ pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) cost: u64,
+    /// When the check came: its answer is due within twice the request timeout from here.
+    pub(crate) arrived: Instant,
     pub(crate) reply: oneshot::Sender<Result<Decision>>,
 }
 
@@ -67,7 +69,11 @@ impl KeyCell {
     /// (none runs now).
     pub(crate) fn enqueue(&self, cost: u64, reply: oneshot::Sender<Result<Decision>>) -> bool {
         let mut c = lock(&self.inner);
-        c.pending.push(Pending { cost, reply });
+        c.pending.push(Pending {
+            cost,
+            arrived: Instant::now(),
+            reply,
+        });
         !std::mem::replace(&mut c.driving, true)
     }
 

@@ -80,7 +80,11 @@ impl Driver {
             };
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
             self.inner.rate_counts.batches.fetch_add(1, Relaxed);
-            match self.decide_batch(&costs).await {
+            // Due when its oldest check is: a check that waited for the previous batch does
+            // not get a whole new bound on top.
+            let oldest = batch.iter().map(|p| p.arrived).min();
+            let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
+            match self.decide_batch(&costs, deadline).await {
                 Ok(decisions) => {
                     for (p, d) in batch.into_iter().zip(decisions) {
                         let _ = p.reply.send(Ok(d));
@@ -96,10 +100,9 @@ impl Driver {
         }
     }
 
-    async fn decide_batch(&self, costs: &[u64]) -> Result<Vec<Decision>> {
+    async fn decide_batch(&self, costs: &[u64], deadline: Instant) -> Result<Vec<Decision>> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
-        let deadline = Instant::now() + self.inner.request_timeout * 2;
         let mut conflicts = 0u32;
         let began = Instant::now();
         loop {
@@ -125,7 +128,7 @@ impl Driver {
                 }
                 // Only denials or peeks, from a state the store has not confirmed lately:
                 // read it, then decide again from the truth.
-                let current = store.read_key(&self.limit.name, &self.key).await?;
+                let current = by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                 self.learn(current, now)?;
                 continue;
             };
@@ -139,7 +142,7 @@ impl Driver {
                 value: value.clone(),
                 expires_at,
             };
-            match store.write_keys(std::slice::from_ref(&write)).await {
+            match by(deadline, store.write_keys(std::slice::from_ref(&write))).await {
                 Ok(WriteOutcome::Written(versions)) => {
                     let version = versions.first().copied();
                     self.cell.set_known(Some(new), version, expires_at, now);
@@ -161,7 +164,8 @@ impl Driver {
                         // What the conflict brought is as old as the pause: on a hot key
                         // others wrote meanwhile, and a write decided from it would lose
                         // again, pause after pause, until the deadline. Read afresh.
-                        let current = store.read_key(&self.limit.name, &self.key).await?;
+                        let current =
+                            by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                         self.learn(current, self.inner.now_ns())?;
                     }
                 }
@@ -197,6 +201,21 @@ pub(crate) async fn pause_after_conflict(conflicts: u32, deadline: Instant) -> R
         return Ok(true);
     }
     Ok(false)
+}
+
+/// A store call cut off at the batch's deadline: an error then (a write's outcome unknown, so
+/// the caller forgets the key's state), never a decision.
+pub(crate) async fn by<T>(
+    deadline: Instant,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::store(
+                "no decision within twice the request timeout of the oldest check",
+            ))
+        })
 }
 
 /// The backend's rate-limit storage, or a clear error for one that has none.

@@ -1,7 +1,7 @@
 //! [`Limiter::check_all`]: several checks (of one or several limits) admitted together or not
 //! at all, in one atomic store write.
 
-use super::batch::{pause_after_conflict, rate_store};
+use super::batch::{by, pause_after_conflict, rate_store};
 use super::{validate_key, RateLimit};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
@@ -118,9 +118,8 @@ impl Limiter {
             if !pass.untrusted_denial.is_empty() {
                 // A denial from a state the store has not confirmed lately: read it first.
                 for &g in &pass.untrusted_denial {
-                    let current = store
-                        .read_key(&groups[g].limit.name, &groups[g].key)
-                        .await?;
+                    let key = &groups[g].key;
+                    let current = by(deadline, store.read_key(&groups[g].limit.name, key)).await?;
                     learn(&groups[g].limit, &groups[g].cell, current, now)?;
                 }
                 continue;
@@ -140,7 +139,7 @@ impl Limiter {
             if writes.is_empty() {
                 return Ok(pass.decisions);
             }
-            match store.write_keys(&writes).await? {
+            match by(deadline, store.write_keys(&writes)).await? {
                 WriteOutcome::Written(versions) => {
                     for (&(g, state, expires_at, _), v) in pass.writes.iter().zip(versions) {
                         groups[g]
@@ -172,9 +171,9 @@ impl Limiter {
                         // the batch does).
                         let now = self.inner.now_ns();
                         for &(g, _, _, _) in &pass.writes {
-                            let current = store
-                                .read_key(&groups[g].limit.name, &groups[g].key)
-                                .await?;
+                            let key = &groups[g].key;
+                            let current =
+                                by(deadline, store.read_key(&groups[g].limit.name, key)).await?;
                             learn(&groups[g].limit, &groups[g].cell, current, now)?;
                         }
                     }

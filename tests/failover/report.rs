@@ -34,6 +34,22 @@ pub struct Row {
     pub took: Duration,
     /// False for a scenario that does not apply to the store (the notes say why).
     pub applicable: bool,
+    /// A rate-limit scenario's figures (its row goes in the rate table).
+    pub rate: Option<RateFigures>,
+}
+
+/// What a rate-limit scenario measured.
+#[derive(Debug, Default)]
+pub struct RateFigures {
+    /// The history check's result: GCRA's worst interval against its bound, or a window
+    /// quota's fullest aligned window against its limit.
+    pub exactness: String,
+    pub admitted: usize,
+    pub denied: u64,
+    pub errors: usize,
+    /// Admitted ÷ what the quota allows, outside the fault windows.
+    pub ratio: Option<f64>,
+    pub longest_call: Duration,
 }
 
 impl Row {
@@ -54,6 +70,7 @@ impl Row {
             failures: Vec::new(),
             took: Duration::ZERO,
             applicable: true,
+            rate: None,
         }
     }
 
@@ -115,9 +132,53 @@ pub fn ms(d: Duration) -> String {
     }
 }
 
-/// The markdown table of a run, then each row's notes and failures.
+/// The markdown tables of a run (semaphore rows, then rate-limit rows), then each row's notes
+/// and failures.
 pub fn table(rows: &[Row]) -> String {
+    let (rate, semaphore): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.rate.is_some());
     let mut out = String::new();
+    if !semaphore.is_empty() {
+        semaphore_table(&semaphore, &mut out);
+    }
+    if !rate.is_empty() {
+        if !semaphore.is_empty() {
+            out.push('\n');
+        }
+        rate_table(&rate, &mut out);
+    }
+    notes(rows, &mut out);
+    out
+}
+
+fn rate_table(rows: &[&Row], out: &mut String) {
+    out.push_str(
+        "| store | scenario | history check | admitted / denied / errors | \
+         admitted ÷ quota outside faults | store's own failover p50 / max | \
+         kill → first admitted p50 / max | longest call | took | result |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let Some(f) = &r.rate else { continue };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} / {} / {} | {} | {} | {} | {} | {:.1} s | {} |",
+            r.store.name(),
+            r.scenario,
+            f.exactness,
+            f.admitted,
+            f.denied,
+            f.errors,
+            f.ratio.map_or("–".into(), |x| format!("{x:.3}")),
+            r.store_cell(),
+            r.recovery_cell(),
+            ms(f.longest_call),
+            r.took.as_secs_f64(),
+            if r.passed() { "ok" } else { "FAILED" }
+        );
+    }
+}
+
+fn semaphore_table(rows: &[&Row], out: &mut String) {
     out.push_str(
         "| store | scenario | violations | max held / cap | store's own failover p50 / max | \
          failure → first new grant p50 / max | longest pause: all / outside faults | \
@@ -153,6 +214,9 @@ pub fn table(rows: &[Row]) -> String {
             if r.passed() { "ok" } else { "FAILED" }
         );
     }
+}
+
+fn notes(rows: &[Row], out: &mut String) {
     for r in rows {
         if r.notes.is_empty() && r.failures.is_empty() {
             continue;
@@ -165,5 +229,4 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(out, "  - FAILED: {f}");
         }
     }
-    out
 }

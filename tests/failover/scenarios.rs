@@ -9,6 +9,7 @@
 use crate::child::ChildHolder;
 use crate::cluster::{Cluster, Kind, REQUEST_TIMEOUT, TTL};
 use crate::history::{self, Grant};
+use crate::rate::RateCase;
 use crate::report::{ms, Row};
 use crate::store_probe;
 use crate::workload::{
@@ -29,6 +30,8 @@ pub struct Size {
     pub child_kills: usize,
     /// Compactions in scenario 8.
     pub compactions: usize,
+    /// Leader kills in each rate-limit scenario.
+    pub rate_kills: usize,
     /// Contended running before and between injections.
     pub phase: Duration,
 }
@@ -40,6 +43,7 @@ impl Size {
             leader_kills: 5,
             child_kills: 2,
             compactions: 3,
+            rate_kills: 2,
             phase: Duration::from_millis(1000),
         }
     }
@@ -50,6 +54,7 @@ impl Size {
             leader_kills: 25,
             child_kills: 6,
             compactions: 10,
+            rate_kills: 10,
             phase: Duration::from_secs(4),
         }
     }
@@ -70,10 +75,12 @@ pub enum Scenario {
     HungFollower,
     SlowMember,
     CancelBurst,
+    RateGcra,
+    RateWindow,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::LeaderKill,
         Scenario::FollowerKill,
         Scenario::WholeCluster,
@@ -86,6 +93,8 @@ impl Scenario {
         Scenario::HungFollower,
         Scenario::SlowMember,
         Scenario::CancelBurst,
+        Scenario::RateGcra,
+        Scenario::RateWindow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +111,18 @@ impl Scenario {
             Scenario::HungFollower => "10 SIGSTOP of a follower every worker uses",
             Scenario::SlowMember => "11 one member slow (+200 ms pipelined)",
             Scenario::CancelBurst => "12 200 cancelled acquires + leader restart",
+            Scenario::RateGcra => "13 rate GCRA hot key, leader SIGKILLs",
+            Scenario::RateWindow => "14 rate fixed window hot key, leader SIGKILLs",
+        }
+    }
+
+    /// The rate-limit case of a rate scenario (run by `rate::run`, not on the semaphore
+    /// workload).
+    fn rate_case(self) -> Option<RateCase> {
+        match self {
+            Scenario::RateGcra => Some(RateCase::Gcra),
+            Scenario::RateWindow => Some(RateCase::FixedWindow),
+            _ => None,
         }
     }
 
@@ -129,12 +150,18 @@ impl Scenario {
             Scenario::HungFollower => hung_follower(cluster, load, size, row).await,
             Scenario::SlowMember => slow_member(cluster, load, size, row).await,
             Scenario::CancelBurst => cancel_burst(cluster, load, size, row).await,
+            Scenario::RateGcra | Scenario::RateWindow => {
+                unreachable!("run() hands rate scenarios to rate::run")
+            }
         }
     }
 }
 
 /// Runs one scenario on a fresh cluster and returns its row.
 pub async fn run(kind: Kind, scenario: Scenario, size: Size, seed: u64) -> Row {
+    if let Some(case) = scenario.rate_case() {
+        return crate::rate::run(kind, case, scenario.name(), size, seed).await;
+    }
     let started = Instant::now();
     let mut row = Row::new(kind, scenario.name());
     if let Some(why) = scenario.not_applicable(kind) {
@@ -504,13 +531,13 @@ async fn leader_kill(cluster: &mut Cluster, load: &Workload, size: Size, row: &m
 }
 
 /// How long a raw write may take to succeed after a kill before the store counts as down.
-const PROBE_LIMIT: Duration = Duration::from_secs(20);
+pub const PROBE_LIMIT: Duration = Duration::from_secs(20);
 /// Issue 12, item 3: the first grant after a leader kill comes within the store's own failover
 /// time plus this.
-const RESUME_SLACK: Duration = Duration::from_millis(500);
+pub const RESUME_SLACK: Duration = Duration::from_millis(500);
 
 /// Client addresses of every member but `dead`.
-fn survivors(cluster: &Cluster, dead: usize) -> Vec<std::net::SocketAddr> {
+pub fn survivors(cluster: &Cluster, dead: usize) -> Vec<std::net::SocketAddr> {
     let addrs = cluster.member_addrs();
     (0..addrs.len())
         .filter(|&m| m != dead)
