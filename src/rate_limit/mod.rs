@@ -77,7 +77,8 @@ impl RateLimit {
     ///
     /// Costs: a denial the last seen state proves takes no store request; an admitted check
     /// takes one compare-and-swap, shared with every concurrent check of the key in this
-    /// Limiter; a conflict with another client takes one more (it brings the current state).
+    /// Limiter; a conflict with another client takes one more (it brings the current state;
+    /// from the third in a row, a short jittered pause and a fresh read come first).
     ///
     /// Errors: `InvalidArgument` for a bad key or a cost above the quota's burst (GCRA) or limit
     /// (windows), which could never be admitted; `NotFound` if the limit was deleted; `Store`
@@ -168,7 +169,8 @@ impl RateLimit {
     }
 
     /// Key states this Limiter holds in memory for this limit (each at most a few hundred
-    /// bytes; idle ones are dropped as the map grows).
+    /// bytes). Bounded: when the map reaches 4,096 keys, or twice what it held after the last
+    /// sweep, the idle ones (no check waiting, state back to full) are dropped.
     pub fn cached_keys(&self) -> usize {
         self.limit.cells()
     }
