@@ -456,7 +456,7 @@ impl RateStore for ZkBackend {
     }
 
     /// A re-created node restarts at version 0, so a version may be reused once the sweeper
-    /// deleted an expired key: it never does before `expires_at` + [`MIN_MARGIN`] (on the
+    /// deleted an expired key: it never does before `expires_at` + `MIN_MARGIN` (on the
     /// writer's clock), so half of that leaves room for clock skew between hosts.
     fn version_life(&self) -> std::time::Duration {
         MIN_MARGIN / 2
