@@ -73,7 +73,7 @@ pub use clock::Clock;
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
     CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
-    MIN_SESSION_TTL,
+    MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
 };
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;

@@ -15,7 +15,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::timing::{DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MIN_SESSION_TTL};
+pub use crate::timing::{
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
+};
 
 /// A handle to a store with one session (an etcd lease, a ZooKeeper session, or an in-process
 /// session for `memory://`). Every permit taken through it belongs to that session, so when the
@@ -305,8 +307,11 @@ impl LimiterBuilder {
                 self.session_ttl
             )));
         }
-        if self.request_timeout.is_zero() {
-            return Err(Error::invalid("request timeout must be above zero"));
+        if self.request_timeout.is_zero() || self.request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "request timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {:?}",
+                self.request_timeout
+            )));
         }
         let url = StoreUrl::parse(&self.url)?;
         self.check_credentials_fit(&url)?;

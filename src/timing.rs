@@ -9,6 +9,8 @@ pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
 pub const MIN_SESSION_TTL: Duration = Duration::from_secs(2);
 /// Default bound on one store request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request timeout a Limiter takes (deadlines built from it must fit a clock).
+pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How many session TTLs a background removal may stay unconfirmed before its session is
 /// ended (see `release.rs`). Two TTLs let a store ride out a failover or a blip (each well under

@@ -87,6 +87,22 @@ impl KeyCell {
         Some(std::mem::take(&mut c.pending))
     }
 
+    /// The batch task ended without finishing (a panic, or its runtime shut down): every
+    /// queued check gets an error and the next check starts a new task, so no check of this
+    /// key waits forever.
+    pub(crate) fn abandon(&self) {
+        let pending = {
+            let mut c = lock(&self.inner);
+            c.driving = false;
+            std::mem::take(&mut c.pending)
+        };
+        for p in pending {
+            let _ = p.reply.send(Err(Error::store(
+                "the rate-limit batch task of this key ended before deciding",
+            )));
+        }
+    }
+
     pub(crate) fn forget(&self) {
         lock(&self.inner).known = None;
     }

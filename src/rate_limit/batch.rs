@@ -52,6 +52,7 @@ pub(crate) async fn check(
                 limit: limit.clone(),
                 key: key.to_string(),
                 cell: cell.clone(),
+                finished: false,
             };
             inner.runtime.spawn(driver.run());
         }
@@ -70,12 +71,26 @@ struct Driver {
     limit: Arc<LimitShared>,
     key: String,
     cell: Arc<KeyCell>,
+    /// Set when `run` returns normally; otherwise dropping the driver abandons the key's
+    /// queue (see `Drop`).
+    finished: bool,
+}
+
+/// A driver dropped before it finished (it panicked, or its runtime shut down before or while
+/// running it) fails the checks still queued instead of leaving them waiting forever.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.cell.abandon();
+        }
+    }
 }
 
 impl Driver {
-    async fn run(self) {
+    async fn run(mut self) {
         loop {
             let Some(batch) = self.cell.take_batch() else {
+                self.finished = true;
                 return;
             };
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();

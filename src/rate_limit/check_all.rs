@@ -6,7 +6,7 @@ use super::{validate_key, RateLimit};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
-use crate::rate::{decide, Decision, KeyState, Quota};
+use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
 use crate::rate_known::{learn, KeyCell, LimitShared};
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,8 +233,10 @@ fn one_pass(
                 }
             } else {
                 denied = true;
-                if let Some(b) = decide(&quota, ban_state.as_ref(), checks[i].cost, now).state {
-                    ban_state = Some(b);
+                // A denial that starts a ban: keep the ban, but on the meter as it was before
+                // this call (when any check is denied, nothing is consumed).
+                if let Some(b) = v.state {
+                    ban_state = Some(ban_only(&quota, ban_state, &b));
                     banned = true;
                 }
             }
@@ -286,6 +288,33 @@ fn one_pass(
         },
         untrusted_denial,
         quota_versions,
+    }
+}
+
+/// `before` (or a full meter) with the ban that `denial` started.
+fn ban_only(quota: &Quota, before: Option<KeyState>, denial: &KeyState) -> KeyState {
+    let meter = before.map_or(
+        match quota.algorithm {
+            Algorithm::FixedWindow => Meter::Fixed {
+                window: 0,
+                count: 0,
+            },
+            Algorithm::SlidingWindow => Meter::Sliding {
+                window: 0,
+                count: 0,
+                previous: 0,
+            },
+            _ => Meter::Gcra { tat: 0 },
+        },
+        |s| s.meter,
+    );
+    KeyState {
+        meter,
+        banned_until: denial
+            .banned_until
+            .max(before.map_or(0, |s| s.banned_until)),
+        stamp: denial.stamp,
+        tag: 0,
     }
 }
 

@@ -210,3 +210,55 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Limiter, Quota};
+    use std::time::Duration;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => panic!("runtime: {e}"),
+        }
+    }
+
+    /// The batch task is spawned on the Limiter's runtime: once that is gone, a check from
+    /// another runtime fails instead of waiting forever for a task that never runs.
+    #[test]
+    fn a_check_after_the_limiters_runtime_is_gone_fails_instead_of_hanging() {
+        let first = runtime();
+        let (limiter, rl) = first.block_on(async {
+            let l = Limiter::connect("memory://rate-runtime-gone")
+                .await
+                .expect("connect");
+            let rl = l
+                .rate_limit("x", Quota::per_second(10))
+                .await
+                .expect("open");
+            (l, rl)
+        });
+        drop(first);
+        let second = runtime();
+        let answer = second
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), rl.check("k")).await });
+        assert!(matches!(answer, Ok(Err(_))), "{answer:?}");
+        drop(limiter);
+    }
+
+    #[tokio::test]
+    async fn an_unrepresentable_request_timeout_is_refused() {
+        let err = Limiter::builder("memory://rate-timeout")
+            .request_timeout(Duration::MAX)
+            .connect()
+            .await
+            .err();
+        assert!(
+            matches!(err, Some(crate::Error::InvalidArgument(_))),
+            "{err:?}"
+        );
+    }
+}

@@ -166,8 +166,14 @@ impl LimiterOptions {
                 "session TTL must be at least {MIN_SESSION_TTL:?}, got {ttl:?}"
             )));
         }
-        if self.request_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::invalid("request timeout must be above zero"));
+        if self
+            .request_timeout
+            .is_some_and(|t| t.is_zero() || t > crate::MAX_REQUEST_TIMEOUT)
+        {
+            return Err(Error::invalid(format!(
+                "request timeout must be above zero and at most {:?}",
+                crate::MAX_REQUEST_TIMEOUT
+            )));
         }
         Ok(())
     }

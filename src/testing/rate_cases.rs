@@ -300,6 +300,29 @@ pub async fn rate_check_all(h: &impl Harness) {
         .await
         .expect("same key twice");
     assert_eq!((ds[0].remaining, ds[1].remaining), (7, 3), "{ds:?}");
+    // The same key twice, the second over: nothing is charged, though the first alone fits.
+    let ds = l
+        .check_all(&[Check::new(&user, "u3", 6), Check::new(&user, "u3", 6)])
+        .await
+        .expect("same key, over");
+    assert!(ds.iter().all(|d| !d.allowed), "{ds:?}");
+    assert_eq!(check(&user, "u3", 0).await.remaining, 10, "nothing charged");
+    let banning = open(
+        &l,
+        "banning",
+        Quota::per_minute(60).burst(2).ban(Duration::from_secs(30)),
+    )
+    .await;
+    let ds = l
+        .check_all(&[Check::new(&banning, "b", 1), Check::new(&banning, "b", 2)])
+        .await
+        .expect("a ban from check_all");
+    assert!(ds.iter().all(|d| !d.allowed), "{ds:?}");
+    let d = check(&banning, "b", 1).await;
+    assert!(
+        !d.allowed && d.retry_after > Some(Duration::from_secs(25)),
+        "the denial's ban holds, and nothing else was charged: {d:?}"
+    );
     let other = limiter(h).await;
     let foreign = open(&other, "user", Quota::per_minute(60).burst(10)).await;
     assert_err!(
