@@ -54,12 +54,14 @@ mod lost;
 mod permit;
 pub mod queue;
 pub mod rate;
+mod rate_guard;
 mod rate_known;
 mod rate_limit;
 mod release;
 mod semaphore;
 mod stats;
 mod status;
+mod store_health;
 mod store_url;
 // The contract suite, for backends written outside the crate too (feature `testing`).
 #[cfg(feature = "testing")]
@@ -78,6 +80,9 @@ pub use limiter::{
 pub use lost::{Deadline, LostSignal};
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
+pub use rate_guard::{
+    Guarded, Source, StoreDownGuard, StoreDownPolicy, DEFAULT_GUARD_RETRY_INTERVAL,
+};
 pub use rate_limit::{Check, RateLimit, MAX_KEY_LEN};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};

@@ -8,6 +8,7 @@
 mod decide;
 mod decision;
 mod gcra;
+pub mod headers;
 mod quota;
 mod state;
 mod window;

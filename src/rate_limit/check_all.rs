@@ -29,6 +29,11 @@ impl<'a> Check<'a> {
             cost,
         }
     }
+
+    /// The limit, key and cost of this check.
+    pub(crate) fn parts(&self) -> (&'a RateLimit, &str, u64) {
+        (self.limit, &self.key, self.cost)
+    }
 }
 
 /// The checks of one (limit, key), in the order given.

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
 
+use super::rate_metrics::RateMetrics;
 use crate::frontend::lock;
 use clusterlimit::RequestStats;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,6 +37,8 @@ pub struct Metrics {
     pending_removals: Gauge,
     removal_session_ends: Counter,
     unauthorized: Counter,
+    /// Rate-limit metrics (HTTP API and RLS).
+    pub rate: RateMetrics,
     /// Store counters at the last scrape: the exported counters grow by the difference.
     last_stats: Mutex<RequestStats>,
 }
@@ -117,8 +120,10 @@ impl Metrics {
             "Requests answered 401: no bearer token or a wrong one",
             unauthorized.clone(),
         );
+        let rate = RateMetrics::register(&mut registry);
         Metrics {
             registry,
+            rate,
             held,
             waiting,
             acquire_seconds,
@@ -205,6 +210,7 @@ impl Metrics {
                 .inc_by(n);
         }
         self.removal_session_ends.inc_by(d.removal_session_ends);
+        self.rate.cache_answers.inc_by(d.rate_local_answers);
         self.pending_removals
             .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
         *last = now;

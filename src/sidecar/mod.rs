@@ -10,6 +10,7 @@ mod flags;
 mod metrics;
 mod permits;
 mod problem;
+mod rate_metrics;
 mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};

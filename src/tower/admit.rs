@@ -1,11 +1,11 @@
 //! Admission of one request: take the permit, or decide what a missing permit means.
 
 use super::error::LimitError;
-use super::health::StoreHealth;
 use super::layer::Fallback;
 use crate::error::Error;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
+use crate::store_health::StoreHealth;
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::task::JoinHandle;

@@ -1,10 +1,10 @@
 //! The layer, its builder and the fallback choices.
 
 use super::admit::Policy;
-use super::health::StoreHealth;
 use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
+use crate::store_health::StoreHealth;
 use crate::validate;
 use std::sync::Arc;
 use std::time::Duration;

@@ -80,7 +80,6 @@ mod admit;
 mod deprecated;
 mod error;
 mod future;
-mod health;
 mod layer;
 mod service;
 

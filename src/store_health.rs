@@ -1,4 +1,4 @@
-//! Whether the store answered lately. After a failure, only one request per interval asks the
+//! Whether the store answered lately (shared by the tower layers and [`crate::StoreDownGuard`]). After a failure, only one request per interval asks the
 //! store again; the others get the store-down fallback at once instead of each waiting for a
 //! store that is not there.
 
@@ -39,24 +39,26 @@ impl StoreHealth {
         }
     }
 
-    /// The store answered.
-    pub(crate) fn up(&self, semaphore: &str) {
+    /// Whether a failure was seen and no success since.
+    pub(crate) fn is_down(&self) -> bool {
+        lock(&self.next_try).is_some()
+    }
+
+    /// The store answered (for the semaphore or rate limit `name`, named in the log).
+    pub(crate) fn up(&self, name: &str) {
         if lock(&self.next_try).take().is_some() {
-            tracing::info!(
-                semaphore,
-                "store answers again; requests take permits again"
-            );
+            tracing::info!(name, "store answers again; requests ask it again");
         }
     }
 
     /// The store failed or did not answer in time.
-    pub(crate) fn down(&self, semaphore: &str, cause: &crate::Error) {
+    pub(crate) fn down(&self, name: &str, cause: &crate::Error) {
         let was_up = lock(&self.next_try)
             .replace(Instant::now() + self.interval)
             .is_none();
         if was_up {
             tracing::warn!(
-                semaphore, error = %cause, retry_every = ?self.interval,
+                name, error = %cause, retry_every = ?self.interval,
                 "store unavailable; requests get the store-error fallback until it answers"
             );
         }

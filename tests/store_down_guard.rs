@@ -1,0 +1,262 @@
+//! `StoreDownGuard` against real stores that die: each policy's answer, answered at once while
+//! the store is known down, errors that are not the store's never hidden, and recovery.
+
+mod support;
+
+use clusterlimit::{
+    Check, Error, Guarded, Limiter, Quota, RateLimit, Source, StoreDownGuard, StoreDownPolicy,
+};
+use std::time::Duration;
+use support::{EtcdCluster, ZkCluster};
+use tokio::time::Instant;
+
+/// A Limiter that notices a dead store quickly.
+async fn quick_limiter(url: &str) -> Limiter {
+    Limiter::builder(url)
+        .request_timeout(Duration::from_secs(1))
+        .session_ttl(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn guard(policy: StoreDownPolicy) -> StoreDownGuard {
+    StoreDownGuard::new(policy)
+        .retry_interval(Duration::from_secs(1))
+        .store_timeout(Duration::from_millis(300))
+}
+
+/// The first check after the store died: the policy's answer within the store timeout (plus
+/// slack for a loaded machine).
+async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Guarded {
+    let t = Instant::now();
+    let answer = g.check_n(rl, key, 1).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "the first check learned of the dead store only after {:?}",
+        t.elapsed()
+    );
+    assert!(g.store_down(), "the guard knows the store is down");
+    answer
+}
+
+/// `n` checks while the store is known down: every one answered without waiting on the store.
+/// Returns the answers; prints p50/p99 of their latency.
+async fn while_down(g: &StoreDownGuard, rl: &RateLimit, key: &str, n: usize) -> Vec<Guarded> {
+    let mut answers = Vec::with_capacity(n);
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        answers.push(g.check_n(rl, key, 1).await.unwrap());
+        took.push(t.elapsed());
+    }
+    took.sort();
+    let p50 = took[n / 2];
+    let p99 = took[(n * 99 / 100).min(n - 1)];
+    println!(
+        "store known down ({}): p50 {p50:?}, p99 {p99:?} over {n} checks",
+        g.policy()
+    );
+    // ≤ 1 ms is typical; a loaded 2-core machine gets a wide margin.
+    assert!(
+        p99 < Duration::from_millis(50),
+        "p99 {p99:?} while the store is known down"
+    );
+    answers
+}
+
+/// Checks until the store decides again (bounded: 30 s).
+async fn until_store_answers(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Guarded {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = g.check_n(rl, key, 1).await.unwrap();
+        if answer.source == Source::Store {
+            assert!(!g.store_down());
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store did not decide within 30 s of its restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_admits_uncounted_while_etcd_is_down_and_recovers() {
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-open")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(100))
+        .await
+        .unwrap();
+    let g = guard(StoreDownPolicy::FailOpen);
+    let first = g.check_n(&rl, "k", 1).await.unwrap();
+    assert_eq!(first.source, Source::Store);
+    assert!(first.decision.allowed && first.decision.remaining == 99);
+    assert!(!g.store_down());
+
+    cluster.kill(0);
+    let a = first_after_death(&g, &rl, "k").await;
+    assert_eq!(a.source, Source::FailOpen);
+    assert!(a.decision.allowed);
+    assert_eq!((a.decision.limit, a.decision.remaining), (100, 100));
+    assert_eq!(a.decision.retry_after, None);
+    // Far more than the limit: all admitted, none counted.
+    for a in while_down(&g, &rl, "k", 200).await {
+        assert_eq!(a.source, Source::FailOpen);
+        assert!(a.decision.allowed);
+    }
+
+    cluster.restart(0);
+    let back = until_store_answers(&g, &rl, "k").await;
+    // Only what the store counted: the first check, this one, and the probes (one per second
+    // while down, at most ~20 here: a probe that timed out may still have been written). Had
+    // the 200 fail-open admissions been counted, the key would be spent.
+    assert!(back.decision.allowed);
+    assert!(
+        back.decision.remaining >= 78,
+        "fail-open admissions were counted: {:?}",
+        back.decision
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_denies_with_the_retry_interval_while_etcd_is_down() {
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-closed")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_second(100))
+        .await
+        .unwrap();
+    let g = guard(StoreDownPolicy::FailClosed);
+    assert_eq!(g.check_n(&rl, "k", 1).await.unwrap().source, Source::Store);
+
+    cluster.kill(0);
+    let a = first_after_death(&g, &rl, "k").await;
+    assert_eq!(a.source, Source::FailClosed);
+    assert!(!a.decision.allowed);
+    assert_eq!(a.decision.retry_after, Some(Duration::from_secs(1)));
+    assert_eq!(a.decision.remaining, 0);
+    for a in while_down(&g, &rl, "k", 100).await {
+        assert_eq!(a.source, Source::FailClosed);
+        assert!(!a.decision.allowed);
+    }
+
+    // Errors that are not the store's are never hidden by the policy.
+    let bad_key = g.check_n(&rl, "", 1).await.unwrap_err();
+    assert!(
+        matches!(bad_key, Error::InvalidArgument(ref m) if m.contains("key")),
+        "{bad_key}"
+    );
+    let too_big = g.check_n(&rl, "k", 101).await.unwrap_err();
+    assert!(
+        matches!(too_big, Error::InvalidArgument(ref m) if m.contains("cost 101")),
+        "{too_big}"
+    );
+    let none = g.check_all(&limiter, &[]).await.unwrap_err();
+    assert!(matches!(none, Error::InvalidArgument(_)), "{none}");
+
+    cluster.restart(0);
+    let back = until_store_answers(&g, &rl, "k").await;
+    assert!(back.decision.allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_share_counts_in_process_while_etcd_is_down() {
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-local")).await;
+    let api = limiter
+        .rate_limit("api", Quota::per_minute(10))
+        .await
+        .unwrap();
+    let global = limiter
+        .rate_limit("all", Quota::per_minute(30).burst(30))
+        .await
+        .unwrap();
+    // Two replicas share the limit: 5 per minute each while the store is down.
+    let g = guard(StoreDownPolicy::Local { replicas: 2 });
+    assert_eq!(
+        g.check_n(&api, "warm", 1).await.unwrap().source,
+        Source::Store
+    );
+
+    cluster.kill(0);
+    let a = first_after_death(&g, &api, "k").await;
+    assert_eq!(a.source, Source::Local);
+    assert!(a.decision.allowed);
+    assert_eq!((a.decision.limit, a.decision.remaining), (5, 4));
+    let rest = while_down(&g, &api, "k", 7).await;
+    let admitted = rest.iter().filter(|a| a.decision.allowed).count();
+    assert_eq!(admitted, 4, "5 of 8 admitted locally: {rest:?}");
+    assert!(rest.iter().all(|a| a.source == Source::Local));
+    let denied = rest.last().unwrap().decision;
+    assert!(!denied.allowed && denied.retry_after.is_some());
+
+    // check_all stays all or nothing on the local shares: "k" is spent, so "all" is not charged.
+    let both = [Check::new(&api, "k", 1), Check::new(&global, "everyone", 1)];
+    let answers = g.check_all(&limiter, &both).await.unwrap();
+    assert_eq!(answers.len(), 2);
+    assert!(answers.iter().all(|a| a.source == Source::Local));
+    assert!(!answers[0].decision.allowed);
+    let fresh = [
+        Check::new(&api, "other", 1),
+        Check::new(&global, "everyone", 1),
+    ];
+    let answers = g.check_all(&limiter, &fresh).await.unwrap();
+    assert!(answers.iter().all(|a| a.decision.allowed), "{answers:?}");
+    assert_eq!(
+        answers[1].decision.remaining, 14,
+        "the global share (15) was charged once"
+    );
+
+    // A cost the whole limit admits but a share cannot: denied, not an error.
+    let big = g.check_n(&api, "fresh", 8).await.unwrap();
+    assert!(!big.decision.allowed);
+    assert_eq!(big.source, Source::Local);
+
+    cluster.restart(0);
+    let back = until_store_answers(&g, &api, "k").await;
+    assert!(
+        back.decision.allowed,
+        "the store never saw the local admissions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_share_while_zookeeper_is_down() {
+    let mut cluster = ZkCluster::single();
+    let limiter = quick_limiter(&cluster.url("/guard-local")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(9))
+        .await
+        .unwrap();
+    let g = guard(StoreDownPolicy::Local { replicas: 3 });
+    assert_eq!(g.check_n(&rl, "k", 1).await.unwrap().source, Source::Store);
+
+    cluster.kill(0);
+    let a = first_after_death(&g, &rl, "k").await;
+    assert_eq!(a.source, Source::Local);
+    let rest = while_down(&g, &rl, "k", 5).await;
+    let admitted = 1 + rest.iter().filter(|a| a.decision.allowed).count();
+    assert_eq!(admitted, 3, "a third of 9 admitted locally");
+
+    cluster.restart(0);
+    until_store_answers(&g, &rl, "k").await;
+}
+
+#[tokio::test]
+async fn a_closed_limiter_is_an_error_not_a_fallback() {
+    let limiter = Limiter::connect("memory://guard-closed-limiter")
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_second(5))
+        .await
+        .unwrap();
+    let g = StoreDownGuard::new(StoreDownPolicy::FailOpen);
+    limiter.close().await.unwrap();
+    let e = g.check_n(&rl, "k", 1).await.unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e}");
+    assert!(!g.store_down());
+}
