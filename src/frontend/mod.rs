@@ -12,6 +12,8 @@ mod duration;
 pub mod exit;
 mod failure;
 mod lock;
+// Rate-limit quotas and decisions as the sidecar and `clusterlimit rate` read and print them.
+pub mod quota_spec;
 mod store_security;
 
 pub use connect::{connect, refuse_userinfo};

@@ -4,11 +4,12 @@ use super::body::{JsonBody, MAX_BODY};
 use super::metrics::Metrics;
 use super::permits::{KeepAlive, Table};
 use super::problem::Problem;
+use super::rate_routes::{self, RateApi};
 use crate::frontend::lock;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use clusterlimit::{validate, AcquireOptions, Error, Limiter, Semaphore, Status, MAX_CAPACITY};
 use serde::{Deserialize, Serialize};
@@ -38,13 +39,15 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Opened semaphores, so an acquire costs no extra "does it exist" request.
     opened: Mutex<HashMap<String, Semaphore>>,
+    /// The rate-limit routes' guard, header mode and opened limits.
+    pub rate: RateApi,
 }
 
 type Shared = Arc<AppState>;
 
 impl AppState {
     /// State for a sidecar on `limiter`; `permit_ttl` is the default client TTL.
-    pub fn new(limiter: Limiter, permit_ttl: Duration) -> Shared {
+    pub fn new(limiter: Limiter, permit_ttl: Duration, rate: RateApi) -> Shared {
         let metrics = Arc::new(Metrics::new());
         Arc::new(AppState {
             limiter,
@@ -53,6 +56,7 @@ impl AppState {
             permit_ttl,
             shutdown: CancellationToken::new(),
             opened: Mutex::new(HashMap::new()),
+            rate,
         })
     }
 
@@ -109,6 +113,19 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/semaphores/{name}/permits", post(acquire))
         .route("/v1/permits/{id}/keepalive", post(keepalive))
         .route("/v1/permits/{id}", delete(release))
+        // Rate limits (rate_routes.rs).
+        .route("/v1/ratelimits", get(rate_routes::list))
+        .route(
+            "/v1/ratelimits/{name}",
+            get(rate_routes::quota).put(rate_routes::set_quota),
+        )
+        .route("/v1/ratelimits/{name}/check", post(rate_routes::check))
+        .route("/v1/ratelimits/{name}/wait", post(rate_routes::wait))
+        .route(
+            "/v1/ratelimits/{name}/keys/{*key}",
+            get(rate_routes::peek).delete(rate_routes::reset),
+        )
+        .route("/v1/ratelimits/{name}/keys/", any(rate_routes::empty_key))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

@@ -2,6 +2,7 @@
 //! servers (`memory://`).
 
 use super::auth::Token;
+use super::rate_config::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::ServeArgs;
 use crate::frontend::{parse_duration, Failure, StoreSecurity};
 use serde::Deserialize;
@@ -34,9 +35,18 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// etcd_cacert = "/etc/clusterlimit/etcd/ca.crt"   # also etcd_cert, etcd_key,
 /// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
 ///
+/// rate_limit_headers = "ietf"        # legacy, both, off
+/// rate_store_down = "fail_open"      # fail_closed, local:N
+/// rate_store_timeout = "1s"
+///
 /// [[semaphores]]
 /// name = "nightly-export"
 /// capacity = 4
+///
+/// [[rate_limits]]
+/// name = "api"
+/// limit = 100
+/// period = "1s"                      # also burst, algorithm, ban
 /// ```
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +69,12 @@ struct FileConfig {
     zk_digest_file: Option<PathBuf>,
     #[serde(default)]
     semaphores: Vec<Declared>,
+    // Rate limits (see rate_config.rs).
+    rate_limit_headers: Option<String>,
+    rate_store_down: Option<String>,
+    rate_store_timeout: Option<String>,
+    #[serde(default)]
+    rate_limits: Vec<DeclaredRate>,
 }
 
 impl FileConfig {
@@ -104,6 +120,10 @@ pub struct Config {
     pub permit_ttl: Duration,
     pub owner: Option<String>,
     pub semaphores: Vec<Declared>,
+    /// Rate-limit headers and store-down policy.
+    pub rate: RateSettings,
+    /// `[[rate_limits]]` created at start.
+    pub rate_limits: Vec<DeclaredRate>,
 }
 
 impl Config {
@@ -161,6 +181,14 @@ impl Config {
             None => None,
         };
         let security = StoreSecurity::from(args.security).or(file_security);
+        let rate = RateSettings::resolve(
+            args.rate,
+            RateFileKeys {
+                rate_limit_headers: file.rate_limit_headers,
+                rate_store_down: file.rate_store_down,
+                rate_store_timeout: file.rate_store_timeout,
+            },
+        )?;
         Ok(Config {
             file: args.config,
             listen,
@@ -182,6 +210,8 @@ impl Config {
             permit_ttl,
             owner: args.owner.or(file.owner),
             semaphores: file.semaphores,
+            rate,
+            rate_limits: file.rate_limits,
         })
     }
 }
@@ -243,6 +273,8 @@ impl Config {
                 ));
             }
         }
+        rate_config::check_declared(&self.rate_limits)
+            .map_err(|(field, why)| at(&field, clusterlimit::Error::InvalidArgument(why)))?;
         Ok(())
     }
 
@@ -291,7 +323,7 @@ impl Config {
              session_ttl  {:?}\n\
              permit_ttl   {:?}\n\
              owner        {}\n\
-             semaphores   {semaphores}\n",
+             semaphores   {semaphores}\n{}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),
@@ -299,6 +331,7 @@ impl Config {
             self.session_ttl,
             self.permit_ttl,
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
+            rate_config::describe(&self.rate, &self.rate_limits),
         )
     }
 }

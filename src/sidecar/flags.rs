@@ -52,6 +52,8 @@ pub struct ServeArgs {
     /// the field at fault and exit 64.
     #[arg(long)]
     pub check_config: bool,
+    #[command(flatten)]
+    pub rate: super::rate_config::RateFlags,
 }
 
 /// Store TLS and authentication: paths of files and a user name, never a secret itself.

@@ -10,7 +10,9 @@ mod flags;
 mod metrics;
 mod permits;
 mod problem;
+mod rate_config;
 mod rate_metrics;
+mod rate_routes;
 mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
@@ -67,7 +69,11 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         }
     }
 
-    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl);
+    let rate = rate_routes::RateApi::new(&cfg.rate);
+    for rl in rate_config::declare(&limiter, &cfg.rate_limits).await? {
+        rate.remember(rl);
+    }
+    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, rate);
     let access = auth::Access {
         token: cfg.token.clone(),
         metrics_without_token: cfg.metrics_without_token,

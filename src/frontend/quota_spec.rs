@@ -1,0 +1,267 @@
+//! A rate-limit quota as people write it — the sidecar's `PUT /v1/ratelimits/{name}` body, its
+//! `[[rate_limits]]` config entries, `clusterlimit rate set-quota` flags — checked field by
+//! field so that an error names the field at fault (the library's own check names the quota).
+//! Also the JSON both front ends print for a quota and a decision.
+
+use super::parse_duration;
+use clusterlimit::rate::{MAX_PERIOD, MAX_RATE, MIN_PERIOD};
+use clusterlimit::{Algorithm, Decision, Quota};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A field of a quota that is wrong, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// `limit`, `period`, `burst`, `algorithm` or `ban` (or the `_ms` form given).
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn fail<T>(field: &'static str, message: String) -> Result<T, FieldError> {
+    Err(FieldError { field, message })
+}
+
+/// The parts of a quota, durations already parsed. Numbers are `i64` so that a negative one is
+/// reported as out of range for its field.
+#[derive(Debug, Default, Clone)]
+pub struct QuotaParts {
+    pub limit: Option<i64>,
+    pub period: Option<Duration>,
+    pub burst: Option<i64>,
+    pub algorithm: Option<Algorithm>,
+    pub ban: Option<Duration>,
+}
+
+impl QuotaParts {
+    /// The quota, or the first field at fault. `limit` and `period` are required; the
+    /// algorithm defaults to GCRA, the burst to the limit, the ban to none.
+    pub fn to_quota(&self) -> Result<Quota, FieldError> {
+        let max_rate = i64::try_from(MAX_RATE).unwrap_or(i64::MAX);
+        let Some(limit) = self.limit else {
+            return fail("limit", "limit is required".into());
+        };
+        if !(1..=max_rate).contains(&limit) {
+            return fail("limit", format!("limit must be 1..={MAX_RATE}, got {limit}"));
+        }
+        let limit = u64::try_from(limit).unwrap_or(1);
+        let Some(period) = self.period else {
+            return fail("period", "period is required (e.g. \"1s\", \"1m\")".into());
+        };
+        if !(MIN_PERIOD..=MAX_PERIOD).contains(&period) {
+            return fail(
+                "period",
+                format!("period must be {MIN_PERIOD:?}..={MAX_PERIOD:?}, got {period:?}"),
+            );
+        }
+        if period.as_nanos() < u128::from(limit) {
+            return fail(
+                "limit",
+                format!("limit {limit} is more than one per nanosecond of {period:?}"),
+            );
+        }
+        let ban = self.ban.unwrap_or(Duration::ZERO);
+        if ban > MAX_PERIOD {
+            return fail("ban", format!("ban must be at most {MAX_PERIOD:?}, got {ban:?}"));
+        }
+        let algorithm = self.algorithm.unwrap_or_default();
+        let mut quota = Quota::new(limit, period).algorithm(algorithm).ban(ban);
+        if let Some(burst) = self.burst {
+            if algorithm != Algorithm::Gcra {
+                return fail(
+                    "burst",
+                    format!(
+                        "burst applies to gcra only ({algorithm} admits at most limit per window)"
+                    ),
+                );
+            }
+            if !(1..=max_rate).contains(&burst) {
+                return fail("burst", format!("burst must be 1..={MAX_RATE}, got {burst}"));
+            }
+            quota = quota.burst(u64::try_from(burst).unwrap_or(1));
+        }
+        // What is left for the library's check: GCRA's burst window (burst × period / limit).
+        match quota.validate() {
+            Ok(()) => Ok(quota),
+            Err(e) => fail("burst", e.to_string()),
+        }
+    }
+}
+
+/// The JSON body of `PUT /v1/ratelimits/{name}`: durations as text (`"1m"`) or milliseconds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaBody {
+    pub limit: Option<i64>,
+    pub period: Option<String>,
+    pub period_ms: Option<i64>,
+    pub burst: Option<i64>,
+    pub algorithm: Option<Algorithm>,
+    pub ban: Option<String>,
+    pub ban_ms: Option<i64>,
+}
+
+impl QuotaBody {
+    /// The parts, with the durations parsed.
+    pub fn parts(&self) -> Result<QuotaParts, FieldError> {
+        Ok(QuotaParts {
+            limit: self.limit,
+            period: either("period", &self.period, "period_ms", self.period_ms)?,
+            burst: self.burst,
+            algorithm: self.algorithm,
+            ban: either("ban", &self.ban, "ban_ms", self.ban_ms)?,
+        })
+    }
+}
+
+/// A duration given as text under `field` or as milliseconds under `ms_field` (not both).
+fn either(
+    field: &'static str,
+    text: &Option<String>,
+    ms_field: &'static str,
+    ms: Option<i64>,
+) -> Result<Option<Duration>, FieldError> {
+    match (text, ms) {
+        (Some(_), Some(_)) => fail(ms_field, format!("give {field} or {ms_field}, not both")),
+        (Some(t), None) => duration_text(field, t).map(Some),
+        (None, Some(ms)) => match u64::try_from(ms) {
+            Ok(ms) => Ok(Some(Duration::from_millis(ms))),
+            Err(_) => fail(ms_field, format!("{ms_field} must not be negative, got {ms}")),
+        },
+        (None, None) => Ok(None),
+    }
+}
+
+/// `text` as a duration (`"1s"`, `"1m 30s"`, `"500ms"`), the error naming `field`.
+pub fn duration_text(field: &'static str, text: &str) -> Result<Duration, FieldError> {
+    parse_duration(text).map_err(|e| FieldError {
+        field,
+        message: format!("{field} {text:?}: {e}"),
+    })
+}
+
+/// `gcra`, `sliding_window` or `fixed_window` (also with `-`), for the command line.
+pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    serde_json::from_value(Value::String(text.replace('-', "_"))).map_err(|_| {
+        format!("unknown algorithm {text:?} (expected gcra, sliding_window or fixed_window)")
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints.
+pub fn quota_json(name: &str, quota: &Quota) -> Value {
+    json!({
+        "name": name,
+        "limit": quota.limit,
+        "period": humantime::format_duration(quota.period).to_string(),
+        "period_ms": millis(quota.period),
+        "burst": quota.burst,
+        "algorithm": quota.algorithm.to_string(),
+        "ban_ms": millis(quota.ban),
+    })
+}
+
+/// The JSON of one decision on `key` of rate limit `name`, with where it came from.
+pub fn decision_json(name: &str, key: &str, cost: u64, d: &Decision, source: &str) -> Value {
+    json!({
+        "name": name,
+        "key": key,
+        "cost": cost,
+        "allowed": d.allowed,
+        "limit": d.limit,
+        "remaining": d.remaining,
+        "retry_after_ms": d.retry_after.map(millis_up),
+        "reset_after_ms": millis_up(d.reset_after),
+        "source": source,
+    })
+}
+
+/// Milliseconds rounded up: a client that waits this long is never early.
+fn millis_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(parts: QuotaParts) -> &'static str {
+        parts.to_quota().unwrap_err().field
+    }
+
+    fn base() -> QuotaParts {
+        QuotaParts {
+            limit: Some(10),
+            period: Some(Duration::from_secs(60)),
+            ..QuotaParts::default()
+        }
+    }
+
+    #[test]
+    fn builds_and_names_the_field_at_fault() {
+        let q = base().to_quota().unwrap();
+        assert_eq!((q.limit, q.burst, q.algorithm), (10, 10, Algorithm::Gcra));
+        let q = QuotaParts {
+            burst: Some(3),
+            ban: Some(Duration::from_secs(5)),
+            ..base()
+        }
+        .to_quota()
+        .unwrap();
+        assert_eq!((q.burst, q.ban), (3, Duration::from_secs(5)));
+        assert_eq!(field(QuotaParts { limit: None, ..base() }), "limit");
+        assert_eq!(field(QuotaParts { limit: Some(0), ..base() }), "limit");
+        assert_eq!(field(QuotaParts { limit: Some(-1), ..base() }), "limit");
+        assert_eq!(field(QuotaParts { period: None, ..base() }), "period");
+        assert_eq!(
+            field(QuotaParts {
+                period: Some(Duration::ZERO),
+                ..base()
+            }),
+            "period"
+        );
+        assert_eq!(
+            field(QuotaParts {
+                burst: Some(2),
+                algorithm: Some(Algorithm::FixedWindow),
+                ..base()
+            }),
+            "burst"
+        );
+        assert_eq!(field(QuotaParts { burst: Some(0), ..base() }), "burst");
+        assert_eq!(
+            field(QuotaParts {
+                ban: Some(MAX_PERIOD * 2),
+                ..base()
+            }),
+            "ban"
+        );
+        assert_eq!(
+            field(QuotaParts {
+                burst: Some(1_000_000_000),
+                period: Some(Duration::from_secs(3600)),
+                limit: Some(1),
+                ..base()
+            }),
+            "burst"
+        );
+    }
+
+    #[test]
+    fn body_durations() {
+        let b: QuotaBody = serde_json::from_str(r#"{"limit":5,"period":"1m","ban_ms":250}"#).unwrap();
+        let p = b.parts().unwrap();
+        assert_eq!(p.period, Some(Duration::from_secs(60)));
+        assert_eq!(p.ban, Some(Duration::from_millis(250)));
+        let both: QuotaBody =
+            serde_json::from_str(r#"{"limit":5,"period":"1m","period_ms":1}"#).unwrap();
+        assert_eq!(both.parts().unwrap_err().field, "period_ms");
+        let bad: QuotaBody = serde_json::from_str(r#"{"limit":5,"period":"soon"}"#).unwrap();
+        assert_eq!(bad.parts().unwrap_err().field, "period");
+        assert_eq!(parse_algorithm("sliding-window"), Ok(Algorithm::SlidingWindow));
+        assert!(parse_algorithm("leaky").is_err());
+    }
+}

@@ -1,0 +1,403 @@
+//! Rate limits over the HTTP/JSON API: list, read and set quotas; check, wait for, peek at and
+//! reset a key. Checks go through a `StoreDownGuard` (the `rate_store_down` policy answers while
+//! the store is down, and the JSON says so in `source`); every decision carries the RateLimit
+//! header fields of the `rate_limit_headers` setting; a denial is a 429 problem naming the limit
+//! and the key, with `Retry-After`.
+
+use super::api::{AppState, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use super::body::JsonBody;
+use super::problem::Problem;
+use super::rate_config::{HeaderMode, RateSettings};
+use crate::frontend::lock;
+use crate::frontend::quota_spec::{decision_json, quota_json, QuotaBody};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
+use clusterlimit::{
+    validate, Error, Guarded, Limiter, RateLimit, Source, StoreDownGuard, MAX_KEY_LEN,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
+const DOMAIN: &str = "http";
+/// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
+const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+
+/// What the rate routes share: the guard, the header mode, and the limits opened so far.
+pub struct RateApi {
+    guard: StoreDownGuard,
+    headers: HeaderMode,
+    store_timeout: Duration,
+    /// Opened limits, so a check costs no extra "does it exist" request and a limit used once
+    /// is still answered by the policy while the store is down.
+    opened: Mutex<HashMap<String, RateLimit>>,
+}
+
+impl RateApi {
+    /// The rate API with `settings`.
+    pub fn new(settings: &RateSettings) -> RateApi {
+        RateApi {
+            guard: StoreDownGuard::new(settings.store_down).store_timeout(settings.store_timeout),
+            headers: settings.headers,
+            store_timeout: settings.store_timeout,
+            opened: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Remembers an opened limit (the declared ones at start, each one a request opens).
+    pub fn remember(&self, rl: RateLimit) {
+        lock(&self.opened).insert(rl.name().to_string(), rl);
+    }
+
+    /// Opens `name` (cached). While the store is known down, a limit this sidecar never opened
+    /// answers 503 at once rather than waiting for the store.
+    async fn open(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
+        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
+        if let Some(rl) = lock(&self.opened).get(name).cloned() {
+            return Ok(rl);
+        }
+        if self.guard.store_down() {
+            return Err(Problem::unavailable(
+                "store_unavailable",
+                format!("the store is down and rate limit {name:?} was not used here before"),
+            ));
+        }
+        let rl = match tokio::time::timeout(self.store_timeout, limiter.open_rate_limit(name)).await
+        {
+            Ok(Ok(rl)) => rl,
+            Ok(Err(Error::NotFound(_))) => return Err(unknown(name)),
+            Ok(Err(e)) => return Err(Problem::from_lib(e, "name")),
+            Err(_) => {
+                return Err(Problem::unavailable(
+                    "store_unavailable",
+                    format!("the store did not answer within {:?}", self.store_timeout),
+                ))
+            }
+        };
+        self.remember(rl.clone());
+        Ok(rl)
+    }
+}
+
+type Shared = Arc<AppState>;
+
+fn unknown(name: &str) -> Problem {
+    Problem::not_found(format!(
+        "rate limit {name:?} does not exist; PUT /v1/ratelimits/{name} with a quota creates it"
+    ))
+}
+
+/// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
+/// range for its field.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    key: String,
+    cost: Option<i64>,
+}
+
+/// `POST /v1/ratelimits/{name}/wait`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitBody {
+    key: String,
+    cost: Option<i64>,
+    timeout_ms: Option<i64>,
+}
+
+fn check_key(key: &str) -> Result<(), Problem> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Problem::field(
+            "key",
+            format!(
+                "key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got {} bytes",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The cost (default 1) if the limit could ever admit it at once.
+fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
+    let quota = rl.quota();
+    let max = quota.max_cost();
+    let cost = cost.unwrap_or(1);
+    match u64::try_from(cost) {
+        Ok(c) if (1..=max).contains(&c) => Ok(c),
+        _ => Err(Problem::field(
+            "cost",
+            format!(
+                "cost must be 1..={max} (the most rate limit {:?} admits at once: {quota}), \
+                 got {cost}",
+                rl.name()
+            ),
+        )),
+    }
+}
+
+fn source_name(s: Source) -> &'static str {
+    match s {
+        Source::Store => "store",
+        Source::FailOpen => "fail_open",
+        Source::FailClosed => "fail_closed",
+        Source::Local => "local",
+        _ => "other",
+    }
+}
+
+/// One guarded check, recorded in the metrics.
+async fn guarded(st: &AppState, rl: &RateLimit, key: &str, cost: u64) -> Result<Guarded, Problem> {
+    let started = tokio::time::Instant::now();
+    let g = st
+        .rate
+        .guard
+        .check_n(rl, key, cost)
+        .await
+        .map_err(|e| lib_problem(e, rl.name()))?;
+    if cost > 0 {
+        let m = &st.metrics.rate;
+        m.record(DOMAIN, rl.name(), &g, cost, false, Some(started.elapsed()));
+        m.keys_cached(rl.name(), rl.cached_keys());
+    }
+    Ok(g)
+}
+
+fn lib_problem(e: Error, name: &str) -> Problem {
+    match e {
+        Error::NotFound(_) => unknown(name),
+        Error::InvalidArgument(_) => Problem::from_lib(e, "cost"),
+        e => Problem::from_lib(e, "name"),
+    }
+}
+
+/// Adds the RateLimit fields of `g` to `resp` in the configured naming.
+fn add_fields(st: &AppState, rl: &RateLimit, g: &Guarded, resp: &mut Response) {
+    let sets: &[HeaderNames] = match st.rate.headers {
+        HeaderMode::Ietf => &[HeaderNames::Ietf],
+        HeaderMode::Legacy => &[HeaderNames::Legacy],
+        HeaderMode::Both => &[HeaderNames::Ietf, HeaderNames::Legacy],
+        HeaderMode::Off => &[],
+    };
+    let quota = rl.quota();
+    for names in sets {
+        for (name, value) in rate_limit_headers(rl.name(), &quota, &g.decision, *names) {
+            if let Ok(v) = HeaderValue::try_from(value) {
+                resp.headers_mut().insert(HeaderName::from_static(name), v);
+            }
+        }
+    }
+}
+
+/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied.
+fn answer(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    cost: u64,
+    g: &Guarded,
+    deny_429: bool,
+    why: Option<String>,
+) -> Response {
+    let d = &g.decision;
+    let mut body = decision_json(rl.name(), key, cost, d, source_name(g.source));
+    let mut resp = if d.allowed || !deny_429 {
+        (StatusCode::OK, Json(body)).into_response()
+    } else {
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let detail = why.unwrap_or_else(|| {
+            format!(
+                "rate limit {:?} denies key {key:?} (cost {cost}) for now",
+                rl.name()
+            )
+        });
+        if let Value::Object(map) = &mut body {
+            for (k, v) in [
+                ("type", json!("about:blank")),
+                ("title", json!(status.canonical_reason().unwrap_or("Error"))),
+                ("status", json!(status.as_u16())),
+                ("code", json!("rate_limited")),
+                ("detail", json!(detail)),
+            ] {
+                map.insert(k.to_string(), v);
+            }
+        }
+        let mut resp = (status, Json(body)).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(secs) = retry_after_secs(d) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    };
+    add_fields(st, rl, g, &mut resp);
+    resp
+}
+
+/// `GET /v1/ratelimits`: every limit's quota.
+pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem> {
+    let names = st
+        .limiter
+        .rate_limits()
+        .await
+        .map_err(|e| Problem::from_lib(e, "name"))?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let rl = st.rate.open(&st.limiter, &name).await?;
+        out.push(quota_json(&name, &rl.quota()));
+    }
+    Ok(Json(out))
+}
+
+/// `GET /v1/ratelimits/{name}`: its quota.
+pub async fn quota(State(st): State<Shared>, Path(name): Path<String>) -> Result<Json<Value>, Problem> {
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    Ok(Json(quota_json(&name, &rl.quota())))
+}
+
+/// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota.
+pub async fn set_quota(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<Json<Value>, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let quota = body
+        .parts()
+        .and_then(|p| p.to_quota())
+        .map_err(|e| Problem::field(e.field, e.message))?;
+    let rl = match st.limiter.rate_limit(&name, quota).await {
+        Ok(rl) => rl,
+        Err(Error::QuotaMismatch { .. }) => {
+            let rl = st
+                .limiter
+                .open_rate_limit(&name)
+                .await
+                .map_err(|e| Problem::from_lib(e, "name"))?;
+            rl.set_quota(quota)
+                .await
+                .map_err(|e| Problem::from_lib(e, "limit"))?;
+            rl
+        }
+        Err(e) => return Err(Problem::from_lib(e, "limit")),
+    };
+    st.rate.remember(rl);
+    Ok(Json(quota_json(&name, &quota)))
+}
+
+/// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
+pub async fn check(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<CheckBody>,
+) -> Result<Response, Problem> {
+    check_key(&body.key)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let cost = check_cost(&rl, body.cost)?;
+    let g = guarded(&st, &rl, &body.key, cost).await?;
+    Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
+}
+
+/// `POST /v1/ratelimits/{name}/wait`: checks, and after a denial sleeps its `retry_after`,
+/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed); 503 at shutdown.
+pub async fn wait(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<WaitBody>,
+) -> Result<Response, Problem> {
+    check_key(&body.key)?;
+    let max = i64::try_from(MAX_TIMEOUT.as_millis()).unwrap_or(i64::MAX);
+    let timeout_ms = body
+        .timeout_ms
+        .unwrap_or(i64::try_from(DEFAULT_TIMEOUT.as_millis()).unwrap_or(0));
+    if !(0..=max).contains(&timeout_ms) {
+        return Err(Problem::field(
+            "timeout_ms",
+            format!("timeout_ms must be between 0 and {max}, got {timeout_ms}"),
+        ));
+    }
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let cost = check_cost(&rl, body.cost)?;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
+    loop {
+        let g = tokio::select! {
+            g = guarded(&st, &rl, &body.key, cost) => g?,
+            () = st.shutdown.cancelled() => return Err(shutting_down()),
+        };
+        if g.decision.allowed {
+            return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
+        }
+        let step = g
+            .decision
+            .retry_after
+            .unwrap_or(MIN_WAIT_STEP)
+            .max(MIN_WAIT_STEP);
+        let wake = tokio::time::Instant::now().checked_add(step);
+        if wake.is_none_or(|w| w > deadline) {
+            let why = format!(
+                "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
+                 nothing was consumed",
+                body.key
+            );
+            return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(wake.unwrap_or(deadline)) => {}
+            () = st.shutdown.cancelled() => return Err(shutting_down()),
+        }
+    }
+}
+
+fn shutting_down() -> Problem {
+    Problem::unavailable("shutting_down", "the sidecar is shutting down")
+}
+
+/// The `{name}` and (percent-decoded) `{*key}` of a key route.
+fn key_path(path: Result<Path<(String, String)>, PathRejection>) -> Result<(String, String), Problem> {
+    let Path((name, key)) = path.map_err(|e| Problem::field("key", e.body_text()))?;
+    check_key(&key)?;
+    Ok((name, key))
+}
+
+/// `GET /v1/ratelimits/{name}/keys/{key}`: the key's state (a check of cost 0: nothing
+/// consumed); `allowed` tells whether a request of 1 would pass now. Always 200.
+pub async fn peek(
+    State(st): State<Shared>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, Problem> {
+    let (name, key) = key_path(path)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let g = guarded(&st, &rl, &key, 0).await?;
+    Ok(answer(&st, &rl, &key, 0, &g, false, None))
+}
+
+/// `DELETE /v1/ratelimits/{name}/keys/{key}`: forgets the key (full bucket, empty window, no
+/// ban). 204.
+pub async fn reset(
+    State(st): State<Shared>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<StatusCode, Problem> {
+    let (name, key) = key_path(path)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    rl.reset(&key)
+        .await
+        .map_err(|e| lib_problem(e, &name))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `/v1/ratelimits/{name}/keys/` with no key.
+pub async fn empty_key() -> Problem {
+    Problem::field("key", format!("key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got 0 bytes"))
+}
