@@ -42,7 +42,10 @@ impl QuotaParts {
             return fail("limit", "limit is required".into());
         };
         if !(1..=max_rate).contains(&limit) {
-            return fail("limit", format!("limit must be 1..={MAX_RATE}, got {limit}"));
+            return fail(
+                "limit",
+                format!("limit must be 1..={MAX_RATE}, got {limit}"),
+            );
         }
         let limit = u64::try_from(limit).unwrap_or(1);
         let Some(period) = self.period else {
@@ -62,7 +65,10 @@ impl QuotaParts {
         }
         let ban = self.ban.unwrap_or(Duration::ZERO);
         if ban > MAX_PERIOD {
-            return fail("ban", format!("ban must be at most {MAX_PERIOD:?}, got {ban:?}"));
+            return fail(
+                "ban",
+                format!("ban must be at most {MAX_PERIOD:?}, got {ban:?}"),
+            );
         }
         let algorithm = self.algorithm.unwrap_or_default();
         let mut quota = Quota::new(limit, period).algorithm(algorithm).ban(ban);
@@ -76,7 +82,10 @@ impl QuotaParts {
                 );
             }
             if !(1..=max_rate).contains(&burst) {
-                return fail("burst", format!("burst must be 1..={MAX_RATE}, got {burst}"));
+                return fail(
+                    "burst",
+                    format!("burst must be 1..={MAX_RATE}, got {burst}"),
+                );
             }
             quota = quota.burst(u64::try_from(burst).unwrap_or(1));
         }
@@ -126,7 +135,10 @@ fn either(
         (Some(t), None) => duration_text(field, t).map(Some),
         (None, Some(ms)) => match u64::try_from(ms) {
             Ok(ms) => Ok(Some(Duration::from_millis(ms))),
-            Err(_) => fail(ms_field, format!("{ms_field} must not be negative, got {ms}")),
+            Err(_) => fail(
+                ms_field,
+                format!("{ms_field} must not be negative, got {ms}"),
+            ),
         },
         (None, None) => Ok(None),
     }
@@ -212,10 +224,34 @@ mod tests {
         .to_quota()
         .unwrap();
         assert_eq!((q.burst, q.ban), (3, Duration::from_secs(5)));
-        assert_eq!(field(QuotaParts { limit: None, ..base() }), "limit");
-        assert_eq!(field(QuotaParts { limit: Some(0), ..base() }), "limit");
-        assert_eq!(field(QuotaParts { limit: Some(-1), ..base() }), "limit");
-        assert_eq!(field(QuotaParts { period: None, ..base() }), "period");
+        assert_eq!(
+            field(QuotaParts {
+                limit: None,
+                ..base()
+            }),
+            "limit"
+        );
+        assert_eq!(
+            field(QuotaParts {
+                limit: Some(0),
+                ..base()
+            }),
+            "limit"
+        );
+        assert_eq!(
+            field(QuotaParts {
+                limit: Some(-1),
+                ..base()
+            }),
+            "limit"
+        );
+        assert_eq!(
+            field(QuotaParts {
+                period: None,
+                ..base()
+            }),
+            "period"
+        );
         assert_eq!(
             field(QuotaParts {
                 period: Some(Duration::ZERO),
@@ -231,7 +267,13 @@ mod tests {
             }),
             "burst"
         );
-        assert_eq!(field(QuotaParts { burst: Some(0), ..base() }), "burst");
+        assert_eq!(
+            field(QuotaParts {
+                burst: Some(0),
+                ..base()
+            }),
+            "burst"
+        );
         assert_eq!(
             field(QuotaParts {
                 ban: Some(MAX_PERIOD * 2),
@@ -252,7 +294,8 @@ mod tests {
 
     #[test]
     fn body_durations() {
-        let b: QuotaBody = serde_json::from_str(r#"{"limit":5,"period":"1m","ban_ms":250}"#).unwrap();
+        let b: QuotaBody =
+            serde_json::from_str(r#"{"limit":5,"period":"1m","ban_ms":250}"#).unwrap();
         let p = b.parts().unwrap();
         assert_eq!(p.period, Some(Duration::from_secs(60)));
         assert_eq!(p.ban, Some(Duration::from_millis(250)));
@@ -261,7 +304,10 @@ mod tests {
         assert_eq!(both.parts().unwrap_err().field, "period_ms");
         let bad: QuotaBody = serde_json::from_str(r#"{"limit":5,"period":"soon"}"#).unwrap();
         assert_eq!(bad.parts().unwrap_err().field, "period");
-        assert_eq!(parse_algorithm("sliding-window"), Ok(Algorithm::SlidingWindow));
+        assert_eq!(
+            parse_algorithm("sliding-window"),
+            Ok(Algorithm::SlidingWindow)
+        );
         assert!(parse_algorithm("leaky").is_err());
     }
 }

@@ -113,7 +113,8 @@ impl RateSettings {
                 .map_err(|e| Failure::usage(format!("config {}", e.message)))?,
             (None, None) => DEFAULT_RATE_STORE_TIMEOUT,
         };
-        if store_timeout < Duration::from_millis(1) || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
+        if store_timeout < Duration::from_millis(1)
+            || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
         {
             return Err(Failure::usage(format!(
                 "rate_store_timeout must be 1ms..={:?}, got {store_timeout:?}",
@@ -149,7 +150,11 @@ impl DeclaredRate {
             period: Some(duration_text("period", &self.period)?),
             burst: self.burst,
             algorithm: self.algorithm,
-            ban: self.ban.as_deref().map(|b| duration_text("ban", b)).transpose()?,
+            ban: self
+                .ban
+                .as_deref()
+                .map(|b| duration_text("ban", b))
+                .transpose()?,
         }
         .to_quota()
     }
@@ -159,9 +164,8 @@ impl DeclaredRate {
 /// e.g. `("rate_limits[1].burst", …)`.
 pub fn check_declared(declared: &[DeclaredRate]) -> Result<(), (String, String)> {
     for (i, d) in declared.iter().enumerate() {
-        clusterlimit::validate::name(&d.name).map_err(|e| {
-            (format!("rate_limits[{i}].name"), e.to_string())
-        })?;
+        clusterlimit::validate::name(&d.name)
+            .map_err(|e| (format!("rate_limits[{i}].name"), e.to_string()))?;
         d.quota()
             .map_err(|e| (format!("rate_limits[{i}].{}", e.field), e.message))?;
         if declared[..i].iter().any(|o| o.name == d.name) {
@@ -198,7 +202,10 @@ pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
 
 /// Creates the declared limits that are absent and opens them all. A limit stored with another
 /// quota keeps it (with a warning), as a declared semaphore keeps its stored capacity.
-pub async fn declare(limiter: &Limiter, declared: &[DeclaredRate]) -> Result<Vec<RateLimit>, Failure> {
+pub async fn declare(
+    limiter: &Limiter,
+    declared: &[DeclaredRate],
+) -> Result<Vec<RateLimit>, Failure> {
     let mut out = Vec::with_capacity(declared.len());
     for d in declared {
         let quota = d

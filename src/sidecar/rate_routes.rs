@@ -260,7 +260,10 @@ pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem>
 }
 
 /// `GET /v1/ratelimits/{name}`: its quota.
-pub async fn quota(State(st): State<Shared>, Path(name): Path<String>) -> Result<Json<Value>, Problem> {
+pub async fn quota(
+    State(st): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, Problem> {
     let rl = st.rate.open(&st.limiter, &name).await?;
     Ok(Json(quota_json(&name, &rl.quota())))
 }
@@ -365,7 +368,9 @@ fn shutting_down() -> Problem {
 }
 
 /// The `{name}` and (percent-decoded) `{*key}` of a key route.
-fn key_path(path: Result<Path<(String, String)>, PathRejection>) -> Result<(String, String), Problem> {
+fn key_path(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(String, String), Problem> {
     let Path((name, key)) = path.map_err(|e| Problem::field("key", e.body_text()))?;
     check_key(&key)?;
     Ok((name, key))
@@ -391,13 +396,14 @@ pub async fn reset(
 ) -> Result<StatusCode, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    rl.reset(&key)
-        .await
-        .map_err(|e| lib_problem(e, &name))?;
+    rl.reset(&key).await.map_err(|e| lib_problem(e, &name))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `/v1/ratelimits/{name}/keys/` with no key.
 pub async fn empty_key() -> Problem {
-    Problem::field("key", format!("key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got 0 bytes"))
+    Problem::field(
+        "key",
+        format!("key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got 0 bytes"),
+    )
 }

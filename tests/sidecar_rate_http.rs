@@ -1,0 +1,1064 @@
+//! Rate limits over the sidecar's HTTP API: `clusterlimit serve` as a real process, on memory://,
+//! real etcd and real ZooKeeper.
+
+mod binary;
+mod support;
+
+use binary::{within, Sidecar};
+use clusterlimit::{Limiter, Quota};
+use reqwest::{Client, Method, Response, StatusCode};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::{EtcdCluster, ZkCluster};
+
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// `/`, spaces and non-ASCII: a key as a client may have it.
+const ODD_KEY: &str = "tenant/42 ünïcødé key";
+
+/// The key as a path segment: percent-encoded, `/` kept (it is part of the `{*key}` tail).
+fn key_path(key: &str) -> String {
+    let mut out = String::new();
+    for b in key.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+async fn send(c: &Client, method: Method, url: &str, body: Option<Value>) -> Response {
+    let mut r = c.request(method, url);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    r.send().await.unwrap()
+}
+
+async fn json_of(r: Response) -> (StatusCode, Value) {
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn put_quota(c: &Client, base: &str, name: &str, quota: Value) -> (StatusCode, Value) {
+    json_of(
+        send(
+            c,
+            Method::PUT,
+            &format!("{base}/v1/ratelimits/{name}"),
+            Some(quota),
+        )
+        .await,
+    )
+    .await
+}
+
+async fn check(c: &Client, base: &str, name: &str, body: Value) -> Response {
+    send(
+        c,
+        Method::POST,
+        &format!("{base}/v1/ratelimits/{name}/check"),
+        Some(body),
+    )
+    .await
+}
+
+async fn peek(c: &Client, base: &str, name: &str, key: &str) -> (StatusCode, Value) {
+    let url = format!("{base}/v1/ratelimits/{name}/keys/{}", key_path(key));
+    json_of(send(c, Method::GET, &url, None).await).await
+}
+
+fn header(r: &Response, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+/// Every route on one store: quotas, checks with their fields, a 429, peek, reset, wait admitted
+/// and wait timed out (nothing consumed), odd keys, metrics.
+async fn every_route(base: &str) {
+    let c = client();
+    let (s, q) = put_quota(&c, base, "api", json!({"limit": 3, "period": "1m"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    assert_eq!(
+        q,
+        json!({"name": "api", "limit": 3, "period": "1m", "period_ms": 60000, "burst": 3,
+               "algorithm": "gcra", "ban_ms": 0})
+    );
+    let (s, q) =
+        json_of(send(&c, Method::GET, &format!("{base}/v1/ratelimits/api"), None).await).await;
+    assert_eq!((s, q["limit"].clone()), (StatusCode::OK, json!(3)));
+
+    // Admitted at cost 1, then 2 (the rest), then a 429.
+    let r = check(&c, base, "api", json!({"key": ODD_KEY})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=3;w=60")
+    );
+    assert_eq!(header(&r, "ratelimit").as_deref(), Some("\"api\";r=2;t=20"));
+    assert_eq!(header(&r, "x-ratelimit-limit"), None, "ietf is the default");
+    let d: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            &d["allowed"],
+            &d["limit"],
+            &d["remaining"],
+            &d["source"],
+            &d["key"],
+            &d["cost"]
+        ),
+        (
+            &json!(true),
+            &json!(3),
+            &json!(2),
+            &json!("store"),
+            &json!(ODD_KEY),
+            &json!(1)
+        )
+    );
+    assert_eq!(d["retry_after_ms"], Value::Null);
+    assert!(d["reset_after_ms"].as_u64().unwrap() > 19_000, "{d}");
+    let r = check(&c, base, "api", json!({"key": ODD_KEY, "cost": 2})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = check(&c, base, "api", json!({"key": ODD_KEY})).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&r, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        header(&r, "ratelimit").unwrap(),
+        format!("\"api\";r=0;t={retry}")
+    );
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            &p["status"],
+            &p["code"],
+            &p["name"],
+            &p["key"],
+            &p["allowed"],
+            &p["remaining"]
+        ),
+        (
+            &json!(429),
+            &json!("rate_limited"),
+            &json!("api"),
+            &json!(ODD_KEY),
+            &json!(false),
+            &json!(0)
+        )
+    );
+    assert!(p["retry_after_ms"].as_u64().unwrap() > 0, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("api"), "{p}");
+
+    // Peek by path (percent-decoded, `/` kept): nothing consumed, always 200.
+    let (s, d) = peek(&c, base, "api", ODD_KEY).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    assert_eq!(
+        (&d["allowed"], &d["remaining"], &d["cost"]),
+        (&json!(false), &json!(0), &json!(0))
+    );
+    // Reset: full again.
+    let url = format!("{base}/v1/ratelimits/api/keys/{}", key_path(ODD_KEY));
+    assert_eq!(
+        send(&c, Method::DELETE, &url, None).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let (_, d) = peek(&c, base, "api", ODD_KEY).await;
+    assert_eq!((&d["allowed"], &d["remaining"]), (&json!(true), &json!(3)));
+    // Another key is untouched by all of that.
+    let (_, d) = peek(&c, base, "api", "tenant").await;
+    assert_eq!(d["remaining"], 3);
+
+    // Wait: admitted after a pause (2 per 600 ms: the third waits ~300 ms).
+    let (s, _) = put_quota(&c, base, "fast", json!({"limit": 2, "period_ms": 600})).await;
+    assert_eq!(s, StatusCode::OK);
+    let wait_url = format!("{base}/v1/ratelimits/fast/wait");
+    for _ in 0..2 {
+        assert_eq!(
+            check(&c, base, "fast", json!({"key": "w"})).await.status(),
+            StatusCode::OK
+        );
+    }
+    let t = Instant::now();
+    let r = send(
+        &c,
+        Method::POST,
+        &wait_url,
+        Some(json!({"key": "w", "timeout_ms": 10000})),
+    )
+    .await;
+    let waited = t.elapsed();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(header(&r, "ratelimit").is_some());
+    println!("wait admitted after {waited:?} (expected ~300 ms)");
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    // Wait timed out: 429 at once (the retry_after reaches past the deadline), nothing consumed.
+    let (s, q) = put_quota(&c, base, "slow", json!({"limit": 1, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    assert_eq!(
+        check(&c, base, "slow", json!({"key": "w"})).await.status(),
+        StatusCode::OK
+    );
+    let (_, before) = peek(&c, base, "slow", "w").await;
+    let r = send(
+        &c,
+        Method::POST,
+        &format!("{base}/v1/ratelimits/slow/wait"),
+        Some(json!({"key": "w", "timeout_ms": 300})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(header(&r, "retry-after").is_some());
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(
+        (&p["code"], &p["name"], &p["key"]),
+        (&json!("rate_limited"), &json!("slow"), &json!("w"))
+    );
+    let (_, after) = peek(&c, base, "slow", "w").await;
+    assert_eq!(before["remaining"], after["remaining"]);
+    // The same on a short period: the wait admits once, then 429 within its timeout.
+    let (s, _) = put_quota(&c, base, "sec", json!({"limit": 1, "period": "1s"})).await;
+    assert_eq!(s, StatusCode::OK);
+    let r = send(
+        &c,
+        Method::POST,
+        &format!("{base}/v1/ratelimits/sec/wait"),
+        Some(json!({"key": "k", "timeout_ms": 300})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = send(
+        &c,
+        Method::POST,
+        &format!("{base}/v1/ratelimits/sec/wait"),
+        Some(json!({"key": "k", "timeout_ms": 300})),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let (_, d) = peek(&c, base, "sec", "k").await;
+    assert_eq!(d["remaining"], 0);
+    assert!(
+        d["retry_after_ms"].as_u64().unwrap() > 300,
+        "the timed-out wait took nothing: {d}"
+    );
+
+    // PUT changes a quota; list shows every limit.
+    let (s, q) = put_quota(
+        &c,
+        base,
+        "api",
+        json!({"limit": 5, "period": "1s", "algorithm": "sliding_window", "ban_ms": 2000}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    assert_eq!(
+        (&q["algorithm"], &q["burst"], &q["ban_ms"]),
+        (&json!("sliding_window"), &json!(5), &json!(2000))
+    );
+    let (s, all) =
+        json_of(send(&c, Method::GET, &format!("{base}/v1/ratelimits"), None).await).await;
+    assert_eq!(s, StatusCode::OK);
+    let names: Vec<_> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].clone())
+        .collect();
+    assert_eq!(names, ["api", "fast", "sec", "slow"]);
+    assert_eq!(all[0]["algorithm"], "sliding_window");
+
+    // Unknown limit: 404 on every route that names one.
+    for (m, path, body) in [
+        (Method::GET, "/v1/ratelimits/nope", None),
+        (
+            Method::POST,
+            "/v1/ratelimits/nope/check",
+            Some(json!({"key": "k"})),
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/nope/wait",
+            Some(json!({"key": "k"})),
+        ),
+        (Method::GET, "/v1/ratelimits/nope/keys/k", None),
+        (Method::DELETE, "/v1/ratelimits/nope/keys/k", None),
+    ] {
+        let (s, p) = json_of(send(&c, m.clone(), &format!("{base}{path}"), body).await).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{m} {path}: {p}");
+        assert!(p["detail"].as_str().unwrap().contains("nope"), "{p}");
+    }
+
+    let m = send(&c, Method::GET, &format!("{base}/metrics"), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "clusterlimit_rate_hits_total{domain=\"http\",limit=\"api\"}",
+        "clusterlimit_rate_over_limit_total{domain=\"http\",limit=\"api\"} 1",
+        "clusterlimit_rate_keys_cached{limit=\"api\"}",
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_on_memory() {
+    let sc = Sidecar::start(&["--store", "memory://rate-routes"]).await;
+    every_route(&sc.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_on_etcd() {
+    let cluster = EtcdCluster::single();
+    let sc = Sidecar::start(&["--store", &cluster.url("rate-routes")]).await;
+    every_route(&sc.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_on_zookeeper() {
+    let zk = ZkCluster::single();
+    let sc = Sidecar::start(&["--store", &zk.url("/rate-routes")]).await;
+    every_route(&sc.url).await;
+}
+
+/// Two sidecars on one store, hammered at once: together never over the limit.
+async fn two_sidecars_share_the_limit(url: &str) {
+    let a = Sidecar::start(&["--store", url]).await;
+    let b = Sidecar::start(&["--store", url]).await;
+    let c = client();
+    let (s, _) = put_quota(&c, &a.url, "shared", json!({"limit": 10, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let base = if i % 2 == 0 {
+            a.url.clone()
+        } else {
+            b.url.clone()
+        };
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            check(&c, &base, "shared", json!({"key": "k"}))
+                .await
+                .status()
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        let s = within("check answered", Duration::from_secs(30), t)
+            .await
+            .unwrap();
+        assert!(
+            s == StatusCode::OK || s == StatusCode::TOO_MANY_REQUESTS,
+            "{s}"
+        );
+        admitted += usize::from(s == StatusCode::OK);
+    }
+    println!("two sidecars, 40 concurrent checks of a limit of 10: {admitted} admitted");
+    assert_eq!(admitted, 10, "exactly the limit, never over it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_on_one_etcd_never_go_over_the_limit() {
+    let cluster = EtcdCluster::single();
+    two_sidecars_share_the_limit(&cluster.url("rate-two")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_on_one_zookeeper_never_go_over_the_limit() {
+    let zk = ZkCluster::single();
+    two_sidecars_share_the_limit(&zk.url("/rate-two")).await;
+}
+
+/// Each header mode, from the flag and from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_modes() {
+    let c = client();
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["ietf", "legacy", "both", "off"] {
+        let path = dir.path().join(format!("{mode}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "store = \"memory://h-{mode}\"\nrate_limit_headers = \"{mode}\"\n\n\
+                 [[rate_limits]]\nname = \"api\"\nlimit = 1\nperiod = \"1m\"\n"
+            ),
+        )
+        .unwrap();
+        let from_file = Sidecar::start(&["--config", path.to_str().unwrap()]).await;
+        let from_flag = Sidecar::start(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--rate-limit-headers",
+            mode,
+        ])
+        .await;
+        for sc in [&from_file, &from_flag] {
+            for want in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+                let r = check(&c, &sc.url, "api", json!({"key": "k"})).await;
+                assert_eq!(r.status(), want, "{mode}");
+                let ietf = header(&r, "ratelimit");
+                let legacy = header(&r, "x-ratelimit-remaining");
+                match mode {
+                    "ietf" => assert!(ietf.is_some() && legacy.is_none()),
+                    "legacy" => {
+                        assert!(ietf.is_none() && legacy.as_deref() == Some("0"));
+                        assert_eq!(header(&r, "x-ratelimit-limit").as_deref(), Some("1"));
+                        assert!(header(&r, "x-ratelimit-reset").is_some());
+                    }
+                    "both" => assert!(ietf.is_some() && legacy.is_some()),
+                    _ => assert!(ietf.is_none() && legacy.is_none()),
+                }
+                // A denial tells when to retry whatever the mode.
+                assert_eq!(
+                    header(&r, "retry-after").is_some(),
+                    want == StatusCode::TOO_MANY_REQUESTS,
+                    "{mode}"
+                );
+            }
+        }
+        let (_, d) = peek(&c, &from_file.url, "api", "k").await;
+        assert_eq!(d["remaining"], 0, "peek answers too ({mode})");
+    }
+}
+
+/// Every bad input: a 4xx problem naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_problem_naming_the_field() {
+    let sc = Sidecar::start(&["--store", "memory://rate-bad"]).await;
+    let c = client();
+    let base = &sc.url;
+    let (s, _) = put_quota(
+        &c,
+        base,
+        "api",
+        json!({"limit": 5, "period": "1s", "burst": 2}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = put_quota(
+        &c,
+        base,
+        "win",
+        json!({"limit": 5, "period": "1s", "algorithm": "fixed_window"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let long_key = "k".repeat(513);
+    let cases: Vec<(Method, String, Value, StatusCode, &str)> = vec![
+        // Quotas.
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 0, "period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": -3, "period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": "x", "period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5}),
+            StatusCode::BAD_REQUEST,
+            "period",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "soon"}),
+            StatusCode::BAD_REQUEST,
+            "period",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "0s"}),
+            StatusCode::BAD_REQUEST,
+            "period",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period_ms": -1}),
+            StatusCode::BAD_REQUEST,
+            "period_ms",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "period_ms": 1000}),
+            StatusCode::BAD_REQUEST,
+            "period_ms",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "algorithm": "leaky"}),
+            StatusCode::BAD_REQUEST,
+            "algorithm",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "algorithm": "fixed_window", "burst": 2}),
+            StatusCode::BAD_REQUEST,
+            "burst",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "burst": 0}),
+            StatusCode::BAD_REQUEST,
+            "burst",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "ban": "never"}),
+            StatusCode::BAD_REQUEST,
+            "ban",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/q".into(),
+            json!({"limit": 5, "period": "1s", "extra": 1}),
+            StatusCode::BAD_REQUEST,
+            "extra",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/bad%20name".into(),
+            json!({"limit": 5, "period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        // Checks.
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": ""}),
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": long_key}),
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": 7}),
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": "k", "cost": 0}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": "k", "cost": -1}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": "k", "cost": 3}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/win/check".into(),
+            json!({"key": "k", "cost": 6}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check".into(),
+            json!({"key": "k", "permits": 1}),
+            StatusCode::BAD_REQUEST,
+            "permits",
+        ),
+        // Waits.
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
+            json!({"key": "k", "timeout_ms": -1}),
+            StatusCode::BAD_REQUEST,
+            "timeout_ms",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
+            json!({"key": "k", "timeout_ms": 3_600_001}),
+            StatusCode::BAD_REQUEST,
+            "timeout_ms",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
+            json!({"key": "k", "timeout_ms": "soon"}),
+            StatusCode::BAD_REQUEST,
+            "timeout_ms",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
+            json!({"key": "k", "cost": 0}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
+            json!({"key": ""}),
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        // Keys in the path.
+        (
+            Method::GET,
+            "/v1/ratelimits/api/keys/".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::DELETE,
+            "/v1/ratelimits/api/keys/".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::GET,
+            format!("/v1/ratelimits/api/keys/{long_key}"),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+        (
+            Method::GET,
+            "/v1/ratelimits/api/keys/%FF".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "key",
+        ),
+    ];
+    for (m, path, body, status, field) in cases {
+        let body = (!body.is_null()).then_some(body);
+        let r = send(&c, m.clone(), &format!("{base}{path}"), body.clone()).await;
+        assert_eq!(
+            header(&r, "content-type").as_deref(),
+            Some("application/problem+json"),
+            "{m} {path} {body:?}"
+        );
+        let (s, p) = json_of(r).await;
+        assert_eq!(s, status, "{m} {path} {body:?}: {p}");
+        assert_eq!(p["field"], field, "{m} {path} {body:?}: {p}");
+    }
+    // Nothing was consumed by any of them.
+    let (_, d) = peek(&c, base, "api", "k").await;
+    assert_eq!(d["remaining"], 2);
+    // Malformed JSON is a problem too.
+    let r = c
+        .post(format!("{base}/v1/ratelimits/api/check"))
+        .body("{\"key\":")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_of(r).await.1["code"], "malformed_json");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_guards_the_rate_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let sc = Sidecar::start(&[
+        "--store",
+        "memory://rate-auth",
+        "--token-file",
+        token.to_str().unwrap(),
+    ])
+    .await;
+    let c = client();
+    let base = &sc.url;
+    let authed = |m: Method, path: &str, body: Option<Value>| {
+        let mut r = c
+            .request(m, format!("{base}{path}"))
+            .bearer_auth("s3cret-token");
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        async move { r.send().await.unwrap().status() }
+    };
+    // With the token: a limit of 2, both taken (a wait and a check).
+    let ok = [
+        (
+            Method::PUT,
+            "/v1/ratelimits/api",
+            Some(json!({"limit": 2, "period": "1h"})),
+        ),
+        (Method::GET, "/v1/ratelimits", None),
+        (Method::GET, "/v1/ratelimits/api", None),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait",
+            Some(json!({"key": "k", "timeout_ms": 0})),
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check",
+            Some(json!({"key": "k"})),
+        ),
+        (Method::GET, "/v1/ratelimits/api/keys/k", None),
+    ];
+    for (m, path, body) in &ok {
+        let s = authed(m.clone(), path, body.clone()).await;
+        assert!(s.is_success(), "{m} {path}: {s}");
+    }
+    // Without it: 401 everywhere, and nothing changes (the quota, the key's state).
+    let routes = [
+        (Method::GET, "/v1/ratelimits", None),
+        (
+            Method::PUT,
+            "/v1/ratelimits/api",
+            Some(json!({"limit": 100, "period": "1s"})),
+        ),
+        (Method::GET, "/v1/ratelimits/api", None),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/check",
+            Some(json!({"key": "k"})),
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait",
+            Some(json!({"key": "k", "timeout_ms": 0})),
+        ),
+        (Method::GET, "/v1/ratelimits/api/keys/k", None),
+        (Method::DELETE, "/v1/ratelimits/api/keys/k", None),
+    ];
+    for (m, path, body) in &routes {
+        let r = send(&c, m.clone(), &format!("{base}{path}"), body.clone()).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{m} {path}");
+    }
+    let r = c
+        .get(format!("{base}/v1/ratelimits/api/keys/k"))
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .unwrap();
+    let d: Value = r.json().await.unwrap();
+    assert_eq!(
+        (&d["limit"], &d["remaining"]),
+        (&json!(2), &json!(0)),
+        "{d}"
+    );
+    let s = authed(Method::DELETE, "/v1/ratelimits/api/keys/k", None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+}
+
+/// The store dies: each policy answers, fast, and says where its answer came from.
+async fn store_down_policies(url: &str, kill: impl FnOnce()) {
+    let c = client();
+    let policies = ["fail_open", "fail_closed", "local:2"];
+    let mut sidecars = Vec::new();
+    for p in policies {
+        let sc = Sidecar::start(&[
+            "--store",
+            url,
+            "--rate-store-down",
+            p,
+            "--rate-store-timeout",
+            "300ms",
+        ])
+        .await;
+        sidecars.push(sc);
+    }
+    let (s, _) = put_quota(
+        &c,
+        &sidecars[0].url,
+        "api",
+        json!({"limit": 4, "period": "1h"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    // Each sidecar opens the limit while the store is up.
+    for sc in &sidecars {
+        let r = check(&c, &sc.url, "api", json!({"key": "before"})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    kill();
+    for (policy, sc) in policies.iter().zip(&sidecars) {
+        let t = Instant::now();
+        let first = check(&c, &sc.url, "api", json!({"key": "k"})).await;
+        let first_took = t.elapsed();
+        let (status, d) = json_of(first).await;
+        let mut took = Vec::new();
+        let mut admitted = 0;
+        for _ in 0..20 {
+            let t = Instant::now();
+            let (s, d) = json_of(check(&c, &sc.url, "api", json!({"key": "k"})).await).await;
+            took.push(t.elapsed());
+            admitted += usize::from(s == StatusCode::OK);
+            assert_ne!(d["source"], "store", "{policy}: {d}");
+        }
+        took.sort();
+        println!(
+            "store down, {policy}: first answer {first_took:?} ({status}, source {}), then p50 {:?} p99 {:?} over 20 checks, {admitted}/20 admitted",
+            d["source"], took[10], took[19]
+        );
+        assert!(
+            first_took < Duration::from_secs(5),
+            "{policy}: {first_took:?}"
+        );
+        assert!(
+            took[19] < Duration::from_secs(1),
+            "{policy}: {:?}",
+            took[19]
+        );
+        match *policy {
+            "fail_open" => {
+                assert_eq!(
+                    (status, &d["source"]),
+                    (StatusCode::OK, &json!("fail_open"))
+                );
+                assert_eq!(admitted, 20);
+            }
+            "fail_closed" => {
+                assert_eq!(
+                    (status, &d["source"]),
+                    (StatusCode::TOO_MANY_REQUESTS, &json!("fail_closed"))
+                );
+                assert_eq!(admitted, 0);
+            }
+            _ => {
+                assert_eq!((status, &d["source"]), (StatusCode::OK, &json!("local")));
+                // limit 4 over 2 replicas: 2 for this sidecar, the first check took one.
+                assert_eq!(admitted, 1);
+            }
+        }
+    }
+    // A limit this sidecar never opened: 503 at once, not a wait for the store.
+    let t = Instant::now();
+    let (s, p) = json_of(check(&c, &sidecars[0].url, "other", json!({"key": "k"})).await).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{p}");
+    println!("store down, an unopened limit: 503 in {:?}", t.elapsed());
+    let m = send(
+        &c,
+        Method::GET,
+        &format!("{}/metrics", sidecars[0].url),
+        None,
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        m.contains(
+            "clusterlimit_rate_failure_mode_allowed_total{domain=\"http\",limit=\"api\"} 21"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_the_policy_answers_fast() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rate-down");
+    store_down_policies(&url, || cluster.kill(0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_the_policy_answers_fast() {
+    let mut zk = ZkCluster::single();
+    let url = zk.url("/rate-down");
+    store_down_policies(&url, || zk.kill(0)).await;
+}
+
+/// `[[rate_limits]]`: created at start, checked by `--check-config`; a stored limit with another
+/// quota keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_declares_rate_limits() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("rate-config");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    limiter
+        .rate_limit("stored", Quota::per_minute(7))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "store = \"{url}\"\nrate_store_down = \"local:3\"\nrate_store_timeout = \"250ms\"\n\n\
+             [[rate_limits]]\nname = \"login\"\nlimit = 5\nperiod = \"1m\"\nalgorithm = \"fixed_window\"\nban = \"10m\"\n\n\
+             [[rate_limits]]\nname = \"stored\"\nlimit = 9\nperiod = \"1m\"\n"
+        ),
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    let out = binary::output(
+        binary::cmd(&["serve", "--check-config", "--config", config]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for want in [
+        "login (5 per 60s (fixed_window, ban 600s))",
+        "local:3",
+        "250ms",
+        "rate_headers ietf",
+    ] {
+        assert!(out.stdout.contains(want), "{want} in\n{}", out.stdout);
+    }
+    let sc = Sidecar::start(&["--config", config]).await;
+    let c = client();
+    let (_, q) = json_of(
+        send(
+            &c,
+            Method::GET,
+            &format!("{}/v1/ratelimits/login", sc.url),
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (&q["limit"], &q["algorithm"], &q["ban_ms"]),
+        (&json!(5), &json!("fixed_window"), &json!(600_000))
+    );
+    let (_, q) = json_of(
+        send(
+            &c,
+            Method::GET,
+            &format!("{}/v1/ratelimits/stored", sc.url),
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(q["limit"], 7, "the stored quota is kept: {q}");
+
+    for (text, field) in [
+        ("[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nalgorithm = \"fixed_window\"\nburst = 2\n", "rate_limits[0].burst"),
+        ("[[rate_limits]]\nname = \"a\"\nlimit = 0\nperiod = \"1s\"\n", "rate_limits[0].limit"),
+        ("[[rate_limits]]\nname = \"a\"\nlimit = 1\nperiod = \"x\"\n", "rate_limits[0].period"),
+        ("[[rate_limits]]\nname = \"a\"\nlimit = 1\nperiod = \"1s\"\nalgorithm = \"leaky\"\n", "algorithm"),
+        ("[[rate_limits]]\nname = \"a b\"\nlimit = 1\nperiod = \"1s\"\n", "rate_limits[0].name"),
+        ("rate_store_down = \"sometimes\"\n", "rate_store_down"),
+        ("rate_limit_headers = \"x\"\n", "rate_limit_headers"),
+        ("rate_store_timeout = \"0s\"\n", "rate_store_timeout"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let out = binary::output(
+            binary::cmd(&["serve", "--check-config", "--config", config]),
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!(out.code, Some(64), "{text}: {}", out.stderr);
+        assert!(out.stderr.contains(field), "{field} in {}", out.stderr);
+    }
+    let out = binary::output(
+        binary::cmd(&["serve", "--check-config", "--rate-store-down", "local:0"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("--rate-store-down"), "{}", out.stderr);
+}
+
+/// A wait in flight at shutdown answers 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_in_flight_answers_503_at_shutdown() {
+    let mut sc = Sidecar::start(&["--store", "memory://rate-shutdown"]).await;
+    let c = client();
+    let (s, _) = put_quota(&c, &sc.url, "slow", json!({"limit": 1, "period": "20s"})).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        check(&c, &sc.url, "slow", json!({"key": "k"}))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let waiting = {
+        let (c, base) = (c.clone(), sc.url.clone());
+        tokio::spawn(async move {
+            json_of(
+                send(
+                    &c,
+                    Method::POST,
+                    &format!("{base}/v1/ratelimits/slow/wait"),
+                    Some(json!({"key": "k", "timeout_ms": 30000})),
+                )
+                .await,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    binary::signal(sc.pid(), "TERM");
+    let (s, p) = within("wait answered", Duration::from_secs(10), waiting)
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{p}");
+    assert_eq!(p["code"], "shutting_down");
+    let st = within("sidecar exits", Duration::from_secs(10), sc.child.wait())
+        .await
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+}
