@@ -29,17 +29,22 @@ pub enum Command {
     /// Change a semaphore's capacity for every client (creates it if absent).
     #[command(after_help = exit::HELP)]
     SetCapacity(SetCapacityArgs),
+    /// Cluster-wide rate limits from the shell: check, wait, status, set-quota, reset.
+    #[command(after_help = exit::HELP)]
+    Rate(super::rate::RateArgs),
     /// Run the sidecar: an HTTP/JSON API to permits, on one store session.
     Serve(ServeArgs),
 }
 
 impl Command {
-    /// The subcommand's name as typed (its usage line follows a usage failure).
+    /// The subcommand's name as typed, `rate` with its own (its usage line follows a usage
+    /// failure).
     pub fn name(&self) -> &'static str {
         match self {
             Command::Run(_) => "run",
             Command::Status(_) => "status",
             Command::SetCapacity(_) => "set-capacity",
+            Command::Rate(a) => a.command.name(),
             Command::Serve(_) => "serve",
         }
     }
@@ -144,17 +149,23 @@ mod tests {
             &["run", store[0], store[1], "--semaphore", "s", "--", "true"][..],
             &["status", store[0], store[1]],
             &["set-capacity", store[0], store[1], "s", "1"],
+            &["rate", "check", store[0], store[1], "r", "k"],
             &["serve"],
         ] {
             let cli =
                 Cli::try_parse_from(std::iter::once("clusterlimit").chain(argv.iter().copied()))
                     .unwrap();
-            assert_eq!(cli.command.name(), argv[0]);
+            let typed = if argv[0] == "rate" {
+                format!("rate {}", argv[1])
+            } else {
+                argv[0].to_string()
+            };
+            assert_eq!(cli.command.name(), typed);
         }
         let names: Vec<String> = Cli::command()
             .get_subcommands()
             .map(|s| s.get_name().to_string())
             .collect();
-        assert_eq!(names, ["run", "status", "set-capacity", "serve"]);
+        assert_eq!(names, ["run", "status", "set-capacity", "rate", "serve"]);
     }
 }

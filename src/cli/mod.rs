@@ -2,6 +2,7 @@
 //! (`serve` is the sidecar's).
 
 mod args;
+mod rate;
 mod run;
 mod set_capacity;
 mod signals;
@@ -44,6 +45,7 @@ pub fn main() -> ExitCode {
             Command::Run(a) => run::run(a).await,
             Command::Status(a) => status::status(a).await,
             Command::SetCapacity(a) => set_capacity::set_capacity(a).await,
+            Command::Rate(a) => rate::rate(a).await,
             Command::Serve(a) => crate::sidecar::serve(a).await,
         }
     });
@@ -64,7 +66,13 @@ fn parse_error(e: clap::Error) -> ExitCode {
         _ => {
             // Value errors (e.g. `--permits 0`) carry no usage line: add the subcommand's.
             if !e.render().to_string().contains("Usage:") {
-                let sub = std::env::args().nth(1).unwrap_or_default();
+                // The subcommand and, under `rate`, its own (a word usage_of cannot resolve is
+                // ignored there).
+                let sub = std::env::args()
+                    .skip(1)
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 eprintln!("\n{}", usage_of(&sub));
             }
             ExitCode::from(exit::USAGE)
@@ -83,12 +91,17 @@ fn init_logging(default: &str) {
         .try_init();
 }
 
-/// Usage line of one subcommand, shown after argument errors found past clap.
+/// Usage line of one subcommand (`rate check`: a nested one), shown after argument errors
+/// found past clap.
 fn usage_of(sub: &str) -> String {
     let mut cmd = Cli::command();
     cmd.build();
-    match cmd.find_subcommand_mut(sub) {
-        Some(s) => s.render_usage().to_string(),
-        None => cmd.render_usage().to_string(),
+    // A word that does not name a subcommand leaves the usage of the deepest one that did.
+    for word in sub.split(' ') {
+        match cmd.find_subcommand(word) {
+            Some(s) => cmd = s.clone(),
+            None => break,
+        }
     }
+    cmd.render_usage().to_string()
 }

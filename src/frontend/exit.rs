@@ -21,10 +21,11 @@ pub const FAILURE: u8 = 1;
 pub const HELP: &str = "\
 Exit codes:
   0        success (`run`: the command's own exit code is passed through)
-  1        `status NAME`: the semaphore does not exist
+  1        `status NAME`: the semaphore does not exist (`rate …`: the rate limit, given no quota)
   64       bad arguments or options (also `run` on an absent semaphore without --capacity)
   69       store unreachable, or its session lost before the command started
-  75       `run`: --timeout ran out before the permits were granted
+  75       `run`: --timeout ran out before the permits were granted; `rate check`: denied;
+           `rate wait`: --timeout ran out (nothing consumed)
   76       `run`: the permit was lost while the command ran; it got SIGTERM (SIGKILL after --grace)
   126/127  `run`: the command cannot be executed / was not found
   128+N    `run`: the command died of signal N";

@@ -1,0 +1,231 @@
+//! `clusterlimit rate check|wait|status|set-quota|reset`: cluster-wide rate limits from the
+//! shell, straight on the store (no sidecar). `check` and `wait` exit 0 when admitted and 75
+//! (EX_TEMPFAIL) when denied or timed out, so `clusterlimit rate wait nightly "$HOST" --timeout
+//! 5m && job` is a fleet-wide cap on how often `job` runs.
+
+mod args;
+mod status;
+
+pub use args::RateArgs;
+
+use crate::frontend::quota_spec::decision_json;
+use crate::frontend::{exit, Failure};
+use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
+use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit, MAX_KEY_LEN};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Runs one `rate` subcommand.
+pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
+    match args.command {
+        RateCommand::Check(a) => check(a).await,
+        RateCommand::Wait(a) => wait(a).await,
+        RateCommand::Status(a) => status::status(a).await,
+        RateCommand::SetQuota(a) => set_quota(a).await,
+        RateCommand::Reset(a) => reset(a).await,
+    }
+}
+
+/// Runs `body` on a one-shot connection, closing it whatever the outcome.
+async fn with_limiter<T>(
+    store: &super::args::StoreArg,
+    body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let limiter = store.connect_once().await?;
+    let result = body(&limiter).await;
+    let _ = limiter.close().await;
+    result
+}
+
+/// The quota the flags give, or a usage error naming the flag at fault.
+fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
+    flags.parts().to_quota().map_err(|e| {
+        let flag = match e.field {
+            "limit" => "--limit",
+            "period" => "--per",
+            "burst" => "--burst",
+            "algorithm" => "--algorithm",
+            _ => "--ban",
+        };
+        let hint = if e.field == "limit" || e.field == "period" {
+            " (a quota needs --limit and --per)"
+        } else {
+            ""
+        };
+        Failure::usage(format!("{flag}: {}{hint}", e.message))
+    })
+}
+
+fn check_key(key: &str) -> Result<(), Failure> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Failure::usage(format!(
+            "KEY must be 1-{MAX_KEY_LEN} bytes of UTF-8, got {} bytes",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn name_error(e: Error) -> Failure {
+    match e {
+        Error::InvalidArgument(why) => Failure::usage(format!("NAME: {why}")),
+        e => Failure::from_lib(e),
+    }
+}
+
+/// Opens `name`; with quota flags, creates it with that quota if absent (an existing limit keeps
+/// its stored quota, as a warning says). Absent without a quota: exit 1, as `status NAME`.
+pub async fn open(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<RateLimit, Failure> {
+    if !flags.any() {
+        return limiter.open_rate_limit(name).await.map_err(|e| match e {
+            Error::NotFound(_) => Failure::new(
+                exit::FAILURE,
+                format!("rate limit {name:?} does not exist; give --limit and --per to create it"),
+            ),
+            e => name_error(e),
+        });
+    }
+    let quota = quota_of(flags)?;
+    match limiter.rate_limit(name, quota).await {
+        Ok(rl) => Ok(rl),
+        Err(Error::QuotaMismatch { stored, .. }) => {
+            eprintln!(
+                "clusterlimit: rate limit {name:?} exists with quota {stored}; keeping it \
+                 (change it with `clusterlimit rate set-quota`)"
+            );
+            limiter.open_rate_limit(name).await.map_err(name_error)
+        }
+        Err(e) => Err(name_error(e)),
+    }
+}
+
+fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
+    let quota = rl.quota();
+    if cost > quota.max_cost() {
+        return Err(Failure::usage(format!(
+            "--cost {cost} is above the most rate limit {:?} admits at once ({}: {quota})",
+            rl.name(),
+            quota.max_cost()
+        )));
+    }
+    Ok(())
+}
+
+/// `1.25s`, to the millisecond.
+pub fn human(d: Duration) -> String {
+    let ms =
+        Duration::from_millis(u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
+    humantime::format_duration(ms).to_string()
+}
+
+/// Prints an admission (JSON or a line) and returns exit 0.
+fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
+    if a.json {
+        println!("{}", decision_json(&a.name, &a.key, a.cost, d, "store"));
+    } else {
+        println!(
+            "admitted: {} {:?} (cost {}), {} of {} left",
+            a.name, a.key, a.cost, d.remaining, d.limit
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
+    check_key(&a.key)?;
+    with_limiter(&a.store, async |limiter| {
+        let rl = open(limiter, &a.name, &a.quota).await?;
+        check_cost(&rl, a.cost)?;
+        let d = rl
+            .check_n(&a.key, a.cost)
+            .await
+            .map_err(Failure::from_lib)?;
+        if d.allowed {
+            return Ok(admitted(&a, &d));
+        }
+        let retry = d.retry_after.unwrap_or_default();
+        if a.json {
+            println!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+        } else {
+            println!(
+                "denied: {} {:?} (cost {}), retry after {}",
+                a.name,
+                a.key,
+                a.cost,
+                human(retry)
+            );
+        }
+        Ok(ExitCode::from(exit::TIMEOUT))
+    })
+    .await
+}
+
+async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
+    let a = &w.check;
+    check_key(&a.key)?;
+    with_limiter(&a.store, async |limiter| {
+        let rl = open(limiter, &a.name, &a.quota).await?;
+        check_cost(&rl, a.cost)?;
+        let result = match w.timeout {
+            Some(t) => rl.wait_timeout(&a.key, a.cost, t).await,
+            None => rl.wait_n(&a.key, a.cost).await,
+        };
+        match result {
+            Ok(d) => Ok(admitted(a, &d)),
+            Err(Error::Timeout) => Err(Failure::new(
+                exit::TIMEOUT,
+                format!(
+                    "{} {:?} (cost {}) not admitted within {}; nothing consumed",
+                    a.name,
+                    a.key,
+                    a.cost,
+                    human(w.timeout.unwrap_or_default())
+                ),
+            )),
+            Err(e) => Err(Failure::from_lib(e)),
+        }
+    })
+    .await
+}
+
+async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
+    let quota = quota_of(&a.quota)?;
+    let name = a.name.as_str();
+    let done = with_limiter(&a.store, async |limiter| {
+        let existing = match limiter.open_rate_limit(name).await {
+            Ok(rl) => Some(rl),
+            Err(Error::NotFound(_)) => None,
+            Err(e) => return Err(name_error(e)),
+        };
+        let rl = match existing {
+            Some(rl) => rl,
+            None => match limiter.rate_limit(name, quota).await {
+                Ok(_) => return Ok("created with quota"),
+                // Created by someone else meanwhile: change it below.
+                Err(Error::QuotaMismatch { .. }) => {
+                    limiter.open_rate_limit(name).await.map_err(name_error)?
+                }
+                Err(e) => return Err(name_error(e)),
+            },
+        };
+        if rl.quota() == quota {
+            return Ok("quota unchanged:");
+        }
+        rl.set_quota(quota).await.map_err(Failure::from_lib)?;
+        Ok("quota set to")
+    })
+    .await?;
+    println!("{name}: {done} {quota}");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
+    check_key(&a.key)?;
+    with_limiter(&a.store, async |limiter| {
+        let rl = open(limiter, &a.name, &QuotaFlags::default()).await?;
+        rl.reset(&a.key).await.map_err(Failure::from_lib)?;
+        println!("{} {:?}: reset", a.name, a.key);
+        Ok(ExitCode::SUCCESS)
+    })
+    .await
+}
