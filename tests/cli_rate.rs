@@ -1,1 +1,401 @@
+//! `clusterlimit rate …` as real processes against real etcd and ZooKeeper.
 
+mod binary;
+mod support;
+
+use binary::{cmd, output, Out};
+use clusterlimit::{Limiter, Quota};
+use std::time::{Duration, Instant};
+use support::{EtcdCluster, ZkCluster};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn rate(url: &str, args: &[&str]) -> Out {
+    let mut all = vec!["rate", args[0], "--store", url];
+    all.extend_from_slice(&args[1..]);
+    output(cmd(&all), LIMIT).await
+}
+
+fn json(out: &Out) -> serde_json::Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+}
+
+/// Every subcommand and exit code on one store.
+async fn every_subcommand(url: &str) {
+    // An absent limit without a quota: exit 1, as `status NAME`.
+    for args in [
+        &["check", "nightly", "host-a"][..],
+        &["wait", "nightly", "host-a", "--timeout", "1s"],
+        &["status", "nightly"],
+        &["status", "nightly", "host-a"],
+        &["reset", "nightly", "host-a"],
+    ] {
+        let out = rate(url, args).await;
+        assert_eq!(out.code, Some(1), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains("--limit and --per"), "{}", out.stderr);
+    }
+
+    // check creates it given a quota; then 2 admitted, the third denied (75) with when to retry.
+    let odd = "host/a b ü";
+    let out = rate(
+        url,
+        &["check", "nightly", odd, "--limit", "2", "--per", "1h"],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("admitted"), "{}", out.stdout);
+    assert!(out.stdout.contains("1 of 2 left"), "{}", out.stdout);
+    let out = rate(url, &["check", "nightly", odd, "--json"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let d = json(&out);
+    assert_eq!(
+        (&d["allowed"], &d["remaining"], &d["key"]),
+        (&true.into(), &0.into(), &odd.into())
+    );
+    let out = rate(url, &["check", "nightly", odd]).await;
+    assert_eq!(out.code, Some(75), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("denied") && out.stdout.contains("retry after"),
+        "{}",
+        out.stdout
+    );
+    let out = rate(url, &["check", "nightly", odd, "--json"]).await;
+    assert_eq!(out.code, Some(75));
+    let d = json(&out);
+    assert_eq!(d["allowed"], false);
+    assert!(d["retry_after_ms"].as_u64().unwrap() > 1_000_000, "{d}");
+
+    // A quota on an existing limit with another one: the stored one is kept, with a warning.
+    let out = rate(
+        url,
+        &["check", "nightly", "other", "--limit", "9", "--per", "1m"],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("keeping it"), "{}", out.stderr);
+    assert!(out.stdout.contains("1 of 2 left"), "{}", out.stdout);
+
+    // status: the key's state (nothing consumed), the limit, every limit.
+    let out = rate(url, &["status", "nightly", odd]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("0 of 2 left") && out.stdout.contains("denied"),
+        "{}",
+        out.stdout
+    );
+    let out = rate(url, &["status", "nightly", odd, "--json"]).await;
+    let d = json(&out);
+    assert_eq!((&d["cost"], &d["remaining"]), (&0.into(), &0.into()));
+    let out = rate(url, &["status", "nightly", "--json"]).await;
+    let q = json(&out);
+    assert_eq!(
+        (&q["limit"], &q["period_ms"], &q["algorithm"]),
+        (&2.into(), &3_600_000.into(), &"gcra".into())
+    );
+
+    // set-quota: creates, changes, leaves alone.
+    let out = rate(
+        url,
+        &[
+            "set-quota",
+            "login",
+            "--limit",
+            "5",
+            "--per",
+            "1m",
+            "--algorithm",
+            "fixed_window",
+            "--ban",
+            "10m",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("created"), "{}", out.stdout);
+    let out = rate(
+        url,
+        &[
+            "set-quota",
+            "login",
+            "--limit",
+            "5",
+            "--per",
+            "1m",
+            "--algorithm",
+            "fixed_window",
+            "--ban",
+            "10m",
+        ],
+    )
+    .await;
+    assert!(out.stdout.contains("unchanged"), "{}", out.stdout);
+    let out = rate(
+        url,
+        &["set-quota", "nightly", "--limit", "3", "--per", "1h"],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("quota set to 3 per"), "{}", out.stdout);
+    let limiter = Limiter::connect(url).await.unwrap();
+    let stored = limiter.open_rate_limit("nightly").await.unwrap().quota();
+    assert_eq!(stored, Quota::per_hour(3));
+    let out = rate(url, &["status"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("RATE LIMIT"), "{}", out.stdout);
+    assert!(
+        lines[1].starts_with("login")
+            && lines[1].contains("fixed_window")
+            && lines[1].contains("10m"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[2].starts_with("nightly") && lines[2].contains("1h"),
+        "{}",
+        out.stdout
+    );
+    let out = rate(url, &["status", "--json"]).await;
+    let names: Vec<_> = json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].clone())
+        .collect();
+    assert_eq!(names, ["login", "nightly"]);
+
+    // reset: the key is full again.
+    let out = rate(url, &["reset", "nightly", odd]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = rate(url, &["status", "nightly", odd, "--json"]).await;
+    assert_eq!(json(&out)["remaining"], 3);
+
+    // wait: admitted at once, admitted after a pause, timed out with nothing consumed.
+    let out = rate(url, &["wait", "fast", "k", "--limit", "2", "--per", "2s"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = rate(url, &["check", "fast", "k"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let t = Instant::now();
+    let out = rate(url, &["wait", "fast", "k", "--timeout", "20s"]).await;
+    println!(
+        "rate wait admitted after {:?} (expected ~1 s, process start included)",
+        t.elapsed()
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    let before = json(&rate(url, &["status", "nightly", "w", "--json"]).await);
+    for _ in 0..3 {
+        assert_eq!(rate(url, &["check", "nightly", "w"]).await.code, Some(0));
+    }
+    let out = rate(url, &["wait", "nightly", "w", "--timeout", "500ms"]).await;
+    assert_eq!(out.code, Some(75), "{}", out.stderr);
+    assert!(out.stderr.contains("nothing consumed"), "{}", out.stderr);
+    let after = json(&rate(url, &["status", "nightly", "w", "--json"]).await);
+    assert_eq!(
+        (before["remaining"].clone(), after["remaining"].clone()),
+        (3.into(), 0.into())
+    );
+    // Denied at once: its retry_after (20 min) reaches far past the timeout.
+    assert!(after["retry_after_ms"].as_u64().unwrap() > 1_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_on_etcd() {
+    let cluster = EtcdCluster::single();
+    every_subcommand(&cluster.url("cli-rate")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_on_zookeeper() {
+    let zk = ZkCluster::single();
+    every_subcommand(&zk.url("/cli-rate")).await;
+}
+
+/// N processes at once: never more admitted than the limit.
+async fn processes_never_exceed_the_limit(url: &str) {
+    let out = rate(url, &["set-quota", "fleet", "--limit", "5", "--per", "1h"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let mut children = Vec::new();
+    for i in 0..12 {
+        let kind = if i % 2 == 0 { "check" } else { "wait" };
+        let mut args = vec!["rate", kind, "--store", url, "fleet", "host"];
+        if kind == "wait" {
+            args.extend_from_slice(&["--timeout", "1s"]);
+        }
+        children.push(tokio::spawn(output(cmd(&args), LIMIT)));
+    }
+    let mut admitted = 0;
+    for c in children {
+        let out = c.await.unwrap();
+        assert!(
+            matches!(out.code, Some(0 | 75)),
+            "{:?}: {}",
+            out.code,
+            out.stderr
+        );
+        admitted += usize::from(out.code == Some(0));
+    }
+    println!("12 processes (checks and waits) on a limit of 5: {admitted} admitted");
+    assert_eq!(admitted, 5, "exactly the limit, never over it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_on_etcd_never_exceed_the_limit() {
+    let cluster = EtcdCluster::single();
+    processes_never_exceed_the_limit(&cluster.url("cli-fleet")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_on_zookeeper_never_exceed_the_limit() {
+    let zk = ZkCluster::single();
+    processes_never_exceed_the_limit(&zk.url("/cli-fleet")).await;
+}
+
+/// Bad input exits 64 naming the flag or argument at fault, before touching the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_exits_64_naming_the_flag() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("cli-bad");
+    let out = rate(
+        &url,
+        &[
+            "set-quota",
+            "small",
+            "--limit",
+            "2",
+            "--per",
+            "1m",
+            "--algorithm",
+            "sliding_window",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let long_key = "k".repeat(513);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["check", "small", "k", "--cost", "0"], "--cost"),
+        (vec!["check", "small", "k", "--cost", "-1"], "-1"),
+        (vec!["check", "small", "k", "--cost", "3"], "--cost"),
+        (vec!["wait", "small", "k", "--cost", "3"], "--cost"),
+        (vec!["check", "small", ""], "KEY"),
+        (vec!["check", "small", &long_key], "KEY"),
+        (vec!["status", "small", ""], "KEY"),
+        (vec!["reset", "small", ""], "KEY"),
+        (vec!["check", "bad name", "k"], "NAME"),
+        (vec!["check", "new", "k", "--limit", "5"], "--per"),
+        (vec!["check", "new", "k", "--per", "1m"], "--limit"),
+        (vec!["wait", "small", "k", "--timeout", "soon"], "--timeout"),
+        (vec!["set-quota", "q", "--limit", "5"], "--per"),
+        (
+            vec!["set-quota", "q", "--limit", "0", "--per", "1m"],
+            "--limit",
+        ),
+        (
+            vec!["set-quota", "q", "--limit", "5", "--per", "0s"],
+            "--per",
+        ),
+        (
+            vec!["set-quota", "q", "--limit", "5", "--per", "soon"],
+            "--per",
+        ),
+        (
+            vec![
+                "set-quota",
+                "q",
+                "--limit",
+                "5",
+                "--per",
+                "1m",
+                "--burst",
+                "0",
+            ],
+            "--burst",
+        ),
+        (
+            vec![
+                "set-quota",
+                "q",
+                "--limit",
+                "5",
+                "--per",
+                "1m",
+                "--algorithm",
+                "fixed_window",
+                "--burst",
+                "2",
+            ],
+            "--burst",
+        ),
+        (
+            vec![
+                "set-quota",
+                "q",
+                "--limit",
+                "5",
+                "--per",
+                "1m",
+                "--algorithm",
+                "leaky",
+            ],
+            "--algorithm",
+        ),
+        (
+            vec![
+                "set-quota",
+                "q",
+                "--limit",
+                "5",
+                "--per",
+                "1m",
+                "--ban",
+                "1000000d",
+            ],
+            "--ban",
+        ),
+        (vec!["status", "--bogus"], "--bogus"),
+        (vec!["check", "small"], "KEY"),
+    ];
+    for (args, want) in cases {
+        let out = rate(&url, &args).await;
+        assert_eq!(out.code, Some(64), "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains(want),
+            "{args:?}: {want} in {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("Usage: clusterlimit rate"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // None of them created or consumed anything.
+    let out = rate(&url, &["status", "--json"]).await;
+    let names: Vec<_> = json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].clone())
+        .collect();
+    assert_eq!(names, ["small"]);
+    let out = rate(&url, &["status", "small", "k", "--json"]).await;
+    assert_eq!(json(&out)["remaining"], 2);
+    // An unreachable store: 69.
+    let out = output(
+        cmd(&[
+            "rate",
+            "check",
+            "--store",
+            "etcd://127.0.0.1:1",
+            "small",
+            "k",
+        ]),
+        LIMIT,
+    )
+    .await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+}
