@@ -310,9 +310,17 @@ async fn every_route(base: &str) {
         "clusterlimit_rate_hits_total{domain=\"http\",limit=\"api\"}",
         "clusterlimit_rate_over_limit_total{domain=\"http\",limit=\"api\"} 1",
         "clusterlimit_rate_keys_cached{limit=\"api\"}",
+        // A wait counts once, by its outcome, however many checks it took.
+        "clusterlimit_rate_hits_total{domain=\"http\",limit=\"fast\"} 3",
+        "clusterlimit_rate_hits_total{domain=\"http\",limit=\"slow\"} 2",
+        "clusterlimit_rate_over_limit_total{domain=\"http\",limit=\"slow\"} 1",
     ] {
         assert!(m.contains(line), "{line} missing from\n{m}");
     }
+    assert!(
+        !m.contains("clusterlimit_rate_over_limit_total{domain=\"http\",limit=\"fast\"}"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,8 +153,13 @@ fn source_name(s: Source) -> &'static str {
     }
 }
 
-/// One guarded check, recorded in the metrics.
-async fn guarded(st: &AppState, rl: &RateLimit, key: &str, cost: u64) -> Result<Guarded, Problem> {
+/// One guarded check, and how long it took.
+async fn guarded(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    cost: u64,
+) -> Result<(Guarded, Duration), Problem> {
     let started = tokio::time::Instant::now();
     let g = st
         .rate
@@ -162,12 +167,14 @@ async fn guarded(st: &AppState, rl: &RateLimit, key: &str, cost: u64) -> Result<
         .check_n(rl, key, cost)
         .await
         .map_err(|e| lib_problem(e, rl.name()))?;
-    if cost > 0 {
-        let m = &st.metrics.rate;
-        m.record(DOMAIN, rl.name(), &g, cost, false, Some(started.elapsed()));
-        m.keys_cached(rl.name(), rl.cached_keys());
-    }
-    Ok(g)
+    Ok((g, started.elapsed()))
+}
+
+/// Counts one answered request in the metrics (a wait counts once, by its last check).
+fn record(st: &AppState, rl: &RateLimit, g: &Guarded, cost: u64, took: Duration) {
+    let m = &st.metrics.rate;
+    m.record(DOMAIN, rl.name(), g, cost, false, Some(took));
+    m.keys_cached(rl.name(), rl.cached_keys());
 }
 
 fn lib_problem(e: Error, name: &str) -> Problem {
@@ -307,7 +314,8 @@ pub async fn check(
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = check_cost(&rl, body.cost)?;
-    let g = guarded(&st, &rl, &body.key, cost).await?;
+    let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
+    record(&st, &rl, &g, cost, took);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
@@ -335,11 +343,12 @@ pub async fn wait(
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
     loop {
-        let g = tokio::select! {
+        let (g, took) = tokio::select! {
             g = guarded(&st, &rl, &body.key, cost) => g?,
             () = st.shutdown.cancelled() => return Err(shutting_down()),
         };
         if g.decision.allowed {
+            record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
         let step = g
@@ -354,6 +363,7 @@ pub async fn wait(
                  nothing was consumed",
                 body.key
             );
+            record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
         }
         tokio::select! {
@@ -384,7 +394,7 @@ pub async fn peek(
 ) -> Result<Response, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let g = guarded(&st, &rl, &key, 0).await?;
+    let (g, _) = guarded(&st, &rl, &key, 0).await?;
     Ok(answer(&st, &rl, &key, 0, &g, false, None))
 }
 
