@@ -84,7 +84,7 @@ fn header(r: &Response, name: &str) -> Option<String> {
 
 /// Every route on one store: quotas, checks with their fields, a 429, peek, reset, wait admitted
 /// and wait timed out (nothing consumed), odd keys, metrics.
-async fn every_route(base: &str) {
+async fn every_route(base: &str, store: &str) {
     let c = client();
     let (s, q) = put_quota(&c, base, "api", json!({"limit": 3, "period": "1m"})).await;
     assert_eq!(s, StatusCode::OK, "{q}");
@@ -301,6 +301,22 @@ async fn every_route(base: &str) {
         assert!(p["detail"].as_str().unwrap().contains("nope"), "{p}");
     }
 
+    // What one admitted check costs over HTTP (client, sidecar and store), printed only.
+    let (s, _) = put_quota(&c, base, "big", json!({"limit": 1_000_000, "period": "1s"})).await;
+    assert_eq!(s, StatusCode::OK);
+    let mut took = Vec::new();
+    for i in 0..100 {
+        let t = Instant::now();
+        let r = check(&c, base, "big", json!({"key": format!("k{}", i % 10)})).await;
+        took.push(t.elapsed());
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    took.sort();
+    println!(
+        "HTTP check on {store}: p50 {:?}, p99 {:?} over 100 admitted checks",
+        took[50], took[99]
+    );
+
     let m = send(&c, Method::GET, &format!("{base}/metrics"), None)
         .await
         .text()
@@ -326,21 +342,21 @@ async fn every_route(base: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_on_memory() {
     let sc = Sidecar::start(&["--store", "memory://rate-routes"]).await;
-    every_route(&sc.url).await;
+    every_route(&sc.url, "memory").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_on_etcd() {
     let cluster = EtcdCluster::single();
     let sc = Sidecar::start(&["--store", &cluster.url("rate-routes")]).await;
-    every_route(&sc.url).await;
+    every_route(&sc.url, "etcd").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_on_zookeeper() {
     let zk = ZkCluster::single();
     let sc = Sidecar::start(&["--store", &zk.url("/rate-routes")]).await;
-    every_route(&sc.url).await;
+    every_route(&sc.url, "zookeeper").await;
 }
 
 /// Two sidecars on one store, hammered at once: together never over the limit.

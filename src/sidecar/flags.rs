@@ -10,7 +10,7 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// TOML config file (listen, unix, store, session_ttl, permit_ttl, owner, token_file, …,
-    /// [[semaphores]]).
+    /// [[semaphores]], rate_*, [[rate_limits]]).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// TCP address to listen on [default: 127.0.0.1:7878].
