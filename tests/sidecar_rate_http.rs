@@ -946,6 +946,15 @@ async fn etcd_killed_the_policy_answers_fast() {
     store_down_policies(&url, || cluster.kill(0)).await;
 }
 
+/// A store that hangs (SIGSTOP) rather than refusing: `rate_store_timeout` bounds the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_stopped_the_policy_answers_within_the_store_timeout() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rate-hung");
+    store_down_policies(&url, || cluster.pause(0)).await;
+    cluster.resume(0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_killed_the_policy_answers_fast() {
     let mut zk = ZkCluster::single();
