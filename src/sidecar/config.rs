@@ -33,6 +33,9 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// insecure_allow_remote = false
 /// etcd_cacert = "/etc/clusterlimit/etcd/ca.crt"   # also etcd_cert, etcd_key,
 /// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
+/// grpc_listen = "127.0.0.1:8081"                  # Envoy's RLS, with rls_config = [..],
+/// rls_config = ["/etc/clusterlimit/rls"]          # rls_store_down, rls_store_timeout,
+///                                                 # rls_shadow_mode, rls_response_headers
 ///
 /// [[semaphores]]
 /// name = "nightly-export"

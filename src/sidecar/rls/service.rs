@@ -160,7 +160,8 @@ impl Rls {
             requests_per_unit: o.requests_per_unit,
             unlimited: false,
             shadow: false,
-            detailed_metric: true,
+            // Labelled by the rule, not the request's values: metrics stay bounded.
+            detailed_metric: false,
             replaces: Vec::new(),
             quota,
             limit_name: name.clone(),
