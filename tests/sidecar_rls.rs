@@ -605,6 +605,12 @@ async fn two_sidecars_on_one_etcd_share_one_limit_exactly() {
     let url = cluster.url("rls-shared");
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "shared.yaml", SHARED);
+    // A stored quota that differs from the config's: the config wins at start.
+    let other = Limiter::connect(&url).await.unwrap();
+    other
+        .rate_limit("rls.shared.k", Quota::per_day(3))
+        .await
+        .unwrap();
     let args = [
         "--store",
         url.as_str(),
@@ -630,6 +636,12 @@ async fn two_sidecars_on_one_etcd_share_one_limit_exactly() {
         }
     }
     assert_eq!(ok, 25, "exactly the limit across both sidecars");
+    let stored = other.open_rate_limit("rls.shared.k").await.unwrap().quota();
+    assert_eq!(
+        (stored.limit, stored.period),
+        (25, DAY),
+        "the config's quota was stored"
+    );
 
     // Latency on etcd: through the sidecar vs the library's check_n against the same etcd.
     let mut c = ca.clone();
