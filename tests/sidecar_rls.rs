@@ -583,6 +583,23 @@ async fn a_unix_socket_listener() {
     })
     .await;
     assert!(sock.exists());
+    let path = sock.clone();
+    let channel = tonic::transport::Endpoint::from_static("http://unix.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let r = one(&mut client, "web", &[("user", "over-unix")]).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 2, (3, Unit::Day, String::new()))
+    );
     // Graceful shutdown removes it.
     binary::signal(child.id().unwrap(), "TERM");
     let st = within("serve to exit", Duration::from_secs(10), child.wait())

@@ -222,8 +222,9 @@ impl Rls {
         for (rule, entries, cost) in &picked {
             let plan = match rule {
                 None => Plan::NoLimit,
-                Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
+                // envoyproxy sets unlimited aside before it applies `replaces`.
                 Some(r) if r.unlimited => Plan::Unlimited,
+                Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
                 Some(r) => match r.quota {
                     None => Plan::AlwaysOver(r.clone()),
                     Some(quota) => {
