@@ -398,10 +398,14 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
         "",
         descriptors,
         &mut rules,
+        0,
     )?;
     domain.rules = rules;
     Ok(domain)
 }
+
+/// Deepest nesting of descriptors (the walk is recursive; a request has as many entries).
+const MAX_DEPTH: usize = 64;
 
 const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
@@ -423,7 +427,15 @@ fn load_level(
     parent: &str,
     descriptors: &[Node],
     rules: &mut Vec<Arc<Rule>>,
+    depth: usize,
 ) -> Result<(), String> {
+    if depth >= MAX_DEPTH {
+        let line = descriptors.first().map_or(1, |d| d.line);
+        return Err(cx.err(
+            line,
+            format!("descriptors nest deeper than {MAX_DEPTH} levels"),
+        ));
+    }
     for d in descriptors {
         let fields = cx.fields(d, "a descriptor", DESCRIPTOR_KEYS)?;
         let get = |k: &str| {
@@ -500,7 +512,15 @@ fn load_level(
         }
         if let Some((v, _)) = get("descriptors") {
             let inner = cx.list(v, "descriptors")?;
-            load_level(cx, domain, &mut child, &format!("{path}."), inner, rules)?;
+            load_level(
+                cx,
+                domain,
+                &mut child,
+                &format!("{path}."),
+                inner,
+                rules,
+                depth + 1,
+            )?;
         }
         if final_key.ends_with('*') {
             level.wildcards.push(final_key.clone());
@@ -797,6 +817,17 @@ mod tests {
             assert!(e.starts_with(&format!("t.yaml:{line}: ")), "{text:?}: {e}");
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let mut text = String::from("domain: a\ndescriptors:\n");
+        for i in 0..70 {
+            let pad = "  ".repeat(2 * i + 1);
+            text.push_str(&format!("{pad}- key: k{i}\n{pad}  descriptors:\n"));
+        }
+        let e = load(&text).unwrap_err();
+        assert!(e.contains("nest deeper than 64"), "{e}");
     }
 
     #[test]
