@@ -227,15 +227,18 @@ fn header_fields(
             _ => None,
         })
         .min_by_key(|(over, remaining, ..)| (!*over, *remaining));
-    let Some((_, _, rule, quota, decision)) = tightest else {
+    let Some((_, remaining, rule, quota, decision)) = tightest else {
         return Vec::new();
     };
+    // The fields say what the status says (0 left once over).
+    let mut decision = *decision;
+    decision.remaining = u64::from(remaining);
     let policy = if rule.name.is_empty() {
         &rule.path
     } else {
         &rule.name
     };
-    rate_limit_headers(policy, &quota, decision, names)
+    rate_limit_headers(policy, &quota, &decision, names)
         .into_iter()
         .map(|(key, value)| HeaderValue {
             key: key.to_string(),
@@ -248,6 +251,106 @@ fn header_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clusterlimit::{Limiter, Quota};
+
+    fn rule(shadow: bool) -> Rule {
+        Rule {
+            domain: "d".into(),
+            path: "k".into(),
+            name: String::new(),
+            unit: Unit::Minute,
+            requests_per_unit: 2,
+            unlimited: false,
+            shadow,
+            detailed_metric: false,
+            replaces: Vec::new(),
+            quota: Some(Quota::per_minute(2).algorithm(Algorithm::FixedWindow)),
+            limit_name: "rls.d.k".into(),
+            origin: "t.yaml:1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn statuses_overall_codes_and_header_fields() {
+        let limiter = Limiter::connect("memory://rls-answer-test").await.unwrap();
+        let rl = limiter
+            .rate_limit("k", Quota::per_minute(2).algorithm(Algorithm::FixedWindow))
+            .await
+            .unwrap();
+        let first = rl.check_n("x", 1).await.unwrap();
+        let denied = rl.check_n("x", 5 - 3).await.unwrap();
+        assert!(!denied.allowed);
+        let (plain, shadow) = (rule(false), rule(true));
+        let outcomes = [
+            Outcome::NoLimit,
+            Outcome::Unlimited,
+            Outcome::Decided {
+                rule: &plain,
+                decision: Some(first),
+                over: false,
+            },
+            Outcome::Decided {
+                rule: &shadow,
+                decision: Some(denied),
+                over: true,
+            },
+        ];
+        let r = response(&outcomes, false, HeaderMode::Legacy);
+        assert_eq!(r.overall_code, Code::Ok as i32, "shadow over is OK");
+        let s = &r.statuses;
+        assert_eq!(
+            (
+                s[0].code,
+                s[0].limit_remaining,
+                s[0].current_limit.is_none()
+            ),
+            (1, 0, true)
+        );
+        assert_eq!(
+            (s[1].limit_remaining, s[1].current_limit.is_none()),
+            (u32::MAX, true)
+        );
+        assert_eq!((s[2].code, s[2].limit_remaining), (Code::Ok as i32, 1));
+        assert_eq!(
+            s[2].current_limit.as_ref().unwrap().unit,
+            PbUnit::Minute as i32
+        );
+        let reset = s[2].duration_until_reset.unwrap();
+        assert!(reset.seconds <= 60 && (reset.seconds > 0 || reset.nanos > 0));
+        assert_eq!((s[3].code, s[3].limit_remaining), (Code::Ok as i32, 0));
+        // The tightest (least remaining) descriptor's fields.
+        let h: Vec<(&str, &str)> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(h[0], ("x-ratelimit-limit", "2"));
+        assert_eq!(h[1], ("x-ratelimit-remaining", "0"));
+
+        // Enforced and over: OVER_LIMIT, unless global shadow mode answers OK overall.
+        let over = [Outcome::Decided {
+            rule: &plain,
+            decision: Some(denied),
+            over: true,
+        }];
+        let r = response(&over, false, HeaderMode::Off);
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        assert!(r.response_headers_to_add.is_empty());
+        let r = response(&over, true, HeaderMode::Ietf);
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+        assert_eq!(r.response_headers_to_add[0].key, "ratelimit-policy");
+        // No decision (requests_per_unit 0): over, the window's reset, no header fields.
+        let never = [Outcome::Decided {
+            rule: &plain,
+            decision: None,
+            over: true,
+        }];
+        let r = response(&never, false, HeaderMode::Ietf);
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        assert!(r.statuses[0].duration_until_reset.is_some());
+        assert!(r.response_headers_to_add.is_empty());
+    }
 
     #[test]
     fn window_left_is_within_the_window() {
