@@ -34,6 +34,9 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// insecure_allow_remote = false
 /// etcd_cacert = "/etc/clusterlimit/etcd/ca.crt"   # also etcd_cert, etcd_key,
 /// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
+/// grpc_listen = "127.0.0.1:8081"                  # Envoy's RLS, with rls_config = [..],
+/// rls_config = ["/etc/clusterlimit/rls"]          # rls_store_down, rls_store_timeout,
+///                                                 # rls_shadow_mode, rls_response_headers
 ///
 /// rate_limit_headers = "ietf"        # legacy, both, off
 /// rate_store_down = "fail_open"      # fail_closed, local:N
@@ -75,6 +78,13 @@ struct FileConfig {
     rate_store_timeout: Option<String>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
+    // --- Envoy's rate limit service (src/sidecar/rls/) ---
+    grpc_listen: Option<String>,
+    rls_config: Option<Vec<PathBuf>>,
+    rls_store_down: Option<String>,
+    rls_store_timeout: Option<String>,
+    rls_shadow_mode: Option<bool>,
+    rls_response_headers: Option<String>,
 }
 
 impl FileConfig {
@@ -124,6 +134,8 @@ pub struct Config {
     pub rate: RateSettings,
     /// `[[rate_limits]]` created at start.
     pub rate_limits: Vec<DeclaredRate>,
+    /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
+    pub rls: Option<super::rls::Settings>,
 }
 
 impl Config {
@@ -189,6 +201,17 @@ impl Config {
                 rate_store_timeout: file.rate_store_timeout,
             },
         )?;
+        let rls = super::rls::Settings::resolve(
+            args.rls,
+            super::rls::FileKeys {
+                grpc_listen: file.grpc_listen,
+                rls_config: file.rls_config,
+                rls_store_down: file.rls_store_down,
+                rls_store_timeout: file.rls_store_timeout,
+                rls_shadow_mode: file.rls_shadow_mode,
+                rls_response_headers: file.rls_response_headers,
+            },
+        )?;
         Ok(Config {
             file: args.config,
             listen,
@@ -212,6 +235,7 @@ impl Config {
             semaphores: file.semaphores,
             rate,
             rate_limits: file.rate_limits,
+            rls,
         })
     }
 }
@@ -244,6 +268,9 @@ impl Config {
                  (insecure_allow_remote = true)",
                 self.listen
             )));
+        }
+        if let Some(rls) = &self.rls {
+            rls.check_access(self.token.is_some(), self.insecure_allow_remote)?;
         }
         if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
             return Err(at(
@@ -313,6 +340,7 @@ impl Config {
             None if self.insecure_allow_remote => "none (insecure_allow_remote)".to_string(),
             None => "none (loopback only)".to_string(),
         };
+        let rls = self.rls.as_ref().map_or(String::new(), |r| r.describe());
         format!(
             "config ok: {file}\n\
              listen       {}\n\
@@ -323,7 +351,7 @@ impl Config {
              session_ttl  {:?}\n\
              permit_ttl   {:?}\n\
              owner        {}\n\
-             semaphores   {semaphores}\n{}",
+             semaphores   {semaphores}\n{}{rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),
