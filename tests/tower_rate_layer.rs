@@ -802,3 +802,89 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
     assert_eq!(info(&res).source, Source::FailOpen);
     assert!(t.elapsed() < Duration::from_millis(250));
 }
+
+/// A SIGSTOPped store (it accepts, never answers): every request still gets the policy's
+/// answer within the store timeout, in reject and in wait mode; then the store again.
+async fn hung_store_is_answered_within_the_store_timeout(
+    url: &str,
+    store: &str,
+    pause: impl FnOnce(),
+    resume: impl FnOnce(),
+) {
+    let limiter = quick_limiter(url).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(60))
+        .await
+        .unwrap();
+    let store_timeout = Duration::from_millis(400);
+    let reject = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .store_down(StoreDownPolicy::FailClosed)
+        .store_timeout(store_timeout)
+        .layer(ok_service(Arc::default()));
+    let waiting = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .store_down(StoreDownPolicy::FailClosed)
+        .store_timeout(store_timeout)
+        .wait_up_to(Duration::from_secs(5))
+        .layer(ok_service(Arc::default()));
+    for svc in [&reject, &waiting] {
+        assert_eq!(send(svc, request(Some("k"))).await.status(), 200);
+    }
+    pause();
+    for (svc, what) in [(&reject, "reject"), (&waiting, "wait_up_to(5 s)")] {
+        let t = Instant::now();
+        let res = send(svc, request(Some("k"))).await;
+        let took = t.elapsed();
+        println!(
+            "{store} hung, {what}: {} after {took:?} (store timeout {store_timeout:?})",
+            res.status()
+        );
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // Generous: the answer is due at the store timeout; a loaded machine may be late.
+        assert!(
+            took < store_timeout + Duration::from_secs(2),
+            "{what}: {took:?}"
+        );
+    }
+    resume();
+    for svc in [&reject, &waiting] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let res = send(svc, request(Some("k"))).await;
+            if res.status() == 200 {
+                assert_eq!(info(&res).source, Source::Store);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{store}: no store answer 30 s after resume"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_etcd_is_answered_within_the_store_timeout() {
+    let cluster = std::sync::Mutex::new(EtcdCluster::single());
+    let url = cluster.lock().unwrap().url("rate-layer-hung");
+    hung_store_is_answered_within_the_store_timeout(
+        &url,
+        "etcd",
+        || cluster.lock().unwrap().pause(0),
+        || cluster.lock().unwrap().resume(0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_zookeeper_is_answered_within_the_store_timeout() {
+    let cluster = std::sync::Mutex::new(ZkCluster::single());
+    let url = cluster.lock().unwrap().url("/rate-layer-hung");
+    hung_store_is_answered_within_the_store_timeout(
+        &url,
+        "ZooKeeper",
+        || cluster.lock().unwrap().pause(0),
+        || cluster.lock().unwrap().resume(0),
+    )
+    .await;
+}
