@@ -1,6 +1,6 @@
 //! An axum service whose `/report` route runs at most 2 requests at once across every replica,
 //! answering `503 Service Unavailable` with `Retry-After` when the cluster is at its cap; and
-//! whose `/search` route admits at most 3 requests at once, then 2 a second, per client IP
+//! whose `/search` route admits a burst of 3 requests, then one every 2 s, per client IP
 //! across every replica (`429 Too Many Requests` with `Retry-After` and the `RateLimit` fields).
 //!
 //! ```sh
@@ -59,10 +59,10 @@ async fn main() -> Result<(), BoxError> {
         .retry_after(Duration::from_secs(1))
         .build()?;
 
-    // Per client IP, cluster-wide: a burst of 3, then 2 a second. The 429s are answered by
+    // Per client IP, cluster-wide: a burst of 3, then one every 2 s. The 429s are answered by
     // the layer itself (no HandleErrorLayer needed: its error type stays axum's Infallible).
     let search_api = limiter
-        .rate_limit("search-api", Quota::per_second(2).burst(3))
+        .rate_limit("search-api", Quota::per_minute(30).burst(3))
         .await?;
     let per_ip = ClusterRateLimitLayer::new(search_api, key::peer_ip())
         .store_down(StoreDownPolicy::Local { replicas: 3 }) // a third each if the store is down

@@ -113,10 +113,8 @@ async fn axum_service_sheds_load_with_503_and_retry_after() {
     let out = run_example("axum_service", &["--demo"]).await;
     assert!(out.contains("503, Retry-After: 1"), "{out}");
     assert!(out.contains("at most 2 ran at once (cap 2)"), "{out}");
-    assert!(
-        out.contains("search: 429, Retry-After: 1, RateLimit: \"search-api\";r=0;t=1"),
-        "{out}"
-    );
+    assert!(out.contains("search: 429, Retry-After: "), "{out}");
+    assert!(out.contains("RateLimit: \"search-api\";r=0;t="), "{out}");
     assert!(
         out.contains("search: served 3, limited 2 with 429"),
         "{out}"
