@@ -888,3 +888,47 @@ async fn a_hung_zookeeper_is_answered_within_the_store_timeout() {
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Option checks that need no store (memory://)
+
+#[test]
+fn outside_a_tokio_runtime_a_request_gets_a_500_not_a_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rl = rt.block_on(async {
+        let limiter = Limiter::connect("memory://rate-layer-no-rt").await.unwrap();
+        limiter
+            .rate_limit("api", Quota::per_minute(5))
+            .await
+            .unwrap()
+    });
+    let svc =
+        ClusterRateLimitLayer::new(rl, key::header("x-api-key")).layer(ok_service(Arc::default()));
+    // Polled by a plain executor on a thread of its own: no Tokio context.
+    let res = std::thread::spawn(move || {
+        futures::executor::block_on(svc.oneshot(request(Some("k")))).unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(problem(&res)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("needs a Tokio runtime"));
+}
+
+#[tokio::test]
+async fn wait_up_to_zero_is_the_same_as_reject() {
+    let limiter = Limiter::connect("memory://rate-layer-zero").await.unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(1))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .wait_up_to(Duration::ZERO)
+        .layer(ok_service(Arc::default()));
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    let t = Instant::now();
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 429);
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
