@@ -11,12 +11,14 @@ use clusterlimit::rate::headers::HeaderNames;
 use clusterlimit::tower::{
     key, ClusterRateLimitLayer, OnMissingKey, RateLimitError, RateLimitInfo,
 };
-use clusterlimit::{Algorithm, Error, Limiter, Quota, RateLimit, Source, StoreDownPolicy};
+use clusterlimit::{
+    Algorithm, Decision, Error, Limiter, Quota, RateLimit, Source, StoreDownPolicy,
+};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::{EtcdCluster, ZkCluster};
 use tokio::time::{timeout, Instant};
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -93,9 +95,17 @@ async fn remaining(rl: &RateLimit, key: &str) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // 3 replicas share the limit
 
+/// What a hammering saw.
+struct Hammered {
+    /// Each admission: when its response came (Unix time) and its decision.
+    admitted: Vec<(Duration, Decision)>,
+    denied: usize,
+    took: Duration,
+}
+
 /// 3 replicas (each its own Limiter and layer on `url`) × 6 concurrent clients each, hammering
-/// one key for ~2.5 s (bounded: 400 requests per client). Returns (admitted, denied, elapsed).
-async fn hammer(url: &str, name: &str, quota: Quota) -> (u64, u64, Duration) {
+/// one key for `run` (bounded: 800 requests per client).
+async fn hammer(url: &str, name: &str, quota: Quota, run: Duration) -> Hammered {
     let mut replicas = Vec::new();
     for i in 0..3 {
         let limiter = Limiter::builder(url)
@@ -111,16 +121,16 @@ async fn hammer(url: &str, name: &str, quota: Quota) -> (u64, u64, Duration) {
         let svc = layer.layer(ok_service(Arc::default()));
         replicas.push((limiter, svc));
     }
-    let admitted = Arc::new(AtomicUsize::new(0));
+    let admitted = Arc::new(Mutex::new(Vec::new()));
     let denied = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
-    let stop = start + Duration::from_millis(2500);
+    let stop = start + run;
     let mut tasks = Vec::new();
     for (_, svc) in &replicas {
         for _ in 0..6 {
             let (svc, admitted, denied) = (svc.clone(), admitted.clone(), denied.clone());
             tasks.push(tokio::spawn(async move {
-                for _ in 0..400 {
+                for _ in 0..800 {
                     if Instant::now() >= stop {
                         break;
                     }
@@ -128,7 +138,8 @@ async fn hammer(url: &str, name: &str, quota: Quota) -> (u64, u64, Duration) {
                     match res.status() {
                         StatusCode::OK => {
                             assert!(res.headers().contains_key("ratelimit"), "{res:?}");
-                            admitted.fetch_add(1, Ordering::SeqCst);
+                            let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+                            admitted.lock().unwrap().push((at, info(&res).decision));
                         }
                         StatusCode::TOO_MANY_REQUESTS => {
                             let after: u64 = header(res.headers(), "retry-after").parse().unwrap();
@@ -148,43 +159,75 @@ async fn hammer(url: &str, name: &str, quota: Quota) -> (u64, u64, Duration) {
     for t in tasks {
         t.await.unwrap();
     }
-    let elapsed = start.elapsed();
+    let took = start.elapsed();
     for (limiter, _) in replicas {
         limiter.close().await.unwrap();
     }
-    (
-        admitted.load(Ordering::SeqCst) as u64,
-        denied.load(Ordering::SeqCst) as u64,
-        elapsed,
-    )
+    let admitted = std::mem::take(&mut *admitted.lock().unwrap());
+    Hammered {
+        admitted,
+        denied: denied.load(Ordering::SeqCst),
+        took,
+    }
 }
 
-/// The GCRA bucket (30 at once, then 1 per 2 s) and a sliding window (40 a minute), each
-/// hammered by 3 replicas: admitted ≤ what the quota allows in the elapsed time, and not far
-/// under it.
+/// The GCRA bucket (30 at once, then 1 per 2 s), a sliding window (40 a minute) and fixed
+/// windows (10 a second), each hammered by 3 replicas: admitted ≤ what the quota allows, and
+/// not far under it.
 async fn three_replicas_share_the_limit(url: &str, store: &str) {
     let gcra = Quota::per_minute(30).burst(30);
-    let (ok, no, took) = hammer(url, "gcra", gcra).await;
+    let h = hammer(url, "gcra", gcra, Duration::from_millis(2500)).await;
+    let (ok, took) = (h.admitted.len() as u64, h.took);
     // The burst, plus what refilled meanwhile (one per 2 s), plus one for the boundary.
     let most = 30 + took.as_secs() / 2 + 1;
     println!(
         "{store} GCRA burst 30, 1/2 s: 3 replicas × 6 clients over {took:?}: admitted {ok} \
-         (allowed at most {most}), denied {no}"
+         (allowed at most {most}), denied {}",
+        h.denied
     );
     assert!(ok <= most, "over the limit: {ok} > {most}");
     assert!(ok >= 27, "far under the limit: {ok} of 30");
-    assert!(no > 0);
+    assert!(h.denied > 0);
 
     let sliding = Quota::per_minute(40).algorithm(Algorithm::SlidingWindow);
-    let (ok, no, took) = hammer(url, "sliding", sliding).await;
+    let h = hammer(url, "sliding", sliding, Duration::from_millis(2500)).await;
+    let (ok, took) = (h.admitted.len() as u64, h.took);
     // At a window boundary the previous window's weight falls: ≤ 40 × elapsed / 60 more.
     let most = 40 + (40 * took.as_millis() as u64).div_ceil(60_000) + 1;
     println!(
         "{store} sliding window 40/min: 3 replicas × 6 clients over {took:?}: admitted {ok} \
-         (allowed at most {most}), denied {no}"
+         (allowed at most {most}), denied {}",
+        h.denied
     );
     assert!(ok <= most, "over the limit: {ok} > {most}");
     assert!(ok >= 36, "far under the limit: {ok} of 40");
+
+    // Fixed windows of 1 s, aligned to the Unix epoch: an admission's window ends at its
+    // arrival plus its `reset_after` (rounded to the second: the reply's latency is far less).
+    let fixed = Quota::per_second(10).algorithm(Algorithm::FixedWindow);
+    let h = hammer(url, "fixed", fixed, Duration::from_millis(3500)).await;
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for (at, d) in &h.admitted {
+        // Rounded to the nearest second.
+        let end = ((*at + d.reset_after).as_millis() as u64 + 500) / 1000;
+        *per_window.entry(end).or_default() += 1;
+    }
+    let counts: Vec<u64> = per_window.values().copied().collect();
+    println!(
+        "{store} fixed windows 10/s: 3 replicas × 6 clients over {:?}: admitted per window \
+         {counts:?}, denied {}",
+        h.took, h.denied
+    );
+    assert!(
+        counts.iter().all(|&n| n <= 10),
+        "over the limit: {counts:?}"
+    );
+    // The whole windows (not the first and last, which the run only partly covers).
+    let whole = &counts[1..counts.len().saturating_sub(1).max(1)];
+    assert!(
+        !whole.is_empty() && whole.iter().all(|&n| n >= 8),
+        "far under: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
