@@ -381,7 +381,11 @@ async fn bad_keys_costs_and_a_closed_limiter_are_answered_not_panicked() {
     let res = send(&svc, req).await;
     assert_eq!(res.status(), 200);
     assert!(!res.headers().contains_key("ratelimit"));
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // ... and needs no key.
+    let mut req = request(None);
+    req.headers_mut().insert("x-cost", "0".parse().unwrap());
+    assert_eq!(send(&svc, req).await.status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 
     // A header name that is not one: every request has no key (400), never a panic.
     let bad_name = ClusterRateLimitLayer::new(rl.clone(), key::header("x bad"))
@@ -403,7 +407,7 @@ async fn bad_keys_costs_and_a_closed_limiter_are_answered_not_panicked() {
         body["detail"].as_str().unwrap().contains("closed"),
         "{body}"
     );
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 // ---------------------------------------------------------------------------------------------

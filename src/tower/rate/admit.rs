@@ -49,6 +49,10 @@ pub(crate) enum Plan {
 impl Policy {
     /// The plan for a request whose key function answered `key` and whose cost is `cost`.
     pub(crate) fn plan(&self, key: Result<String, String>, cost: u64) -> Plan {
+        // A free request is not checked, so it needs no key either.
+        if cost == 0 {
+            return Plan::Free;
+        }
         let key = match (key, &self.on_missing_key) {
             (Ok(key), _) => key,
             (Err(_), OnMissingKey::UseKey(default)) => default.clone(),
@@ -60,9 +64,6 @@ impl Policy {
                 })
             }
         };
-        if cost == 0 {
-            return Plan::Free;
-        }
         if let Err(source) = validate_key(&key) {
             return Plan::Refuse(RateLimitError::InvalidRequest {
                 field: "key",

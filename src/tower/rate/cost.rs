@@ -3,7 +3,8 @@
 /// Finds the cost of a request of type `Req`. Implemented for every `Fn(&Req) -> u64` and for
 /// [`OnePerRequest`].
 pub trait CostFn<Req> {
-    /// The cost of `req`. 0 makes the request free: it passes without a check.
+    /// The cost of `req`. 0 makes the request free: it passes without a check (and needs no
+    /// key).
     fn cost(&self, req: &Req) -> u64;
 }
 

@@ -33,7 +33,8 @@ pub trait Respond<Res, E>: sealed::Sealed {
 /// `application/problem+json` body, `Retry-After` and the RateLimit fields; admitted
 /// responses get the RateLimit fields too. The service's error type stays the inner one
 /// (`Infallible` for axum). The body type needs `From<String>` (axum's `Body`, `String`,
-/// `http_body_util::Full<Bytes>` do).
+/// `http_body_util::Full<Bytes>` do). To shape the rejections yourself, use
+/// [`AsErrors`] and map the [`RateLimitError`] (axum: in a `HandleErrorLayer`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HttpResponses;
 
