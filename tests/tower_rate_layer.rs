@@ -979,3 +979,39 @@ async fn wait_up_to_zero_is_the_same_as_reject() {
     assert_eq!(send(&svc, request(Some("k"))).await.status(), 429);
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn stacked_layers_each_add_their_ietf_entry() {
+    let limiter = Limiter::connect("memory://rate-layer-stacked")
+        .await
+        .unwrap();
+    let per_ip = limiter
+        .rate_limit("per-ip", Quota::per_minute(100))
+        .await
+        .unwrap();
+    let per_key = limiter
+        .rate_limit("per-key", Quota::per_minute(10))
+        .await
+        .unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(ClusterRateLimitLayer::new(per_ip, key::peer_ip()))
+        .layer(ClusterRateLimitLayer::new(
+            per_key,
+            key::header("x-api-key"),
+        ))
+        .service(ok_service(Arc::default()));
+    let mut req = request(Some("k"));
+    req.extensions_mut()
+        .insert("10.0.0.1:1234".parse::<SocketAddr>().unwrap());
+    let res = send(&svc, req).await;
+    assert_eq!(res.status(), 200);
+    let fields: Vec<&str> = res
+        .headers()
+        .get_all("ratelimit")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(fields, [r#""per-key";r=9;t=6"#, r#""per-ip";r=99;t=1"#]);
+    // The outer layer's decision is the extension left on the response.
+    assert_eq!(info(&res).limit, "per-ip");
+}

@@ -11,7 +11,8 @@ use std::time::Duration;
 /// The decision a request got, and who made it. HTTP responses of a
 /// [`ClusterRateLimitLayer`](super::ClusterRateLimitLayer) carry it in their extensions
 /// (admitted or rejected; not a request that was never checked: cost 0, or
-/// [`OnMissingKey::Admit`](super::OnMissingKey::Admit)).
+/// [`OnMissingKey::Admit`](super::OnMissingKey::Admit)). With layers stacked, the outermost
+/// layer's (each layer adds its own IETF `RateLimit` entry, though).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RateLimitInfo {
