@@ -29,6 +29,16 @@ pub enum OnLimit {
 }
 
 /// What a request without a key gets (the key function answered `None` or `Err`).
+///
+/// ```
+/// # async fn f(api: clusterlimit::RateLimit) {
+/// use clusterlimit::tower::{key, ClusterRateLimitLayer, OnMissingKey};
+/// // Clients without an API key share one quota.
+/// let layer = ClusterRateLimitLayer::new(api, key::header("x-api-key"))
+///     .on_missing_key(OnMissingKey::UseKey("anonymous".into()));
+/// # let _ = layer;
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum OnMissingKey {
     /// Rejected without a check: 400 with `code: "missing_key"`, `field: "key"`, or
@@ -156,6 +166,29 @@ impl<K, C, M> ClusterRateLimitLayer<K, C, M> {
 
     /// Services that are not HTTP: a rejection is the error
     /// [`RateLimitError`](super::RateLimitError) instead of a 429 response.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::tower::{ClusterRateLimitLayer, RateLimitError};
+    /// use clusterlimit::{Limiter, Quota};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let limiter = Limiter::connect("memory://rate-layer-errors-doc").await?;
+    /// let jobs = limiter.rate_limit("jobs", Quota::per_minute(1)).await?;
+    /// // Requests are (tenant, job) pairs; the key is the tenant.
+    /// let svc = ClusterRateLimitLayer::new(jobs, |req: &(String, u32)| req.0.clone())
+    ///     .reject_as_error()
+    ///     .layer(service_fn(|(_, job): (String, u32)| async move {
+    ///         Ok::<_, std::io::Error>(job)
+    ///     }));
+    /// assert_eq!(svc.clone().oneshot(("acme".into(), 1)).await.unwrap(), 1);
+    /// match svc.oneshot(("acme".into(), 2)).await {
+    ///     Err(e @ RateLimitError::RateLimited { .. }) => assert!(e.retry_after().is_some()),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors> {
         ClusterRateLimitLayer {
             policy: self.policy,
