@@ -1,5 +1,7 @@
 //! An axum service whose `/report` route runs at most 2 requests at once across every replica,
-//! answering `503 Service Unavailable` with `Retry-After` when the cluster is at its cap.
+//! answering `503 Service Unavailable` with `Retry-After` when the cluster is at its cap; and
+//! whose `/search` route admits a burst of 3 requests, then one every 2 s, per client IP
+//! across every replica (`429 Too Many Requests` with `Retry-After` and the `RateLimit` fields).
 //!
 //! ```sh
 //! cargo run --example axum_service -- --demo         # no servers: 8 concurrent requests, summary, exit
@@ -21,8 +23,10 @@ use std::time::Duration;
 
 // The cap is clusterlimit's layer, shared by every replica through the store; tower only
 // stacks the layers (tower's own `ConcurrencyLimitLayer` would cap this process alone).
-use clusterlimit::tower::{ClusterConcurrencyLimitLayer, Fallback, LimitError};
-use clusterlimit::Limiter;
+use clusterlimit::tower::ClusterRateLimitLayer;
+use clusterlimit::tower::{key, ClusterConcurrencyLimitLayer, Fallback, LimitError};
+use clusterlimit::{Limiter, Quota, StoreDownPolicy};
+use std::net::SocketAddr;
 use tower::ServiceBuilder;
 
 /// Requests running inside the handler right now, and the most seen at once (for `--demo`).
@@ -55,6 +59,15 @@ async fn main() -> Result<(), BoxError> {
         .retry_after(Duration::from_secs(1))
         .build()?;
 
+    // Per client IP, cluster-wide: a burst of 3, then one every 2 s. The 429s are answered by
+    // the layer itself (no HandleErrorLayer needed: its error type stays axum's Infallible).
+    let search_api = limiter
+        .rate_limit("search-api", Quota::per_minute(30).burst(3))
+        .await?;
+    let per_ip = ClusterRateLimitLayer::new(search_api, key::peer_ip())
+        .store_down(StoreDownPolicy::Local { replicas: 3 }) // a third each if the store is down
+        .store_timeout(Duration::from_millis(300));
+
     let busy = Busy::default();
     let app = Router::new()
         .route(
@@ -66,16 +79,22 @@ async fn main() -> Result<(), BoxError> {
                     .layer(limit),
             ),
         )
+        .route("/search", get(|| async { "results\n" }).layer(per_ip))
         .route("/healthz", get(|| async { "ok\n" })) // never limited
         .with_state(busy.clone());
 
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     let addr = listener.local_addr()?;
     println!("axum_service: listening on http://{addr} (store {store})");
+    // With the peer address in each request (`ConnectInfo`), for `key::peer_ip()`.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     if demo {
-        let outcome = run_demo(&format!("http://{addr}"), &busy).await;
+        let mut outcome = run_demo(&format!("http://{addr}"), &busy).await;
+        if outcome.is_ok() {
+            outcome = search_demo(&format!("http://{addr}")).await;
+        }
         server.abort();
         limiter.close().await?;
         return outcome;
@@ -145,6 +164,41 @@ async fn run_demo(base: &str, busy: &Busy) -> Result<(), BoxError> {
     println!("served {served}, shed {shed} with 503; at most {max} ran at once (cap 2)");
     if max > 2 || served == 0 || shed == 0 {
         return Err("the cap did not hold as expected".into());
+    }
+    Ok(())
+}
+
+/// Sends 5 requests to `/search` in a row from one client: 3 pass (the burst), 2 get 429.
+async fn search_demo(base: &str) -> Result<(), BoxError> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let (mut served, mut limited) = (0, 0);
+    for _ in 0..5 {
+        let res = client.get(format!("{base}/search")).send().await?;
+        let field = |name: &str| {
+            res.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string()
+        };
+        match res.status() {
+            StatusCode::OK => served += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                println!(
+                    "search: 429, Retry-After: {}, RateLimit: {}",
+                    field("retry-after"),
+                    field("ratelimit")
+                );
+                limited += 1;
+            }
+            status => return Err(format!("/search: unexpected {status}").into()),
+        }
+    }
+    println!("search: served {served}, limited {limited} with 429 (burst 3 per client IP)");
+    if served != 3 || limited != 2 {
+        return Err("the rate limit did not hold as expected".into());
     }
     Ok(())
 }

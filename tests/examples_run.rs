@@ -30,6 +30,9 @@ fn examples() -> &'static HashMap<String, PathBuf> {
         if cfg!(feature = "tower") {
             features.push("tower");
         }
+        if cfg!(feature = "axum") {
+            features.push("axum");
+        }
         let out = std::process::Command::new(env!("CARGO"))
             .args([
                 "build",
@@ -110,6 +113,12 @@ async fn axum_service_sheds_load_with_503_and_retry_after() {
     let out = run_example("axum_service", &["--demo"]).await;
     assert!(out.contains("503, Retry-After: 1"), "{out}");
     assert!(out.contains("at most 2 ran at once (cap 2)"), "{out}");
+    assert!(out.contains("search: 429, Retry-After: "), "{out}");
+    assert!(out.contains("RateLimit: \"search-api\";r=0;t="), "{out}");
+    assert!(
+        out.contains("search: served 3, limited 2 with 429"),
+        "{out}"
+    );
 }
 
 /// `python3`, or a panic that says how to get it (the client needs nothing else).

@@ -75,6 +75,62 @@
 //!
 //! Map the rejections to your protocol's "try later" answer; for HTTP, 503 with a
 //! `Retry-After` of [`LimitError::retry_after`] (see `examples/axum_service.rs`).
+//!
+//! # Rate limits
+//!
+//! [`ClusterRateLimitLayer`] checks every request against a cluster-wide
+//! [`RateLimit`](crate::RateLimit) ("at most N per period, per key"), shared by every replica
+//! through the store:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> clusterlimit::Result<()> {
+//! use clusterlimit::tower::{key, ClusterRateLimitLayer};
+//! use clusterlimit::{Limiter, Quota};
+//! use std::time::Duration;
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! let limiter = clusterlimit::Limiter::connect("memory://tower-rate-doc").await?;
+//! let per_ip = limiter.rate_limit("per-ip", Quota::per_minute(60)).await?;
+//! let layer = ClusterRateLimitLayer::new(per_ip, key::peer_ip())
+//!     .cost(|req: &http::Request<String>| if req.method() == http::Method::POST { 5 } else { 1 })
+//!     .wait_up_to(Duration::from_millis(200)); // smooth short bursts instead of refusing them
+//! let service = layer.layer(service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(http::Response::new("ok".to_string()))
+//! }));
+//! let mut req = http::Request::new(String::new());
+//! req.extensions_mut().insert("10.0.0.7:40000".parse::<std::net::SocketAddr>().unwrap());
+//! let res = service.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), 200);
+//! assert_eq!(res.headers()["ratelimit"], r#""per-ip";r=59;t=1"#);
+//! # Ok(()) }
+//! ```
+//!
+//! * **Key**: a closure over the request, or [`key::header`] / [`key::peer_ip`]. A request
+//!   without one: [`OnMissingKey`] (reject with 400, default; count it under a shared key; or
+//!   run it unchecked).
+//! * **Over the limit**: [`OnLimit::Reject`] (default) or [`OnLimit::WaitUpTo`] (checks again
+//!   after each denial's `retry_after` until the deadline; rejected then, nothing consumed).
+//! * **Answers**: for `http` services ([`HttpResponses`], the default), a rejection is a
+//!   response: 429 with `Retry-After`, the `RateLimit` fields
+//!   ([`crate::rate::headers`]) and an `application/problem+json` body (`code`
+//!   `rate_limited`); 503 `store_unavailable` for a fail-closed store outage; 400
+//!   `missing_key` / `invalid_field` (with `field`); 500 `limiter_error` for a setup mistake
+//!   (closed Limiter, deleted limit). Admitted responses carry the `RateLimit` fields, and
+//!   every checked response a [`RateLimitInfo`] extension. Any other service uses
+//!   [`reject_as_error`](ClusterRateLimitLayer::reject_as_error): rejections are
+//!   [`RateLimitError`]s.
+//! * **Store down** (an error, or no answer within
+//!   [`store_timeout`](ClusterRateLimitLayer::store_timeout), default 1 s): the
+//!   [`StoreDownPolicy`](crate::StoreDownPolicy) of a [`StoreDownGuard`](crate::StoreDownGuard)
+//!   the layer's services share (fail-open by default); while the store is known down every
+//!   request gets that answer at once, and one per
+//!   [`store_retry_interval`](ClusterRateLimitLayer::store_retry_interval) asks the store
+//!   again. Never a panic or a hang.
+//! * **poll_ready** is the inner service's; the check runs in the response future, before the
+//!   inner service is called. Nothing is held across the request (a rate limit consumes, it
+//!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
+//!   or may not have consumed, one dropped while waiting between checks has not.
 
 mod admit;
 mod deprecated;
@@ -94,3 +150,10 @@ pub use layer::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
 };
 pub use service::ClusterConcurrencyLimit;
+
+mod rate;
+pub use rate::{
+    key, AsErrors, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses, OnLimit,
+    OnMissingKey, OnePerRequest, RateLimitError, RateLimitFuture, RateLimitInfo, Respond,
+    DEFAULT_RATE_STORE_TIMEOUT,
+};

@@ -1,0 +1,290 @@
+//! The layer and its options.
+
+use super::admit::Policy;
+use super::cost::OnePerRequest;
+use super::respond::{AsErrors, HttpResponses};
+use super::service::ClusterRateLimit;
+use crate::rate::headers::HeaderNames;
+use crate::rate_guard::{StoreDownGuard, StoreDownPolicy, DEFAULT_GUARD_RETRY_INTERVAL};
+use crate::rate_limit::RateLimit;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default [`store_timeout`](ClusterRateLimitLayer::store_timeout): a check the store has not
+/// answered within this counts as the store being down.
+pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a request over the limit gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnLimit {
+    /// Rejected at once (429, or [`RateLimitError::RateLimited`](super::RateLimitError::RateLimited)).
+    #[default]
+    Reject,
+    /// Waits (without holding anything in the store) until the key admits it, up to this
+    /// long; rejected as with [`Reject`](Self::Reject) when the next chance falls past the
+    /// deadline (nothing consumed then). Shapes bursts instead of refusing them, like nginx's
+    /// `limit_req` with `delay`. Zero: the same as `Reject`.
+    WaitUpTo(Duration),
+}
+
+/// What a request without a key gets (the key function answered `None` or `Err`).
+///
+/// ```
+/// # async fn f(api: clusterlimit::RateLimit) {
+/// use clusterlimit::tower::{key, ClusterRateLimitLayer, OnMissingKey};
+/// // Clients without an API key share one quota.
+/// let layer = ClusterRateLimitLayer::new(api, key::header("x-api-key"))
+///     .on_missing_key(OnMissingKey::UseKey("anonymous".into()));
+/// # let _ = layer;
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OnMissingKey {
+    /// Rejected without a check: 400 with `code: "missing_key"`, `field: "key"`, or
+    /// [`RateLimitError::MissingKey`](super::RateLimitError::MissingKey). Right when every
+    /// legitimate client sends the key (an API key): a client cannot dodge the limit by
+    /// leaving it out.
+    #[default]
+    Reject,
+    /// Counted under this one key, shared by every request without one (e.g. `"anonymous"`):
+    /// keyless clients get one quota between them.
+    UseKey(String),
+    /// Run unchecked (internal traffic that carries no key). Such a request is not limited.
+    Admit,
+}
+
+/// A [`tower_layer::Layer`] that checks every request against a cluster-wide [`RateLimit`]:
+/// at most the quota per key across every replica of the service (each with its own
+/// [`Limiter`](crate::Limiter) on the same store). See the [module docs](crate::tower) for the
+/// answers, the store-down behaviour and cancel-safety.
+///
+/// `K` finds each request's key ([`key::header`](super::key::header),
+/// [`key::peer_ip`](super::key::peer_ip), or a closure `Fn(&Req) -> String | Option<String> |
+/// Result<String, E>`); `C` its cost ([`cost`](Self::cost), default 1); `M` how rejections
+/// are answered: [`HttpResponses`] (default, `http::Request`/`http::Response` services) or
+/// [`AsErrors`] ([`reject_as_error`](Self::reject_as_error), any other service).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> clusterlimit::Result<()> {
+/// use clusterlimit::tower::{key, ClusterRateLimitLayer, OnMissingKey};
+/// use clusterlimit::{Limiter, Quota, StoreDownPolicy};
+/// use std::time::Duration;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// let limiter = Limiter::connect("memory://rate-layer-doc").await?;
+/// let api = limiter.rate_limit("api", Quota::per_second(10).burst(2)).await?;
+/// let layer = ClusterRateLimitLayer::new(api, key::header("x-api-key"))
+///     .on_missing_key(OnMissingKey::UseKey("anonymous".into()))
+///     .store_down(StoreDownPolicy::Local { replicas: 3 }) // a third of the limit each, if the store is down
+///     .store_timeout(Duration::from_millis(300));
+/// let service = layer.layer(service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new("hi".to_string()))
+/// }));
+/// let mut statuses = Vec::new();
+/// for _ in 0..3 {
+///     let req = http::Request::builder().header("x-api-key", "k1").body(String::new()).unwrap();
+///     let res = service.clone().oneshot(req).await.unwrap();
+///     statuses.push(res.status().as_u16());
+/// }
+/// assert_eq!(statuses, [200, 200, 429]); // burst of 2
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct ClusterRateLimitLayer<K, C = OnePerRequest, M = HttpResponses> {
+    policy: Policy,
+    key: Arc<K>,
+    cost: Arc<C>,
+    store_down: StoreDownPolicy,
+    store_timeout: Duration,
+    store_retry_interval: Duration,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<K, C, M> Clone for ClusterRateLimitLayer<K, C, M> {
+    fn clone(&self) -> Self {
+        ClusterRateLimitLayer {
+            policy: self.policy.clone(),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<K> ClusterRateLimitLayer<K> {
+    /// Checks each request's `key` against `limit`, with the defaults: cost 1, rejected at
+    /// once over the limit ([`OnLimit::Reject`]), a request without a key rejected
+    /// ([`OnMissingKey::Reject`]), IETF `RateLimit` fields, and while the store is down
+    /// [`StoreDownPolicy::FailOpen`] (availability before the limit, as Envoy's default),
+    /// with a check counting as "store down" after [`DEFAULT_RATE_STORE_TIMEOUT`].
+    pub fn new(limit: RateLimit, key: K) -> Self {
+        let store_down = StoreDownPolicy::default();
+        let guard = build_guard(
+            store_down,
+            DEFAULT_RATE_STORE_TIMEOUT,
+            DEFAULT_GUARD_RETRY_INTERVAL,
+        );
+        ClusterRateLimitLayer {
+            policy: Policy {
+                limit,
+                guard,
+                on_limit: OnLimit::Reject,
+                on_missing_key: OnMissingKey::Reject,
+                headers: Some(HeaderNames::Ietf),
+            },
+            key: Arc::new(key),
+            cost: Arc::new(OnePerRequest),
+            store_down,
+            store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
+            store_retry_interval: DEFAULT_GUARD_RETRY_INTERVAL,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<K, C, M> ClusterRateLimitLayer<K, C, M> {
+    /// Each request costs `cost(&req)` (a `Fn(&Req) -> u64`), e.g. by its size. 0 lets it
+    /// through unchecked; above what the quota admits at once (its burst, or a window's
+    /// limit) it is refused as a bad request (400, `field: "cost"`).
+    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M> {
+        ClusterRateLimitLayer {
+            policy: self.policy,
+            key: self.key,
+            cost: Arc::new(cost),
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+
+    /// Services that are not HTTP: a rejection is the error
+    /// [`RateLimitError`](super::RateLimitError) instead of a 429 response.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::tower::{ClusterRateLimitLayer, RateLimitError};
+    /// use clusterlimit::{Limiter, Quota};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let limiter = Limiter::connect("memory://rate-layer-errors-doc").await?;
+    /// let jobs = limiter.rate_limit("jobs", Quota::per_minute(1)).await?;
+    /// // Requests are (tenant, job) pairs; the key is the tenant.
+    /// let svc = ClusterRateLimitLayer::new(jobs, |req: &(String, u32)| req.0.clone())
+    ///     .reject_as_error()
+    ///     .layer(service_fn(|(_, job): (String, u32)| async move {
+    ///         Ok::<_, std::io::Error>(job)
+    ///     }));
+    /// assert_eq!(svc.clone().oneshot(("acme".into(), 1)).await.unwrap(), 1);
+    /// match svc.oneshot(("acme".into(), 2)).await {
+    ///     Err(e @ RateLimitError::RateLimited { .. }) => assert!(e.retry_after().is_some()),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors> {
+        ClusterRateLimitLayer {
+            policy: self.policy,
+            key: self.key,
+            cost: self.cost,
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+
+    /// What a request over the limit gets (default [`OnLimit::Reject`]).
+    pub fn on_limit(mut self, on_limit: OnLimit) -> Self {
+        self.policy.on_limit = on_limit;
+        self
+    }
+
+    /// Same as [`on_limit(OnLimit::WaitUpTo(up_to))`](OnLimit::WaitUpTo): wait up to
+    /// `up_to` for the key to admit the request, then reject it.
+    pub fn wait_up_to(self, up_to: Duration) -> Self {
+        self.on_limit(OnLimit::WaitUpTo(up_to))
+    }
+
+    /// What a request without a key gets (default [`OnMissingKey::Reject`]).
+    pub fn on_missing_key(mut self, on_missing_key: OnMissingKey) -> Self {
+        self.policy.on_missing_key = on_missing_key;
+        self
+    }
+
+    /// The answer while the store is down (default [`StoreDownPolicy::FailOpen`]); see
+    /// [`StoreDownGuard`].
+    pub fn store_down(mut self, policy: StoreDownPolicy) -> Self {
+        self.store_down = policy;
+        self.rebuild_guard()
+    }
+
+    /// A check the store has not answered within `timeout` counts as the store being down
+    /// (default [`DEFAULT_RATE_STORE_TIMEOUT`]; at least 1 ms). The request then gets the
+    /// store-down answer at once, and for the next
+    /// [`store_retry_interval`](Self::store_retry_interval) so do all others.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout.max(Duration::from_millis(1));
+        self.rebuild_guard()
+    }
+
+    /// While the store is down, one request per `interval` asks it again (default
+    /// [`DEFAULT_GUARD_RETRY_INTERVAL`]; at least 1 ms).
+    pub fn store_retry_interval(mut self, interval: Duration) -> Self {
+        self.store_retry_interval = interval;
+        self.rebuild_guard()
+    }
+
+    /// Which RateLimit fields responses carry: [`HeaderNames::Ietf`] (default),
+    /// [`HeaderNames::Legacy`], or `None` for none (`Retry-After` on a 429 stays).
+    pub fn headers(mut self, names: impl Into<Option<HeaderNames>>) -> Self {
+        self.policy.headers = names.into();
+        self
+    }
+
+    /// The rate limit every request is checked against.
+    pub fn rate_limit(&self) -> &RateLimit {
+        &self.policy.limit
+    }
+
+    /// The store-down guard shared by every service of this layer (whether the store is
+    /// known down right now: [`StoreDownGuard::store_down`]).
+    pub fn guard(&self) -> &StoreDownGuard {
+        &self.policy.guard
+    }
+
+    fn rebuild_guard(mut self) -> Self {
+        self.policy.guard = build_guard(
+            self.store_down,
+            self.store_timeout,
+            self.store_retry_interval,
+        );
+        self
+    }
+}
+
+fn build_guard(policy: StoreDownPolicy, timeout: Duration, retry: Duration) -> StoreDownGuard {
+    StoreDownGuard::new(policy)
+        .retry_interval(retry)
+        .store_timeout(timeout)
+}
+
+impl<S, K, C, M> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M> {
+    type Service = ClusterRateLimit<S, K, C, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ClusterRateLimit::new(
+            inner,
+            Arc::new(self.policy.clone()),
+            self.key.clone(),
+            self.cost.clone(),
+        )
+    }
+}

@@ -1,0 +1,19 @@
+//! `ClusterRateLimitLayer`: every request checked against a cluster-wide rate limit, per key
+//! (documented in the [`tower`](crate::tower) module docs, "Rate limits").
+
+mod admit;
+mod cost;
+mod error;
+mod future;
+mod http_answer;
+pub mod key;
+mod layer;
+mod respond;
+mod service;
+
+pub use cost::{CostFn, OnePerRequest};
+pub use error::{RateLimitError, RateLimitInfo};
+pub use future::RateLimitFuture;
+pub use layer::{ClusterRateLimitLayer, OnLimit, OnMissingKey, DEFAULT_RATE_STORE_TIMEOUT};
+pub use respond::{AsErrors, HttpResponses, Respond};
+pub use service::ClusterRateLimit;

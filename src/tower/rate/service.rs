@@ -1,0 +1,99 @@
+//! The rate-limited service.
+
+use super::admit::Policy;
+use super::cost::CostFn;
+use super::future::RateLimitFuture;
+use super::key::KeyFn;
+use super::respond::Respond;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// A service whose requests are each checked against a cluster-wide rate limit before they
+/// run; made by [`ClusterRateLimitLayer`](super::ClusterRateLimitLayer).
+///
+/// `poll_ready` is the inner service's: nothing is checked or consumed for a service that is
+/// polled ready but never called. The key and cost are read in `call`; the check runs in the
+/// [`RateLimitFuture`], and the inner service (a clone, as tower's deferring middleware
+/// requires) is called only once the request is admitted.
+pub struct ClusterRateLimit<S, K, C, M> {
+    inner: S,
+    policy: Arc<Policy>,
+    key: Arc<K>,
+    cost: Arc<C>,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<S: Clone, K, C, M> Clone for ClusterRateLimit<S, K, C, M> {
+    fn clone(&self) -> Self {
+        ClusterRateLimit {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, K, C, M> std::fmt::Debug for ClusterRateLimit<S, K, C, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterRateLimit")
+            .field("inner", &self.inner)
+            .field("limit", &self.policy.limit.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, C, M> ClusterRateLimit<S, K, C, M> {
+    pub(crate) fn new(inner: S, policy: Arc<Policy>, key: Arc<K>, cost: Arc<C>) -> Self {
+        ClusterRateLimit {
+            inner,
+            policy,
+            key,
+            cost,
+            mode: PhantomData,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req, K, C, M> Service<Req> for ClusterRateLimit<S, K, C, M>
+where
+    S: Service<Req> + Clone,
+    K: KeyFn<Req>,
+    C: CostFn<Req>,
+    M: Respond<S::Response, S::Error>,
+{
+    type Response = S::Response;
+    type Error = M::Error;
+    type Future = RateLimitFuture<S, Req, M>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(M::service_error)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let plan = self.policy.plan(self.key.key(&req), self.cost.cost(&req));
+        // The service that was polled ready goes with the request (called once admitted); a
+        // fresh clone takes its place and is polled for the next one.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        RateLimitFuture::new(self.policy.clone(), plan, ready, req)
+    }
+}

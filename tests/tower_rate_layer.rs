@@ -1,0 +1,1017 @@
+//! `clusterlimit::tower::ClusterRateLimitLayer` on real etcd and ZooKeeper: 3 replicas (3
+//! Limiters on one store, each with its own layer) never admit more than the quota and not far
+//! less; the 429's headers and body; wait mode; the key helpers (a header, the peer IP through
+//! a real axum server); requests without a key; services that are not HTTP; a killed etcd
+//! answered by each store-down policy at once, and recovery.
+
+mod support;
+
+use axum::http::{HeaderMap, Request, Response, StatusCode};
+use clusterlimit::rate::headers::HeaderNames;
+use clusterlimit::tower::{
+    key, ClusterRateLimitLayer, OnMissingKey, RateLimitError, RateLimitInfo,
+};
+use clusterlimit::{
+    Algorithm, Decision, Error, Limiter, Quota, RateLimit, Source, StoreDownPolicy,
+};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use support::{EtcdCluster, ZkCluster};
+use tokio::time::{timeout, Instant};
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+type Req = Request<String>;
+type Res = Response<String>;
+
+/// An inner HTTP service answering 200 "ok", counting its calls.
+fn ok_service(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<Req, Response = Res, Error = Infallible, Future: Send> + Clone + Send {
+    service_fn(move |_req: Req| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new("ok".to_string())) }
+    })
+}
+
+fn request(api_key: Option<&str>) -> Req {
+    let mut b = Request::builder().uri("/");
+    if let Some(k) = api_key {
+        b = b.header("x-api-key", k);
+    }
+    b.body(String::new()).unwrap()
+}
+
+/// One request through a clone of `svc`, bounded in time.
+async fn send<S>(svc: &S, req: Req) -> Res
+where
+    S: Service<Req, Response = Res, Error = Infallible> + Clone,
+{
+    timeout(Duration::from_secs(60), svc.clone().oneshot(req))
+        .await
+        .expect("a request through the rate layer took over 60 s")
+        .unwrap()
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name)
+        .unwrap_or_else(|| panic!("no {name} header in {h:?}"))
+        .to_str()
+        .unwrap()
+}
+
+fn problem(res: &Res) -> serde_json::Value {
+    assert_eq!(
+        header(res.headers(), "content-type"),
+        "application/problem+json"
+    );
+    serde_json::from_str(res.body()).unwrap()
+}
+
+fn info(res: &Res) -> RateLimitInfo {
+    res.extensions()
+        .get::<RateLimitInfo>()
+        .cloned()
+        .unwrap_or_else(|| panic!("no RateLimitInfo on {res:?}"))
+}
+
+/// A Limiter that notices a dead store quickly.
+async fn quick_limiter(url: &str) -> Limiter {
+    Limiter::builder(url)
+        .request_timeout(Duration::from_secs(1))
+        .session_ttl(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Peeks at what `key` has left (cost 0 consumes nothing).
+async fn remaining(rl: &RateLimit, key: &str) -> u64 {
+    rl.check_n(key, 0).await.unwrap().remaining
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3 replicas share the limit
+
+/// What a hammering saw.
+struct Hammered {
+    /// Each admission: when its response came (Unix time) and its decision.
+    admitted: Vec<(Duration, Decision)>,
+    denied: usize,
+    took: Duration,
+}
+
+/// 3 replicas (each its own Limiter and layer on `url`) × 6 concurrent clients each, hammering
+/// one key for `run` (bounded: 800 requests per client).
+async fn hammer(url: &str, name: &str, quota: Quota, run: Duration) -> Hammered {
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        let limiter = Limiter::builder(url)
+            .owner(format!("replica-{i}"))
+            .connect()
+            .await
+            .unwrap();
+        let rl = limiter.rate_limit(name, quota).await.unwrap();
+        // Fail-closed with a long store timeout: a slow store can only lower the count.
+        let layer = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+            .store_down(StoreDownPolicy::FailClosed)
+            .store_timeout(Duration::from_secs(20));
+        let svc = layer.layer(ok_service(Arc::default()));
+        replicas.push((limiter, svc));
+    }
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let denied = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let stop = start + run;
+    let mut tasks = Vec::new();
+    for (_, svc) in &replicas {
+        for _ in 0..6 {
+            let (svc, admitted, denied) = (svc.clone(), admitted.clone(), denied.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..800 {
+                    if Instant::now() >= stop {
+                        break;
+                    }
+                    let res = send(&svc, request(Some("tenant-1"))).await;
+                    match res.status() {
+                        StatusCode::OK => {
+                            assert!(res.headers().contains_key("ratelimit"), "{res:?}");
+                            let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+                            admitted.lock().unwrap().push((at, info(&res).decision));
+                        }
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            let after: u64 = header(res.headers(), "retry-after").parse().unwrap();
+                            assert!(after >= 1, "{res:?}");
+                            assert!(header(res.headers(), "ratelimit").contains(";r=0;"));
+                            assert_eq!(problem(&res)["code"], "rate_limited");
+                            denied.fetch_add(1, Ordering::SeqCst);
+                            // A real client backs off a little; keeps the store's load sane.
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        other => panic!("unexpected {other}: {}", res.body()),
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let took = start.elapsed();
+    for (limiter, _) in replicas {
+        limiter.close().await.unwrap();
+    }
+    let admitted = std::mem::take(&mut *admitted.lock().unwrap());
+    Hammered {
+        admitted,
+        denied: denied.load(Ordering::SeqCst),
+        took,
+    }
+}
+
+/// The GCRA bucket (30 at once, then 1 per 2 s), a sliding window (40 a minute) and fixed
+/// windows (10 a second), each hammered by 3 replicas: admitted ≤ what the quota allows, and
+/// not far under it.
+async fn three_replicas_share_the_limit(url: &str, store: &str) {
+    let gcra = Quota::per_minute(30).burst(30);
+    let h = hammer(url, "gcra", gcra, Duration::from_millis(2500)).await;
+    let (ok, took) = (h.admitted.len() as u64, h.took);
+    // The burst, plus what refilled meanwhile (one per 2 s), plus one for the boundary.
+    let most = 30 + took.as_secs() / 2 + 1;
+    println!(
+        "{store} GCRA burst 30, 1/2 s: 3 replicas × 6 clients over {took:?}: admitted {ok} \
+         (allowed at most {most}), denied {}",
+        h.denied
+    );
+    assert!(ok <= most, "over the limit: {ok} > {most}");
+    assert!(ok >= 27, "far under the limit: {ok} of 30");
+    assert!(h.denied > 0);
+
+    let sliding = Quota::per_minute(40).algorithm(Algorithm::SlidingWindow);
+    let h = hammer(url, "sliding", sliding, Duration::from_millis(2500)).await;
+    let (ok, took) = (h.admitted.len() as u64, h.took);
+    // At a window boundary the previous window's weight falls: ≤ 40 × elapsed / 60 more.
+    let most = 40 + (40 * took.as_millis() as u64).div_ceil(60_000) + 1;
+    println!(
+        "{store} sliding window 40/min: 3 replicas × 6 clients over {took:?}: admitted {ok} \
+         (allowed at most {most}), denied {}",
+        h.denied
+    );
+    assert!(ok <= most, "over the limit: {ok} > {most}");
+    assert!(ok >= 36, "far under the limit: {ok} of 40");
+
+    // Fixed windows of 1 s, aligned to the Unix epoch: an admission's window ends at its
+    // arrival plus its `reset_after` (rounded to the second: the reply's latency is far less).
+    let fixed = Quota::per_second(10).algorithm(Algorithm::FixedWindow);
+    let h = hammer(url, "fixed", fixed, Duration::from_millis(3500)).await;
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for (at, d) in &h.admitted {
+        // Rounded to the nearest second.
+        let end = ((*at + d.reset_after).as_millis() as u64 + 500) / 1000;
+        *per_window.entry(end).or_default() += 1;
+    }
+    let counts: Vec<u64> = per_window.values().copied().collect();
+    println!(
+        "{store} fixed windows 10/s: 3 replicas × 6 clients over {:?}: admitted per window \
+         {counts:?}, denied {}",
+        h.took, h.denied
+    );
+    assert!(
+        counts.iter().all(|&n| n <= 10),
+        "over the limit: {counts:?}"
+    );
+    // The whole windows (not the first and last, which the run only partly covers).
+    let whole = &counts[1..counts.len().saturating_sub(1).max(1)];
+    assert!(
+        !whole.is_empty() && whole.iter().all(|&n| n >= 8),
+        "far under: {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_never_go_over_the_limit_on_etcd() {
+    let cluster = EtcdCluster::single();
+    three_replicas_share_the_limit(&cluster.url("rate-layer-3"), "etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_never_go_over_the_limit_on_zookeeper() {
+    let cluster = ZkCluster::single();
+    three_replicas_share_the_limit(&cluster.url("/rate-layer-3"), "ZooKeeper").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP answers
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_has_retry_after_the_ratelimit_fields_and_a_problem_body() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-429"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(2).burst(2))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .layer(ok_service(calls.clone()));
+
+    let first = send(&svc, request(Some("k1"))).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.body(), "ok");
+    let h = first.headers();
+    assert_eq!(header(h, "ratelimit-policy"), r#""api";q=2;w=60"#);
+    assert_eq!(header(h, "ratelimit"), r#""api";r=1;t=30"#);
+    assert!(!h.contains_key("retry-after"));
+    let i = info(&first);
+    assert_eq!((i.limit.as_str(), i.source), ("api", Source::Store));
+    assert!(i.decision.allowed);
+
+    assert_eq!(send(&svc, request(Some("k1"))).await.status(), 200);
+    let denied = send(&svc, request(Some("k1"))).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = denied.headers();
+    assert_eq!(header(h, "retry-after"), "30");
+    assert_eq!(header(h, "ratelimit"), r#""api";r=0;t=30"#);
+    assert_eq!(header(h, "ratelimit-policy"), r#""api";q=2;w=60"#);
+    let body = problem(&denied);
+    println!("429 body: {body}");
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["code"], "rate_limited");
+    assert_eq!(body["limit"], "api");
+    assert!(body["detail"].as_str().unwrap().contains("retry in 30 s"));
+    assert!(
+        !denied.body().contains("k1"),
+        "the key (maybe a secret) is never echoed"
+    );
+    assert!(!info(&denied).decision.allowed);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the denied request did not run"
+    );
+    // Another key has its own quota.
+    assert_eq!(send(&svc, request(Some("k2"))).await.status(), 200);
+
+    // Legacy names, and none at all (Retry-After stays).
+    let legacy = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .headers(HeaderNames::Legacy)
+        .layer(ok_service(Arc::default()));
+    let res = send(&legacy, request(Some("k1"))).await;
+    assert_eq!(res.status(), 429);
+    let h = res.headers();
+    assert_eq!(
+        (
+            header(h, "x-ratelimit-limit"),
+            header(h, "x-ratelimit-remaining"),
+            header(h, "x-ratelimit-reset")
+        ),
+        ("2", "0", "30")
+    );
+    assert!(!h.contains_key("ratelimit"));
+    let off = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .headers(None)
+        .layer(ok_service(Arc::default()));
+    let res = send(&off, request(Some("k1"))).await;
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+    assert!(!res.headers().contains_key("ratelimit"));
+    assert!(!res.headers().contains_key("x-ratelimit-limit"));
+    let res = send(&off, request(Some("k3"))).await;
+    assert_eq!(res.status(), 200);
+    assert!(!res.headers().contains_key("ratelimit"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_costs_and_a_closed_limiter_are_answered_not_panicked() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-bad"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(10).burst(5))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .cost(|req: &Req| {
+            req.headers()
+                .get("x-cost")
+                .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+        })
+        .layer(ok_service(calls.clone()));
+
+    // A key over 512 bytes: 400 naming the key.
+    let long = "k".repeat(513);
+    let res = send(&svc, request(Some(&long))).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body = problem(&res);
+    assert_eq!(
+        (body["code"].as_str(), body["field"].as_str()),
+        (Some("invalid_field"), Some("key"))
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("1-512 bytes"),
+        "{body}"
+    );
+
+    // A cost above the burst can never pass: 400 naming the cost.
+    let mut req = request(Some("k"));
+    req.headers_mut().insert("x-cost", "6".parse().unwrap());
+    let res = send(&svc, req).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body = problem(&res);
+    assert_eq!(body["field"], "cost");
+    assert!(
+        body["detail"].as_str().unwrap().contains("cost 6"),
+        "{body}"
+    );
+
+    // Cost 5 takes the whole burst; cost 0 is free (runs unchecked, no fields).
+    let mut req = request(Some("k"));
+    req.headers_mut().insert("x-cost", "5".parse().unwrap());
+    assert_eq!(send(&svc, req).await.status(), 200);
+    assert_eq!(remaining(&rl, "k").await, 0);
+    let mut req = request(Some("k"));
+    req.headers_mut().insert("x-cost", "0".parse().unwrap());
+    let res = send(&svc, req).await;
+    assert_eq!(res.status(), 200);
+    assert!(!res.headers().contains_key("ratelimit"));
+    // ... and needs no key.
+    let mut req = request(None);
+    req.headers_mut().insert("x-cost", "0".parse().unwrap());
+    assert_eq!(send(&svc, req).await.status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    // A header name that is not one: every request has no key (400), never a panic.
+    let bad_name = ClusterRateLimitLayer::new(rl.clone(), key::header("x bad"))
+        .layer(ok_service(Arc::default()));
+    let res = send(&bad_name, request(Some("k"))).await;
+    assert_eq!(res.status(), 400);
+    assert!(problem(&res)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("not a valid header name"));
+
+    // A closed Limiter is a setup mistake: 500, not a fallback.
+    limiter.close().await.unwrap();
+    let res = send(&svc, request(Some("k2"))).await;
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = problem(&res);
+    assert_eq!(body["code"], "limiter_error");
+    assert!(
+        body["detail"].as_str().unwrap().contains("closed"),
+        "{body}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_key_is_rejected_counted_under_a_default_or_let_through() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-nokey"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(10))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+
+    let reject = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .layer(ok_service(calls.clone()));
+    let res = send(&reject, request(None)).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body = problem(&res);
+    assert_eq!(body["code"], "missing_key");
+    assert_eq!(body["field"], "key");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("header x-api-key is missing"),
+        "{body}"
+    );
+    let mut empty = request(None);
+    empty
+        .headers_mut()
+        .insert("x-api-key", " ".parse().unwrap());
+    assert_eq!(send(&reject, empty).await.status(), 400);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    let shared = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .on_missing_key(OnMissingKey::UseKey("anonymous".into()))
+        .layer(ok_service(calls.clone()));
+    for _ in 0..3 {
+        assert_eq!(send(&shared, request(None)).await.status(), 200);
+    }
+    assert_eq!(
+        remaining(&rl, "anonymous").await,
+        7,
+        "counted under the default key"
+    );
+
+    let admit = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .on_missing_key(OnMissingKey::Admit)
+        .layer(ok_service(calls.clone()));
+    let res = send(&admit, request(None)).await;
+    assert_eq!(res.status(), 200);
+    assert!(!res.headers().contains_key("ratelimit"));
+    assert!(res.extensions().get::<RateLimitInfo>().is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+
+    // A closure key: `Result` errors are the reason; `Option` works as well.
+    let by_tenant = ClusterRateLimitLayer::new(rl.clone(), |req: &Req| {
+        req.uri()
+            .path()
+            .strip_prefix("/t/")
+            .map(str::to_string)
+            .ok_or("the path names no tenant")
+    })
+    .layer(ok_service(calls.clone()));
+    let to = |path: &str| Request::builder().uri(path).body(String::new()).unwrap();
+    assert_eq!(send(&by_tenant, to("/t/acme")).await.status(), 200);
+    assert_eq!(remaining(&rl, "acme").await, 9);
+    let res = send(&by_tenant, to("/other")).await;
+    assert_eq!(res.status(), 400);
+    assert!(problem(&res)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("the path names no tenant"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_ip_keys_through_a_real_axum_server() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-ip"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("per-ip", Quota::per_minute(2).burst(2))
+        .await
+        .unwrap();
+    let layer = ClusterRateLimitLayer::new(rl.clone(), key::peer_ip());
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "hello" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+        statuses.push(res.status().as_u16());
+        last = Some(res);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let last = last.unwrap();
+    assert_eq!(last.headers()["retry-after"], "30");
+    assert_eq!(last.headers()["ratelimit"], r#""per-ip";r=0;t=30"#);
+    assert_eq!(last.headers()["content-type"], "application/problem+json");
+    // The key was the client's address.
+    assert_eq!(remaining(&rl, "127.0.0.1").await, 0);
+    server.abort();
+
+    // Without ConnectInfo (plain `serve`), a `SocketAddr` extension works too, and with
+    // neither the request has no key.
+    let svc =
+        ClusterRateLimitLayer::new(rl.clone(), key::peer_ip()).layer(ok_service(Arc::default()));
+    let mut req = request(None);
+    req.extensions_mut()
+        .insert("[::ffff:10.9.8.7]:4000".parse::<SocketAddr>().unwrap());
+    assert_eq!(send(&svc, req).await.status(), 200);
+    assert_eq!(remaining(&rl, "10.9.8.7").await, 1, "IPv4-mapped as IPv4");
+    let res = send(&svc, request(None)).await;
+    assert_eq!(res.status(), 400);
+    assert!(problem(&res)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("peer address is not known"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wait mode
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_mode_admits_within_the_deadline_and_rejects_past_it_consuming_nothing() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-wait"))
+        .await
+        .unwrap();
+    // One request per 400 ms, none stored up.
+    let rl = limiter
+        .rate_limit("paced", Quota::new(5, Duration::from_secs(2)).burst(1))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let waiting = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .wait_up_to(Duration::from_secs(5))
+        .layer(ok_service(calls.clone()));
+
+    let t = Instant::now();
+    let mut took = Vec::new();
+    for _ in 0..4 {
+        let res = send(&waiting, request(Some("w"))).await;
+        assert_eq!(res.status(), 200, "{}", res.body());
+        took.push(t.elapsed());
+    }
+    println!("wait mode, 1 per 400 ms: 4 requests admitted at {took:?}");
+    // Paced, not refused: the 4th could not pass before 3 × 400 ms.
+    assert!(took[3] >= Duration::from_millis(1150), "{took:?}");
+
+    // Concurrent waiters on another key are paced too, all admitted.
+    let t = Instant::now();
+    let all = futures::future::join_all((0..3).map(|_| send(&waiting, request(Some("w2"))))).await;
+    assert!(all.iter().all(|r| r.status() == 200));
+    println!(
+        "wait mode: 3 concurrent requests admitted in {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(750));
+
+    // A deadline shorter than the wait: rejected at once (the next chance is past it), 429
+    // with the last denial's headers, nothing consumed.
+    let short = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .wait_up_to(Duration::from_millis(100))
+        .layer(ok_service(calls.clone()));
+    assert_eq!(send(&short, request(Some("s"))).await.status(), 200);
+    let t = Instant::now();
+    let res = send(&short, request(Some("s"))).await;
+    println!(
+        "wait mode, deadline 100 ms, next chance in 400 ms: 429 after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(res.headers(), "retry-after"), "1");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(calls.load(Ordering::SeqCst), 8);
+    // Nothing consumed by the rejected one: the next slot comes 400 ms after the admitted one.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let immediate = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .layer(ok_service(calls.clone()));
+    assert_eq!(send(&immediate, request(Some("s"))).await.status(), 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Services that are not HTTP
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_not_http_gets_rate_limited_errors() {
+    let cluster = ZkCluster::single();
+    let limiter = Limiter::connect(&cluster.url("/rate-layer-err"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("jobs", Quota::per_minute(1).burst(1))
+        .await
+        .unwrap();
+    // Requests are job ids; the key is the id's tenant (id / 100); job 999 fails.
+    let svc = ClusterRateLimitLayer::new(rl.clone(), |job: &u32| (job / 100).to_string())
+        .reject_as_error()
+        .layer(service_fn(|job: u32| async move {
+            if job == 999 {
+                Err(std::io::Error::other("job 999 failed"))
+            } else {
+                Ok(job * 2)
+            }
+        }));
+    let run = |job: u32| {
+        let svc = svc.clone();
+        async move {
+            timeout(Duration::from_secs(60), svc.oneshot(job))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(run(101).await.unwrap(), 202);
+    match run(102).await {
+        Err(e @ RateLimitError::RateLimited { .. }) => {
+            assert!(e.is_rejected());
+            let after = e.retry_after().unwrap();
+            assert!(
+                after > Duration::from_secs(58) && after <= Duration::from_secs(60),
+                "{after:?}"
+            );
+            let RateLimitError::RateLimited {
+                limit,
+                decision,
+                source,
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((limit.as_str(), source), ("jobs", &Source::Store));
+            assert!(!decision.allowed);
+            assert!(e.to_string().contains("retry in 60 s"), "{e}");
+        }
+        other => panic!("expected RateLimited, got {other:?}"),
+    }
+    match run(999).await {
+        Err(RateLimitError::Service(e)) => assert_eq!(e.to_string(), "job 999 failed"),
+        other => panic!("expected the service's error, got {other:?}"),
+    }
+    // Missing key as an error (a closure returning None).
+    let keyless = ClusterRateLimitLayer::new(rl.clone(), |_: &u32| None::<String>)
+        .reject_as_error()
+        .layer(service_fn(
+            |job: u32| async move { Ok::<_, Infallible>(job) },
+        ));
+    match keyless.oneshot(1).await {
+        Err(RateLimitError::MissingKey { limit, .. }) => assert_eq!(limit, "jobs"),
+        other => panic!("expected MissingKey, got {other:?}"),
+    }
+    limiter.close().await.unwrap();
+    match run(301).await {
+        Err(RateLimitError::Limiter(Error::Closed)) => {}
+        other => panic!("expected Limiter(Closed), got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Store down
+
+/// Sends `n` requests while the store is known down; prints p50/p99 and returns the answers.
+async fn while_down<S>(svc: &S, what: &str, n: usize) -> Vec<Res>
+where
+    S: Service<Req, Response = Res, Error = Infallible> + Clone,
+{
+    let mut answers = Vec::with_capacity(n);
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        answers.push(send(svc, request(Some("k"))).await);
+        took.push(t.elapsed());
+    }
+    took.sort();
+    let (p50, p99) = (took[n / 2], took[(n * 99 / 100).min(n - 1)]);
+    println!("etcd killed, {what}: p50 {p50:?}, p99 {p99:?} over {n} requests");
+    // Typically well under 1 ms; a loaded 2-core machine gets a wide margin.
+    assert!(p99 < Duration::from_millis(250), "{what}: p99 {p99:?}");
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("rate-layer-down")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(9))
+        .await
+        .unwrap();
+    let layer = |policy| {
+        ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+            .store_down(policy)
+            .store_timeout(Duration::from_millis(300))
+            .store_retry_interval(Duration::from_secs(1))
+    };
+    let open = layer(StoreDownPolicy::FailOpen).layer(ok_service(Arc::default()));
+    let closed = layer(StoreDownPolicy::FailClosed).layer(ok_service(Arc::default()));
+    let local = layer(StoreDownPolicy::Local { replicas: 3 }).layer(ok_service(Arc::default()));
+    for svc in [&open, &closed, &local] {
+        let res = send(svc, request(Some("warm"))).await;
+        assert_eq!(info(&res).source, Source::Store);
+    }
+
+    cluster.kill(0);
+    for (svc, what) in [
+        (&open, "fail_open"),
+        (&closed, "fail_closed"),
+        (&local, "local:3"),
+    ] {
+        let t = Instant::now();
+        let res = send(svc, request(Some("k"))).await;
+        println!(
+            "etcd killed, {what}: first request answered in {:?} ({})",
+            t.elapsed(),
+            res.status()
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "{what}: {:?}",
+            t.elapsed()
+        );
+        assert_ne!(info(&res).source, Source::Store, "{what}");
+    }
+
+    let answers = while_down(&open, "fail_open", 100).await;
+    for res in &answers {
+        assert_eq!(res.status(), 200);
+        assert_eq!(info(res).source, Source::FailOpen);
+        assert!(
+            !res.headers().contains_key("ratelimit"),
+            "made-up decisions carry no fields"
+        );
+    }
+
+    let answers = while_down(&closed, "fail_closed", 50).await;
+    for res in &answers {
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(header(res.headers(), "retry-after"), "1");
+        let body = problem(res);
+        assert_eq!(body["code"], "store_unavailable");
+        assert!(
+            body["detail"].as_str().unwrap().contains("fail-closed"),
+            "{body}"
+        );
+    }
+
+    // A third of 9 per minute in this process: 1 admitted already, 2 more, then 429s.
+    let answers = while_down(&local, "local:3", 10).await;
+    let admitted = answers.iter().filter(|r| r.status() == 200).count();
+    assert_eq!(
+        admitted,
+        2,
+        "{:?}",
+        answers.iter().map(Res::status).collect::<Vec<_>>()
+    );
+    assert!(answers.iter().all(|r| info(r).source == Source::Local));
+    let denied = answers.last().unwrap();
+    assert_eq!(denied.status(), 429);
+    assert!(denied.headers().contains_key("retry-after"));
+    assert!(header(denied.headers(), "ratelimit").contains(";r=0;"));
+
+    cluster.restart(0);
+    let back = Instant::now();
+    for (svc, what) in [
+        (&open, "fail_open"),
+        (&closed, "fail_closed"),
+        (&local, "local:3"),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let res = send(svc, request(Some("after"))).await;
+            if res.extensions().get::<RateLimitInfo>().map(|i| i.source) == Some(Source::Store) {
+                assert_eq!(res.status(), 200, "{what}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the store did not decide within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    println!(
+        "etcd restarted: every layer asks the store again after {:?}",
+        back.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("rate-layer-share")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(100))
+        .await
+        .unwrap();
+    let layer = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+        .store_down(StoreDownPolicy::FailOpen)
+        .store_timeout(Duration::from_millis(300));
+    let a = layer.layer(ok_service(Arc::default()));
+    let b = layer.clone().layer(ok_service(Arc::default()));
+    assert_eq!(send(&a, request(Some("k"))).await.status(), 200);
+    assert!(!layer.guard().store_down());
+    cluster.kill(0);
+    assert_eq!(
+        info(&send(&a, request(Some("k"))).await).source,
+        Source::FailOpen
+    );
+    assert!(
+        layer.guard().store_down(),
+        "the layer sees what its service learned"
+    );
+    // The other service knows at once: no wait on the dead store.
+    let t = Instant::now();
+    let res = send(&b, request(Some("k"))).await;
+    println!(
+        "a sibling service answered from the shared breaker in {:?}",
+        t.elapsed()
+    );
+    assert_eq!(info(&res).source, Source::FailOpen);
+    assert!(t.elapsed() < Duration::from_millis(250));
+}
+
+/// A SIGSTOPped store (it accepts, never answers): every request still gets the policy's
+/// answer within the store timeout, in reject and in wait mode; then the store again.
+async fn hung_store_is_answered_within_the_store_timeout(
+    url: &str,
+    store: &str,
+    pause: impl FnOnce(),
+    resume: impl FnOnce(),
+) {
+    let limiter = quick_limiter(url).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(60))
+        .await
+        .unwrap();
+    let store_timeout = Duration::from_millis(400);
+    let reject = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .store_down(StoreDownPolicy::FailClosed)
+        .store_timeout(store_timeout)
+        .layer(ok_service(Arc::default()));
+    let waiting = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .store_down(StoreDownPolicy::FailClosed)
+        .store_timeout(store_timeout)
+        .wait_up_to(Duration::from_secs(5))
+        .layer(ok_service(Arc::default()));
+    for svc in [&reject, &waiting] {
+        assert_eq!(send(svc, request(Some("k"))).await.status(), 200);
+    }
+    pause();
+    for (svc, what) in [(&reject, "reject"), (&waiting, "wait_up_to(5 s)")] {
+        let t = Instant::now();
+        let res = send(svc, request(Some("k"))).await;
+        let took = t.elapsed();
+        println!(
+            "{store} hung, {what}: {} after {took:?} (store timeout {store_timeout:?})",
+            res.status()
+        );
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // Generous: the answer is due at the store timeout; a loaded machine may be late.
+        assert!(
+            took < store_timeout + Duration::from_secs(2),
+            "{what}: {took:?}"
+        );
+    }
+    resume();
+    for svc in [&reject, &waiting] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let res = send(svc, request(Some("k"))).await;
+            if res.status() == 200 {
+                assert_eq!(info(&res).source, Source::Store);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{store}: no store answer 30 s after resume"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_etcd_is_answered_within_the_store_timeout() {
+    let cluster = std::sync::Mutex::new(EtcdCluster::single());
+    let url = cluster.lock().unwrap().url("rate-layer-hung");
+    hung_store_is_answered_within_the_store_timeout(
+        &url,
+        "etcd",
+        || cluster.lock().unwrap().pause(0),
+        || cluster.lock().unwrap().resume(0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_zookeeper_is_answered_within_the_store_timeout() {
+    let cluster = std::sync::Mutex::new(ZkCluster::single());
+    let url = cluster.lock().unwrap().url("/rate-layer-hung");
+    hung_store_is_answered_within_the_store_timeout(
+        &url,
+        "ZooKeeper",
+        || cluster.lock().unwrap().pause(0),
+        || cluster.lock().unwrap().resume(0),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Option checks that need no store (memory://)
+
+#[test]
+fn outside_a_tokio_runtime_a_request_gets_a_500_not_a_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rl = rt.block_on(async {
+        let limiter = Limiter::connect("memory://rate-layer-no-rt").await.unwrap();
+        limiter
+            .rate_limit("api", Quota::per_minute(5))
+            .await
+            .unwrap()
+    });
+    let svc =
+        ClusterRateLimitLayer::new(rl, key::header("x-api-key")).layer(ok_service(Arc::default()));
+    // Polled by a plain executor on a thread of its own: no Tokio context.
+    let res = std::thread::spawn(move || {
+        futures::executor::block_on(svc.oneshot(request(Some("k")))).unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(problem(&res)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("needs a Tokio runtime"));
+}
+
+#[tokio::test]
+async fn wait_up_to_zero_is_the_same_as_reject() {
+    let limiter = Limiter::connect("memory://rate-layer-zero").await.unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(1))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+        .wait_up_to(Duration::ZERO)
+        .layer(ok_service(Arc::default()));
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    let t = Instant::now();
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 429);
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn stacked_layers_each_add_their_ietf_entry() {
+    let limiter = Limiter::connect("memory://rate-layer-stacked")
+        .await
+        .unwrap();
+    let per_ip = limiter
+        .rate_limit("per-ip", Quota::per_minute(100))
+        .await
+        .unwrap();
+    let per_key = limiter
+        .rate_limit("per-key", Quota::per_minute(10))
+        .await
+        .unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(ClusterRateLimitLayer::new(per_ip, key::peer_ip()))
+        .layer(ClusterRateLimitLayer::new(
+            per_key,
+            key::header("x-api-key"),
+        ))
+        .service(ok_service(Arc::default()));
+    let mut req = request(Some("k"));
+    req.extensions_mut()
+        .insert("10.0.0.1:1234".parse::<SocketAddr>().unwrap());
+    let res = send(&svc, req).await;
+    assert_eq!(res.status(), 200);
+    let fields: Vec<&str> = res
+        .headers()
+        .get_all("ratelimit")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(fields, [r#""per-key";r=9;t=6"#, r#""per-ip";r=99;t=1"#]);
+    // The outer layer's decision is the extension left on the response.
+    assert_eq!(info(&res).limit, "per-ip");
+}
