@@ -59,6 +59,13 @@ struct FileConfig {
     zk_digest_file: Option<PathBuf>,
     #[serde(default)]
     semaphores: Vec<Declared>,
+    // --- Envoy's rate limit service (src/sidecar/rls/) ---
+    grpc_listen: Option<String>,
+    rls_config: Option<Vec<PathBuf>>,
+    rls_store_down: Option<String>,
+    rls_store_timeout: Option<String>,
+    rls_shadow_mode: Option<bool>,
+    rls_response_headers: Option<String>,
 }
 
 impl FileConfig {
@@ -104,6 +111,8 @@ pub struct Config {
     pub permit_ttl: Duration,
     pub owner: Option<String>,
     pub semaphores: Vec<Declared>,
+    /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
+    pub rls: Option<super::rls::Settings>,
 }
 
 impl Config {
@@ -161,6 +170,17 @@ impl Config {
             None => None,
         };
         let security = StoreSecurity::from(args.security).or(file_security);
+        let rls = super::rls::Settings::resolve(
+            args.rls,
+            super::rls::FileKeys {
+                grpc_listen: file.grpc_listen,
+                rls_config: file.rls_config,
+                rls_store_down: file.rls_store_down,
+                rls_store_timeout: file.rls_store_timeout,
+                rls_shadow_mode: file.rls_shadow_mode,
+                rls_response_headers: file.rls_response_headers,
+            },
+        )?;
         Ok(Config {
             file: args.config,
             listen,
@@ -182,6 +202,7 @@ impl Config {
             permit_ttl,
             owner: args.owner.or(file.owner),
             semaphores: file.semaphores,
+            rls,
         })
     }
 }
@@ -214,6 +235,9 @@ impl Config {
                  (insecure_allow_remote = true)",
                 self.listen
             )));
+        }
+        if let Some(rls) = &self.rls {
+            rls.check_access(self.token.is_some(), self.insecure_allow_remote)?;
         }
         if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
             return Err(at(
@@ -281,6 +305,7 @@ impl Config {
             None if self.insecure_allow_remote => "none (insecure_allow_remote)".to_string(),
             None => "none (loopback only)".to_string(),
         };
+        let rls = self.rls.as_ref().map_or(String::new(), |r| r.describe());
         format!(
             "config ok: {file}\n\
              listen       {}\n\
@@ -291,7 +316,8 @@ impl Config {
              session_ttl  {:?}\n\
              permit_ttl   {:?}\n\
              owner        {}\n\
-             semaphores   {semaphores}\n",
+             semaphores   {semaphores}\n\
+             {rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),

@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// Owner label of the sidecar's permits when a request gives none (default HOSTNAME/PID).
     #[arg(long, value_name = "LABEL")]
     pub owner: Option<String>,
+    // --- Envoy's rate limit service (src/sidecar/rls/) ---
+    #[command(flatten)]
+    pub rls: super::rls::RlsFlags,
     /// Check the settings (file and flags: keys, durations, addresses, token file, store URL,
     /// declared semaphores) without connecting or listening; print them and exit 0, or name
     /// the field at fault and exit 64.

@@ -11,6 +11,7 @@ mod metrics;
 mod permits;
 mod problem;
 mod rate_metrics;
+mod rls;
 mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
@@ -92,6 +93,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         Some(path) => Some(unix_socket::bind(path, cfg.socket_mode)?),
         None => None,
     };
+    // --- Envoy's rate limit service: limits opened and socket bound before the first line.
+    let rls = match &cfg.rls {
+        Some(settings) => {
+            let svc = rls::start(settings, limiter.clone(), state.metrics.clone()).await?;
+            let (bound, shown) = rls::bind(settings, cfg.socket_mode).await?;
+            Some((svc, bound, shown))
+        }
+        None => None,
+    };
     // Printed on stdout so scripts (and tests) can learn a port picked with :0.
     println!("clusterlimit serve: listening on http://{addr} (store {store})");
     let mut servers = tokio::task::JoinSet::new();
@@ -107,6 +117,16 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
                 .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
                 .into_future(),
         );
+    }
+    if let Some((svc, bound, shown)) = rls {
+        println!("clusterlimit serve: rls listening on {shown}");
+        servers.spawn(rls::serve(
+            svc,
+            bound,
+            cfg.token.clone(),
+            state.metrics.clone(),
+            state.shutdown.clone().cancelled_owned(),
+        ));
     }
     let _ = std::io::stdout().flush();
     tracing::info!(
@@ -150,6 +170,9 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         Err(_) => tracing::warn!("closing the session timed out; the TTL frees its permits"),
     }
     if let Some(path) = &cfg.unix {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(rls::GrpcListen::Unix(path)) = cfg.rls.as_ref().map(|r| &r.listen) {
         let _ = std::fs::remove_file(path);
     }
     Ok(ExitCode::SUCCESS)

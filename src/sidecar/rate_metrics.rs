@@ -37,8 +37,6 @@ fn latency_histogram() -> Histogram {
 
 /// Share of the limit used from which an admitted hit also counts as near the limit (as
 /// envoyproxy/ratelimit's `near_limit`).
-// Used by the rate-limit routes and the RLS, which land after this file.
-#[allow(dead_code)]
 const NEAR_LIMIT_RATIO: (u64, u64) = (4, 5);
 
 /// The rate-limit metric families.
@@ -55,8 +53,6 @@ pub struct RateMetrics {
     pub(super) cache_answers: Counter,
 }
 
-// Used by the rate-limit routes and the RLS, which land after this file.
-#[allow(dead_code)]
 impl RateMetrics {
     /// Registers every family in `registry`.
     pub fn register(registry: &mut Registry) -> RateMetrics {

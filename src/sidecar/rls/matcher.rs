@@ -1,0 +1,165 @@
+//! Descriptor → rule, exactly as envoyproxy/ratelimit's `GetLimit`: per entry try
+//! `key_value`, then the level's wildcard prefixes (in file order), then `key`; a rule applies
+//! only when the request's LAST entry lands on a node with a rate_limit.
+
+use super::config::{Domain, Level, Rule};
+use std::sync::Arc;
+
+/// One entry of a request descriptor.
+pub type Entry<'a> = (&'a str, &'a str);
+
+/// The rule `entries` select in `domain`, if any.
+pub fn find<'d>(domain: &'d Domain, entries: &[Entry<'_>]) -> Option<&'d Arc<Rule>> {
+    let mut level: &Level = &domain.root;
+    let mut found = None;
+    for (i, (key, value)) in entries.iter().enumerate() {
+        let key_value = format!("{key}_{value}");
+        let next = level
+            .children
+            .get(&key_value)
+            .or_else(|| {
+                level
+                    .wildcards
+                    .iter()
+                    .find(|w| key_value.starts_with(w.strip_suffix('*').unwrap_or(w)))
+                    .and_then(|w| level.children.get(w))
+            })
+            .or_else(|| level.children.get(*key));
+        let Some(next) = next else {
+            break;
+        };
+        if i == entries.len() - 1 {
+            found = next.rule.as_ref();
+        }
+        if next.children.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    found
+}
+
+/// The counter key of a descriptor on its rule: its entries as envoyproxy's cache key has
+/// them (`key_value.key2_value2`), so a rule on `key: user` with no value counts each user
+/// apart. Keys longer than the store allows keep a prefix and a hash of the whole.
+pub fn counter_key(entries: &[Entry<'_>]) -> String {
+    let mut key = String::new();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            key.push('.');
+        }
+        key.push_str(k);
+        key.push('_');
+        key.push_str(v);
+    }
+    let max = clusterlimit::MAX_KEY_LEN;
+    if key.len() <= max {
+        return key;
+    }
+    let hash = super::config::fnv1a(key.as_bytes());
+    let mut cut = max - 17;
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}#{hash:016x}", &key[..cut])
+}
+
+/// envoyproxy's descriptor key (`key_value.key2`, no `_` for empty values), for the metrics
+/// of `detailed_metric` rules and of limit overrides.
+pub fn descriptor_key(entries: &[Entry<'_>]) -> String {
+    entries
+        .iter()
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k.to_string()
+            } else {
+                format!("{k}_{v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::parse_file;
+    use super::*;
+    use std::path::Path;
+
+    fn domain() -> Domain {
+        parse_file(
+            Path::new("m.yaml"),
+            "domain: d\n\
+             descriptors:\n\
+             \x20 - key: a\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 1, name: a_any}\n\
+             \x20   descriptors:\n\
+             \x20     - key: b\n\
+             \x20       rate_limit: {unit: second, requests_per_unit: 2, name: ab}\n\
+             \x20 - key: a\n\
+             \x20   value: x\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 3, name: ax}\n\
+             \x20 - key: p\n\
+             \x20   value: /api/*\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 4, name: api}\n\
+             \x20 - key: p\n\
+             \x20   value: /*\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 5, name: root}\n\
+             \x20 - key: n\n\
+             \x20   descriptors:\n\
+             \x20     - key: m\n\
+             \x20       value: 1\n\
+             \x20       rate_limit: {unit: second, requests_per_unit: 6, name: nm}\n",
+        )
+        .unwrap()
+    }
+
+    fn name(d: &Domain, entries: &[Entry<'_>]) -> Option<String> {
+        find(d, entries).map(|r| r.name.clone())
+    }
+
+    #[test]
+    fn matches_as_get_limit() {
+        let d = domain();
+        assert_eq!(
+            name(&d, &[("a", "x")]).as_deref(),
+            Some("ax"),
+            "key_value first"
+        );
+        assert_eq!(
+            name(&d, &[("a", "y")]).as_deref(),
+            Some("a_any"),
+            "then key"
+        );
+        assert_eq!(
+            name(&d, &[("a", "y"), ("b", "z")]).as_deref(),
+            Some("ab"),
+            "nested"
+        );
+        // `a_x` has no children: the walk stops there and the last entry found no rule.
+        assert_eq!(name(&d, &[("a", "x"), ("b", "z")]), None);
+        assert_eq!(name(&d, &[("a", "y"), ("c", "z")]), None);
+        assert_eq!(
+            name(&d, &[("p", "/api/v1")]).as_deref(),
+            Some("api"),
+            "wildcard, file order"
+        );
+        assert_eq!(name(&d, &[("p", "/other")]).as_deref(), Some("root"));
+        assert_eq!(name(&d, &[("p", "nope")]), None);
+        assert_eq!(name(&d, &[("n", "q")]), None, "a node without a rate_limit");
+        assert_eq!(name(&d, &[("n", "q"), ("m", "1")]).as_deref(), Some("nm"));
+        assert_eq!(name(&d, &[("n", "q"), ("m", "2")]), None);
+        assert_eq!(name(&d, &[]), None);
+        assert_eq!(name(&d, &[("zzz", "1")]), None);
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(counter_key(&[("a", "x"), ("b", "")]), "a_x.b_");
+        assert_eq!(descriptor_key(&[("a", "x"), ("b", "")]), "a_x.b");
+        let long = "é".repeat(400);
+        let k = counter_key(&[("a", &long)]);
+        assert!(k.len() <= clusterlimit::MAX_KEY_LEN);
+        assert_ne!(k, counter_key(&[("a", &format!("{long}x"))]));
+    }
+}

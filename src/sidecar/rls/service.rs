@@ -1,0 +1,433 @@
+//! The tonic service: `ShouldRateLimit` on the sidecar's Limiter, through one
+//! [`StoreDownGuard`] per store-down policy.
+
+use super::answer::{self, from_pb_unit, HeaderMode, Outcome};
+use super::config::{limit_name, Domain, Rule, Rules};
+use super::matcher::{self, Entry};
+use crate::frontend::lock;
+use crate::sidecar::auth::Token;
+use crate::sidecar::metrics::Metrics;
+use clusterlimit::{
+    Check, Error, Guarded, Limiter, Quota, RateLimit, StoreDownGuard, StoreDownPolicy,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status};
+
+/// The RLS: rules, the rate limits behind them, and the guards.
+pub struct Rls {
+    limiter: Limiter,
+    rules: Arc<Rules>,
+    /// Opened rate limits, by name.
+    limits: Mutex<HashMap<String, RateLimit>>,
+    /// Rules made from requests' `limit` overrides, by limit name.
+    overrides: Mutex<HashMap<String, Arc<Rule>>>,
+    guards: HashMap<StoreDownPolicy, StoreDownGuard>,
+    default_policy: StoreDownPolicy,
+    metrics: Arc<Metrics>,
+    shadow: bool,
+    headers: HeaderMode,
+}
+
+/// How the service answers (from the settings).
+#[derive(Debug, Clone, Copy)]
+pub struct Behaviour {
+    pub store_down: StoreDownPolicy,
+    pub store_timeout: Duration,
+    pub shadow: bool,
+    pub headers: HeaderMode,
+}
+
+/// What to do with one descriptor.
+enum Plan {
+    NoLimit,
+    Unlimited,
+    /// `requests_per_unit: 0`: over every time, nothing to count.
+    AlwaysOver(Arc<Rule>),
+    /// Check `cost` on `limit`; `too_big`: the cost is above what the limit ever admits at
+    /// once, so the descriptor is over (envoyproxy answers OVER_LIMIT, not an error) and the
+    /// check only reads the key (cost 0).
+    Check {
+        rule: Arc<Rule>,
+        limit: RateLimit,
+        key: String,
+        cost: u64,
+        too_big: bool,
+    },
+}
+
+impl Rls {
+    /// The service on `limiter`; opens every configured limit now (the config's quota wins
+    /// over a stored one), so the first request costs no extra store round trip.
+    pub async fn start(
+        limiter: Limiter,
+        rules: Arc<Rules>,
+        behaviour: Behaviour,
+        metrics: Arc<Metrics>,
+    ) -> clusterlimit::Result<Rls> {
+        let mut policies: HashSet<StoreDownPolicy> = rules
+            .domains
+            .values()
+            .filter_map(|d| d.store_down)
+            .collect();
+        policies.insert(behaviour.store_down);
+        let guards = policies
+            .into_iter()
+            .map(|p| {
+                (
+                    p,
+                    StoreDownGuard::new(p).store_timeout(behaviour.store_timeout),
+                )
+            })
+            .collect();
+        let rls = Rls {
+            limiter,
+            rules,
+            limits: Mutex::new(HashMap::new()),
+            overrides: Mutex::new(HashMap::new()),
+            guards,
+            default_policy: behaviour.store_down,
+            metrics,
+            shadow: behaviour.shadow,
+            headers: behaviour.headers,
+        };
+        let rules = rls.rules.clone();
+        for rule in rules.all() {
+            if let Some(quota) = rule.quota {
+                rls.open(&rule.limit_name, quota).await?;
+            }
+        }
+        Ok(rls)
+    }
+
+    /// The rate limit `name` at `quota`, created if absent, its quota set if it differs.
+    async fn open(&self, name: &str, quota: Quota) -> clusterlimit::Result<RateLimit> {
+        if let Some(rl) = lock(&self.limits).get(name) {
+            return Ok(rl.clone());
+        }
+        let rl = match self.limiter.rate_limit(name, quota).await {
+            Ok(rl) => rl,
+            Err(Error::QuotaMismatch { .. }) => {
+                let rl = self.limiter.open_rate_limit(name).await?;
+                rl.set_quota(quota).await?;
+                tracing::info!(limit = name, %quota, "rate limit had another quota; set the config's");
+                rl
+            }
+            Err(e) => return Err(e),
+        };
+        lock(&self.limits).insert(name.to_string(), rl.clone());
+        Ok(rl)
+    }
+
+    /// A rule for a request descriptor's `limit` override: a fixed window of its own, one rate
+    /// limit per (domain, entry keys, limit), counted per entry values.
+    fn override_rule(
+        &self,
+        domain: &Domain,
+        index: usize,
+        entries: &[Entry<'_>],
+        o: &RateLimitOverride,
+    ) -> Result<Arc<Rule>, Status> {
+        let unit = from_pb_unit(o.unit).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "descriptors[{index}].limit.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+            ))
+        })?;
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| *k).collect();
+        let path = format!(
+            "override.{}.{}_per_{}",
+            keys.join("."),
+            o.requests_per_unit,
+            unit.name()
+        );
+        let name = limit_name(&domain.name, &path);
+        if let Some(rule) = lock(&self.overrides).get(&name) {
+            return Ok(rule.clone());
+        }
+        let quota = (o.requests_per_unit > 0).then(|| {
+            Quota::new(u64::from(o.requests_per_unit), unit.period())
+                .algorithm(clusterlimit::Algorithm::FixedWindow)
+        });
+        let rule = Arc::new(Rule {
+            domain: domain.name.clone(),
+            path,
+            name: String::new(),
+            unit,
+            requests_per_unit: o.requests_per_unit,
+            unlimited: false,
+            shadow: false,
+            detailed_metric: true,
+            replaces: Vec::new(),
+            quota,
+            limit_name: name.clone(),
+            origin: "request override".to_string(),
+        });
+        lock(&self.overrides).insert(name, rule.clone());
+        Ok(rule)
+    }
+
+    /// The answer to one request.
+    pub async fn answer(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        if req.domain.is_empty() {
+            return Err(Status::invalid_argument(
+                "rate limit domain must not be empty",
+            ));
+        }
+        if req.descriptors.is_empty() {
+            return Err(Status::invalid_argument(
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        let Some(domain) = self.rules.domains.get(&req.domain) else {
+            let none = vec![Outcome::NoLimit; req.descriptors.len()];
+            return Ok(answer::response(&none, self.shadow, self.headers));
+        };
+        // Rules, costs and keys.
+        let mut picked = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            if d.is_negative_hits {
+                return Err(Status::invalid_argument(format!(
+                    "descriptors[{i}].is_negative_hits is not supported"
+                )));
+            }
+            let entries: Vec<Entry<'_>> = d
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect();
+            let rule = match &d.limit {
+                Some(o) => Some(self.override_rule(domain, i, &entries, o)?),
+                None => matcher::find(domain, &entries).cloned(),
+            };
+            // envoyproxy: a descriptor's own hits_addend wins (0 there only reads); the
+            // request's counts as 1 when 0.
+            let cost = match &d.hits_addend {
+                Some(h) => h.value,
+                None => u64::from(req.hits_addend.max(1)),
+            };
+            picked.push((rule, entries, cost));
+        }
+        // `replaces`: a matched rule drops every matched rule it names.
+        let replaced: HashSet<String> = picked
+            .iter()
+            .filter_map(|(r, _, _)| r.as_ref())
+            .flat_map(|r| r.replaces.iter().cloned())
+            .collect();
+        let mut plans = Vec::with_capacity(picked.len());
+        for (rule, entries, cost) in &picked {
+            let plan = match rule {
+                None => Plan::NoLimit,
+                Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
+                Some(r) if r.unlimited => Plan::Unlimited,
+                Some(r) => match r.quota {
+                    None => Plan::AlwaysOver(r.clone()),
+                    Some(quota) => {
+                        let limit = self.open(&r.limit_name, quota).await.map_err(status)?;
+                        let too_big = *cost > quota.max_cost();
+                        Plan::Check {
+                            rule: r.clone(),
+                            limit,
+                            key: matcher::counter_key(entries),
+                            cost: if too_big { 0 } else { *cost },
+                            too_big,
+                        }
+                    }
+                },
+            };
+            plans.push(plan);
+        }
+        let guard = self
+            .guards
+            .get(&domain.store_down.unwrap_or(self.default_policy))
+            .ok_or_else(|| Status::internal("no guard for the domain's store_down policy"))?;
+        let decided = self.check(guard, &plans).await?;
+
+        let mut outcomes = Vec::with_capacity(plans.len());
+        for (i, plan) in plans.iter().enumerate() {
+            let entries = &picked[i].1;
+            outcomes.push(match plan {
+                Plan::NoLimit => Outcome::NoLimit,
+                Plan::Unlimited => Outcome::Unlimited,
+                Plan::AlwaysOver(rule) => Outcome::Decided {
+                    rule,
+                    decision: None,
+                    over: true,
+                },
+                Plan::Check {
+                    rule,
+                    limit,
+                    cost,
+                    too_big,
+                    ..
+                } => {
+                    let (g, over, latency) = decided[i]
+                        .ok_or_else(|| Status::internal("a checked descriptor got no decision"))?;
+                    let label = if rule.detailed_metric {
+                        matcher::descriptor_key(entries)
+                    } else {
+                        rule.path.clone()
+                    };
+                    let shadow = rule.shadow || self.shadow;
+                    self.metrics.rate.record(
+                        &domain.name,
+                        &label,
+                        &g,
+                        *cost,
+                        shadow,
+                        Some(latency),
+                    );
+                    self.metrics
+                        .rate
+                        .keys_cached(limit.name(), limit.cached_keys());
+                    Outcome::Decided {
+                        rule,
+                        decision: Some(g.decision),
+                        over: over || *too_big,
+                    }
+                }
+            });
+        }
+        Ok(answer::response(&outcomes, self.shadow, self.headers))
+    }
+
+    /// Counts the checks: the enforced ones all or nothing in one `check_all` (reading only,
+    /// when another descriptor is over anyway); shadow ones each on its own, since they must
+    /// never stop the others. Per plan: the decision, whether it is over, the store time.
+    async fn check(
+        &self,
+        guard: &StoreDownGuard,
+        plans: &[Plan],
+    ) -> Result<Vec<Option<(Guarded, bool, Duration)>>, Status> {
+        let shadow = |rule: &Rule| rule.shadow || self.shadow;
+        let over_anyway = plans.iter().any(|p| match p {
+            Plan::AlwaysOver(rule) => !shadow(rule),
+            Plan::Check { rule, too_big, .. } => *too_big && !shadow(rule),
+            _ => false,
+        });
+        let mut enforced = Vec::new();
+        let mut checks = Vec::new();
+        let mut alone = Vec::new();
+        for (i, p) in plans.iter().enumerate() {
+            if let Plan::Check {
+                rule,
+                limit,
+                key,
+                cost,
+                ..
+            } = p
+            {
+                if shadow(rule) {
+                    alone.push((i, limit, key.as_str(), *cost));
+                } else {
+                    enforced.push((i, *cost));
+                    checks.push(Check::new(
+                        limit,
+                        key.clone(),
+                        if over_anyway { 0 } else { *cost },
+                    ));
+                }
+            }
+        }
+        let together = async {
+            if checks.is_empty() {
+                return Ok((Vec::new(), Duration::ZERO));
+            }
+            let start = Instant::now();
+            let gs = guard.check_all(&self.limiter, &checks).await?;
+            Ok::<_, Error>((gs, start.elapsed()))
+        };
+        let each =
+            futures::future::join_all(alone.iter().map(|(_, limit, key, cost)| async move {
+                let start = Instant::now();
+                let g = guard.check_n(limit, key, *cost).await?;
+                Ok::<_, Error>((g, start.elapsed()))
+            }));
+        let (together, each) = futures::future::join(together, each).await;
+        let (gs, latency) = together.map_err(status)?;
+        let mut out = vec![None; plans.len()];
+        let denied = gs.iter().any(|g| !g.decision.allowed);
+        let mut marked = false;
+        for ((i, cost), g) in enforced.iter().zip(&gs) {
+            // In a denied batch every decision says denied: over are the ones that could not
+            // take their cost.
+            let over = !g.decision.allowed && *cost > 0 && g.decision.remaining < *cost;
+            marked |= over;
+            out[*i] = Some((*g, over, latency));
+        }
+        if denied && !marked {
+            // Denied for a reason no remaining shows (a ban): every charged check is over.
+            for (i, cost) in &enforced {
+                if let Some((g, over, _)) = out[*i].as_mut() {
+                    *over = *cost > 0 && !g.decision.allowed;
+                }
+            }
+        }
+        for ((i, ..), r) in alone.iter().zip(each) {
+            let (g, latency) = r.map_err(status)?;
+            out[*i] = Some((g, !g.decision.allowed, latency));
+        }
+        Ok(out)
+    }
+}
+
+/// A library error as a gRPC status: bad input is INVALID_ARGUMENT; a store the guard could
+/// not cover (a limit that cannot be opened while it is down) UNAVAILABLE, so Envoy applies
+/// its own `failure_mode_deny`.
+fn status(e: Error) -> Status {
+    match e {
+        Error::InvalidArgument(why) => Status::invalid_argument(why),
+        Error::Store(_) | Error::SessionLost | Error::Timeout | Error::Closed => {
+            Status::unavailable(e.to_string())
+        }
+        e => Status::internal(e.to_string()),
+    }
+}
+
+/// The tonic service around a shared [`Rls`].
+#[derive(Clone)]
+pub struct Service(pub Arc<Rls>);
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        // Boxed: the answer's future is deep enough to overflow the compiler's layout query
+        // inside tonic's own.
+        let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
+            Box::pin(self.0.answer(request.get_ref()));
+        answer.await.map(Response::new)
+    }
+}
+
+/// With a token configured, every call needs `authorization: Bearer TOKEN` metadata.
+pub fn require_token(
+    token: Option<Token>,
+    metrics: Arc<Metrics>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req: Request<()>| {
+        let Some(token) = &token else {
+            return Ok(req);
+        };
+        let presented = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match presented {
+            Some(p) if token.matches(p.as_bytes()) => Ok(req),
+            _ => {
+                metrics.unauthorized();
+                Err(Status::unauthenticated(
+                    "this RLS needs `authorization: Bearer TOKEN` metadata \
+                     (Envoy: grpc_service.initial_metadata)",
+                ))
+            }
+        }
+    }
+}

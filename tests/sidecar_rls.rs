@@ -1,0 +1,1011 @@
+//! `clusterlimit serve --grpc-listen`: Envoy's rate limit service as a real process, called
+//! with the tonic client from envoy-types, on memory://, etcd and ZooKeeper: every config
+//! feature field by field, sharing one limit across sidecars, the store-down policies, and
+//! config errors.
+
+mod binary;
+mod support;
+
+use binary::{cmd, output, within};
+use clusterlimit::{Limiter, Quota};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use support::{EtcdCluster, ZkCluster};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+use tonic::transport::Channel;
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// A running `serve` with the RLS on; SIGKILLed when dropped.
+struct Rls {
+    _child: Child,
+    http: String,
+    grpc: String,
+}
+
+impl Rls {
+    /// `serve --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 ARGS`, reading both addresses.
+    async fn start(args: &[&str]) -> Rls {
+        let mut all = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ];
+        all.extend_from_slice(args);
+        let mut c = cmd(&all);
+        c.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = c.spawn().expect("spawn clusterlimit serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (http, grpc) = within(
+            "serve to print its addresses",
+            Duration::from_secs(30),
+            async {
+                let (mut http, mut grpc) = (None, None);
+                for _ in 0..20 {
+                    let line = lines
+                        .next_line()
+                        .await
+                        .unwrap()
+                        .expect("serve exited before listening");
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        http = Some(format!(
+                            "http://{}",
+                            rest.split_whitespace().next().unwrap()
+                        ));
+                    }
+                    if let Some(rest) =
+                        line.strip_prefix("clusterlimit serve: rls listening on grpc://")
+                    {
+                        grpc = Some(format!("http://{rest}"));
+                    }
+                    if let (Some(h), Some(g)) = (&http, &grpc) {
+                        return (h.clone(), g.clone());
+                    }
+                }
+                panic!("serve printed no rls address")
+            },
+        )
+        .await;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Rls {
+            _child: child,
+            http,
+            grpc,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        RateLimitServiceClient::connect(self.grpc.clone())
+            .await
+            .unwrap()
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend,
+    }
+}
+
+async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
+    within(
+        "ShouldRateLimit",
+        Duration::from_secs(10),
+        c.should_rate_limit(r),
+    )
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// One descriptor, one hit.
+async fn one(c: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+    call(c, req(domain, vec![desc(entries)], 0)).await
+}
+
+fn code(s: &DescriptorStatus) -> Code {
+    Code::try_from(s.code).unwrap()
+}
+
+fn overall(r: &RateLimitResponse) -> Code {
+    Code::try_from(r.overall_code).unwrap()
+}
+
+/// A status with a limit: code, remaining, the limit's (requests_per_unit, unit, name).
+fn limited(s: &DescriptorStatus) -> (Code, u32, (u32, Unit, String)) {
+    let l = s.current_limit.clone().expect("a current_limit");
+    (
+        code(s),
+        s.limit_remaining,
+        (l.requests_per_unit, Unit::try_from(l.unit).unwrap(), l.name),
+    )
+}
+
+fn until_reset(s: &DescriptorStatus) -> Duration {
+    let d = s.duration_until_reset.expect("duration_until_reset");
+    Duration::new(d.seconds as u64, d.nanos as u32)
+}
+
+/// No rule applies: OK, no current_limit.
+fn assert_no_limit(s: &DescriptorStatus) {
+    assert_eq!(code(s), Code::Ok, "{s:?}");
+    assert_eq!(s.current_limit, None, "{s:?}");
+    assert_eq!(s.duration_until_reset, None, "{s:?}");
+}
+
+const WEB: &str = "\
+domain: web
+descriptors:
+  # no value: every user counted apart
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: plan
+    value: gold
+    rate_limit: {unit: day, requests_per_unit: 5, name: gold}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: tenant
+    descriptors:
+      - key: op
+        value: write
+        rate_limit: {unit: day, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: watch
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: broad
+    rate_limit: {unit: day, requests_per_unit: 100, name: broad}
+  - key: narrow
+    rate_limit: {unit: day, requests_per_unit: 2, replaces: [{name: broad}]}
+  - key: bucket
+    algorithm: gcra
+    burst: 2
+    rate_limit: {unit: hour, requests_per_unit: 60}
+  - key: a
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: day, requests_per_unit: 10}
+";
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_answers_every_feature_field_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-fields",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        "--rls-response-headers",
+        "ietf",
+    ])
+    .await;
+    let mut c = sc.client().await;
+
+    // A key without a value counts each value apart; remaining and the window's reset.
+    for left in [2, 1, 0] {
+        let r = one(&mut c, "web", &[("user", "u1")]).await;
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(
+            limited(&r.statuses[0]),
+            (Code::Ok, left, (3, Unit::Day, String::new()))
+        );
+        let reset = until_reset(&r.statuses[0]);
+        assert!(reset > Duration::ZERO && reset <= DAY, "{reset:?}");
+    }
+    let r = one(&mut c, "web", &[("user", "u1")]).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 0, (3, Unit::Day, String::new()))
+    );
+    let r = one(&mut c, "web", &[("user", "u2")]).await;
+    assert_eq!(limited(&r.statuses[0]).1, 2, "u2 counts apart");
+    // The RateLimit header fields of the tightest descriptor.
+    let names: Vec<&str> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| h.key.as_str())
+        .collect();
+    assert_eq!(names, ["ratelimit-policy", "ratelimit"], "{r:?}");
+    assert!(r.response_headers_to_add[1].value.contains("r=2"), "{r:?}");
+
+    // key_value with a name; a value no rule names.
+    let r = one(&mut c, "web", &[("plan", "gold")]).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 4, (5, Unit::Day, "gold".into()))
+    );
+    assert_no_limit(&one(&mut c, "web", &[("plan", "silver")]).await.statuses[0]);
+
+    // Wildcard: a prefix; each value still its own counter.
+    for _ in 0..2 {
+        assert_eq!(
+            code(&one(&mut c, "web", &[("path", "/api/v1")]).await.statuses[0]),
+            Code::Ok
+        );
+    }
+    assert_eq!(
+        code(&one(&mut c, "web", &[("path", "/api/v1")]).await.statuses[0]),
+        Code::OverLimit
+    );
+    assert_eq!(
+        limited(&one(&mut c, "web", &[("path", "/api/v2")]).await.statuses[0]).1,
+        1
+    );
+    assert_no_limit(&one(&mut c, "web", &[("path", "/other")]).await.statuses[0]);
+
+    // Nested: the last entry must land on the rule.
+    let write_op = [("tenant", "t1"), ("op", "write")];
+    assert_eq!(
+        limited(&one(&mut c, "web", &write_op).await.statuses[0]).0,
+        Code::Ok
+    );
+    assert_eq!(
+        limited(&one(&mut c, "web", &write_op).await.statuses[0]).0,
+        Code::OverLimit
+    );
+    assert_no_limit(&one(&mut c, "web", &[("tenant", "t1")]).await.statuses[0]);
+    assert_no_limit(
+        &one(&mut c, "web", &[("tenant", "t1"), ("op", "read")])
+            .await
+            .statuses[0],
+    );
+
+    // Unlimited: OK, remaining u32::MAX, no limit.
+    let r = one(&mut c, "web", &[("free", "x")]).await;
+    assert_eq!(
+        (
+            code(&r.statuses[0]),
+            r.statuses[0].limit_remaining,
+            &r.statuses[0].current_limit
+        ),
+        (Code::Ok, u32::MAX, &None)
+    );
+
+    // Shadow rule: counted, answered OK.
+    let r = one(&mut c, "web", &[("watch", "w")]).await;
+    assert_eq!(limited(&r.statuses[0]).0, Code::Ok);
+    let r = one(&mut c, "web", &[("watch", "w")]).await;
+    assert_eq!(overall(&r), Code::Ok, "shadow mode answers OK");
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 0, (1, Unit::Day, String::new()))
+    );
+
+    // requests_per_unit 0: over every time.
+    let r = one(&mut c, "web", &[("blocked", "x")]).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 0, (0, Unit::Second, String::new()))
+    );
+
+    // replaces: the matched `broad` limit is dropped when `narrow` matches too.
+    let r = call(
+        &mut c,
+        req(
+            "web",
+            vec![desc(&[("broad", "x")]), desc(&[("narrow", "y")])],
+            0,
+        ),
+    )
+    .await;
+    assert_no_limit(&r.statuses[0]);
+    assert_eq!(
+        limited(&r.statuses[1]),
+        (Code::Ok, 1, (2, Unit::Day, String::new()))
+    );
+    let r = one(&mut c, "web", &[("broad", "x")]).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 99, (100, Unit::Day, "broad".into()))
+    );
+
+    // GCRA extension: burst 2, then over with the time until one more passes (60 s / 60).
+    for left in [1, 0] {
+        assert_eq!(
+            limited(&one(&mut c, "web", &[("bucket", "k")]).await.statuses[0]).1,
+            left
+        );
+    }
+    let r = one(&mut c, "web", &[("bucket", "k")]).await;
+    assert_eq!(code(&r.statuses[0]), Code::OverLimit);
+    let wait = until_reset(&r.statuses[0]);
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
+
+    // hits_addend: the request's; a descriptor's own wins; 0 there only reads; above the
+    // limit is OVER_LIMIT and counts nothing.
+    let r = call(&mut c, req("web", vec![desc(&[("user", "u3")])], 2)).await;
+    assert_eq!(limited(&r.statuses[0]).1, 1);
+    let mut own = desc(&[("user", "u3")]);
+    own.hits_addend = Some(UInt64Value { value: 1 });
+    let r = call(&mut c, req("web", vec![own.clone()], 2)).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 0, (3, Unit::Day, String::new()))
+    );
+    own.hits_addend = Some(UInt64Value { value: 0 });
+    let r = call(&mut c, req("web", vec![own], 0)).await;
+    assert_eq!(
+        limited(&r.statuses[0]).0,
+        Code::Ok,
+        "a read of a spent key passes"
+    );
+    let r = call(&mut c, req("web", vec![desc(&[("user", "u4")])], 5)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
+    assert_eq!(
+        limited(&one(&mut c, "web", &[("user", "u4")]).await.statuses[0]).1,
+        2
+    );
+
+    // All or nothing across a request's descriptors: `b` is not charged when `a` is over.
+    let both = || req("web", vec![desc(&[("a", "k")]), desc(&[("b", "k")])], 0);
+    let r = call(&mut c, both()).await;
+    assert_eq!((overall(&r), limited(&r.statuses[1]).1), (Code::Ok, 9));
+    let r = call(&mut c, both()).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
+    assert_eq!(limited(&r.statuses[1]).0, Code::Ok);
+    assert_eq!(
+        limited(&one(&mut c, "web", &[("b", "k")]).await.statuses[0]).1,
+        8
+    );
+
+    // No match, an unknown domain: OK with no limit.
+    assert_no_limit(&one(&mut c, "web", &[("nothing", "1")]).await.statuses[0]);
+    let r = one(&mut c, "elsewhere", &[("user", "u1")]).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_no_limit(&r.statuses[0]);
+
+    // A descriptor's limit override: its own fixed window.
+    let mut o = desc(&[("user", "o1")]);
+    o.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: Unit::Hour as i32,
+    });
+    let r = call(&mut c, req("web", vec![o.clone()], 0)).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 0, (1, Unit::Hour, String::new()))
+    );
+    let r = call(&mut c, req("web", vec![o.clone()], 0)).await;
+    assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
+    o.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 0,
+    });
+    let e = c
+        .should_rate_limit(req("web", vec![o], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("descriptors[0].limit.unit"), "{e}");
+
+    // Empty domain, no descriptors: INVALID_ARGUMENT, as envoyproxy.
+    let e = c
+        .should_rate_limit(req("", vec![desc(&[("user", "u")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("domain"), "{e}");
+    let e = c
+        .should_rate_limit(req("web", vec![], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("descriptor"), "{e}");
+
+    // Metrics by domain and rule.
+    let text = reqwest::get(format!("{}/metrics", sc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"clusterlimit_rate_hits_total{domain="web",limit="user"}"#,
+        r#"clusterlimit_rate_over_limit_total{domain="web",limit="user"}"#,
+        r#"clusterlimit_rate_shadow_mode_total{domain="web",limit="watch"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+
+    // Latency through the sidecar vs the library's own check_n, same machine, same run.
+    let through = measure(300, |i| {
+        let mut c = c.clone();
+        async move {
+            one(&mut c, "web", &[("user", &format!("perf-{i}"))]).await;
+        }
+    })
+    .await;
+    let limiter = Limiter::connect("memory://rls-baseline").await.unwrap();
+    let rl = limiter.rate_limit("user", Quota::per_day(3)).await.unwrap();
+    let library = measure(300, |i| {
+        let rl = rl.clone();
+        async move {
+            rl.check_n(&format!("perf-{i}"), 1).await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "memory: ShouldRateLimit p50 {:?} p99 {:?}; library check_n p50 {:?} p99 {:?}",
+        through.0, through.1, library.0, library.1
+    );
+}
+
+/// p50 and p99 of `n` sequential runs of `f(i)`.
+async fn measure<F, Fut>(n: usize, mut f: F) -> (Duration, Duration)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        f(i).await;
+        took.push(t.elapsed());
+    }
+    took.sort();
+    (took[n / 2], took[(n * 99 / 100).min(n - 1)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_shadow_mode_counts_but_answers_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-shadow",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        "--rls-shadow-mode",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let r = one(&mut c, "web", &[("a", "k")]).await;
+    assert_eq!(limited(&r.statuses[0]).1, 0);
+    // Over: the status says so, the overall answer is OK (envoyproxy's global shadow mode).
+    let r = one(&mut c, "web", &[("a", "k")]).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_required_as_bearer_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let token = write(dir.path(), "token", "s3cret\n");
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-token",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        "--token-file",
+        token.to_str().unwrap(),
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let e = c
+        .should_rate_limit(req("web", vec![desc(&[("user", "x")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+    for bad in ["Bearer nope", "s3cret", "Basic s3cret"] {
+        let mut r = tonic::Request::new(req("web", vec![desc(&[("user", "x")])], 0));
+        r.metadata_mut()
+            .insert("authorization", bad.parse().unwrap());
+        let e = c.should_rate_limit(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{bad}: {e}");
+    }
+    let mut r = tonic::Request::new(req("web", vec![desc(&[("user", "x")])], 0));
+    r.metadata_mut()
+        .insert("authorization", "Bearer s3cret".parse().unwrap());
+    let ok = c.should_rate_limit(r).await.unwrap().into_inner();
+    assert_eq!(limited(&ok.statuses[0]).1, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let sock = dir.path().join("rls.sock");
+    let mut c = cmd(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "memory://rls-unix",
+        "--grpc-listen",
+        &format!("unix:{}", sock.display()),
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ]);
+    c.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let mut child = c.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let want = format!(
+        "clusterlimit serve: rls listening on unix:{}",
+        sock.display()
+    );
+    within("the unix line", Duration::from_secs(30), async {
+        for _ in 0..20 {
+            let line = lines.next_line().await.unwrap().expect("serve exited");
+            if line == want {
+                return;
+            }
+        }
+        panic!("no line {want:?}")
+    })
+    .await;
+    assert!(sock.exists());
+    // Graceful shutdown removes it.
+    binary::signal(child.id().unwrap(), "TERM");
+    let st = within("serve to exit", Duration::from_secs(10), child.wait())
+        .await
+        .unwrap();
+    assert!(st.success(), "{st:?}");
+    assert!(!sock.exists(), "socket removed at shutdown");
+}
+
+const SHARED: &str = "\
+domain: shared
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 25}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_on_one_etcd_share_one_limit_exactly() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("rls-shared");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "shared.yaml", SHARED);
+    let args = [
+        "--store",
+        url.as_str(),
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        // Exactness, not the breaker, is under test: a loaded machine may be slow.
+        "--rls-store-timeout",
+        "10s",
+    ];
+    let (a, b) = tokio::join!(Rls::start(&args), Rls::start(&args));
+    let (ca, cb) = (a.client().await, b.client().await);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let mut c = if i % 2 == 0 { ca.clone() } else { cb.clone() };
+        tasks.push(tokio::spawn(async move {
+            one(&mut c, "shared", &[("k", "same")]).await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if overall(&t.await.unwrap()) == Code::Ok {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 25, "exactly the limit across both sidecars");
+
+    // Latency on etcd: through the sidecar vs the library's check_n against the same etcd.
+    let mut c = ca.clone();
+    let through = measure(200, |i| {
+        let mut c = c.clone();
+        async move {
+            one(&mut c, "shared", &[("k", &format!("perf-{i}"))]).await;
+        }
+    })
+    .await;
+    let _ = &mut c;
+    let limiter = Limiter::connect(&cluster.url("rls-baseline"))
+        .await
+        .unwrap();
+    let rl = limiter.rate_limit("k", Quota::per_day(25)).await.unwrap();
+    let library = measure(200, |i| {
+        let rl = rl.clone();
+        async move {
+            rl.check_n(&format!("perf-{i}"), 1).await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "etcd: ShouldRateLimit p50 {:?} p99 {:?}; library check_n p50 {:?} p99 {:?}",
+        through.0, through.1, library.0, library.1
+    );
+}
+
+/// One domain per store-down policy (our `store_down` extension) and the global default.
+const POLICIES: &str = "\
+domain: open
+store_down: fail_open
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 5}
+";
+const CLOSED: &str = "\
+domain: closed
+store_down: fail_closed
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 5}
+";
+const LOCAL: &str = "\
+domain: local
+store_down: local:2
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 10}
+";
+
+/// `n` answers while the store is down: each within a generous bound; prints p50/p99.
+async fn answers_while_down(
+    c: &mut Client,
+    domain: &str,
+    n: usize,
+    store: &str,
+) -> Vec<RateLimitResponse> {
+    let mut out = Vec::new();
+    let mut took = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        out.push(one(c, domain, &[("k", "down")]).await);
+        took.push(t.elapsed());
+    }
+    took.sort();
+    println!(
+        "{store} down, {domain}: p50 {:?} p99 {:?} max {:?} over {n} answers",
+        took[n / 2],
+        took[(n * 99 / 100).min(n - 1)],
+        took[n - 1]
+    );
+    assert!(
+        took[n * 9 / 10] < Duration::from_millis(50),
+        "answers while down: {took:?}"
+    );
+    out
+}
+
+/// Kill the store; each policy answers fast; restart; answers come from the store again.
+async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restart: impl FnOnce()) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a-open.yaml", POLICIES);
+    write(dir.path(), "b-closed.yaml", CLOSED);
+    write(dir.path(), "c-local.yaml", LOCAL);
+    let sc = Rls::start(&[
+        "--store",
+        url,
+        "--session-ttl",
+        "2s",
+        "--rls-config",
+        dir.path().to_str().unwrap(),
+        "--rls-store-timeout",
+        "300ms",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    for d in ["open", "closed", "local"] {
+        assert_eq!(
+            overall(&one(&mut c, d, &[("k", "up")]).await),
+            Code::Ok,
+            "{d}"
+        );
+    }
+    kill();
+    // The first answer after the death may wait for the store timeout; then the breaker.
+    for d in ["open", "closed", "local"] {
+        let t = Instant::now();
+        one(&mut c, d, &[("k", "first")]).await;
+        println!("{store} down, {d}: first answer after {:?}", t.elapsed());
+    }
+    let open = answers_while_down(&mut c, "open", 50, store).await;
+    assert!(open.iter().all(|r| overall(r) == Code::Ok));
+    let closed = answers_while_down(&mut c, "closed", 50, store).await;
+    assert!(closed.iter().all(|r| overall(r) == Code::OverLimit));
+    // local:2 → 5 per day in this process (the first-answer check above may have taken one).
+    let local = answers_while_down(&mut c, "local", 20, store).await;
+    let admitted = local.iter().filter(|r| overall(r) == Code::Ok).count();
+    assert!(
+        (4..=5).contains(&admitted),
+        "local share admitted {admitted}"
+    );
+
+    restart();
+    // Recovery: the fail_closed domain admits again once the store decides.
+    let back = binary::eventually("the store to answer again", Duration::from_secs(60), || {
+        let mut c = c.clone();
+        async move {
+            let r = one(&mut c, "closed", &[("k", "after")]).await;
+            (overall(&r) == Code::Ok).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(limited(&back.statuses[0]).1, 4, "counted by the store");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_each_policy_answers_fast_and_recovers() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rls-down");
+    let cell = std::sync::Mutex::new(&mut cluster);
+    store_down_policies(
+        "etcd",
+        &url,
+        || cell.lock().unwrap().kill(0),
+        || cell.lock().unwrap().restart(0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_counts_and_each_policy_answers_fast_and_recovers() {
+    let mut cluster = ZkCluster::single();
+    let url = cluster.url("/rls");
+    // Counting on ZooKeeper, field by field.
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write(dir.path(), "web.yaml", WEB);
+        let sc = Rls::start(&[
+            "--store",
+            &url,
+            "--rls-config",
+            cfg.to_str().unwrap(),
+            "--rls-store-timeout",
+            "10s",
+        ])
+        .await;
+        let mut c = sc.client().await;
+        for left in [2, 1, 0] {
+            let r = one(&mut c, "web", &[("user", "zk")]).await;
+            assert_eq!(
+                limited(&r.statuses[0]),
+                (Code::Ok, left, (3, Unit::Day, String::new()))
+            );
+        }
+        let r = one(&mut c, "web", &[("user", "zk")]).await;
+        assert_eq!(overall(&r), Code::OverLimit);
+        let r = call(
+            &mut c,
+            req("web", vec![desc(&[("a", "z")]), desc(&[("b", "z")])], 0),
+        )
+        .await;
+        assert_eq!(overall(&r), Code::Ok);
+        let r = call(
+            &mut c,
+            req("web", vec![desc(&[("a", "z")]), desc(&[("b", "z")])], 0),
+        )
+        .await;
+        assert_eq!(
+            (overall(&r), limited(&r.statuses[1]).1),
+            (Code::OverLimit, 9)
+        );
+    }
+    let cell = std::sync::Mutex::new(&mut cluster);
+    store_down_policies(
+        "zookeeper",
+        &url,
+        || cell.lock().unwrap().kill(0),
+        || cell.lock().unwrap().restart(0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_validates_the_yaml_and_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "web.yaml", WEB);
+    let run = |args: Vec<String>| async move {
+        let mut all = vec!["serve".to_string(), "--check-config".to_string()];
+        all.extend(args);
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        output(cmd(&refs), Duration::from_secs(20)).await
+    };
+    let s = |x: &str| x.to_string();
+    let g = good.to_str().unwrap().to_string();
+
+    let out = run(vec![
+        s("--grpc-listen"),
+        s("127.0.0.1:0"),
+        s("--rls-config"),
+        g.clone(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("rls domain   web (12 rules"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("rls rule     web.plan_gold: 5 per day (fixed_window), name \"gold\""),
+        "{}",
+        out.stdout
+    );
+
+    // A directory: its *.yaml and *.yml, sorted; two files with one domain clash.
+    let d2 = tempfile::tempdir().unwrap();
+    write(d2.path(), "a.yaml", SHARED);
+    write(d2.path(), "b.yml", CLOSED);
+    write(d2.path(), "notes.txt", "not yaml");
+    let out = run(vec![
+        s("--grpc-listen"),
+        s("127.0.0.1:0"),
+        s("--rls-config"),
+        d2.path().to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("rls domain   closed") && out.stdout.contains("rls domain   shared"),
+        "{}",
+        out.stdout
+    );
+    write(d2.path(), "c.yaml", SHARED);
+    let out = run(vec![
+        s("--grpc-listen"),
+        s("127.0.0.1:0"),
+        s("--rls-config"),
+        d2.path().to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(64));
+    assert!(
+        out.stderr.contains("c.yaml:1: duplicate domain \"shared\""),
+        "{}",
+        out.stderr
+    );
+
+    for (text, at) in [
+        ("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", ":4: invalid rate limit unit"),
+        ("domain: x\ndescriptors:\n  - key: k\n  - key: k\n", ":4: duplicate descriptor"),
+        ("domain: x\nbogus: 1\n", ":2: unknown key \"bogus\""),
+        ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: day\n", ":6: unlimited: true takes no unit"),
+        ("domain: [\n", ":2: bad YAML"),
+    ] {
+        let bad = write(dir.path(), "bad.yaml", text);
+        let out = run(vec![s("--grpc-listen"), s("127.0.0.1:0"), s("--rls-config"), bad.to_str().unwrap().into()]).await;
+        assert_eq!(out.code, Some(64), "{text}: {}", out.stderr);
+        let want = format!("{}{at}", bad.display());
+        assert!(out.stderr.contains(&want), "{want} not in {}", out.stderr);
+    }
+
+    // Bad flags and keys: exit 64 naming them.
+    for (args, why) in [
+        (
+            vec![s("--grpc-listen"), s("127.0.0.1:0")],
+            "needs rls_config",
+        ),
+        (vec![s("--rls-config"), g.clone()], "needs grpc_listen"),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("nowhere"),
+                s("--rls-config"),
+                g.clone(),
+            ],
+            "grpc_listen \"nowhere\"",
+        ),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("127.0.0.1:0"),
+                s("--rls-config"),
+                g.clone(),
+                s("--rls-store-down"),
+                s("maybe"),
+            ],
+            "rls_store_down",
+        ),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("127.0.0.1:0"),
+                s("--rls-config"),
+                g.clone(),
+                s("--rls-response-headers"),
+                s("x"),
+            ],
+            "rls_response_headers",
+        ),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("127.0.0.1:0"),
+                s("--rls-config"),
+                g.clone(),
+                s("--rls-store-timeout"),
+                s("0ms"),
+            ],
+            "rls_store_timeout",
+        ),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("0.0.0.0:0"),
+                s("--rls-config"),
+                g.clone(),
+            ],
+            "without a token",
+        ),
+        (
+            vec![
+                s("--grpc-listen"),
+                s("127.0.0.1:0"),
+                s("--rls-config"),
+                s("/nonexistent.yaml"),
+            ],
+            "/nonexistent.yaml",
+        ),
+    ] {
+        let out = run(args.clone()).await;
+        assert_eq!(out.code, Some(64), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(why),
+            "{args:?}: {why} not in {}",
+            out.stderr
+        );
+    }
+
+    // The same keys in the TOML file.
+    let toml = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "grpc_listen = \"127.0.0.1:0\"\nrls_config = [{:?}]\nrls_store_down = \"local:3\"\nrls_store_timeout = \"80ms\"\nrls_shadow_mode = true\nrls_response_headers = \"legacy\"\n",
+            good.display().to_string()
+        ),
+    );
+    let out = run(vec![s("--config"), toml.to_str().unwrap().into()]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "store_down local:3, store_timeout 80ms, shadow_mode true, response_headers legacy"
+        ),
+        "{}",
+        out.stdout
+    );
+}
