@@ -21,6 +21,9 @@ async fn sidecar_with_rls(store: &str, config: &Path) -> (Sidecar, String) {
         &grpc,
         "--rls-config",
         config,
+        // The default 50 ms would count a stall of a loaded CI machine as the store down.
+        "--rls-store-timeout",
+        "1s",
     ])
     .await;
     within("the RLS port to accept", Duration::from_secs(20), async {

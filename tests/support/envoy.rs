@@ -183,16 +183,43 @@ impl Envoy {
     }
 }
 
-/// `GET path` on the admin interface with a bare HTTP/1.0 request (the support code is
-/// synchronous); the body on a 200, else `None`.
+/// `GET path` on the admin interface with a bare HTTP/1.1 request that closes the connection
+/// (the support code is synchronous); the body on a 200, else `None`.
 fn admin_get(admin: SocketAddr, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: admin\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        Some(body.to_string())
+    }
+}
+
+/// The body of a `Transfer-Encoding: chunked` response (Envoy's admin answers so).
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut body = String::new();
+    for _ in 0..100_000 {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+    None
 }
