@@ -69,7 +69,7 @@ pub struct EnvoySettings {
     pub rls: SocketAddr,
     /// The rate limit filter's `failure_mode_deny`.
     pub failure_mode_deny: bool,
-    /// The filter's `timeout` (the file's 0.25 s is too short for a loaded 2-core CI machine).
+    /// The filter's `timeout` (the file's 0.1 s is too short for a loaded 2-core CI machine).
     pub timeout: Duration,
 }
 
@@ -95,7 +95,7 @@ pub fn deploy_config(listen: u16, admin: u16, s: &EnvoySettings) -> String {
             format!("failure_mode_deny: {}", s.failure_mode_deny),
         ),
         (
-            "timeout: 0.25s",
+            "timeout: 0.1s",
             format!("timeout: {}s", s.timeout.as_secs_f64()),
         ),
     ];
