@@ -455,9 +455,13 @@ async fn proxy_faults_on_a_zookeeper_session() {
                 ),
                 "{r:?}"
             );
-            assert_eq!(
-                seen,
-                [SessionState::Disconnected, SessionState::SyncConnected]
+            // The state watcher keeps only the latest state: on a loaded machine the
+            // reconnect can finish before we look, and Disconnected is never seen (CI saw
+            // `[SyncConnected]`). Either way it ends connected, with the same session (below).
+            assert!(
+                seen == [SessionState::Disconnected, SessionState::SyncConnected]
+                    || seen == [SessionState::SyncConnected],
+                "states after a reset blip: {seen:?}"
             );
         }
         assert_eq!(get_with_retry(&client, "/p").await, b"x");
