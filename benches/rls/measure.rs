@@ -41,8 +41,9 @@ pub struct Down {
     pub policy: String,
     /// The first call after the death (it waits for the store timeout).
     pub first: Duration,
-    /// The calls after it.
+    /// The calls after it, and the time they took together.
     pub rest: Samples,
+    pub span: Duration,
 }
 
 /// One library check of a fresh key, which must be admitted.
@@ -129,6 +130,7 @@ pub async fn down(policy: &str, c: &mut Client, n: usize) -> anyhow::Result<Down
         .with_context(|| format!("{policy}: the first answer after the store died"))?;
     let first = t.elapsed();
     let mut rest = Vec::with_capacity(n);
+    let started = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
         server::should_rate_limit(c)
@@ -140,5 +142,6 @@ pub async fn down(policy: &str, c: &mut Client, n: usize) -> anyhow::Result<Down
         policy: policy.to_string(),
         first,
         rest: Samples::new(rest),
+        span: started.elapsed(),
     })
 }

@@ -80,19 +80,21 @@ impl Results {
             "\n### etcd killed (SIGKILL): `ShouldRateLimit` answers while it is down\n\n\
              The first call after the death waits for the store timeout (default 50 ms) and opens \
              the circuit breaker; it is shown apart. While the store stays down, one call per \
-             second asks it again and waits as long: that one is in the figures below.\n\n\
-             | `--rls-store-down` | first answer after the death, ms | the next answers: p50 / p99 ms | max ms | answers |\n\
+             second asks it again and waits as long: the next answers include such a call only \
+             when they span more than a second.\n\n\
+             | `--rls-store-down` | first answer after the death, ms | the next answers: p50 / p99 ms | max ms | answers, over ms |\n\
              |---|---|---|---|---|\n",
         );
         for d in &self.down {
             let _ = writeln!(
                 md,
-                "| `{}` | {} | {} | {} | {} |",
+                "| `{}` | {} | {} | {} | {}, over {} |",
                 d.policy,
                 ms(d.first),
                 p50_p99(&d.rest),
                 ms(d.rest.quantile(1.0)),
-                d.rest.len()
+                d.rest.len(),
+                ms(d.span)
             );
         }
         md
