@@ -1,0 +1,245 @@
+//! The RLS benchmark: `cargo bench --bench rls` (release build, full sizes; writes its section
+//! into BENCHMARKS.md), `-- --quick` (small sizes, prints only). `cargo test --all-targets`
+//! runs the quick mode as a test.
+//!
+//! One process run starts a real 1-node etcd (the test support's child process) and, per store
+//! (memory:// and that etcd), the real `clusterlimit serve --grpc-listen` with a one-rule
+//! config, and measures: the library's own `RateLimit::check_n` and `ShouldRateLimit` through
+//! the sidecar, interleaved in rounds (one caller, then many); then it kills etcd and measures
+//! the sidecar's answers under `--rls-store-down fail_open` and `local:2`. Every call uses a
+//! fresh key under a limit of 1,000,000 per second, so nothing is denied. Real errors (a
+//! server that does not start, an answer other than OK) end the run with a non-zero exit.
+
+#[path = "../tests/binary/mod.rs"]
+mod binary;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "rls/measure.rs"]
+mod measure;
+#[path = "rls/plan.rs"]
+mod plan;
+#[path = "rls/report.rs"]
+mod report;
+#[path = "rls/server.rs"]
+mod server;
+// The limiter bench's percentiles and number formats; it uses parts this bench does not.
+#[allow(dead_code)]
+#[path = "limiter/stats.rs"]
+mod stats;
+
+use anyhow::Context as _;
+use clusterlimit::{Algorithm, Limiter, Quota};
+use plan::{Parsed, Plan};
+use report::{Results, StoreRun};
+use server::Rls;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use support::EtcdCluster;
+
+fn main() -> ExitCode {
+    let plan = match plan::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(plan)) => plan,
+        Ok(Parsed::Exit(message)) => {
+            println!("{message}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&plan) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("benchmark failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(plan: &Plan) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("build the tokio runtime")?;
+    let started = Instant::now();
+    let load_before = load_average();
+    eprintln!("rls bench: starting a 1-node etcd");
+    let mut etcd = EtcdCluster::single();
+    let mut results = runtime.block_on(measure_all(plan, &mut etcd))?;
+    results.about = about(plan, started.elapsed(), &load_before);
+    let md = results.markdown();
+    println!("{md}");
+    if let Some(out) = &plan.out {
+        report::update_file(out, &md)?;
+        eprintln!("rls bench: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+async fn measure_all(plan: &Plan, etcd: &mut EtcdCluster) -> anyhow::Result<Results> {
+    let dir = tempfile::tempdir().context("make a temp dir")?;
+    let config = server::write_config(dir.path())?;
+    let mut r = Results {
+        callers: plan.callers,
+        concurrent_for: plan.concurrent_for,
+        ..Results::default()
+    };
+    let etcd_url = etcd.url("rls-bench");
+    for (label, url) in [
+        ("memory://", "memory://rls-bench".to_string()),
+        ("etcd, 1 node", etcd_url.clone()),
+    ] {
+        step(&format!("{label}: library check_n vs ShouldRateLimit"));
+        r.stores.push(store_run(plan, label, &url, &config).await?);
+    }
+
+    step("etcd killed: fail_open and local:2");
+    // Started and warmed up while etcd is alive; each sidecar has its own circuit breaker.
+    let mut open = Rls::start(&etcd_url, &config, &["--rls-store-down", "fail_open"]).await?;
+    let mut local = Rls::start(&etcd_url, &config, &["--rls-store-down", "local:2"]).await?;
+    for _ in 0..plan.warmup {
+        server::should_rate_limit(&mut open.client).await?;
+        server::should_rate_limit(&mut local.client).await?;
+    }
+    etcd.kill(0);
+    for (policy, rls) in [("fail_open", &mut open), ("local:2", &mut local)] {
+        r.down
+            .push(measure::down(policy, &mut rls.client, plan.down_answers).await?);
+    }
+    Ok(r)
+}
+
+/// Both paths on one store: the sidecar and the library's own RateLimit with the same quota.
+async fn store_run(
+    plan: &Plan,
+    label: &str,
+    url: &str,
+    config: &std::path::Path,
+) -> anyhow::Result<StoreRun> {
+    // A generous store timeout: a loaded machine must not trip the breaker (its answers
+    // would not ask the store at all).
+    let mut rls = Rls::start(url, config, &["--rls-store-timeout", "10s"]).await?;
+    let limiter = Limiter::connect(url)
+        .await
+        .with_context(|| format!("connect the library to {url}"))?;
+    // The RLS's rules are fixed windows unless they say otherwise.
+    let quota = Quota::per_second(u64::from(server::PER_SECOND)).algorithm(Algorithm::FixedWindow);
+    let rl = limiter
+        .rate_limit("bench-library", quota)
+        .await
+        .context("create the library's rate limit")?;
+    let sequential = measure::sequential(plan, &rl, &mut rls.client).await?;
+    let library_concurrent = measure::concurrent(plan.callers, plan.concurrent_for, move || {
+        let rl = rl.clone();
+        async move { measure::check(&rl).await }
+    })
+    .await?;
+    let client = rls.client.clone();
+    let rls_concurrent = measure::concurrent(plan.callers, plan.concurrent_for, move || {
+        let mut c = client.clone();
+        async move { server::should_rate_limit(&mut c).await }
+    })
+    .await?;
+    Ok(StoreRun {
+        label: label.to_string(),
+        sequential,
+        library_concurrent,
+        rls_concurrent,
+    })
+}
+
+fn step(what: &str) {
+    eprintln!("rls bench: {what}");
+}
+
+/// The lines under the section's title: when, where, how.
+fn about(plan: &Plan, took: Duration, load_before: &str) -> String {
+    let mode = if plan.quick { "quick run" } else { "full run" };
+    let profile = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    format!(
+        "Made by `cargo bench --bench rls` ({mode}): one process starts a 1-node etcd and the real \
+         `clusterlimit serve --grpc-listen` per store (`--rls-store-timeout 10s` while the store \
+         is up), calls it with envoy-types' tonic client, and runs the library's `check_n` on the \
+         same store in the same rounds. Every call takes a fresh key of a rule of 1,000,000 per \
+         second (fixed window), so nothing is denied.\n\n\
+         - {date}, commit {commit}, {profile}, {took:.0} s for the whole run\n\
+         - machine: {cpus} × {cpu}, Linux {kernel}, shared with other builds; load average {load_before} before, {load_after} after\n\
+         - etcd {etcd} (`--unsafe-no-fsync`); the sidecar, etcd and this client share the same cores\n\
+         - latencies in ms, p50 / p99 by nearest rank; one caller: {warmup} calls per path unmeasured, then {rounds} interleaved rounds of {batch} per path\n",
+        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit = commit(),
+        took = took.as_secs_f64(),
+        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu = cpu_model(),
+        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
+        load_after = load_average(),
+        etcd = command(&support::etcd_binary().to_string_lossy(), &["--version"])
+            .lines()
+            .next()
+            .unwrap_or("?")
+            .trim_start_matches("etcd Version: "),
+        warmup = plan.warmup,
+        rounds = plan.rounds,
+        batch = plan.batch,
+    )
+}
+
+/// `HEAD`'s short hash, with `+changes` when tracked files other than BENCHMARKS.md differ.
+fn commit() -> String {
+    let hash = command("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = command(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!BENCHMARKS.md",
+        ],
+    );
+    if dirty.is_empty() {
+        hash
+    } else {
+        format!("{hash}+changes")
+    }
+}
+
+fn command(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())
+}
+
+fn cpu_model() -> String {
+    read_trimmed("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// The 1-minute load average (the machine is shared: this says how much).
+fn load_average() -> String {
+    read_trimmed("/proc/loadavg")
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
