@@ -494,6 +494,53 @@ where
     (took[n / 2], took[(n * 99 / 100).min(n - 1)])
 }
 
+/// A descriptor `user` with a `limit` override of `rpu` per hour.
+fn overridden(user: &str, rpu: u32) -> RateLimitDescriptor {
+    let mut d = desc(&[("user", user)]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: rpu,
+        unit: Unit::Hour as i32,
+    });
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_limit_overrides_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-override-cap",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ])
+    .await;
+    let mut c = sc.client().await;
+    // 1024 distinct override rules (the cap) are served.
+    let t = Instant::now();
+    for rpu in 1..=1024 {
+        let r = call(&mut c, req("web", vec![overridden("cap", rpu)], 0)).await;
+        assert_eq!(overall(&r), Code::Ok, "override {rpu}");
+    }
+    println!("1024 distinct overrides in {:?}", t.elapsed());
+    // The next distinct one is refused, naming the cap.
+    let e = c
+        .should_rate_limit(req("web", vec![overridden("cap", 5000)], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(
+        e.message().contains("descriptors[0].limit") && e.message().contains("1024"),
+        "{e}"
+    );
+    // A known override still counts (rpu 2: one hit taken above, this one leaves 0).
+    let r = call(&mut c, req("web", vec![overridden("cap", 2)], 0)).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 0, (2, Unit::Hour, String::new()))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_shadow_mode_counts_but_answers_ok() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,6 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
+/// At most this many distinct `limit` override rules (domain, entry keys, requests_per_unit,
+/// unit) per process: each one is a rate limit kept in memory and in the store, and the
+/// requests choose them, so a misconfigured or hostile client must not grow them forever.
+pub const MAX_OVERRIDE_RULES: usize = 1024;
+
 /// The RLS: rules, the rate limits behind them, and the guards.
 pub struct Rls {
     limiter: Limiter,
@@ -145,8 +150,17 @@ impl Rls {
             unit.name()
         );
         let name = limit_name(&domain.name, &path);
-        if let Some(rule) = lock(&self.overrides).get(&name) {
+        // One lock for the look-up, the cap and the insert: concurrent requests cannot pass it.
+        let mut overrides = lock(&self.overrides);
+        if let Some(rule) = overrides.get(&name) {
             return Ok(rule.clone());
+        }
+        if overrides.len() >= MAX_OVERRIDE_RULES {
+            return Err(Status::resource_exhausted(format!(
+                "descriptors[{index}].limit: this sidecar already holds {MAX_OVERRIDE_RULES} \
+                 distinct limit overrides (domain, entry keys, requests_per_unit, unit), its cap; \
+                 put the limit in the rls_config YAML instead"
+            )));
         }
         let quota = (o.requests_per_unit > 0).then(|| {
             Quota::new(u64::from(o.requests_per_unit), unit.period())
@@ -167,7 +181,7 @@ impl Rls {
             limit_name: name.clone(),
             origin: "request override".to_string(),
         });
-        lock(&self.overrides).insert(name, rule.clone());
+        overrides.insert(name, rule.clone());
         Ok(rule)
     }
 
