@@ -857,6 +857,75 @@ async fn etcd_down_each_policy_answers_fast_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeout() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rls-hung-override");
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a-open.yaml", POLICIES);
+    write(dir.path(), "b-closed.yaml", CLOSED);
+    write(dir.path(), "c-local.yaml", LOCAL);
+    let sc = Rls::start(&[
+        "--store",
+        &url,
+        "--rls-config",
+        dir.path().to_str().unwrap(),
+        "--rls-store-timeout",
+        "300ms",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let with_override = |rpu: u32| {
+        let mut d = desc(&[("k", "hung")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit: Unit::Hour as i32,
+        });
+        d
+    };
+    cluster.pause(0);
+    // Each domain opens a new override rate limit on the hung store: the store timeout (not
+    // the library's 5 s) bounds it, and the domain's policy answers.
+    let mut answers = Vec::new();
+    for (d, rpu) in [("open", 7), ("closed", 8), ("local", 9)] {
+        let t = Instant::now();
+        let r = call(&mut c, req(d, vec![with_override(rpu)], 0)).await;
+        let took = t.elapsed();
+        println!("etcd hung, new override on {d}: answered in {took:?}");
+        assert!(took < Duration::from_secs(3), "{d}: {took:?}");
+        answers.push(r);
+    }
+    cluster.resume(0);
+    assert_eq!(overall(&answers[0]), Code::Ok, "fail_open");
+    assert_no_limit(&answers[0].statuses[0]);
+    assert_eq!(overall(&answers[1]), Code::OverLimit, "fail_closed");
+    assert_eq!(
+        limited(&answers[1].statuses[0]),
+        (Code::OverLimit, 0, (8, Unit::Hour, String::new()))
+    );
+    assert_eq!(overall(&answers[2]), Code::Ok, "local: as fail_open");
+    assert_no_limit(&answers[2].statuses[0]);
+    // Once the store answers, the override opens and counts.
+    let attempt = std::sync::atomic::AtomicU32::new(0);
+    binary::eventually("the override to open", Duration::from_secs(60), || {
+        let mut c = c.clone();
+        let key = format!(
+            "back-{}",
+            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        async move {
+            let mut d = desc(&[("k", &key)]);
+            d.limit = Some(RateLimitOverride {
+                requests_per_unit: 7,
+                unit: Unit::Hour as i32,
+            });
+            let r = call(&mut c, req("open", vec![d], 0)).await;
+            (r.statuses[0].current_limit.is_some()).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_counts_and_each_policy_answers_fast_and_recovers() {
     let mut cluster = ZkCluster::single();
     let url = cluster.url("/rls");

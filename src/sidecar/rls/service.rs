@@ -33,6 +33,8 @@ pub struct Rls {
     overrides: Mutex<HashMap<String, Arc<Rule>>>,
     guards: HashMap<StoreDownPolicy, StoreDownGuard>,
     default_policy: StoreDownPolicy,
+    /// How long opening a new override's rate limit may take before the store counts as down.
+    store_timeout: Duration,
     metrics: Arc<Metrics>,
     shadow: bool,
     headers: HeaderMode,
@@ -52,7 +54,10 @@ enum Plan {
     NoLimit,
     Unlimited,
     /// `requests_per_unit: 0`: over every time, nothing to count.
-    AlwaysOver(Arc<Rule>),
+    AlwaysOver(Arc<Rule>, u64),
+    /// The rule's rate limit could not be opened (a new override while the store is down or
+    /// hung): answered by the domain's store-down policy, `cost` not counted.
+    StoreDown(Arc<Rule>, u64),
     /// Check `cost` on `limit`; `too_big`: the cost is above what the limit ever admits at
     /// once, so the descriptor is over (envoyproxy answers OVER_LIMIT, not an error) and the
     /// check only reads the key (cost 0).
@@ -96,6 +101,7 @@ impl Rls {
             overrides: Mutex::new(HashMap::new()),
             guards,
             default_policy: behaviour.store_down,
+            store_timeout: behaviour.store_timeout,
             metrics,
             shadow: behaviour.shadow,
             headers: behaviour.headers,
@@ -232,6 +238,7 @@ impl Rls {
             .filter_map(|(r, _, _)| r.as_ref())
             .flat_map(|r| r.replaces.iter().cloned())
             .collect();
+        let policy = domain.store_down.unwrap_or(self.default_policy);
         let mut plans = Vec::with_capacity(picked.len());
         for (rule, entries, cost) in &picked {
             let plan = match rule {
@@ -240,9 +247,30 @@ impl Rls {
                 Some(r) if r.unlimited => Plan::Unlimited,
                 Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
                 Some(r) => match r.quota {
-                    None => Plan::AlwaysOver(r.clone()),
+                    None => Plan::AlwaysOver(r.clone(), *cost),
                     Some(quota) => {
-                        let limit = self.open(&r.limit_name, quota).await.map_err(status)?;
+                        // Configured rules are open since the start; a new override opens
+                        // here, within the store timeout like every check.
+                        let opened = tokio::time::timeout(
+                            self.store_timeout,
+                            self.open(&r.limit_name, quota),
+                        )
+                        .await
+                        .unwrap_or(Err(Error::Timeout));
+                        let limit = match opened {
+                            Ok(limit) => limit,
+                            Err(
+                                Error::Store(_)
+                                | Error::SessionLost
+                                | Error::Timeout
+                                | Error::Closed,
+                            ) => {
+                                tracing::warn!(limit = %r.limit_name, %policy, "store down while opening a limit override; answering by the store-down policy");
+                                plans.push(Plan::StoreDown(r.clone(), *cost));
+                                continue;
+                            }
+                            Err(e) => return Err(status(e)),
+                        };
                         let too_big = *cost > quota.max_cost();
                         Plan::Check {
                             rule: r.clone(),
@@ -258,9 +286,9 @@ impl Rls {
         }
         let guard = self
             .guards
-            .get(&domain.store_down.unwrap_or(self.default_policy))
+            .get(&policy)
             .ok_or_else(|| Status::internal("no guard for the domain's store_down policy"))?;
-        let decided = self.check(guard, &plans).await?;
+        let decided = self.check(guard, policy, &plans).await?;
 
         let mut outcomes = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
@@ -268,11 +296,32 @@ impl Rls {
             outcomes.push(match plan {
                 Plan::NoLimit => Outcome::NoLimit,
                 Plan::Unlimited => Outcome::Unlimited,
-                Plan::AlwaysOver(rule) => Outcome::Decided {
+                Plan::AlwaysOver(rule, _) => Outcome::Decided {
                     rule,
                     decision: None,
                     over: true,
                 },
+                // fail_open, and local (this process has no share of a limit it never
+                // opened): OK without a limit; fail_closed: over.
+                Plan::StoreDown(rule, cost) => {
+                    let closed = matches!(policy, StoreDownPolicy::FailClosed);
+                    self.metrics.rate.record_answer(
+                        &domain.name,
+                        &rule.path,
+                        !closed,
+                        true,
+                        *cost,
+                        rule.shadow || self.shadow,
+                    );
+                    match policy {
+                        StoreDownPolicy::FailClosed => Outcome::Decided {
+                            rule,
+                            decision: None,
+                            over: true,
+                        },
+                        _ => Outcome::NoLimit,
+                    }
+                }
                 Plan::Check {
                     rule,
                     limit,
@@ -316,11 +365,15 @@ impl Rls {
     async fn check(
         &self,
         guard: &StoreDownGuard,
+        policy: StoreDownPolicy,
         plans: &[Plan],
     ) -> Result<Vec<Option<(Guarded, bool, Duration)>>, Status> {
         let shadow = |rule: &Rule| rule.shadow || self.shadow;
         let over_anyway = plans.iter().any(|p| match p {
-            Plan::AlwaysOver(rule) => !shadow(rule),
+            Plan::AlwaysOver(rule, _) => !shadow(rule),
+            Plan::StoreDown(rule, _) => {
+                matches!(policy, StoreDownPolicy::FailClosed) && !shadow(rule)
+            }
             Plan::Check { rule, too_big, .. } => *too_big && !shadow(rule),
             _ => false,
         });
