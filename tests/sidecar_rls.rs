@@ -451,9 +451,21 @@ async fn memory_answers_every_feature_field_by_field() {
         r#"clusterlimit_rate_hits_total{domain="web",limit="user"}"#,
         r#"clusterlimit_rate_over_limit_total{domain="web",limit="user"}"#,
         r#"clusterlimit_rate_shadow_mode_total{domain="web",limit="watch"} 1"#,
+        // All or nothing: `a` over once; `b` within its limit in the denied request, so
+        // neither over nor charged there (1 + 0 + 1 hits).
+        r#"clusterlimit_rate_hits_total{domain="web",limit="a"} 2"#,
+        r#"clusterlimit_rate_over_limit_total{domain="web",limit="a"} 1"#,
+        r#"clusterlimit_rate_hits_total{domain="web",limit="b"} 2"#,
+        // requests_per_unit 0 is over every time, and recorded.
+        r#"clusterlimit_rate_hits_total{domain="web",limit="blocked"} 1"#,
+        r#"clusterlimit_rate_over_limit_total{domain="web",limit="blocked"} 1"#,
     ] {
         assert!(text.contains(line), "{line} missing from\n{text}");
     }
+    assert!(
+        !text.contains(r#"clusterlimit_rate_over_limit_total{domain="web",limit="b"}"#),
+        "b was never over:\n{text}"
+    );
 
     // Latency through the sidecar vs the library's own check_n, same machine, same run.
     let through = measure(300, |i| {

@@ -296,11 +296,21 @@ impl Rls {
             outcomes.push(match plan {
                 Plan::NoLimit => Outcome::NoLimit,
                 Plan::Unlimited => Outcome::Unlimited,
-                Plan::AlwaysOver(rule, _) => Outcome::Decided {
-                    rule,
-                    decision: None,
-                    over: true,
-                },
+                Plan::AlwaysOver(rule, cost) => {
+                    self.metrics.rate.record_answer(
+                        &domain.name,
+                        &rule.path,
+                        false,
+                        false,
+                        *cost,
+                        rule.shadow || self.shadow,
+                    );
+                    Outcome::Decided {
+                        rule,
+                        decision: None,
+                        over: true,
+                    }
+                }
                 // fail_open, and local (this process has no share of a limit it never
                 // opened): OK without a limit; fail_closed: over.
                 Plan::StoreDown(rule, cost) => {
@@ -325,12 +335,18 @@ impl Rls {
                 Plan::Check {
                     rule,
                     limit,
-                    cost,
                     too_big,
                     ..
                 } => {
-                    let (g, over, latency) = decided[i]
+                    let c = decided[i]
                         .ok_or_else(|| Status::internal("a checked descriptor got no decision"))?;
+                    let over = c.over || *too_big;
+                    // The metrics say what the answer says: over (with the hits it asked
+                    // for, as envoyproxy's over_limit), or admitted with what was charged (0
+                    // in a request denied as a whole: nothing counted).
+                    let mut g = c.guarded;
+                    g.decision.allowed = !over;
+                    let hits = if over { picked[i].2 } else { c.charged };
                     let label = if rule.detailed_metric {
                         matcher::descriptor_key(entries)
                     } else {
@@ -341,17 +357,17 @@ impl Rls {
                         &domain.name,
                         &label,
                         &g,
-                        *cost,
+                        hits,
                         shadow,
-                        Some(latency),
+                        Some(c.latency),
                     );
                     self.metrics
                         .rate
                         .keys_cached(limit.name(), limit.cached_keys());
                     Outcome::Decided {
                         rule,
-                        decision: Some(g.decision),
-                        over: over || *too_big,
+                        decision: Some(c.guarded.decision),
+                        over,
                     }
                 }
             });
@@ -367,7 +383,7 @@ impl Rls {
         guard: &StoreDownGuard,
         policy: StoreDownPolicy,
         plans: &[Plan],
-    ) -> Result<Vec<Option<(Guarded, bool, Duration)>>, Status> {
+    ) -> Result<Vec<Option<Checked>>, Status> {
         let shadow = |rule: &Rule| rule.shadow || self.shadow;
         let over_anyway = plans.iter().any(|p| match p {
             Plan::AlwaysOver(rule, _) => !shadow(rule),
@@ -425,22 +441,46 @@ impl Rls {
             // take their cost.
             let over = !g.decision.allowed && *cost > 0 && g.decision.remaining < *cost;
             marked |= over;
-            out[*i] = Some((*g, over, latency));
+            out[*i] = Some(Checked {
+                guarded: *g,
+                over,
+                // All or nothing: a denied batch, or one only read, charged nobody.
+                charged: if denied || over_anyway { 0 } else { *cost },
+                latency,
+            });
         }
         if denied && !marked {
             // Denied for a reason no remaining shows (a ban): every charged check is over.
             for (i, cost) in &enforced {
-                if let Some((g, over, _)) = out[*i].as_mut() {
-                    *over = *cost > 0 && !g.decision.allowed;
+                if let Some(c) = out[*i].as_mut() {
+                    c.over = *cost > 0 && !c.guarded.decision.allowed;
                 }
             }
         }
-        for ((i, ..), r) in alone.iter().zip(each) {
+        for ((i, _, _, cost), r) in alone.iter().zip(each) {
             let (g, latency) = r.map_err(status)?;
-            out[*i] = Some((g, !g.decision.allowed, latency));
+            let allowed = g.decision.allowed;
+            out[*i] = Some(Checked {
+                guarded: g,
+                over: !allowed,
+                charged: if allowed { *cost } else { 0 },
+                latency,
+            });
         }
         Ok(out)
     }
+}
+
+/// How one checked descriptor came out.
+#[derive(Clone, Copy)]
+struct Checked {
+    guarded: Guarded,
+    /// This descriptor is over its limit.
+    over: bool,
+    /// The hits actually counted for it.
+    charged: u64,
+    /// How long the store (or the guard) took.
+    latency: Duration,
 }
 
 /// A library error as a gRPC status: bad input is INVALID_ARGUMENT; a store the guard could
