@@ -554,6 +554,45 @@ async fn distinct_limit_overrides_are_capped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detailed_metric_labels_each_value_up_to_a_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "det.yaml",
+        "domain: det\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    );
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-detailed",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ])
+    .await;
+    let mut c = sc.client().await;
+    // 1000 values get a label each (u0 twice); the next ones fall back to the rule's path.
+    one(&mut c, "det", &[("user", "u0")]).await;
+    for i in 0..1002 {
+        let r = one(&mut c, "det", &[("user", &format!("u{i}"))]).await;
+        assert_eq!(overall(&r), Code::Ok);
+    }
+    let text = reqwest::get(format!("{}/metrics", sc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u0"} 2"#,
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u999"} 1"#,
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user"} 2"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert!(!text.contains(r#"limit="user_u1000""#), "past the cap");
+    assert!(!text.contains(r#"limit="user_u1001""#), "past the cap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_shadow_mode_counts_but_answers_ok() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "web.yaml", WEB);

@@ -23,6 +23,11 @@ use tonic::{Request, Response, Status};
 /// requests choose them, so a misconfigured or hostile client must not grow them forever.
 pub const MAX_OVERRIDE_RULES: usize = 1024;
 
+/// At most this many distinct metric labels per `detailed_metric` rule (one per descriptor
+/// value, chosen by the requests); past it the rule's path labels the rest, so a rule on
+/// `key: user` cannot grow the metrics forever.
+pub const MAX_DETAILED_LABELS: usize = 1000;
+
 /// The RLS: rules, the rate limits behind them, and the guards.
 pub struct Rls {
     limiter: Limiter,
@@ -31,6 +36,8 @@ pub struct Rls {
     limits: Mutex<HashMap<String, RateLimit>>,
     /// Rules made from requests' `limit` overrides, by limit name.
     overrides: Mutex<HashMap<String, Arc<Rule>>>,
+    /// The detailed metric labels given so far, by rule limit name.
+    detailed: Mutex<HashMap<String, HashSet<String>>>,
     guards: HashMap<StoreDownPolicy, StoreDownGuard>,
     default_policy: StoreDownPolicy,
     /// How long opening a new override's rate limit may take before the store counts as down.
@@ -99,6 +106,7 @@ impl Rls {
             rules,
             limits: Mutex::new(HashMap::new()),
             overrides: Mutex::new(HashMap::new()),
+            detailed: Mutex::new(HashMap::new()),
             guards,
             default_policy: behaviour.store_down,
             store_timeout: behaviour.store_timeout,
@@ -189,6 +197,25 @@ impl Rls {
         });
         overrides.insert(name, rule.clone());
         Ok(rule)
+    }
+
+    /// The metrics label of a descriptor on `rule`: its own key for a `detailed_metric` rule
+    /// while the rule has fewer than [`MAX_DETAILED_LABELS`], else the rule's path.
+    fn metric_label(&self, rule: &Rule, entries: &[Entry<'_>]) -> String {
+        if !rule.detailed_metric {
+            return rule.path.clone();
+        }
+        let key = matcher::descriptor_key(entries);
+        let mut detailed = lock(&self.detailed);
+        let seen = detailed.entry(rule.limit_name.clone()).or_default();
+        if seen.contains(&key) {
+            return key;
+        }
+        if seen.len() >= MAX_DETAILED_LABELS {
+            return rule.path.clone();
+        }
+        seen.insert(key.clone());
+        key
     }
 
     /// The answer to one request.
@@ -347,11 +374,7 @@ impl Rls {
                     let mut g = c.guarded;
                     g.decision.allowed = !over;
                     let hits = if over { picked[i].2 } else { c.charged };
-                    let label = if rule.detailed_metric {
-                        matcher::descriptor_key(entries)
-                    } else {
-                        rule.path.clone()
-                    };
+                    let label = self.metric_label(rule, entries);
                     let shadow = rule.shadow || self.shadow;
                     self.metrics.rate.record(
                         &domain.name,
