@@ -881,11 +881,17 @@ async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restar
     );
 
     restart();
-    // Recovery: the fail_closed domain admits again once the store decides.
+    // Recovery: the fail_closed domain admits again once the store decides. A fresh key per
+    // attempt: one that timed out may still have committed its hit.
+    let attempt = std::sync::atomic::AtomicU32::new(0);
     let back = binary::eventually("the store to answer again", Duration::from_secs(60), || {
         let mut c = c.clone();
+        let key = format!(
+            "after-{}",
+            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         async move {
-            let r = one(&mut c, "closed", &[("k", "after")]).await;
+            let r = one(&mut c, "closed", &[("k", &key)]).await;
             (overall(&r) == Code::Ok).then_some(r)
         }
     })
