@@ -8,7 +8,7 @@ use crate::frontend::lock;
 use crate::sidecar::auth::Token;
 use crate::sidecar::metrics::Metrics;
 use clusterlimit::{
-    Check, Error, Guarded, Limiter, Quota, RateLimit, StoreDownGuard, StoreDownPolicy,
+    Check, Error, Guarded, Limiter, Quota, RateLimit, Source, StoreDownGuard, StoreDownPolicy,
 };
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
@@ -336,6 +336,7 @@ impl Rls {
                         rule,
                         decision: None,
                         over: true,
+                        store: true,
                     }
                 }
                 // fail_open, and local (this process has no share of a limit it never
@@ -355,6 +356,7 @@ impl Rls {
                             rule,
                             decision: None,
                             over: true,
+                            store: false,
                         },
                         _ => Outcome::NoLimit,
                     }
@@ -391,6 +393,7 @@ impl Rls {
                         rule,
                         decision: Some(c.guarded.decision),
                         over,
+                        store: c.guarded.source == Source::Store,
                     }
                 }
             });
