@@ -56,12 +56,7 @@ pub fn counter_key(entries: &[Entry<'_>]) -> String {
     if key.len() <= max {
         return key;
     }
-    let hash = super::config::fnv1a(key.as_bytes());
-    let mut cut = max - 17;
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}#{hash:016x}", &key[..cut])
+    super::config::prefix_and_hash(&key, &key, max, '#')
 }
 
 /// envoyproxy's descriptor key (`key_value.key2`, no `_` for empty values), for the metrics
