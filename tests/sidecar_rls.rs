@@ -426,6 +426,36 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     assert!(e.message().contains("descriptors[0].limit.unit"), "{e}");
 
+    // An override of requests_per_unit 0: over every time, nothing counted.
+    let r = call(&mut c, req("web", vec![overridden("o0", 0)], 0)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 0, (0, Unit::Hour, String::new()))
+    );
+    // Negative hits (a refund) are not supported: INVALID_ARGUMENT naming the field.
+    let mut neg = desc(&[("user", "neg")]);
+    neg.is_negative_hits = true;
+    let e = c
+        .should_rate_limit(req("web", vec![neg], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("descriptors[0].is_negative_hits"),
+        "{e}"
+    );
+    // More descriptors than one store transaction takes: INVALID_ARGUMENT naming the cap.
+    let many = (0..65)
+        .map(|i| desc(&[("user", &format!("m{i}"))]))
+        .collect();
+    let e = c.should_rate_limit(req("web", many, 0)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("at most 64") && e.message().contains("65"),
+        "{e}"
+    );
+
     // Empty domain, no descriptors: INVALID_ARGUMENT, as envoyproxy.
     let e = c
         .should_rate_limit(req("", vec![desc(&[("user", "u")])], 0))
@@ -980,6 +1010,75 @@ async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeou
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_most_descriptors_on_the_most_limits_fit_one_etcd_transaction() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("rls-many");
+    let dir = tempfile::tempdir().unwrap();
+    // 64 rules: 64 descriptors on 64 limits, the worst case for etcd's 128-op transaction.
+    let mut yaml = String::from("domain: many\ndescriptors:\n");
+    for i in 0..64 {
+        yaml.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: day, requests_per_unit: 1}}\n"
+        ));
+    }
+    let cfg = write(dir.path(), "many.yaml", &yaml);
+    let sc = Rls::start(&[
+        "--store",
+        &url,
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        "--rls-store-timeout",
+        "10s",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let all = || {
+        (0..64)
+            .map(|i| desc(&[(&format!("k{i}"), "v")]))
+            .collect::<Vec<_>>()
+    };
+    let r = call(&mut c, req("many", all(), 0)).await;
+    assert_eq!(overall(&r), Code::Ok, "{r:?}");
+    assert!(r.statuses.iter().all(|s| limited(s).1 == 0), "{r:?}");
+    let r = call(&mut c, req("many", all(), 0)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    let mut more = all();
+    more.push(desc(&[("k0", "w")]));
+    let e = c.should_rate_limit(req("many", more, 0)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_address_in_use_exits_69_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let out = output(
+        cmd(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "memory://rls-in-use",
+            "--grpc-listen",
+            &addr,
+            "--rls-config",
+            cfg.to_str().unwrap(),
+        ]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("cannot listen on grpc://{addr}")),
+        "{}",
+        out.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

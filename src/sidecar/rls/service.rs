@@ -23,6 +23,12 @@ use tonic::{Request, Response, Status};
 /// requests choose them, so a misconfigured or hostile client must not grow them forever.
 pub const MAX_OVERRIDE_RULES: usize = 1024;
 
+/// At most this many descriptors per request: a request is counted in one store transaction,
+/// and etcd's (`--max-txn-ops`, 128 by default) takes a write and a quota check per
+/// descriptor. envoyproxy has no such limit; Envoy sends one descriptor per `rate_limits`
+/// action list that applies, a handful in practice.
+pub const MAX_DESCRIPTORS: usize = 64;
+
 /// At most this many distinct metric labels per `detailed_metric` rule (one per descriptor
 /// value, chosen by the requests); past it the rule's path labels the rest, so a rule on
 /// `key: user` cannot grow the metrics forever.
@@ -229,6 +235,13 @@ impl Rls {
             return Err(Status::invalid_argument(
                 "rate limit descriptor list must not be empty",
             ));
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(Status::invalid_argument(format!(
+                "descriptors: at most {MAX_DESCRIPTORS} per request (counted in one store \
+                 transaction), got {}",
+                req.descriptors.len()
+            )));
         }
         let Some(domain) = self.rules.domains.get(&req.domain) else {
             let none = vec![Outcome::NoLimit; req.descriptors.len()];
