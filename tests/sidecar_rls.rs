@@ -1200,12 +1200,31 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         out.stderr
     );
 
+    // A directory with no *.yaml / *.yml file: an error naming it.
+    let empty = tempfile::tempdir().unwrap();
+    write(empty.path(), "notes.txt", "not yaml");
+    let out = run(vec![
+        s("--grpc-listen"),
+        s("127.0.0.1:0"),
+        s("--rls-config"),
+        empty.path().to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    let want = format!(
+        "rls_config {}: the directory has no *.yaml or *.yml file",
+        empty.path().display()
+    );
+    assert!(out.stderr.contains(&want), "{want} not in {}", out.stderr);
+
     for (text, at) in [
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", ":4: invalid rate limit unit"),
         ("domain: x\ndescriptors:\n  - key: k\n  - key: k\n", ":4: duplicate descriptor"),
         ("domain: x\nbogus: 1\n", ":2: unknown key \"bogus\""),
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: day\n", ":6: unlimited: true takes no unit"),
         ("domain: [\n", ":2: bad YAML"),
+        ("domain: x\ndescriptors:\n  - key: k\n    shadow_mode: yes\n", ":4: shadow_mode must be true or false"),
+        ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n", ":5: rate_limit must be a mapping, got nothing"),
     ] {
         let bad = write(dir.path(), "bad.yaml", text);
         let out = run(vec![s("--grpc-listen"), s("127.0.0.1:0"), s("--rls-config"), bad.to_str().unwrap().into()]).await;

@@ -225,6 +225,13 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, String> {
             files.push(p);
         }
     }
+    if files.is_empty() {
+        // Most likely a wrong directory: serving no rules would admit everything silently.
+        return Err(format!(
+            "rls_config {}: the directory has no *.yaml or *.yml file",
+            path.display()
+        ));
+    }
     files.sort();
     Ok(files)
 }
