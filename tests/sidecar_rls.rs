@@ -426,6 +426,36 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     assert!(e.message().contains("descriptors[0].limit.unit"), "{e}");
 
+    // An override of requests_per_unit 0: over every time, nothing counted.
+    let r = call(&mut c, req("web", vec![overridden("o0", 0)], 0)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 0, (0, Unit::Hour, String::new()))
+    );
+    // Negative hits (a refund) are not supported: INVALID_ARGUMENT naming the field.
+    let mut neg = desc(&[("user", "neg")]);
+    neg.is_negative_hits = true;
+    let e = c
+        .should_rate_limit(req("web", vec![neg], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("descriptors[0].is_negative_hits"),
+        "{e}"
+    );
+    // More descriptors than one store transaction takes: INVALID_ARGUMENT naming the cap.
+    let many = (0..65)
+        .map(|i| desc(&[("user", &format!("m{i}"))]))
+        .collect();
+    let e = c.should_rate_limit(req("web", many, 0)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("at most 64") && e.message().contains("65"),
+        "{e}"
+    );
+
     // Empty domain, no descriptors: INVALID_ARGUMENT, as envoyproxy.
     let e = c
         .should_rate_limit(req("", vec![desc(&[("user", "u")])], 0))
@@ -451,9 +481,21 @@ async fn memory_answers_every_feature_field_by_field() {
         r#"clusterlimit_rate_hits_total{domain="web",limit="user"}"#,
         r#"clusterlimit_rate_over_limit_total{domain="web",limit="user"}"#,
         r#"clusterlimit_rate_shadow_mode_total{domain="web",limit="watch"} 1"#,
+        // All or nothing: `a` over once; `b` within its limit in the denied request, so
+        // neither over nor charged there (1 + 0 + 1 hits).
+        r#"clusterlimit_rate_hits_total{domain="web",limit="a"} 2"#,
+        r#"clusterlimit_rate_over_limit_total{domain="web",limit="a"} 1"#,
+        r#"clusterlimit_rate_hits_total{domain="web",limit="b"} 2"#,
+        // requests_per_unit 0 is over every time, and recorded.
+        r#"clusterlimit_rate_hits_total{domain="web",limit="blocked"} 1"#,
+        r#"clusterlimit_rate_over_limit_total{domain="web",limit="blocked"} 1"#,
     ] {
         assert!(text.contains(line), "{line} missing from\n{text}");
     }
+    assert!(
+        !text.contains(r#"clusterlimit_rate_over_limit_total{domain="web",limit="b"}"#),
+        "b was never over:\n{text}"
+    );
 
     // Latency through the sidecar vs the library's own check_n, same machine, same run.
     let through = measure(300, |i| {
@@ -492,6 +534,92 @@ where
     }
     took.sort();
     (took[n / 2], took[(n * 99 / 100).min(n - 1)])
+}
+
+/// A descriptor `user` with a `limit` override of `rpu` per hour.
+fn overridden(user: &str, rpu: u32) -> RateLimitDescriptor {
+    let mut d = desc(&[("user", user)]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: rpu,
+        unit: Unit::Hour as i32,
+    });
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_limit_overrides_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-override-cap",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ])
+    .await;
+    let mut c = sc.client().await;
+    // 1024 distinct override rules (the cap) are served.
+    let t = Instant::now();
+    for rpu in 1..=1024 {
+        let r = call(&mut c, req("web", vec![overridden("cap", rpu)], 0)).await;
+        assert_eq!(overall(&r), Code::Ok, "override {rpu}");
+    }
+    println!("1024 distinct overrides in {:?}", t.elapsed());
+    // The next distinct one is refused, naming the cap.
+    let e = c
+        .should_rate_limit(req("web", vec![overridden("cap", 5000)], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(
+        e.message().contains("descriptors[0].limit") && e.message().contains("1024"),
+        "{e}"
+    );
+    // A known override still counts (rpu 2: one hit taken above, this one leaves 0).
+    let r = call(&mut c, req("web", vec![overridden("cap", 2)], 0)).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::Ok, 0, (2, Unit::Hour, String::new()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detailed_metric_labels_each_value_up_to_a_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "det.yaml",
+        "domain: det\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    );
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-detailed",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ])
+    .await;
+    let mut c = sc.client().await;
+    // 1000 values get a label each (u0 twice); the next ones fall back to the rule's path.
+    one(&mut c, "det", &[("user", "u0")]).await;
+    for i in 0..1002 {
+        let r = one(&mut c, "det", &[("user", &format!("u{i}"))]).await;
+        assert_eq!(overall(&r), Code::Ok);
+    }
+    let text = reqwest::get(format!("{}/metrics", sc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u0"} 2"#,
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u999"} 1"#,
+        r#"clusterlimit_rate_hits_total{domain="det",limit="user"} 2"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert!(!text.contains(r#"limit="user_u1000""#), "past the cap");
+    assert!(!text.contains(r#"limit="user_u1001""#), "past the cap");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -783,11 +911,17 @@ async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restar
     );
 
     restart();
-    // Recovery: the fail_closed domain admits again once the store decides.
+    // Recovery: the fail_closed domain admits again once the store decides. A fresh key per
+    // attempt: one that timed out may still have committed its hit.
+    let attempt = std::sync::atomic::AtomicU32::new(0);
     let back = binary::eventually("the store to answer again", Duration::from_secs(60), || {
         let mut c = c.clone();
+        let key = format!(
+            "after-{}",
+            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         async move {
-            let r = one(&mut c, "closed", &[("k", "after")]).await;
+            let r = one(&mut c, "closed", &[("k", &key)]).await;
             (overall(&r) == Code::Ok).then_some(r)
         }
     })
@@ -807,6 +941,144 @@ async fn etcd_down_each_policy_answers_fast_and_recovers() {
         || cell.lock().unwrap().restart(0),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeout() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rls-hung-override");
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a-open.yaml", POLICIES);
+    write(dir.path(), "b-closed.yaml", CLOSED);
+    write(dir.path(), "c-local.yaml", LOCAL);
+    let sc = Rls::start(&[
+        "--store",
+        &url,
+        "--rls-config",
+        dir.path().to_str().unwrap(),
+        "--rls-store-timeout",
+        "300ms",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let with_override = |rpu: u32| {
+        let mut d = desc(&[("k", "hung")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit: Unit::Hour as i32,
+        });
+        d
+    };
+    cluster.pause(0);
+    // Each domain opens a new override rate limit on the hung store: the store timeout (not
+    // the library's 5 s) bounds it, and the domain's policy answers.
+    let mut answers = Vec::new();
+    for (d, rpu) in [("open", 7), ("closed", 8), ("local", 9)] {
+        let t = Instant::now();
+        let r = call(&mut c, req(d, vec![with_override(rpu)], 0)).await;
+        let took = t.elapsed();
+        println!("etcd hung, new override on {d}: answered in {took:?}");
+        assert!(took < Duration::from_secs(3), "{d}: {took:?}");
+        answers.push(r);
+    }
+    cluster.resume(0);
+    assert_eq!(overall(&answers[0]), Code::Ok, "fail_open");
+    assert_no_limit(&answers[0].statuses[0]);
+    assert_eq!(overall(&answers[1]), Code::OverLimit, "fail_closed");
+    assert_eq!(
+        limited(&answers[1].statuses[0]),
+        (Code::OverLimit, 0, (8, Unit::Hour, String::new()))
+    );
+    assert_eq!(overall(&answers[2]), Code::Ok, "local: as fail_open");
+    assert_no_limit(&answers[2].statuses[0]);
+    // Once the store answers, the override opens and counts.
+    let attempt = std::sync::atomic::AtomicU32::new(0);
+    binary::eventually("the override to open", Duration::from_secs(60), || {
+        let mut c = c.clone();
+        let key = format!(
+            "back-{}",
+            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        async move {
+            let mut d = desc(&[("k", &key)]);
+            d.limit = Some(RateLimitOverride {
+                requests_per_unit: 7,
+                unit: Unit::Hour as i32,
+            });
+            let r = call(&mut c, req("open", vec![d], 0)).await;
+            (r.statuses[0].current_limit.is_some()).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_most_descriptors_on_the_most_limits_fit_one_etcd_transaction() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("rls-many");
+    let dir = tempfile::tempdir().unwrap();
+    // 64 rules: 64 descriptors on 64 limits, the worst case for etcd's 128-op transaction.
+    let mut yaml = String::from("domain: many\ndescriptors:\n");
+    for i in 0..64 {
+        yaml.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: day, requests_per_unit: 1}}\n"
+        ));
+    }
+    let cfg = write(dir.path(), "many.yaml", &yaml);
+    let sc = Rls::start(&[
+        "--store",
+        &url,
+        "--rls-config",
+        cfg.to_str().unwrap(),
+        "--rls-store-timeout",
+        "10s",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let all = || {
+        (0..64)
+            .map(|i| desc(&[(&format!("k{i}"), "v")]))
+            .collect::<Vec<_>>()
+    };
+    let r = call(&mut c, req("many", all(), 0)).await;
+    assert_eq!(overall(&r), Code::Ok, "{r:?}");
+    assert!(r.statuses.iter().all(|s| limited(s).1 == 0), "{r:?}");
+    let r = call(&mut c, req("many", all(), 0)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    let mut more = all();
+    more.push(desc(&[("k0", "w")]));
+    let e = c.should_rate_limit(req("many", more, 0)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_address_in_use_exits_69_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", WEB);
+    let out = output(
+        cmd(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "memory://rls-in-use",
+            "--grpc-listen",
+            &addr,
+            "--rls-config",
+            cfg.to_str().unwrap(),
+        ]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("cannot listen on grpc://{addr}")),
+        "{}",
+        out.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -928,12 +1200,31 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         out.stderr
     );
 
+    // A directory with no *.yaml / *.yml file: an error naming it.
+    let empty = tempfile::tempdir().unwrap();
+    write(empty.path(), "notes.txt", "not yaml");
+    let out = run(vec![
+        s("--grpc-listen"),
+        s("127.0.0.1:0"),
+        s("--rls-config"),
+        empty.path().to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    let want = format!(
+        "rls_config {}: the directory has no *.yaml or *.yml file",
+        empty.path().display()
+    );
+    assert!(out.stderr.contains(&want), "{want} not in {}", out.stderr);
+
     for (text, at) in [
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", ":4: invalid rate limit unit"),
         ("domain: x\ndescriptors:\n  - key: k\n  - key: k\n", ":4: duplicate descriptor"),
         ("domain: x\nbogus: 1\n", ":2: unknown key \"bogus\""),
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: day\n", ":6: unlimited: true takes no unit"),
         ("domain: [\n", ":2: bad YAML"),
+        ("domain: x\ndescriptors:\n  - key: k\n    shadow_mode: yes\n", ":4: shadow_mode must be true or false"),
+        ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n", ":5: rate_limit must be a mapping, got nothing"),
     ] {
         let bad = write(dir.path(), "bad.yaml", text);
         let out = run(vec![s("--grpc-listen"), s("127.0.0.1:0"), s("--rls-config"), bad.to_str().unwrap().into()]).await;

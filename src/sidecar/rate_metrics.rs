@@ -127,30 +127,19 @@ impl RateMetrics {
         shadow: bool,
         store_latency: Option<Duration>,
     ) {
-        let label = RateLabel {
-            domain: domain.to_string(),
-            limit: limit.to_string(),
-        };
-        self.hits.get_or_create(&label).inc_by(cost);
         let d = &g.decision;
         let from_store = g.source == Source::Store;
-        if !from_store {
-            if d.allowed {
-                self.failure_mode_allowed.get_or_create(&label).inc_by(cost);
-            } else {
-                self.store_down_denied.get_or_create(&label).inc_by(cost);
-            }
-        }
-        if !d.allowed {
-            self.over_limit.get_or_create(&label).inc_by(cost);
-            if shadow {
-                self.shadow_mode.get_or_create(&label).inc_by(cost);
-            }
-        } else {
+        self.record_answer(domain, limit, d.allowed, !from_store, cost, shadow);
+        if d.allowed {
             let used = d.limit.saturating_sub(d.remaining);
             let (num, den) = NEAR_LIMIT_RATIO;
             if d.limit > 0 && used.saturating_mul(den) >= d.limit.saturating_mul(num) {
-                self.near_limit.get_or_create(&label).inc_by(cost);
+                self.near_limit
+                    .get_or_create(&RateLabel {
+                        domain: domain.to_string(),
+                        limit: limit.to_string(),
+                    })
+                    .inc_by(cost);
             }
         }
         if let (true, Some(t)) = (from_store, store_latency) {
@@ -159,6 +148,38 @@ impl RateMetrics {
                     domain: domain.to_string(),
                 })
                 .observe(t.as_secs_f64());
+        }
+    }
+
+    /// One answer of `cost` hits on `limit` of `domain` with no decision to show (a limit that
+    /// is over by its config, or one the store could not open): `allowed` or over the limit;
+    /// `store_down`: a store-down policy gave the answer.
+    pub fn record_answer(
+        &self,
+        domain: &str,
+        limit: &str,
+        allowed: bool,
+        store_down: bool,
+        cost: u64,
+        shadow: bool,
+    ) {
+        let label = RateLabel {
+            domain: domain.to_string(),
+            limit: limit.to_string(),
+        };
+        self.hits.get_or_create(&label).inc_by(cost);
+        if store_down {
+            if allowed {
+                self.failure_mode_allowed.get_or_create(&label).inc_by(cost);
+            } else {
+                self.store_down_denied.get_or_create(&label).inc_by(cost);
+            }
+        }
+        if !allowed {
+            self.over_limit.get_or_create(&label).inc_by(cost);
+            if shadow {
+                self.shadow_mode.get_or_create(&label).inc_by(cost);
+            }
         }
     }
 

@@ -53,11 +53,13 @@ pub enum Outcome<'r> {
     /// An `unlimited` rule: OK, remaining u32::MAX (as envoyproxy).
     Unlimited,
     /// A decision on `rule` (`over`: this descriptor is over its limit; no decision when the
-    /// rule counts nothing: `requests_per_unit: 0`).
+    /// rule counts nothing: `requests_per_unit: 0`). `store`: the store made the decision; a
+    /// store-down policy's is made up, so it gives no RateLimit header fields.
     Decided {
         rule: &'r Rule,
         decision: Option<Decision>,
         over: bool,
+        store: bool,
     },
 }
 
@@ -77,6 +79,7 @@ pub fn status(outcome: &Outcome<'_>) -> DescriptorStatus {
             rule,
             decision,
             over,
+            ..
         } => {
             // A shadow rule answers OK, with what it would have said otherwise.
             let code = if *over && !rule.shadow {
@@ -214,6 +217,7 @@ fn header_fields(
             Outcome::Decided {
                 rule,
                 decision: Some(d),
+                store: true,
                 ..
             } => rule.quota.map(|q| {
                 (
@@ -288,11 +292,13 @@ mod tests {
                 rule: &plain,
                 decision: Some(first),
                 over: false,
+                store: true,
             },
             Outcome::Decided {
                 rule: &shadow,
                 decision: Some(denied),
                 over: true,
+                store: true,
             },
         ];
         let r = response(&outcomes, false, HeaderMode::Legacy);
@@ -332,6 +338,7 @@ mod tests {
             rule: &plain,
             decision: Some(denied),
             over: true,
+            store: true,
         }];
         let r = response(&over, false, HeaderMode::Off);
         assert_eq!(r.overall_code, Code::OverLimit as i32);
@@ -345,11 +352,23 @@ mod tests {
             rule: &plain,
             decision: None,
             over: true,
+            store: true,
         }];
         let r = response(&never, false, HeaderMode::Ietf);
         assert_eq!(r.overall_code, Code::OverLimit as i32);
         assert!(r.statuses[0].duration_until_reset.is_some());
         assert!(r.response_headers_to_add.is_empty());
+        // A store-down policy's decision (fail_open, fail_closed, local): made up, so no
+        // header fields claim what remains.
+        let fallback = [Outcome::Decided {
+            rule: &plain,
+            decision: Some(first),
+            over: false,
+            store: false,
+        }];
+        let r = response(&fallback, false, HeaderMode::Ietf);
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert!(r.response_headers_to_add.is_empty(), "{r:?}");
     }
 
     #[test]

@@ -225,6 +225,13 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, String> {
             files.push(p);
         }
     }
+    if files.is_empty() {
+        // Most likely a wrong directory: serving no rules would admit everything silently.
+        return Err(format!(
+            "rls_config {}: the directory has no *.yaml or *.yml file",
+            path.display()
+        ));
+    }
     files.sort();
     Ok(files)
 }
@@ -693,9 +700,18 @@ pub fn limit_name(domain: &str, path: &str) -> String {
                 '_'
             }
         })
-        .take(MAX_NAME_LEN - 17)
         .collect();
-    format!("{cleaned}-{:016x}", fnv1a(raw.as_bytes()))
+    prefix_and_hash(&cleaned, &raw, MAX_NAME_LEN, '-')
+}
+
+/// At most `max` bytes: the longest prefix of `kept` that leaves room, `sep`, and the
+/// 16-hex-digit hash of `whole` (so two long values that share the prefix stay apart).
+pub fn prefix_and_hash(kept: &str, whole: &str, max: usize, sep: char) -> String {
+    let mut cut = max.saturating_sub(17).min(kept.len());
+    while !kept.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{sep}{:016x}", &kept[..cut], fnv1a(whole.as_bytes()))
 }
 
 /// FNV-1a, 64 bits: a stable hash (std's `DefaultHasher` may change between releases).

@@ -41,27 +41,34 @@ pub fn find<'d>(domain: &'d Domain, entries: &[Entry<'_>]) -> Option<&'d Arc<Rul
 
 /// The counter key of a descriptor on its rule: its entries as envoyproxy's cache key has
 /// them (`key_value.key2_value2`), so a rule on `key: user` with no value counts each user
-/// apart. Keys longer than the store allows keep a prefix and a hash of the whole.
+/// apart. Unlike envoyproxy, `\`, `.` and `_` inside keys and values are escaped with `\`,
+/// so two different descriptors never share a counter (`a.op_b`+`c` vs `a`+`b.op_c`). Keys
+/// longer than the store allows keep a prefix and a hash of the whole.
 pub fn counter_key(entries: &[Entry<'_>]) -> String {
     let mut key = String::new();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
             key.push('.');
         }
-        key.push_str(k);
+        escape_into(&mut key, k);
         key.push('_');
-        key.push_str(v);
+        escape_into(&mut key, v);
     }
     let max = clusterlimit::MAX_KEY_LEN;
     if key.len() <= max {
         return key;
     }
-    let hash = super::config::fnv1a(key.as_bytes());
-    let mut cut = max - 17;
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
+    super::config::prefix_and_hash(&key, &key, max, '#')
+}
+
+/// Appends `s` with a `\` before each `\`, `.` and `_`: the separators stay unambiguous.
+fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if matches!(c, '\\' | '.' | '_') {
+            out.push('\\');
+        }
+        out.push(c);
     }
-    format!("{}#{hash:016x}", &key[..cut])
 }
 
 /// envoyproxy's descriptor key (`key_value.key2`, no `_` for empty values), for the metrics
@@ -156,6 +163,19 @@ mod tests {
     #[test]
     fn keys() {
         assert_eq!(counter_key(&[("a", "x"), ("b", "")]), "a_x.b_");
+        // Separators inside values are escaped: these two descriptors count apart.
+        assert_eq!(
+            counter_key(&[("tenant", "a.op_b"), ("op", "c")]),
+            r"tenant_a\.op\_b.op_c"
+        );
+        assert_ne!(
+            counter_key(&[("tenant", "a.op_b"), ("op", "c")]),
+            counter_key(&[("tenant", "a"), ("op", "b.op_c")])
+        );
+        assert_ne!(
+            counter_key(&[("a", "x\\")]),
+            counter_key(&[("a", "x"), ("", "")])
+        );
         assert_eq!(descriptor_key(&[("a", "x"), ("b", "")]), "a_x.b");
         let long = "é".repeat(400);
         let k = counter_key(&[("a", &long)]);

@@ -8,7 +8,7 @@ use crate::frontend::lock;
 use crate::sidecar::auth::Token;
 use crate::sidecar::metrics::Metrics;
 use clusterlimit::{
-    Check, Error, Guarded, Limiter, Quota, RateLimit, StoreDownGuard, StoreDownPolicy,
+    Check, Error, Guarded, Limiter, Quota, RateLimit, Source, StoreDownGuard, StoreDownPolicy,
 };
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
@@ -18,6 +18,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
+/// At most this many distinct `limit` override rules (domain, entry keys, requests_per_unit,
+/// unit) per process: each one is a rate limit kept in memory and in the store, and the
+/// requests choose them, so a misconfigured or hostile client must not grow them forever.
+pub const MAX_OVERRIDE_RULES: usize = 1024;
+
+/// At most this many descriptors per request: a request is counted in one store transaction,
+/// and etcd's (`--max-txn-ops`, 128 by default) takes a write and a quota check per
+/// descriptor. envoyproxy has no such limit; Envoy sends one descriptor per `rate_limits`
+/// action list that applies, a handful in practice.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// At most this many distinct metric labels per `detailed_metric` rule (one per descriptor
+/// value, chosen by the requests); past it the rule's path labels the rest, so a rule on
+/// `key: user` cannot grow the metrics forever.
+pub const MAX_DETAILED_LABELS: usize = 1000;
+
 /// The RLS: rules, the rate limits behind them, and the guards.
 pub struct Rls {
     limiter: Limiter,
@@ -26,8 +42,12 @@ pub struct Rls {
     limits: Mutex<HashMap<String, RateLimit>>,
     /// Rules made from requests' `limit` overrides, by limit name.
     overrides: Mutex<HashMap<String, Arc<Rule>>>,
+    /// The detailed metric labels given so far, by rule limit name.
+    detailed: Mutex<HashMap<String, HashSet<String>>>,
     guards: HashMap<StoreDownPolicy, StoreDownGuard>,
     default_policy: StoreDownPolicy,
+    /// How long opening a new override's rate limit may take before the store counts as down.
+    store_timeout: Duration,
     metrics: Arc<Metrics>,
     shadow: bool,
     headers: HeaderMode,
@@ -47,7 +67,10 @@ enum Plan {
     NoLimit,
     Unlimited,
     /// `requests_per_unit: 0`: over every time, nothing to count.
-    AlwaysOver(Arc<Rule>),
+    AlwaysOver(Arc<Rule>, u64),
+    /// The rule's rate limit could not be opened (a new override while the store is down or
+    /// hung): answered by the domain's store-down policy, `cost` not counted.
+    StoreDown(Arc<Rule>, u64),
     /// Check `cost` on `limit`; `too_big`: the cost is above what the limit ever admits at
     /// once, so the descriptor is over (envoyproxy answers OVER_LIMIT, not an error) and the
     /// check only reads the key (cost 0).
@@ -89,8 +112,10 @@ impl Rls {
             rules,
             limits: Mutex::new(HashMap::new()),
             overrides: Mutex::new(HashMap::new()),
+            detailed: Mutex::new(HashMap::new()),
             guards,
             default_policy: behaviour.store_down,
+            store_timeout: behaviour.store_timeout,
             metrics,
             shadow: behaviour.shadow,
             headers: behaviour.headers,
@@ -145,8 +170,17 @@ impl Rls {
             unit.name()
         );
         let name = limit_name(&domain.name, &path);
-        if let Some(rule) = lock(&self.overrides).get(&name) {
+        // One lock for the look-up, the cap and the insert: concurrent requests cannot pass it.
+        let mut overrides = lock(&self.overrides);
+        if let Some(rule) = overrides.get(&name) {
             return Ok(rule.clone());
+        }
+        if overrides.len() >= MAX_OVERRIDE_RULES {
+            return Err(Status::resource_exhausted(format!(
+                "descriptors[{index}].limit: this sidecar already holds {MAX_OVERRIDE_RULES} \
+                 distinct limit overrides (domain, entry keys, requests_per_unit, unit), its cap; \
+                 put the limit in the rls_config YAML instead"
+            )));
         }
         let quota = (o.requests_per_unit > 0).then(|| {
             Quota::new(u64::from(o.requests_per_unit), unit.period())
@@ -167,8 +201,27 @@ impl Rls {
             limit_name: name.clone(),
             origin: "request override".to_string(),
         });
-        lock(&self.overrides).insert(name, rule.clone());
+        overrides.insert(name, rule.clone());
         Ok(rule)
+    }
+
+    /// The metrics label of a descriptor on `rule`: its own key for a `detailed_metric` rule
+    /// while the rule has fewer than [`MAX_DETAILED_LABELS`], else the rule's path.
+    fn metric_label(&self, rule: &Rule, entries: &[Entry<'_>]) -> String {
+        if !rule.detailed_metric {
+            return rule.path.clone();
+        }
+        let key = matcher::descriptor_key(entries);
+        let mut detailed = lock(&self.detailed);
+        let seen = detailed.entry(rule.limit_name.clone()).or_default();
+        if seen.contains(&key) {
+            return key;
+        }
+        if seen.len() >= MAX_DETAILED_LABELS {
+            return rule.path.clone();
+        }
+        seen.insert(key.clone());
+        key
     }
 
     /// The answer to one request.
@@ -182,6 +235,13 @@ impl Rls {
             return Err(Status::invalid_argument(
                 "rate limit descriptor list must not be empty",
             ));
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(Status::invalid_argument(format!(
+                "descriptors: at most {MAX_DESCRIPTORS} per request (counted in one store \
+                 transaction), got {}",
+                req.descriptors.len()
+            )));
         }
         let Some(domain) = self.rules.domains.get(&req.domain) else {
             let none = vec![Outcome::NoLimit; req.descriptors.len()];
@@ -218,6 +278,7 @@ impl Rls {
             .filter_map(|(r, _, _)| r.as_ref())
             .flat_map(|r| r.replaces.iter().cloned())
             .collect();
+        let policy = domain.store_down.unwrap_or(self.default_policy);
         let mut plans = Vec::with_capacity(picked.len());
         for (rule, entries, cost) in &picked {
             let plan = match rule {
@@ -226,9 +287,30 @@ impl Rls {
                 Some(r) if r.unlimited => Plan::Unlimited,
                 Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
                 Some(r) => match r.quota {
-                    None => Plan::AlwaysOver(r.clone()),
+                    None => Plan::AlwaysOver(r.clone(), *cost),
                     Some(quota) => {
-                        let limit = self.open(&r.limit_name, quota).await.map_err(status)?;
+                        // Configured rules are open since the start; a new override opens
+                        // here, within the store timeout like every check.
+                        let opened = tokio::time::timeout(
+                            self.store_timeout,
+                            self.open(&r.limit_name, quota),
+                        )
+                        .await
+                        .unwrap_or(Err(Error::Timeout));
+                        let limit = match opened {
+                            Ok(limit) => limit,
+                            Err(
+                                Error::Store(_)
+                                | Error::SessionLost
+                                | Error::Timeout
+                                | Error::Closed,
+                            ) => {
+                                tracing::warn!(limit = %r.limit_name, %policy, "store down while opening a limit override; answering by the store-down policy");
+                                plans.push(Plan::StoreDown(r.clone(), *cost));
+                                continue;
+                            }
+                            Err(e) => return Err(status(e)),
+                        };
                         let too_big = *cost > quota.max_cost();
                         Plan::Check {
                             rule: r.clone(),
@@ -244,9 +326,9 @@ impl Rls {
         }
         let guard = self
             .guards
-            .get(&domain.store_down.unwrap_or(self.default_policy))
+            .get(&policy)
             .ok_or_else(|| Status::internal("no guard for the domain's store_down policy"))?;
-        let decided = self.check(guard, &plans).await?;
+        let decided = self.check(guard, policy, &plans).await?;
 
         let mut outcomes = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
@@ -254,41 +336,77 @@ impl Rls {
             outcomes.push(match plan {
                 Plan::NoLimit => Outcome::NoLimit,
                 Plan::Unlimited => Outcome::Unlimited,
-                Plan::AlwaysOver(rule) => Outcome::Decided {
-                    rule,
-                    decision: None,
-                    over: true,
-                },
+                Plan::AlwaysOver(rule, cost) => {
+                    self.metrics.rate.record_answer(
+                        &domain.name,
+                        &rule.path,
+                        false,
+                        false,
+                        *cost,
+                        rule.shadow || self.shadow,
+                    );
+                    Outcome::Decided {
+                        rule,
+                        decision: None,
+                        over: true,
+                        store: true,
+                    }
+                }
+                // fail_open, and local (this process has no share of a limit it never
+                // opened): OK without a limit; fail_closed: over.
+                Plan::StoreDown(rule, cost) => {
+                    let closed = matches!(policy, StoreDownPolicy::FailClosed);
+                    self.metrics.rate.record_answer(
+                        &domain.name,
+                        &rule.path,
+                        !closed,
+                        true,
+                        *cost,
+                        rule.shadow || self.shadow,
+                    );
+                    match policy {
+                        StoreDownPolicy::FailClosed => Outcome::Decided {
+                            rule,
+                            decision: None,
+                            over: true,
+                            store: false,
+                        },
+                        _ => Outcome::NoLimit,
+                    }
+                }
                 Plan::Check {
                     rule,
                     limit,
-                    cost,
                     too_big,
                     ..
                 } => {
-                    let (g, over, latency) = decided[i]
+                    let c = decided[i]
                         .ok_or_else(|| Status::internal("a checked descriptor got no decision"))?;
-                    let label = if rule.detailed_metric {
-                        matcher::descriptor_key(entries)
-                    } else {
-                        rule.path.clone()
-                    };
+                    let over = c.over || *too_big;
+                    // The metrics say what the answer says: over (with the hits it asked
+                    // for, as envoyproxy's over_limit), or admitted with what was charged (0
+                    // in a request denied as a whole: nothing counted).
+                    let mut g = c.guarded;
+                    g.decision.allowed = !over;
+                    let hits = if over { picked[i].2 } else { c.charged };
+                    let label = self.metric_label(rule, entries);
                     let shadow = rule.shadow || self.shadow;
                     self.metrics.rate.record(
                         &domain.name,
                         &label,
                         &g,
-                        *cost,
+                        hits,
                         shadow,
-                        Some(latency),
+                        Some(c.latency),
                     );
                     self.metrics
                         .rate
                         .keys_cached(limit.name(), limit.cached_keys());
                     Outcome::Decided {
                         rule,
-                        decision: Some(g.decision),
-                        over: over || *too_big,
+                        decision: Some(c.guarded.decision),
+                        over,
+                        store: c.guarded.source == Source::Store,
                     }
                 }
             });
@@ -302,11 +420,15 @@ impl Rls {
     async fn check(
         &self,
         guard: &StoreDownGuard,
+        policy: StoreDownPolicy,
         plans: &[Plan],
-    ) -> Result<Vec<Option<(Guarded, bool, Duration)>>, Status> {
+    ) -> Result<Vec<Option<Checked>>, Status> {
         let shadow = |rule: &Rule| rule.shadow || self.shadow;
         let over_anyway = plans.iter().any(|p| match p {
-            Plan::AlwaysOver(rule) => !shadow(rule),
+            Plan::AlwaysOver(rule, _) => !shadow(rule),
+            Plan::StoreDown(rule, _) => {
+                matches!(policy, StoreDownPolicy::FailClosed) && !shadow(rule)
+            }
             Plan::Check { rule, too_big, .. } => *too_big && !shadow(rule),
             _ => false,
         });
@@ -358,22 +480,46 @@ impl Rls {
             // take their cost.
             let over = !g.decision.allowed && *cost > 0 && g.decision.remaining < *cost;
             marked |= over;
-            out[*i] = Some((*g, over, latency));
+            out[*i] = Some(Checked {
+                guarded: *g,
+                over,
+                // All or nothing: a denied batch, or one only read, charged nobody.
+                charged: if denied || over_anyway { 0 } else { *cost },
+                latency,
+            });
         }
         if denied && !marked {
             // Denied for a reason no remaining shows (a ban): every charged check is over.
             for (i, cost) in &enforced {
-                if let Some((g, over, _)) = out[*i].as_mut() {
-                    *over = *cost > 0 && !g.decision.allowed;
+                if let Some(c) = out[*i].as_mut() {
+                    c.over = *cost > 0 && !c.guarded.decision.allowed;
                 }
             }
         }
-        for ((i, ..), r) in alone.iter().zip(each) {
+        for ((i, _, _, cost), r) in alone.iter().zip(each) {
             let (g, latency) = r.map_err(status)?;
-            out[*i] = Some((g, !g.decision.allowed, latency));
+            let allowed = g.decision.allowed;
+            out[*i] = Some(Checked {
+                guarded: g,
+                over: !allowed,
+                charged: if allowed { *cost } else { 0 },
+                latency,
+            });
         }
         Ok(out)
     }
+}
+
+/// How one checked descriptor came out.
+#[derive(Clone, Copy)]
+struct Checked {
+    guarded: Guarded,
+    /// This descriptor is over its limit.
+    over: bool,
+    /// The hits actually counted for it.
+    charged: u64,
+    /// How long the store (or the guard) took.
+    latency: Duration,
 }
 
 /// A library error as a gRPC status: bad input is INVALID_ARGUMENT; a store the guard could
