@@ -841,9 +841,13 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
         .rate_limit("api", Quota::per_minute(100))
         .await
         .unwrap();
+    // A long store timeout: a slow (loaded) store before the kill is not taken for a dead one,
+    // and the dead one is noticed by the Limiter's own 1 s request timeout. A long retry
+    // interval: the sibling answers from the breaker, never re-probes the dead store.
     let layer = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
         .store_down(StoreDownPolicy::FailOpen)
-        .store_timeout(Duration::from_millis(300));
+        .store_timeout(Duration::from_secs(5))
+        .store_retry_interval(Duration::from_secs(60));
     let a = layer.layer(ok_service(Arc::default()));
     let b = layer.clone().layer(ok_service(Arc::default()));
     assert_eq!(send(&a, request(Some("k"))).await.status(), 200);
@@ -865,7 +869,8 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
         t.elapsed()
     );
     assert_eq!(info(&res).source, Source::FailOpen);
-    assert!(t.elapsed() < Duration::from_millis(250));
+    // Typically microseconds (no store call); generous for a loaded 2-core machine.
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
 /// A SIGSTOPped store (it accepts, never answers): every request still gets the policy's
