@@ -577,6 +577,36 @@ async fn peer_ip_keys_through_a_real_axum_server() {
         .as_str()
         .unwrap()
         .contains("peer address is not known"));
+
+    // IPv6 peers count per /64 by default: a client rotating through its /64 shares one quota;
+    // another /64 has its own. `ipv6_prefix(128)` counts each address alone.
+    let from = |addr: &str| {
+        let mut req = request(None);
+        req.extensions_mut()
+            .insert(addr.parse::<SocketAddr>().unwrap());
+        req
+    };
+    let statuses = |svc| async move {
+        let mut out = Vec::new();
+        for addr in [
+            "[2001:db8:7:1::1]:4000",
+            "[2001:db8:7:1::2]:4000",
+            "[2001:db8:7:1:ffff::3]:4000",
+            "[2001:db8:7:2::1]:4000",
+        ] {
+            out.push(send(&svc, from(addr)).await.status().as_u16());
+        }
+        out
+    };
+    let per_64 =
+        ClusterRateLimitLayer::new(rl.clone(), key::peer_ip()).layer(ok_service(Arc::default()));
+    assert_eq!(statuses(per_64).await, [200, 200, 429, 200]);
+    assert_eq!(remaining(&rl, "2001:db8:7:1::/64").await, 0);
+    assert_eq!(remaining(&rl, "2001:db8:7:2::/64").await, 1);
+    let per_128 = ClusterRateLimitLayer::new(rl.clone(), key::peer_ip().ipv6_prefix(128))
+        .layer(ok_service(Arc::default()));
+    assert_eq!(statuses(per_128).await, [200, 200, 200, 200]);
+    assert_eq!(remaining(&rl, "2001:db8:7:1::1").await, 1);
 }
 
 // ---------------------------------------------------------------------------------------------

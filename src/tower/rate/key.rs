@@ -19,7 +19,7 @@
 //! ```
 
 use http::header::HeaderName;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// Why a request has no key (shown to the client in a 400 answer, so it never holds the key's
 /// secret parts: it says what was missing, not what was sent).
@@ -107,17 +107,36 @@ impl<B> KeyFn<http::Request<B>> for Header {
     }
 }
 
-/// The key is the IP address of the client's connection. Made by [`peer_ip`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp;
+/// The key is the IP address of the client's connection (an IPv6 address cut to its
+/// network prefix, /64 by default). Made by [`peer_ip`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
 
-/// The key is the peer's IP address (IPv4-mapped IPv6 addresses as IPv4), read from the
-/// request's extensions:
+/// Default [`PeerIp::ipv6_prefix`]: a /64, the smallest network a site or a home is given,
+/// whose addresses one client can pick freely.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        PeerIp {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+}
+
+/// The key is the peer's IP address, read from the request's extensions:
 ///
 /// * axum's `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`;
 ///   needs this crate's `axum` feature, on by default), or
 /// * a plain [`SocketAddr`], for hyper / tower servers: insert it per connection
 ///   (`req.extensions_mut().insert(peer)`).
+///
+/// An IPv4 address (or an IPv4-mapped IPv6 one) is the key as it is (`10.1.2.3`). An IPv6
+/// address counts as its /64 network (`2001:db8:1:2::/64`): a client given a /64 picks any of
+/// its 2^64 addresses, so counting each /128 alone would let it rotate past the limit. Change
+/// the prefix with [`PeerIp::ipv6_prefix`] (`128`: each address alone).
 ///
 /// Neither present: no key. Behind a proxy every request comes from the proxy's address; use
 /// a header the proxy sets (e.g. [`header("x-real-ip")`](header)) there instead.
@@ -125,18 +144,52 @@ pub struct PeerIp;
 /// ```
 /// use clusterlimit::tower::key::{self, KeyFn};
 /// use std::net::SocketAddr;
-/// let mut req = http::Request::new(());
-/// req.extensions_mut().insert("10.1.2.3:5555".parse::<SocketAddr>().unwrap());
-/// assert_eq!(key::peer_ip().key(&req).unwrap(), "10.1.2.3");
+/// let from = |addr: &str| {
+///     let mut req = http::Request::new(());
+///     req.extensions_mut().insert(addr.parse::<SocketAddr>().unwrap());
+///     req
+/// };
+/// assert_eq!(key::peer_ip().key(&from("10.1.2.3:5555")).unwrap(), "10.1.2.3");
+/// let v6 = from("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443");
+/// assert_eq!(key::peer_ip().key(&v6).unwrap(), "2001:db8:1:2::/64");
+/// assert_eq!(key::peer_ip().ipv6_prefix(48).key(&v6).unwrap(), "2001:db8:1::/48");
+/// assert_eq!(
+///     key::peer_ip().ipv6_prefix(128).key(&v6).unwrap(),
+///     "2001:db8:1:2:aaaa:bbbb:cccc:dddd"
+/// );
 /// ```
 pub fn peer_ip() -> PeerIp {
-    PeerIp
+    PeerIp::default()
+}
+
+impl PeerIp {
+    /// IPv6 peers are counted per network of this many leading bits (default
+    /// [`DEFAULT_IPV6_PREFIX`], 64); `128` counts each address alone. Above 128 is taken as
+    /// 128. IPv4 addresses are not affected.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.ipv6_prefix = bits.min(128);
+        self
+    }
+
+    fn key_of(&self, ip: IpAddr) -> String {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) if self.ipv6_prefix >= 128 => v6.to_string(),
+            IpAddr::V6(v6) => {
+                let bits = u32::from(self.ipv6_prefix);
+                // `checked_shl` is None for a shift of 128 (a /0): no bits kept.
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                let network = Ipv6Addr::from(u128::from(v6) & mask);
+                format!("{network}/{bits}")
+            }
+        }
+    }
 }
 
 impl<B> KeyFn<http::Request<B>> for PeerIp {
     fn key(&self, req: &http::Request<B>) -> Result<String, MissingReason> {
         peer_addr(req.extensions())
-            .map(|addr| addr.ip().to_canonical().to_string())
+            .map(|addr| self.key_of(addr.ip()))
             .ok_or_else(|| "the peer address is not known".to_string())
     }
 }
