@@ -609,6 +609,49 @@ async fn peer_ip_keys_through_a_real_axum_server() {
     assert_eq!(remaining(&rl, "2001:db8:7:1::1").await, 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hashed_header_key_keeps_the_secret_out_of_the_store() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-hashed"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(2).burst(2))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key").hashed())
+        .layer(ok_service(Arc::default()));
+    let secret = "sk-live-4f9a0c77e1";
+    let statuses = [
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some("another-secret"))).await.status(),
+    ];
+    // Equal values share one quota, other values have their own.
+    assert_eq!(statuses, [200, 200, 429, 200]);
+    // `printf %s sk-live-4f9a0c77e1 | sha256sum`
+    let hashed = "sha256:6695fc3a76a1235184af9fde11a0a4e53d52f979096babc335413cd20681dbf5";
+    assert_eq!(remaining(&rl, hashed).await, 0, "counted under the hash");
+    let entries = support::etcd::list_entries(&cluster.endpoints(), "").await;
+    println!(
+        "etcd keys after hashed-key checks: {:?}",
+        entries.iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    assert!(
+        entries.iter().any(|(k, _)| k.contains("sha256:")),
+        "{entries:?}"
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|(k, v)| !k.contains(secret) && !v.contains(secret)),
+        "the secret reached the store: {entries:?}"
+    );
+    // The raw value was never counted.
+    assert_eq!(remaining(&rl, secret).await, 2);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Wait mode
 

@@ -108,7 +108,8 @@
 //!
 //! * **Key**: a closure over the request, or [`key::header`] / [`key::peer_ip`]. A request
 //!   without one: [`OnMissingKey`] (reject with 400, default; count it under a shared key; or
-//!   run it unchecked).
+//!   run it unchecked). Keys are stored as they are (etcd key names, ZooKeeper paths): hash a
+//!   secret one ([`key::Header::hashed`]).
 //! * **Over the limit**: [`OnLimit::Reject`] (default) or [`OnLimit::WaitUpTo`] (checks again
 //!   after each denial's `retry_after` until the deadline; rejected then, nothing consumed).
 //! * **Answers**: for `http` services ([`HttpResponses`], the default), a rejection is a

@@ -6,6 +6,10 @@
 //! without a key gets is the layer's
 //! [`on_missing_key`](super::ClusterRateLimitLayer::on_missing_key) choice.
 //!
+//! **Keys are stored as they are**: in etcd key names and ZooKeeper znode paths, where anyone
+//! who can read the store (or its logs and backups) sees them. A key that is a secret, such as
+//! an API key, should be hashed first: [`Header::hashed`], or a hash in your own closure.
+//!
 //! ```
 //! use clusterlimit::tower::key;
 //! use http::Request;
@@ -66,15 +70,18 @@ where
     }
 }
 
-/// The key is the value of one request header (its first value if sent more than once); a
-/// request without it, or with a value that is not visible ASCII, has no key. Made by [`header`].
+/// The key is the value of one request header (its first value if sent more than once), or
+/// its hash ([`hashed`](Self::hashed)); a request without it, or with a value that is not
+/// visible ASCII, has no key. Made by [`header`].
 #[derive(Debug, Clone)]
 pub struct Header {
     /// The parsed name, or why the given name is not one.
     name: Result<HeaderName, String>,
+    hashed: bool,
 }
 
-/// The key is the value of the header `name` (case-insensitive), e.g. `x-api-key`.
+/// The key is the value of the header `name` (case-insensitive), e.g. `x-api-key`, stored as
+/// it is (see [`hashed`](Header::hashed) for a secret).
 ///
 /// A name that is not a valid header name gives every request no key (with a reason saying
 /// so), rather than a panic.
@@ -89,7 +96,30 @@ pub struct Header {
 pub fn header(name: &str) -> Header {
     let name = HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| format!("{name:?} is not a valid header name"));
-    Header { name }
+    Header {
+        name,
+        hashed: false,
+    }
+}
+
+impl Header {
+    /// The key is `sha256:` and the hex SHA-256 of the value, so the store (its key names,
+    /// logs, backups) never holds the value itself: for a secret such as an API key. Equal
+    /// values still share a quota. The hash is not salted: it hides a random secret, not a
+    /// value that can be guessed and hashed in turn (an e-mail address, a user id).
+    ///
+    /// ```
+    /// use clusterlimit::tower::key::{self, KeyFn};
+    /// let k = key::header("x-api-key").hashed();
+    /// let req = http::Request::builder().header("x-api-key", "secret-7").body(()).unwrap();
+    /// let stored = k.key(&req).unwrap();
+    /// assert!(stored.starts_with("sha256:") && !stored.contains("secret-7"));
+    /// assert_eq!(stored.len(), "sha256:".len() + 64);
+    /// ```
+    pub fn hashed(mut self) -> Self {
+        self.hashed = true;
+        self
+    }
 }
 
 impl<B> KeyFn<http::Request<B>> for Header {
@@ -99,12 +129,26 @@ impl<B> KeyFn<http::Request<B>> for Header {
             .headers()
             .get(name)
             .ok_or_else(|| format!("header {name} is missing"))?;
-        match value.to_str() {
-            Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
-            Ok(_) => Err(format!("header {name} is empty")),
+        match value.to_str().map(str::trim) {
+            Ok("") => Err(format!("header {name} is empty")),
+            Ok(v) if self.hashed => Ok(sha256_key(v)),
+            Ok(v) => Ok(v.to_string()),
             Err(_) => Err(format!("header {name} is not visible ASCII")),
         }
     }
+}
+
+/// `sha256:` and the lower-case hex digest of `value`.
+fn sha256_key(value: &str) -> String {
+    use std::fmt::Write;
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+    let mut key = String::with_capacity(7 + 64);
+    key.push_str("sha256:");
+    for byte in digest.as_ref() {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{byte:02x}");
+    }
+    key
 }
 
 /// The key is the IP address of the client's connection (an IPv6 address cut to its
