@@ -725,6 +725,102 @@ async fn wait_mode_admits_within_the_deadline_and_rejects_past_it_consuming_noth
     assert!(next <= Duration::from_secs(10), "{next:?}");
 }
 
+/// An inner HTTP service that counts how many of its clones hold readiness (polled ready, not
+/// yet called nor dropped): a stand-in for a concurrency-limit slot or a buffer's place.
+struct Gate {
+    held: Arc<AtomicUsize>,
+    ready: bool,
+}
+
+impl Clone for Gate {
+    fn clone(&self) -> Self {
+        // As tower's own: a clone is not ready.
+        Gate {
+            held: self.held.clone(),
+            ready: false,
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.ready {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Service<Req> for Gate {
+    type Response = Res;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Res, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        if !self.ready {
+            self.ready = true;
+            self.held.fetch_add(1, Ordering::SeqCst);
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Req) -> Self::Future {
+        assert!(self.ready, "called without poll_ready");
+        self.ready = false;
+        self.held.fetch_sub(1, Ordering::SeqCst);
+        std::future::ready(Ok(Response::new("ok".to_string())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_does_not_hold_the_inner_services_readiness() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-ready"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("paced", Quota::new(1, Duration::from_secs(2)).burst(1))
+        .await
+        .unwrap();
+    let held = Arc::new(AtomicUsize::new(0));
+    let gate = Gate {
+        held: held.clone(),
+        ready: false,
+    };
+    let waiting = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+        .wait_up_to(Duration::from_secs(20))
+        .layer(gate);
+    assert_eq!(send(&waiting, request(Some("r"))).await.status(), 200);
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    // The next one waits ~2 s for its turn; meanwhile no clone of the inner service is ready.
+    let t = Instant::now();
+    let second = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { send(&waiting, request(Some("r"))).await }
+    });
+    let mut seen = Vec::new();
+    while !second.is_finished() && t.elapsed() < Duration::from_secs(30) {
+        seen.push(held.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let res = second.await.unwrap();
+    println!(
+        "wait mode: admitted after {:?}; ready inner clones seen while waiting: max {:?} over {} \
+         samples",
+        t.elapsed(),
+        seen.iter().max(),
+        seen.len()
+    );
+    assert_eq!(res.status(), 200);
+    assert!(
+        seen.iter().all(|&n| n == 0),
+        "readiness held during the wait: {seen:?}"
+    );
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Services that are not HTTP
 

@@ -129,7 +129,8 @@
 //!   [`store_retry_interval`](ClusterRateLimitLayer::store_retry_interval) asks the store
 //!   again. Never a panic or a hang.
 //! * **poll_ready** is the inner service's; the check runs in the response future, before the
-//!   inner service is called. Nothing is held across the request (a rate limit consumes, it
+//!   inner service is called. In wait mode the request gives the inner service's readiness
+//!   back while it waits, and polls a fresh clone ready once admitted. Nothing is held across the request (a rate limit consumes, it
 //!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
 //!   or may not have consumed, one dropped while waiting between checks has not.
 
