@@ -1215,6 +1215,26 @@ async fn wait_up_to_zero_is_the_same_as_reject() {
 }
 
 #[tokio::test]
+async fn wait_up_to_duration_max_waits_its_turn_without_overflow() {
+    let limiter = Limiter::connect("memory://rate-layer-max").await.unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_second(2).burst(1))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+        .wait_up_to(Duration::MAX)
+        .layer(ok_service(Arc::default()));
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    let t = Instant::now();
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    println!(
+        "wait_up_to(Duration::MAX), 1 per 500 ms: admitted after {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
+}
+
+#[tokio::test]
 async fn stacked_layers_each_add_their_ietf_entry() {
     let limiter = Limiter::connect("memory://rate-layer-stacked")
         .await
