@@ -138,8 +138,14 @@ mod tests {
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["code"], "limiter_error");
         let detail = body["detail"].as_str().unwrap();
-        assert!(detail.contains("the server's log has the cause"), "{detail}");
-        assert!(!detail.contains("10.1.2.3") && !detail.contains("secret"), "{detail}");
+        assert!(
+            detail.contains("the server's log has the cause"),
+            "{detail}"
+        );
+        assert!(
+            !detail.contains("10.1.2.3") && !detail.contains("secret"),
+            "{detail}"
+        );
     }
 
     #[test]
