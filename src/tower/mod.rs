@@ -108,7 +108,8 @@
 //!
 //! * **Key**: a closure over the request, or [`key::header`] / [`key::peer_ip`]. A request
 //!   without one: [`OnMissingKey`] (reject with 400, default; count it under a shared key; or
-//!   run it unchecked).
+//!   run it unchecked). Keys are stored as they are (etcd key names, ZooKeeper paths): hash a
+//!   secret one ([`key::Header::hashed`]).
 //! * **Over the limit**: [`OnLimit::Reject`] (default) or [`OnLimit::WaitUpTo`] (checks again
 //!   after each denial's `retry_after` until the deadline; rejected then, nothing consumed).
 //! * **Answers**: for `http` services ([`HttpResponses`], the default), a rejection is a
@@ -128,7 +129,8 @@
 //!   [`store_retry_interval`](ClusterRateLimitLayer::store_retry_interval) asks the store
 //!   again. Never a panic or a hang.
 //! * **poll_ready** is the inner service's; the check runs in the response future, before the
-//!   inner service is called. Nothing is held across the request (a rate limit consumes, it
+//!   inner service is called. In wait mode the request gives the inner service's readiness
+//!   back while it waits, and polls a fresh clone ready once admitted. Nothing is held across the request (a rate limit consumes, it
 //!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
 //!   or may not have consumed, one dropped while waiting between checks has not.
 

@@ -131,19 +131,21 @@ impl Policy {
     /// still falls before the deadline; then the last denial (nothing consumed). Like
     /// [`RateLimit::wait_timeout`], but through the guard (so a down store gets its policy's
     /// answer, not a wait) and keeping the last denial for the 429's headers. A fallback's
-    /// answer is final: waiting would not bring the store back.
+    /// answer is final: waiting would not bring the store back; so is a denial that says no
+    /// time to retry after (nothing to wait for: checking again at once would only spin).
     async fn wait(&self, key: &str, cost: u64, up_to: Duration) -> crate::Result<Guarded> {
+        // `None`: a deadline too far to represent, i.e. none (each turn still sleeps the
+        // denial's `retry_after`, at least 1 ms).
         let deadline = Instant::now().checked_add(up_to);
         loop {
             let g = self.guard.check_n(&self.limit, key, cost).await?;
             if g.decision.allowed || matches!(g.source, Source::FailClosed | Source::FailOpen) {
                 return Ok(g);
             }
-            let step = g
-                .decision
-                .retry_after
-                .unwrap_or(MIN_WAIT_STEP)
-                .max(MIN_WAIT_STEP);
+            let Some(retry_after) = g.decision.retry_after else {
+                return Ok(g);
+            };
+            let step = retry_after.max(MIN_WAIT_STEP);
             match (Instant::now().checked_add(step), deadline) {
                 (Some(wake), Some(deadline)) if wake <= deadline => {
                     tokio::time::sleep_until(wake).await

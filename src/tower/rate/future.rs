@@ -3,6 +3,7 @@
 
 use super::admit::{Admission, Fields, Plan, Policy};
 use super::error::RateLimitInfo;
+use super::layer::OnLimit;
 use super::respond::Respond;
 use futures::future::BoxFuture;
 use std::future::Future;
@@ -20,6 +21,10 @@ pin_project_lite::pin_project! {
     /// check is in flight never disturbs other requests (that check may or may not have
     /// consumed); dropping it while it waits between checks (wait mode) consumes nothing.
     /// Dropping it never panics and leaves nothing behind.
+    ///
+    /// In wait mode it does not hold the inner service's readiness while it waits: the clone
+    /// that was polled ready is dropped at once (giving back, say, a concurrency-limit slot
+    /// or a buffer's place), and a fresh clone is polled ready once the request is admitted.
     pub struct RateLimitFuture<S, Req, M>
     where
         S: Service<Req>,
@@ -41,6 +46,16 @@ pin_project_lite::pin_project! {
             // Both `Some` until the admission is decided.
             inner: Option<S>,
             req: Option<Req>,
+            // `inner` is a fresh clone (wait mode): poll it ready once admitted.
+            unready: bool,
+        },
+        // Admitted; waiting for the fresh clone to be ready.
+        Readying {
+            // Both `Some` until the clone is ready.
+            inner: Option<S>,
+            req: Option<Req>,
+            info: Option<RateLimitInfo>,
+            fields: Fields,
         },
         Running {
             #[pin]
@@ -52,13 +67,25 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<S: Service<Req>, Req, M> RateLimitFuture<S, Req, M> {
-    pub(crate) fn new(policy: Arc<Policy>, plan: Plan, inner: S, req: Req) -> Self {
+impl<S: Service<Req> + Clone, Req, M> RateLimitFuture<S, Req, M> {
+    /// `ready` is the inner service as polled ready for this request.
+    pub(crate) fn new(policy: Arc<Policy>, plan: Plan, ready: S, req: Req) -> Self {
+        // A wait may last seconds: give the readiness back meanwhile (see the type's docs).
+        let waits = matches!(plan, Plan::Check(..))
+            && matches!(policy.on_limit, OnLimit::WaitUpTo(up_to) if !up_to.is_zero());
+        let inner = if waits {
+            let fresh = ready.clone();
+            drop(ready);
+            fresh
+        } else {
+            ready
+        };
         RateLimitFuture {
             state: State::Admitting {
                 admission: Box::pin(async move { policy.admit(plan).await }),
                 inner: Some(inner),
                 req: Some(req),
+                unready: waits,
             },
             mode: PhantomData,
         }
@@ -69,6 +96,7 @@ impl<S: Service<Req>, Req, M> std::fmt::Debug for RateLimitFuture<S, Req, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.state {
             State::Admitting { .. } => "admitting",
+            State::Readying { .. } => "readying",
             State::Running { .. } => "running",
             State::Done => "done",
         };
@@ -93,6 +121,7 @@ where
                     admission,
                     inner,
                     req,
+                    unready,
                 } => {
                     let admitted = ready!(admission.as_mut().poll(cx));
                     let (info, fields, mut inner, req) = match (admitted, inner.take(), req.take())
@@ -110,7 +139,39 @@ where
                             return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
                         }
                     };
+                    if *unready {
+                        this.state.set(State::Readying {
+                            inner: Some(inner),
+                            req: Some(req),
+                            info,
+                            fields,
+                        });
+                        continue;
+                    }
                     let call = inner.call(req);
+                    this.state.set(State::Running { call, info, fields });
+                }
+                StateProj::Readying {
+                    inner,
+                    req,
+                    info,
+                    fields,
+                } => {
+                    let Some(service) = inner.as_mut() else {
+                        // Not reachable: taken only below, right before leaving this state.
+                        this.state.set(State::Done);
+                        return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
+                    };
+                    if let Err(e) = ready!(service.poll_ready(cx)) {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(M::service_error(e)));
+                    }
+                    let (Some(mut service), Some(req)) = (inner.take(), req.take()) else {
+                        this.state.set(State::Done);
+                        return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
+                    };
+                    let (info, fields) = (info.take(), std::mem::take(fields));
+                    let call = service.call(req);
                     this.state.set(State::Running { call, info, fields });
                 }
                 StateProj::Running { call, info, fields } => {

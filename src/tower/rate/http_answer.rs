@@ -4,6 +4,7 @@
 
 use super::admit::Fields;
 use super::error::{RateLimitError, RateLimitInfo};
+use crate::error::Error;
 use crate::rate::headers::retry_after_secs;
 use crate::rate_guard::Source;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -16,7 +17,7 @@ pub(crate) fn rejection<B: From<String>>(
     rejection: RateLimitError<Infallible>,
     fields: &Fields,
 ) -> http::Response<B> {
-    let detail = rejection.to_string();
+    let detail = public_detail(&rejection);
     let (status, code, extra, retry, info) = match rejection {
         RateLimitError::RateLimited {
             limit,
@@ -87,6 +88,22 @@ pub(crate) fn rejection<B: From<String>>(
     res
 }
 
+/// The `detail` of the problem body. A limiter error is logged in full, but the client sees
+/// only what is safe to show: the setup mistakes this crate names itself (a closed Limiter, a
+/// deleted limit, no Tokio runtime), never a store's own error text (addresses, paths).
+fn public_detail(rejection: &RateLimitError<Infallible>) -> String {
+    let RateLimitError::Limiter(e) = rejection else {
+        return rejection.to_string();
+    };
+    tracing::error!(error = %e, "cannot rate-limit a request; answered 500");
+    match e {
+        Error::Closed | Error::NotFound(_) | Error::InvalidArgument(_) => rejection.to_string(),
+        _ => "cannot rate-limit the request: the rate limiter failed (the server's log has the \
+              cause)"
+            .to_string(),
+    }
+}
+
 /// Adds the RateLimit fields. The IETF fields are lists, so a layer inside another adds its
 /// own entry (`append`); the legacy `X-RateLimit-*` are single values: the outermost wins.
 pub(crate) fn add_fields(headers: &mut HeaderMap, fields: &Fields) {
@@ -102,5 +119,42 @@ pub(crate) fn add_fields(headers: &mut HeaderMap, fields: &Fields) {
         } else {
             headers.append(name, value);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(r: RateLimitError<Infallible>) -> (StatusCode, serde_json::Value) {
+        let res: http::Response<String> = rejection(r, &Vec::new());
+        (res.status(), serde_json::from_str(res.body()).unwrap())
+    }
+
+    #[test]
+    fn a_store_error_text_is_logged_not_shown() {
+        let store = Error::Store("etcd 10.1.2.3:2379: /secret/prefix/rk/api/sk-live-1".into());
+        let (status, body) = body(RateLimitError::Limiter(store));
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["code"], "limiter_error");
+        let detail = body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("the server's log has the cause"),
+            "{detail}"
+        );
+        assert!(
+            !detail.contains("10.1.2.3") && !detail.contains("secret"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_setup_mistake_is_named() {
+        let (status, body) = body(RateLimitError::Limiter(Error::Closed));
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            body["detail"].as_str().unwrap().contains("closed"),
+            "{body}"
+        );
     }
 }

@@ -17,6 +17,13 @@ use tower_service::Service;
 /// polled ready but never called. The key and cost are read in `call`; the check runs in the
 /// [`RateLimitFuture`], and the inner service (a clone, as tower's deferring middleware
 /// requires) is called only once the request is admitted.
+///
+/// In wait mode ([`OnLimit::WaitUpTo`](super::OnLimit::WaitUpTo)) the request does not keep
+/// the inner service's readiness while it waits (which would hold, say, a `ConcurrencyLimit`
+/// slot or a `Buffer` place inside for up to the whole wait): the clone polled ready is
+/// dropped in `call`, and a fresh clone is polled ready once the request is admitted (its
+/// cost is then spent even if that readiness takes a while or fails). In reject mode the
+/// clone polled ready is kept through the one check (at most the store timeout).
 pub struct ClusterRateLimit<S, K, C, M> {
     inner: S,
     policy: Arc<Policy>,
