@@ -407,6 +407,57 @@ async fn two_sidecars_on_one_zookeeper_never_go_over_the_limit() {
     two_sidecars_share_the_limit(&zk.url("/rate-two")).await;
 }
 
+/// A quota changed through sidecar A, seen by sidecar B which opened the limit before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_changed_on_another_sidecar() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("rate-changed");
+    let a = Sidecar::start(&["--store", &url]).await;
+    let b = Sidecar::start(&["--store", &url]).await;
+    let c = client();
+
+    // Lowered: a cost the new burst can never pass is a 400 on `cost` (check and wait alike;
+    // one limit each, so each is the first to meet the lowered quota), not a 429 whose
+    // Retry-After overflows, nor a wait until its timeout.
+    for route in ["check", "wait"] {
+        let name = format!("low-{route}");
+        let (s, q) = put_quota(&c, &a.url, &name, json!({"limit": 10, "period": "1h"})).await;
+        assert_eq!(s, StatusCode::OK, "{q}");
+        let r = check(&c, &b.url, &name, json!({"key": "k"})).await;
+        assert_eq!(r.status(), StatusCode::OK, "B opens {name}");
+        let (s, q) = put_quota(
+            &c,
+            &a.url,
+            &name,
+            json!({"limit": 10, "period": "1h", "burst": 2}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{q}");
+        let mut body = json!({"key": "k", "cost": 8});
+        if route == "wait" {
+            body["timeout_ms"] = json!(20_000);
+        }
+        let t = Instant::now();
+        let r = send(
+            &c,
+            Method::POST,
+            &format!("{}/v1/ratelimits/{name}/{route}", b.url),
+            Some(body),
+        )
+        .await;
+        let took = t.elapsed();
+        let (s, p) = json_of(r).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{route}: {p}");
+        assert_eq!(p["field"], "cost", "{route}: {p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("never"),
+            "{route}: {p}"
+        );
+        println!("{route} of a cost the lowered quota never admits: 400 after {took:?}");
+        assert!(took < Duration::from_secs(15), "{route} waited {took:?}");
+    }
+}
+
 /// Each header mode, from the flag and from the config file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_modes() {

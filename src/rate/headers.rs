@@ -96,8 +96,9 @@ fn window_secs(quota: &Quota) -> u64 {
         .max(1)
 }
 
+/// Saturating: a denial's `retry_after` is `Duration::MAX` when the cost can never pass.
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// `s` as a structured-field String (RFC 8941 §3.3.3): quoted, `"` and `\` escaped, and any

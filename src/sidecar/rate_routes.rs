@@ -29,6 +29,9 @@ use std::time::Duration;
 const DOMAIN: &str = "http";
 /// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
 const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+/// A denial's `retry_after` this long means never: the quota was lowered (by another client)
+/// to one the cost can never pass. The same bound as `RateLimit::wait`'s.
+const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
 
 /// What the rate routes share: the guard, the header mode, and the limits opened so far.
 pub struct RateApi {
@@ -141,6 +144,22 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
             ),
         )),
     }
+}
+
+/// 400 on `cost` when the denial `g` says the cost can never be admitted (`retry_after` is
+/// "never"), as the library's wait answers, rather than a 429 with a meaningless Retry-After.
+fn never_admitted(rl: &RateLimit, g: &Guarded, cost: u64) -> Result<(), Problem> {
+    if g.decision.allowed || g.decision.retry_after.is_none_or(|r| r < NEVER) {
+        return Ok(());
+    }
+    Err(Problem::field(
+        "cost",
+        format!(
+            "cost {cost} can never be admitted by the quota now stored for rate limit {:?} ({})",
+            rl.name(),
+            rl.quota()
+        ),
+    ))
 }
 
 fn source_name(s: Source) -> &'static str {
@@ -315,6 +334,7 @@ pub async fn check(
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = check_cost(&rl, body.cost)?;
     let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
+    never_admitted(&rl, &g, cost)?;
     record(&st, &rl, &g, cost, took);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
@@ -351,6 +371,7 @@ pub async fn wait(
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
+        never_admitted(&rl, &g, cost)?;
         let step = g
             .decision
             .retry_after
