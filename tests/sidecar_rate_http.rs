@@ -456,6 +456,44 @@ async fn a_quota_changed_on_another_sidecar() {
         println!("{route} of a cost the lowered quota never admits: 400 after {took:?}");
         assert!(took < Duration::from_secs(15), "{route} waited {took:?}");
     }
+
+    // Raised: B's GET, list and a cost only the new quota admits see it at once.
+    let (s, q) = put_quota(&c, &a.url, "up", json!({"limit": 2, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let r = check(&c, &b.url, "up", json!({"key": "k"})).await;
+    assert_eq!(r.status(), StatusCode::OK, "B opens up");
+    let (s, q) = put_quota(&c, &a.url, "up", json!({"limit": 20, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let (s, q) = json_of(
+        send(
+            &c,
+            Method::GET,
+            &format!("{}/v1/ratelimits/up", b.url),
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s, &q["limit"]), (StatusCode::OK, &json!(20)), "{q}");
+    let (s, all) =
+        json_of(send(&c, Method::GET, &format!("{}/v1/ratelimits", b.url), None).await).await;
+    assert_eq!(s, StatusCode::OK, "{all}");
+    let up = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "up")
+        .unwrap();
+    assert_eq!(up["limit"], 20, "{all}");
+    let (s, q) = put_quota(&c, &a.url, "up2", json!({"limit": 2, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let r = check(&c, &b.url, "up2", json!({"key": "k"})).await;
+    assert_eq!(r.status(), StatusCode::OK, "B opens up2");
+    let (s, q) = put_quota(&c, &a.url, "up2", json!({"limit": 20, "period": "1h"})).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let r = check(&c, &b.url, "up2", json!({"key": "k2", "cost": 15})).await;
+    let (s, d) = json_of(r).await;
+    assert_eq!((s, &d["remaining"]), (StatusCode::OK, &json!(5)), "{d}");
 }
 
 /// Each header mode, from the flag and from the config file.

@@ -22,6 +22,7 @@ use clusterlimit::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,20 +73,44 @@ impl RateApi {
                 format!("the store is down and rate limit {name:?} was not used here before"),
             ));
         }
-        let rl = match tokio::time::timeout(self.store_timeout, limiter.open_rate_limit(name)).await
-        {
-            Ok(Ok(rl)) => rl,
-            Ok(Err(Error::NotFound(_))) => return Err(unknown(name)),
-            Ok(Err(e)) => return Err(Problem::from_lib(e, "name")),
-            Err(_) => {
-                return Err(Problem::unavailable(
-                    "store_unavailable",
-                    format!("the store did not answer within {:?}", self.store_timeout),
-                ))
-            }
-        };
+        self.fetch(limiter, name).await
+    }
+
+    /// Opens `name` reading its quota from the store now, so a quota changed by another
+    /// sidecar or `clusterlimit rate set-quota` shows at once (the handles share their quota, so
+    /// the cached one learns it too). The cached handle answers only while the store is known
+    /// down.
+    async fn open_fresh(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
+        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
+        if self.guard.store_down() {
+            return self.open(limiter, name).await;
+        }
+        self.fetch(limiter, name).await
+    }
+
+    /// Reads `name` from the store within the store timeout, and remembers it.
+    async fn fetch(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
+        let rl = self
+            .bounded(limiter.open_rate_limit(name))
+            .await?
+            .map_err(|e| match e {
+                Error::NotFound(_) => unknown(name),
+                e => Problem::from_lib(e, "name"),
+            })?;
         self.remember(rl.clone());
         Ok(rl)
+    }
+
+    /// `call` within the store timeout, else 503 `store_unavailable`.
+    async fn bounded<T>(&self, call: impl Future<Output = T>) -> Result<T, Problem> {
+        tokio::time::timeout(self.store_timeout, call)
+            .await
+            .map_err(|_| {
+                Problem::unavailable(
+                    "store_unavailable",
+                    format!("the store did not answer within {:?}", self.store_timeout),
+                )
+            })
     }
 }
 
@@ -128,7 +153,18 @@ fn check_key(key: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The cost (default 1) if the limit could ever admit it at once.
+/// The cost (default 1) if the limit could ever admit it at once. A cost above the cached
+/// quota's most is checked again after reading the quota from the store (it may have been
+/// raised elsewhere).
+async fn admissible_cost(st: &AppState, rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
+    let above = cost.is_some_and(|c| u64::try_from(c).is_ok_and(|c| c > rl.quota().max_cost()));
+    if above {
+        st.rate.open_fresh(&st.limiter, rl.name()).await?;
+    }
+    check_cost(rl, cost)
+}
+
+/// The cost (default 1) if the limit's quota as known here could ever admit it at once.
 fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
     let quota = rl.quota();
     let max = quota.max_cost();
@@ -279,7 +315,7 @@ pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem>
         .map_err(|e| Problem::from_lib(e, "name"))?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let rl = st.rate.open(&st.limiter, &name).await?;
+        let rl = st.rate.open_fresh(&st.limiter, &name).await?;
         out.push(quota_json(&name, &rl.quota()));
     }
     Ok(Json(out))
@@ -290,7 +326,7 @@ pub async fn quota(
     State(st): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    let rl = st.rate.open(&st.limiter, &name).await?;
+    let rl = st.rate.open_fresh(&st.limiter, &name).await?;
     Ok(Json(quota_json(&name, &rl.quota())))
 }
 
@@ -332,7 +368,7 @@ pub async fn check(
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let cost = check_cost(&rl, body.cost)?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
     let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
     never_admitted(&rl, &g, cost)?;
     record(&st, &rl, &g, cost, took);
@@ -358,7 +394,7 @@ pub async fn wait(
         ));
     }
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let cost = check_cost(&rl, body.cost)?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
