@@ -398,11 +398,12 @@ pub async fn wait(
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
+    // Only the sleep races shutdown: a check cut off mid-write could consume and answer 503.
     loop {
-        let (g, took) = tokio::select! {
-            g = guarded(&st, &rl, &body.key, cost) => g?,
-            () = st.shutdown.cancelled() => return Err(shutting_down()),
-        };
+        if st.shutdown.is_cancelled() {
+            return Err(shutting_down());
+        }
+        let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
         if g.decision.allowed {
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
