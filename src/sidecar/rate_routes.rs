@@ -19,6 +19,7 @@ use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNa
 use clusterlimit::{
     validate, Error, Guarded, Limiter, RateLimit, Source, StoreDownGuard, MAX_KEY_LEN,
 };
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -397,6 +398,7 @@ pub async fn wait(
     let cost = admissible_cost(&st, &rl, body.cost).await?;
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let _in_flight = InFlight::new(st.metrics.rate.waits_in_flight(rl.name()));
     // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
     // Only the sleep races shutdown: a check cut off mid-write could consume and answer 503.
     loop {
@@ -428,6 +430,23 @@ pub async fn wait(
             () = tokio::time::sleep_until(wake.unwrap_or(deadline)) => {}
             () = st.shutdown.cancelled() => return Err(shutting_down()),
         }
+    }
+}
+
+/// Counts a wait in flight in `clusterlimit_rate_waits_in_flight` until dropped, however the
+/// wait ends.
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn new(gauge: Gauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
