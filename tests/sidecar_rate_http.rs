@@ -229,8 +229,15 @@ async fn every_route(base: &str, store: &str) {
         (&p["code"], &p["name"], &p["key"]),
         (&json!("rate_limited"), &json!("slow"), &json!("w"))
     );
+    // Nothing consumed: a consumed hit would push the key's reset further out, while time only
+    // brings it closer.
     let (_, after) = peek(&c, base, "slow", "w").await;
     assert_eq!(before["remaining"], after["remaining"]);
+    let (b, a) = (
+        before["reset_after_ms"].as_u64().unwrap(),
+        after["reset_after_ms"].as_u64().unwrap(),
+    );
+    assert!(a <= b, "reset_after_ms {b} before the wait, {a} after");
 
     // PUT changes a quota; list shows every limit.
     let (s, q) = put_quota(
