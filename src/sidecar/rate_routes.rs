@@ -377,7 +377,8 @@ pub async fn check(
 }
 
 /// `POST /v1/ratelimits/{name}/wait`: checks, and after a denial sleeps its `retry_after`,
-/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed); 503 at shutdown.
+/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed; on a quota with a
+/// ban, the denial starts the ban); 503 at shutdown.
 pub async fn wait(
     State(st): State<Shared>,
     Path(name): Path<String>,
@@ -418,10 +419,16 @@ pub async fn wait(
             .max(MIN_WAIT_STEP);
         let wake = tokio::time::Instant::now().checked_add(step);
         if wake.is_none_or(|w| w > deadline) {
+            let ban = rl.quota().ban;
             let why = format!(
                 "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
-                 nothing was consumed",
-                body.key
+                 nothing was consumed{}",
+                body.key,
+                if ban.is_zero() {
+                    String::new()
+                } else {
+                    format!(", but the denial started the quota's ban of {} ms", ban.as_millis())
+                }
             );
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));

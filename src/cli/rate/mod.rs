@@ -175,11 +175,12 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             Err(Error::Timeout) => Err(Failure::new(
                 exit::TIMEOUT,
                 format!(
-                    "{} {:?} (cost {}) not admitted within {}; nothing consumed",
+                    "{} {:?} (cost {}) not admitted within {}; nothing consumed{}",
                     a.name,
                     a.key,
                     a.cost,
-                    human(w.timeout.unwrap_or_default())
+                    human(w.timeout.unwrap_or_default()),
+                    ban_note(&rl)
                 ),
             )),
             Err(e) => Err(Failure::from_lib(e)),
@@ -228,4 +229,13 @@ async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
         Ok(ExitCode::SUCCESS)
     })
     .await
+}
+
+/// On a quota with a ban, a denial is not free: it starts the ban.
+fn ban_note(rl: &RateLimit) -> String {
+    let ban = rl.quota().ban;
+    if ban.is_zero() {
+        return String::new();
+    }
+    format!(", but the denial started the quota's ban of {}", human(ban))
 }
