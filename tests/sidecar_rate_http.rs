@@ -953,6 +953,7 @@ async fn store_down_policies(url: &str, kill: impl FnOnce()) {
         let t = Instant::now();
         let first = check(&c, &sc.url, "api", json!({"key": "k"})).await;
         let first_took = t.elapsed();
+        let first_retry = header(&first, "retry-after");
         let (status, d) = json_of(first).await;
         let mut took = Vec::new();
         let mut admitted = 0;
@@ -986,10 +987,17 @@ async fn store_down_policies(url: &str, kill: impl FnOnce()) {
                 assert_eq!(admitted, 20);
             }
             "fail_closed" => {
+                // The store's fault, not the limit's: 503 (as the tower layer answers).
                 assert_eq!(
-                    (status, &d["source"]),
-                    (StatusCode::TOO_MANY_REQUESTS, &json!("fail_closed"))
+                    (status, &d["source"], &d["code"]),
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!("fail_closed"),
+                        &json!("store_unavailable")
+                    ),
+                    "{d}"
                 );
+                assert!(first_retry.is_some(), "Retry-After kept: {d}");
                 assert_eq!(admitted, 0);
             }
             _ => {

@@ -259,7 +259,8 @@ fn add_fields(st: &AppState, rl: &RateLimit, g: &Guarded, resp: &mut Response) {
     }
 }
 
-/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied.
+/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied
+/// (503 `store_unavailable` when the fail_closed policy denied it).
 fn answer(
     st: &AppState,
     rl: &RateLimit,
@@ -274,19 +275,33 @@ fn answer(
     let mut resp = if d.allowed || !deny_429 {
         (StatusCode::OK, Json(body)).into_response()
     } else {
-        let status = StatusCode::TOO_MANY_REQUESTS;
-        let detail = why.unwrap_or_else(|| {
-            format!(
-                "rate limit {:?} denies key {key:?} (cost {cost}) for now",
-                rl.name()
+        // fail_closed denies because the store is down, not because of the limit: a 503 as the
+        // tower layer answers, still with Retry-After.
+        let (status, code, detail) = if g.source == Source::FailClosed {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!(
+                    "the store is down and the rate_store_down policy is fail_closed: rate limit \
+                     {:?} denies key {key:?} (cost {cost}) until it is back",
+                    rl.name()
+                ),
             )
-        });
+        } else {
+            let detail = why.unwrap_or_else(|| {
+                format!(
+                    "rate limit {:?} denies key {key:?} (cost {cost}) for now",
+                    rl.name()
+                )
+            });
+            (StatusCode::TOO_MANY_REQUESTS, "rate_limited", detail)
+        };
         if let Value::Object(map) = &mut body {
             for (k, v) in [
                 ("type", json!("about:blank")),
                 ("title", json!(status.canonical_reason().unwrap_or("Error"))),
                 ("status", json!(status.as_u16())),
-                ("code", json!("rate_limited")),
+                ("code", json!(code)),
                 ("detail", json!(detail)),
             ] {
                 map.insert(k.to_string(), v);
