@@ -1007,6 +1007,28 @@ async fn store_down_policies(url: &str, kill: impl FnOnce()) {
             }
         }
     }
+    // The routes that must ask the store (list, PUT, reset): 503 within the store timeout.
+    for (m, path, body) in [
+        (Method::GET, "/v1/ratelimits", None),
+        (
+            Method::PUT,
+            "/v1/ratelimits/api",
+            Some(json!({"limit": 9, "period": "1h"})),
+        ),
+        (Method::DELETE, "/v1/ratelimits/api/keys/k", None),
+    ] {
+        let t = Instant::now();
+        let url = format!("{}{path}", sidecars[0].url);
+        let (s, p) = json_of(send(&c, m.clone(), &url, body).await).await;
+        let took = t.elapsed();
+        println!("store down, {m} {path}: {s} in {took:?}");
+        assert_eq!(
+            (s, &p["code"]),
+            (StatusCode::SERVICE_UNAVAILABLE, &json!("store_unavailable")),
+            "{m} {path}: {p}"
+        );
+        assert!(took < Duration::from_secs(10), "{m} {path}: {took:?}");
+    }
     // A limit this sidecar never opened: 503 at once, not a wait for the store.
     let t = Instant::now();
     let (s, p) = json_of(check(&c, &sidecars[0].url, "other", json!({"key": "k"})).await).await;

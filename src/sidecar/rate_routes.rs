@@ -325,9 +325,9 @@ fn answer(
 /// `GET /v1/ratelimits`: every limit's quota.
 pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem> {
     let names = st
-        .limiter
-        .rate_limits()
-        .await
+        .rate
+        .bounded(st.limiter.rate_limits())
+        .await?
         .map_err(|e| Problem::from_lib(e, "name"))?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -357,21 +357,24 @@ pub async fn set_quota(
         .parts()
         .and_then(|p| p.to_quota())
         .map_err(|e| Problem::field(e.field, e.message))?;
-    let rl = match st.limiter.rate_limit(&name, quota).await {
-        Ok(rl) => rl,
-        Err(Error::QuotaMismatch { .. }) => {
-            let rl = st
-                .limiter
-                .open_rate_limit(&name)
-                .await
-                .map_err(|e| Problem::from_lib(e, "name"))?;
-            rl.set_quota(quota)
-                .await
-                .map_err(|e| Problem::from_lib(e, "limit"))?;
-            rl
+    let create_or_change = async {
+        match st.limiter.rate_limit(&name, quota).await {
+            Ok(rl) => Ok(rl),
+            Err(Error::QuotaMismatch { .. }) => {
+                let rl = st
+                    .limiter
+                    .open_rate_limit(&name)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "name"))?;
+                rl.set_quota(quota)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "limit"))?;
+                Ok(rl)
+            }
+            Err(e) => Err(Problem::from_lib(e, "limit")),
         }
-        Err(e) => return Err(Problem::from_lib(e, "limit")),
     };
+    let rl = st.rate.bounded(create_or_change).await??;
     st.rate.remember(rl);
     Ok(Json(quota_json(&name, &quota)))
 }
@@ -505,7 +508,10 @@ pub async fn reset(
 ) -> Result<StatusCode, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    rl.reset(&key).await.map_err(|e| lib_problem(e, &name))?;
+    st.rate
+        .bounded(rl.reset(&key))
+        .await?
+        .map_err(|e| lib_problem(e, &name))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
