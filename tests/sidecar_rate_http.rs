@@ -801,6 +801,49 @@ async fn bad_input_is_a_problem_naming_the_field() {
             StatusCode::BAD_REQUEST,
             "key",
         ),
+        // A name that is not UTF-8: the same problem+json, naming `name`.
+        (
+            Method::GET,
+            "/v1/ratelimits/%FF".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        (
+            Method::PUT,
+            "/v1/ratelimits/%FF".into(),
+            json!({"limit": 5, "period": "1s"}),
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/%FF/check".into(),
+            json!({"key": "k"}),
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/%FF/wait".into(),
+            json!({"key": "k"}),
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        (
+            Method::GET,
+            "/v1/ratelimits/%FF/keys/k".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
+        (
+            Method::DELETE,
+            "/v1/ratelimits/%FF/keys/k".into(),
+            Value::Null,
+            StatusCode::BAD_REQUEST,
+            "name",
+        ),
     ];
     for (m, path, body, status, field) in cases {
         let body = (!body.is_null()).then_some(body);
