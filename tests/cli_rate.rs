@@ -203,6 +203,25 @@ async fn every_subcommand(url: &str) {
         after["reset_after_ms"].as_u64().unwrap(),
     );
     assert!(a <= b, "reset_after_ms {b} before the wait, {a} after");
+    // With --json, a timed-out wait prints its last denial as `check --json` does.
+    let out = rate(
+        url,
+        &["wait", "nightly", "w", "--timeout", "500ms", "--json"],
+    )
+    .await;
+    assert_eq!(out.code, Some(75), "{}", out.stderr);
+    let d = json(&out);
+    assert_eq!(
+        (&d["allowed"], &d["remaining"], &d["key"], &d["cost"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(0),
+            &serde_json::json!("w"),
+            &serde_json::json!(1)
+        ),
+        "{d}"
+    );
+    assert!(d["retry_after_ms"].as_u64().unwrap() > 500, "{d}");
     // Denied at once: its retry_after (20 min) reaches far past the timeout.
     assert!(after["retry_after_ms"].as_u64().unwrap() > 1_000_000);
 }
@@ -388,18 +407,16 @@ async fn bad_input_exits_64_naming_the_flag() {
     assert_eq!(names, ["small"]);
     let out = rate(&url, &["status", "small", "k", "--json"]).await;
     assert_eq!(json(&out)["remaining"], 2);
-    // An unreachable store: 69.
-    let out = output(
-        cmd(&[
-            "rate",
-            "check",
-            "--store",
-            "etcd://127.0.0.1:1",
-            "small",
-            "k",
-        ]),
-        LIMIT,
-    )
-    .await;
-    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    // An unreachable store: 69, whichever subcommand.
+    for args in [
+        &["check", "small", "k"][..],
+        &["status"],
+        &["status", "small"],
+        &["status", "small", "k"],
+    ] {
+        let mut all = vec!["rate", args[0], "--store", "etcd://127.0.0.1:1"];
+        all.extend_from_slice(&args[1..]);
+        let out = output(cmd(&all), LIMIT).await;
+        assert_eq!(out.code, Some(69), "{args:?}: {}", out.stderr);
+    }
 }

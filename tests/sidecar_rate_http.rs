@@ -768,6 +768,13 @@ async fn bad_input_is_a_problem_naming_the_field() {
         (
             Method::POST,
             "/v1/ratelimits/api/wait".into(),
+            json!({"key": "k", "cost": 3, "timeout_ms": 1000}),
+            StatusCode::BAD_REQUEST,
+            "cost",
+        ),
+        (
+            Method::POST,
+            "/v1/ratelimits/api/wait".into(),
             json!({"key": ""}),
             StatusCode::BAD_REQUEST,
             "key",
@@ -1050,6 +1057,40 @@ async fn store_down_policies(url: &str, kill: impl FnOnce()) {
             }
         }
     }
+    // A wait while the store is down: the policy answers it too, within its timeout.
+    for (policy, sc) in policies.iter().zip(&sidecars) {
+        let t = Instant::now();
+        let r = send(
+            &c,
+            Method::POST,
+            &format!("{}/v1/ratelimits/api/wait", sc.url),
+            Some(json!({"key": "k", "timeout_ms": 1000})),
+        )
+        .await;
+        let (s, d) = json_of(r).await;
+        let took = t.elapsed();
+        println!("store down, {policy}: wait answered {s} in {took:?}");
+        let want = match *policy {
+            "fail_open" => (StatusCode::OK, json!("fail_open"), Value::Null),
+            "fail_closed" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!("fail_closed"),
+                json!("store_unavailable"),
+            ),
+            // This sidecar's share (2) was used by the checks above.
+            _ => (
+                StatusCode::TOO_MANY_REQUESTS,
+                json!("local"),
+                json!("rate_limited"),
+            ),
+        };
+        assert_eq!(
+            (s, d["source"].clone(), d["code"].clone()),
+            want,
+            "{policy}: {d}"
+        );
+        assert!(took < Duration::from_secs(10), "{policy}: {took:?}");
+    }
     // The routes that must ask the store (list, PUT, reset): 503 within the store timeout.
     for (m, path, body) in [
         (Method::GET, "/v1/ratelimits", None),
@@ -1087,9 +1128,10 @@ async fn store_down_policies(url: &str, kill: impl FnOnce()) {
     .text()
     .await
     .unwrap();
+    // 21 checks and the wait.
     assert!(
         m.contains(
-            "clusterlimit_rate_failure_mode_allowed_total{domain=\"http\",limit=\"api\"} 21"
+            "clusterlimit_rate_failure_mode_allowed_total{domain=\"http\",limit=\"api\"} 22"
         ),
         "{m}"
     );
