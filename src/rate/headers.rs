@@ -153,6 +153,16 @@ mod tests {
         );
     }
 
+    /// `decide` answers `Duration::MAX` for a cost the quota can never pass: no overflow.
+    #[test]
+    fn a_never_retry_after_saturates() {
+        let quota = Quota::per_minute(5);
+        let d = decision(false, 5, 0, Some(Duration::MAX), Duration::MAX);
+        assert_eq!(retry_after_secs(&d), Some(u64::MAX));
+        let ietf = rate_limit_headers("login", &quota, &d, HeaderNames::Ietf);
+        assert_eq!(ietf[1].1, format!("\"login\";r=0;t={}", u64::MAX));
+    }
+
     #[test]
     fn a_denial_tells_when_to_retry_rounded_up() {
         let quota = Quota::per_minute(5).algorithm(Algorithm::FixedWindow);
