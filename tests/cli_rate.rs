@@ -171,34 +171,57 @@ async fn every_subcommand(url: &str) {
     assert_eq!(json(&out)["remaining"], 3);
 
     // wait: admitted at once, admitted after a pause, timed out with nothing consumed.
-    let out = rate(url, &["wait", "fast", "k", "--limit", "2", "--per", "2s"]).await;
+    // 2 per 6 s: the third waits ~3 s. The peek just before shows it must wait; how long it
+    // took is only printed.
+    let out = rate(url, &["wait", "fast", "k", "--limit", "2", "--per", "6s"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let out = rate(url, &["check", "fast", "k"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let peek = json(&rate(url, &["status", "fast", "k", "--json"]).await);
+    assert_eq!(peek["allowed"], false, "{peek}");
     let t = Instant::now();
     let out = rate(url, &["wait", "fast", "k", "--timeout", "20s"]).await;
     println!(
-        "rate wait admitted after {:?} (expected ~1 s, process start included)",
+        "rate wait admitted after {:?} (expected ~3 s, process start included)",
         t.elapsed()
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        t.elapsed() >= Duration::from_millis(500),
-        "{:?}",
-        t.elapsed()
-    );
-    let before = json(&rate(url, &["status", "nightly", "w", "--json"]).await);
     for _ in 0..3 {
         assert_eq!(rate(url, &["check", "nightly", "w"]).await.code, Some(0));
     }
+    let before = json(&rate(url, &["status", "nightly", "w", "--json"]).await);
     let out = rate(url, &["wait", "nightly", "w", "--timeout", "500ms"]).await;
     assert_eq!(out.code, Some(75), "{}", out.stderr);
     assert!(out.stderr.contains("nothing consumed"), "{}", out.stderr);
     let after = json(&rate(url, &["status", "nightly", "w", "--json"]).await);
-    assert_eq!(
-        (before["remaining"].clone(), after["remaining"].clone()),
-        (3.into(), 0.into())
+    assert_eq!(before["remaining"], 0, "{before}");
+    assert_eq!(after["remaining"], 0, "{after}");
+    // Nothing consumed: a consumed hit would push the key's reset further out, while time only
+    // brings it closer.
+    let (b, a) = (
+        before["reset_after_ms"].as_u64().unwrap(),
+        after["reset_after_ms"].as_u64().unwrap(),
     );
+    assert!(a <= b, "reset_after_ms {b} before the wait, {a} after");
+    // With --json, a timed-out wait prints its last denial as `check --json` does.
+    let out = rate(
+        url,
+        &["wait", "nightly", "w", "--timeout", "500ms", "--json"],
+    )
+    .await;
+    assert_eq!(out.code, Some(75), "{}", out.stderr);
+    let d = json(&out);
+    assert_eq!(
+        (&d["allowed"], &d["remaining"], &d["key"], &d["cost"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(0),
+            &serde_json::json!("w"),
+            &serde_json::json!(1)
+        ),
+        "{d}"
+    );
+    assert!(d["retry_after_ms"].as_u64().unwrap() > 500, "{d}");
     // Denied at once: its retry_after (20 min) reaches far past the timeout.
     assert!(after["retry_after_ms"].as_u64().unwrap() > 1_000_000);
 }
@@ -384,18 +407,16 @@ async fn bad_input_exits_64_naming_the_flag() {
     assert_eq!(names, ["small"]);
     let out = rate(&url, &["status", "small", "k", "--json"]).await;
     assert_eq!(json(&out)["remaining"], 2);
-    // An unreachable store: 69.
-    let out = output(
-        cmd(&[
-            "rate",
-            "check",
-            "--store",
-            "etcd://127.0.0.1:1",
-            "small",
-            "k",
-        ]),
-        LIMIT,
-    )
-    .await;
-    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    // An unreachable store: 69, whichever subcommand.
+    for args in [
+        &["check", "small", "k"][..],
+        &["status"],
+        &["status", "small"],
+        &["status", "small", "k"],
+    ] {
+        let mut all = vec!["rate", args[0], "--store", "etcd://127.0.0.1:1"];
+        all.extend_from_slice(&args[1..]);
+        let out = output(cmd(&all), LIMIT).await;
+        assert_eq!(out.code, Some(69), "{args:?}: {}", out.stderr);
+    }
 }

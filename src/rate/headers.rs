@@ -96,8 +96,9 @@ fn window_secs(quota: &Quota) -> u64 {
         .max(1)
 }
 
+/// Saturating: a denial's `retry_after` is `Duration::MAX` when the cost can never pass.
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// `s` as a structured-field String (RFC 8941 §3.3.3): quoted, `"` and `\` escaped, and any
@@ -150,6 +151,16 @@ mod tests {
                 ("ratelimit", "\"api\";r=19;t=1".to_string()),
             ]
         );
+    }
+
+    /// `decide` answers `Duration::MAX` for a cost the quota can never pass: no overflow.
+    #[test]
+    fn a_never_retry_after_saturates() {
+        let quota = Quota::per_minute(5);
+        let d = decision(false, 5, 0, Some(Duration::MAX), Duration::MAX);
+        assert_eq!(retry_after_secs(&d), Some(u64::MAX));
+        let ietf = rate_limit_headers("login", &quota, &d, HeaderNames::Ietf);
+        assert_eq!(ietf[1].1, format!("\"login\";r=0;t={}", u64::MAX));
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct RateMetrics {
     store_down_denied: Family<RateLabel, Counter>,
     store_seconds: LatencyFamily,
     keys_cached: Family<LimitLabel, Gauge>,
+    /// HTTP rate waits in flight, by limit.
+    waits_in_flight: Family<LimitLabel, Gauge>,
     /// Checks answered from a cached state, no store request (set at each scrape).
     pub(super) cache_answers: Counter,
 }
@@ -65,6 +67,7 @@ impl RateMetrics {
             store_down_denied: Family::default(),
             store_seconds: Family::new_with_constructor(latency_histogram),
             keys_cached: Family::default(),
+            waits_in_flight: Family::default(),
             cache_answers: Counter::default(),
         };
         registry.register(
@@ -106,6 +109,11 @@ impl RateMetrics {
             "clusterlimit_rate_keys_cached",
             "Key states held in this sidecar's memory, by limit",
             m.keys_cached.clone(),
+        );
+        registry.register(
+            "clusterlimit_rate_waits_in_flight",
+            "Rate waits of the HTTP API in flight, by limit",
+            m.waits_in_flight.clone(),
         );
         registry.register(
             "clusterlimit_rate_cache_answers",
@@ -190,6 +198,15 @@ impl RateMetrics {
                 limit: limit.to_string(),
             })
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The gauge of `limit`'s HTTP rate waits in flight (the caller increments and decrements).
+    pub fn waits_in_flight(&self, limit: &str) -> Gauge {
+        self.waits_in_flight
+            .get_or_create(&LimitLabel {
+                limit: limit.to_string(),
+            })
+            .clone()
     }
 }
 

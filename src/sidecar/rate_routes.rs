@@ -10,8 +10,10 @@ use super::problem::Problem;
 use super::rate_config::{HeaderMode, RateSettings};
 use crate::frontend::lock;
 use crate::frontend::quota_spec::{decision_json, quota_json, QuotaBody};
+use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -19,9 +21,11 @@ use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNa
 use clusterlimit::{
     validate, Error, Guarded, Limiter, RateLimit, Source, StoreDownGuard, MAX_KEY_LEN,
 };
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +33,9 @@ use std::time::Duration;
 const DOMAIN: &str = "http";
 /// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
 const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+/// A denial's `retry_after` this long means never: the quota was lowered (by another client)
+/// to one the cost can never pass. The same bound as `RateLimit::wait`'s.
+const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
 
 /// What the rate routes share: the guard, the header mode, and the limits opened so far.
 pub struct RateApi {
@@ -69,20 +76,44 @@ impl RateApi {
                 format!("the store is down and rate limit {name:?} was not used here before"),
             ));
         }
-        let rl = match tokio::time::timeout(self.store_timeout, limiter.open_rate_limit(name)).await
-        {
-            Ok(Ok(rl)) => rl,
-            Ok(Err(Error::NotFound(_))) => return Err(unknown(name)),
-            Ok(Err(e)) => return Err(Problem::from_lib(e, "name")),
-            Err(_) => {
-                return Err(Problem::unavailable(
-                    "store_unavailable",
-                    format!("the store did not answer within {:?}", self.store_timeout),
-                ))
-            }
-        };
+        self.fetch(limiter, name).await
+    }
+
+    /// Opens `name` reading its quota from the store now, so a quota changed by another
+    /// sidecar or `clusterlimit rate set-quota` shows at once (the handles share their quota, so
+    /// the cached one learns it too). The cached handle answers only while the store is known
+    /// down.
+    async fn open_fresh(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
+        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
+        if self.guard.store_down() {
+            return self.open(limiter, name).await;
+        }
+        self.fetch(limiter, name).await
+    }
+
+    /// Reads `name` from the store within the store timeout, and remembers it.
+    async fn fetch(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
+        let rl = self
+            .bounded(limiter.open_rate_limit(name))
+            .await?
+            .map_err(|e| match e {
+                Error::NotFound(_) => unknown(name),
+                e => Problem::from_lib(e, "name"),
+            })?;
         self.remember(rl.clone());
         Ok(rl)
+    }
+
+    /// `call` within the store timeout, else 503 `store_unavailable`.
+    async fn bounded<T>(&self, call: impl Future<Output = T>) -> Result<T, Problem> {
+        tokio::time::timeout(self.store_timeout, call)
+            .await
+            .map_err(|_| {
+                Problem::unavailable(
+                    "store_unavailable",
+                    format!("the store did not answer within {:?}", self.store_timeout),
+                )
+            })
     }
 }
 
@@ -92,6 +123,35 @@ fn unknown(name: &str) -> Problem {
     Problem::not_found(format!(
         "rate limit {name:?} does not exist; PUT /v1/ratelimits/{name} with a quota creates it"
     ))
+}
+
+/// The `{name}` of a rate route: a segment that is not UTF-8 once percent-decoded is a
+/// problem+json naming `name` (axum's own rejection is plain text).
+pub struct LimitName(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for LimitName {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(path_problem)?;
+        Ok(LimitName(name))
+    }
+}
+
+/// A path rejection as a problem naming the segment at fault (`name` unless axum names another).
+fn path_problem(e: PathRejection) -> Problem {
+    let field = match &e {
+        PathRejection::FailedToDeserializePathParams(f) => match f.kind() {
+            ErrorKind::InvalidUtf8InPathParam { key }
+            | ErrorKind::ParseErrorAtKey { key, .. }
+            | ErrorKind::DeserializeError { key, .. } => key.clone(),
+            _ => "name".to_string(),
+        },
+        _ => "name".to_string(),
+    };
+    Problem::field(field, e.body_text())
 }
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
@@ -125,7 +185,18 @@ fn check_key(key: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The cost (default 1) if the limit could ever admit it at once.
+/// The cost (default 1) if the limit could ever admit it at once. A cost above the cached
+/// quota's most is checked again after reading the quota from the store (it may have been
+/// raised elsewhere).
+async fn admissible_cost(st: &AppState, rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
+    let above = cost.is_some_and(|c| u64::try_from(c).is_ok_and(|c| c > rl.quota().max_cost()));
+    if above {
+        st.rate.open_fresh(&st.limiter, rl.name()).await?;
+    }
+    check_cost(rl, cost)
+}
+
+/// The cost (default 1) if the limit's quota as known here could ever admit it at once.
 fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
     let quota = rl.quota();
     let max = quota.max_cost();
@@ -141,6 +212,22 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
             ),
         )),
     }
+}
+
+/// 400 on `cost` when the denial `g` says the cost can never be admitted (`retry_after` is
+/// "never"), as the library's wait answers, rather than a 429 with a meaningless Retry-After.
+fn never_admitted(rl: &RateLimit, g: &Guarded, cost: u64) -> Result<(), Problem> {
+    if g.decision.allowed || g.decision.retry_after.is_none_or(|r| r < NEVER) {
+        return Ok(());
+    }
+    Err(Problem::field(
+        "cost",
+        format!(
+            "cost {cost} can never be admitted by the quota now stored for rate limit {:?} ({})",
+            rl.name(),
+            rl.quota()
+        ),
+    ))
 }
 
 fn source_name(s: Source) -> &'static str {
@@ -203,7 +290,8 @@ fn add_fields(st: &AppState, rl: &RateLimit, g: &Guarded, resp: &mut Response) {
     }
 }
 
-/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied.
+/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied
+/// (503 `store_unavailable` when the fail_closed policy denied it).
 fn answer(
     st: &AppState,
     rl: &RateLimit,
@@ -218,19 +306,33 @@ fn answer(
     let mut resp = if d.allowed || !deny_429 {
         (StatusCode::OK, Json(body)).into_response()
     } else {
-        let status = StatusCode::TOO_MANY_REQUESTS;
-        let detail = why.unwrap_or_else(|| {
-            format!(
-                "rate limit {:?} denies key {key:?} (cost {cost}) for now",
-                rl.name()
+        // fail_closed denies because the store is down, not because of the limit: a 503 as the
+        // tower layer answers, still with Retry-After.
+        let (status, code, detail) = if g.source == Source::FailClosed {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!(
+                    "the store is down and the rate_store_down policy is fail_closed: rate limit \
+                     {:?} denies key {key:?} (cost {cost}) until it is back",
+                    rl.name()
+                ),
             )
-        });
+        } else {
+            let detail = why.unwrap_or_else(|| {
+                format!(
+                    "rate limit {:?} denies key {key:?} (cost {cost}) for now",
+                    rl.name()
+                )
+            });
+            (StatusCode::TOO_MANY_REQUESTS, "rate_limited", detail)
+        };
         if let Value::Object(map) = &mut body {
             for (k, v) in [
                 ("type", json!("about:blank")),
                 ("title", json!(status.canonical_reason().unwrap_or("Error"))),
                 ("status", json!(status.as_u16())),
-                ("code", json!("rate_limited")),
+                ("code", json!(code)),
                 ("detail", json!(detail)),
             ] {
                 map.insert(k.to_string(), v);
@@ -254,13 +356,13 @@ fn answer(
 /// `GET /v1/ratelimits`: every limit's quota.
 pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem> {
     let names = st
-        .limiter
-        .rate_limits()
-        .await
+        .rate
+        .bounded(st.limiter.rate_limits())
+        .await?
         .map_err(|e| Problem::from_lib(e, "name"))?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let rl = st.rate.open(&st.limiter, &name).await?;
+        let rl = st.rate.open_fresh(&st.limiter, &name).await?;
         out.push(quota_json(&name, &rl.quota()));
     }
     Ok(Json(out))
@@ -269,16 +371,16 @@ pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem>
 /// `GET /v1/ratelimits/{name}`: its quota.
 pub async fn quota(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
 ) -> Result<Json<Value>, Problem> {
-    let rl = st.rate.open(&st.limiter, &name).await?;
+    let rl = st.rate.open_fresh(&st.limiter, &name).await?;
     Ok(Json(quota_json(&name, &rl.quota())))
 }
 
 /// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota.
 pub async fn set_quota(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<Json<Value>, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
@@ -286,21 +388,24 @@ pub async fn set_quota(
         .parts()
         .and_then(|p| p.to_quota())
         .map_err(|e| Problem::field(e.field, e.message))?;
-    let rl = match st.limiter.rate_limit(&name, quota).await {
-        Ok(rl) => rl,
-        Err(Error::QuotaMismatch { .. }) => {
-            let rl = st
-                .limiter
-                .open_rate_limit(&name)
-                .await
-                .map_err(|e| Problem::from_lib(e, "name"))?;
-            rl.set_quota(quota)
-                .await
-                .map_err(|e| Problem::from_lib(e, "limit"))?;
-            rl
+    let create_or_change = async {
+        match st.limiter.rate_limit(&name, quota).await {
+            Ok(rl) => Ok(rl),
+            Err(Error::QuotaMismatch { .. }) => {
+                let rl = st
+                    .limiter
+                    .open_rate_limit(&name)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "name"))?;
+                rl.set_quota(quota)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "limit"))?;
+                Ok(rl)
+            }
+            Err(e) => Err(Problem::from_lib(e, "limit")),
         }
-        Err(e) => return Err(Problem::from_lib(e, "limit")),
     };
+    let rl = st.rate.bounded(create_or_change).await??;
     st.rate.remember(rl);
     Ok(Json(quota_json(&name, &quota)))
 }
@@ -308,22 +413,24 @@ pub async fn set_quota(
 /// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
 pub async fn check(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
     JsonBody(body): JsonBody<CheckBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let cost = check_cost(&rl, body.cost)?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
     let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
+    never_admitted(&rl, &g, cost)?;
     record(&st, &rl, &g, cost, took);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
 /// `POST /v1/ratelimits/{name}/wait`: checks, and after a denial sleeps its `retry_after`,
-/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed); 503 at shutdown.
+/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed; on a quota with a
+/// ban, the denial starts the ban); 503 at shutdown.
 pub async fn wait(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
     JsonBody(body): JsonBody<WaitBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
@@ -338,19 +445,22 @@ pub async fn wait(
         ));
     }
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let cost = check_cost(&rl, body.cost)?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let _in_flight = InFlight::new(st.metrics.rate.waits_in_flight(rl.name()));
     // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
+    // Only the sleep races shutdown: a check cut off mid-write could consume and answer 503.
     loop {
-        let (g, took) = tokio::select! {
-            g = guarded(&st, &rl, &body.key, cost) => g?,
-            () = st.shutdown.cancelled() => return Err(shutting_down()),
-        };
+        if st.shutdown.is_cancelled() {
+            return Err(shutting_down());
+        }
+        let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
         if g.decision.allowed {
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
+        never_admitted(&rl, &g, cost)?;
         let step = g
             .decision
             .retry_after
@@ -358,10 +468,16 @@ pub async fn wait(
             .max(MIN_WAIT_STEP);
         let wake = tokio::time::Instant::now().checked_add(step);
         if wake.is_none_or(|w| w > deadline) {
+            let ban = rl.quota().ban;
             let why = format!(
                 "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
-                 nothing was consumed",
-                body.key
+                 nothing was consumed{}",
+                body.key,
+                if ban.is_zero() {
+                    String::new()
+                } else {
+                    format!(", but the denial started the quota's ban of {} ms", ban.as_millis())
+                }
             );
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
@@ -373,6 +489,23 @@ pub async fn wait(
     }
 }
 
+/// Counts a wait in flight in `clusterlimit_rate_waits_in_flight` until dropped, however the
+/// wait ends.
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn new(gauge: Gauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 fn shutting_down() -> Problem {
     Problem::unavailable("shutting_down", "the sidecar is shutting down")
 }
@@ -381,7 +514,7 @@ fn shutting_down() -> Problem {
 fn key_path(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<(String, String), Problem> {
-    let Path((name, key)) = path.map_err(|e| Problem::field("key", e.body_text()))?;
+    let Path((name, key)) = path.map_err(path_problem)?;
     check_key(&key)?;
     Ok((name, key))
 }
@@ -406,7 +539,10 @@ pub async fn reset(
 ) -> Result<StatusCode, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    rl.reset(&key).await.map_err(|e| lib_problem(e, &name))?;
+    st.rate
+        .bounded(rl.reset(&key))
+        .await?
+        .map_err(|e| lib_problem(e, &name))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -16,10 +16,11 @@ pub struct RateArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RateCommand {
-    /// Check one request of KEY: exit 0 admitted (and counted), 75 denied (prints when to retry).
+    /// Check one request of KEY: exit 0 admitted (and counted), 75 denied (prints when to retry;
+    /// nothing consumed, but on a quota with --ban the denial starts the ban).
     Check(CheckArgs),
     /// Wait until a request of KEY is admitted: exit 0 admitted, 75 when --timeout runs out
-    /// (nothing consumed).
+    /// (nothing consumed, but on a quota with --ban a denial starts the ban).
     Wait(WaitArgs),
     /// Show every rate limit's quota, one limit's, or one key's state (nothing consumed).
     Status(RateStatusArgs),
@@ -111,7 +112,8 @@ pub struct CheckArgs {
 pub struct WaitArgs {
     #[command(flatten)]
     pub check: CheckArgs,
-    /// Give up after this long (exit 75, nothing consumed); default: wait as long as it takes.
+    /// Give up after this long (exit 75, nothing consumed; but on a quota with --ban, a denial
+    /// starts the ban); default: wait as long as it takes.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 }

@@ -5,6 +5,7 @@
 
 mod args;
 mod status;
+mod wait;
 
 pub use args::RateArgs;
 
@@ -14,6 +15,7 @@ use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs
 use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit, MAX_KEY_LEN};
 use std::process::ExitCode;
 use std::time::Duration;
+use wait::Waited;
 
 /// Runs one `rate` subcommand.
 pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
@@ -166,23 +168,27 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
     with_limiter(&a.store, async |limiter| {
         let rl = open(limiter, &a.name, &a.quota).await?;
         check_cost(&rl, a.cost)?;
-        let result = match w.timeout {
-            Some(t) => rl.wait_timeout(&a.key, a.cost, t).await,
-            None => rl.wait_n(&a.key, a.cost).await,
-        };
-        match result {
-            Ok(d) => Ok(admitted(a, &d)),
-            Err(Error::Timeout) => Err(Failure::new(
-                exit::TIMEOUT,
-                format!(
-                    "{} {:?} (cost {}) not admitted within {}; nothing consumed",
-                    a.name,
-                    a.key,
-                    a.cost,
-                    human(w.timeout.unwrap_or_default())
-                ),
-            )),
-            Err(e) => Err(Failure::from_lib(e)),
+        let waited = wait::wait(&rl, &a.key, a.cost, w.timeout)
+            .await
+            .map_err(Failure::from_lib)?;
+        match waited {
+            Waited::Admitted(d) => Ok(admitted(a, &d)),
+            Waited::TimedOut(d) => {
+                if a.json {
+                    println!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+                }
+                Err(Failure::new(
+                    exit::TIMEOUT,
+                    format!(
+                        "{} {:?} (cost {}) not admitted within {}; nothing consumed{}",
+                        a.name,
+                        a.key,
+                        a.cost,
+                        human(w.timeout.unwrap_or_default()),
+                        ban_note(&rl)
+                    ),
+                ))
+            }
         }
     })
     .await
@@ -228,4 +234,13 @@ async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
         Ok(ExitCode::SUCCESS)
     })
     .await
+}
+
+/// On a quota with a ban, a denial is not free: it starts the ban.
+fn ban_note(rl: &RateLimit) -> String {
+    let ban = rl.quota().ban;
+    if ban.is_zero() {
+        return String::new();
+    }
+    format!(", but the denial started the quota's ban of {}", human(ban))
 }
