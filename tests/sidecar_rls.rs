@@ -37,15 +37,7 @@ struct Rls {
 impl Rls {
     /// `serve --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 ARGS`, reading both addresses.
     async fn start(args: &[&str]) -> Rls {
-        let mut all = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--grpc-listen",
-            "127.0.0.1:0",
-        ];
-        all.extend_from_slice(args);
-        let mut c = cmd(&all);
+        let mut c = serve("127.0.0.1:0", args);
         c.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = c.spawn().expect("spawn clusterlimit serve");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -92,6 +84,13 @@ impl Rls {
             .await
             .unwrap()
     }
+}
+
+/// `clusterlimit serve --listen 127.0.0.1:0 --grpc-listen GRPC ARGS`.
+fn serve(grpc: &str, args: &[&str]) -> tokio::process::Command {
+    let mut all = vec!["serve", "--listen", "127.0.0.1:0", "--grpc-listen", grpc];
+    all.extend_from_slice(args);
+    cmd(&all)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -167,6 +166,81 @@ fn assert_no_limit(s: &DescriptorStatus) {
     assert_eq!(s.duration_until_reset, None, "{s:?}");
 }
 
+/// What `limited` returns for a limit with no name.
+fn unnamed(code: Code, remaining: u32, rpu: u32, unit: Unit) -> (Code, u32, (u32, Unit, String)) {
+    (code, remaining, (rpu, unit, String::new()))
+}
+
+/// A descriptor of `entries` with a `limit` override of `rpu` per `unit`.
+fn with_limit(entries: &[(&str, &str)], rpu: u32, unit: i32) -> RateLimitDescriptor {
+    let mut d = desc(entries);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: rpu,
+        unit,
+    });
+    d
+}
+
+/// One request of the descriptors `a=key` and `b=key` (all or nothing across them).
+fn a_and_b(key: &str) -> RateLimitRequest {
+    req("web", vec![desc(&[("a", key)]), desc(&[("b", key)])], 0)
+}
+
+/// A call the sidecar refuses with `want`; the status, to check its message.
+async fn refused(
+    c: &mut Client,
+    r: impl tonic::IntoRequest<RateLimitRequest>,
+    want: tonic::Code,
+) -> tonic::Status {
+    let e = c.should_rate_limit(r).await.unwrap_err();
+    assert_eq!(e.code(), want, "{e}");
+    e
+}
+
+/// A sidecar on `store` with one config file `name` holding `yaml`, then `extra` flags; the
+/// temp dir is returned to live as long as the sidecar.
+async fn start_with(
+    store: &str,
+    name: &str,
+    yaml: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, Rls) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), name, yaml);
+    let mut args = vec!["--store", store, "--rls-config", cfg.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let sc = Rls::start(&args).await;
+    (dir, sc)
+}
+
+/// The sidecar's /metrics text, asserted to hold every one of `lines`.
+async fn metrics_with(sc: &Rls, lines: &[&str]) -> String {
+    let text = reqwest::get(format!("{}/metrics", sc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in lines {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    text
+}
+
+/// Distinct keys `prefix-0`, `prefix-1`, … for retries: a timed-out attempt may have counted.
+struct FreshKeys(std::sync::atomic::AtomicU32);
+
+impl FreshKeys {
+    fn new() -> FreshKeys {
+        FreshKeys(std::sync::atomic::AtomicU32::new(0))
+    }
+
+    fn next(&self, prefix: &str) -> String {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{prefix}-{n}")
+    }
+}
+
 const WEB: &str = "\
 domain: web
 descriptors:
@@ -209,16 +283,12 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_answers_every_feature_field_by_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "web.yaml", WEB);
-    let sc = Rls::start(&[
-        "--store",
+    let (_dir, sc) = start_with(
         "memory://rls-fields",
-        "--rls-config",
-        cfg.to_str().unwrap(),
-        "--rls-response-headers",
-        "ietf",
-    ])
+        "web.yaml",
+        WEB,
+        &["--rls-response-headers", "ietf"],
+    )
     .await;
     let mut c = sc.client().await;
 
@@ -228,7 +298,7 @@ async fn memory_answers_every_feature_field_by_field() {
         assert_eq!(overall(&r), Code::Ok);
         assert_eq!(
             limited(&r.statuses[0]),
-            (Code::Ok, left, (3, Unit::Day, String::new()))
+            unnamed(Code::Ok, left, 3, Unit::Day)
         );
         let reset = until_reset(&r.statuses[0]);
         assert!(reset > Duration::ZERO && reset <= DAY, "{reset:?}");
@@ -237,7 +307,7 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_eq!(overall(&r), Code::OverLimit);
     assert_eq!(
         limited(&r.statuses[0]),
-        (Code::OverLimit, 0, (3, Unit::Day, String::new()))
+        unnamed(Code::OverLimit, 0, 3, Unit::Day)
     );
     let r = one(&mut c, "web", &[("user", "u2")]).await;
     assert_eq!(limited(&r.statuses[0]).1, 2, "u2 counts apart");
@@ -308,17 +378,14 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_eq!(limited(&r.statuses[0]).0, Code::Ok);
     let r = one(&mut c, "web", &[("watch", "w")]).await;
     assert_eq!(overall(&r), Code::Ok, "shadow mode answers OK");
-    assert_eq!(
-        limited(&r.statuses[0]),
-        (Code::Ok, 0, (1, Unit::Day, String::new()))
-    );
+    assert_eq!(limited(&r.statuses[0]), unnamed(Code::Ok, 0, 1, Unit::Day));
 
     // requests_per_unit 0: over every time.
     let r = one(&mut c, "web", &[("blocked", "x")]).await;
     assert_eq!(overall(&r), Code::OverLimit);
     assert_eq!(
         limited(&r.statuses[0]),
-        (Code::OverLimit, 0, (0, Unit::Second, String::new()))
+        unnamed(Code::OverLimit, 0, 0, Unit::Second)
     );
 
     // replaces: the matched `broad` limit is dropped when `narrow` matches too.
@@ -332,10 +399,7 @@ async fn memory_answers_every_feature_field_by_field() {
     )
     .await;
     assert_no_limit(&r.statuses[0]);
-    assert_eq!(
-        limited(&r.statuses[1]),
-        (Code::Ok, 1, (2, Unit::Day, String::new()))
-    );
+    assert_eq!(limited(&r.statuses[1]), unnamed(Code::Ok, 1, 2, Unit::Day));
     let r = one(&mut c, "web", &[("broad", "x")]).await;
     assert_eq!(
         limited(&r.statuses[0]),
@@ -364,10 +428,7 @@ async fn memory_answers_every_feature_field_by_field() {
     let mut own = desc(&[("user", "u3")]);
     own.hits_addend = Some(UInt64Value { value: 1 });
     let r = call(&mut c, req("web", vec![own.clone()], 2)).await;
-    assert_eq!(
-        limited(&r.statuses[0]),
-        (Code::Ok, 0, (3, Unit::Day, String::new()))
-    );
+    assert_eq!(limited(&r.statuses[0]), unnamed(Code::Ok, 0, 3, Unit::Day));
     own.hits_addend = Some(UInt64Value { value: 0 });
     let r = call(&mut c, req("web", vec![own], 0)).await;
     assert_eq!(
@@ -384,10 +445,9 @@ async fn memory_answers_every_feature_field_by_field() {
     );
 
     // All or nothing across a request's descriptors: `b` is not charged when `a` is over.
-    let both = || req("web", vec![desc(&[("a", "k")]), desc(&[("b", "k")])], 0);
-    let r = call(&mut c, both()).await;
+    let r = call(&mut c, a_and_b("k")).await;
     assert_eq!((overall(&r), limited(&r.statuses[1]).1), (Code::Ok, 9));
-    let r = call(&mut c, both()).await;
+    let r = call(&mut c, a_and_b("k")).await;
     assert_eq!(overall(&r), Code::OverLimit);
     assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
     assert_eq!(limited(&r.statuses[1]).0, Code::Ok);
@@ -403,27 +463,18 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_no_limit(&r.statuses[0]);
 
     // A descriptor's limit override: its own fixed window.
-    let mut o = desc(&[("user", "o1")]);
-    o.limit = Some(RateLimitOverride {
-        requests_per_unit: 1,
-        unit: Unit::Hour as i32,
-    });
+    let o = overridden("o1", 1);
     let r = call(&mut c, req("web", vec![o.clone()], 0)).await;
-    assert_eq!(
-        limited(&r.statuses[0]),
-        (Code::Ok, 0, (1, Unit::Hour, String::new()))
-    );
-    let r = call(&mut c, req("web", vec![o.clone()], 0)).await;
+    assert_eq!(limited(&r.statuses[0]), unnamed(Code::Ok, 0, 1, Unit::Hour));
+    let r = call(&mut c, req("web", vec![o], 0)).await;
     assert_eq!(limited(&r.statuses[0]).0, Code::OverLimit);
-    o.limit = Some(RateLimitOverride {
-        requests_per_unit: 1,
-        unit: 0,
-    });
-    let e = c
-        .should_rate_limit(req("web", vec![o], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let no_unit = with_limit(&[("user", "o1")], 1, 0);
+    let e = refused(
+        &mut c,
+        req("web", vec![no_unit], 0),
+        tonic::Code::InvalidArgument,
+    )
+    .await;
     assert!(e.message().contains("descriptors[0].limit.unit"), "{e}");
 
     // An override of requests_per_unit 0: over every time, nothing counted.
@@ -431,16 +482,17 @@ async fn memory_answers_every_feature_field_by_field() {
     assert_eq!(overall(&r), Code::OverLimit);
     assert_eq!(
         limited(&r.statuses[0]),
-        (Code::OverLimit, 0, (0, Unit::Hour, String::new()))
+        unnamed(Code::OverLimit, 0, 0, Unit::Hour)
     );
     // Negative hits (a refund) are not supported: INVALID_ARGUMENT naming the field.
     let mut neg = desc(&[("user", "neg")]);
     neg.is_negative_hits = true;
-    let e = c
-        .should_rate_limit(req("web", vec![neg], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let e = refused(
+        &mut c,
+        req("web", vec![neg], 0),
+        tonic::Code::InvalidArgument,
+    )
+    .await;
     assert!(
         e.message().contains("descriptors[0].is_negative_hits"),
         "{e}"
@@ -449,65 +501,74 @@ async fn memory_answers_every_feature_field_by_field() {
     let many = (0..65)
         .map(|i| desc(&[("user", &format!("m{i}"))]))
         .collect();
-    let e = c.should_rate_limit(req("web", many, 0)).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let e = refused(&mut c, req("web", many, 0), tonic::Code::InvalidArgument).await;
     assert!(
         e.message().contains("at most 64") && e.message().contains("65"),
         "{e}"
     );
 
     // Empty domain, no descriptors: INVALID_ARGUMENT, as envoyproxy.
-    let e = c
-        .should_rate_limit(req("", vec![desc(&[("user", "u")])], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let e = refused(
+        &mut c,
+        req("", vec![desc(&[("user", "u")])], 0),
+        tonic::Code::InvalidArgument,
+    )
+    .await;
     assert!(e.message().contains("domain"), "{e}");
-    let e = c
-        .should_rate_limit(req("web", vec![], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let e = refused(&mut c, req("web", vec![], 0), tonic::Code::InvalidArgument).await;
     assert!(e.message().contains("descriptor"), "{e}");
 
     // Metrics by domain and rule.
-    let text = reqwest::get(format!("{}/metrics", sc.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        r#"clusterlimit_rate_hits_total{domain="web",limit="user"}"#,
-        r#"clusterlimit_rate_over_limit_total{domain="web",limit="user"}"#,
-        r#"clusterlimit_rate_shadow_mode_total{domain="web",limit="watch"} 1"#,
-        // All or nothing: `a` over once; `b` within its limit in the denied request, so
-        // neither over nor charged there (1 + 0 + 1 hits).
-        r#"clusterlimit_rate_hits_total{domain="web",limit="a"} 2"#,
-        r#"clusterlimit_rate_over_limit_total{domain="web",limit="a"} 1"#,
-        r#"clusterlimit_rate_hits_total{domain="web",limit="b"} 2"#,
-        // requests_per_unit 0 is over every time, and recorded.
-        r#"clusterlimit_rate_hits_total{domain="web",limit="blocked"} 1"#,
-        r#"clusterlimit_rate_over_limit_total{domain="web",limit="blocked"} 1"#,
-    ] {
-        assert!(text.contains(line), "{line} missing from\n{text}");
-    }
+    let text = metrics_with(
+        &sc,
+        &[
+            r#"clusterlimit_rate_hits_total{domain="web",limit="user"}"#,
+            r#"clusterlimit_rate_over_limit_total{domain="web",limit="user"}"#,
+            r#"clusterlimit_rate_shadow_mode_total{domain="web",limit="watch"} 1"#,
+            // All or nothing: `a` over once; `b` within its limit in the denied request, so
+            // neither over nor charged there (1 + 0 + 1 hits).
+            r#"clusterlimit_rate_hits_total{domain="web",limit="a"} 2"#,
+            r#"clusterlimit_rate_over_limit_total{domain="web",limit="a"} 1"#,
+            r#"clusterlimit_rate_hits_total{domain="web",limit="b"} 2"#,
+            // requests_per_unit 0 is over every time, and recorded.
+            r#"clusterlimit_rate_hits_total{domain="web",limit="blocked"} 1"#,
+            r#"clusterlimit_rate_over_limit_total{domain="web",limit="blocked"} 1"#,
+        ],
+    )
+    .await;
     assert!(
         !text.contains(r#"clusterlimit_rate_over_limit_total{domain="web",limit="b"}"#),
         "b was never over:\n{text}"
     );
 
     // Latency through the sidecar vs the library's own check_n, same machine, same run.
-    let through = measure(300, |i| {
+    latency_vs_library("memory", &c, "web", "user", 300, "memory://rls-baseline", 3).await;
+}
+
+/// Prints p50/p99 of `n` calls `domain` `key=perf-i` through the sidecar, and of `n`
+/// `check_n`s of the library on a limit `key` of `per_day` a day at `baseline_url`.
+async fn latency_vs_library(
+    store: &str,
+    c: &Client,
+    domain: &str,
+    key: &str,
+    n: usize,
+    baseline_url: &str,
+    per_day: u64,
+) {
+    let through = measure(n, |i| {
         let mut c = c.clone();
         async move {
-            one(&mut c, "web", &[("user", &format!("perf-{i}"))]).await;
+            one(&mut c, domain, &[(key, &format!("perf-{i}"))]).await;
         }
     })
     .await;
-    let limiter = Limiter::connect("memory://rls-baseline").await.unwrap();
-    let rl = limiter.rate_limit("user", Quota::per_day(3)).await.unwrap();
-    let library = measure(300, |i| {
+    let limiter = Limiter::connect(baseline_url).await.unwrap();
+    let rl = limiter
+        .rate_limit(key, Quota::per_day(per_day))
+        .await
+        .unwrap();
+    let library = measure(n, |i| {
         let rl = rl.clone();
         async move {
             rl.check_n(&format!("perf-{i}"), 1).await.unwrap();
@@ -515,7 +576,7 @@ async fn memory_answers_every_feature_field_by_field() {
     })
     .await;
     println!(
-        "memory: ShouldRateLimit p50 {:?} p99 {:?}; library check_n p50 {:?} p99 {:?}",
+        "{store}: ShouldRateLimit p50 {:?} p99 {:?}; library check_n p50 {:?} p99 {:?}",
         through.0, through.1, library.0, library.1
     );
 }
@@ -538,25 +599,12 @@ where
 
 /// A descriptor `user` with a `limit` override of `rpu` per hour.
 fn overridden(user: &str, rpu: u32) -> RateLimitDescriptor {
-    let mut d = desc(&[("user", user)]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: rpu,
-        unit: Unit::Hour as i32,
-    });
-    d
+    with_limit(&[("user", user)], rpu, Unit::Hour as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_limit_overrides_are_capped() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "web.yaml", WEB);
-    let sc = Rls::start(&[
-        "--store",
-        "memory://rls-override-cap",
-        "--rls-config",
-        cfg.to_str().unwrap(),
-    ])
-    .await;
+    let (_dir, sc) = start_with("memory://rls-override-cap", "web.yaml", WEB, &[]).await;
     let mut c = sc.client().await;
     // 1024 distinct override rules (the cap) are served.
     let t = Instant::now();
@@ -566,37 +614,29 @@ async fn distinct_limit_overrides_are_capped() {
     }
     println!("1024 distinct overrides in {:?}", t.elapsed());
     // The next distinct one is refused, naming the cap.
-    let e = c
-        .should_rate_limit(req("web", vec![overridden("cap", 5000)], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    let e = refused(
+        &mut c,
+        req("web", vec![overridden("cap", 5000)], 0),
+        tonic::Code::ResourceExhausted,
+    )
+    .await;
     assert!(
         e.message().contains("descriptors[0].limit") && e.message().contains("1024"),
         "{e}"
     );
     // A known override still counts (rpu 2: one hit taken above, this one leaves 0).
     let r = call(&mut c, req("web", vec![overridden("cap", 2)], 0)).await;
-    assert_eq!(
-        limited(&r.statuses[0]),
-        (Code::Ok, 0, (2, Unit::Hour, String::new()))
-    );
+    assert_eq!(limited(&r.statuses[0]), unnamed(Code::Ok, 0, 2, Unit::Hour));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn detailed_metric_labels_each_value_up_to_a_cap() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(
-        dir.path(),
+    let (_dir, sc) = start_with(
+        "memory://rls-detailed",
         "det.yaml",
         "domain: det\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
-    );
-    let sc = Rls::start(&[
-        "--store",
-        "memory://rls-detailed",
-        "--rls-config",
-        cfg.to_str().unwrap(),
-    ])
+        &[],
+    )
     .await;
     let mut c = sc.client().await;
     // 1000 values get a label each (u0 twice); the next ones fall back to the rule's path.
@@ -605,34 +645,27 @@ async fn detailed_metric_labels_each_value_up_to_a_cap() {
         let r = one(&mut c, "det", &[("user", &format!("u{i}"))]).await;
         assert_eq!(overall(&r), Code::Ok);
     }
-    let text = reqwest::get(format!("{}/metrics", sc.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for line in [
-        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u0"} 2"#,
-        r#"clusterlimit_rate_hits_total{domain="det",limit="user_u999"} 1"#,
-        r#"clusterlimit_rate_hits_total{domain="det",limit="user"} 2"#,
-    ] {
-        assert!(text.contains(line), "{line} missing from\n{text}");
-    }
+    let text = metrics_with(
+        &sc,
+        &[
+            r#"clusterlimit_rate_hits_total{domain="det",limit="user_u0"} 2"#,
+            r#"clusterlimit_rate_hits_total{domain="det",limit="user_u999"} 1"#,
+            r#"clusterlimit_rate_hits_total{domain="det",limit="user"} 2"#,
+        ],
+    )
+    .await;
     assert!(!text.contains(r#"limit="user_u1000""#), "past the cap");
     assert!(!text.contains(r#"limit="user_u1001""#), "past the cap");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_shadow_mode_counts_but_answers_ok() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "web.yaml", WEB);
-    let sc = Rls::start(&[
-        "--store",
+    let (_dir, sc) = start_with(
         "memory://rls-shadow",
-        "--rls-config",
-        cfg.to_str().unwrap(),
-        "--rls-shadow-mode",
-    ])
+        "web.yaml",
+        WEB,
+        &["--rls-shadow-mode"],
+    )
     .await;
     let mut c = sc.client().await;
     let r = one(&mut c, "web", &[("a", "k")]).await;
@@ -645,35 +678,34 @@ async fn global_shadow_mode_counts_but_answers_ok() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_is_required_as_bearer_metadata() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "web.yaml", WEB);
-    let token = write(dir.path(), "token", "s3cret\n");
-    let sc = Rls::start(&[
-        "--store",
+    let token_dir = tempfile::tempdir().unwrap();
+    let token = write(token_dir.path(), "token", "s3cret\n");
+    let (_dir, sc) = start_with(
         "memory://rls-token",
-        "--rls-config",
-        cfg.to_str().unwrap(),
-        "--token-file",
-        token.to_str().unwrap(),
-    ])
+        "web.yaml",
+        WEB,
+        &["--token-file", token.to_str().unwrap()],
+    )
     .await;
     let mut c = sc.client().await;
-    let e = c
-        .should_rate_limit(req("web", vec![desc(&[("user", "x")])], 0))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
-    for bad in ["Bearer nope", "s3cret", "Basic s3cret"] {
-        let mut r = tonic::Request::new(req("web", vec![desc(&[("user", "x")])], 0));
+    let x = || req("web", vec![desc(&[("user", "x")])], 0);
+    // The request for user x with `authorization` metadata `auth`.
+    let with_auth = |auth: &str| {
+        let mut r = tonic::Request::new(x());
         r.metadata_mut()
-            .insert("authorization", bad.parse().unwrap());
-        let e = c.should_rate_limit(r).await.unwrap_err();
+            .insert("authorization", auth.parse().unwrap());
+        r
+    };
+    refused(&mut c, x(), tonic::Code::Unauthenticated).await;
+    for bad in ["Bearer nope", "s3cret", "Basic s3cret"] {
+        let e = c.should_rate_limit(with_auth(bad)).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{bad}: {e}");
     }
-    let mut r = tonic::Request::new(req("web", vec![desc(&[("user", "x")])], 0));
-    r.metadata_mut()
-        .insert("authorization", "Bearer s3cret".parse().unwrap());
-    let ok = c.should_rate_limit(r).await.unwrap().into_inner();
+    let ok = c
+        .should_rate_limit(with_auth("Bearer s3cret"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(limited(&ok.statuses[0]).1, 2);
 }
 
@@ -682,17 +714,15 @@ async fn a_unix_socket_listener() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "web.yaml", WEB);
     let sock = dir.path().join("rls.sock");
-    let mut c = cmd(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--store",
-        "memory://rls-unix",
-        "--grpc-listen",
+    let mut c = serve(
         &format!("unix:{}", sock.display()),
-        "--rls-config",
-        cfg.to_str().unwrap(),
-    ]);
+        &[
+            "--store",
+            "memory://rls-unix",
+            "--rls-config",
+            cfg.to_str().unwrap(),
+        ],
+    );
     c.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let mut child = c.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -724,10 +754,7 @@ async fn a_unix_socket_listener() {
         .unwrap();
     let mut client = RateLimitServiceClient::new(channel);
     let r = one(&mut client, "web", &[("user", "over-unix")]).await;
-    assert_eq!(
-        limited(&r.statuses[0]),
-        (Code::Ok, 2, (3, Unit::Day, String::new()))
-    );
+    assert_eq!(limited(&r.statuses[0]), unnamed(Code::Ok, 2, 3, Unit::Day));
     // Graceful shutdown removes it.
     binary::signal(child.id().unwrap(), "TERM");
     let st = within("serve to exit", Duration::from_secs(10), child.wait())
@@ -789,54 +816,17 @@ async fn two_sidecars_on_one_etcd_share_one_limit_exactly() {
     );
 
     // Latency on etcd: through the sidecar vs the library's check_n against the same etcd.
-    let mut c = ca.clone();
-    let through = measure(200, |i| {
-        let mut c = c.clone();
-        async move {
-            one(&mut c, "shared", &[("k", &format!("perf-{i}"))]).await;
-        }
-    })
-    .await;
-    let _ = &mut c;
-    let limiter = Limiter::connect(&cluster.url("rls-baseline"))
-        .await
-        .unwrap();
-    let rl = limiter.rate_limit("k", Quota::per_day(25)).await.unwrap();
-    let library = measure(200, |i| {
-        let rl = rl.clone();
-        async move {
-            rl.check_n(&format!("perf-{i}"), 1).await.unwrap();
-        }
-    })
-    .await;
-    println!(
-        "etcd: ShouldRateLimit p50 {:?} p99 {:?}; library check_n p50 {:?} p99 {:?}",
-        through.0, through.1, library.0, library.1
-    );
+    let baseline = cluster.url("rls-baseline");
+    latency_vs_library("etcd", &ca, "shared", "k", 200, &baseline, 25).await;
 }
 
-/// One domain per store-down policy (our `store_down` extension) and the global default.
-const POLICIES: &str = "\
-domain: open
-store_down: fail_open
-descriptors:
-  - key: k
-    rate_limit: {unit: day, requests_per_unit: 5}
-";
-const CLOSED: &str = "\
-domain: closed
-store_down: fail_closed
-descriptors:
-  - key: k
-    rate_limit: {unit: day, requests_per_unit: 5}
-";
-const LOCAL: &str = "\
-domain: local
-store_down: local:2
-descriptors:
-  - key: k
-    rate_limit: {unit: day, requests_per_unit: 10}
-";
+/// A domain with the store-down policy `policy` (our `store_down` extension) and one rule,
+/// key `k`, of `rpu` a day.
+fn policy_domain(domain: &str, policy: &str, rpu: u32) -> String {
+    format!(
+        "domain: {domain}\nstore_down: {policy}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: day, requests_per_unit: {rpu}}}\n"
+    )
+}
 
 /// `n` answers while the store is down: each within a generous bound; prints p50/p99.
 async fn answers_while_down(
@@ -866,23 +856,47 @@ async fn answers_while_down(
     out
 }
 
-/// Kill the store; each policy answers fast; restart; answers come from the store again.
-async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restart: impl FnOnce()) {
+/// A sidecar on `url` with the three policy domains, a 300 ms store timeout, then `extra`.
+async fn start_policies(url: &str, extra: &[&str]) -> (tempfile::TempDir, Rls) {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "a-open.yaml", POLICIES);
-    write(dir.path(), "b-closed.yaml", CLOSED);
-    write(dir.path(), "c-local.yaml", LOCAL);
-    let sc = Rls::start(&[
+    // One domain per policy.
+    write(
+        dir.path(),
+        "a-open.yaml",
+        &policy_domain("open", "fail_open", 5),
+    );
+    write(
+        dir.path(),
+        "b-closed.yaml",
+        &policy_domain("closed", "fail_closed", 5),
+    );
+    write(
+        dir.path(),
+        "c-local.yaml",
+        &policy_domain("local", "local:2", 10),
+    );
+    let mut args = vec![
         "--store",
         url,
-        "--session-ttl",
-        "2s",
         "--rls-config",
         dir.path().to_str().unwrap(),
         "--rls-store-timeout",
         "300ms",
-    ])
-    .await;
+    ];
+    args.extend_from_slice(extra);
+    let sc = Rls::start(&args).await;
+    (dir, sc)
+}
+
+/// Kill the store; each policy answers fast; restart; answers come from the store again.
+async fn store_down_policies<C>(
+    store: &str,
+    url: &str,
+    cluster: &mut C,
+    kill: impl FnOnce(&mut C),
+    restart: impl FnOnce(&mut C),
+) {
+    let (_dir, sc) = start_policies(url, &["--session-ttl", "2s"]).await;
     let mut c = sc.client().await;
     for d in ["open", "closed", "local"] {
         assert_eq!(
@@ -891,7 +905,7 @@ async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restar
             "{d}"
         );
     }
-    kill();
+    kill(cluster);
     // The first answer after the death may wait for the store timeout; then the breaker.
     for d in ["open", "closed", "local"] {
         let t = Instant::now();
@@ -910,16 +924,13 @@ async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restar
         "local share admitted {admitted}"
     );
 
-    restart();
+    restart(cluster);
     // Recovery: the fail_closed domain admits again once the store decides. A fresh key per
     // attempt: one that timed out may still have committed its hit.
-    let attempt = std::sync::atomic::AtomicU32::new(0);
+    let keys = FreshKeys::new();
     let back = binary::eventually("the store to answer again", Duration::from_secs(60), || {
         let mut c = c.clone();
-        let key = format!(
-            "after-{}",
-            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
+        let key = keys.next("after");
         async move {
             let r = one(&mut c, "closed", &[("k", &key)]).await;
             (overall(&r) == Code::Ok).then_some(r)
@@ -933,42 +944,16 @@ async fn store_down_policies(store: &str, url: &str, kill: impl FnOnce(), restar
 async fn etcd_down_each_policy_answers_fast_and_recovers() {
     let mut cluster = EtcdCluster::single();
     let url = cluster.url("rls-down");
-    let cell = std::sync::Mutex::new(&mut cluster);
-    store_down_policies(
-        "etcd",
-        &url,
-        || cell.lock().unwrap().kill(0),
-        || cell.lock().unwrap().restart(0),
-    )
-    .await;
+    store_down_policies("etcd", &url, &mut cluster, |c| c.kill(0), |c| c.restart(0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeout() {
     let mut cluster = EtcdCluster::single();
     let url = cluster.url("rls-hung-override");
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "a-open.yaml", POLICIES);
-    write(dir.path(), "b-closed.yaml", CLOSED);
-    write(dir.path(), "c-local.yaml", LOCAL);
-    let sc = Rls::start(&[
-        "--store",
-        &url,
-        "--rls-config",
-        dir.path().to_str().unwrap(),
-        "--rls-store-timeout",
-        "300ms",
-    ])
-    .await;
+    let (_dir, sc) = start_policies(&url, &[]).await;
     let mut c = sc.client().await;
-    let with_override = |rpu: u32| {
-        let mut d = desc(&[("k", "hung")]);
-        d.limit = Some(RateLimitOverride {
-            requests_per_unit: rpu,
-            unit: Unit::Hour as i32,
-        });
-        d
-    };
+    let with_override = |rpu: u32| with_limit(&[("k", "hung")], rpu, Unit::Hour as i32);
     cluster.pause(0);
     // Each domain opens a new override rate limit on the hung store: the store timeout (not
     // the library's 5 s) bounds it, and the domain's policy answers.
@@ -987,24 +972,17 @@ async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeou
     assert_eq!(overall(&answers[1]), Code::OverLimit, "fail_closed");
     assert_eq!(
         limited(&answers[1].statuses[0]),
-        (Code::OverLimit, 0, (8, Unit::Hour, String::new()))
+        unnamed(Code::OverLimit, 0, 8, Unit::Hour)
     );
     assert_eq!(overall(&answers[2]), Code::Ok, "local: as fail_open");
     assert_no_limit(&answers[2].statuses[0]);
     // Once the store answers, the override opens and counts.
-    let attempt = std::sync::atomic::AtomicU32::new(0);
+    let keys = FreshKeys::new();
     binary::eventually("the override to open", Duration::from_secs(60), || {
         let mut c = c.clone();
-        let key = format!(
-            "back-{}",
-            attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
+        let key = keys.next("back");
         async move {
-            let mut d = desc(&[("k", &key)]);
-            d.limit = Some(RateLimitOverride {
-                requests_per_unit: 7,
-                unit: Unit::Hour as i32,
-            });
+            let d = with_limit(&[("k", &key)], 7, Unit::Hour as i32);
             let r = call(&mut c, req("open", vec![d], 0)).await;
             (r.statuses[0].current_limit.is_some()).then_some(())
         }
@@ -1016,7 +994,6 @@ async fn a_new_override_on_a_hung_etcd_answers_by_policy_within_the_store_timeou
 async fn the_most_descriptors_on_the_most_limits_fit_one_etcd_transaction() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("rls-many");
-    let dir = tempfile::tempdir().unwrap();
     // 64 rules: 64 descriptors on 64 limits, the worst case for etcd's 128-op transaction.
     let mut yaml = String::from("domain: many\ndescriptors:\n");
     for i in 0..64 {
@@ -1024,16 +1001,7 @@ async fn the_most_descriptors_on_the_most_limits_fit_one_etcd_transaction() {
             "  - key: k{i}\n    rate_limit: {{unit: day, requests_per_unit: 1}}\n"
         ));
     }
-    let cfg = write(dir.path(), "many.yaml", &yaml);
-    let sc = Rls::start(&[
-        "--store",
-        &url,
-        "--rls-config",
-        cfg.to_str().unwrap(),
-        "--rls-store-timeout",
-        "10s",
-    ])
-    .await;
+    let (_dir, sc) = start_with(&url, "many.yaml", &yaml, &["--rls-store-timeout", "10s"]).await;
     let mut c = sc.client().await;
     let all = || {
         (0..64)
@@ -1047,8 +1015,7 @@ async fn the_most_descriptors_on_the_most_limits_fit_one_etcd_transaction() {
     assert_eq!(overall(&r), Code::OverLimit);
     let mut more = all();
     more.push(desc(&[("k0", "w")]));
-    let e = c.should_rate_limit(req("many", more, 0)).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    refused(&mut c, req("many", more, 0), tonic::Code::InvalidArgument).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1057,21 +1024,13 @@ async fn a_grpc_address_in_use_exits_69_naming_it() {
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "web.yaml", WEB);
-    let out = output(
-        cmd(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            "memory://rls-in-use",
-            "--grpc-listen",
-            &addr,
-            "--rls-config",
-            cfg.to_str().unwrap(),
-        ]),
-        Duration::from_secs(30),
-    )
-    .await;
+    let args = [
+        "--store",
+        "memory://rls-in-use",
+        "--rls-config",
+        cfg.to_str().unwrap(),
+    ];
+    let out = output(serve(&addr, &args), Duration::from_secs(30)).await;
     assert_eq!(out.code, Some(69), "{}", out.stderr);
     assert!(
         out.stderr
@@ -1087,51 +1046,51 @@ async fn zookeeper_counts_and_each_policy_answers_fast_and_recovers() {
     let url = cluster.url("/rls");
     // Counting on ZooKeeper, field by field.
     {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = write(dir.path(), "web.yaml", WEB);
-        let sc = Rls::start(&[
-            "--store",
-            &url,
-            "--rls-config",
-            cfg.to_str().unwrap(),
-            "--rls-store-timeout",
-            "10s",
-        ])
-        .await;
+        let (_dir, sc) = start_with(&url, "web.yaml", WEB, &["--rls-store-timeout", "10s"]).await;
         let mut c = sc.client().await;
         for left in [2, 1, 0] {
             let r = one(&mut c, "web", &[("user", "zk")]).await;
             assert_eq!(
                 limited(&r.statuses[0]),
-                (Code::Ok, left, (3, Unit::Day, String::new()))
+                unnamed(Code::Ok, left, 3, Unit::Day)
             );
         }
         let r = one(&mut c, "web", &[("user", "zk")]).await;
         assert_eq!(overall(&r), Code::OverLimit);
-        let r = call(
-            &mut c,
-            req("web", vec![desc(&[("a", "z")]), desc(&[("b", "z")])], 0),
-        )
-        .await;
+        let r = call(&mut c, a_and_b("z")).await;
         assert_eq!(overall(&r), Code::Ok);
-        let r = call(
-            &mut c,
-            req("web", vec![desc(&[("a", "z")]), desc(&[("b", "z")])], 0),
-        )
-        .await;
+        let r = call(&mut c, a_and_b("z")).await;
         assert_eq!(
             (overall(&r), limited(&r.statuses[1]).1),
             (Code::OverLimit, 9)
         );
     }
-    let cell = std::sync::Mutex::new(&mut cluster);
     store_down_policies(
         "zookeeper",
         &url,
-        || cell.lock().unwrap().kill(0),
-        || cell.lock().unwrap().restart(0),
+        &mut cluster,
+        |c| c.kill(0),
+        |c| c.restart(0),
     )
     .await;
+}
+
+/// `check` exited 0 and its stdout holds each of `wants`.
+fn assert_prints(out: &binary::Out, wants: &[&str]) {
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for want in wants {
+        assert!(out.stdout.contains(want), "{want} not in {}", out.stdout);
+    }
+}
+
+/// `check` exited 64 (a usage error) and its stderr holds `want`; `what` names the case.
+fn assert_usage_error(out: &binary::Out, want: &str, what: &str) {
+    assert_eq!(out.code, Some(64), "{what}: {}", out.stderr);
+    assert!(
+        out.stderr.contains(want),
+        "{what}: {want} not in {}",
+        out.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1145,77 +1104,52 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         output(cmd(&refs), Duration::from_secs(20)).await
     };
     let s = |x: &str| x.to_string();
+    // `--grpc-listen 127.0.0.1:0 --rls-config CFG`, then `extra`.
+    let rls = |cfg: &Path, extra: &[&str]| {
+        let mut args = vec![
+            s("--grpc-listen"),
+            s("127.0.0.1:0"),
+            s("--rls-config"),
+            cfg.to_str().unwrap().to_string(),
+        ];
+        args.extend(extra.iter().map(|x| s(x)));
+        args
+    };
     let g = good.to_str().unwrap().to_string();
 
-    let out = run(vec![
-        s("--grpc-listen"),
-        s("127.0.0.1:0"),
-        s("--rls-config"),
-        g.clone(),
-    ])
-    .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout.contains("rls domain   web (12 rules"),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout
-            .contains("rls rule     web.plan_gold: 5 per day (fixed_window), name \"gold\""),
-        "{}",
-        out.stdout
+    let out = run(rls(&good, &[])).await;
+    assert_prints(
+        &out,
+        &[
+            "rls domain   web (12 rules",
+            "rls rule     web.plan_gold: 5 per day (fixed_window), name \"gold\"",
+        ],
     );
 
     // A directory: its *.yaml and *.yml, sorted; two files with one domain clash.
     let d2 = tempfile::tempdir().unwrap();
     write(d2.path(), "a.yaml", SHARED);
-    write(d2.path(), "b.yml", CLOSED);
+    write(
+        d2.path(),
+        "b.yml",
+        &policy_domain("closed", "fail_closed", 5),
+    );
     write(d2.path(), "notes.txt", "not yaml");
-    let out = run(vec![
-        s("--grpc-listen"),
-        s("127.0.0.1:0"),
-        s("--rls-config"),
-        d2.path().to_str().unwrap().into(),
-    ])
-    .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout.contains("rls domain   closed") && out.stdout.contains("rls domain   shared"),
-        "{}",
-        out.stdout
-    );
+    let out = run(rls(d2.path(), &[])).await;
+    assert_prints(&out, &["rls domain   closed", "rls domain   shared"]);
     write(d2.path(), "c.yaml", SHARED);
-    let out = run(vec![
-        s("--grpc-listen"),
-        s("127.0.0.1:0"),
-        s("--rls-config"),
-        d2.path().to_str().unwrap().into(),
-    ])
-    .await;
-    assert_eq!(out.code, Some(64));
-    assert!(
-        out.stderr.contains("c.yaml:1: duplicate domain \"shared\""),
-        "{}",
-        out.stderr
-    );
+    let out = run(rls(d2.path(), &[])).await;
+    assert_usage_error(&out, "c.yaml:1: duplicate domain \"shared\"", "clash");
 
     // A directory with no *.yaml / *.yml file: an error naming it.
     let empty = tempfile::tempdir().unwrap();
     write(empty.path(), "notes.txt", "not yaml");
-    let out = run(vec![
-        s("--grpc-listen"),
-        s("127.0.0.1:0"),
-        s("--rls-config"),
-        empty.path().to_str().unwrap().into(),
-    ])
-    .await;
-    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    let out = run(rls(empty.path(), &[])).await;
     let want = format!(
         "rls_config {}: the directory has no *.yaml or *.yml file",
         empty.path().display()
     );
-    assert!(out.stderr.contains(&want), "{want} not in {}", out.stderr);
+    assert_usage_error(&out, &want, "empty directory");
 
     for (text, at) in [
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", ":4: invalid rate limit unit"),
@@ -1227,10 +1161,8 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         ("domain: x\ndescriptors:\n  - key: k\n    rate_limit:\n", ":5: rate_limit must be a mapping, got nothing"),
     ] {
         let bad = write(dir.path(), "bad.yaml", text);
-        let out = run(vec![s("--grpc-listen"), s("127.0.0.1:0"), s("--rls-config"), bad.to_str().unwrap().into()]).await;
-        assert_eq!(out.code, Some(64), "{text}: {}", out.stderr);
-        let want = format!("{}{at}", bad.display());
-        assert!(out.stderr.contains(&want), "{want} not in {}", out.stderr);
+        let out = run(rls(&bad, &[])).await;
+        assert_usage_error(&out, &format!("{}{at}", bad.display()), text);
     }
 
     // Bad flags and keys: exit 64 naming them.
@@ -1249,37 +1181,13 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
             ],
             "grpc_listen \"nowhere\"",
         ),
+        (rls(&good, &["--rls-store-down", "maybe"]), "rls_store_down"),
         (
-            vec![
-                s("--grpc-listen"),
-                s("127.0.0.1:0"),
-                s("--rls-config"),
-                g.clone(),
-                s("--rls-store-down"),
-                s("maybe"),
-            ],
-            "rls_store_down",
-        ),
-        (
-            vec![
-                s("--grpc-listen"),
-                s("127.0.0.1:0"),
-                s("--rls-config"),
-                g.clone(),
-                s("--rls-response-headers"),
-                s("x"),
-            ],
+            rls(&good, &["--rls-response-headers", "x"]),
             "rls_response_headers",
         ),
         (
-            vec![
-                s("--grpc-listen"),
-                s("127.0.0.1:0"),
-                s("--rls-config"),
-                g.clone(),
-                s("--rls-store-timeout"),
-                s("0ms"),
-            ],
+            rls(&good, &["--rls-store-timeout", "0ms"]),
             "rls_store_timeout",
         ),
         (
@@ -1292,22 +1200,12 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
             "without a token",
         ),
         (
-            vec![
-                s("--grpc-listen"),
-                s("127.0.0.1:0"),
-                s("--rls-config"),
-                s("/nonexistent.yaml"),
-            ],
+            rls(Path::new("/nonexistent.yaml"), &[]),
             "/nonexistent.yaml",
         ),
     ] {
         let out = run(args.clone()).await;
-        assert_eq!(out.code, Some(64), "{args:?}: {}", out.stderr);
-        assert!(
-            out.stderr.contains(why),
-            "{args:?}: {why} not in {}",
-            out.stderr
-        );
+        assert_usage_error(&out, why, &format!("{args:?}"));
     }
 
     // The same keys in the TOML file.
@@ -1320,12 +1218,8 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         ),
     );
     let out = run(vec![s("--config"), toml.to_str().unwrap().into()]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout.contains(
-            "store_down local:3, store_timeout 80ms, shadow_mode true, response_headers legacy"
-        ),
-        "{}",
-        out.stdout
+    assert_prints(
+        &out,
+        &["store_down local:3, store_timeout 80ms, shadow_mode true, response_headers legacy"],
     );
 }
