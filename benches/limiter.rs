@@ -11,6 +11,8 @@
 
 #[path = "../tests/binary/mod.rs"]
 mod binary;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -44,9 +46,10 @@ mod stats;
 mod stores;
 
 use anyhow::Context as _;
+use common::machine::{command, commit, cpu_model, etcd_version, load_average, read_trimmed};
 use latency::{Measured, Op};
 use notify::{Notify, Spy};
-use plan::{Parsed, Plan};
+use plan::Plan;
 use report::{Contention, Peer, Results};
 use sidecar::SidecarClient;
 use std::process::ExitCode;
@@ -62,32 +65,11 @@ const CAPACITY: u32 = 2;
 const HOLDS: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
 
 fn main() -> ExitCode {
-    let plan = match plan::parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(plan)) => plan,
-        Ok(Parsed::Exit(message)) => {
-            println!("{message}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&plan) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("benchmark failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main(plan::parse, run)
 }
 
 fn run(plan: &Plan) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("build the tokio runtime")?;
+    let runtime = common::runtime()?;
     runtime.block_on(kazoo::check_available())?;
     let started = Instant::now();
     let load_before = load_average();
@@ -346,14 +328,7 @@ fn about(plan: &Plan, servers: &Servers, took: Duration, load_before: &str) -> S
         cpu = cpu_model(),
         kernel = read_trimmed("/proc/sys/kernel/osrelease"),
         load_after = load_average(),
-        etcd = command(
-            &support::etcd_binary().to_string_lossy(),
-            &["--version"]
-        )
-        .lines()
-        .next()
-        .unwrap_or("?")
-        .trim_start_matches("etcd Version: "),
+        etcd = etcd_version(&support::etcd_binary()),
         zk = servers.zk_version(),
         kazoo = command(
             "/usr/bin/python3",
@@ -363,57 +338,4 @@ fn about(plan: &Plan, servers: &Servers, took: Duration, load_before: &str) -> S
         rounds = plan.latency_rounds,
         batch = plan.latency_batch,
     )
-}
-
-/// `HEAD`'s short hash, with `+changes` when tracked files other than BENCHMARKS.md differ.
-fn commit() -> String {
-    let hash = command("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = command(
-        "git",
-        &[
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            ".",
-            ":!BENCHMARKS.md",
-        ],
-    );
-    if dirty.is_empty() {
-        hash
-    } else {
-        format!("{hash}+changes")
-    }
-}
-
-fn command(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "?".to_string())
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())
-}
-
-fn cpu_model() -> String {
-    read_trimmed("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_else(|| "?".to_string())
-}
-
-/// The 1-minute load average (the machine is shared: this says how much).
-fn load_average() -> String {
-    read_trimmed("/proc/loadavg")
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string()
 }

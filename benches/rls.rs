@@ -12,6 +12,8 @@
 
 #[path = "../tests/binary/mod.rs"]
 mod binary;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -30,7 +32,8 @@ mod stats;
 
 use anyhow::Context as _;
 use clusterlimit::{Algorithm, Limiter, Quota};
-use plan::{Parsed, Plan};
+use common::machine::{command, commit, cpu_model, etcd_version, load_average, read_trimmed};
+use plan::Plan;
 use report::{Results, StoreRun};
 use server::Rls;
 use std::process::ExitCode;
@@ -38,32 +41,11 @@ use std::time::{Duration, Instant};
 use support::EtcdCluster;
 
 fn main() -> ExitCode {
-    let plan = match plan::parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(plan)) => plan,
-        Ok(Parsed::Exit(message)) => {
-            println!("{message}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&plan) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("benchmark failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main(plan::parse, run)
 }
 
 fn run(plan: &Plan) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("build the tokio runtime")?;
+    let runtime = common::runtime()?;
     let started = Instant::now();
     let load_before = load_average();
     eprintln!("rls bench: starting a 1-node etcd");
@@ -180,66 +162,9 @@ fn about(plan: &Plan, took: Duration, load_before: &str) -> String {
         cpu = cpu_model(),
         kernel = read_trimmed("/proc/sys/kernel/osrelease"),
         load_after = load_average(),
-        etcd = command(&support::etcd_binary().to_string_lossy(), &["--version"])
-            .lines()
-            .next()
-            .unwrap_or("?")
-            .trim_start_matches("etcd Version: "),
+        etcd = etcd_version(&support::etcd_binary()),
         warmup = plan.warmup,
         rounds = plan.rounds,
         batch = plan.batch,
     )
-}
-
-/// `HEAD`'s short hash, with `+changes` when tracked files other than BENCHMARKS.md differ.
-fn commit() -> String {
-    let hash = command("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = command(
-        "git",
-        &[
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            ".",
-            ":!BENCHMARKS.md",
-        ],
-    );
-    if dirty.is_empty() {
-        hash
-    } else {
-        format!("{hash}+changes")
-    }
-}
-
-fn command(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "?".to_string())
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())
-}
-
-fn cpu_model() -> String {
-    read_trimmed("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_else(|| "?".to_string())
-}
-
-/// The 1-minute load average (the machine is shared: this says how much).
-fn load_average() -> String {
-    read_trimmed("/proc/loadavg")
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string()
 }

@@ -16,6 +16,50 @@ async fn rate(url: &str, args: &[&str]) -> Out {
     output(cmd(&all), LIMIT).await
 }
 
+/// `rate`, asserting exit 0 (stderr shown when not).
+async fn rate_ok(url: &str, args: &[&str]) -> Out {
+    let out = rate(url, args).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    out
+}
+
+fn assert_stdout_has(out: &Out, text: &str) {
+    assert!(out.stdout.contains(text), "{}", out.stdout);
+}
+
+/// The names `rate status --json` lists, in its order.
+fn listed_names(out: &Out) -> Vec<serde_json::Value> {
+    json(out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].clone())
+        .collect()
+}
+
+/// `set-quota login`: 5 per minute, fixed window, a 10 minute ban.
+const SET_LOGIN: &[&str] = &[
+    "set-quota",
+    "login",
+    "--limit",
+    "5",
+    "--per",
+    "1m",
+    "--algorithm",
+    "fixed_window",
+    "--ban",
+    "10m",
+];
+
+/// `set-quota q` with a valid limit and period, then `extra`.
+fn set_q<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    [
+        &["set-quota", "q", "--limit", "5", "--per", "1m"][..],
+        extra,
+    ]
+    .concat()
+}
+
 fn json(out: &Out) -> serde_json::Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
 }
@@ -37,16 +81,14 @@ async fn every_subcommand(url: &str) {
 
     // check creates it given a quota; then 2 admitted, the third denied (75) with when to retry.
     let odd = "host/a b ü";
-    let out = rate(
+    let out = rate_ok(
         url,
         &["check", "nightly", odd, "--limit", "2", "--per", "1h"],
     )
     .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains("admitted"), "{}", out.stdout);
-    assert!(out.stdout.contains("1 of 2 left"), "{}", out.stdout);
-    let out = rate(url, &["check", "nightly", odd, "--json"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_stdout_has(&out, "admitted");
+    assert_stdout_has(&out, "1 of 2 left");
+    let out = rate_ok(url, &["check", "nightly", odd, "--json"]).await;
     let d = json(&out);
     assert_eq!(
         (&d["allowed"], &d["remaining"], &d["key"]),
@@ -66,18 +108,16 @@ async fn every_subcommand(url: &str) {
     assert!(d["retry_after_ms"].as_u64().unwrap() > 1_000_000, "{d}");
 
     // A quota on an existing limit with another one: the stored one is kept, with a warning.
-    let out = rate(
+    let out = rate_ok(
         url,
         &["check", "nightly", "other", "--limit", "9", "--per", "1m"],
     )
     .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stderr.contains("keeping it"), "{}", out.stderr);
-    assert!(out.stdout.contains("1 of 2 left"), "{}", out.stdout);
+    assert_stdout_has(&out, "1 of 2 left");
 
     // status: the key's state (nothing consumed), the limit, every limit.
-    let out = rate(url, &["status", "nightly", odd]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = rate_ok(url, &["status", "nightly", odd]).await;
     assert!(
         out.stdout.contains("0 of 2 left") && out.stdout.contains("denied"),
         "{}",
@@ -94,53 +134,20 @@ async fn every_subcommand(url: &str) {
     );
 
     // set-quota: creates, changes, leaves alone.
-    let out = rate(
-        url,
-        &[
-            "set-quota",
-            "login",
-            "--limit",
-            "5",
-            "--per",
-            "1m",
-            "--algorithm",
-            "fixed_window",
-            "--ban",
-            "10m",
-        ],
-    )
-    .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains("created"), "{}", out.stdout);
-    let out = rate(
-        url,
-        &[
-            "set-quota",
-            "login",
-            "--limit",
-            "5",
-            "--per",
-            "1m",
-            "--algorithm",
-            "fixed_window",
-            "--ban",
-            "10m",
-        ],
-    )
-    .await;
-    assert!(out.stdout.contains("unchanged"), "{}", out.stdout);
-    let out = rate(
+    let out = rate_ok(url, SET_LOGIN).await;
+    assert_stdout_has(&out, "created");
+    let out = rate(url, SET_LOGIN).await;
+    assert_stdout_has(&out, "unchanged");
+    let out = rate_ok(
         url,
         &["set-quota", "nightly", "--limit", "3", "--per", "1h"],
     )
     .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains("quota set to 3 per"), "{}", out.stdout);
+    assert_stdout_has(&out, "quota set to 3 per");
     let limiter = Limiter::connect(url).await.unwrap();
     let stored = limiter.open_rate_limit("nightly").await.unwrap().quota();
     assert_eq!(stored, Quota::per_hour(3));
-    let out = rate(url, &["status"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = rate_ok(url, &["status"]).await;
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines[0].starts_with("RATE LIMIT"), "{}", out.stdout);
     assert!(
@@ -156,27 +163,18 @@ async fn every_subcommand(url: &str) {
         out.stdout
     );
     let out = rate(url, &["status", "--json"]).await;
-    let names: Vec<_> = json(&out)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q["name"].clone())
-        .collect();
-    assert_eq!(names, ["login", "nightly"]);
+    assert_eq!(listed_names(&out), ["login", "nightly"]);
 
     // reset: the key is full again.
-    let out = rate(url, &["reset", "nightly", odd]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    rate_ok(url, &["reset", "nightly", odd]).await;
     let out = rate(url, &["status", "nightly", odd, "--json"]).await;
     assert_eq!(json(&out)["remaining"], 3);
 
     // wait: admitted at once, admitted after a pause, timed out with nothing consumed.
     // 2 per 6 s: the third waits ~3 s. The peek just before shows it must wait; how long it
     // took is only printed.
-    let out = rate(url, &["wait", "fast", "k", "--limit", "2", "--per", "6s"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let out = rate(url, &["check", "fast", "k"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    rate_ok(url, &["wait", "fast", "k", "--limit", "2", "--per", "6s"]).await;
+    rate_ok(url, &["check", "fast", "k"]).await;
     let peek = json(&rate(url, &["status", "fast", "k", "--json"]).await);
     assert_eq!(peek["allowed"], false, "{peek}");
     let t = Instant::now();
@@ -240,8 +238,7 @@ async fn every_subcommand_on_zookeeper() {
 
 /// N processes at once: never more admitted than the limit.
 async fn processes_never_exceed_the_limit(url: &str) {
-    let out = rate(url, &["set-quota", "fleet", "--limit", "5", "--per", "1h"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    rate_ok(url, &["set-quota", "fleet", "--limit", "5", "--per", "1h"]).await;
     let mut children = Vec::new();
     for i in 0..12 {
         let kind = if i % 2 == 0 { "check" } else { "wait" };
@@ -283,7 +280,7 @@ async fn processes_on_zookeeper_never_exceed_the_limit() {
 async fn bad_input_exits_64_naming_the_flag() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("cli-bad");
-    let out = rate(
+    rate_ok(
         &url,
         &[
             "set-quota",
@@ -297,7 +294,6 @@ async fn bad_input_exits_64_naming_the_flag() {
         ],
     )
     .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let long_key = "k".repeat(513);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["check", "small", "k", "--cost", "0"], "--cost"),
@@ -325,60 +321,13 @@ async fn bad_input_exits_64_naming_the_flag() {
             vec!["set-quota", "q", "--limit", "5", "--per", "soon"],
             "--per",
         ),
+        (set_q(&["--burst", "0"]), "--burst"),
         (
-            vec![
-                "set-quota",
-                "q",
-                "--limit",
-                "5",
-                "--per",
-                "1m",
-                "--burst",
-                "0",
-            ],
+            set_q(&["--algorithm", "fixed_window", "--burst", "2"]),
             "--burst",
         ),
-        (
-            vec![
-                "set-quota",
-                "q",
-                "--limit",
-                "5",
-                "--per",
-                "1m",
-                "--algorithm",
-                "fixed_window",
-                "--burst",
-                "2",
-            ],
-            "--burst",
-        ),
-        (
-            vec![
-                "set-quota",
-                "q",
-                "--limit",
-                "5",
-                "--per",
-                "1m",
-                "--algorithm",
-                "leaky",
-            ],
-            "--algorithm",
-        ),
-        (
-            vec![
-                "set-quota",
-                "q",
-                "--limit",
-                "5",
-                "--per",
-                "1m",
-                "--ban",
-                "1000000d",
-            ],
-            "--ban",
-        ),
+        (set_q(&["--algorithm", "leaky"]), "--algorithm"),
+        (set_q(&["--ban", "1000000d"]), "--ban"),
         (vec!["status", "--bogus"], "--bogus"),
         (vec!["check", "small"], "KEY"),
     ];
@@ -398,13 +347,7 @@ async fn bad_input_exits_64_naming_the_flag() {
     }
     // None of them created or consumed anything.
     let out = rate(&url, &["status", "--json"]).await;
-    let names: Vec<_> = json(&out)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q["name"].clone())
-        .collect();
-    assert_eq!(names, ["small"]);
+    assert_eq!(listed_names(&out), ["small"]);
     let out = rate(&url, &["status", "small", "k", "--json"]).await;
     assert_eq!(json(&out)["remaining"], 2);
     // An unreachable store: 69, whichever subcommand.

@@ -61,6 +61,11 @@ async fn put_quota(c: &Client, base: &str, name: &str, quota: Value) -> (StatusC
     .await
 }
 
+async fn get_quota(c: &Client, base: &str, name: &str) -> (StatusCode, Value) {
+    let url = format!("{base}/v1/ratelimits/{name}");
+    json_of(send(c, Method::GET, &url, None).await).await
+}
+
 async fn check(c: &Client, base: &str, name: &str, body: Value) -> Response {
     send(
         c,
@@ -458,16 +463,7 @@ async fn a_quota_changed_on_another_sidecar() {
     assert_eq!(r.status(), StatusCode::OK, "B opens up");
     let (s, q) = put_quota(&c, &a.url, "up", json!({"limit": 20, "period": "1h"})).await;
     assert_eq!(s, StatusCode::OK, "{q}");
-    let (s, q) = json_of(
-        send(
-            &c,
-            Method::GET,
-            &format!("{}/v1/ratelimits/up", b.url),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (s, q) = get_quota(&c, &b.url, "up").await;
     assert_eq!((s, &q["limit"]), (StatusCode::OK, &json!(20)), "{q}");
     let (s, all) =
         json_of(send(&c, Method::GET, &format!("{}/v1/ratelimits", b.url), None).await).await;
@@ -545,6 +541,16 @@ async fn header_modes() {
 /// Every bad input: a 4xx problem naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_problem_naming_the_field() {
+    /// A case answered 400 with a problem naming `field`.
+    fn bad(
+        m: Method,
+        path: impl Into<String>,
+        body: Value,
+        field: &str,
+    ) -> (Method, String, Value, StatusCode, &str) {
+        (m, path.into(), body, StatusCode::BAD_REQUEST, field)
+    }
+
     let sc = Sidecar::start(&["--store", "memory://rate-bad"]).await;
     let c = client();
     let base = &sc.url;
@@ -565,292 +571,53 @@ async fn bad_input_is_a_problem_naming_the_field() {
     .await;
     assert_eq!(s, StatusCode::OK);
     let long_key = "k".repeat(513);
+    #[rustfmt::skip] // a table: one case a line
     let cases: Vec<(Method, String, Value, StatusCode, &str)> = vec![
         // Quotas.
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "limit",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 0, "period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "limit",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": -3, "period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "limit",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": "x", "period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "limit",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5}),
-            StatusCode::BAD_REQUEST,
-            "period",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "soon"}),
-            StatusCode::BAD_REQUEST,
-            "period",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "0s"}),
-            StatusCode::BAD_REQUEST,
-            "period",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period_ms": -1}),
-            StatusCode::BAD_REQUEST,
-            "period_ms",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "period_ms": 1000}),
-            StatusCode::BAD_REQUEST,
-            "period_ms",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "algorithm": "leaky"}),
-            StatusCode::BAD_REQUEST,
-            "algorithm",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "algorithm": "fixed_window", "burst": 2}),
-            StatusCode::BAD_REQUEST,
-            "burst",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "burst": 0}),
-            StatusCode::BAD_REQUEST,
-            "burst",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "ban": "never"}),
-            StatusCode::BAD_REQUEST,
-            "ban",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/q".into(),
-            json!({"limit": 5, "period": "1s", "extra": 1}),
-            StatusCode::BAD_REQUEST,
-            "extra",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/bad%20name".into(),
-            json!({"limit": 5, "period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"period": "1s"}), "limit"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 0, "period": "1s"}), "limit"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": -3, "period": "1s"}), "limit"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": "x", "period": "1s"}), "limit"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5}), "period"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "soon"}), "period"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "0s"}), "period"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period_ms": -1}), "period_ms"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "period_ms": 1000}), "period_ms"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "algorithm": "leaky"}), "algorithm"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "algorithm": "fixed_window", "burst": 2}), "burst"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "burst": 0}), "burst"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "ban": "never"}), "ban"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "extra": 1}), "extra"),
+        bad(Method::PUT, "/v1/ratelimits/bad%20name", json!({"limit": 5, "period": "1s"}), "name"),
         // Checks.
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({}),
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": ""}),
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": long_key}),
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": 7}),
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": "k", "cost": 0}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": "k", "cost": -1}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": "k", "cost": 3}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/win/check".into(),
-            json!({"key": "k", "cost": 6}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/check".into(),
-            json!({"key": "k", "permits": 1}),
-            StatusCode::BAD_REQUEST,
-            "permits",
-        ),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({}), "key"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": ""}), "key"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": long_key}), "key"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": 7}), "key"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": "k", "cost": 0}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": "k", "cost": -1}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": "k", "cost": 3}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/win/check", json!({"key": "k", "cost": 6}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/api/check", json!({"key": "k", "permits": 1}), "permits"),
         // Waits.
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": "k", "timeout_ms": -1}),
-            StatusCode::BAD_REQUEST,
-            "timeout_ms",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": "k", "timeout_ms": 3_600_001}),
-            StatusCode::BAD_REQUEST,
-            "timeout_ms",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": "k", "timeout_ms": "soon"}),
-            StatusCode::BAD_REQUEST,
-            "timeout_ms",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": "k", "cost": 0}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": "k", "cost": 3, "timeout_ms": 1000}),
-            StatusCode::BAD_REQUEST,
-            "cost",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/api/wait".into(),
-            json!({"key": ""}),
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": "k", "timeout_ms": -1}), "timeout_ms"),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": "k", "timeout_ms": 3_600_001}), "timeout_ms"),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": "k", "timeout_ms": "soon"}), "timeout_ms"),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": "k", "cost": 0}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": "k", "cost": 3, "timeout_ms": 1000}), "cost"),
+        bad(Method::POST, "/v1/ratelimits/api/wait", json!({"key": ""}), "key"),
         // Keys in the path.
-        (
-            Method::GET,
-            "/v1/ratelimits/api/keys/".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::DELETE,
-            "/v1/ratelimits/api/keys/".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::GET,
-            format!("/v1/ratelimits/api/keys/{long_key}"),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
-        (
-            Method::GET,
-            "/v1/ratelimits/api/keys/%FF".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "key",
-        ),
+        bad(Method::GET, "/v1/ratelimits/api/keys/", Value::Null, "key"),
+        bad(Method::DELETE, "/v1/ratelimits/api/keys/", Value::Null, "key"),
+        bad(Method::GET, format!("/v1/ratelimits/api/keys/{long_key}"), Value::Null, "key"),
+        bad(Method::GET, "/v1/ratelimits/api/keys/%FF", Value::Null, "key"),
         // A name that is not UTF-8: the same problem+json, naming `name`.
-        (
-            Method::GET,
-            "/v1/ratelimits/%FF".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
-        (
-            Method::PUT,
-            "/v1/ratelimits/%FF".into(),
-            json!({"limit": 5, "period": "1s"}),
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/%FF/check".into(),
-            json!({"key": "k"}),
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
-        (
-            Method::POST,
-            "/v1/ratelimits/%FF/wait".into(),
-            json!({"key": "k"}),
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
-        (
-            Method::GET,
-            "/v1/ratelimits/%FF/keys/k".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
-        (
-            Method::DELETE,
-            "/v1/ratelimits/%FF/keys/k".into(),
-            Value::Null,
-            StatusCode::BAD_REQUEST,
-            "name",
-        ),
+        bad(Method::GET, "/v1/ratelimits/%FF", Value::Null, "name"),
+        bad(Method::PUT, "/v1/ratelimits/%FF", json!({"limit": 5, "period": "1s"}), "name"),
+        bad(Method::POST, "/v1/ratelimits/%FF/check", json!({"key": "k"}), "name"),
+        bad(Method::POST, "/v1/ratelimits/%FF/wait", json!({"key": "k"}), "name"),
+        bad(Method::GET, "/v1/ratelimits/%FF/keys/k", Value::Null, "name"),
+        bad(Method::DELETE, "/v1/ratelimits/%FF/keys/k", Value::Null, "name"),
     ];
     for (m, path, body, status, field) in cases {
         let body = (!body.is_null()).then_some(body);
@@ -1199,30 +966,12 @@ async fn config_declares_rate_limits() {
     }
     let sc = Sidecar::start(&["--config", config]).await;
     let c = client();
-    let (_, q) = json_of(
-        send(
-            &c,
-            Method::GET,
-            &format!("{}/v1/ratelimits/login", sc.url),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (_, q) = get_quota(&c, &sc.url, "login").await;
     assert_eq!(
         (&q["limit"], &q["algorithm"], &q["ban_ms"]),
         (&json!(5), &json!("fixed_window"), &json!(600_000))
     );
-    let (_, q) = json_of(
-        send(
-            &c,
-            Method::GET,
-            &format!("{}/v1/ratelimits/stored", sc.url),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (_, q) = get_quota(&c, &sc.url, "stored").await;
     assert_eq!(q["limit"], 7, "the stored quota is kept: {q}");
 
     for (text, field) in [

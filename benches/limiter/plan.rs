@@ -39,12 +39,7 @@ pub struct Plan {
     pub peer_iterations: usize,
 }
 
-/// Result of reading the command line.
-pub enum Parsed {
-    Run(Plan),
-    /// Nothing to run; print this and exit 0.
-    Exit(String),
-}
+pub use crate::common::args::Parsed;
 
 /// Name a `cargo test` filter is matched against.
 const NAME: &str = "limiter";
@@ -54,58 +49,17 @@ const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster
   --cluster   3-node etcd and 3-node ZooKeeper instead of 1 node each
   --out PATH  markdown file to update (default for a full run: BENCHMARKS.md)";
 
-/// libtest options that take a value (`cargo test -- --test-threads 1`), so it is not taken
-/// for a filter.
-const LIBTEST_VALUED: &[&str] = &["--test-threads", "--format", "--color", "--logfile", "-Z"];
-
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
-    let mut bench = false;
-    let mut quick = false;
-    let mut cluster = false;
-    let mut out = None;
-    let mut filters = Vec::new();
-    let mut skips = Vec::new();
-    let mut list = false;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bench" => bench = true,
-            "--quick" => quick = true,
-            "--cluster" => cluster = true,
-            "--out" => out = Some(PathBuf::from(args.next().ok_or("--out needs a path")?)),
-            "--help" | "-h" => return Ok(Parsed::Exit(USAGE.to_string())),
-            "--list" => list = true,
-            "--skip" => skips.push(args.next().unwrap_or_default()),
-            a if LIBTEST_VALUED.contains(&a) => {
-                args.next();
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
+    Ok(
+        crate::common::args::parse(NAME, USAGE, &["--cluster"], args)?.map(|args| {
+            let cluster = args.flags.iter().any(|f| f == "--cluster");
+            if args.quick {
+                Plan::quick(cluster, args.out)
+            } else {
+                Plan::full(cluster, args.out)
             }
-            a if a.starts_with('-') => {
-                // Other libtest flags (--nocapture, --exact, …) change nothing here.
-                if bench {
-                    return Err(format!("unknown option {a}\n{USAGE}"));
-                }
-            }
-            filter => filters.push(filter.to_string()),
-        }
-    }
-    if list {
-        return Ok(Parsed::Exit(format!("{NAME}: bench")));
-    }
-    let filtered_out = (!filters.is_empty() && !filters.iter().any(|f| NAME.contains(f.as_str())))
-        || skips.iter().any(|s| NAME.contains(s.as_str()));
-    if filtered_out {
-        return Ok(Parsed::Exit(format!("{NAME}: filtered out")));
-    }
-    // Without --bench we run as a test (cargo test): always the quick mode.
-    let quick = quick || !bench;
-    if !quick && out.is_none() {
-        out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md"));
-    }
-    Ok(Parsed::Run(if quick {
-        Plan::quick(cluster, out)
-    } else {
-        Plan::full(cluster, out)
-    }))
+        }),
+    )
 }
 
 impl Plan {
