@@ -32,8 +32,12 @@ mod kazoo;
 mod latency;
 #[path = "limiter/notify.rs"]
 mod notify;
+#[path = "limiter/peers/mod.rs"]
+mod peers;
 #[path = "limiter/plan.rs"]
 mod plan;
+#[path = "limiter/rate/mod.rs"]
+mod rate;
 #[path = "limiter/report.rs"]
 mod report;
 #[path = "limiter/scale.rs"]
@@ -65,6 +69,9 @@ const CAPACITY: u32 = 2;
 const HOLDS: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
 
 fn main() -> ExitCode {
+    if let Some(code) = rate::protocol::worker_main() {
+        return code;
+    }
     common::main(plan::parse, run)
 }
 
