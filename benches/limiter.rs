@@ -77,7 +77,9 @@ fn main() -> ExitCode {
 
 fn run(plan: &Plan) -> anyhow::Result<()> {
     let runtime = common::runtime()?;
-    runtime.block_on(kazoo::check_available())?;
+    if plan.parts.semaphores {
+        runtime.block_on(kazoo::check_available())?;
+    }
     let started = Instant::now();
     let load_before = load_average();
     eprintln!(
@@ -85,14 +87,25 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
         plan.nodes()
     );
     let servers = Servers::start(plan.nodes());
-    let mut results = runtime.block_on(measure(plan, &servers))?;
-    results.about = about(plan, &servers, started.elapsed(), &load_before);
-    let md = results.markdown();
+    if plan.parts.semaphores {
+        let mut results = runtime.block_on(measure(plan, &servers))?;
+        results.about = about(plan, &servers, started.elapsed(), &load_before);
+        let md = results.markdown();
+        write(plan, &format!("{}-node", plan.nodes()), &md)?;
+    }
+    if plan.parts.rates {
+        let md = runtime.block_on(rate::measure(plan, &servers))?;
+        write(plan, &format!("{}-node rate", plan.nodes()), &md)?;
+    }
+    Ok(())
+}
+
+/// Prints one part's tables and, unless the plan prints only, replaces its block in the file.
+fn write(plan: &Plan, key: &str, md: &str) -> anyhow::Result<()> {
     println!("{md}");
     if let Some(out) = &plan.out {
-        let key = format!("{}-node", plan.nodes());
-        report::update_file(out, &key, &md)?;
-        eprintln!("limiter bench: wrote {}", out.display());
+        report::update_file(out, key, md)?;
+        eprintln!("limiter bench: wrote {} ({key})", out.display());
     }
     Ok(())
 }

@@ -19,6 +19,8 @@ pub struct Plan {
     pub cluster: bool,
     /// Markdown file whose generated block is replaced; `None` prints only.
     pub out: Option<PathBuf>,
+    /// Which part of the bench runs (`--only semaphores|rates`; both by default).
+    pub parts: Parts,
     /// Rows 1–2: interleaved rounds, each a batch of every operation.
     pub latency_rounds: usize,
     pub latency_batch: usize,
@@ -41,23 +43,57 @@ pub struct Plan {
 
 pub use crate::common::args::Parsed;
 
+/// The bench's two parts: the semaphore rows (issue 6) and the rate-limit rows (issue 17).
+/// Each writes its own block of BENCHMARKS.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    pub semaphores: bool,
+    pub rates: bool,
+}
+
+impl Parts {
+    fn from_flags(flags: &[String]) -> Parts {
+        let only = |part: &str| flags.iter().any(|f| f == part);
+        match (only("--only-semaphores"), only("--only-rates")) {
+            (true, false) => Parts {
+                semaphores: true,
+                rates: false,
+            },
+            (false, true) => Parts {
+                semaphores: false,
+                rates: true,
+            },
+            _ => Parts {
+                semaphores: true,
+                rates: true,
+            },
+        }
+    }
+}
+
 /// Name a `cargo test` filter is matched against.
 const NAME: &str = "limiter";
 
-const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster] [--out PATH]]
-  --quick     small sizes (CI); prints the tables, writes no file unless --out is given
-  --cluster   3-node etcd and 3-node ZooKeeper instead of 1 node each
-  --out PATH  markdown file to update (default for a full run: BENCHMARKS.md)";
+const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster] [--only-semaphores | --only-rates] [--out PATH]]
+  --quick            small sizes (CI); prints the tables, writes no file unless --out is given
+  --cluster          3-node etcd and 3-node ZooKeeper instead of 1 node each
+  --only-semaphores  only the semaphore rows (and their block of the file)
+  --only-rates       only the rate-limit rows (and their block of the file)
+  --out PATH         markdown file to update (default for a full run: BENCHMARKS.md)";
+
+const FLAGS: &[&str] = &["--cluster", "--only-semaphores", "--only-rates"];
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
     Ok(
-        crate::common::args::parse(NAME, USAGE, &["--cluster"], args)?.map(|args| {
+        crate::common::args::parse(NAME, USAGE, FLAGS, args)?.map(|args| {
             let cluster = args.flags.iter().any(|f| f == "--cluster");
-            if args.quick {
+            let parts = Parts::from_flags(&args.flags);
+            let plan = if args.quick {
                 Plan::quick(cluster, args.out)
             } else {
                 Plan::full(cluster, args.out)
-            }
+            };
+            Plan { parts, ..plan }
         }),
     )
 }
@@ -68,6 +104,7 @@ impl Plan {
             quick: false,
             cluster,
             out,
+            parts: Parts::from_flags(&[]),
             latency_rounds: 20,
             latency_batch: 50,
             contended_for: Duration::from_secs(10),
@@ -88,6 +125,7 @@ impl Plan {
             quick: true,
             cluster,
             out,
+            parts: Parts::from_flags(&[]),
             latency_rounds: 3,
             latency_batch: 10,
             contended_for: Duration::from_secs(1),

@@ -126,3 +126,20 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
         }
     })
 }
+
+/// The process of one worker for `setup`: this bench binary for clusterlimit and redis-cell, a
+/// script for the Node and Python peers. Its stdout is to be piped and read as one
+/// [`WorkerReport`] line.
+#[allow(dead_code)] // until the rate rows call it (issue 17, in progress)
+pub fn worker_command(setup: &WorkerSetup) -> anyhow::Result<std::process::Command> {
+    match setup.contender {
+        Contender::Clusterlimit | Contender::RedisCell => {
+            let exe = std::env::current_exe()
+                .map_err(|e| anyhow::anyhow!("find this bench's executable: {e}"))?;
+            let mut cmd = std::process::Command::new(exe);
+            cmd.arg(WORKER_FLAG).arg(serde_json::to_string(setup)?);
+            Ok(cmd)
+        }
+        Contender::RlfEtcd | Contender::LimitsEtcd => crate::peers::script_command(setup),
+    }
+}
