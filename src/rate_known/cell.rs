@@ -1,6 +1,7 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
+use super::pace::{max_gap, Pace};
 use super::LimitShared;
 use crate::backend::{lock, Current};
 use crate::error::{Error, Result};
@@ -12,6 +13,8 @@ use tokio::time::Instant;
 
 /// How long a state confirmed by the store may answer denials and peeks without a request.
 pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
+/// The shortest `retry_after` of a check turned away on a saturated key.
+const MIN_RETRY: Duration = Duration::from_millis(1);
 
 /// A check waiting for the next write of its key.
 #[derive(Debug)]
@@ -32,6 +35,19 @@ struct CellInner {
     known: Option<Known>,
     pending: Vec<Pending>,
     driving: bool,
+    /// How writes of this key are paced while it is saturated (`pace.rs`).
+    pace: Pace,
+}
+
+/// What became of a check handed to [`KeyCell::enqueue`].
+#[derive(Debug)]
+pub(crate) enum Enqueued {
+    /// Queued for the next write; no batch task runs: the caller starts one.
+    StartDriver,
+    /// Queued for the next write of the running batch task.
+    Joined,
+    /// The key is saturated and the next write's share is taken: denied here, no request.
+    TurnedAway(Decision),
 }
 
 /// The key as the store last showed it to us.
@@ -65,16 +81,66 @@ impl KeyCell {
         c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
     }
 
-    /// Queues a check for the next write; true if the caller must start the key's batch task
-    /// (none runs now).
-    pub(crate) fn enqueue(&self, cost: u64, reply: oneshot::Sender<Result<Decision>>) -> bool {
+    /// Queues a check for the next write of its key, or, on a saturated key whose next write
+    /// already carries its share, denies it at once (see `pace.rs`). Quotas with a ban are never
+    /// turned away (a ban starts with a denial the store makes).
+    pub(crate) fn enqueue(
+        &self,
+        quota: &Quota,
+        cost: u64,
+        now: UnixNanos,
+        reply: oneshot::Sender<Result<Decision>>,
+    ) -> Enqueued {
         let mut c = lock(&self.inner);
+        let queued: u64 = c.pending.iter().map(|p| p.cost).sum();
+        if quota.ban.is_zero() && !c.pace.admit_to_queue(queued, cost) {
+            let state = c.known.and_then(|k| k.state);
+            let base = decide(quota, state.as_ref(), cost, now).decision;
+            let wait = c.pace.next_send().map_or(Duration::ZERO, |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            return Enqueued::TurnedAway(Decision {
+                allowed: false,
+                remaining: 0,
+                retry_after: Some(wait.max(MIN_RETRY)),
+                ..base
+            });
+        }
         c.pending.push(Pending {
             cost,
             arrived: Instant::now(),
             reply,
         });
-        !std::mem::replace(&mut c.driving, true)
+        if std::mem::replace(&mut c.driving, true) {
+            Enqueued::Joined
+        } else {
+            Enqueued::StartDriver
+        }
+    }
+
+    /// When the key's next write may be sent (`None`: at once).
+    pub(crate) fn next_send(&self) -> Option<Instant> {
+        lock(&self.inner).pace.next_send()
+    }
+
+    /// A write of this key is being sent now.
+    pub(crate) fn sent(&self) {
+        lock(&self.inner).pace.sent(Instant::now());
+    }
+
+    /// The store decided a write's batch (`admitted` and `denied` cost of what it carried).
+    pub(crate) fn decided(&self, quota: &Quota, admitted: u64, denied: u64) {
+        let window = match quota.algorithm {
+            crate::rate::Algorithm::Gcra => {
+                let ns = quota.emission_interval_ns() * u128::from(quota.burst);
+                Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+            }
+            _ => quota.period,
+        };
+        let per_sec = quota.limit as f64 / quota.period.as_secs_f64().max(1e-9);
+        lock(&self.inner)
+            .pace
+            .decided(admitted, denied, max_gap(window), per_sec);
     }
 
     /// Every queued check, or `None` (and the batch task ends) when none waits.
@@ -104,7 +170,9 @@ impl KeyCell {
     }
 
     pub(crate) fn forget(&self) {
-        lock(&self.inner).known = None;
+        let mut c = lock(&self.inner);
+        c.known = None;
+        c.pace.reset();
     }
 
     /// The state to start from at `now`. A version is used only while the store cannot have

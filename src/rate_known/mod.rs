@@ -3,9 +3,10 @@
 //! `LimiterInner` can own it without an import cycle.
 
 mod cell;
+mod pace;
 mod registry;
 
-pub(crate) use cell::{learn, KeyCell};
+pub(crate) use cell::{learn, Enqueued, KeyCell};
 pub(crate) use registry::{LimitShared, RateRegistry};
 
 /// Counts of rate-limit decisions by where they were made.

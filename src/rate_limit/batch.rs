@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::decide;
 use crate::rate::{Decision, UnixNanos};
-use crate::rate_known::{learn, KeyCell, LimitShared};
+use crate::rate_known::{learn, Enqueued, KeyCell, LimitShared};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,15 +46,22 @@ pub(crate) async fn check(
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
-        if cell.enqueue(cost, tx) {
-            let driver = Driver {
-                inner: inner.clone(),
-                limit: limit.clone(),
-                key: key.to_string(),
-                cell: cell.clone(),
-                finished: false,
-            };
-            inner.runtime.spawn(driver.run());
+        match cell.enqueue(&quota, cost, now, tx) {
+            Enqueued::StartDriver => {
+                let driver = Driver {
+                    inner: inner.clone(),
+                    limit: limit.clone(),
+                    key: key.to_string(),
+                    cell: cell.clone(),
+                    finished: false,
+                };
+                inner.runtime.spawn(driver.run());
+            }
+            Enqueued::Joined => {}
+            Enqueued::TurnedAway(d) => {
+                inner.rate_counts.local_answers.fetch_add(1, Relaxed);
+                return Ok(d);
+            }
         }
         rx
     };
@@ -89,10 +96,16 @@ impl Drop for Driver {
 impl Driver {
     async fn run(mut self) {
         loop {
+            // A saturated key's writes are spaced (`rate_known/pace.rs`): checks gather
+            // meanwhile, up to the key's share.
+            if let Some(at) = self.cell.next_send() {
+                tokio::time::sleep_until(at).await;
+            }
             let Some(batch) = self.cell.take_batch() else {
                 self.finished = true;
                 return;
             };
+            self.cell.sent();
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
             self.inner.rate_counts.batches.fetch_add(1, Relaxed);
             // Due when its oldest check is: a check that waited for the previous batch does
@@ -101,6 +114,15 @@ impl Driver {
             let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
             match self.decide_batch(&costs, deadline).await {
                 Ok(decisions) => {
+                    let (mut admitted, mut denied) = (0, 0);
+                    for (d, cost) in decisions.iter().zip(&costs) {
+                        if d.allowed {
+                            admitted += cost;
+                        } else {
+                            denied += cost;
+                        }
+                    }
+                    self.cell.decided(&self.limit.quota().0, admitted, denied);
                     for (p, d) in batch.into_iter().zip(decisions) {
                         let _ = p.reply.send(Ok(d));
                     }

@@ -1,0 +1,246 @@
+//! How one Limiter paces the writes of a hot key (pure: the cell holds one, `batch.rs` follows
+//! it).
+//!
+//! On a key whose demand exceeds its quota, every process sees "a token might be free" a few
+//! hundred µs after its last write (a new one is made every emission interval, shorter than a
+//! round trip), so without pacing each process writes back to back and N processes pay N
+//! requests, mostly conflicts, for each admitted check. Pacing keeps the store's answer the only
+//! source of admissions (exactness is untouched) and changes two things while a key is
+//! *saturated* (its last write denied something, or checks were turned away before it):
+//!
+//! * **Spacing:** the next write goes at least `gap` after the last one was sent, so tokens
+//!   gather in the store's bucket between writes and each write takes several. The gap doubles
+//!   while writes admit fewer than [`FEW`], halves when they admit [`MANY`] or more, and never
+//!   exceeds half the quota's burst window (the bucket must not overflow while it waits; see
+//!   [`max_gap`]) nor [`MAX_GAP`]. Each gap is drawn ±25% around its value, so the processes
+//!   pacing one key drift apart instead of writing in the same instant (and conflicting).
+//! * **A share:** the next write carries at most `allowance` of cost; checks beyond it are
+//!   denied at once, without a request, with `retry_after` the time to the next write. The
+//!   allowance follows what the store gave: twice the last admitted cost (plus slack), doubled
+//!   while writes admit everything they carry, and never less than half what the quota makes
+//!   during one gap: when every Limiter of a key lost its last writes at once, their shares
+//!   together still take what the bucket gathers, and a lone Limiter's share doubles back up
+//!   within a few writes (its writes then pass whole).
+//!
+//! A write that admits every check it carried, with none turned away, ends the saturation: the
+//! key goes back to writing as soon as checks come. Under-admission is bounded: tokens not taken
+//! stay in the bucket for the next write (this Limiter's or another's) as long as the gap is
+//! shorter than the bucket's window.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Writes admitting fewer than this widen the gap.
+pub(crate) const FEW: u64 = 2;
+/// Writes admitting this many or more narrow it.
+pub(crate) const MANY: u64 = 8;
+/// The first gap of a key that turns saturated.
+pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
+/// The longest gap: an admitted check waits at most this (plus a round trip) for its write.
+pub(crate) const MAX_GAP: Duration = Duration::from_millis(50);
+/// The smallest share a saturated key's next write may carry.
+const MIN_ALLOWANCE: u64 = 4;
+/// The largest share (a bound on one write's batch while saturated).
+const MAX_ALLOWANCE: u64 = 1 << 16;
+
+/// The pacing of one key in one Limiter.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pace {
+    /// Not saturated: write whenever checks come, carry them all.
+    saturated: bool,
+    /// Pause between the sends of two writes while saturated.
+    gap: Duration,
+    /// Cost the next write may carry while saturated.
+    allowance: u64,
+    /// When the last write was sent.
+    last_sent: Option<Instant>,
+    /// The gap after it, drawn around `gap` (see the module's doc).
+    drawn: Duration,
+    /// Cost turned away since the last write.
+    turned_away: u64,
+}
+
+/// The longest gap for a quota whose bucket holds `window` (GCRA: burst × emission interval;
+/// windows: the period): half of it (with the jitter, at most 5/8), at most [`MAX_GAP`].
+pub(crate) fn max_gap(window: Duration) -> Duration {
+    (window / 2).min(MAX_GAP)
+}
+
+impl Pace {
+    pub(crate) fn saturated(&self) -> bool {
+        self.saturated
+    }
+
+    /// Whether a check of `cost` may join a batch that already carries `queued`; if not, it is
+    /// turned away (counted) and the caller denies it.
+    pub(crate) fn admit_to_queue(&mut self, queued: u64, cost: u64) -> bool {
+        if !self.saturated() || queued.saturating_add(cost) <= self.allowance {
+            return true;
+        }
+        self.turned_away = self.turned_away.saturating_add(cost);
+        false
+    }
+
+    /// When the next write may be sent (`None`: now).
+    pub(crate) fn next_send(&self) -> Option<Instant> {
+        if !self.saturated() {
+            return None;
+        }
+        self.last_sent.map(|t| t + self.drawn)
+    }
+
+    /// A write is being sent now.
+    pub(crate) fn sent(&mut self, now: Instant) {
+        self.last_sent = Some(now);
+    }
+
+    /// The store decided a write's batch: `admitted` and `denied` cost of what it carried;
+    /// `cap` is [`max_gap`] of the quota, `per_sec` its rate (cost per second).
+    pub(crate) fn decided(&mut self, admitted: u64, denied: u64, cap: Duration, per_sec: f64) {
+        let turned_away = std::mem::take(&mut self.turned_away);
+        if denied == 0 && turned_away == 0 {
+            self.saturated = false;
+            return;
+        }
+        // A bucket shorter than MIN_GAP (a burst of 1 at a high rate) is paced by its own
+        // window: waiting longer would let its tokens spill.
+        self.gap = if !self.saturated {
+            MIN_GAP
+        } else if admitted < FEW {
+            self.gap * 2
+        } else if admitted >= MANY {
+            (self.gap / 2).max(MIN_GAP)
+        } else {
+            self.gap
+        }
+        .min(cap);
+        self.drawn = self.gap.mul_f64(0.75 + fastrand::f64() / 2.0);
+        self.saturated = true;
+        let made_in_gap = (per_sec * self.drawn.as_secs_f64() / 2.0).ceil();
+        // `as` saturates: a huge rate gives MAX_ALLOWANCE below.
+        let floor = (made_in_gap as u64).max(MIN_ALLOWANCE);
+        self.allowance = if denied == 0 {
+            // All it carried passed, and more were turned away: ask for more.
+            self.allowance.max(admitted).saturating_mul(2)
+        } else {
+            admitted.saturating_mul(2).saturating_add(2)
+        }
+        .max(floor)
+        .min(MAX_ALLOWANCE);
+    }
+
+    /// Forget the pacing (the key's state is unknown again, e.g. after an error).
+    pub(crate) fn reset(&mut self) {
+        *self = Pace::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: Duration = Duration::from_millis(25);
+
+    #[test]
+    fn a_key_that_is_not_saturated_is_never_paced_nor_shared() {
+        let mut p = Pace::default();
+        assert!(p.admit_to_queue(1_000, 1));
+        p.sent(Instant::now());
+        p.decided(10, 0, CAP, 0.0);
+        assert!(!p.saturated());
+        assert_eq!(p.next_send(), None);
+        assert!(p.admit_to_queue(1_000_000, 5));
+    }
+
+    #[test]
+    fn a_denial_by_the_store_starts_pacing_with_a_share_of_what_passed() {
+        let mut p = Pace::default();
+        let t = Instant::now();
+        p.sent(t);
+        p.decided(3, 29, CAP, 0.0);
+        assert!(p.saturated());
+        let next = p.next_send().unwrap_or(t);
+        assert!(
+            next >= t + MIN_GAP * 3 / 4 && next <= t + MIN_GAP * 5 / 4,
+            "{:?}",
+            next - t
+        );
+        // twice what passed, plus 2
+        assert!(p.admit_to_queue(7, 1));
+        assert!(!p.admit_to_queue(8, 1));
+    }
+
+    #[test]
+    fn the_gap_doubles_while_writes_take_few_and_stops_at_the_cap() {
+        let mut p = Pace::default();
+        p.decided(0, 32, CAP, 0.0);
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            p.decided(1, 10, CAP, 0.0);
+            gaps.push(p.gap);
+        }
+        assert_eq!(gaps[0], 2 * MIN_GAP);
+        assert_eq!(gaps[1], 4 * MIN_GAP);
+        assert_eq!(*gaps.last().unwrap_or(&Duration::ZERO), CAP);
+    }
+
+    #[test]
+    fn the_gap_halves_when_writes_take_many_and_holds_in_between() {
+        let mut p = Pace::default();
+        p.decided(0, 32, CAP, 0.0);
+        for _ in 0..4 {
+            p.decided(0, 10, CAP, 0.0);
+        }
+        let wide = p.gap;
+        p.decided(FEW, 10, CAP, 0.0);
+        assert_eq!(p.gap, wide);
+        p.decided(MANY, 10, CAP, 0.0);
+        assert_eq!(p.gap, wide / 2);
+    }
+
+    #[test]
+    fn a_write_that_passed_everything_with_none_turned_away_ends_saturation() {
+        let mut p = Pace::default();
+        p.decided(2, 30, CAP, 0.0);
+        assert!(p.saturated());
+        p.decided(4, 0, CAP, 0.0);
+        assert!(!p.saturated());
+    }
+
+    #[test]
+    fn turned_away_checks_keep_it_saturated_and_grow_the_share() {
+        let mut p = Pace::default();
+        p.decided(2, 30, CAP, 0.0);
+        let before = p.allowance;
+        assert!(!p.admit_to_queue(before, 1));
+        p.decided(before, 0, CAP, 0.0);
+        assert!(p.saturated());
+        assert_eq!(p.allowance, before * 2);
+    }
+
+    #[test]
+    fn the_share_covers_half_of_what_the_quota_makes_in_one_gap() {
+        let mut p = Pace::default();
+        // 100,000/s: a gap of about 1 ms makes about 100; the share is at least half of that
+        p.decided(0, 32, CAP, 100_000.0);
+        let floor = (100_000.0 * p.drawn.as_secs_f64() / 2.0).ceil() as u64;
+        assert!(floor >= 37, "{floor}");
+        assert!(p.admit_to_queue(floor - 1, 1));
+        assert!(!p.admit_to_queue(floor, 1));
+    }
+
+    #[test]
+    fn the_cap_is_half_the_window_at_most_max_gap() {
+        assert_eq!(
+            max_gap(Duration::from_millis(40)),
+            Duration::from_millis(20)
+        );
+        assert_eq!(max_gap(Duration::from_secs(60)), MAX_GAP);
+        // a window shorter than MIN_GAP paces by its own half
+        let mut p = Pace::default();
+        let tiny = max_gap(Duration::from_micros(400));
+        p.decided(0, 5, tiny, 0.0);
+        assert!(p.saturated());
+        assert_eq!(p.gap, Duration::from_micros(200));
+    }
+}
