@@ -17,7 +17,8 @@
 //! * **A share:** the next write carries at most `allowance` of cost; checks beyond it are
 //!   denied at once, without a request, with `retry_after` the time to the next write. The
 //!   allowance follows what the store gave: twice the last admitted cost (plus slack), doubled
-//!   while writes admit everything they carry, and never less than half what the quota makes
+//!   (and the gap back to its shortest) while writes admit everything they carry — the bucket
+//!   may be full after a lull or a stall —, and never less than half what the quota makes
 //!   during one gap: when every Limiter of a key lost its last writes at once, their shares
 //!   together still take what the bucket gathers, and a lone Limiter's share doubles back up
 //!   within a few writes (its writes then pass whole).
@@ -104,7 +105,9 @@ impl Pace {
         }
         // A bucket shorter than MIN_GAP (a burst of 1 at a high rate) is paced by its own
         // window: waiting longer would let its tokens spill.
-        self.gap = if !self.saturated {
+        self.gap = if !self.saturated || denied == 0 {
+            // New to saturation, or the bucket had more than we asked (it may be full after a
+            // lull or a stall of this process): come back soon, with more.
             MIN_GAP
         } else if admitted < FEW {
             self.gap * 2
@@ -120,8 +123,12 @@ impl Pace {
         // `as` saturates: a huge rate gives MAX_ALLOWANCE below.
         let floor = (made_in_gap as u64).max(MIN_ALLOWANCE);
         self.allowance = if denied == 0 {
-            // All it carried passed, and more were turned away: ask for more.
-            self.allowance.max(admitted).saturating_mul(2)
+            // All it carried passed, and more were turned away: ask for all we saw, at least
+            // twice as much as before.
+            self.allowance
+                .max(admitted)
+                .saturating_mul(2)
+                .max(admitted.saturating_add(turned_away))
         } else {
             admitted.saturating_mul(2).saturating_add(2)
         }
@@ -211,11 +218,23 @@ mod tests {
     fn turned_away_checks_keep_it_saturated_and_grow_the_share() {
         let mut p = Pace::default();
         p.decided(2, 30, CAP, 0.0);
+        for _ in 0..3 {
+            p.decided(1, 10, CAP, 0.0);
+        }
+        assert!(p.gap > MIN_GAP);
         let before = p.allowance;
         assert!(!p.admit_to_queue(before, 1));
         p.decided(before, 0, CAP, 0.0);
         assert!(p.saturated());
         assert_eq!(p.allowance, before * 2);
+        // the bucket had more than asked: the next write comes soon
+        assert_eq!(p.gap, MIN_GAP);
+        // and asks for everything turned away meanwhile
+        assert!(!p.admit_to_queue(p.allowance, 100));
+        assert!(!p.admit_to_queue(p.allowance, 100));
+        let asked = p.allowance;
+        p.decided(asked, 0, CAP, 0.0);
+        assert_eq!(p.allowance, asked + 200);
     }
 
     #[test]
