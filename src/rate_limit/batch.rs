@@ -36,6 +36,10 @@ pub(crate) async fn check(
     key: &str,
     cost: u64,
 ) -> Result<Decision> {
+    // A check answered here never waits on anything, so a caller looping on denials would hold
+    // its runtime thread (and starve this key's batch task) without this yield point, taken once
+    // the task's coop budget is spent, as tokio's own resources do.
+    tokio::task::coop::consume_budget().await;
     let cell = limit.cell(key);
     let (quota, _) = limit.quota();
     let now = inner.now_ns();

@@ -249,6 +249,33 @@ mod tests {
         drop(limiter);
     }
 
+    /// A caller looping on denials answered without a request (no sleep between checks) must
+    /// still let other tasks of its thread run: `check` yields once the coop budget is spent.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_loop_on_local_denials_lets_other_tasks_run() {
+        let l = Limiter::connect("memory://rate-coop")
+            .await
+            .expect("connect");
+        let rl = l
+            .rate_limit("x", Quota::per_minute(1).burst(1))
+            .await
+            .expect("open");
+        assert!(rl.check("k").await.expect("first").allowed);
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let setter = flag.clone();
+        tokio::spawn(async move { setter.store(true, std::sync::atomic::Ordering::SeqCst) });
+        let mut spins = 0u32;
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) && spins < 100_000 {
+            let d = rl.check("k").await.expect("check");
+            assert!(!d.allowed);
+            spins += 1;
+        }
+        assert!(
+            flag.load(std::sync::atomic::Ordering::SeqCst),
+            "the other task never ran in {spins} checks"
+        );
+    }
+
     #[tokio::test]
     async fn an_unrepresentable_request_timeout_is_refused() {
         let err = Limiter::builder("memory://rate-timeout")
