@@ -81,8 +81,8 @@ impl KeyCell {
         c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
     }
 
-    /// Queues a check for the next write of its key, or, on a saturated key whose next write
-    /// already carries its share, denies it at once (see `pace.rs`). Quotas with a ban are never
+    /// Queues a check for the next write of its key, or, on a saturated key, denies it at once
+    /// when the next write is not due soon or already carries its share (see `pace.rs`). Quotas with a ban are never
     /// turned away (a ban starts with a denial the store makes).
     pub(crate) fn enqueue(
         &self,
@@ -93,12 +93,14 @@ impl KeyCell {
     ) -> Enqueued {
         let mut c = lock(&self.inner);
         let queued: u64 = c.pending.iter().map(|p| p.cost).sum();
-        if quota.ban.is_zero() && !c.pace.admit_to_queue(queued, cost) {
+        let turned_away = if quota.ban.is_zero() {
+            c.pace.turn_away(queued, cost, Instant::now())
+        } else {
+            None
+        };
+        if let Some(wait) = turned_away {
             let state = c.known.and_then(|k| k.state);
             let base = decide(quota, state.as_ref(), cost, now).decision;
-            let wait = c.pace.next_send().map_or(Duration::ZERO, |t| {
-                t.saturating_duration_since(Instant::now())
-            });
             return Enqueued::TurnedAway(Decision {
                 allowed: false,
                 remaining: 0,

@@ -11,11 +11,13 @@
 //! * **Spacing:** the next write goes at least `gap` after the last one was sent, so tokens
 //!   gather in the store's bucket between writes and each write takes several. The gap doubles
 //!   while writes admit fewer than [`FEW`], halves when they admit [`MANY`] or more, and never
-//!   exceeds half the quota's burst window (the bucket must not overflow while it waits; see
+//!   exceeds a quarter of the quota's burst window (the bucket must not overflow while it waits; see
 //!   [`max_gap`]) nor [`MAX_GAP`]. Each gap is drawn ±25% around its value, so the processes
 //!   pacing one key drift apart instead of writing in the same instant (and conflicting).
-//! * **A share:** the next write carries at most `allowance` of cost; checks beyond it are
-//!   denied at once, without a request, with `retry_after` the time to the next write. The
+//! * **A share:** the next write carries at most `allowance` of cost, gathered in the last
+//!   [`JOIN_WINDOW`] before it is sent (so no check waits on pacing for longer); checks before
+//!   that window or beyond the share are denied at once, without a request, with `retry_after`
+//!   the time until the window opens (or, past it, until the write). The
 //!   allowance follows what the store gave: twice the last admitted cost (plus slack), doubled
 //!   (and the gap back to its shortest) while writes admit everything they carry — the bucket
 //!   may be full after a lull or a stall —, and never less than half what the quota makes
@@ -39,6 +41,9 @@ pub(crate) const MANY: u64 = 8;
 pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
 /// The longest gap: an admitted check waits at most this (plus a round trip) for its write.
 pub(crate) const MAX_GAP: Duration = Duration::from_millis(50);
+/// How long before a paced write checks may join it (and so the longest a check waits for
+/// pacing, besides the write itself).
+pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(10);
 /// The smallest share a saturated key's next write may carry.
 const MIN_ALLOWANCE: u64 = 4;
 /// The largest share (a bound on one write's batch while saturated).
@@ -62,9 +67,9 @@ pub(crate) struct Pace {
 }
 
 /// The longest gap for a quota whose bucket holds `window` (GCRA: burst × emission interval;
-/// windows: the period): half of it (with the jitter, at most 5/8), at most [`MAX_GAP`].
+/// windows: the period): a quarter of it (with the jitter, at most 5/16), at most [`MAX_GAP`].
 pub(crate) fn max_gap(window: Duration) -> Duration {
-    (window / 2).min(MAX_GAP)
+    (window / 4).min(MAX_GAP)
 }
 
 impl Pace {
@@ -72,14 +77,26 @@ impl Pace {
         self.saturated
     }
 
-    /// Whether a check of `cost` may join a batch that already carries `queued`; if not, it is
-    /// turned away (counted) and the caller denies it.
-    pub(crate) fn admit_to_queue(&mut self, queued: u64, cost: u64) -> bool {
-        if !self.saturated() || queued.saturating_add(cost) <= self.allowance {
-            return true;
+    /// Whether a check of `cost` arriving `now` may join the next write, which already carries
+    /// `queued`: `None` if it may, else the `retry_after` of its denial (it is turned away and
+    /// counted). A check joins only within [`JOIN_WINDOW`] of the next send, so pacing keeps no
+    /// check waiting longer than that plus the write (callers bound their checks: the RLS's
+    /// store timeout is 50 ms by default); earlier ones are told when the window opens.
+    pub(crate) fn turn_away(&mut self, queued: u64, cost: u64, now: Instant) -> Option<Duration> {
+        if !self.saturated {
+            return None;
         }
+        let next = self.next_send().unwrap_or(now);
+        let opens = next.checked_sub(JOIN_WINDOW).unwrap_or(now);
+        let retry = if opens > now {
+            opens - now
+        } else if queued.saturating_add(cost) > self.allowance {
+            next.saturating_duration_since(now)
+        } else {
+            return None;
+        };
         self.turned_away = self.turned_away.saturating_add(cost);
-        false
+        Some(retry)
     }
 
     /// When the next write may be sent (`None`: now).
@@ -151,12 +168,13 @@ mod tests {
     #[test]
     fn a_key_that_is_not_saturated_is_never_paced_nor_shared() {
         let mut p = Pace::default();
-        assert!(p.admit_to_queue(1_000, 1));
-        p.sent(Instant::now());
+        let now = Instant::now();
+        assert_eq!(p.turn_away(1_000, 1, now), None);
+        p.sent(now);
         p.decided(10, 0, CAP, 0.0);
         assert!(!p.saturated());
         assert_eq!(p.next_send(), None);
-        assert!(p.admit_to_queue(1_000_000, 5));
+        assert_eq!(p.turn_away(1_000_000, 5, now), None);
     }
 
     #[test]
@@ -172,9 +190,9 @@ mod tests {
             "{:?}",
             next - t
         );
-        // twice what passed, plus 2
-        assert!(p.admit_to_queue(7, 1));
-        assert!(!p.admit_to_queue(8, 1));
+        // twice what passed, plus 2; beyond it, told to come back at the write
+        assert_eq!(p.turn_away(7, 1, t), None);
+        assert_eq!(p.turn_away(8, 1, t), Some(next - t));
     }
 
     #[test]
@@ -223,15 +241,16 @@ mod tests {
         }
         assert!(p.gap > MIN_GAP);
         let before = p.allowance;
-        assert!(!p.admit_to_queue(before, 1));
+        let now = Instant::now();
+        assert!(p.turn_away(before, 1, now).is_some());
         p.decided(before, 0, CAP, 0.0);
         assert!(p.saturated());
         assert_eq!(p.allowance, before * 2);
         // the bucket had more than asked: the next write comes soon
         assert_eq!(p.gap, MIN_GAP);
         // and asks for everything turned away meanwhile
-        assert!(!p.admit_to_queue(p.allowance, 100));
-        assert!(!p.admit_to_queue(p.allowance, 100));
+        assert!(p.turn_away(p.allowance, 100, now).is_some());
+        assert!(p.turn_away(p.allowance, 100, now).is_some());
         let asked = p.allowance;
         p.decided(asked, 0, CAP, 0.0);
         assert_eq!(p.allowance, asked + 200);
@@ -244,22 +263,41 @@ mod tests {
         p.decided(0, 32, CAP, 100_000.0);
         let floor = (100_000.0 * p.drawn.as_secs_f64() / 2.0).ceil() as u64;
         assert!(floor >= 37, "{floor}");
-        assert!(p.admit_to_queue(floor - 1, 1));
-        assert!(!p.admit_to_queue(floor, 1));
+        let now = Instant::now();
+        assert_eq!(p.turn_away(floor - 1, 1, now), None);
+        assert!(p.turn_away(floor, 1, now).is_some());
     }
 
     #[test]
-    fn the_cap_is_half_the_window_at_most_max_gap() {
+    fn checks_join_only_in_the_last_window_before_the_write_and_are_told_when_it_opens() {
+        let mut p = Pace::default();
+        p.decided(0, 32, CAP, 0.0);
+        for _ in 0..5 {
+            p.decided(0, 10, CAP, 0.0);
+        }
+        let t = Instant::now();
+        p.sent(t);
+        let next = p.next_send().unwrap_or(t);
+        assert!(next - t > JOIN_WINDOW, "{:?}", next - t);
+        // right after a send: come back when the window opens
+        assert_eq!(p.turn_away(0, 1, t), Some(next - JOIN_WINDOW - t));
+        // inside the window: join
+        assert_eq!(p.turn_away(0, 1, next - JOIN_WINDOW), None);
+        assert_eq!(p.turn_away(0, 1, next), None);
+    }
+
+    #[test]
+    fn the_cap_is_a_quarter_of_the_window_at_most_max_gap() {
         assert_eq!(
             max_gap(Duration::from_millis(40)),
-            Duration::from_millis(20)
+            Duration::from_millis(10)
         );
         assert_eq!(max_gap(Duration::from_secs(60)), MAX_GAP);
-        // a window shorter than MIN_GAP paces by its own half
+        // a window shorter than MIN_GAP paces by its own quarter
         let mut p = Pace::default();
         let tiny = max_gap(Duration::from_micros(400));
         p.decided(0, 5, tiny, 0.0);
         assert!(p.saturated());
-        assert_eq!(p.gap, Duration::from_micros(200));
+        assert_eq!(p.gap, Duration::from_micros(100));
     }
 }
