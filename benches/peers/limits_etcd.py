@@ -178,7 +178,10 @@ def main(args):
         print("usage: limits_etcd.py '<WorkerSetup JSON>' | --versions", file=sys.stderr)
         return 64
     try:
-        setup = json.loads(args[0])
+        try:
+            setup = json.loads(args[0])
+        except ValueError as e:
+            raise ValueError(f"bad worker setup {args[0]}: {e}") from None
         print(json.dumps(run(setup)), flush=True)
     except Exception as e:
         print(f"limits_etcd worker failed: {e!r}", file=sys.stderr)
