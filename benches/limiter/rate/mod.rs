@@ -45,52 +45,10 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
     r.peer_uncontended = peer_uncontended(&rp, servers, &peers).await?;
     step("row 3: hot key");
     for &limit in &rp.quotas {
-        for store in [Store::Etcd, Store::Zk] {
-            let h = hot_setup(
-                &rp,
-                Contender::Clusterlimit,
-                limit,
-                store.label(),
-                servers.url(store, "hot"),
-            );
-            r.hot.push(
-                hot::run(Hot {
-                    server_pids: servers.pids(store),
-                    ..h
-                })
-                .await?,
-            );
+        for (c, who, target, pids) in hot_contenders(&rp, limit, servers, &peers) {
+            let h = hot_setup(&rp, c, limit, who, target, pids);
+            r.hot.push(hot::run(h).await?);
         }
-        let h = hot_setup(
-            &rp,
-            Contender::RedisCell,
-            limit,
-            "redis-cell",
-            peers.redis_url(),
-        );
-        r.hot.push(
-            hot::run(Hot {
-                server_pids: peers.pids(),
-                ..h
-            })
-            .await?,
-        );
-    }
-    for c in [Contender::RlfEtcd, Contender::LimitsEtcd] {
-        let h = hot_setup(
-            &rp,
-            c,
-            rp.peer_quota,
-            peer_label(c),
-            peer_target(c, servers, &peers),
-        );
-        r.hot.push(
-            hot::run(Hot {
-                server_pids: servers.pids(Store::Etcd),
-                ..h
-            })
-            .await?,
-        );
     }
     step("row 4: many keys");
     for store in Store::ALL {
@@ -164,7 +122,47 @@ fn algorithm(c: Contender) -> &'static str {
     }
 }
 
-fn hot_setup(rp: &RatePlan, c: Contender, limit: u64, who: &str, target: String) -> Hot<'static> {
+/// Who runs the hot key at `limit`: ours on etcd and ZooKeeper, redis-cell, and at the peers'
+/// quota the etcd peers (who, target, the server processes charged with its CPU).
+fn hot_contenders(
+    rp: &RatePlan,
+    limit: u64,
+    servers: &Servers,
+    peers: &PeerServers,
+) -> Vec<(Contender, &'static str, String, Vec<u32>)> {
+    let ours = |store: Store| {
+        let url = servers.url(store, "hot");
+        (
+            Contender::Clusterlimit,
+            store.label(),
+            url,
+            servers.pids(store),
+        )
+    };
+    let mut all = vec![ours(Store::Etcd), ours(Store::Zk)];
+    all.push((
+        Contender::RedisCell,
+        "redis-cell",
+        peers.redis_url(),
+        peers.pids(),
+    ));
+    if limit == rp.peer_quota {
+        for c in [Contender::RlfEtcd, Contender::LimitsEtcd] {
+            let target = peer_target(c, servers, peers);
+            all.push((c, peer_label(c), target, servers.pids(Store::Etcd)));
+        }
+    }
+    all
+}
+
+fn hot_setup(
+    rp: &RatePlan,
+    c: Contender,
+    limit: u64,
+    who: &str,
+    target: String,
+    server_pids: Vec<u32>,
+) -> Hot<'static> {
     Hot {
         who: who.to_string(),
         contender: c,
@@ -175,7 +173,7 @@ fn hot_setup(rp: &RatePlan, c: Contender, limit: u64, who: &str, target: String)
         processes: rp.processes,
         callers: rp.callers,
         run_for: rp.hot_for,
-        server_pids: Vec::new(),
+        server_pids,
     }
 }
 

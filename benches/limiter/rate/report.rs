@@ -80,6 +80,7 @@ impl RateResults {
         s.push_str(&self.about);
         self.uncontended_md(&mut s, &mut t);
         self.hot_md(&mut s, &mut t);
+        self.peers_md(&mut s);
         self.many_md(&mut s);
         s.push_str("\n### Targets (issue 17)\n\n| target | figure | |\n|---|---|---|\n");
         for (what, figure, met) in &t.0 {
@@ -235,6 +236,39 @@ impl RateResults {
             if h.errors > 0 {
                 t.push(format!("no errors: {at}"), h.errors.to_string(), false);
             }
+        }
+    }
+
+    /// Row 5: ours over each peer, hot-key decisions/s at the same quota and callers.
+    fn peers_md(&self, s: &mut String) {
+        s.push_str(
+            "\n### Row 5: clusterlimit ÷ the peers, hot-key decisions/s (same quota, processes, callers)\n\n\
+             | quota/s | peer | peer decisions/s | etcd ÷ peer | ZooKeeper ÷ peer |\n|---|---|---|---|---|\n",
+        );
+        let ours = |store: &str, limit: u64| {
+            self.hot
+                .iter()
+                .find(|h| {
+                    h.contender == Contender::Clusterlimit && h.who == store && h.limit == limit
+                })
+                .map(HotRow::decisions_per_s)
+        };
+        for p in self
+            .hot
+            .iter()
+            .filter(|h| h.contender != Contender::Clusterlimit)
+        {
+            let r =
+                |o: Option<f64>| opt(o, |o| format!("{:.2}×", o / p.decisions_per_s().max(1e-9)));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {} | {} |",
+                p.limit,
+                p.who,
+                p.decisions_per_s(),
+                r(ours("etcd", p.limit)),
+                r(ours("ZooKeeper", p.limit))
+            );
         }
     }
 
