@@ -33,6 +33,8 @@ pub struct HotRow {
     pub requests_per_admitted: Option<f64>,
     pub local_denial_share: Option<f64>,
     pub latency: Samples,
+    /// Latencies of the admitted decisions only (all of them).
+    pub admitted_latency: Samples,
     /// Largest over-admission the interval check found (≤ 0: none).
     pub over: f64,
     /// Workers' CPU and the store server's, per decision.
@@ -169,6 +171,12 @@ fn merge(h: &Hot<'_>, reports: &[WorkerReport], start_at: u64, server_ns: u64) -
             reports
                 .iter()
                 .flat_map(|r| r.latencies_us.iter().map(|&us| Duration::from_micros(us)))
+                .collect(),
+        ),
+        admitted_latency: Samples::new(
+            admitted_at
+                .iter()
+                .map(|e| Duration::from_micros(e[1].saturating_sub(e[0])))
                 .collect(),
         ),
         cpu_us_per_decision: if decisions > 0 {

@@ -25,7 +25,7 @@ use plan::RatePlan;
 use protocol::{Contender, Mode, WorkerSetup};
 use report::{PeerUncontended, RateResults};
 use std::time::{Duration, Instant};
-use uncontended::{Path, ROOMY};
+use uncontended::{Measured, Path, ROOMY};
 
 /// Every rate-limit row, in one run: the markdown of the part's block in BENCHMARKS.md.
 pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
@@ -70,22 +70,26 @@ async fn uncontended_rows(
     r: &mut RateResults,
 ) -> anyhow::Result<()> {
     let endpoints = servers.etcd.endpoints();
+    let (etcd, zk) = (servers.pids(Store::Etcd), servers.pids(Store::Zk));
+    let on = |path: Path, store: &[u32]| Measured {
+        path,
+        store: store.to_vec(),
+    };
     let mut paths = vec![
-        Path::etcd_floor(&endpoints).await?,
-        Path::zk_floor(&servers.zk.connect_string()).await?,
+        on(Path::etcd_floor(&endpoints).await?, &etcd),
+        on(Path::zk_floor(&servers.zk.connect_string()).await?, &zk),
     ];
     let mut limiters = Vec::new();
     for store in Store::ALL {
         let (l, p) = uncontended::library(&servers.url(store, "rate-uncontended")).await?;
         limiters.push(l);
-        paths.push(p);
+        paths.push(on(p, &servers.pids(store)));
     }
     let sidecar_store = servers.url(Store::Etcd, "rate-sidecar");
-    paths.push(Path::http(&sidecar_store, "uncontended").await?);
+    paths.push(on(Path::http(&sidecar_store, "uncontended").await?, &etcd));
     let dir = tempfile::tempdir().context("a directory for the RLS rules")?;
-    paths.push(Path::rls(&sidecar_store, dir.path()).await?);
-    let s = uncontended::interleaved(&mut paths, rp.warmup, rp.rounds, rp.batch).await?;
-    r.uncontended = s;
+    paths.push(on(Path::rls(&sidecar_store, dir.path()).await?, &etcd));
+    r.uncontended = uncontended::interleaved(&mut paths, rp.warmup, rp.rounds, rp.batch).await?;
     drop(paths);
     close_all(&limiters).await
 }

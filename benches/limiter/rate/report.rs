@@ -4,6 +4,7 @@ use super::hot::HotRow;
 use super::many::ManyRow;
 use super::plan::RatePlan;
 use super::protocol::{Contender, WorkerReport};
+use super::uncontended::CpuPerCall;
 use crate::common::machine::{
     command, commit, cpu_model, etcd_version, load_average, read_trimmed,
 };
@@ -42,7 +43,7 @@ pub struct RateResults {
     pub plan: RatePlan,
     /// Rows 1–2 in this order: etcd floor, ZooKeeper floor, library on memory, etcd,
     /// ZooKeeper, sidecar HTTP (etcd), sidecar RLS (etcd).
-    pub uncontended: Vec<Samples>,
+    pub uncontended: Vec<(Samples, CpuPerCall)>,
     pub peer_uncontended: Vec<PeerUncontended>,
     pub hot: Vec<HotRow>,
     pub many: Vec<ManyRow>,
@@ -95,18 +96,22 @@ impl RateResults {
             "\n### Rows 1–2: uncontended admitted check on a cached key\n\n\
              One caller; one key under a quota of {} per second (burst as much): every check \
              admitted and written. p50 / p99 in ms; ratio of p50s to the store's floor.\n\n\
-             | path | p50 / p99 | ratio to floor (p50) | ≤ 1.2× |\n|---|---|---|---|",
+             CPU per call in µs: this client process, the sidecar, the store's server.\n\n\
+             | path | p50 / p99 | ratio to floor (p50) | ≤ 1.2× | CPU µs / call: client + sidecar + store |\n|---|---|---|---|---|",
             super::uncontended::ROOMY
         );
-        for ((label, floor), sample) in UNCONTENDED.iter().zip(&self.uncontended) {
-            let r = floor.and_then(|f| ratio(sample.p50(), self.uncontended.get(f)?.p50()));
+        for ((label, floor), (sample, cpu)) in UNCONTENDED.iter().zip(&self.uncontended) {
+            let r = floor.and_then(|f| ratio(sample.p50(), self.uncontended.get(f)?.0.p50()));
             let met = r.map(|r| r <= 1.2);
             let _ = writeln!(
                 s,
-                "| {label} | {} | {} | {} |",
+                "| {label} | {} | {} | {} | {:.0} + {:.0} + {:.0} |",
                 p50_p99(sample),
                 times(r),
-                met.map_or("", verdict)
+                met.map_or("", verdict),
+                cpu.client,
+                cpu.sidecar,
+                cpu.store
             );
             if let (Some(r), Some(met)) = (r, met) {
                 t.push(
@@ -141,7 +146,7 @@ impl RateResults {
              divided by that time. Requests per admitted and denials without a request are \
              clusterlimit's own counters. Over-admission: the largest excess the interval check \
              found (≤ 0 is none). CPU: the workers' and the store server's, per decision.\n\n\
-             | contender | quota/s (burst) | decisions/s | admitted/s (vs quota) | requests / admitted | denials with 0 requests | p50 / p99 ms | over-admission | CPU µs / decision (workers + server s) | errors |\n\
+             | contender | quota/s (burst) | decisions/s | admitted/s (vs quota) | requests / admitted | denials with 0 requests | p50 / p99 ms (admitted only) | over-admission | CPU µs / decision (workers + server s) | errors |\n\
              |---|---|---|---|---|---|---|---|---|---|",
             p.processes,
             p.callers,
@@ -157,7 +162,7 @@ impl RateResults {
             let off = h.steady_admitted_per_s / h.limit as f64 - 1.0;
             let _ = writeln!(
                 s,
-                "| {} | {quota} | {:.0} | {:.1} ({:+.2} %) | {} | {} | {} | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
+                "| {} | {quota} | {:.0} | {:.1} ({:+.2} %) | {} | {} | {} ({}) | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
                 h.who,
                 h.decisions_per_s(),
                 h.steady_admitted_per_s,
@@ -165,6 +170,7 @@ impl RateResults {
                 opt(h.requests_per_admitted, |v| format!("{v:.3}")),
                 opt(h.local_denial_share, pct),
                 p50_p99(&h.latency),
+                p50_p99(&h.admitted_latency),
                 h.over.max(0.0),
                 h.cpu_us_per_decision,
                 h.worker_cpu_s,

@@ -201,28 +201,82 @@ pub async fn library(url: &str) -> anyhow::Result<(Limiter, Path)> {
     Ok((l, Path::Library(rl)))
 }
 
+/// A path with the processes whose CPU it is charged: this one, its sidecar (if any), the
+/// store's servers.
+pub struct Measured {
+    pub path: Path,
+    pub store: Vec<u32>,
+}
+
+impl Measured {
+    fn sidecar(&self) -> Vec<u32> {
+        match &self.path {
+            Path::Http { _sidecar, .. } => vec![_sidecar.pid()],
+            Path::Rls(rls) => vec![rls.pid()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// CPU spent per call, µs: this client, the sidecar, the store's servers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuPerCall {
+    pub client: f64,
+    pub sidecar: f64,
+    pub store: f64,
+}
+
+/// CPU of `[client, sidecar, store]` now, ns.
+fn cpu_now(m: &Measured) -> [u64; 3] {
+    let read = |pids: &[u32]| crate::cpu::cpu_ns(pids).unwrap_or(0);
+    [
+        read(&[std::process::id()]),
+        read(&m.sidecar()),
+        read(&m.store),
+    ]
+}
+
 /// `warmup` unmeasured calls of each path, then `rounds` rounds of `batch` calls per path,
-/// the order rotating by one each round.
+/// the order rotating by one each round; the latencies and the CPU per call of each path.
 pub async fn interleaved(
-    paths: &mut [Path],
+    paths: &mut [Measured],
     warmup: usize,
     rounds: usize,
     batch: usize,
-) -> anyhow::Result<Vec<Samples>> {
-    for p in paths.iter_mut() {
+) -> anyhow::Result<Vec<(Samples, CpuPerCall)>> {
+    for m in paths.iter_mut() {
         for _ in 0..warmup {
-            p.once().await?;
+            m.path.once().await?;
         }
     }
     let n = paths.len();
     let mut all = vec![Vec::with_capacity(rounds * batch); n];
+    let mut cpu = vec![[0u64; 3]; n];
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
+            let before = cpu_now(&paths[i]);
             for _ in 0..batch {
-                all[i].push(paths[i].once().await?);
+                all[i].push(paths[i].path.once().await?);
+            }
+            let after = cpu_now(&paths[i]);
+            for (c, (a, b)) in cpu[i].iter_mut().zip(after.iter().zip(before)) {
+                *c += a.saturating_sub(b);
             }
         }
     }
-    Ok(all.into_iter().map(Samples::new).collect())
+    let calls = (rounds * batch).max(1) as f64;
+    Ok(all
+        .into_iter()
+        .zip(cpu)
+        .map(|(v, [client, sidecar, store])| {
+            let per = |ns: u64| ns as f64 / 1e3 / calls;
+            let cpu = CpuPerCall {
+                client: per(client),
+                sidecar: per(sidecar),
+                store: per(store),
+            };
+            (Samples::new(v), cpu)
+        })
+        .collect())
 }

@@ -172,6 +172,19 @@ fn finish(
     t0: Instant,
 ) -> anyhow::Result<WorkerReport> {
     let used = l.stats().since(&before);
+    // For people reading a run's log: how the store requests split (the report has the total).
+    eprintln!(
+        "rate worker {}: {} decisions, {} admitted; store requests: {} txn, {} range, {} put, {} \
+         batches; {} answered locally",
+        std::process::id(),
+        r.decisions,
+        r.admitted_at_us.len(),
+        used.txn,
+        used.range,
+        used.put,
+        used.rate_batches,
+        used.rate_local_answers
+    );
     r.algorithm = setup.algorithm.clone();
     r.admitted = r.admitted_at_us.len() as u64;
     r.elapsed_s = t0.elapsed().as_secs_f64();
