@@ -33,7 +33,7 @@ pub fn roomy() -> Quota {
 pub enum Path {
     /// etcd `Txn` comparing the key's `mod_revision` with the last one written, then a put.
     EtcdFloor {
-        client: etcd_client::Client,
+        client: Box<etcd_client::Client>,
         revision: i64,
     },
     /// ZooKeeper `setData` with the version last written.
@@ -62,7 +62,10 @@ impl Path {
             .await
             .context("put the floor's key")?;
         let revision = put.header().map_or(0, |h| h.revision());
-        Ok(Path::EtcdFloor { client, revision })
+        Ok(Path::EtcdFloor {
+            client: Box::new(client),
+            revision,
+        })
     }
 
     pub async fn zk_floor(connect: &str) -> anyhow::Result<Path> {
