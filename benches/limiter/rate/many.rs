@@ -126,18 +126,21 @@ pub async fn run(
     let cached_keys = rl.cached_keys();
     let live = alloc::settled_live_bytes().await - base;
     drop(tracking);
-    // The reset time (10 ms) is long past; one period and the sweepers' interval more.
+    // The reset time (10 ms) is long past at the first poll; `left` is read one period and the
+    // sweepers' interval later, `gone_after` at the first poll that finds none.
     let left_after = Duration::from_secs(3);
-    tokio::time::sleep_until((ended + left_after).into()).await;
-    let mut polls = 0;
-    let left = leftovers(servers, store, &rl, &mut polls).await?;
-    let mut gone_after = (left == 0).then(|| ended.elapsed());
-    while gone_after.is_none() && ended.elapsed() < WATCH_FOR && polls < 200 {
+    let (mut polls, mut left, mut gone_after) = (0, None, None);
+    while (left.is_none() || gone_after.is_none()) && ended.elapsed() < WATCH_FOR && polls < 200 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if leftovers(servers, store, &rl, &mut polls).await? == 0 {
+        let n = leftovers(servers, store, &rl, &mut polls).await?;
+        if gone_after.is_none() && n == 0 {
             gone_after = Some(ended.elapsed());
         }
+        if left.is_none() && ended.elapsed() >= left_after {
+            left = Some(n);
+        }
     }
+    let left = left.unwrap_or(stored_at_end);
     ensure!(
         latencies.len() == keys,
         "{} of {keys} checks answered",

@@ -145,7 +145,8 @@ impl RateResults {
              answered after the first {:.1} s (the burst and the first window spent) to the end, \
              divided by that time. Requests per admitted and denials without a request are \
              clusterlimit's own counters. Over-admission: the largest excess the interval check \
-             found (≤ 0 is none). CPU: the workers' and the store server's, per decision.\n\n\
+             found (≤ 0 is none). CPU: the workers' and the store server's, per decision. Latencies \
+             are whole µs: 0 is under 1 µs (a denial answered in the process).\n\n\
              | contender | quota/s (burst) | decisions/s | admitted/s (vs quota) | requests / admitted | denials with 0 requests | p50 / p99 ms (admitted only) | over-admission | CPU µs / decision (workers + server s) | errors |\n\
              |---|---|---|---|---|---|---|---|---|---|",
             p.processes,
@@ -286,7 +287,7 @@ impl RateResults {
              Distinct keys checked once each at an even rate (open loop, at most 256 in flight), \
              quota 100/s burst 10 (a key's state is back to full, its reset time, 10 ms after its \
              check). Keys left: the store's key states of the run, right after the last answer \
-             and {:.0} s later; gone: when none was left. Client heap per cached key state: the \
+             and {:.0} s later; gone: the first poll (every 0.5 s) that found none. Client heap per cached key state: the \
              counting allocator's live bytes after the run over the Limiter's cached key states \
              (on memory:// the store's states are in the same heap).\n\n\
              | store | keys at rate/s | decisions/s | p50 / p99 ms | stored at end | left after {:.0} s | all gone after | cached key states | heap / cached key |\n\
