@@ -225,7 +225,7 @@ async fn peer_uncontended(
             rp.peer_count,
             report.decisions
         );
-        out.push(PeerUncontended::new(peer_label(c), &report));
+        out.push(PeerUncontended::new(peer_label(c), c, &report));
     }
     Ok(out)
 }

@@ -19,11 +19,12 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct PeerUncontended {
     pub who: String,
+    pub contender: Contender,
     pub latency: Samples,
 }
 
 impl PeerUncontended {
-    pub fn new(who: &str, r: &WorkerReport) -> PeerUncontended {
+    pub fn new(who: &str, contender: Contender, r: &WorkerReport) -> PeerUncontended {
         let v = r
             .latencies_us
             .iter()
@@ -31,6 +32,7 @@ impl PeerUncontended {
             .collect();
         PeerUncontended {
             who: who.to_string(),
+            contender,
             latency: Samples::new(v),
         }
     }
@@ -131,6 +133,15 @@ impl RateResults {
         for p in &self.peer_uncontended {
             let r = ours.and_then(|o| ratio(o, p.latency.p50()));
             let _ = writeln!(s, "| {} | {} | {} |", p.who, p50_p99(&p.latency), times(r));
+            if matches!(p.contender, Contender::RlfEtcd | Contender::LimitsEtcd) {
+                if let Some(r) = ours.and_then(|o| ratio(p.latency.p50(), o)) {
+                    let what = format!(
+                        "≥ 10× faster than {}: uncontended p50, worker processes",
+                        p.who
+                    );
+                    t.push(what, format!("{r:.1}×"), r >= 10.0);
+                }
+            }
         }
     }
 
