@@ -65,6 +65,12 @@ impl Rls {
             client: RateLimitServiceClient::new(channel),
         })
     }
+
+    /// The sidecar's process id (the limiter bench's rate rows read its CPU).
+    #[allow(dead_code)] // used by the limiter bench, not this one
+    pub fn pid(&self) -> u32 {
+        self._sidecar.pid()
+    }
 }
 
 /// A port the kernel just handed out (free a moment later; serve binds it right away).

@@ -1,0 +1,376 @@
+//! The rate part's markdown: the tables, the targets as met / not met, and the header.
+
+use super::hot::HotRow;
+use super::many::ManyRow;
+use super::plan::RatePlan;
+use super::protocol::{Contender, WorkerReport};
+use super::uncontended::CpuPerCall;
+use crate::common::machine::{
+    command, commit, cpu_model, etcd_version, load_average, read_trimmed,
+};
+use crate::peers::PeerServers;
+use crate::plan::Plan;
+use crate::stats::{p50_p99, ratio, times, verdict, Samples};
+use crate::stores::Servers;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Uncontended checks by one worker process (ours on etcd, and each peer).
+#[derive(Debug, Clone)]
+pub struct PeerUncontended {
+    pub who: String,
+    pub contender: Contender,
+    pub latency: Samples,
+}
+
+impl PeerUncontended {
+    pub fn new(who: &str, contender: Contender, r: &WorkerReport) -> PeerUncontended {
+        let v = r
+            .latencies_us
+            .iter()
+            .map(|&us| Duration::from_micros(us))
+            .collect();
+        PeerUncontended {
+            who: who.to_string(),
+            contender,
+            latency: Samples::new(v),
+        }
+    }
+}
+
+/// Everything the rate rows measured.
+#[derive(Debug, Default)]
+pub struct RateResults {
+    pub about: String,
+    pub plan: RatePlan,
+    /// Rows 1–2 in this order: etcd floor, ZooKeeper floor, library on memory, etcd,
+    /// ZooKeeper, sidecar HTTP (etcd), sidecar RLS (etcd).
+    pub uncontended: Vec<(Samples, CpuPerCall)>,
+    pub peer_uncontended: Vec<PeerUncontended>,
+    pub hot: Vec<HotRow>,
+    pub many: Vec<ManyRow>,
+}
+
+impl Default for RatePlan {
+    fn default() -> RatePlan {
+        RatePlan::new(true)
+    }
+}
+
+const UNCONTENDED: [(&str, Option<usize>); 7] = [
+    ("etcd floor: `Txn` on `mod_revision` + put", None),
+    ("ZooKeeper floor: `setData` with version", None),
+    ("clusterlimit, memory://", None),
+    ("clusterlimit, etcd", Some(0)),
+    ("clusterlimit, ZooKeeper", Some(1)),
+    ("sidecar HTTP `POST …/check`, etcd", Some(0)),
+    ("sidecar RLS `ShouldRateLimit` (gRPC), etcd", Some(0)),
+];
+
+/// A share as a percentage.
+fn pct(v: f64) -> String {
+    format!("{:.1} %", v * 100.0)
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "–".to_string(), f)
+}
+
+impl RateResults {
+    pub fn markdown(&self) -> String {
+        let mut t = Targets::default();
+        let mut s = String::new();
+        s.push_str(&self.about);
+        self.uncontended_md(&mut s, &mut t);
+        self.hot_md(&mut s, &mut t);
+        self.peers_md(&mut s);
+        self.many_md(&mut s);
+        s.push_str("\n### Targets (issue 17)\n\n| target | figure | |\n|---|---|---|\n");
+        for (what, figure, met) in &t.0 {
+            let _ = writeln!(s, "| {what} | {figure} | {} |", verdict(*met));
+        }
+        s
+    }
+
+    fn uncontended_md(&self, s: &mut String, t: &mut Targets) {
+        let _ = writeln!(
+            s,
+            "\n### Rows 1–2: uncontended admitted check on a cached key\n\n\
+             One caller; one key under a quota of {} per second (burst as much): every check \
+             admitted and written. p50 / p99 in ms; ratio of p50s to the store's floor.\n\n\
+             CPU per call in µs: this client process, the sidecar, the store's server.\n\n\
+             | path | p50 / p99 | ratio to floor (p50) | ≤ 1.2× | CPU µs / call: client + sidecar + store |\n|---|---|---|---|---|",
+            super::uncontended::ROOMY
+        );
+        for ((label, floor), (sample, cpu)) in UNCONTENDED.iter().zip(&self.uncontended) {
+            let r = floor.and_then(|f| ratio(sample.p50(), self.uncontended.get(f)?.0.p50()));
+            let met = r.map(|r| r <= 1.2);
+            let _ = writeln!(
+                s,
+                "| {label} | {} | {} | {} | {:.0} + {:.0} + {:.0} |",
+                p50_p99(sample),
+                times(r),
+                met.map_or("", verdict),
+                cpu.client,
+                cpu.sidecar,
+                cpu.store
+            );
+            if let (Some(r), Some(met)) = (r, met) {
+                t.push(
+                    format!("uncontended ≤ 1.2× floor: {label}"),
+                    format!("{r:.2}×"),
+                    met,
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nThe same check in a worker process of each contender (one caller, {} checks, \
+             one process alone), p50 / p99 in ms:\n\n| contender | p50 / p99 | clusterlimit (etcd) / it, p50 |\n|---|---|---|",
+            self.plan.peer_count
+        );
+        let ours = self.peer_uncontended.first().map(|p| p.latency.p50());
+        for p in &self.peer_uncontended {
+            let r = ours.and_then(|o| ratio(o, p.latency.p50()));
+            let _ = writeln!(s, "| {} | {} | {} |", p.who, p50_p99(&p.latency), times(r));
+            if matches!(p.contender, Contender::RlfEtcd | Contender::LimitsEtcd) {
+                if let Some(r) = ours.and_then(|o| ratio(p.latency.p50(), o)) {
+                    let what = format!(
+                        "≥ 10× faster than {}: uncontended p50, worker processes",
+                        p.who
+                    );
+                    t.push(what, format!("{r:.1}×"), r >= 10.0);
+                }
+            }
+        }
+    }
+
+    fn hot_md(&self, s: &mut String, t: &mut Targets) {
+        let p = &self.plan;
+        let steady = self.hot.first().map_or(Duration::ZERO, |h| h.steady_from);
+        let _ = writeln!(
+            s,
+            "\n### Row 3: one hot key, {} processes × {} callers, closed loop, {:.0} s\n\n\
+             GCRA with burst = limit / 10 (redis-cell the same: `max_burst` = burst − 1); the \
+             etcd peers run fixed windows (what they offer). Admitted/s counts the decisions \
+             answered after the first {:.1} s (the burst and the first window spent) to the end, \
+             divided by that time. Requests per admitted and denials without a request are \
+             clusterlimit's own counters. Over-admission: the largest excess the interval check \
+             found (≤ 0 is none). CPU: the workers' and the store server's, per decision. Latencies \
+             are whole µs: 0 is under 1 µs (a denial answered in the process).\n\n\
+             | contender | quota/s (burst) | decisions/s | admitted/s (vs quota) | requests / admitted | denials with 0 requests | p50 / p99 ms (admitted only) | over-admission | CPU µs / decision (workers + server s) | errors |\n\
+             |---|---|---|---|---|---|---|---|---|---|",
+            p.processes,
+            p.callers,
+            p.hot_for.as_secs_f64(),
+            steady.as_secs_f64()
+        );
+        for h in &self.hot {
+            let quota = if h.algorithm == "gcra" {
+                format!("{} ({})", h.limit, h.burst)
+            } else {
+                format!("{} ({})", h.limit, h.algorithm)
+            };
+            let off = h.steady_admitted_per_s / h.limit as f64 - 1.0;
+            let _ = writeln!(
+                s,
+                "| {} | {quota} | {:.0} | {:.1} ({:+.2} %) | {} | {} | {} ({}) | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
+                h.who,
+                h.decisions_per_s(),
+                h.steady_admitted_per_s,
+                off * 100.0,
+                opt(h.requests_per_admitted, |v| format!("{v:.3}")),
+                opt(h.local_denial_share, pct),
+                p50_p99(&h.latency),
+                p50_p99(&h.admitted_latency),
+                h.over.max(0.0),
+                h.cpu_us_per_decision,
+                h.worker_cpu_s,
+                h.server_cpu_s,
+                h.errors
+            );
+        }
+        self.hot_targets(t);
+    }
+
+    fn hot_targets(&self, t: &mut Targets) {
+        let ours = || {
+            self.hot
+                .iter()
+                .filter(|h| h.contender == Contender::Clusterlimit)
+        };
+        for h in ours() {
+            let at = format!("{} at {}/s", h.who, h.limit);
+            let same = |c: Contender, limit: u64| {
+                self.hot
+                    .iter()
+                    .find(|o| o.contender == c && o.limit == limit)
+            };
+            if let Some(rc) = same(Contender::RedisCell, h.limit) {
+                let r = h.decisions_per_s() / rc.decisions_per_s().max(1e-9);
+                t.push(
+                    format!("hot-key decisions/s ≥ redis-cell's: {at}"),
+                    format!("{r:.2}×"),
+                    r >= 1.0,
+                );
+            }
+            for c in [Contender::RlfEtcd, Contender::LimitsEtcd] {
+                if let Some(peer) = same(c, h.limit) {
+                    let r = h.decisions_per_s() / peer.decisions_per_s().max(1e-9);
+                    t.push(
+                        format!("≥ 10× the decisions/s of {}: {at}", peer.who),
+                        format!("{r:.1}×"),
+                        r >= 10.0,
+                    );
+                }
+            }
+            if h.limit == 1_000 {
+                if let Some(v) = h.requests_per_admitted {
+                    t.push(
+                        format!("requests per admitted ≤ 0.5: {at}"),
+                        format!("{v:.3}"),
+                        v <= 0.5,
+                    );
+                }
+            }
+            if let Some(v) = h.local_denial_share {
+                t.push(
+                    format!("0 requests for ≥ 90 % of denials: {at}"),
+                    pct(v),
+                    v >= 0.9,
+                );
+            }
+            let off = (h.steady_admitted_per_s / h.limit as f64 - 1.0).abs();
+            t.push(
+                format!("admitted within 1 % of the quota: {at}"),
+                pct(off),
+                off <= 0.01,
+            );
+            t.push(
+                format!("0 over-admission: {at}"),
+                format!("{:.2}", h.over.max(0.0)),
+                h.over <= 0.0,
+            );
+            if h.errors > 0 {
+                t.push(format!("no errors: {at}"), h.errors.to_string(), false);
+            }
+        }
+    }
+
+    /// Row 5: ours over each peer, hot-key decisions/s at the same quota and callers.
+    fn peers_md(&self, s: &mut String) {
+        s.push_str(
+            "\n### Row 5: clusterlimit ÷ the peers, hot-key decisions/s (same quota, processes, callers)\n\n\
+             | quota/s | peer | peer decisions/s | etcd ÷ peer | ZooKeeper ÷ peer |\n|---|---|---|---|---|\n",
+        );
+        let ours = |store: &str, limit: u64| {
+            self.hot
+                .iter()
+                .find(|h| {
+                    h.contender == Contender::Clusterlimit && h.who == store && h.limit == limit
+                })
+                .map(HotRow::decisions_per_s)
+        };
+        for p in self
+            .hot
+            .iter()
+            .filter(|h| h.contender != Contender::Clusterlimit)
+        {
+            let r =
+                |o: Option<f64>| opt(o, |o| format!("{:.2}×", o / p.decisions_per_s().max(1e-9)));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {} | {} |",
+                p.limit,
+                p.who,
+                p.decisions_per_s(),
+                r(ours("etcd", p.limit)),
+                r(ours("ZooKeeper", p.limit))
+            );
+        }
+    }
+
+    fn many_md(&self, s: &mut String) {
+        let after = self.many.first().map_or(Duration::ZERO, |m| m.left_after);
+        let _ = writeln!(
+            s,
+            "\n### Row 4: many keys\n\n\
+             Distinct keys checked once each at an even rate (open loop, at most 256 in flight), \
+             quota 100/s burst 10 (a key's state is back to full, its reset time, 10 ms after its \
+             check). Keys left: the store's key states of the run, right after the last answer \
+             and {:.0} s later; gone: the first poll (every 0.5 s) that found none. Client heap per cached key state: the \
+             counting allocator's live bytes after the run over the Limiter's cached key states \
+             (on memory:// the store's states are in the same heap).\n\n\
+             | store | keys at rate/s | decisions/s | p50 / p99 ms | stored at end | left after {:.0} s | all gone after | cached key states | heap / cached key |\n\
+             |---|---|---|---|---|---|---|---|---|",
+            after.as_secs_f64(),
+            after.as_secs_f64()
+        );
+        for m in &self.many {
+            let _ = writeln!(
+                s,
+                "| {} | {} at {} | {:.0} | {} | {} | {} | {} | {} | {:.0} B |",
+                m.store.label(),
+                m.keys,
+                m.rate,
+                m.decisions_per_s,
+                p50_p99(&m.latency),
+                m.stored_at_end,
+                m.left,
+                m.gone_after.map_or_else(
+                    || "not within 30 s".to_string(),
+                    |d| format!("{:.1} s", d.as_secs_f64())
+                ),
+                m.cached_keys,
+                m.bytes_per_cached_key
+            );
+        }
+    }
+}
+
+/// The targets met / not met, in the order found.
+#[derive(Default)]
+struct Targets(Vec<(String, String, bool)>);
+
+impl Targets {
+    fn push(&mut self, what: String, figure: String, met: bool) {
+        self.0.push((what, figure, met));
+    }
+}
+
+/// What ran where: the header of the part.
+pub fn about(
+    plan: &Plan,
+    servers: &Servers,
+    peers: &PeerServers,
+    took: Duration,
+    load_before: &str,
+) -> String {
+    let mode = if plan.quick {
+        "quick run (`--quick`: small sizes; figures are smoke, not results)"
+    } else {
+        "full run"
+    };
+    let profile = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    format!(
+        "## Rate limits: {n}-node etcd and {n}-node ZooKeeper, {mode}\n\n\
+         - {date}, commit {commit}, {profile}, {took:.0} s for the rate part\n\
+         - machine: {cpus} × {cpu}, Linux {kernel}; load average {load_before} before, {load_after} after\n\
+         - etcd {etcd} (`--unsafe-no-fsync`), ZooKeeper {zk} (`forceSync=no`); peers: {peers}\n",
+        n = plan.nodes(),
+        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit = commit(),
+        took = took.as_secs_f64(),
+        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu = cpu_model(),
+        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
+        load_after = load_average(),
+        etcd = etcd_version(&crate::support::etcd_binary()),
+        zk = servers.zk_version(),
+        peers = peers.versions(),
+    )
+}
