@@ -59,9 +59,9 @@ impl RatePlan {
         }
     }
 
-    /// The GCRA burst of a quota of `limit` per second: a tenth of it (at least 1), the same
-    /// for redis-cell (its `max_burst` is this minus 1).
+    /// The GCRA burst of a quota of `limit` per second: `limit`, the default of
+    /// `Quota::per_second(limit)`; the same for redis-cell (its `max_burst` is this minus 1).
     pub fn burst(limit: u64) -> u64 {
-        (limit / 10).max(1)
+        limit.max(1)
     }
 }

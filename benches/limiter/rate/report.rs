@@ -151,7 +151,7 @@ impl RateResults {
         let _ = writeln!(
             s,
             "\n### Row 3: one hot key, {} processes × {} callers, closed loop, {:.0} s\n\n\
-             GCRA with burst = limit / 10 (redis-cell the same: `max_burst` = burst − 1); the \
+             GCRA with burst = limit, the default quota (redis-cell the same: `max_burst` = burst − 1); the \
              etcd peers run fixed windows (what they offer). Admitted/s counts the decisions \
              answered after the first {:.1} s (the burst and the first window spent) to the end, \
              divided by that time. Requests per admitted and denials without a request are \
