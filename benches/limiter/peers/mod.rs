@@ -5,7 +5,6 @@
 //! the redis-cell module built from crates.io, a Node dir and a Python venv, all pinned); the
 //! `CLUSTERLIMIT_*` variables below point elsewhere. A missing peer is an error with an install
 //! hint, never a skipped row.
-#![allow(dead_code)] // until the rate rows call them (issue 17, in progress)
 
 pub mod drive;
 pub mod redis_cell;

@@ -130,7 +130,6 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
 /// The process of one worker for `setup`: this bench binary for clusterlimit and redis-cell, a
 /// script for the Node and Python peers. Its stdout is to be piped and read as one
 /// [`WorkerReport`] line.
-#[allow(dead_code)] // until the rate rows call it (issue 17, in progress)
 pub fn worker_command(setup: &WorkerSetup) -> anyhow::Result<std::process::Command> {
     match setup.contender {
         Contender::Clusterlimit | Contender::RedisCell => {
