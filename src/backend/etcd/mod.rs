@@ -437,7 +437,10 @@ impl EtcdBackend {
             Some(watch) => {
                 let (token, _) = self.put_entry(req, session, false).await?;
                 let seen = match watch.when_seen(token, self.view_lag_bound()).await {
-                    Some(seen) => seen,
+                    Some(seen) => {
+                        self.stats.decided_from_view();
+                        seen
+                    }
                     // The view lags (or its stream broke): never decide from it; read.
                     None => {
                         let (_, kvs) = self.read_semaphore(&req.name).await?;
