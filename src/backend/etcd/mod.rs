@@ -638,8 +638,9 @@ async fn connect_failure(security: &Security, urls: &[String], e: etcd_client::E
     }
 }
 
-/// Every enqueue and status reads a semaphore's whole queue (~170 bytes an entry). tonic's
-/// default 4 MiB reply limit would make every acquire fail past ~25k queued entries.
+/// A status, a first enqueue (or one whose view lags) reads a semaphore's whole queue (~170
+/// bytes an entry). tonic's default 4 MiB reply limit would make those fail past ~25k queued
+/// entries.
 pub(super) const MAX_REPLY_BYTES: usize = 256 << 20;
 
 /// A KV client that accepts replies up to [`MAX_REPLY_BYTES`].

@@ -459,6 +459,19 @@ mod tests {
     }
 
     #[test]
+    fn seen_decides_as_a_read_at_the_views_revision_would() {
+        let v = view(2, &[(5, 1), (7, 1), (9, 1)], 9);
+        let entry = |granted| Seen::Entry {
+            capacity: 2,
+            granted,
+        };
+        assert_eq!(Seen::decide(v.cap, v.entries(), 7), entry(true));
+        assert_eq!(Seen::decide(v.cap, v.entries(), 9), entry(false));
+        assert_eq!(Seen::decide(v.cap, v.entries(), 8), entry(false), "gone");
+        assert_eq!(Seen::decide(None, v.entries(), 7), Seen::NoSemaphore);
+    }
+
+    #[test]
     fn outcomes() {
         let v = view(2, &[(5, 1), (7, 1), (9, 1)], 9);
         assert_eq!(outcome(&v, 7, 1), Some(Outcome::Granted));
