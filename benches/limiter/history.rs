@@ -17,6 +17,8 @@ const ZK_PAST_MAX: usize = 5_000;
 const TOMBSTONE_BATCH: usize = 100;
 /// Txns in flight at once while writing tombstones.
 const TOMBSTONE_TASKS: usize = 8;
+/// Pause after writing etcd's tombstones (see [`run`]).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Unmeasured pairs before each measurement (the first acquire of a Limiter on a semaphore
 /// reads it and sets up its watch).
 const WARMUP: usize = 5;
@@ -86,6 +88,9 @@ pub async fn run(
         Some(e) => {
             let queue = format!("{}/s/{name}/q/past-", e.prefix);
             tombstones(&e.admin, &queue, past).await?;
+            // A burst of 2 × past revisions makes the members snapshot and compact their raft
+            // logs in the background: let that pass, as a history grown over time would.
+            tokio::time::sleep(SETTLE).await;
             (past, Past::Tombstones)
         }
         None => {
@@ -158,6 +163,9 @@ pub async fn queued(url: &str, n: usize, samples: usize) -> anyhow::Result<Queue
     let capacity = u32::try_from(n + 1)?;
     let (measured, sem) = client(url, "queued-measured", name, capacity).await?;
     let (others, other_sem) = client(url, "queued-holders", name, capacity).await?;
+    // Both Limiters set up whatever they keep per semaphore (etcd: a watch, which also sees
+    // the measured Limiter's writes) before either measurement: only the queue differs.
+    pairs(&other_sem, WARMUP).await?;
     pairs(&sem, WARMUP).await?;
     let empty = pairs(&sem, samples).await?;
     let mut held = tokio::task::JoinSet::new();
