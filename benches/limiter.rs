@@ -133,7 +133,7 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
     r.waiters = plan.waiters;
     r.semaphores = plan.semaphores;
     for store in Store::ALL {
-        let url = servers.url(store, "scale");
+        let url = servers.url(store, SCALE_SPACE);
         let (n, turns) = (plan.waiters, plan.waiter_handoffs);
         let one = scale::many_waiters(&url, scale::Layout::OneLimiter, n, turns).await?;
         r.waiters_one.push(one);
@@ -142,17 +142,25 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
         let s = scale::many_semaphores(&url, plan.semaphores, plan.steady_for).await?;
         r.many_semaphores.push(s);
         let etcd = match store {
-            Store::Etcd => Some(stores::etcd_admin(&servers.etcd.endpoints()).await?),
+            Store::Etcd => Some(history::EtcdHistory {
+                admin: stores::etcd_admin(&servers.etcd.endpoints()).await?,
+                prefix: SCALE_SPACE.to_string(),
+            }),
             _ => None,
         };
         let (past, samples) = (plan.history_past, plan.history_samples);
         r.history
-            .push(history::run(&url, past, samples, etcd).await?);
+            .push(history::run(&url, past, samples, store, etcd).await?);
+        r.queued
+            .push(history::queued(&url, plan.queued, samples).await?);
     }
     step("row 7: kazoo, uncontended");
     r.peer = peer_uncontended(plan, servers, std::mem::take(&mut r.peer)).await?;
     Ok(r)
 }
+
+/// The etcd prefix (and ZooKeeper chroot, memory store) of row 6.
+const SCALE_SPACE: &str = "scale";
 
 fn step(what: &str) {
     eprintln!("limiter bench: {what}");

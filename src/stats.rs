@@ -28,6 +28,7 @@ pub struct RequestCounters {
     delete: AtomicU64,
     watch: AtomicU64,
     lease: AtomicU64,
+    view_decisions: AtomicU64,
 }
 
 impl RequestCounters {
@@ -44,6 +45,11 @@ impl RequestCounters {
         c.fetch_add(1, Relaxed);
     }
 
+    /// Counts one enqueue decided from a watch-fed view instead of a read (etcd).
+    pub fn decided_from_view(&self) {
+        self.view_decisions.fetch_add(1, Relaxed);
+    }
+
     /// A copy of the counters now.
     pub fn snapshot(&self) -> RequestStats {
         RequestStats {
@@ -53,6 +59,7 @@ impl RequestCounters {
             delete: self.delete.load(Relaxed),
             watch: self.watch.load(Relaxed),
             lease: self.lease.load(Relaxed),
+            view_decisions: self.view_decisions.load(Relaxed),
             ..RequestStats::default()
         }
     }
@@ -97,6 +104,9 @@ pub struct RequestStats {
     /// Rate-limit checks answered without a store request (a denial or peek the last state
     /// confirmed by the store proves).
     pub rate_local_answers: u64,
+    /// etcd: acquires whose grant was decided from the Limiter's watch-fed view of the
+    /// semaphore, with no read (not a request: their one request is counted as a `txn`).
+    pub view_decisions: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -113,6 +123,7 @@ impl std::ops::Add for RequestStats {
             removal_session_ends: self.removal_session_ends + o.removal_session_ends,
             rate_batches: self.rate_batches + o.rate_batches,
             rate_local_answers: self.rate_local_answers + o.rate_local_answers,
+            view_decisions: self.view_decisions + o.view_decisions,
         }
     }
 }
@@ -153,6 +164,7 @@ impl RequestStats {
             rate_local_answers: self
                 .rate_local_answers
                 .saturating_sub(earlier.rate_local_answers),
+            view_decisions: self.view_decisions.saturating_sub(earlier.view_decisions),
         }
     }
 }

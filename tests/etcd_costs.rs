@@ -1,11 +1,12 @@
 //! Request costs on a real etcd, from the Limiters' own counters: what an acquire and a release
-//! cost, and that a release costs the same however many clients wait (no herd).
+//! cost, that a release costs the same however many clients wait (no herd), and that an
+//! acquire decided from the Limiter's view reads nothing, however long the queue.
 
 mod support;
 
 use clusterlimit::{Limiter, RequestStats};
 use std::time::Duration;
-use support::{queue_waiters, EtcdCluster};
+use support::{eventually, queue_waiters, EtcdCluster};
 use tokio::time::timeout;
 
 fn total(limiters: &[Limiter]) -> RequestStats {
@@ -97,4 +98,67 @@ async fn second_contended_wait_reuses_the_watch() {
     }
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// One uncontended acquire+release of `sem`: what it cost `limiter`, as (txn, range, watch,
+/// delete, grants decided from the view).
+async fn pair_cost(limiter: &Limiter, sem: &clusterlimit::Semaphore) -> (u64, u64, u64, u64, u64) {
+    let before = limiter.stats();
+    sem.acquire().await.unwrap().release().await.unwrap();
+    let c = limiter.stats().since(&before);
+    (c.txn, c.range, c.watch, c.delete, c.view_decisions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_with_a_view_is_one_txn_that_reads_nothing() {
+    const HELD: u32 = 50;
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("costs3");
+    let l = Limiter::connect(&url).await.unwrap();
+    let sem = l.semaphore("s", HELD + 1).await.unwrap();
+    // The first acquire reads the semaphore in its Txn; the second also sets up the view.
+    assert_eq!(pair_cost(&l, &sem).await, (1, 0, 0, 1, 0), "first acquire");
+    assert_eq!(pair_cost(&l, &sem).await, (1, 0, 1, 1, 0), "second acquire");
+    // From then on (once the watch is up): one Txn that reads nothing, the grant decided from
+    // the view (a view that lags would make it read).
+    let from_view = (1, 0, 0, 1, 1);
+    eventually(
+        "acquire decided from the view",
+        Duration::from_secs(10),
+        || async { pair_cost(&l, &sem).await == from_view },
+    )
+    .await;
+
+    // The same behind HELD entries of another Limiter.
+    let other = Limiter::connect(&url).await.unwrap();
+    let os = other.semaphore("s", HELD + 1).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..HELD {
+        held.push(os.acquire().await.unwrap());
+    }
+    eventually(
+        "acquire behind 50 entries decided from the view",
+        Duration::from_secs(10),
+        || async { pair_cost(&l, &sem).await == from_view },
+    )
+    .await;
+    // A refused try_acquire: one Txn, no read, one delete of its entry.
+    let full = os.acquire().await.unwrap();
+    let before = l.stats();
+    assert!(matches!(
+        sem.try_acquire().await,
+        Err(clusterlimit::Error::NoPermits)
+    ));
+    let c = l.stats().since(&before);
+    println!("refused try_acquire decided from the view: {c:?}");
+    assert_eq!((c.txn, c.watch), (1, 0), "{c:?}");
+    assert_eq!(
+        c.range + c.view_decisions,
+        1,
+        "the view or a read decided: {c:?}"
+    );
+    drop(full);
+    drop(held);
+    other.close().await.unwrap();
+    l.close().await.unwrap();
 }

@@ -1,12 +1,13 @@
 //! etcd-specific failure behaviour against real servers: leader loss, member restart, watch
-//! resumption across compaction, a hung server, an unreachable endpoint, and a permit key
-//! deleted behind its holder's back. (The store-neutral semantics are in tests/contract.rs.)
+//! resumption across compaction, a hung server, an unreachable endpoint, a permit key deleted
+//! behind its holder's back, and an enqueue whose view of the semaphore lags, was compacted or
+//! whose reply was lost. (The store-neutral semantics are in tests/contract.rs.)
 
 mod support;
 
-use clusterlimit::{Error, Limiter};
+use clusterlimit::{Error, Limiter, Semaphore};
 use std::time::Duration;
-use support::{eventually, hold_and_queue, EtcdCluster};
+use support::{eventually, hold_and_queue, EtcdCluster, FaultProxy};
 use tokio::time::{timeout, Instant};
 
 /// Retries a raw etcd call (a member may just have died) at most 20 times in 10 s.
@@ -375,4 +376,183 @@ async fn entry_written_late_under_our_lease_is_removed() {
     assert_eq!(count().await, 0);
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// Two proxies in front of the one member, and a URL listing both: a Limiter sends its
+/// requests and its watch through the first until that fails, then through the second.
+fn two_ways(cluster: &EtcdCluster, prefix: &str) -> (FaultProxy, FaultProxy, String) {
+    let member = cluster.endpoints()[0].clone();
+    let (p1, p2) = (
+        FaultProxy::start(member.as_str()),
+        FaultProxy::start(member.as_str()),
+    );
+    let url = format!(
+        "etcd://{},{}/{prefix}",
+        p1.connect_string(),
+        p2.connect_string()
+    );
+    (p1, p2, url)
+}
+
+/// Acquires and releases until the Limiter decides its acquires from its view of the
+/// semaphore (set up by its second acquire): one Txn and no read per acquire.
+async fn until_decided_from_the_view(limiter: &Limiter, sem: &Semaphore) {
+    eventually(
+        "acquire decided from the view",
+        Duration::from_secs(10),
+        || async {
+            let before = limiter.stats();
+            sem.acquire().await.unwrap().release().await.unwrap();
+            let c = limiter.stats().since(&before);
+            (c.txn, c.range, c.watch, c.view_decisions) == (1, 0, 0, 1)
+        },
+    )
+    .await;
+}
+
+/// A view that stops getting events (its member's link is cut) decides nothing: the enqueue
+/// reads the semaphore instead, so a permit taken meanwhile by another Limiter, which the stale
+/// view does not show, is not granted twice; and once that permit is released, the acquire
+/// works (the watch moves to the other way in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_view_falls_back_to_a_read_and_never_grants_from_it() {
+    let cluster = EtcdCluster::single();
+    let (p1, p2, url) = two_ways(&cluster, "lag");
+    let w = Limiter::connect(&url).await.unwrap();
+    let ws = w.semaphore("s", 1).await.unwrap();
+    until_decided_from_the_view(&w, &ws).await;
+
+    // Nothing through the first way in, the connection kept open: the watch gets no events
+    // and sees no error.
+    p1.hold();
+    let other = Limiter::connect(&cluster.url("lag")).await.unwrap();
+    let held = other
+        .semaphore("s", 1)
+        .await
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let before = w.stats();
+    let refused = timeout(Duration::from_secs(10), ws.try_acquire())
+        .await
+        .expect("try_acquire bounded");
+    assert!(matches!(refused, Err(Error::NoPermits)), "got {refused:?}");
+    let cost = w.stats().since(&before);
+    println!("enqueue with a lagging view: {cost:?}");
+    assert!(
+        cost.range >= 1,
+        "the lagging view made the enqueue read: {cost:?}"
+    );
+    assert!(p2.client_bytes() > 0, "requests moved to the other way in");
+
+    held.release().await.unwrap();
+    let p = timeout(Duration::from_secs(10), ws.acquire())
+        .await
+        .expect("acquire bounded")
+        .expect("granted once the other permit is released");
+    assert!(!p.is_lost());
+    p.release().await.unwrap();
+    // The watch resumed on the second way in: acquires decide from the view again.
+    until_decided_from_the_view(&w, &ws).await;
+    p1.pass();
+    other.close().await.unwrap();
+    w.close().await.unwrap();
+}
+
+/// The view's watch is cut while another Limiter takes and releases permits and etcd compacts
+/// past the view's revision: when the link heals, the watch cannot resume and the view is read
+/// anew; no acquire is decided from the old view meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_view_is_read_anew() {
+    let cluster = EtcdCluster::single();
+    let proxy = FaultProxy::start(cluster.endpoints()[0].as_str());
+    let url = format!("etcd://{}/compacted", proxy.connect_string());
+    let w = Limiter::connect(&url).await.unwrap();
+    let ws = w.semaphore("s", 1).await.unwrap();
+    until_decided_from_the_view(&w, &ws).await;
+
+    proxy.blackhole();
+    let other = Limiter::connect(&cluster.url("compacted")).await.unwrap();
+    let os = other.semaphore("s", 1).await.unwrap();
+    for _ in 0..5 {
+        os.acquire().await.unwrap().release().await.unwrap();
+    }
+    let held = os.acquire().await.unwrap();
+    support::etcd::compact_to_current(&cluster.endpoints()).await;
+    let ranges = w.stats().range;
+    proxy.pass();
+
+    let refused = timeout(Duration::from_secs(10), ws.try_acquire())
+        .await
+        .expect("try_acquire bounded");
+    assert!(matches!(refused, Err(Error::NoPermits)), "got {refused:?}");
+    held.release().await.unwrap();
+    let p = timeout(Duration::from_secs(10), ws.acquire())
+        .await
+        .expect("acquire bounded")
+        .expect("granted after the other permit's release");
+    assert!(!p.is_lost());
+    p.release().await.unwrap();
+    eventually(
+        "the compacted view read anew",
+        Duration::from_secs(10),
+        || async { w.stats().range > ranges },
+    )
+    .await;
+    until_decided_from_the_view(&w, &ws).await;
+    other.close().await.unwrap();
+    w.close().await.unwrap();
+}
+
+/// An enqueue decided from the view whose reply is lost (etcd applied the put): the retry
+/// finds its own entry instead of writing a second one, and the permit's fencing token is that
+/// entry's create revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_enqueue_reply_with_a_view_is_retried_once() {
+    let cluster = EtcdCluster::single();
+    let (p1, p2, url) = two_ways(&cluster, "lostreply");
+    let w = Limiter::connect(&url).await.unwrap();
+    let ws = w.semaphore("s", 2).await.unwrap();
+    let mut raw = support::connect(&cluster.endpoints()).await;
+    // A keepalive that fails first moves the Limiter to the other way in before the enqueue
+    // is sent: then try again, a bounded number of times.
+    let mut retried = false;
+    for _ in 0..5 {
+        until_decided_from_the_view(&w, &ws).await;
+        let sent = (p1.client_bytes(), p2.client_bytes());
+        until_decided_from_the_view(&w, &ws).await;
+        let in_use = if p1.client_bytes() > sent.0 { &p1 } else { &p2 };
+        in_use.drop_replies();
+        let before = w.stats();
+        let p = timeout(Duration::from_secs(10), ws.acquire())
+            .await
+            .expect("acquire bounded")
+            .expect("granted after its reply was lost");
+        let cost = w.stats().since(&before);
+        println!("enqueue whose reply was lost: {cost:?}");
+        let entries = raw
+            .get(
+                "lostreply/s/s/q/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(entries.kvs().len(), 1, "one entry for one acquire");
+        assert_eq!(
+            p.fencing_token(),
+            entries.kvs()[0].create_revision() as u64,
+            "the token is the first put's revision"
+        );
+        p.release().await.unwrap();
+        in_use.pass();
+        if cost.txn >= 2 {
+            retried = true;
+            break;
+        }
+    }
+    assert!(retried, "no enqueue reply was lost in 5 tries");
+    let left = support::count_keys(&cluster.endpoints(), "lostreply/s/s/q/").await;
+    assert_eq!(left, 0);
+    w.close().await.unwrap();
 }

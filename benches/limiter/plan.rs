@@ -37,6 +37,8 @@ pub struct Plan {
     /// Row 6: acquisitions between the two history measurements, and pairs per measurement.
     pub history_past: usize,
     pub history_samples: usize,
+    /// Row 6: entries held by another Limiter in the queue row (issue 18).
+    pub queued: usize,
     /// Row 7: uncontended kazoo acquire+release pairs.
     pub peer_iterations: usize,
 }
@@ -113,8 +115,9 @@ impl Plan {
             waiter_handoffs: 100,
             semaphores: 1_000,
             steady_for: Duration::from_secs(10),
-            history_past: 5_000,
+            history_past: 100_000,
             history_samples: 300,
+            queued: 500,
             peer_iterations: 500,
         }
     }
@@ -136,6 +139,7 @@ impl Plan {
             steady_for: Duration::from_secs(1),
             history_past: 200,
             history_samples: 20,
+            queued: 20,
             peer_iterations: 20,
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::contended;
 use crate::handoff;
-use crate::history::History;
+use crate::history::{History, Past, Queued};
 use crate::kazoo;
 use crate::latency::{CpuPerPair, PairSamples};
 use crate::scale::{ManySemaphores, ManyWaiters};
@@ -20,6 +20,8 @@ const FASTER_THAN_KAZOO: f64 = 2.5;
 const THROUGHPUT_VS_KAZOO: f64 = 5.0;
 const HANDOFF_VS_WRITE: f64 = 1.2;
 const SIDECAR_ADDS: Duration = Duration::from_micros(200);
+/// Issue 18: etcd's acquire+release "flat" as its history and queue grow.
+const FLAT_WITHIN: f64 = 1.1;
 /// "Independent of the number of waiters": equal within this many requests per acquisition.
 const REQUESTS_TOLERANCE: f64 = 0.1;
 
@@ -42,6 +44,7 @@ pub struct Results {
     pub semaphores: usize,
     pub many_semaphores: Vec<ManySemaphores>,
     pub history: Vec<History>,
+    pub queued: Vec<Queued>,
     pub peer: Peer,
 }
 
@@ -404,26 +407,55 @@ impl Results {
                 s.other_requests
             );
         }
-        let past = self.history.first().map_or(0, |h| h.past);
-        let _ = write!(
-            d.md,
+        d.md.push_str(
             "\nOne semaphore's history: uncontended acquire + release on a fresh semaphore, after \
-             {past} more acquisitions, and (etcd) after compacting. etcd keeps each released \
-             entry's key as a tombstone until it compacts, and every acquire's Txn reads the \
-             semaphore's key range, tombstones included; this benchmark's etcd has no automatic \
-             compaction (rows 1–2 compact before every round).\n\n\
-             | store | fresh p50 / p99 ms | after {past} acquisitions | after compaction | p50 growth per 1,000 past acquisitions |\n\
-             |---|---|---|---|---|\n"
+             more acquisitions, and (etcd) after compacting. etcd keeps each released entry's key \
+             as a tombstone until it compacts, and a range read of the semaphore walks them; this \
+             benchmark's etcd has no automatic compaction (rows 1–2 compact before every round). \
+             etcd's past is made of tombstones (entry keys put and deleted in batched Txns in the \
+             semaphore's queue range, as released entries leave them), the others' of real \
+             acquisitions.\n\n\
+             | store | fresh p50 / p99 ms | past acquisitions | after them | after compaction | p50 after / fresh | p50 growth per 1,000 past acquisitions | goal |\n\
+             |---|---|---|---|---|---|---|---|\n",
         );
         for (store, h) in Store::ALL.iter().zip(&self.history) {
+            let how = match h.how {
+                Past::Acquisitions => "acquisitions",
+                Past::Tombstones => "tombstones",
+            };
+            let r = ratio(h.after.p50(), h.fresh.p50());
+            let goal = flat_goal(d, *store, &format!("{} past acquisitions", h.past), r);
             let _ = writeln!(
                 d.md,
-                "| {} | {} | {} | {} | {:+.0} µs |",
+                "| {} | {} | {} {how} | {} | {} | {} | {:+.0} µs | {goal} |",
                 store.label(),
                 p50_p99(&h.fresh),
+                h.past,
                 p50_p99(&h.after),
                 h.compacted.as_ref().map_or("—".to_string(), p50_p99),
+                times(r),
                 h.growth_per_1000()
+            );
+        }
+        let n = self.queued.first().map_or(0, |q| q.n);
+        let _ = write!(
+            d.md,
+            "\nOne semaphore's queue: uncontended acquire + release of one Limiter on a semaphore \
+             of capacity {n} + 1, first with no other entry, then with {n} entries (permits held \
+             by another Limiter) ahead of each acquisition.\n\n\
+             | store | 0 entries p50 / p99 ms | {n} entries p50 / p99 ms | p50 {n} / 0 | goal |\n\
+             |---|---|---|---|---|\n"
+        );
+        for (store, q) in Store::ALL.iter().zip(&self.queued) {
+            let r = ratio(q.behind.p50(), q.empty.p50());
+            let goal = flat_goal(d, *store, &format!("{n} entries ahead"), r);
+            let _ = writeln!(
+                d.md,
+                "| {} | {} | {} | {} | {goal} |",
+                store.label(),
+                p50_p99(&q.empty),
+                p50_p99(&q.behind),
+                times(r)
             );
         }
     }
@@ -491,6 +523,20 @@ impl Results {
             );
         }
     }
+}
+
+/// etcd's goal of issue 18 for a row that adds `what`: acquire+release p50 flat within
+/// [`FLAT_WITHIN`]; "—" for the other stores.
+fn flat_goal(d: &mut Doc, store: Store, what: &str, r: Option<f64>) -> String {
+    if store != Store::Etcd {
+        return "—".to_string();
+    }
+    d.goal(
+        format!("etcd acquire+release flat with {what} (≤ {FLAT_WITHIN}×)"),
+        times(r),
+        r.is_some_and(|r| r <= FLAT_WITHIN),
+        &format!("≤ {FLAT_WITHIN}×"),
+    )
 }
 
 /// `client / server` or `client / sidecar / server` CPU µs per pair.

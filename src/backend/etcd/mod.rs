@@ -1,8 +1,12 @@
 //! `etcd://` backend: permits are keys bound to the Limiter's lease, ordered by create revision.
 //!
-//! * Acquire, uncontended: **one** Txn — `if create_revision(key) == 0 then put(key, lease) and
-//!   read the semaphore else read key and semaphore`. The read sees the put, so the reply says
-//!   whether the entry holds; retrying the same key after a lost reply is idempotent.
+//! * Acquire: **one** Txn — `if create_revision(key) == 0 then put(key, lease) else read key`;
+//!   retrying the same key after a lost reply is idempotent. Once this Limiter has a live view
+//!   of the semaphore (`view.rs`: a watch, set up by its second acquire or first wait there),
+//!   the grant is decided from the view as soon as it has applied the put's revision: the Txn
+//!   reads nothing, so its cost grows neither with the queue nor with the semaphore's
+//!   tombstones. Without a view (the first acquire), or if the view lags, the semaphore is
+//!   read: in the same Txn, or by one range read after it.
 //! * Release: one delete.
 //! * Waiting: one watch per semaphore per Limiter feeds a local view (`view.rs`); a release costs
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
@@ -39,12 +43,12 @@ use keys::{queue_of, EntryValue, Keys};
 use security::Security;
 pub use security::{CACERT_ENV, CERT_ENV, KEY_ENV, PASSWORD_ENV};
 use session::Session;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use strays::Strays;
-use view::{SemWatch, View, WatchConfig};
+use view::{Seen, SemWatch, View, WatchConfig};
 
 /// Settings of the etcd backend. Holds no secret: the password is read from its file (or
 /// [`PASSWORD_ENV`]) at connect, so `{:?}` of this shows paths only.
@@ -80,6 +84,8 @@ pub struct EtcdBackend {
     /// can mark every permit lost, and an entry nobody owns is found: see `strays.rs`.)
     strays: Strays,
     watches: Mutex<HashMap<String, Arc<SemWatch>>>,
+    /// Semaphores enqueued on through a read: the next enqueue on one starts its view.
+    enqueued: Mutex<HashSet<String>>,
     /// Set by close/shutdown: stops every background task and retry of this backend.
     stop: Stop,
     /// Leases of rate-limit keys, by expiry bucket (not the session's: see `rate_leases.rs`).
@@ -141,6 +147,11 @@ const _: () = assert!(
     FIRST_ATTEMPT.as_millis() * (SHORT_ATTEMPTS as u128)
         < crate::timing::DEFAULT_REQUEST_TIMEOUT.as_millis()
 );
+
+/// Least time an enqueue waits for the view to show its put (see
+/// `EtcdBackend::view_lag_bound`): a watch event follows the put's reply within a round trip,
+/// so past this the watch lags or hangs, and a read costs less than waiting on.
+const VIEW_LAG_MIN: Duration = Duration::from_millis(100);
 
 /// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).
 const STRAY_GRACE: Duration = Duration::from_millis(200);
@@ -234,6 +245,7 @@ impl EtcdBackend {
             stats: Arc::new(RequestCounters::default()),
             session: SessionSlot::default(),
             watches: Mutex::new(HashMap::new()),
+            enqueued: Mutex::new(HashSet::new()),
             stop: Stop::default(),
             rate_leases: rate_leases::RateLeases::default(),
         };
@@ -417,31 +429,79 @@ impl EtcdBackend {
         Ok((revision, resp.take_kvs()))
     }
 
-    /// One enqueue under `session`: put-if-absent and read, in one Txn.
+    /// One enqueue under `session`: put-if-absent, and the grant decided from this Limiter's
+    /// live view of the semaphore (no read), or else from a read in the same Txn.
     async fn enqueue_in(&self, req: &EntryRequest, session: &Arc<Session>) -> Result<Enqueued> {
+        let queue_prefix = self.keys.queue_prefix(&req.name);
+        let (token, granted) = match self.live_watch(&req.name) {
+            Some(watch) => {
+                let (token, _) = self.put_entry(req, session, false).await?;
+                let seen = match watch.when_seen(token, self.view_lag_bound()).await {
+                    Some(seen) => {
+                        self.stats.decided_from_view();
+                        seen
+                    }
+                    // The view lags (or its stream broke): never decide from it; read.
+                    None => {
+                        let (_, kvs) = self.read_semaphore(&req.name).await?;
+                        self.decide_from_read(&req.name, &kvs, token)
+                    }
+                };
+                (token, verdict(req, seen)?)
+            }
+            None => {
+                let (token, resp) = self.put_entry(req, session, true).await?;
+                let ops = resp.op_responses();
+                let (revision, kvs) = (header_revision(&resp), get_kvs(ops.get(1)));
+                let granted = verdict(req, self.decide_from_read(&req.name, kvs, token))?;
+                // The Txn's own read is the view's starting point: no extra read.
+                if (req.wait && !granted) || self.enqueued_before(&req.name) {
+                    let cap_key = self.keys.cap(&req.name);
+                    let view = View::from_kvs(revision, &cap_key, &queue_prefix, kvs);
+                    self.ensure_watch(&req.name, view);
+                }
+                (token, granted)
+            }
+        };
+        let lost = session.lost.child();
+        Ok(Enqueued {
+            token,
+            granted,
+            lost,
+        })
+    }
+
+    /// Writes the entry of `req` under `session` if it is not there yet (the same key on a
+    /// retry finds the first put), reading the whole semaphore in the same Txn if `read`:
+    /// the entry's token, and the reply (the read is its second operation's).
+    async fn put_entry(
+        &self,
+        req: &EntryRequest,
+        session: &Arc<Session>,
+        read: bool,
+    ) -> Result<(u64, etcd_client::TxnResponse)> {
         let key = self.keys.entry(&req.name, &req.id);
-        let sem_prefix = self.keys.sem_prefix(&req.name);
         let value = EntryValue {
             permits: req.permits,
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
         }
         .encode();
-        // Put-if-absent and read, in one request; the same key on a retry finds the first put.
+        let put = TxnOp::put(
+            key.clone(),
+            value,
+            Some(PutOptions::new().with_lease(session.lease)),
+        );
+        let (mut then, mut otherwise) = (vec![put], vec![TxnOp::get(key.clone(), None)]);
+        if read {
+            let sem_prefix = self.keys.sem_prefix(&req.name);
+            then.push(TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())));
+            otherwise.push(TxnOp::get(sem_prefix, Some(sorted_prefix())));
+        }
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    value,
-                    Some(PutOptions::new().with_lease(session.lease)),
-                ),
-                TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())),
-            ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(sem_prefix, Some(sorted_prefix())),
-            ]);
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then(then)
+            .or_else(otherwise);
         let resp = self
             .retry_until(RequestKind::Txn, Until::SessionLive(&session.lost), |c| {
                 let t = txn.clone();
@@ -455,12 +515,10 @@ impl EtcdBackend {
                     e
                 }
             })?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let ops = resp.op_responses();
         let token = if resp.succeeded() {
-            revision
+            header_revision(&resp)
         } else {
-            match get_kvs(ops.first()).first() {
+            match get_kvs(resp.op_responses().first()).first() {
                 Some(kv) if kv.lease() == session.lease => kv.create_revision(),
                 // Written under another lease (an earlier session of this request): that
                 // session is gone, so is the entry's claim; the caller removes the key.
@@ -468,39 +526,44 @@ impl EtcdBackend {
                 None => return Err(Error::store("request entry vanished during the enqueue")),
             }
         } as u64;
-        let kvs = get_kvs(ops.get(1));
-        let cap_key = self.keys.cap(&req.name);
+        Ok((token, resp))
+    }
+
+    /// What a read of the semaphore (at a revision at or past `token`'s) says about entry
+    /// `token`; every entry read is checked for strays on the way.
+    fn decide_from_read(&self, name: &str, kvs: &[etcd_client::KeyValue], token: u64) -> Seen {
+        let cap_key = self.keys.cap(name);
+        let queue_prefix = self.keys.queue_prefix(name);
+        for kv in queue_of(&queue_prefix, kvs).map(|(_, kv)| kv) {
+            self.strays.check(name, &queue_prefix, kv);
+        }
         let cap = kvs
             .iter()
             .find(|kv| kv.key() == cap_key.as_bytes())
-            .and_then(|kv| CapValue::parse(kv.value()))
-            .ok_or_else(|| Error::NotFound(req.name.clone()))?;
-        if req.permits > cap.capacity {
-            return Err(waiters::over_capacity(req, cap.capacity));
-        }
-        let queue_prefix = self.keys.queue_prefix(&req.name);
-        let granted = queue::holds(
-            queue_of(&queue_prefix, kvs).map(|(e, _)| e),
-            cap.capacity,
-            cap.floor,
-            token,
-        ) == Some(true);
-        if !granted && req.wait {
-            // The Txn's own read is the watch's starting point: no extra read.
-            self.ensure_watch(
-                &req.name,
-                View::from_kvs(revision, &cap_key, &queue_prefix, kvs),
-            );
-        }
-        for kv in queue_of(&queue_prefix, kvs).map(|(_, kv)| kv) {
-            self.strays.check(&req.name, &queue_prefix, kv);
-        }
-        let lost = session.lost.child();
-        Ok(Enqueued {
-            token,
-            granted,
-            lost,
-        })
+            .and_then(|kv| CapValue::parse(kv.value()));
+        Seen::decide(cap, queue_of(&queue_prefix, kvs).map(|(e, _)| e), token)
+    }
+
+    /// The watch of `name` if it feeds its view right now.
+    fn live_watch(&self, name: &str) -> Option<Arc<SemWatch>> {
+        lock(&self.watches)
+            .get(name)
+            .filter(|w| w.is_live())
+            .cloned()
+    }
+
+    /// Whether this backend enqueued on `name` before (remembering it now): a semaphore used a
+    /// second time gets a view, one used once costs no watch.
+    fn enqueued_before(&self, name: &str) -> bool {
+        !lock(&self.enqueued).insert(name.to_string())
+    }
+
+    /// How long an enqueue waits for the view to apply its put before it reads instead: a few
+    /// round trips, at least [`VIEW_LAG_MIN`], at most a quarter of a request's time.
+    fn view_lag_bound(&self) -> Duration {
+        (self.endpoints.latency() * LATENCY_FACTOR)
+            .max(VIEW_LAG_MIN)
+            .min((self.config.request_timeout / 4).max(VIEW_LAG_MIN))
     }
 
     /// Enqueues under the live session; if etcd no longer has its lease, under a new one.
@@ -575,8 +638,9 @@ async fn connect_failure(security: &Security, urls: &[String], e: etcd_client::E
     }
 }
 
-/// Every enqueue and status reads a semaphore's whole queue (~170 bytes an entry). tonic's
-/// default 4 MiB reply limit would make every acquire fail past ~25k queued entries.
+/// A status, a first enqueue (or one whose view lags) reads a semaphore's whole queue (~170
+/// bytes an entry). tonic's default 4 MiB reply limit would make those fail past ~25k queued
+/// entries.
 pub(super) const MAX_REPLY_BYTES: usize = 256 << 20;
 
 /// A KV client that accepts replies up to [`MAX_REPLY_BYTES`].
@@ -590,6 +654,21 @@ fn sorted_prefix() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
+}
+
+fn header_revision(resp: &etcd_client::TxnResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+/// Whether the entry of `req` holds, as `seen` decided; an error if it never can.
+fn verdict(req: &EntryRequest, seen: Seen) -> Result<bool> {
+    match seen {
+        Seen::NoSemaphore => Err(Error::NotFound(req.name.clone())),
+        Seen::Entry { capacity, .. } if req.permits > capacity => {
+            Err(waiters::over_capacity(req, capacity))
+        }
+        Seen::Entry { granted, .. } => Ok(granted),
+    }
 }
 
 fn get_kvs(resp: Option<&TxnOpResponse>) -> &[etcd_client::KeyValue] {

@@ -8,7 +8,14 @@
 //! Txn's own read) and applies every event after R in order. On a broken stream it resumes from
 //! the last applied revision + 1; if that revision was compacted it reads the state anew.
 //!
-//! A watch on a member that hangs would just go quiet, so a quiet watch with waiters asks
+//! An enqueue of a Limiter that has this view decides its grant here ([`SemWatch::when_seen`]):
+//! once the view has applied the revision of the enqueue's own put, it is exactly what a range
+//! read at that revision (or later) would return, so the put needs no read of its own. A view
+//! that does not get there in time (a lagging or broken watch) decides nothing: the enqueue
+//! reads instead (docs/design.md, "Why a grant decided from the view is safe").
+//!
+//! A watch on a member that hangs would just go quiet, so a quiet watch with waiters (or an
+//! enqueue waiting for the view to catch up) asks
 //! etcd for a progress report (`WatchProgressRequest`, answered at once by etcd ≥ 3.4); with no answer
 //! in time, the member is marked failed and the watch resumes on the next one.
 
@@ -21,6 +28,7 @@ use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
 use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -77,6 +85,32 @@ impl View {
     }
 }
 
+/// What a view (or a read) at a revision at or past an entry's says about that entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// No capacity key: the semaphore does not exist.
+    NoSemaphore,
+    /// The semaphore's capacity, and whether the entry holds.
+    Entry { capacity: u32, granted: bool },
+}
+
+impl Seen {
+    /// Decides for entry `token` from a capacity and the queue in token order.
+    pub(super) fn decide(
+        cap: Option<CapValue>,
+        entries: impl IntoIterator<Item = queue::Entry>,
+        token: u64,
+    ) -> Seen {
+        match cap {
+            None => Seen::NoSemaphore,
+            Some(c) => Seen::Entry {
+                capacity: c.capacity,
+                granted: queue::holds(entries, c.capacity, c.floor, token) == Some(true),
+            },
+        }
+    }
+}
+
 impl QueueView for View {
     fn capacity(&self) -> Option<(u32, u64)> {
         self.cap.map(|c| (c.capacity, c.floor))
@@ -108,6 +142,29 @@ pub(super) type OnDelete = Arc<dyn Fn(&[u8]) + Send + Sync>;
 pub(super) struct SemWatch {
     state: Mutex<State>,
     stop: CancellationToken,
+    /// The view's revision, for enqueues waiting for it to reach their put's.
+    seen: tokio::sync::watch::Sender<i64>,
+    /// Whether a watch stream is up (created and not yet broken).
+    live: AtomicBool,
+    /// Enqueues waiting in [`SemWatch::when_seen`]: like waiters, they make a quiet watch
+    /// check that its member still answers.
+    awaiting: AtomicUsize,
+}
+
+/// Counts one enqueue in [`SemWatch::awaiting`] while it lives.
+struct Awaiting<'a>(&'a AtomicUsize);
+
+impl<'a> Awaiting<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Awaiting(n)
+    }
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for SemWatch {
@@ -146,12 +203,16 @@ fn quiet_bound(request_timeout: Duration) -> Duration {
 impl SemWatch {
     /// Starts watching from `view.revision + 1`.
     pub(super) fn start(view: View, config: WatchConfig, stop: CancellationToken) -> Arc<SemWatch> {
+        let (seen, _) = tokio::sync::watch::channel(view.revision);
         let watch = Arc::new(SemWatch {
             state: Mutex::new(State {
                 view,
                 waiters: Waiters::default(),
             }),
             stop,
+            seen,
+            live: AtomicBool::new(false),
+            awaiting: AtomicUsize::new(0),
         });
         tokio::spawn(watch.clone().run(config));
         watch
@@ -170,6 +231,26 @@ impl SemWatch {
     /// Whether the task still runs (it stops on close/shutdown).
     pub(super) fn is_stopped(&self) -> bool {
         self.stop.is_cancelled()
+    }
+
+    /// Whether the view is being fed right now (a stream is up), so an enqueue may expect it
+    /// to catch up with its put within a round trip or so.
+    pub(super) fn is_live(&self) -> bool {
+        !self.is_stopped() && self.live.load(Ordering::SeqCst)
+    }
+
+    /// What the view says about entry `token` once it has applied the entry's revision, or
+    /// `None` if it does not get there within `bound` (the caller then reads).
+    pub(super) async fn when_seen(&self, token: u64, bound: Duration) -> Option<Seen> {
+        let _awaiting = Awaiting::new(&self.awaiting);
+        let mut seen = self.seen.subscribe();
+        let caught_up = seen.wait_for(|&r| r >= token as i64);
+        if !matches!(tokio::time::timeout(bound, caught_up).await, Ok(Ok(_))) {
+            return None;
+        }
+        let st = self.lock();
+        // The view only moves forward: still at or past `token`.
+        Some(Seen::decide(st.view.cap, st.view.entries(), token))
     }
 
     async fn run(self: Arc<Self>, cfg: WatchConfig) {
@@ -198,6 +279,7 @@ impl SemWatch {
     ) -> Result<(), etcd_client::Error> {
         let (member, client) = cfg.endpoints.pick();
         let result = self.watch_on(cfg, client, pause).await;
+        self.live.store(false, Ordering::SeqCst);
         if result.is_err() {
             cfg.endpoints.failed(member);
         }
@@ -242,7 +324,12 @@ impl SemWatch {
                 // Quiet and nobody waiting: a stale watch costs nothing yet, so no probe
                 // (an idle Limiter sends nothing); a waiter that registers gets one within
                 // `quiet`.
-                Err(_) if self.lock().waiters.is_empty() => continue,
+                Err(_)
+                    if self.lock().waiters.is_empty()
+                        && self.awaiting.load(Ordering::SeqCst) == 0 =>
+                {
+                    continue
+                }
                 Err(_) => {
                     // Not counted in RequestStats: a liveness probe like an HTTP/2 ping,
                     // not a request of any operation.
@@ -261,6 +348,7 @@ impl SemWatch {
             };
             if resp.created() {
                 *pause = RETRY_PAUSE;
+                self.live.store(true, Ordering::SeqCst);
             }
             if resp.canceled() {
                 if resp.compact_revision() > 0 {
@@ -301,6 +389,7 @@ impl SemWatch {
             }
             let st = &mut *st;
             st.waiters.resolve(&st.view);
+            self.seen.send_replace(st.view.revision);
         }
         for kv in written {
             (cfg.on_put)(kv);
@@ -339,6 +428,7 @@ impl SemWatch {
                 .collect();
             st.view = view;
             st.waiters.resolve(&st.view);
+            self.seen.send_replace(st.view.revision);
             gone
         };
         for key in gone {
@@ -366,6 +456,19 @@ mod tests {
                 .map(|&(r, _)| (format!("k{r}").into_bytes(), r))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn seen_decides_as_a_read_at_the_views_revision_would() {
+        let v = view(2, &[(5, 1), (7, 1), (9, 1)], 9);
+        let entry = |granted| Seen::Entry {
+            capacity: 2,
+            granted,
+        };
+        assert_eq!(Seen::decide(v.cap, v.entries(), 7), entry(true));
+        assert_eq!(Seen::decide(v.cap, v.entries(), 9), entry(false));
+        assert_eq!(Seen::decide(v.cap, v.entries(), 8), entry(false), "gone");
+        assert_eq!(Seen::decide(None, v.entries(), 7), Seen::NoSemaphore);
     }
 
     #[test]
