@@ -39,8 +39,8 @@ pub(crate) const FEW: u64 = 2;
 pub(crate) const MANY: u64 = 8;
 /// The first gap of a key that turns saturated.
 pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
-/// The longest gap (checks wait only the last [`JOIN_WINDOW`] of it).
-pub(crate) const MAX_GAP: Duration = Duration::from_millis(100);
+/// The longest gap: an admitted check waits at most this (plus a round trip) for its write.
+pub(crate) const MAX_GAP: Duration = Duration::from_millis(50);
 /// How long before a paced write checks may join it (and so the longest a check waits for
 /// pacing, besides the write itself).
 pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(10);
