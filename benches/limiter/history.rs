@@ -42,6 +42,12 @@ pub struct History {
     pub after: Samples,
     /// etcd only: after compacting every revision so far.
     pub compacted: Option<Samples>,
+    /// etcd only: a raw put + delete of a key outside the semaphore, one after each measured
+    /// pair of `fresh` and of `after`: what etcd itself costs at that moment (the machine
+    /// drifts between the two blocks, and etcd's own writes get slower after a burst of
+    /// 2 × past revisions, with or without our semaphore).
+    pub floor_fresh: Option<Samples>,
+    pub floor_after: Option<Samples>,
 }
 
 impl History {
@@ -49,6 +55,16 @@ impl History {
     pub fn growth_per_1000(&self) -> f64 {
         let grown = self.after.p50().as_secs_f64() - self.fresh.p50().as_secs_f64();
         grown * 1e6 * 1000.0 / self.past.max(1) as f64
+    }
+
+    /// etcd: (after ÷ its floor) ÷ (fresh ÷ its floor), p50s: how much the acquire grew beyond
+    /// what etcd's own put + delete grew in the same blocks.
+    pub fn growth_over_floor(&self) -> Option<f64> {
+        let (ff, fa) = (self.floor_fresh.as_ref()?, self.floor_after.as_ref()?);
+        let p = |s: &Samples| s.p50().as_secs_f64();
+        let fresh = p(&self.fresh) / p(ff);
+        let after = p(&self.after) / p(fa);
+        (fresh > 0.0 && fresh.is_finite() && after.is_finite()).then_some(after / fresh)
     }
 }
 
@@ -61,13 +77,32 @@ pub struct EtcdHistory {
 
 /// `n` sequential acquire+release pairs on `sem`, each timed.
 async fn pairs(sem: &Semaphore, n: usize) -> anyhow::Result<Samples> {
+    Ok(pairs_and_floor(sem, n, None).await?.0)
+}
+
+/// `n` sequential acquire+release pairs on `sem`, each timed, each followed (with `floor`, etcd)
+/// by a timed raw put + delete of a key outside the semaphore.
+async fn pairs_and_floor(
+    sem: &Semaphore,
+    n: usize,
+    mut floor: Option<&mut EtcdHistory>,
+) -> anyhow::Result<(Samples, Option<Samples>)> {
     let mut v = Vec::with_capacity(n);
+    let mut f = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();
         sem.acquire().await?.release().await?;
         v.push(start.elapsed());
+        if let Some(e) = floor.as_deref_mut() {
+            let key = format!("{}/history-floor", e.prefix);
+            let start = Instant::now();
+            e.admin.put(key.as_str(), "1", None).await?;
+            e.admin.delete(key.as_str(), None).await?;
+            f.push(start.elapsed());
+        }
     }
-    Ok(Samples::new(v))
+    let floor = floor.map(|_| Samples::new(f));
+    Ok((Samples::new(v), floor))
 }
 
 pub async fn run(
@@ -83,7 +118,7 @@ pub async fn run(
         compact(&mut e.admin).await?;
     }
     pairs(&sem, WARMUP).await?;
-    let fresh = pairs(&sem, samples).await?;
+    let (fresh, floor_fresh) = pairs_and_floor(&sem, samples, etcd.as_mut()).await?;
     let (past, how) = match etcd.as_mut() {
         Some(e) => {
             let queue = format!("{}/s/{name}/q/past-", e.prefix);
@@ -103,7 +138,7 @@ pub async fn run(
             (past, Past::Acquisitions)
         }
     };
-    let after = pairs(&sem, samples).await?;
+    let (after, floor_after) = pairs_and_floor(&sem, samples, etcd.as_mut()).await?;
     let compacted = match etcd.as_mut() {
         Some(e) => {
             compact(&mut e.admin).await?;
@@ -118,6 +153,8 @@ pub async fn run(
         fresh,
         after,
         compacted,
+        floor_fresh,
+        floor_after,
     })
 }
 
