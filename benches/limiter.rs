@@ -50,7 +50,7 @@ mod stats;
 mod stores;
 
 use anyhow::Context as _;
-use common::machine::{command, commit, cpu_model, etcd_version, load_average, read_trimmed};
+use common::machine::{command, etcd_version, load_average, mode, run_lines};
 use latency::{Measured, Op};
 use notify::{Notify, Spy};
 use plan::Plan;
@@ -332,30 +332,14 @@ async fn zk_pairs(
 
 /// What ran where: the header of the tables.
 fn about(plan: &Plan, servers: &Servers, took: Duration, load_before: &str) -> String {
-    let mode = if plan.quick {
-        "quick run (`--quick`: small sizes; figures are smoke, not results)"
-    } else {
-        "full run"
-    };
-    let profile = if cfg!(debug_assertions) {
-        "debug build"
-    } else {
-        "release build"
-    };
     format!(
         "## Results: {n}-node etcd and {n}-node ZooKeeper, {mode}\n\n\
-         - {date}, commit {commit}, {profile}, {took:.0} s for the whole run\n\
-         - machine: {cpus} × {cpu}, Linux {kernel}; load average {load_before} before, {load_after} after\n\
+         {run}\
          - etcd {etcd} (`--unsafe-no-fsync`), ZooKeeper {zk} (`forceSync=no`), kazoo {kazoo} on Python {python}\n\
          - latencies in ms; p50 / p99 by nearest rank; rows 1–2 interleaved in {rounds} rounds of {batch} per path\n",
         n = plan.nodes(),
-        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        commit = commit(),
-        took = took.as_secs_f64(),
-        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cpu = cpu_model(),
-        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
-        load_after = load_average(),
+        mode = mode(plan.quick),
+        run = run_lines(took, "the whole run", "", load_before),
         etcd = etcd_version(&support::etcd_binary()),
         zk = servers.zk_version(),
         kazoo = command(

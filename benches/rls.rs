@@ -32,7 +32,7 @@ mod stats;
 
 use anyhow::Context as _;
 use clusterlimit::{Algorithm, Limiter, Quota};
-use common::machine::{command, commit, cpu_model, etcd_version, load_average, read_trimmed};
+use common::machine::{etcd_version, load_average, run_lines};
 use plan::Plan;
 use report::{Results, StoreRun};
 use server::Rls;
@@ -140,28 +140,16 @@ fn step(what: &str) {
 /// The lines under the section's title: when, where, how.
 fn about(plan: &Plan, took: Duration, load_before: &str) -> String {
     let mode = if plan.quick { "quick run" } else { "full run" };
-    let profile = if cfg!(debug_assertions) {
-        "debug build"
-    } else {
-        "release build"
-    };
     format!(
         "Made by `cargo bench --bench rls` ({mode}): one process starts a 1-node etcd and the real \
          `clusterlimit serve --grpc-listen` per store (`--rls-store-timeout 10s` while the store \
          is up), calls it with envoy-types' tonic client, and runs the library's `check_n` on the \
          same store in the same rounds. Every call takes a fresh key of a rule of 1,000,000 per \
          second (fixed window), so nothing is denied.\n\n\
-         - {date}, commit {commit}, {profile}, {took:.0} s for the whole run\n\
-         - machine: {cpus} × {cpu}, Linux {kernel}, shared with other builds; load average {load_before} before, {load_after} after\n\
+         {run}\
          - etcd {etcd} (`--unsafe-no-fsync`); the sidecar, etcd and this client share the same cores\n\
          - latencies in ms, p50 / p99 by nearest rank; one caller: {warmup} calls per path unmeasured, then {rounds} interleaved rounds of {batch} per path\n",
-        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        commit = commit(),
-        took = took.as_secs_f64(),
-        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cpu = cpu_model(),
-        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
-        load_after = load_average(),
+        run = run_lines(took, "the whole run", ", shared with other builds", load_before),
         etcd = etcd_version(&support::etcd_binary()),
         warmup = plan.warmup,
         rounds = plan.rounds,

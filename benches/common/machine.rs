@@ -63,3 +63,35 @@ pub fn etcd_version(etcd: &std::path::Path) -> String {
         .trim_start_matches("etcd Version: ")
         .to_string()
 }
+
+/// The two lines under every report's title: when, which commit and build, how long (`what`:
+/// "the whole run", "the rate part"), and the machine (`note` follows its kernel, e.g. ", shared
+/// with other builds") with the load average before (`load_before`) and now.
+pub fn run_lines(took: std::time::Duration, what: &str, note: &str, load_before: &str) -> String {
+    let profile = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    format!(
+        "- {date}, commit {commit}, {profile}, {took:.0} s for {what}\n\
+         - machine: {cpus} × {cpu}, Linux {kernel}{note}; load average {load_before} before, {load_after} after\n",
+        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit = commit(),
+        took = took.as_secs_f64(),
+        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu = cpu_model(),
+        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
+        load_after = load_average(),
+    )
+}
+
+/// A run's mode for a report's title.
+#[allow(dead_code)] // the rls bench names its mode in its prose
+pub fn mode(quick: bool) -> &'static str {
+    if quick {
+        "quick run (`--quick`: small sizes; figures are smoke, not results)"
+    } else {
+        "full run"
+    }
+}

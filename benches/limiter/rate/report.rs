@@ -5,9 +5,7 @@ use super::many::ManyRow;
 use super::plan::RatePlan;
 use super::protocol::{Contender, WorkerReport};
 use super::uncontended::CpuPerCall;
-use crate::common::machine::{
-    command, commit, cpu_model, etcd_version, load_average, read_trimmed,
-};
+use crate::common::machine::{etcd_version, mode, run_lines};
 use crate::peers::PeerServers;
 use crate::plan::Plan;
 use crate::stats::{p50_p99, ratio, times, verdict, Samples};
@@ -346,29 +344,13 @@ pub fn about(
     took: Duration,
     load_before: &str,
 ) -> String {
-    let mode = if plan.quick {
-        "quick run (`--quick`: small sizes; figures are smoke, not results)"
-    } else {
-        "full run"
-    };
-    let profile = if cfg!(debug_assertions) {
-        "debug build"
-    } else {
-        "release build"
-    };
     format!(
         "## Rate limits: {n}-node etcd and {n}-node ZooKeeper, {mode}\n\n\
-         - {date}, commit {commit}, {profile}, {took:.0} s for the rate part\n\
-         - machine: {cpus} × {cpu}, Linux {kernel}; load average {load_before} before, {load_after} after\n\
+         {run}\
          - etcd {etcd} (`--unsafe-no-fsync`), ZooKeeper {zk} (`forceSync=no`); peers: {peers}\n",
         n = plan.nodes(),
-        date = command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        commit = commit(),
-        took = took.as_secs_f64(),
-        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cpu = cpu_model(),
-        kernel = read_trimmed("/proc/sys/kernel/osrelease"),
-        load_after = load_average(),
+        mode = mode(plan.quick),
+        run = run_lines(took, "the rate part", "", load_before),
         etcd = etcd_version(&crate::support::etcd_binary()),
         zk = servers.zk_version(),
         peers = peers.versions(),
