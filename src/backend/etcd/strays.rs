@@ -17,13 +17,17 @@
 use crate::backend::{lock, OrphanSink};
 use crate::lost::LostSignal;
 use etcd_client::KeyValue;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a removed key's create revision is remembered: far longer than a watch event can
 /// lag behind the release that follows its put.
 const REMEMBER_REMOVED: Duration = Duration::from_secs(60);
+/// At most this many removed keys are remembered (the oldest go first): a busy Limiter removes
+/// thousands a second. One forgotten too early costs at most a harmless removal of a key that
+/// is already gone, if its put event comes later still.
+const MAX_REMEMBERED: usize = 1 << 16;
 
 /// The queue entries of this Limiter, by key.
 #[derive(Debug, Default)]
@@ -38,7 +42,44 @@ struct Inner {
     /// Enqueues sent and not answered yet.
     in_flight: HashSet<Vec<u8>>,
     /// Keys removed lately, with the create revision removed (if known).
-    removed: HashMap<Vec<u8>, (Option<i64>, Instant)>,
+    removed: Removed,
+}
+
+/// Keys removed lately, forgotten oldest first ([`REMEMBER_REMOVED`], [`MAX_REMEMBERED`]) in
+/// amortised constant time: a release must not scan every key removed in the last minute.
+#[derive(Debug, Default)]
+struct Removed {
+    by_key: HashMap<Vec<u8>, (Option<i64>, Instant)>,
+    /// Every record in the order made; one whose key was recorded again since is stale.
+    order: VecDeque<(Vec<u8>, Instant)>,
+}
+
+impl Removed {
+    fn get(&self, key: &[u8]) -> Option<&(Option<i64>, Instant)> {
+        self.by_key.get(key)
+    }
+
+    /// Records `key` as removed `now`, at `revision` (`None`: keep a known one).
+    fn record(&mut self, key: &[u8], revision: Option<i64>, now: Instant) {
+        self.forget_old(now);
+        let revision = revision.or_else(|| self.by_key.get(key).and_then(|(r, _)| *r));
+        self.by_key.insert(key.to_vec(), (revision, now));
+        self.order.push_back((key.to_vec(), now));
+    }
+
+    fn forget_old(&mut self, now: Instant) {
+        while let Some((key, at)) = self.order.front() {
+            let expired = now.saturating_duration_since(*at) >= REMEMBER_REMOVED;
+            if !expired && self.order.len() < MAX_REMEMBERED {
+                return;
+            }
+            // Only the key's latest record forgets it.
+            if self.by_key.get(key).is_some_and(|(_, t)| t == at) {
+                self.by_key.remove(key);
+            }
+            self.order.pop_front();
+        }
+    }
 }
 
 impl Tracked {
@@ -53,18 +94,8 @@ impl Tracked {
     pub(super) fn removing(&self, key: &[u8]) {
         let mut t = lock(&self.inner);
         let revision = t.live.remove(key).map(|(_, r)| r);
-        let now = Instant::now();
-        if t.removed.len() > 1024 {
-            t.removed
-                .retain(|_, (_, at)| now.duration_since(*at) < REMEMBER_REMOVED);
-        }
-        match t.removed.get_mut(key) {
-            // Keep what is known (a stray being removed has its revision recorded).
-            Some(entry) if revision.is_none() => entry.1 = now,
-            _ => {
-                t.removed.insert(key.to_vec(), (revision, now));
-            }
-        }
+        // Without a revision, what is known is kept (a stray being removed has its own).
+        t.removed.record(key, revision, Instant::now());
     }
 
     /// `key` was deleted by someone else: its permit is lost (returns its signal).
@@ -106,8 +137,7 @@ impl Tracked {
         {
             return false;
         }
-        t.removed
-            .insert(key.to_vec(), (Some(revision), Instant::now()));
+        t.removed.record(key, Some(revision), Instant::now());
         true
     }
 }
@@ -196,6 +226,35 @@ impl Strays {
 mod tests {
     use super::*;
     use crate::lost::Deadline;
+
+    #[test]
+    fn removed_keys_are_forgotten_oldest_first_by_age_and_by_count() {
+        let mut r = Removed::default();
+        let t0 = Instant::now();
+        r.record(b"old", Some(1), t0);
+        r.record(b"again", Some(2), t0);
+        // recorded again later: its first record's expiry must not forget it
+        r.record(b"again", None, t0 + REMEMBER_REMOVED / 2);
+        r.record(b"new", Some(3), t0 + REMEMBER_REMOVED);
+        assert!(r.get(b"old").is_none(), "a minute old");
+        assert_eq!(
+            r.get(b"again").map(|e| e.0),
+            Some(Some(2)),
+            "kept, revision too"
+        );
+        assert!(r.get(b"new").is_some());
+        for i in 0..MAX_REMEMBERED + 10 {
+            r.record(
+                format!("k{i}").as_bytes(),
+                Some(i as i64),
+                t0 + REMEMBER_REMOVED,
+            );
+        }
+        assert!(r.by_key.len() <= MAX_REMEMBERED && r.order.len() <= MAX_REMEMBERED);
+        assert!(r.get(b"k0").is_none(), "the oldest beyond the count");
+        let last = format!("k{}", MAX_REMEMBERED + 9);
+        assert!(r.get(last.as_bytes()).is_some());
+    }
 
     #[test]
     fn only_untracked_entries_of_other_revisions_are_strays() {
