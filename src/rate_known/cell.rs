@@ -130,8 +130,9 @@ impl KeyCell {
         lock(&self.inner).pace.sent(Instant::now());
     }
 
-    /// The store decided a write's batch (`admitted` and `denied` cost of what it carried).
-    pub(crate) fn decided(&self, quota: &Quota, admitted: u64, denied: u64) {
+    /// The store decided a write's batch (`admitted` and `denied` cost of what it carried),
+    /// in `requests` writes and reads.
+    pub(crate) fn decided(&self, quota: &Quota, admitted: u64, denied: u64, requests: u64) {
         let window = match quota.algorithm {
             crate::rate::Algorithm::Gcra => {
                 let ns = quota.emission_interval_ns() * u128::from(quota.burst);
@@ -142,7 +143,7 @@ impl KeyCell {
         let per_sec = quota.limit as f64 / quota.period.as_secs_f64().max(1e-9);
         lock(&self.inner)
             .pace
-            .decided(admitted, denied, max_gap(window), per_sec);
+            .decided(admitted, denied, requests, max_gap(window), per_sec);
     }
 
     /// Every queued check, or `None` (and the batch task ends) when none waits.

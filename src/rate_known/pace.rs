@@ -9,38 +9,45 @@
 //! *saturated* (its last write denied something, or checks were turned away before it):
 //!
 //! * **Spacing:** the next write goes at least `gap` after the last one was sent, so tokens
-//!   gather in the store's bucket between writes and each write takes several. The gap doubles
-//!   while writes admit fewer than [`FEW`], halves when they admit [`MANY`] or more, and never
-//!   exceeds a quarter of the quota's burst window (the bucket must not overflow while it waits; see
-//!   [`max_gap`]) nor [`MAX_GAP`]. Each gap is drawn ±25% around its value, so the processes
-//!   pacing one key drift apart instead of writing in the same instant (and conflicting).
+//!   gather in the store's bucket between writes and each write takes several. What a write
+//!   costs is its requests (a write that lost to another writer is retried, a store may read):
+//!   the gap doubles while a write the bucket limited admits fewer than [`FEW`] per request it
+//!   took, halves when it admits [`MANY`] or more per request, and never exceeds a quarter of
+//!   the quota's burst window (the bucket must not overflow while it waits; see [`max_gap`])
+//!   nor [`MAX_GAP`]. Each gap is drawn ±25% around its value, so the processes pacing one key
+//!   drift apart instead of writing in the same instant (and conflicting).
 //! * **A share:** the next write carries at most `allowance` of cost, gathered in the last
 //!   [`JOIN_WINDOW`] before it is sent (so no check waits on pacing for longer); checks before
 //!   that window or beyond the share are denied at once, without a request, with `retry_after`
 //!   the time until the window opens (or, past it, until the write). The
 //!   allowance follows what the store gave: twice the last admitted cost (plus slack), doubled
-//!   (and the gap back to its shortest) while writes admit everything they carry — the bucket
-//!   may be full after a lull or a stall —, and never less than half what the quota makes
-//!   during one gap: when every Limiter of a key lost its last writes at once, their shares
-//!   together still take what the bucket gathers, and a lone Limiter's share doubles back up
-//!   within a few writes (its writes then pass whole).
+//!   (and the gap halved) while writes admit everything they carry — the bucket may be full
+//!   after a lull or a stall —, and never less than half what the quota makes during one gap:
+//!   when every Limiter of a key lost its last writes at once, their shares together still
+//!   take what the bucket gathers, and a lone Limiter's share doubles back up within a few
+//!   writes (its writes then pass whole).
 //!
 //! A write that admits every check it carried, with none turned away, ends the saturation: the
-//! key goes back to writing as soon as checks come. Under-admission is bounded: tokens not taken
-//! stay in the bucket for the next write (this Limiter's or another's) as long as the gap is
-//! shorter than the bucket's window.
+//! key goes back to writing as soon as checks come. When it turns saturated again, the gap
+//! starts at half the last one, not at [`MIN_GAP`]: a hot key whose writes sometimes pass whole
+//! (every caller of the process was in the batch) would otherwise climb from 1 ms again, a
+//! write per step. Under-admission is bounded: tokens not taken stay in the bucket for the next
+//! write (this Limiter's or another's) as long as the gap is shorter than the bucket's window.
 
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Writes admitting fewer than this widen the gap.
-pub(crate) const FEW: u64 = 2;
-/// Writes admitting this many or more narrow it.
-pub(crate) const MANY: u64 = 8;
-/// The first gap of a key that turns saturated.
+/// Writes admitting fewer than this per request they took (the write, its retries and reads)
+/// widen the gap.
+pub(crate) const FEW: u64 = 4;
+/// Writes admitting this many or more per request narrow it.
+pub(crate) const MANY: u64 = 16;
+/// The first gap of a key that turns saturated, and the shortest.
 pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
-/// The longest gap: an admitted check waits at most this (plus a round trip) for its write.
-pub(crate) const MAX_GAP: Duration = Duration::from_millis(50);
+/// The longest gap. No admitted check waits for it (checks join a write only in its
+/// [`JOIN_WINDOW`]); checks turned away are told to come back within it. 8 processes on a
+/// 1,000/s key gather ~25 tokens per write at this gap: a write's cost spread over many.
+pub(crate) const MAX_GAP: Duration = Duration::from_millis(200);
 /// How long before a paced write checks may join it (and so the longest a check waits for
 /// pacing, besides the write itself).
 pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(10);
@@ -114,7 +121,14 @@ impl Pace {
 
     /// The store decided a write's batch: `admitted` and `denied` cost of what it carried;
     /// `cap` is [`max_gap`] of the quota, `per_sec` its rate (cost per second).
-    pub(crate) fn decided(&mut self, admitted: u64, denied: u64, cap: Duration, per_sec: f64) {
+    pub(crate) fn decided(
+        &mut self,
+        admitted: u64,
+        denied: u64,
+        requests: u64,
+        cap: Duration,
+        per_sec: f64,
+    ) {
         let turned_away = std::mem::take(&mut self.turned_away);
         if denied == 0 && turned_away == 0 {
             self.saturated = false;
@@ -123,12 +137,14 @@ impl Pace {
         // A bucket shorter than MIN_GAP (a burst of 1 at a high rate) is paced by its own
         // window: waiting longer would let its tokens spill.
         self.gap = if !self.saturated || denied == 0 {
-            // New to saturation, or the bucket had more than we asked (it may be full after a
-            // lull or a stall of this process): come back soon, with more.
-            MIN_GAP
-        } else if admitted < FEW {
+            // Saturated again after a write that took all it carried (the key was paced
+            // before: start near that pace, not from the shortest gap, each step of which
+            // costs a write), or the bucket had at least what we asked (it may be full after a
+            // lull or a stall of this process): come back sooner, with more.
+            (self.gap / 2).max(MIN_GAP)
+        } else if admitted < FEW.saturating_mul(requests.max(1)) {
             self.gap * 2
-        } else if admitted >= MANY {
+        } else if admitted >= MANY.saturating_mul(requests.max(1)) {
             (self.gap / 2).max(MIN_GAP)
         } else {
             self.gap
@@ -171,7 +187,7 @@ mod tests {
         let now = Instant::now();
         assert_eq!(p.turn_away(1_000, 1, now), None);
         p.sent(now);
-        p.decided(10, 0, CAP, 0.0);
+        p.decided(10, 0, 1, CAP, 0.0);
         assert!(!p.saturated());
         assert_eq!(p.next_send(), None);
         assert_eq!(p.turn_away(1_000_000, 5, now), None);
@@ -182,7 +198,7 @@ mod tests {
         let mut p = Pace::default();
         let t = Instant::now();
         p.sent(t);
-        p.decided(3, 29, CAP, 0.0);
+        p.decided(3, 29, 1, CAP, 0.0);
         assert!(p.saturated());
         let next = p.next_send().unwrap_or(t);
         assert!(
@@ -198,10 +214,10 @@ mod tests {
     #[test]
     fn the_gap_doubles_while_writes_take_few_and_stops_at_the_cap() {
         let mut p = Pace::default();
-        p.decided(0, 32, CAP, 0.0);
+        p.decided(0, 32, 1, CAP, 0.0);
         let mut gaps = Vec::new();
         for _ in 0..8 {
-            p.decided(1, 10, CAP, 0.0);
+            p.decided(1, 10, 1, CAP, 0.0);
             gaps.push(p.gap);
         }
         assert_eq!(gaps[0], 2 * MIN_GAP);
@@ -212,47 +228,80 @@ mod tests {
     #[test]
     fn the_gap_halves_when_writes_take_many_and_holds_in_between() {
         let mut p = Pace::default();
-        p.decided(0, 32, CAP, 0.0);
+        p.decided(0, 32, 1, CAP, 0.0);
         for _ in 0..4 {
-            p.decided(0, 10, CAP, 0.0);
+            p.decided(0, 10, 1, CAP, 0.0);
         }
         let wide = p.gap;
-        p.decided(FEW, 10, CAP, 0.0);
+        p.decided(FEW, 10, 1, CAP, 0.0);
         assert_eq!(p.gap, wide);
-        p.decided(MANY, 10, CAP, 0.0);
+        p.decided(MANY, 10, 1, CAP, 0.0);
         assert_eq!(p.gap, wide / 2);
     }
 
     #[test]
     fn a_write_that_passed_everything_with_none_turned_away_ends_saturation() {
         let mut p = Pace::default();
-        p.decided(2, 30, CAP, 0.0);
+        p.decided(2, 30, 1, CAP, 0.0);
         assert!(p.saturated());
-        p.decided(4, 0, CAP, 0.0);
+        p.decided(4, 0, 1, CAP, 0.0);
         assert!(!p.saturated());
+    }
+
+    #[test]
+    fn saturated_again_it_starts_from_half_the_last_gap() {
+        let mut p = Pace::default();
+        p.decided(0, 32, 1, CAP, 0.0);
+        for _ in 0..6 {
+            p.decided(1, 10, 1, CAP, 0.0);
+        }
+        assert_eq!(p.gap, CAP);
+        p.decided(20, 0, 1, CAP, 0.0);
+        assert!(!p.saturated());
+        p.decided(3, 29, 1, CAP, 0.0);
+        assert!(p.saturated());
+        assert_eq!(p.gap, CAP / 2);
+    }
+
+    #[test]
+    fn a_write_that_took_several_requests_must_admit_more_to_hold_the_gap() {
+        let mut p = Pace::default();
+        p.decided(0, 32, 1, CAP, 0.0);
+        p.decided(1, 10, 1, CAP, 0.0);
+        let gap = p.gap;
+        // FEW per request holds with one request…
+        p.decided(FEW, 10, 1, CAP, 0.0);
+        assert_eq!(p.gap, gap);
+        // …and widens when the write lost once and was retried
+        p.decided(FEW, 10, 2, CAP, 0.0);
+        assert_eq!(p.gap, gap * 2);
+        // MANY per request narrows
+        p.decided(MANY * 2, 10, 2, CAP, 0.0);
+        assert_eq!(p.gap, gap);
     }
 
     #[test]
     fn turned_away_checks_keep_it_saturated_and_grow_the_share() {
         let mut p = Pace::default();
-        p.decided(2, 30, CAP, 0.0);
+        p.decided(2, 30, 1, CAP, 0.0);
         for _ in 0..3 {
-            p.decided(1, 10, CAP, 0.0);
+            p.decided(1, 10, 1, CAP, 0.0);
         }
-        assert!(p.gap > MIN_GAP);
+        let wide = p.gap;
+        assert!(wide >= MIN_GAP * 4, "{wide:?}");
         let before = p.allowance;
         let now = Instant::now();
         assert!(p.turn_away(before, 1, now).is_some());
-        p.decided(before, 0, CAP, 0.0);
+        p.decided(before, 0, 1, CAP, 0.0);
         assert!(p.saturated());
         assert_eq!(p.allowance, before * 2);
-        // the bucket had more than asked: the next write comes soon
-        assert_eq!(p.gap, MIN_GAP);
+        // the bucket had more than asked: the next write comes sooner
+        assert_eq!(p.gap, wide / 2);
         // and asks for everything turned away meanwhile
         assert!(p.turn_away(p.allowance, 100, now).is_some());
         assert!(p.turn_away(p.allowance, 100, now).is_some());
         let asked = p.allowance;
-        p.decided(asked, 0, CAP, 0.0);
+        p.decided(asked, 0, 1, CAP, 0.0);
         assert_eq!(p.allowance, asked + 200);
     }
 
@@ -260,7 +309,7 @@ mod tests {
     fn the_share_covers_half_of_what_the_quota_makes_in_one_gap() {
         let mut p = Pace::default();
         // 100,000/s: a gap of about 1 ms makes about 100; the share is at least half of that
-        p.decided(0, 32, CAP, 100_000.0);
+        p.decided(0, 32, 1, CAP, 100_000.0);
         let floor = (100_000.0 * p.drawn.as_secs_f64() / 2.0).ceil() as u64;
         assert!(floor >= 37, "{floor}");
         let now = Instant::now();
@@ -271,9 +320,9 @@ mod tests {
     #[test]
     fn checks_join_only_in_the_last_window_before_the_write_and_are_told_when_it_opens() {
         let mut p = Pace::default();
-        p.decided(0, 32, CAP, 0.0);
+        p.decided(0, 32, 1, CAP, 0.0);
         for _ in 0..5 {
-            p.decided(0, 10, CAP, 0.0);
+            p.decided(0, 10, 1, CAP, 0.0);
         }
         let t = Instant::now();
         p.sent(t);
@@ -296,7 +345,7 @@ mod tests {
         // a window shorter than MIN_GAP paces by its own quarter
         let mut p = Pace::default();
         let tiny = max_gap(Duration::from_micros(400));
-        p.decided(0, 5, tiny, 0.0);
+        p.decided(0, 5, 1, tiny, 0.0);
         assert!(p.saturated());
         assert_eq!(p.gap, Duration::from_micros(100));
     }

@@ -117,7 +117,7 @@ impl Driver {
             let oldest = batch.iter().map(|p| p.arrived).min();
             let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
             match self.decide_batch(&costs, deadline).await {
-                Ok(decisions) => {
+                Ok((decisions, requests)) => {
                     let (mut admitted, mut denied) = (0, 0);
                     for (d, cost) in decisions.iter().zip(&costs) {
                         if d.allowed {
@@ -126,7 +126,8 @@ impl Driver {
                             denied += cost;
                         }
                     }
-                    self.cell.decided(&self.limit.quota().0, admitted, denied);
+                    self.cell
+                        .decided(&self.limit.quota().0, admitted, denied, requests);
                     for (p, d) in batch.into_iter().zip(decisions) {
                         let _ = p.reply.send(Ok(d));
                     }
@@ -141,10 +142,12 @@ impl Driver {
         }
     }
 
-    async fn decide_batch(&self, costs: &[u64], deadline: Instant) -> Result<Vec<Decision>> {
+    /// The batch's decisions, and the store requests they took.
+    async fn decide_batch(&self, costs: &[u64], deadline: Instant) -> Result<(Vec<Decision>, u64)> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
         let mut conflicts = 0u32;
+        let mut requests = 0u64;
         let began = Instant::now();
         loop {
             let now = self.inner.now_ns();
@@ -165,10 +168,11 @@ impl Driver {
             }
             let Some(mut new) = state.filter(|_| changed) else {
                 if start.trusted {
-                    return Ok(decisions);
+                    return Ok((decisions, requests));
                 }
                 // Only denials or peeks, from a state the store has not confirmed lately:
                 // read it, then decide again from the truth.
+                requests += 1;
                 let current = by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                 self.learn(current, now)?;
                 continue;
@@ -183,11 +187,14 @@ impl Driver {
                 value: value.clone(),
                 expires_at,
             };
+            // (A store that reads after a conflict, ZooKeeper, spends one more: not counted
+            // here, the retry the conflict causes is.)
+            requests += 1;
             match by(deadline, store.write_keys(std::slice::from_ref(&write))).await {
                 Ok(WriteOutcome::Written(versions)) => {
                     let version = versions.first().copied();
                     self.cell.set_known(Some(new), version, expires_at, now);
-                    return Ok(decisions);
+                    return Ok((decisions, requests));
                 }
                 Ok(WriteOutcome::Conflict(found)) => {
                     let current = found.into_iter().next().ok_or_else(|| {
@@ -197,7 +204,7 @@ impl Driver {
                     if let Some(k) = current.key.as_ref().filter(|k| k.value == value) {
                         self.cell
                             .set_known(Some(new), Some(k.version), expires_at, now);
-                        return Ok(decisions);
+                        return Ok((decisions, requests));
                     }
                     self.learn(current, now)?;
                     conflicts += 1;
@@ -205,6 +212,7 @@ impl Driver {
                         // What the conflict brought is as old as the pause: on a hot key
                         // others wrote meanwhile, and a write decided from it would lose
                         // again, pause after pause, until the deadline. Read afresh.
+                        requests += 1;
                         let current =
                             by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
                         self.learn(current, self.inner.now_ns())?;
