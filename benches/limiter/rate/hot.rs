@@ -62,6 +62,8 @@ pub struct Hot<'a> {
     pub run_for: Duration,
     /// Server processes whose CPU is charged to the run.
     pub server_pids: Vec<u32>,
+    /// Callers sleep a denial's `retry_after` (clusterlimit only; see `WorkerSetup`).
+    pub wait_retry_after: bool,
 }
 
 /// The steady part of a run: the first period (1 s, where the burst and the first window are
@@ -89,6 +91,7 @@ pub async fn run(h: Hot<'_>) -> anyhow::Result<HotRow> {
         duration_ms: h.run_for.as_millis() as u64,
         count: 0,
         start_at_unix_us: start_at,
+        wait_retry_after: h.wait_retry_after,
     };
     let setups = vec![setup; h.processes];
     let server_pids = h.server_pids.clone();

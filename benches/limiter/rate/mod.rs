@@ -50,6 +50,21 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
             r.hot.push(hot::run(h).await?);
         }
     }
+    step("row 3b: hot key, callers that wait retry_after");
+    for &limit in &rp.patient_quotas {
+        for store in [Store::Etcd, Store::Zk] {
+            let (c, target, pids) = (
+                Contender::Clusterlimit,
+                servers.url(store, "hot"),
+                servers.pids(store),
+            );
+            let h = Hot {
+                wait_retry_after: true,
+                ..hot_setup(&rp, c, limit, store.label(), target, pids)
+            };
+            r.hot_patient.push(hot::run(h).await?);
+        }
+    }
     step("row 4: many keys");
     for store in Store::ALL {
         r.many
@@ -178,6 +193,7 @@ fn hot_setup(
         callers: rp.callers,
         run_for: rp.hot_for,
         server_pids,
+        wait_retry_after: false,
     }
 }
 
@@ -210,6 +226,7 @@ async fn peer_uncontended(
             duration_ms: 0,
             count: rp.peer_count,
             start_at_unix_us: worker::unix_us() + 2_000_000,
+            wait_retry_after: false,
         };
         let bound = Duration::from_secs(60) + Duration::from_millis(100 * rp.peer_count);
         let reports = spawn::run_all(std::slice::from_ref(&setup), bound).await?;

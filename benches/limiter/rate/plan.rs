@@ -21,6 +21,8 @@ pub struct RatePlan {
     pub quotas: Vec<u64>,
     /// Row 3: the quota the etcd peers run at (they are slow: one is enough).
     pub peer_quota: u64,
+    /// Row 3b: the quotas run on etcd and ZooKeeper with callers that wait `retry_after`.
+    pub patient_quotas: Vec<u64>,
     /// Row 4: distinct keys, checked once each at an even `keys_rate` per second.
     pub keys: usize,
     pub keys_rate: u64,
@@ -39,6 +41,7 @@ impl RatePlan {
                 hot_for: Duration::from_secs(1),
                 quotas: vec![1_000],
                 peer_quota: 1_000,
+                patient_quotas: vec![1_000],
                 keys: 1_000,
                 keys_rate: 500,
             }
@@ -53,6 +56,7 @@ impl RatePlan {
                 hot_for: Duration::from_secs(10),
                 quotas: vec![100, 1_000, 10_000],
                 peer_quota: 1_000,
+                patient_quotas: vec![1_000],
                 keys: 100_000,
                 keys_rate: 2_000,
             }

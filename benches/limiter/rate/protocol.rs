@@ -69,6 +69,10 @@ pub struct WorkerSetup {
     /// Every worker of one run starts its loop at this instant (sleeping until then), so
     /// set-up (connect, open) is not measured.
     pub start_at_unix_us: u64,
+    /// Hot mode, clusterlimit: a caller denied with a `retry_after` sleeps that long before
+    /// its next check, as a well-behaved client does (absent: callers check back to back).
+    #[serde(default)]
+    pub wait_retry_after: bool,
 }
 
 /// One worker's results (its one JSON line on stdout).

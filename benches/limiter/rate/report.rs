@@ -46,6 +46,8 @@ pub struct RateResults {
     pub uncontended: Vec<(Samples, CpuPerCall)>,
     pub peer_uncontended: Vec<PeerUncontended>,
     pub hot: Vec<HotRow>,
+    /// Row 3b: the hot key with callers that wait `retry_after`.
+    pub hot_patient: Vec<HotRow>,
     pub many: Vec<ManyRow>,
 }
 
@@ -81,6 +83,7 @@ impl RateResults {
         s.push_str(&self.about);
         self.uncontended_md(&mut s, &mut t);
         self.hot_md(&mut s, &mut t);
+        self.patient_md(&mut s);
         self.peers_md(&mut s);
         self.many_md(&mut s);
         s.push_str("\n### Targets (issue 17)\n\n| target | figure | |\n|---|---|---|\n");
@@ -189,6 +192,49 @@ impl RateResults {
             );
         }
         self.hot_targets(t);
+    }
+
+    /// Row 3b: what pacing costs an admitted check when callers do not spin.
+    fn patient_md(&self, s: &mut String) {
+        if self.hot_patient.is_empty() {
+            return;
+        }
+        let p = &self.plan;
+        let _ = writeln!(
+            s,
+            "\n### Row 3b: the hot key, callers that wait `retry_after`\n\n\
+             Row 3's shape ({} processes × {} callers, {:.0} s, burst = limit), but a caller denied \
+             with a `retry_after` sleeps that long before its next check, as a well-behaved \
+             client does: the latency an admitted check pays for pacing (its join window and \
+             write) without {} callers spinning on the same cores as the store. Columns as in \
+             row 3.\n\n\
+             | contender | quota/s (burst) | decisions/s | admitted/s (vs quota) | requests / admitted | p50 / p99 ms (admitted only) | over-admission | CPU µs / decision (workers + server s) | errors |\n\
+             |---|---|---|---|---|---|---|---|---|",
+            p.processes,
+            p.callers,
+            p.hot_for.as_secs_f64(),
+            p.processes * p.callers as usize,
+        );
+        for h in &self.hot_patient {
+            let off = h.steady_admitted_per_s / h.limit as f64 - 1.0;
+            let _ = writeln!(
+                s,
+                "| {}, callers wait | {} ({}) | {:.0} | {:.1} ({:+.2} %) | {} | {} | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
+                h.who,
+                h.limit,
+                h.burst,
+                h.decisions_per_s(),
+                h.steady_admitted_per_s,
+                off * 100.0,
+                opt(h.requests_per_admitted, |v| format!("{v:.3}")),
+                p50_p99(&h.admitted_latency),
+                h.over.max(0.0),
+                h.cpu_us_per_decision,
+                h.worker_cpu_s,
+                h.server_cpu_s,
+                h.errors
+            );
+        }
     }
 
     fn hot_targets(&self, t: &mut Targets) {

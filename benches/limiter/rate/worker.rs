@@ -103,6 +103,7 @@ async fn hot(setup: &WorkerSetup, l: &Limiter, rl: &RateLimit) -> anyhow::Result
     let (before, cpu0, t0) = (l.stats(), self_cpu_ns(), Instant::now());
     let key: Arc<str> = Arc::from(setup.key.as_str());
     let mut tasks = tokio::task::JoinSet::new();
+    let wait_retry_after = setup.wait_retry_after;
     for _ in 0..setup.callers {
         let (rl, key) = (rl.clone(), key.clone());
         tasks.spawn(async move {
@@ -116,6 +117,10 @@ async fn hot(setup: &WorkerSetup, l: &Limiter, rl: &RateLimit) -> anyhow::Result
                         c.sample(cap, answered - sent);
                         if d.allowed {
                             c.admitted_at_us.push([sent, answered]);
+                        } else if let Some(wait) = d.retry_after.filter(|_| wait_retry_after) {
+                            // Not past the end of the run.
+                            let left = end_at.saturating_sub(unix_us());
+                            tokio::time::sleep(wait.min(Duration::from_micros(left))).await;
                         }
                     }
                     _ => {
