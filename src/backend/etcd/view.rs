@@ -76,6 +76,20 @@ impl View {
         }
     }
 
+    /// See [`SemWatch::decide_own_put`].
+    fn decide_own_put(&self, token: u64, permits: u32) -> Option<Seen> {
+        let revision = u64::try_from(self.revision).unwrap_or(0);
+        if revision >= token {
+            return Some(Seen::decide(self.cap, self.entries(), token));
+        }
+        if revision.checked_add(1) != Some(token) {
+            return None;
+        }
+        let own = queue::Entry { token, permits };
+        let entries = self.entries().chain(std::iter::once(own));
+        Some(Seen::decide(self.cap, entries, token))
+    }
+
     fn delete(&mut self, cap_key: &str, key: &[u8]) {
         if key == cap_key.as_bytes() {
             self.cap = None;
@@ -237,6 +251,16 @@ impl SemWatch {
     /// to catch up with its put within a round trip or so.
     pub(super) fn is_live(&self) -> bool {
         !self.is_stopped() && self.live.load(Ordering::SeqCst)
+    }
+
+    /// What the view says about our entry of `permits` just written alone by a put at revision
+    /// `token`, without waiting for the put's event: when the view has applied revision
+    /// `token − 1` (or `token` itself), nothing else changed in etcd between the view and the
+    /// put (revisions count every write of the cluster, and a put changes one key), so the view
+    /// plus this entry, last in the queue, is the semaphore at `token`. `None` when the view is
+    /// further behind: the caller waits for it ([`SemWatch::when_seen`]).
+    pub(super) fn decide_own_put(&self, token: u64, permits: u32) -> Option<Seen> {
+        self.lock().view.decide_own_put(token, permits)
     }
 
     /// What the view says about entry `token` once it has applied the entry's revision, or
@@ -456,6 +480,36 @@ mod tests {
                 .map(|&(r, _)| (format!("k{r}").into_bytes(), r))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn own_put_right_after_the_view_is_decided_without_its_event() {
+        let entry = |granted| {
+            Some(Seen::Entry {
+                capacity: 2,
+                granted,
+            })
+        };
+        // view at 9, our put is revision 10: the view plus our entry is the semaphore at 10
+        let v = view(2, &[(5, 1), (9, 1)], 9);
+        assert_eq!(v.decide_own_put(10, 1), entry(false), "two ahead of us");
+        let v = view(2, &[(5, 1)], 9);
+        assert_eq!(v.decide_own_put(10, 1), entry(true));
+        assert_eq!(
+            v.decide_own_put(10, 2),
+            entry(false),
+            "weight 2 behind 1 of 2"
+        );
+        // a write we have not seen (revision 10) may be ahead of our put at 11: wait
+        assert_eq!(v.decide_own_put(11, 1), None);
+        // the view already applied our put: decide from it
+        let v = view(2, &[(5, 1), (10, 1)], 12);
+        assert_eq!(v.decide_own_put(10, 1), entry(true));
+        assert_eq!(
+            View::default().decide_own_put(1, 1),
+            Some(Seen::NoSemaphore),
+            "revision 0, put 1: no capacity key"
+        );
     }
 
     #[test]
