@@ -491,12 +491,13 @@ impl EtcdBackend {
     }
 
     /// Writes the entry of `req` under `session` with a plain put that reads nothing (a Limiter
-    /// with a live view of the semaphore decides the grant there): the entry's token. A retry
-    /// after a lost reply puts the same key again, which keeps its create revision (its place
-    /// in the queue and its token): the previous value it returns says so. A plain put costs
-    /// etcd less than the put-if-absent Txn (no compare, no branch): ~6–13% of an
+    /// with a live view of the semaphore decides the grant there). Returns the entry's token
+    /// and whether this put created the key (then its revision is the token).
+    ///
+    /// A retry after a lost reply puts the same key again, which keeps its create revision
+    /// (its place in the queue and its token): the previous value it returns says so. A plain
+    /// put costs etcd less than the put-if-absent Txn (no compare, no branch): ~6–13% of an
     /// acquire+release in raw runs on this machine.
-    /// Returns the token and whether the put created the key (its revision is the token).
     async fn put_entry_alone(
         &self,
         req: &EntryRequest,
