@@ -309,6 +309,24 @@ impl EtcdBackend {
         self.retry_until(kind, Until::Deadline, op).await
     }
 
+    /// [`retry`](Self::retry) of a write bound to `session`'s lease: it stops when the session
+    /// is lost, and then fails with `SessionLost`.
+    async fn retry_in<T, F, Fut>(&self, session: &Session, kind: RequestKind, op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        self.retry_until(kind, Until::SessionLive(&session.lost), op)
+            .await
+            .map_err(|e| {
+                if session.lost.is_lost() {
+                    Error::SessionLost
+                } else {
+                    e
+                }
+            })
+    }
+
     /// [`retry`](Self::retry), stopping also as `until` says.
     async fn retry_until<T, F, Fut>(
         &self,
@@ -507,18 +525,11 @@ impl EtcdBackend {
         let value = Self::entry_value(req);
         let opts = PutOptions::new().with_lease(session.lease).with_prev_key();
         let resp = self
-            .retry_until(RequestKind::Put, Until::SessionLive(&session.lost), |c| {
+            .retry_in(session, RequestKind::Put, |c| {
                 let (k, v, o) = (key.clone(), value.clone(), opts.clone());
                 async move { kv(&c).put(k, v, Some(o)).await }
             })
-            .await
-            .map_err(|e| {
-                if session.lost.is_lost() {
-                    Error::SessionLost
-                } else {
-                    e
-                }
-            })?;
+            .await?;
         let (token, fresh) = match resp.prev_key() {
             None => (resp.header().map_or(0, |h| h.revision()), true),
             Some(prev) if prev.lease() == session.lease => (prev.create_revision(), false),
@@ -550,18 +561,11 @@ impl EtcdBackend {
             .and_then([put, read()])
             .or_else([TxnOp::get(key, None), read()]);
         let resp = self
-            .retry_until(RequestKind::Txn, Until::SessionLive(&session.lost), |c| {
+            .retry_in(session, RequestKind::Txn, |c| {
                 let t = txn.clone();
                 async move { kv(&c).txn(t).await }
             })
-            .await
-            .map_err(|e| {
-                if session.lost.is_lost() {
-                    Error::SessionLost
-                } else {
-                    e
-                }
-            })?;
+            .await?;
         let token = if resp.succeeded() {
             header_revision(&resp)
         } else {
