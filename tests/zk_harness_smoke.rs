@@ -2,8 +2,8 @@
 //! ZooKeeper test is suspect.
 //!
 //! - a standalone server starts, says `standalone`, and serves create/get/delete;
-//! - a 3-member ensemble has one leader, elects a new one after the leader is killed, and takes
-//!   the old one back on restart;
+//! - a 3-member ensemble has one leader, elects a new one after the leader is killed (its log
+//!   says so in the words the failover suite reads), and takes the old one back on restart;
 //! - the proxy copies bytes exactly, and its blackhole / reset / delay switches do to a
 //!   zookeeper-client session what they promise.
 //!
@@ -154,6 +154,13 @@ async fn ensemble_fails_over_and_takes_a_member_back() {
         "failover took {failover:?}"
     );
     assert_eq!(get_with_retry(&client, "/failover").await, b"v1");
+    // The failover suite's report reads elections out of the logs: the patterns match 3.8's.
+    let events = zk.election_log(new, 5);
+    assert!(
+        events.contains("LEADING - LEADER ELECTION TOOK"),
+        "the new leader's election events: {events}"
+    );
+    assert!(events.lines().count() <= 5, "events: {events}");
 
     let t = Instant::now();
     zk.restart(old);

@@ -2,6 +2,7 @@
 //! written once and run on both stores.
 
 use crate::support::{self, EtcdCluster, ProxyGroup, ZkCluster};
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -92,6 +93,36 @@ impl Cluster {
         }
     }
 
+    /// The last election and sync events in the logs of `members`, one block per member: why
+    /// the store did not serve, for a failed row's report.
+    pub fn election_log(&self, members: &[usize]) -> String {
+        let mut out = String::new();
+        for &m in members {
+            let events = match self {
+                Cluster::Etcd(c) => last_matching(
+                    &std::fs::read_to_string(c.log_path(m)).unwrap_or_default(),
+                    &["became", "elected leader", "lost leader", "leader changed"],
+                    ELECTION_LOG_LINES,
+                ),
+                Cluster::Zk(c) => c.election_log(m, ELECTION_LOG_LINES),
+            };
+            let _ = write!(
+                out,
+                "\n    ---- member {m}: last election events ----\n{events}"
+            );
+        }
+        out
+    }
+
+    /// How many `NEWLEADER` acknowledgements the members ever rejected: ZooKeeper 3.8.0's own
+    /// re-election loop (see `support::zookeeper::REJECTED_NEWLEADER_ACK`); 0 on etcd.
+    pub fn rejected_newleader_acks(&self) -> usize {
+        match self {
+            Cluster::Etcd(_) => 0,
+            Cluster::Zk(c) => (0..c.len()).map(|m| c.rejected_newleader_acks(m)).sum(),
+        }
+    }
+
     /// SIGKILLs a member.
     pub fn kill(&mut self, member: usize) {
         tokio::task::block_in_place(|| match self {
@@ -106,6 +137,18 @@ impl Cluster {
             Cluster::Etcd(c) => c.restart(member),
             Cluster::Zk(c) => c.restart(member),
         })
+    }
+
+    /// Restarts a member unless it runs: a scenario may have brought it back early (see
+    /// `scenarios::end_zookeeper_election_loop`).
+    pub fn restart_if_down(&mut self, member: usize) {
+        let running = match self {
+            Cluster::Etcd(c) => c.is_running(member),
+            Cluster::Zk(c) => c.is_running(member),
+        };
+        if !running {
+            self.restart(member);
+        }
     }
 
     /// SIGKILLs every member: the whole store is gone.
@@ -198,4 +241,16 @@ impl Cluster {
             Cluster::Zk(_) => None,
         }
     }
+}
+
+/// How many election events of each member a failed row's report shows.
+const ELECTION_LOG_LINES: usize = 12;
+
+/// The last `n` lines of `text` that contain one of `needles`.
+fn last_matching(text: &str, needles: &[&str], n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| needles.iter().any(|x| l.contains(x)))
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -8,7 +8,9 @@
 use crate::cluster::{Cluster, Kind};
 use crate::rate_load::{call_bound, RateLoad, RateLog};
 use crate::report::{ms, RateFigures, Row};
-use crate::scenarios::{survivors, Size, PROBE_LIMIT, RESUME_SLACK};
+use crate::scenarios::{
+    end_zookeeper_election_loop, others, survivors, Size, PROBE_LIMIT, RESUME_SLACK,
+};
 use crate::store_probe;
 use clusterlimit::testing::rate_history::{assert_gcra_exact, unix_ns, window_excess, Admitted};
 use clusterlimit::{Algorithm, Quota};
@@ -82,21 +84,36 @@ pub async fn run(kind: Kind, case: RateCase, name: &'static str, size: Size, see
 /// back and decisions have resumed.
 async fn kill_leader(cluster: &mut Cluster, log: &RateLog, n: usize, row: &mut Row) -> Fault {
     let leader = cluster.leader().await;
+    let rejected_before = cluster.rejected_newleader_acks();
     let t = Instant::now();
     let start = unix_ns();
     cluster.kill(leader);
     let store = store_probe::spawn(cluster.kind(), survivors(cluster, leader), t, PROBE_LIMIT);
     // A check that *started* after the kill and was admitted: its write reached the store
     // after the kill (a denial proves nothing: it can come from the cached state).
-    let mut resumed = None;
-    while t.elapsed() < RESUME_LIMIT {
-        if let Some(end) = log.first_admitted_from(start) {
-            resumed = Some(end);
-            break;
-        }
-        sleep(Duration::from_millis(10)).await;
-    }
+    let resumed = first_admitted_within(log, start, RESUME_LIMIT).await;
     let store = store.await.ok().flatten();
+    let what = format!("kill {n}");
+    if store.is_none() && end_zookeeper_election_loop(cluster, leader, rejected_before, &what, row)
+    {
+        // The library is judged from the moment the store serves again.
+        let back = unix_ns();
+        let resumed = first_admitted_within(log, back, RESUME_LIMIT).await;
+        match resumed {
+            Some(end) => row.note(format!(
+                "{what}: first admission {} after the ensemble served again",
+                ms(Duration::from_nanos(end.saturating_sub(back)))
+            )),
+            None => row.fail(format!(
+                "{what}: no check admitted within {} of the ensemble serving again",
+                ms(RESUME_LIMIT)
+            )),
+        }
+        return Fault {
+            start,
+            end: unix_ns().max(resumed.unwrap_or(0)),
+        };
+    }
     let gap = resumed.map(|end| Duration::from_nanos(end.saturating_sub(start)));
     match gap {
         Some(g) => row.recovery.push(g),
@@ -108,8 +125,9 @@ async fn kill_leader(cluster: &mut Cluster, log: &RateLog, n: usize, row: &mut R
     match store {
         Some(s) => row.store_failover.push(s),
         None => row.fail(format!(
-            "kill {n}: no raw write succeeded within {}",
-            ms(PROBE_LIMIT)
+            "kill {n}: no raw write succeeded within {}; the survivors' logs:{}",
+            ms(PROBE_LIMIT),
+            cluster.election_log(&others(cluster, leader))
         )),
     }
     if let (Some(gap), Some(store)) = (gap, store) {
@@ -124,11 +142,24 @@ async fn kill_leader(cluster: &mut Cluster, log: &RateLog, n: usize, row: &mut R
             )
         });
     }
-    cluster.restart(leader);
+    cluster.restart_if_down(leader);
     Fault {
         start,
         end: unix_ns().max(resumed.unwrap_or(0)),
     }
+}
+
+/// When the first check that started at or after `from` (unix ns) and was admitted ended,
+/// waiting at most `limit`.
+async fn first_admitted_within(log: &RateLog, from: u64, limit: Duration) -> Option<u64> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Some(end) = log.first_admitted_from(from) {
+            return Some(end);
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+    None
 }
 
 /// How much later than the store's own failover decisions may resume after a leader kill:

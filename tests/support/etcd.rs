@@ -283,6 +283,12 @@ impl EtcdCluster {
             && probe_health(self.members[member].health_port())
     }
 
+    /// Whether a member's process runs (healthy or not).
+    pub fn is_running(&self, member: usize) -> bool {
+        self.check_index(member);
+        self.members[member].process.is_running()
+    }
+
     /// Path of a member's log file (etcd's stdout and stderr), for debugging failed tests.
     pub fn log_path(&self, member: usize) -> PathBuf {
         self.check_index(member);

@@ -63,6 +63,29 @@ const ZK_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 const INSTALL_HINT: &str = "install it with `apt-get install zookeeper` (pulls in a JRE) or run \
                             `bash scripts/test --install-deps` as root";
 
+/// Log lines about elections and syncs, see [`ZkCluster::election_log`].
+const ELECTION_EVENTS: [&str; 8] = [
+    "QuorumPeer - LOOKING",
+    "QuorumPeer - LEADING",
+    "QuorumPeer - FOLLOWING",
+    "ELECTION TOOK",
+    "different epoch",
+    "Shutdown called",
+    "Exception when following",
+    "Have quorum of supporters",
+];
+
+/// What a new leader logs when ZooKeeper 3.8.0 (Debian 12's) loses a race of its own: a
+/// follower that holds proposals of the dead leader's epoch logs them when the sync ends and
+/// acknowledges them, asynchronously, next to its `NEWLEADER` acknowledgement; when the
+/// proposals' acknowledgement arrives first the leader rejects it ("NEWLEADER ACK from sid: 2
+/// is from a different epoch - current 0x25… received 0x24…"), waits `initLimit` ticks for a
+/// quorum that cannot come, and the ensemble elects again, to the same race. Seen here (3
+/// members, tick 200 ms, 8–16 clients with pipelined writes, a leader SIGKILL every ~2 s):
+/// 2–3 elections in 30–40 took 2.6–7.2 s, each slow one we read had such rejections; in one CI
+/// run the two survivors did not serve for 20 s. fsync on (`forceSync=yes`) did not prevent it.
+pub const REJECTED_NEWLEADER_ACK: &str = "NEWLEADER ACK from sid";
+
 /// Default `tickTime`: short, so session expiry tests are fast.
 pub const DEFAULT_TICK_TIME_MS: u32 = 500;
 /// Default `minSessionTimeout`: clients may ask for sessions as short as 1 s.
@@ -494,6 +517,25 @@ impl ZkCluster {
     pub fn log_path(&self, member: usize) -> PathBuf {
         self.check_index(member);
         self.members[member].process.log_path()
+    }
+
+    /// The last `lines` lines of a member's log about elections and leader-follower syncs
+    /// (state changes, election times, rejected acknowledgements, sync failures): why an
+    /// ensemble did not serve, for a failed test's report.
+    pub fn election_log(&self, member: usize, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log_path(member)).unwrap_or_default();
+        let events: Vec<&str> = text
+            .lines()
+            .filter(|l| ELECTION_EVENTS.iter().any(|e| l.contains(e)))
+            .collect();
+        events[events.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// How many times, over all its runs, a member leading an ensemble rejected a follower's
+    /// `NEWLEADER` acknowledgement (see [`REJECTED_NEWLEADER_ACK`]).
+    pub fn rejected_newleader_acks(&self, member: usize) -> usize {
+        std::fs::read_to_string(self.log_path(member))
+            .map_or(0, |text| text.matches(REJECTED_NEWLEADER_ACK).count())
     }
 
     /// Allocates ports and temp dirs and writes every member's `zoo.cfg` and `myid`.
