@@ -27,7 +27,10 @@ pub struct HotRow {
     pub run_for: Duration,
     /// Admitted per second in the steady part (see [`steady_window`]).
     pub steady_admitted_per_s: f64,
+    /// Where the steady part starts: see [`steady_window`] and [`burst_spent_at`].
     pub steady_from: Duration,
+    /// False when a GCRA run never spent its burst: its steady rate includes the leftover.
+    pub burst_spent: bool,
     /// Ours only: store requests per admitted decision, and the share of denials answered
     /// without a store request.
     pub requests_per_admitted: Option<f64>,
@@ -70,6 +73,26 @@ pub struct Hot<'a> {
 /// spent) left out, or the first half of a run shorter than two periods.
 pub fn steady_window(run_for: Duration) -> Duration {
     Duration::from_secs(1).min(run_for / 2)
+}
+
+/// When a GCRA bucket that starts full was first spent: the answer time (after `start`, unix
+/// µs) of the first admission that brought the admitted total within 50 ms of the quota's pace
+/// (plus 1 % of the burst) of `burst + limit × elapsed`, the most GCRA can have admitted by
+/// then; `None` if the run never got there.
+pub fn burst_spent_at(
+    admitted_at: &[[u64; 2]],
+    start: u64,
+    limit: u64,
+    burst: u64,
+) -> Option<Duration> {
+    let mut answered: Vec<u64> = admitted_at.iter().map(|e| e[1]).collect();
+    answered.sort_unstable();
+    let slack = limit as f64 / 20.0 + burst as f64 / 100.0;
+    answered.iter().enumerate().find_map(|(i, &at)| {
+        let elapsed = Duration::from_micros(at.saturating_sub(start));
+        let most = burst as f64 + limit as f64 * elapsed.as_secs_f64();
+        (i as f64 + 1.0 >= most - slack).then_some(elapsed)
+    })
 }
 
 /// Runs one hot row: every worker starts its loop at the same instant on a fresh key.
@@ -126,7 +149,14 @@ fn merge(h: &Hot<'_>, reports: &[WorkerReport], start_at: u64, server_ns: u64) -
         .iter()
         .flat_map(|r| r.admitted_at_us.iter().copied())
         .collect();
-    let skip = steady_window(h.run_for);
+    // GCRA's bucket starts full: counting from before it was spent would add the burst's
+    // leftover to the steady rate (a debug build drains it in ~0.5–0.8 s on etcd).
+    let spent = (h.algorithm == "gcra")
+        .then(|| burst_spent_at(&admitted_at, start_at, h.limit, h.burst))
+        .flatten();
+    let skip = spent.map_or(steady_window(h.run_for), |at| {
+        at.max(steady_window(h.run_for))
+    });
     let (from, to) = (
         start_at + duration_us(skip),
         start_at + duration_us(h.run_for),
@@ -168,6 +198,7 @@ fn merge(h: &Hot<'_>, reports: &[WorkerReport], start_at: u64, server_ns: u64) -
             0.0
         },
         steady_from: skip,
+        burst_spent: spent.is_some() || h.algorithm != "gcra",
         requests_per_admitted: (ours && admitted > 0).then(|| requests as f64 / admitted as f64),
         local_denial_share: (ours && denials > 0).then(|| local as f64 / denials as f64),
         latency: Samples::new(
@@ -190,4 +221,37 @@ fn merge(h: &Hot<'_>, reports: &[WorkerReport], start_at: u64, server_ns: u64) -
         worker_cpu_s,
         server_cpu_s,
     }
+}
+
+/// [`burst_spent_at`] checked on known histories (a bench has no test harness), like
+/// `interval::self_check`.
+pub fn self_check() -> anyhow::Result<()> {
+    let admitted =
+        |at_ms: &[u64]| -> Vec<[u64; 2]> { at_ms.iter().map(|&ms| [0, ms * 1000]).collect() };
+    // 100/s, burst 100 (slack 5 + 1): 90 at once are not the burst, 100 at once are.
+    anyhow::ensure!(
+        burst_spent_at(&admitted(&[0; 90]), 0, 100, 100).is_none(),
+        "burst check: 90 of 100 called spent"
+    );
+    anyhow::ensure!(
+        burst_spent_at(&admitted(&[0; 100]), 0, 100, 100) == Some(Duration::ZERO),
+        "burst check: 100 of 100 not spent"
+    );
+    anyhow::ensure!(
+        burst_spent_at(&[], 0, 100, 100).is_none(),
+        "burst check: nothing admitted called spent"
+    );
+    // 1,000/s, burst 1,000 (slack 50 + 10): 100 admitted per 100 ms only keep the pace and
+    // never spend it; 400 per 100 ms catch up at 200 ms (1,140 of 1,200).
+    let slow: Vec<u64> = (0..2000).map(|i| i / 100 * 100).collect();
+    anyhow::ensure!(
+        burst_spent_at(&admitted(&slow), 0, 1000, 1000).is_none(),
+        "burst check: a drain at the pace called spent"
+    );
+    let fast: Vec<u64> = (0..4000).map(|i| i / 400 * 100).collect();
+    anyhow::ensure!(
+        burst_spent_at(&admitted(&fast), 0, 1000, 1000) == Some(Duration::from_millis(200)),
+        "burst check: a fast drain not spent at 200 ms"
+    );
+    Ok(())
 }

@@ -30,6 +30,7 @@ use uncontended::{Measured, Path, ROOMY};
 /// Every rate-limit row, in one run: the markdown of the part's block in BENCHMARKS.md.
 pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
     interval::self_check()?;
+    hot::self_check()?;
     let rp = RatePlan::new(plan.quick);
     let started = Instant::now();
     let load_before = crate::common::machine::load_average();
