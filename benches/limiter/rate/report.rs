@@ -177,7 +177,7 @@ impl RateResults {
             };
             let _ = writeln!(
                 s,
-                "| {} | {quota} | {:.0} | {} | {} | {} | {} ({}) | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
+                "| {} | {quota} | {:.0} | {} | {} | {} | {} ({}) | {} |",
                 h.who,
                 h.decisions_per_s(),
                 steady_cell(h),
@@ -185,11 +185,7 @@ impl RateResults {
                 opt(h.local_denial_share, pct),
                 p50_p99(&h.latency),
                 p50_p99(&h.admitted_latency),
-                h.over.max(0.0),
-                h.cpu_us_per_decision,
-                h.worker_cpu_s,
-                h.server_cpu_s,
-                h.errors
+                last_cells(h)
             );
         }
         self.hot_targets(t);
@@ -219,7 +215,7 @@ impl RateResults {
         for h in &self.hot_patient {
             let _ = writeln!(
                 s,
-                "| {}, callers wait | {} ({}) | {:.0} | {} | {} | {} | {:.2} | {:.0} ({:.1} + {:.1}) | {} |",
+                "| {}, callers wait | {} ({}) | {:.0} | {} | {} | {} | {} |",
                 h.who,
                 h.limit,
                 h.burst,
@@ -227,11 +223,7 @@ impl RateResults {
                 steady_cell(h),
                 opt(h.requests_per_admitted, |v| format!("{v:.3}")),
                 p50_p99(&h.admitted_latency),
-                h.over.max(0.0),
-                h.cpu_us_per_decision,
-                h.worker_cpu_s,
-                h.server_cpu_s,
-                h.errors
+                last_cells(h)
             );
         }
     }
@@ -424,4 +416,17 @@ fn steady_cell(h: &HotRow) -> String {
         cell.push_str(", burst not spent");
     }
     cell
+}
+
+/// The last three cells of rows 3 and 3b: over-admission, CPU per decision (workers + server
+/// seconds), errors.
+fn last_cells(h: &HotRow) -> String {
+    format!(
+        "{:.2} | {:.0} ({:.1} + {:.1}) | {}",
+        h.over.max(0.0),
+        h.cpu_us_per_decision,
+        h.worker_cpu_s,
+        h.server_cpu_s,
+        h.errors
+    )
 }
