@@ -19,8 +19,8 @@ use tokio::time::timeout;
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use support::{
-    count_children, delete_recursive, expire_session, wait_state, zk_connect, zk_connect_with,
-    FaultProxy, ProxyGroup, ZkCluster, ZkMode,
+    count_children, delete_recursive, expire_session, session_listed, wait_state, zk_connect,
+    zk_connect_with, FaultProxy, ProxyGroup, ZkCluster, ZkMode,
 };
 
 fn persistent() -> zookeeper_client::CreateOptions<'static> {
@@ -80,7 +80,11 @@ async fn single_node_serves_create_get_delete() {
         )
         .await
         .unwrap();
+    // `expire_session`'s fallback proof reads the servers' session lists.
+    let id = format!("{:?}", victim.session().id());
+    assert_eq!(session_listed(&zk.connect_string(), &id), Some(true));
     expire_session(&zk.connect_string(), victim.session()).await;
+    assert_eq!(session_listed(&zk.connect_string(), &id), Some(false));
     assert!(client.check_stat("/eph").await.unwrap().is_none());
     let got = wait_state(
         &mut states,
@@ -134,6 +138,10 @@ async fn ensemble_fails_over_and_takes_a_member_back() {
     assert!(zk.url("x").starts_with("zk://127.0.0.1:"));
 
     let client = zk_connect(&zk.connect_string()).await;
+    // Every member lists the ensemble's sessions (followers as "Global Sessions").
+    let id = format!("{:?}", client.session().id());
+    assert_eq!(session_listed(&zk.connect_string(), &id), Some(true));
+    assert_eq!(session_listed(&zk.connect_string(), "0x1"), Some(false));
     client
         .create("/failover", b"v1", &persistent())
         .await

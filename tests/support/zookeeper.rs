@@ -981,6 +981,7 @@ fn delete_tree<'a>(
 pub async fn expire_session(connect: &str, session: &zk::SessionInfo) {
     // Dropping the last handle of a non-detached client closes its session, but in the
     // background; so take the session over again until the server says it is gone.
+    let id = format!("{:?}", session.id());
     let mut last = String::from("no attempt made");
     for _ in 0..50 {
         let attempt = zk::Client::connector()
@@ -993,15 +994,43 @@ pub async fn expire_session(connect: &str, session: &zk::SessionInfo) {
                 drop(thief);
                 last = "session still alive after a takeover and close".to_owned();
             }
-            Ok(Err(e)) => last = e.to_string(),
-            Err(_) => last = "takeover attempt timed out after 5 s".to_owned(),
+            // The takeover failed without an answer (seen once in CI under load: "no
+            // available hosts", the server cut the handshake): ask the servers themselves.
+            failed => {
+                last = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "takeover attempt timed out after 5 s".to_owned(),
+                };
+                match session_listed(connect, &id) {
+                    Some(false) => return,
+                    Some(true) => last.push_str("; the servers still list the session"),
+                    None => last.push_str("; not every server answered `dump`"),
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!(
-        "expire_session({:?}) via {connect}: session not closed: {last}",
-        session.id()
-    );
+    panic!("expire_session({id}) via {connect}: session not closed: {last}");
+}
+
+/// Whether the servers of `connect` (`host:port,…[/chroot]`, all on 127.0.0.1) list session
+/// `id` (`0x…`) in their session tracker (`dump`: every member lists the global sessions);
+/// `None` unless every one of them answered.
+pub fn session_listed(connect: &str, id: &str) -> Option<bool> {
+    let hosts = connect.split('/').next().unwrap_or("");
+    let mut listed = false;
+    for host in hosts.split(',') {
+        let port = host.rsplit(':').next()?.parse().ok()?;
+        let dump = four_letter_word(port, "dump")?;
+        let tracker = dump.split("Connections dump").next()?;
+        if !tracker.contains("SessionTracker dump") {
+            return None;
+        }
+        listed |= tracker
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(id));
+    }
+    Some(listed)
 }
 
 /// Waits until `watcher` reports a state matching `want` (checking the current one first);
