@@ -603,6 +603,33 @@ impl EtcdBackend {
             .cloned()
     }
 
+    /// Makes sure this Limiter sees semaphore `name`'s queue from now on (a read, then its
+    /// watch), so that an entry of ours the store writes late, after its removal, is found as
+    /// a stray and removed: without a view, only a later enqueue or status read of our own
+    /// would look, and the entry could block the queue until the session ends. Best effort:
+    /// a failed read leaves it to those.
+    async fn watch_for_late_puts(&self, name: &str) {
+        if lock(&self.watches)
+            .get(name)
+            .is_some_and(|w| !w.is_stopped())
+        {
+            return;
+        }
+        let (revision, kvs) = match self.read_semaphore(name).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(semaphore = %name, error = %e, "no view after removing an unanswered enqueue");
+                return;
+            }
+        };
+        let (cap_key, queue_prefix) = (self.keys.cap(name), self.keys.queue_prefix(name));
+        for kv in queue_of(&queue_prefix, &kvs).map(|(_, kv)| kv) {
+            self.strays.check(name, &queue_prefix, kv);
+        }
+        let view = View::from_kvs(revision, &cap_key, &queue_prefix, &kvs);
+        self.ensure_watch(name, view);
+    }
+
     /// Whether this backend enqueued on `name` before (remembering it now): a semaphore used a
     /// second time gets a view, one used once costs no watch.
     fn enqueued_before(&self, name: &str) -> bool {
@@ -808,6 +835,9 @@ impl Backend for EtcdBackend {
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         let key = self.keys.entry(name, id);
+        // An entry whose enqueue never answered can still be written after this delete (an
+        // attempt a hung member buffered): see `watch_for_late_puts`.
+        let unanswered = !self.strays.tracked.is_live(key.as_bytes());
         // Forget it first: our own delete must not look like a key deleted behind our back.
         self.strays.tracked.removing(key.as_bytes());
         if self.stop.is_stopped() {
@@ -818,6 +848,9 @@ impl Backend for EtcdBackend {
             async move { c.delete(k, None).await }
         })
         .await?;
+        if unanswered {
+            self.watch_for_late_puts(name).await;
+        }
         Ok(())
     }
 

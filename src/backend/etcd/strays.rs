@@ -98,6 +98,11 @@ impl Tracked {
         t.removed.record(key, revision, Instant::now());
     }
 
+    /// Whether a finished enqueue of this Limiter holds or waits with `key`.
+    pub(super) fn is_live(&self, key: &[u8]) -> bool {
+        lock(&self.inner).live.contains_key(key)
+    }
+
     /// `key` was deleted by someone else: its permit is lost (returns its signal).
     pub(super) fn vanished(&self, key: &[u8]) -> Option<LostSignal> {
         lock(&self.inner).live.remove(key).map(|(lost, _)| lost)
