@@ -87,6 +87,7 @@ pub use rate_limit::{Check, RateLimit, MAX_KEY_LEN};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
+pub use store_health::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
 pub use store_url::{redact, EtcdUser, StoreUrl, TlsFiles, ZkAcl};
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 

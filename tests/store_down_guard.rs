@@ -27,7 +27,9 @@ fn guard(policy: StoreDownPolicy) -> StoreDownGuard {
 }
 
 /// The first check after the store died: the policy's answer within the store timeout (plus
-/// slack for a loaded machine).
+/// slack for a loaded machine). A dead store gives no error, only silence, so the breaker
+/// opens once the silence persists (`SLOW_OPEN_AFTER`): the checks until then each wait their
+/// store timeout and get the policy's answer too (on another key).
 async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Guarded {
     let t = Instant::now();
     let answer = g.check_n(rl, key, 1).await.unwrap();
@@ -36,7 +38,23 @@ async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Gua
         "the first check learned of the dead store only after {:?}",
         t.elapsed()
     );
+    assert_ne!(answer.source, Source::Store, "{answer:?}");
+    let opened_by = t + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(5);
+    for _ in 0..100 {
+        if g.store_down() {
+            break;
+        }
+        assert!(
+            Instant::now() < opened_by,
+            "the breaker did not open within 5 s of SLOW_OPEN_AFTER of silence"
+        );
+        // Another key: the local share of `key` stays as the first answer left it.
+        let more = g.check_n(rl, "until-open", 1).await.unwrap();
+        assert_eq!(more.source, answer.source, "{more:?}");
+    }
     assert!(g.store_down(), "the guard knows the store is down");
+    let b = g.breaker();
+    assert!(b.open && b.opened == 1 && b.slow >= 3, "{b:?}");
     answer
 }
 

@@ -259,6 +259,24 @@ async fn quick_limiter(url: &str) -> Limiter {
         .unwrap()
 }
 
+/// Calls until one is answered (either way) within 100 ms, i.e. without waiting on the store:
+/// the breaker is open. Bounded: SLOW_OPEN_AFTER plus 10 s of slack.
+async fn until_breaker_opens<S>(svc: &S)
+where
+    S: Service<u32, Response = u32, Error = LimitError<Infallible>> + Clone,
+{
+    let give_up = Instant::now() + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(10);
+    for i in 0..100 {
+        let t = Instant::now();
+        let _ = call(svc, 1000 + i).await;
+        if t.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        assert!(Instant::now() < give_up, "the breaker never opened");
+    }
+    panic!("the breaker did not open in 100 requests");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_store_rejects_then_answers_at_once_and_recovers() {
     let mut cluster = EtcdCluster::single();
@@ -287,6 +305,9 @@ async fn stopped_store_rejects_then_answers_at_once_and_recovers() {
         "the first request learned of the dead store only after {:?}",
         t.elapsed()
     );
+    // A dead store is silence, not an error: the breaker opens once the silence lasted
+    // SLOW_OPEN_AFTER; until then each request waits its acquire timeout.
+    until_breaker_opens(&svc).await;
     // Known down: the next requests do not wait for the store.
     for i in 0..5 {
         let t = Instant::now();
@@ -343,16 +364,19 @@ async fn stopped_store_fails_open_and_serves_every_request() {
         "took {:?}",
         t.elapsed()
     );
+    let before = gauge.calls();
+    until_breaker_opens(&svc).await;
     let t = Instant::now();
     for i in 0..10 {
         assert_eq!(call(&svc, i).await.unwrap(), i);
     }
+    let warm_up = gauge.calls() - before - 10;
     assert!(
         t.elapsed() < Duration::from_secs(1),
         "10 fail-open requests took {:?}: each waited for the dead store",
         t.elapsed()
     );
-    assert_eq!(gauge.calls(), 11);
+    assert_eq!(gauge.calls(), 11 + warm_up, "every request ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -980,20 +980,28 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
             .store_timeout(Duration::from_millis(300))
             .store_retry_interval(Duration::from_secs(1))
     };
-    let open = layer(StoreDownPolicy::FailOpen).layer(ok_service(Arc::default()));
-    let closed = layer(StoreDownPolicy::FailClosed).layer(ok_service(Arc::default()));
-    let local = layer(StoreDownPolicy::Local { replicas: 3 }).layer(ok_service(Arc::default()));
+    let layers = [
+        layer(StoreDownPolicy::FailOpen),
+        layer(StoreDownPolicy::FailClosed),
+        layer(StoreDownPolicy::Local { replicas: 3 }),
+    ];
+    let open = layers[0].layer(ok_service(Arc::default()));
+    let closed = layers[1].layer(ok_service(Arc::default()));
+    let local = layers[2].layer(ok_service(Arc::default()));
     for svc in [&open, &closed, &local] {
         let res = send(svc, request(Some("warm"))).await;
         assert_eq!(info(&res).source, Source::Store);
     }
 
     cluster.kill(0);
-    for (svc, what) in [
+    for ((svc, what), layer) in [
         (&open, "fail_open"),
         (&closed, "fail_closed"),
         (&local, "local:3"),
-    ] {
+    ]
+    .into_iter()
+    .zip(&layers)
+    {
         let t = Instant::now();
         let res = send(svc, request(Some("k"))).await;
         println!(
@@ -1007,6 +1015,19 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
             t.elapsed()
         );
         assert_ne!(info(&res).source, Source::Store, "{what}");
+        // A dead store is silence: the breaker opens once it lasted SLOW_OPEN_AFTER (each
+        // request until then waits its store timeout). Another key, so "k"'s local share
+        // stays as the first request left it.
+        let give_up = Instant::now() + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(10);
+        for _ in 0..100 {
+            if layer.guard().store_down() {
+                break;
+            }
+            assert!(Instant::now() < give_up, "{what}: the breaker never opened");
+            let res = send(svc, request(Some("until-open"))).await;
+            assert_ne!(info(&res).source, Source::Store, "{what}");
+        }
+        assert!(layer.guard().store_down(), "{what}");
     }
 
     let answers = while_down(&open, "fail_open", 100).await;

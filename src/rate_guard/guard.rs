@@ -7,13 +7,14 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::Decision;
 use crate::rate_limit::{validate_key, Check, RateLimit};
-use crate::store_health::StoreHealth;
+use crate::store_health::{BreakerStats, Failure, StoreHealth};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
-/// Default [`StoreDownGuard::retry_interval`]: while the store is down, one request per second
-/// asks it again.
-pub const DEFAULT_GUARD_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default [`StoreDownGuard::retry_interval`]: while the store is down, one request per 250 ms
+/// asks it again, so exact answers resume within a quarter second of the store's recovery.
+pub const DEFAULT_GUARD_RETRY_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Where a [`Guarded`] decision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,10 +41,15 @@ pub struct Guarded {
 }
 
 /// Checks rate limits through the store while it answers, and applies a [`StoreDownPolicy`]
-/// while it does not: a circuit breaker, so that once a check failed (a store error, a lost
-/// session, or no answer within [`store_timeout`](Self::store_timeout)) only one request per
-/// [`retry_interval`](Self::retry_interval) asks the store again and every other one gets the
-/// policy's answer at once, without waiting on timeouts.
+/// while it does not.
+///
+/// A check that gets no answer within [`store_timeout`](Self::store_timeout) gets the policy's
+/// answer, alone. Behind it is a circuit breaker: a store error or a lost session opens it at
+/// once, slow answers only once they persist ([`SLOW_TO_OPEN`](crate::SLOW_TO_OPEN) of them and
+/// no success for [`SLOW_OPEN_AFTER`](crate::SLOW_OPEN_AFTER)), so a busy store is not taken for
+/// a down one. While it is open, one request per [`retry_interval`](Self::retry_interval) asks
+/// the store and every other one gets the policy's answer at once, without waiting on timeouts;
+/// [`breaker`](Self::breaker) tells its state and transitions.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -122,10 +128,15 @@ impl StoreDownGuard {
         self.policy
     }
 
-    /// Whether the store is known to be down right now (a check failed, and none has succeeded
-    /// since).
+    /// Whether the store is known to be down right now (the breaker is open: a check failed,
+    /// and none has succeeded since).
     pub fn store_down(&self) -> bool {
         self.shared.health.is_down()
+    }
+
+    /// The breaker's state and how often it opened and closed (shared by clones).
+    pub fn breaker(&self) -> BreakerStats {
+        self.shared.health.stats()
     }
 
     /// [`RateLimit::check_n`] through the store, or the policy's answer if the store is down.
@@ -141,7 +152,11 @@ impl StoreDownGuard {
         }
         let health = &self.shared.health;
         if health.may_try() {
-            match self.ask(limit.check_n(key, cost)).await {
+            // The deadline goes into the check, so coalescing and pacing keep to it.
+            let deadline = self
+                .store_timeout
+                .and_then(|t| Instant::now().checked_add(t));
+            match limit.check_by(key, cost, deadline).await {
                 Ok(decision) => {
                     health.up(limit.name());
                     return Ok(Guarded {
@@ -149,8 +164,10 @@ impl StoreDownGuard {
                         source: Source::Store,
                     });
                 }
-                Err(e) if store_down(&e) => health.down(limit.name(), &e),
-                Err(e) => return Err(e),
+                Err(e) => match failure(&e) {
+                    Some(kind) => health.failed(limit.name(), &self.cause(e), kind),
+                    None => return Err(e),
+                },
             }
         }
         let mut answers = self.fallback(&[(limit, key, cost)]).await?;
@@ -179,8 +196,10 @@ impl StoreDownGuard {
                         })
                         .collect());
                 }
-                Err(e) if store_down(&e) => health.down(&name, &e),
-                Err(e) => return Err(e),
+                Err(e) => match failure(&e) {
+                    Some(kind) => health.failed(&name, &self.cause(e), kind),
+                    None => return Err(e),
+                },
             }
         }
         let mut parts = Vec::with_capacity(checks.len());
@@ -199,16 +218,24 @@ impl StoreDownGuard {
         self.fallback(&parts).await
     }
 
-    /// Runs a store call within the store timeout, if any.
+    /// Runs a store call within the store timeout, if any (`Timeout` past it).
     async fn ask<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         match self.store_timeout {
             None => call.await,
-            Some(t) => match tokio::time::timeout(t, call).await {
-                Ok(r) => r,
-                Err(_) => Err(Error::store(format!(
-                    "the store did not answer within the guard's store_timeout ({t:?})"
-                ))),
-            },
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .unwrap_or(Err(Error::Timeout)),
+        }
+    }
+
+    /// What the log says of a failed check (a bare `Timeout` says too little).
+    fn cause(&self, e: Error) -> Error {
+        match (e, self.store_timeout) {
+            (Error::Timeout, Some(t)) => Error::store(format!(
+                "no answer within the store timeout ({} ms)",
+                t.as_millis()
+            )),
+            (e, _) => e,
         }
     }
 
@@ -296,7 +323,11 @@ impl StoreDownGuard {
     }
 }
 
-/// Errors that mean "the store cannot be asked now", as opposed to a caller's mistake.
-fn store_down(e: &Error) -> bool {
-    matches!(e, Error::Store(_) | Error::SessionLost | Error::Timeout)
+/// What kind of store failure an error is (`None`: not the store's, e.g. a caller's mistake).
+fn failure(e: &Error) -> Option<Failure> {
+    match e {
+        Error::Store(_) | Error::SessionLost => Some(Failure::Error),
+        Error::Timeout => Some(Failure::Slow),
+        _ => None,
+    }
 }

@@ -25,9 +25,17 @@ pub(crate) struct Pending {
     pub(crate) reply: oneshot::Sender<Result<Decision>>,
 }
 
+/// A check may wait on pacing for at most this fraction of the budget it has left: one
+/// whose deadline is nearer is sent at once (with whatever else waits), so pacing never
+/// turns a short deadline into a missed one.
+const HURRY_SHARE: u32 = 2;
+
 #[derive(Debug, Default)]
 pub(crate) struct KeyCell {
     inner: Mutex<CellInner>,
+    /// Wakes the key's batch task from a pacing pause: a check came whose deadline cannot
+    /// wait for the paced send.
+    hurry: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -84,11 +92,14 @@ impl KeyCell {
     /// Queues a check for the next write of its key, or, on a saturated key, denies it at once
     /// when the next write is not due soon or already carries its share (see `pace.rs`). Quotas with a ban are never
     /// turned away (a ban starts with a denial the store makes).
+    /// A check with a `deadline` that could not wait for the paced send (more than
+    /// 1/[`HURRY_SHARE`] of its budget) has it sent at once.
     pub(crate) fn enqueue(
         &self,
         quota: &Quota,
         cost: u64,
         now: UnixNanos,
+        deadline: Option<Instant>,
         reply: oneshot::Sender<Result<Decision>>,
     ) -> Enqueued {
         let mut c = lock(&self.inner);
@@ -108,15 +119,37 @@ impl KeyCell {
                 ..base
             });
         }
+        let arrived = Instant::now();
         c.pending.push(Pending {
             cost,
-            arrived: Instant::now(),
+            arrived,
             reply,
         });
+        let in_a_hurry = match (deadline, c.pace.next_send()) {
+            (Some(d), Some(send)) => {
+                send.saturating_duration_since(arrived)
+                    > d.saturating_duration_since(arrived) / HURRY_SHARE
+            }
+            _ => false,
+        };
+        if in_a_hurry {
+            self.hurry.notify_one();
+        }
         if std::mem::replace(&mut c.driving, true) {
             Enqueued::Joined
         } else {
             Enqueued::StartDriver
+        }
+    }
+
+    /// Waits until the key's next paced write is due, or a check in a hurry came.
+    pub(crate) async fn pace_pause(&self) {
+        let Some(at) = self.next_send() else {
+            return;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = self.hurry.notified() => {}
         }
     }
 

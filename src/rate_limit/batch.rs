@@ -29,12 +29,14 @@ const QUICK_RETRIES: u32 = 2;
 const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
 /// Decides a check of `cost` on `key`: locally if the known state proves it, else in the next
-/// batch of this key.
+/// batch of this key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
+/// may still be consumed), and pacing never holds the check for more than part of what is left.
 pub(crate) async fn check(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
     key: &str,
     cost: u64,
+    deadline: Option<Instant>,
 ) -> Result<Decision> {
     // A check answered here never waits on anything, so a caller looping on denials would hold
     // its runtime thread (and starve this key's batch task) without this yield point, taken once
@@ -50,7 +52,7 @@ pub(crate) async fn check(
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
-        match cell.enqueue(&quota, cost, now, tx) {
+        match cell.enqueue(&quota, cost, now, deadline, tx) {
             Enqueued::StartDriver => {
                 let driver = Driver {
                     inner: inner.clone(),
@@ -69,7 +71,14 @@ pub(crate) async fn check(
         }
         rx
     };
-    match rx.await {
+    let answer = match deadline {
+        None => rx.await,
+        Some(d) => match tokio::time::timeout_at(d, rx).await {
+            Ok(answer) => answer,
+            Err(_) => return Err(Error::Timeout),
+        },
+    };
+    match answer {
         Ok(result) => result,
         // The batch task was dropped: the runtime is shutting down.
         Err(_) => Err(inner.closed_or(Error::store("the rate-limit batch task ended"))),
@@ -102,9 +111,8 @@ impl Driver {
         loop {
             // A saturated key's writes are spaced (`rate_known/pace.rs`): checks gather
             // meanwhile, up to the key's share.
-            if let Some(at) = self.cell.next_send() {
-                tokio::time::sleep_until(at).await;
-            }
+            // (A check whose deadline cannot wait that long cuts the pause short.)
+            self.cell.pace_pause().await;
             let Some(batch) = self.cell.take_batch() else {
                 self.finished = true;
                 return;

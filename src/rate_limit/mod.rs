@@ -88,7 +88,44 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost).await
+        batch::check(&self.inner, &self.limit, key, cost, None).await
+    }
+
+    /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
+    /// has passed. For callers that owe someone an answer by a time (an RLS answering Envoy,
+    /// an HTTP request with a timeout): the check is never held by coalescing or pacing for
+    /// more than half of what is left of its budget (a paced key then writes at once, with
+    /// every check waiting), so a hot key answers as fast as a cold one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{Limiter, Quota};
+    /// use std::time::Duration;
+    /// let limiter = Limiter::connect("memory://check-within-doc").await?;
+    /// let api = limiter.rate_limit("api", Quota::per_second(100)).await?;
+    /// let d = api.check_within("user-42", 1, Duration::from_millis(20)).await?;
+    /// assert!(d.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A `Timeout` says nothing about the limit, and the check's write may still reach the
+    /// store after it (so its cost may be consumed). Other errors as `check_n`.
+    pub async fn check_within(&self, key: &str, cost: u64, budget: Duration) -> Result<Decision> {
+        self.check_by(key, cost, Instant::now().checked_add(budget))
+            .await
+    }
+
+    /// `check_n` answered by `deadline` (`None`: no deadline).
+    pub(crate) async fn check_by(
+        &self,
+        key: &str,
+        cost: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
+        self.validate(key, cost)?;
+        self.inner.check_open()?;
+        batch::check(&self.inner, &self.limit, key, cost, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`

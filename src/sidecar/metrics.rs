@@ -2,7 +2,7 @@
 
 use super::rate_metrics::RateMetrics;
 use crate::frontend::lock;
-use clusterlimit::RequestStats;
+use clusterlimit::{BreakerStats, RequestStats, StoreDownGuard};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,6 +21,25 @@ struct KindLabel {
     kind: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    /// Which guard: `rls` or `http`, and its store-down policy.
+    guard: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabel {
+    guard: String,
+    to: String,
+}
+
+/// A store-down breaker whose state `/metrics` shows, with its counts at the last scrape.
+struct Watched {
+    label: String,
+    guard: StoreDownGuard,
+    last: BreakerStats,
+}
+
 type HistogramFamily = Family<SemLabel, Histogram, fn() -> Histogram>;
 
 /// Every metric the sidecar exports; cheap to update from any task.
@@ -37,6 +56,10 @@ pub struct Metrics {
     pending_removals: Gauge,
     removal_session_ends: Counter,
     unauthorized: Counter,
+    breaker_open: Family<BreakerLabel, Gauge>,
+    breaker_transitions: Family<TransitionLabel, Counter>,
+    slow_answers: Family<BreakerLabel, Counter>,
+    breakers: Mutex<Vec<Watched>>,
     /// Rate-limit metrics (HTTP API and RLS).
     pub rate: RateMetrics,
     /// Store counters at the last scrape: the exported counters grow by the difference.
@@ -63,6 +86,26 @@ impl Metrics {
         let pending_removals = Gauge::default();
         let removal_session_ends = Counter::default();
         let unauthorized = Counter::default();
+        let breaker_open = Family::<BreakerLabel, Gauge>::default();
+        let breaker_transitions = Family::<TransitionLabel, Counter>::default();
+        let slow_answers = Family::<BreakerLabel, Counter>::default();
+        registry.register(
+            "clusterlimit_store_breaker_open",
+            "1 while the store-down circuit breaker of a rate-limit guard is open (its \
+             store-down policy answers), else 0",
+            breaker_open.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_breaker_transitions",
+            "Times a rate-limit guard's store-down circuit breaker opened or closed",
+            breaker_transitions.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_slow_answers",
+            "Rate-limit checks the store did not decide within the store timeout (each got the \
+             store-down policy's answer)",
+            slow_answers.clone(),
+        );
         registry.register(
             "clusterlimit_permits_held",
             "Permits held through this sidecar",
@@ -135,6 +178,10 @@ impl Metrics {
             pending_removals,
             removal_session_ends,
             unauthorized,
+            breaker_open,
+            breaker_transitions,
+            slow_answers,
+            breakers: Mutex::new(Vec::new()),
             last_stats: Mutex::new(RequestStats::default()),
         }
     }
@@ -191,8 +238,50 @@ impl Metrics {
         self.store_up.set(i64::from(up));
     }
 
+    /// Shows `guard`'s breaker in `/metrics` under the label `label` (e.g. `rls:fail_open`).
+    pub fn watch_breaker(&self, label: &str, guard: StoreDownGuard) {
+        self.breaker_open
+            .get_or_create(&BreakerLabel {
+                guard: label.to_string(),
+            })
+            .set(0);
+        lock(&self.breakers).push(Watched {
+            label: label.to_string(),
+            guard,
+            last: BreakerStats::default(),
+        });
+    }
+
+    fn render_breakers(&self) {
+        for w in lock(&self.breakers).iter_mut() {
+            let now = w.guard.breaker();
+            let guard = w.label.clone();
+            self.breaker_open
+                .get_or_create(&BreakerLabel {
+                    guard: guard.clone(),
+                })
+                .set(i64::from(now.open));
+            for (to, n) in [
+                ("open", now.opened.saturating_sub(w.last.opened)),
+                ("closed", now.closed.saturating_sub(w.last.closed)),
+            ] {
+                self.breaker_transitions
+                    .get_or_create(&TransitionLabel {
+                        guard: guard.clone(),
+                        to: to.to_string(),
+                    })
+                    .inc_by(n);
+            }
+            self.slow_answers
+                .get_or_create(&BreakerLabel { guard })
+                .inc_by(now.slow.saturating_sub(w.last.slow));
+            w.last = now;
+        }
+    }
+
     /// Brings the store counters up to `now` and renders every metric.
     pub fn render(&self, now: RequestStats) -> String {
+        self.render_breakers();
         let mut last = lock(&self.last_stats);
         let d = now.since(&last);
         for (kind, n) in [

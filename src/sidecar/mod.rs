@@ -75,6 +75,10 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         rate.remember(rl);
     }
     let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, rate);
+    state.metrics.watch_breaker(
+        &format!("http:{}", cfg.rate.store_down),
+        state.rate.guard().clone(),
+    );
     let access = auth::Access {
         token: cfg.token.clone(),
         metrics_without_token: cfg.metrics_without_token,

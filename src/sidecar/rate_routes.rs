@@ -58,6 +58,11 @@ impl RateApi {
         }
     }
 
+    /// The guard every check of the HTTP API goes through (its breaker is in `/metrics`).
+    pub fn guard(&self) -> &StoreDownGuard {
+        &self.guard
+    }
+
     /// Remembers an opened limit (the declared ones at start, each one a request opens).
     pub fn remember(&self, rl: RateLimit) {
         lock(&self.opened).insert(rl.name().to_string(), rl);

@@ -5,7 +5,7 @@ use super::layer::Fallback;
 use crate::error::Error;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
-use crate::store_health::StoreHealth;
+use crate::store_health::{Failure, StoreHealth};
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -95,10 +95,11 @@ impl Policy {
                 self.health.up(self.semaphore.name());
                 self.timed_out()
             }
-            Err(Error::Timeout) => self.store_down(Error::store(
-                "no answer from the store within the acquire timeout",
-            )),
-            Err(e @ (Error::Store(_) | Error::SessionLost)) => self.store_down(e),
+            Err(Error::Timeout) => self.store_down(
+                Error::store("no answer from the store within the acquire timeout"),
+                Failure::Slow,
+            ),
+            Err(e @ (Error::Store(_) | Error::SessionLost)) => self.store_down(e, Failure::Error),
             Err(e) => Err(LimitError::Limiter(e)),
         }
     }
@@ -118,8 +119,8 @@ impl Policy {
     }
 
     /// The store failed or did not answer for this request.
-    fn store_down(&self, cause: Error) -> Admission {
-        self.health.down(self.semaphore.name(), &cause);
+    fn store_down(&self, cause: Error, kind: Failure) -> Admission {
+        self.health.failed(self.semaphore.name(), &cause, kind);
         self.store_fallback(cause)
     }
 

@@ -101,10 +101,9 @@ impl Rls {
         let guards = policies
             .into_iter()
             .map(|p| {
-                (
-                    p,
-                    StoreDownGuard::new(p).store_timeout(behaviour.store_timeout),
-                )
+                let guard = StoreDownGuard::new(p).store_timeout(behaviour.store_timeout);
+                metrics.watch_breaker(&format!("rls:{p}"), guard.clone());
+                (p, guard)
             })
             .collect();
         let rls = Rls {
@@ -461,7 +460,18 @@ impl Rls {
                 return Ok((Vec::new(), Duration::ZERO));
             }
             let start = Instant::now();
-            let gs = guard.check_all(&self.limiter, &checks).await?;
+            let gs = match enforced.as_slice() {
+                // One counter: the coalesced, paced path of `check_n` (a hot key's concurrent
+                // requests share one store write; a saturated key's denials take none).
+                [(i, cost)] => match &plans[*i] {
+                    Plan::Check { limit, key, .. } => {
+                        let cost = if over_anyway { 0 } else { *cost };
+                        vec![guard.check_n(limit, key, cost).await?]
+                    }
+                    _ => return Err(Error::invalid("an enforced descriptor without a check")),
+                },
+                _ => guard.check_all(&self.limiter, &checks).await?,
+            };
             Ok::<_, Error>((gs, start.elapsed()))
         };
         let each =
