@@ -40,7 +40,13 @@ const PATHS_MADE_BY_THE_READER: &[&str] = &[
 
 /// Prefixes of the repository paths whose citations are checked.
 const CITED_ROOTS: &[&str] = &[
-    "src/", "tests/", "benches/", "examples/", "deploy/", "docs/", "scripts/",
+    "src/",
+    "tests/",
+    "benches/",
+    "examples/",
+    "deploy/",
+    "docs/",
+    "scripts/",
 ];
 
 /// How long one runnable block may take.
@@ -55,7 +61,12 @@ fn doc_files() -> Vec<String> {
     let mut files = vec!["README.md".to_string(), "CONTRIBUTING.md".to_string()];
     let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
         .expect("read docs/")
-        .map(|e| e.expect("docs/ entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter(|n| n.ends_with(".md"))
         .map(|n| format!("docs/{n}"))
         .collect();
@@ -192,7 +203,10 @@ fn links_and_cited_paths_exist() {
     let mut problems = Vec::new();
     for file in doc_files() {
         let text = read(&file);
-        let dir = Path::new(&file).parent().unwrap_or(Path::new("")).to_path_buf();
+        let dir = Path::new(&file)
+            .parent()
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
         let (_, prose) = split_fences(&text);
         for (n, line) in prose {
             let (spans, without_code) = code_spans(line);
@@ -212,13 +226,17 @@ fn links_and_cited_paths_exist() {
                 let rel_str = rel.to_string_lossy().into_owned();
                 if !root().join(&rel).exists() {
                     if !PAGES_ADDED_ELSEWHERE.contains(&rel_str.as_str()) {
-                        problems.push(format!("{file}:{n}: link to {target}: {rel_str} does not exist"));
+                        problems.push(format!(
+                            "{file}:{n}: link to {target}: {rel_str} does not exist"
+                        ));
                     }
                     continue;
                 }
                 if let Some(anchor) = anchor {
                     if rel_str.ends_with(".md") && !anchors(&read(&rel_str)).contains(anchor) {
-                        problems.push(format!("{file}:{n}: link to {target}: no heading #{anchor} in {rel_str}"));
+                        problems.push(format!(
+                            "{file}:{n}: link to {target}: no heading #{anchor} in {rel_str}"
+                        ));
                     }
                 }
             }
@@ -236,7 +254,11 @@ fn links_and_cited_paths_exist() {
             }
         }
     }
-    assert!(problems.is_empty(), "broken links or paths in the docs:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "broken links or paths in the docs:\n{}",
+        problems.join("\n")
+    );
 }
 
 /// `pat` (with `…` matching any text) matches the whole of `line`.
@@ -367,7 +389,11 @@ fn free_port() -> u16 {
 
 /// Runs one runnable block; `Err` says what went wrong.
 async fn run_block(block: &Block) -> Result<(), String> {
-    let tags: Vec<&str> = block.info.split([' ', ',']).filter(|t| !t.is_empty()).collect();
+    let tags: Vec<&str> = block
+        .info
+        .split([' ', ','])
+        .filter(|t| !t.is_empty())
+        .collect();
     let sidecar = if tags.contains(&"sidecar") {
         Some(binary::Sidecar::start(&[]).await)
     } else {
@@ -459,15 +485,24 @@ async fn runnable_snippets_run() {
 #[test]
 fn the_matcher_matches_what_it_should() {
     assert!(line_matches("a…c", "abbbc"));
-    assert!(line_matches("{\"id\":\"…\",\"n\":1}", "{\"id\":\"x1\",\"n\":1}"));
+    assert!(line_matches(
+        "{\"id\":\"…\",\"n\":1}",
+        "{\"id\":\"x1\",\"n\":1}"
+    ));
     assert!(!line_matches("a…c", "abd"));
     assert!(line_matches("a…b…c", "a1b2c"));
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert!(lines_match(&s(&["x", "…", "y"]), &s(&["x", "1", "2", "y"])));
     assert!(lines_match(&s(&["x", "…", "y"]), &s(&["x", "y"])));
     assert!(!lines_match(&s(&["x", "y"]), &s(&["x", "z"])));
-    assert_eq!(slug("Quick start: `clusterlimit run`"), "quick-start-clusterlimit-run");
-    assert_eq!(slug("Measured: the failover suite"), "measured-the-failover-suite");
+    assert_eq!(
+        slug("Quick start: `clusterlimit run`"),
+        "quick-start-clusterlimit-run"
+    );
+    assert_eq!(
+        slug("Measured: the failover suite"),
+        "measured-the-failover-suite"
+    );
     let steps = console_steps("$ a \\\n  b\nout\n$ c\n");
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[0].command, "a \\\n  b");
