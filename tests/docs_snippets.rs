@@ -9,7 +9,9 @@
 //!   - ```` ```console runnable ````: a session. Each `$ ` line (with its `\` continuations)
 //!     runs in one bash, must exit 0 and print what the lines under it show. In an expected
 //!     line `…` matches any text; a line that is only `…` matches any number of lines.
-//!   - with `sidecar` too, the block runs against a fresh `clusterlimit serve` on `memory://`.
+//!   - with `sidecar` too, the block runs against a fresh `clusterlimit serve` on `memory://`;
+//!   - with `etcd` too, against a fresh etcd of the test harness: `etcd://10.0.0.1:2379/` in
+//!     the block is replaced by that server's URL.
 //!
 //!   In every runnable block the port `7878` is replaced by a free one (the sidecar's, for a
 //!   `sidecar` block), so the tests never meet a sidecar running on the machine.
@@ -17,6 +19,7 @@
 //! The Rust snippets of the same files are compiled as doctests (`src/lib.rs`).
 
 mod binary;
+mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -403,7 +406,13 @@ async fn run_block(block: &Block) -> Result<(), String> {
         Some(s) => s.url.rsplit(':').next().expect("a port").to_string(),
         None => free_port().to_string(),
     };
-    let body = block.body.replace("7878", &port);
+    let etcd = tags
+        .contains(&"etcd")
+        .then(|| tokio::task::block_in_place(support::EtcdCluster::single));
+    let mut body = block.body.replace("7878", &port);
+    if let Some(etcd) = &etcd {
+        body = body.replace("etcd://10.0.0.1:2379/", &etcd.url(""));
+    }
     match tags.first().copied() {
         Some("sh") => {
             let (code, stdout, stderr) = run_bash(&format!("set -euo pipefail\n{body}")).await;
@@ -455,6 +464,7 @@ async fn run_block(block: &Block) -> Result<(), String> {
         other => return Err(format!("runnable block of unknown kind {other:?}")),
     }
     drop(sidecar);
+    drop(etcd);
     Ok(())
 }
 
@@ -469,6 +479,7 @@ async fn runnable_snippets_run() {
                 continue;
             }
             ran += 1;
+            eprintln!("{file}:{}: {}", block.line, block.info);
             if let Err(e) = run_block(&block).await {
                 failures.push(format!("{file}:{}: {e}", block.line));
             }
