@@ -1,4 +1,5 @@
-//! The docs cannot drift: README.md, CONTRIBUTING.md and docs/*.md are checked here.
+//! The docs cannot drift: README.md, CONTRIBUTING.md, BENCHMARKS.md and docs/*.md are checked
+//! here.
 //!
 //! - Every relative link resolves (to a file, and to a heading when it names one), and every
 //!   path cited in inline code under `src/`, `tests/`, `benches/`, `examples/`, `deploy/`,
@@ -59,9 +60,13 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md, CONTRIBUTING.md and every docs/*.md, as paths relative to the root.
+/// README.md, CONTRIBUTING.md, BENCHMARKS.md and every docs/*.md, relative to the root.
 fn doc_files() -> Vec<String> {
-    let mut files = vec!["README.md".to_string(), "CONTRIBUTING.md".to_string()];
+    let mut files = vec![
+        "README.md".to_string(),
+        "CONTRIBUTING.md".to_string(),
+        "BENCHMARKS.md".to_string(),
+    ];
     let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
         .expect("read docs/")
         .map(|e| {
