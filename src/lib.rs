@@ -105,7 +105,62 @@ mod api_tests {
     }
 }
 
-// The README's examples are compiled as doctests, so it stays true (they use the tower layer).
-#[cfg(all(doctest, feature = "tower"))]
+// Every Rust snippet of the README and the guide is compiled as a doctest, so the docs stay
+// true (`cargo test --all-features --doc`). Their shell snippets, links and cited paths are
+// checked by tests/docs_snippets.rs.
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../CONTRIBUTING.md")]
+struct ContributingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/README.md")]
+struct DocsIndexDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/semaphores.md")]
+struct DocsSemaphoresDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rate-limits.md")]
+struct DocsRateLimitsDoctests;
+
+// The tower page's examples use the tower layers and axum.
+#[cfg(all(doctest, feature = "tower", feature = "axum"))]
+#[doc = include_str!("../docs/tower.md")]
+struct DocsTowerDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct DocsCliDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/sidecar-http.md")]
+struct DocsSidecarHttpDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/envoy.md")]
+struct DocsEnvoyDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+struct DocsOperationsDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/security.md")]
+struct DocsSecurityDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/failure-semantics.md")]
+struct DocsFailureSemanticsDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/design.md")]
+struct DocsDesignDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/external-backends.md")]
+struct DocsExternalBackendsDoctests;

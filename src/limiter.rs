@@ -269,7 +269,7 @@ impl LimiterBuilder {
     /// TLS for the store connection. etcd: overrides the URL's `cacert`/`cert`/`key` as a
     /// whole (files left out fall back to `ETCDCTL_*`) and makes an `etcd://` URL connect as
     /// `etcds://`. ZooKeeper: connects to the servers' `secureClientPort` (the CA is required;
-    /// feature `zk-tls`). See the README's "Security" section.
+    /// feature `zk-tls`). See `docs/security.md`.
     pub fn tls(mut self, files: TlsFiles) -> Self {
         self.tls = Some(files);
         self
@@ -290,8 +290,8 @@ impl LimiterBuilder {
 
     /// The wall clock rate limits read (default: the system clock). Rate-limit state holds
     /// absolute times shared by every client, so clients' clocks should agree: a clock `Δ`
-    /// ahead of the others can admit up to `Δ × limit / period` more on a key (see the README's
-    /// "Rate limits"). Semaphores do not read it.
+    /// ahead of the others can admit up to `Δ × limit / period` more on a key (see
+    /// `docs/rate-limits.md`, "Clocks"). Semaphores do not read it.
     pub fn clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
