@@ -67,7 +67,12 @@ pub async fn start(
         .await
         .map_err(Failure::from_lib)?;
     let rls = Arc::new(rls);
-    reload::spawn(rls.clone(), settings.files.clone(), metrics);
+    reload::spawn(
+        rls.clone(),
+        settings.files.clone(),
+        settings.files_seen.clone(),
+        metrics,
+    );
     Ok(service::Service(rls))
 }
 

@@ -240,10 +240,11 @@ fn place(why: &str) -> (String, String) {
 /// What the configured paths hold now: each YAML file's path, size, modification time and
 /// content hash (following symlinks), or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint(Vec<(PathBuf, Result<(u64, Option<SystemTime>, u64), String>)>);
+pub struct Fingerprint(Vec<(PathBuf, Result<(u64, Option<SystemTime>, u64), String>)>);
 
 impl Fingerprint {
-    fn take(paths: &[PathBuf]) -> Fingerprint {
+    /// Reads what `paths` hold now.
+    pub fn take(paths: &[PathBuf]) -> Fingerprint {
         let mut out = Vec::new();
         for path in paths {
             match std::fs::read_dir(path) {
@@ -282,7 +283,8 @@ fn file_state(path: &Path) -> Result<(u64, Option<SystemTime>, u64), String> {
 
 /// The reloader's task: polls `files`, reloads on a settled change or `SIGHUP`, forever.
 /// Every failure is reported and the loop goes on.
-pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, metrics: Arc<Metrics>) {
+/// `seen`: what the files held when the rules in force were read.
+pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, seen: Fingerprint, metrics: Arc<Metrics>) {
     metrics.rls_reload.started(&rls.rules());
     // Registered now, before the sidecar says it listens: a SIGHUP from then on reloads
     // instead of ending the process (its default).
@@ -293,20 +295,17 @@ pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, metrics: Arc<Metrics>) {
             None
         }
     };
-    tokio::spawn(watch(rls, files, metrics, hangup));
+    tokio::spawn(watch(rls, files, seen, metrics, hangup));
 }
 
 async fn watch(
     rls: Arc<Rls>,
     files: Vec<PathBuf>,
+    mut applied: Fingerprint,
     metrics: Arc<Metrics>,
     mut hangup: Option<tokio::signal::unix::Signal>,
 ) {
     let report = &metrics.rls_reload;
-    let start = files.clone();
-    let mut applied = tokio::task::spawn_blocking(move || Fingerprint::take(&start))
-        .await
-        .unwrap_or(Fingerprint(Vec::new()));
     let mut seen = applied.clone();
     // After a store error: when to try again, and the wait after that.
     let mut retry: Option<(Instant, Duration)> = None;
