@@ -240,7 +240,10 @@ fn place(why: &str) -> (String, String) {
 /// What the configured paths hold now: each YAML file's path, size, modification time and
 /// content hash (following symlinks), or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint(Vec<(PathBuf, Result<(u64, Option<SystemTime>, u64), String>)>);
+pub struct Fingerprint(Vec<(PathBuf, Result<FileState, String>)>);
+
+/// A file's size, modification time and content hash.
+type FileState = (u64, Option<SystemTime>, u64);
 
 impl Fingerprint {
     /// Reads what `paths` hold now.
@@ -275,7 +278,7 @@ impl Fingerprint {
     }
 }
 
-fn file_state(path: &Path) -> Result<(u64, Option<SystemTime>, u64), String> {
+fn file_state(path: &Path) -> Result<FileState, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let mtime = std::fs::metadata(path).ok().and_then(|m| m.modified().ok());
     Ok((bytes.len() as u64, mtime, super::config::fnv1a(&bytes)))
