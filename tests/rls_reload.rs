@@ -5,6 +5,7 @@
 //! ConfigMap's `..data` swap, and a directory gaining a file.
 
 mod binary;
+mod support;
 
 use binary::{cmd, eventually, signal, within};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -17,6 +18,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::EtcdCluster;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tonic::transport::Channel;
@@ -34,10 +36,15 @@ impl Sidecar {
     /// `serve --store memory://NAME --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0
     /// --rls-config CONFIG`, reading both addresses.
     async fn start(name: &str, config: &Path) -> Sidecar {
+        Sidecar::on(&format!("memory://{name}"), config).await
+    }
+
+    /// The same on the store at `url`.
+    async fn on(url: &str, config: &Path) -> Sidecar {
         let mut c = cmd(&[
             "serve",
             "--store",
-            &format!("memory://{name}"),
+            url,
             "--listen",
             "127.0.0.1:0",
             "--grpc-listen",
@@ -524,4 +531,61 @@ async fn a_directory_gaining_a_file_is_seen() {
     );
     let (_, health) = sc.get("/healthz").await;
     assert!(health.contains("(domains 2, rules 2)"), "{health}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_while_opening_keeps_the_old_rules_and_retries() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rls-reload-store");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "web.yaml", USER3);
+    let sc = Sidecar::on(&url, &cfg).await;
+    let mut c = sc.client().await;
+    assert_eq!(
+        seen(&call(&mut c, one("web", "user", "a")).await),
+        (Code::Ok, 2, 3)
+    );
+
+    // The store hangs while the new set (a quota changed, a rule more) is being opened.
+    cluster.pause(0);
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}  - key: route\n    rate_limit: {{unit: hour, requests_per_unit: 2}}\n",
+            USER3.replace("requests_per_unit: 3", "requests_per_unit: 10")
+        ),
+    )
+    .unwrap();
+    let health = eventually("a store_error reload", Duration::from_secs(20), || async {
+        let (_, h) = sc.get("/healthz").await;
+        h.contains("last reload store_error").then_some(h)
+    })
+    .await;
+    assert!(health.contains("generation 1 stays in force"), "{health}");
+    let failed = sc
+        .metric("clusterlimit_rls_config_reloads_total{result=\"store_error\"}")
+        .await;
+    assert!(failed >= Some(1.0), "{failed:?}");
+    assert_eq!(
+        sc.metric("clusterlimit_rls_config_generation").await,
+        Some(1.0)
+    );
+    cluster.resume(0);
+
+    // Tried again with no change to the file, and put in force once the store answers.
+    sc.generation(2).await;
+    eventually("the new rules to count", Duration::from_secs(30), || {
+        let mut c = c.clone();
+        async move {
+            let s = c.should_rate_limit(one("web", "route", "r")).await.ok()?;
+            let s = s.into_inner().statuses.first()?.clone();
+            (s.current_limit.is_some()).then_some(())
+        }
+    })
+    .await;
+    // The changed rule kept its key's hit.
+    assert_eq!(
+        seen(&call(&mut c, one("web", "user", "a")).await),
+        (Code::Ok, 8, 10)
+    );
 }
