@@ -398,6 +398,33 @@ async fn an_invalid_file_keeps_the_old_rules_and_says_where() {
             .await,
         Some(1.0)
     );
+
+    // A store-down policy the sidecar did not start with needs a restart: refused, with the
+    // file named, and the rules in force stay.
+    std::fs::write(&cfg, format!("store_down: fail_closed\n{USER3}")).unwrap();
+    let health = eventually("the new policy refused", Duration::from_secs(5), || async {
+        let (_, h) = sc.get("/healthz").await;
+        h.contains("last reload invalid").then_some(h)
+    })
+    .await;
+    assert!(
+        health.contains(&format!(
+            "{}: domain \"web\" sets store_down fail_closed",
+            cfg.display()
+        )),
+        "{health}"
+    );
+    assert!(health.contains("restart the sidecar"), "{health}");
+    assert!(health.contains("generation 2 stays in force"), "{health}");
+    let series = format!(
+        "clusterlimit_rls_config_error{{file=\"{}\",line=\"\"}}",
+        cfg.display()
+    );
+    assert_eq!(sc.metric(&series).await, Some(1.0));
+    assert_eq!(
+        seen(&call(&mut c, one("web", "user", "a")).await),
+        (Code::Ok, 6, 10)
+    );
 }
 
 #[tokio::test]
@@ -531,6 +558,14 @@ async fn a_directory_gaining_a_file_is_seen() {
     );
     let (_, health) = sc.get("/healthz").await;
     assert!(health.contains("(domains 2, rules 2)"), "{health}");
+    // Removed again: the domain has no rule any more.
+    std::fs::remove_file(dir.path().join("api.yaml")).unwrap();
+    sc.generation(3).await;
+    let s = call(&mut c, one("api", "route", "x")).await;
+    assert_eq!(
+        (Code::try_from(s.code).unwrap(), &s.current_limit),
+        (Code::Ok, &None)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
