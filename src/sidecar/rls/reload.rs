@@ -291,14 +291,37 @@ pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, seen: Fingerprint, metrics: Arc
     metrics.rls_reload.started(&rls.rules());
     // Registered now, before the sidecar says it listens: a SIGHUP from then on reloads
     // instead of ending the process (its default).
-    let hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+    let mut hangup = catch_hangup();
+    tokio::spawn(async move {
+        let mut seen = seen;
+        loop {
+            let task = tokio::spawn(watch(
+                rls.clone(),
+                files.clone(),
+                seen,
+                metrics.clone(),
+                hangup.take(),
+            ));
+            // The loop never ends; should a bug make it panic, reloads must not stop quietly.
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "the rls_config reloader failed; restarting it in 1 s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Unknown: the restarted loop loads the files once more.
+            seen = Fingerprint(Vec::new());
+            hangup = catch_hangup();
+        }
+    });
+}
+
+fn catch_hangup() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!(error = %e, "cannot catch SIGHUP; the rls_config files are still watched");
             None
         }
-    };
-    tokio::spawn(watch(rls, files, seen, metrics, hangup));
+    }
 }
 
 async fn watch(
