@@ -116,8 +116,12 @@ impl Sidecar {
 
     /// Waits until the generation in force is `n` (each reload put in force adds one).
     async fn generation(&self, n: u32) {
+        self.generation_within(n, Duration::from_secs(5)).await;
+    }
+
+    async fn generation_within(&self, n: u32, limit: Duration) {
         let want = format!("rls_config: generation {n} in force");
-        eventually(&want, Duration::from_secs(5), || async {
+        eventually(&want, limit, || async {
             self.get("/healthz").await.1.contains(&want).then_some(())
         })
         .await;
@@ -608,8 +612,9 @@ async fn a_store_failure_while_opening_keeps_the_old_rules_and_retries() {
     );
     cluster.resume(0);
 
-    // Tried again with no change to the file, and put in force once the store answers.
-    sc.generation(2).await;
+    // Tried again with no change to the file, and put in force once the store answers (the
+    // retry waits 1 s, then 2 s …; a reconnect to the resumed etcd may take a few seconds).
+    sc.generation_within(2, Duration::from_secs(30)).await;
     eventually("the new rules to count", Duration::from_secs(30), || {
         let mut c = c.clone();
         async move {
