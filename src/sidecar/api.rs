@@ -127,7 +127,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/ratelimits/{name}/keys/", any(rate_routes::empty_key))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(|| async { Problem::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
@@ -392,7 +392,12 @@ async fn metrics(State(st): State<Shared>) -> Response {
         .into_response()
 }
 
-async fn readyz(State(st): State<Shared>) -> Result<&'static str, Problem> {
+/// 200 while the process runs; with the RLS on, the state of its rules too (reload.rs).
+async fn healthz(State(st): State<Shared>) -> String {
+    format!("ok\n{}", st.metrics.rls_reload.health_lines())
+}
+
+async fn readyz(State(st): State<Shared>) -> Result<String, Problem> {
     if st.shutdown.is_cancelled() {
         return Err(Problem::unavailable(
             "shutting_down",
@@ -400,7 +405,8 @@ async fn readyz(State(st): State<Shared>) -> Result<&'static str, Problem> {
         ));
     }
     if st.store_healthy().await {
-        Ok("ready\n")
+        // Ready on the rules in force even when a reload failed: they are still served.
+        Ok(format!("ready\n{}", st.metrics.rls_reload.health_lines()))
     } else {
         Err(Problem::unavailable(
             "store_unavailable",

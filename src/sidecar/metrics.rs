@@ -1,6 +1,7 @@
 //! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
 
 use super::rate_metrics::RateMetrics;
+use super::rls::ReloadReport;
 use crate::frontend::lock;
 use clusterlimit::{BreakerStats, RequestStats, StoreDownGuard};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -62,6 +63,8 @@ pub struct Metrics {
     breakers: Mutex<Vec<Watched>>,
     /// Rate-limit metrics (HTTP API and RLS).
     pub rate: RateMetrics,
+    /// Reloads of the RLS rules, and the last one's status for the health routes.
+    pub rls_reload: ReloadReport,
     /// Store counters at the last scrape: the exported counters grow by the difference.
     last_stats: Mutex<RequestStats>,
 }
@@ -164,9 +167,11 @@ impl Metrics {
             unauthorized.clone(),
         );
         let rate = RateMetrics::register(&mut registry);
+        let rls_reload = ReloadReport::register(&mut registry);
         Metrics {
             registry,
             rate,
+            rls_reload,
             held,
             waiting,
             acquire_seconds,

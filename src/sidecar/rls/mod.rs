@@ -5,11 +5,13 @@ mod answer;
 mod config;
 mod flags;
 mod matcher;
+mod reload;
 mod service;
 mod settings;
 mod yaml;
 
 pub use flags::RlsFlags;
+pub use reload::ReloadReport;
 pub use settings::{FileKeys, GrpcListen, Settings};
 
 use super::auth::Token;
@@ -48,7 +50,8 @@ pub async fn bind(settings: &Settings, socket_mode: u32) -> Result<(Bound, Strin
     }
 }
 
-/// The service, with every configured limit opened.
+/// The service, with every configured limit opened, and its rules reloaded from then on when
+/// their files change or on SIGHUP (reload.rs).
 pub async fn start(
     settings: &Settings,
     limiter: Limiter,
@@ -60,10 +63,17 @@ pub async fn start(
         shadow: settings.shadow,
         headers: settings.headers,
     };
-    let rls = service::Rls::start(limiter, settings.rules.clone(), behaviour, metrics)
+    let rls = service::Rls::start(limiter, settings.rules.clone(), behaviour, metrics.clone())
         .await
         .map_err(Failure::from_lib)?;
-    Ok(service::Service(Arc::new(rls)))
+    let rls = Arc::new(rls);
+    reload::spawn(
+        rls.clone(),
+        settings.files.clone(),
+        settings.files_seen.clone(),
+        metrics,
+    );
+    Ok(service::Service(rls))
 }
 
 /// Serves `svc` on `bound` until `shutdown` completes.

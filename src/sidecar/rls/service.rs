@@ -4,6 +4,7 @@
 use super::answer::{self, from_pb_unit, HeaderMode, Outcome};
 use super::config::{limit_name, Domain, Rule, Rules};
 use super::matcher::{self, Entry};
+use super::reload::{ReloadError, Reloaded};
 use crate::frontend::lock;
 use crate::sidecar::auth::Token;
 use crate::sidecar::metrics::Metrics;
@@ -14,7 +15,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
@@ -37,7 +38,9 @@ pub const MAX_DETAILED_LABELS: usize = 1000;
 /// The RLS: rules, the rate limits behind them, and the guards.
 pub struct Rls {
     limiter: Limiter,
-    rules: Arc<Rules>,
+    /// The rules in force, swapped whole by [`Rls::reload`]; a request clones the `Arc` once,
+    /// so it finishes on the set it started with and no lock is held across an await.
+    rules: RwLock<Arc<Rules>>,
     /// Opened rate limits, by name.
     limits: Mutex<HashMap<String, RateLimit>>,
     /// Rules made from requests' `limit` overrides, by limit name.
@@ -108,7 +111,7 @@ impl Rls {
             .collect();
         let rls = Rls {
             limiter,
-            rules,
+            rules: RwLock::new(rules),
             limits: Mutex::new(HashMap::new()),
             overrides: Mutex::new(HashMap::new()),
             detailed: Mutex::new(HashMap::new()),
@@ -119,7 +122,7 @@ impl Rls {
             shadow: behaviour.shadow,
             headers: behaviour.headers,
         };
-        let rules = rls.rules.clone();
+        let rules = rls.rules();
         for rule in rules.all() {
             if let Some(quota) = rule.quota {
                 rls.open(&rule.limit_name, quota).await?;
@@ -145,6 +148,59 @@ impl Rls {
         };
         lock(&self.limits).insert(name.to_string(), rl.clone());
         Ok(rl)
+    }
+
+    /// The rules in force now.
+    pub fn rules(&self) -> Arc<Rules> {
+        // A poisoned lock still holds a whole set: the swap is one assignment.
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `new` in force: first opens the rate limit of every rule it counts (created, or
+    /// its quota set when the config changed it; an unchanged rule costs nothing and its
+    /// counters go on, since a rule's limit is named by its domain and path), then swaps the
+    /// set whole. Requests in flight finish on the old set. On an error nothing is swapped.
+    pub async fn reload(&self, new: Rules) -> Result<Reloaded, ReloadError> {
+        // The guards are made at start, one per policy: a new policy needs a restart.
+        for d in new.domains.values() {
+            if let Some(p) = d.store_down.filter(|p| !self.guards.contains_key(p)) {
+                return Err(ReloadError::Invalid(format!(
+                    "{}: domain {:?} sets store_down {p}, a policy this sidecar did not start \
+                     with; restart the sidecar to use it, or use a policy already in force",
+                    d.file.display(),
+                    d.name
+                )));
+            }
+        }
+        let mut done = Reloaded::default();
+        for rule in new.all() {
+            let Some(quota) = rule.quota else { continue };
+            let cached = lock(&self.limits).get(&rule.limit_name).cloned();
+            match cached {
+                Some(rl) if rl.quota() == quota => done.unchanged += 1,
+                Some(rl) => {
+                    // Key states carry over: the counts go on under the new quota.
+                    rl.set_quota(quota).await.map_err(ReloadError::Store)?;
+                    tracing::info!(limit = %rule.limit_name, %quota, "rls rule's quota changed");
+                    done.changed += 1;
+                }
+                None => {
+                    self.open(&rule.limit_name, quota)
+                        .await
+                        .map_err(ReloadError::Store)?;
+                    done.opened += 1;
+                }
+            }
+        }
+        done.rules = new.all().count();
+        done.domains = new.domains.len();
+        let kept: HashSet<String> = new.all().map(|r| r.limit_name.clone()).collect();
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        // Forget the handles of removed rules (their counters stay in the store); overrides
+        // keep theirs.
+        let overrides: HashSet<String> = lock(&self.overrides).keys().cloned().collect();
+        lock(&self.limits).retain(|name, _| kept.contains(name) || overrides.contains(name));
+        Ok(done)
     }
 
     /// A rule for a request descriptor's `limit` override: a fixed window of its own, one rate
@@ -242,7 +298,8 @@ impl Rls {
                 req.descriptors.len()
             )));
         }
-        let Some(domain) = self.rules.domains.get(&req.domain) else {
+        let rules = self.rules();
+        let Some(domain) = rules.domains.get(&req.domain) else {
             let none = vec![Outcome::NoLimit; req.descriptors.len()];
             return Ok(answer::response(&none, self.shadow, self.headers));
         };

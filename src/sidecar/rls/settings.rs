@@ -3,6 +3,7 @@
 use super::answer::HeaderMode;
 use super::config::Rules;
 use super::flags::RlsFlags;
+use super::reload::Fingerprint;
 use crate::frontend::{parse_duration, Failure};
 use clusterlimit::StoreDownPolicy;
 use std::net::SocketAddr;
@@ -50,6 +51,8 @@ pub struct Settings {
     pub listen: GrpcListen,
     pub files: Vec<PathBuf>,
     pub rules: Arc<Rules>,
+    /// What the files held just before `rules` were read from them: the reloader's start.
+    pub files_seen: Fingerprint,
     pub store_down: StoreDownPolicy,
     pub store_timeout: Duration,
     pub shadow: bool,
@@ -104,11 +107,15 @@ impl Settings {
                 .map_err(|e| bad(format!("rls_response_headers: {e}")))?,
             None => HeaderMode::Off,
         };
+        // Taken first: a change made while the rules are read (or before the reloader starts)
+        // differs from it, so it is loaded then.
+        let files_seen = Fingerprint::take(&files);
         let rules = Rules::load(&files).map_err(bad)?;
         Ok(Some(Settings {
             listen,
             files,
             rules: Arc::new(rules),
+            files_seen,
             store_down,
             store_timeout,
             // A flag can only turn it on.
