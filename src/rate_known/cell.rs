@@ -1,7 +1,7 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
-use super::pace::{max_gap, Pace};
+use super::pace::{max_gap, Pace, JOIN_WINDOW};
 use super::LimitShared;
 use crate::backend::{lock, Current};
 use crate::error::{Error, Result};
@@ -22,20 +22,24 @@ pub(crate) struct Pending {
     pub(crate) cost: u64,
     /// When the check came: its answer is due within twice the request timeout from here.
     pub(crate) arrived: Instant,
+    /// The latest its key's write may be sent for it: [`JOIN_WINDOW`] after it came, or
+    /// sooner for a check whose deadline cannot wait that long (1/[`HURRY_SHARE`] of its
+    /// budget).
+    pub(crate) send_by: Instant,
     pub(crate) reply: oneshot::Sender<Result<Decision>>,
 }
 
 /// A check may wait on pacing for at most this fraction of the budget it has left: one
-/// whose deadline is nearer is sent at once (with whatever else waits), so pacing never
-/// turns a short deadline into a missed one.
+/// whose deadline is nearer is sent sooner (with whatever else waits), so pacing never turns a
+/// short deadline into a missed one.
 const HURRY_SHARE: u32 = 2;
 
 #[derive(Debug, Default)]
 pub(crate) struct KeyCell {
     inner: Mutex<CellInner>,
-    /// Wakes the key's batch task from a pacing pause: a check came whose deadline cannot
-    /// wait for the paced send.
-    hurry: tokio::sync::Notify,
+    /// Wakes the key's batch task from a pacing pause: a check joined, whose `send_by` may
+    /// come before the paced send.
+    joined: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -92,8 +96,8 @@ impl KeyCell {
     /// Queues a check for the next write of its key, or, on a saturated key, denies it at once
     /// when the next write is not due soon or already carries its share (see `pace.rs`). Quotas with a ban are never
     /// turned away (a ban starts with a denial the store makes).
-    /// A check with a `deadline` that could not wait for the paced send (more than
-    /// 1/[`HURRY_SHARE`] of its budget) has it sent at once.
+    /// A queued check waits on pacing at most [`JOIN_WINDOW`], and at most 1/[`HURRY_SHARE`]
+    /// of what is left of its budget when it has a `deadline` (see [`KeyCell::pace_pause`]).
     pub(crate) fn enqueue(
         &self,
         quota: &Quota,
@@ -120,20 +124,18 @@ impl KeyCell {
             });
         }
         let arrived = Instant::now();
+        let patience = deadline.map_or(JOIN_WINDOW, |d| {
+            (d.saturating_duration_since(arrived) / HURRY_SHARE).min(JOIN_WINDOW)
+        });
         c.pending.push(Pending {
             cost,
             arrived,
+            send_by: arrived + patience,
             reply,
         });
-        let in_a_hurry = match (deadline, c.pace.next_send()) {
-            (Some(d), Some(send)) => {
-                send.saturating_duration_since(arrived)
-                    > d.saturating_duration_since(arrived) / HURRY_SHARE
-            }
-            _ => false,
-        };
-        if in_a_hurry {
-            self.hurry.notify_one();
+        if c.pace.next_send().is_some() {
+            // The batch task may be pausing: it looks at the new `send_by`.
+            self.joined.notify_one();
         }
         if std::mem::replace(&mut c.driving, true) {
             Enqueued::Joined
@@ -142,20 +144,26 @@ impl KeyCell {
         }
     }
 
-    /// Waits until the key's next paced write is due, or a check in a hurry came.
+    /// Waits until the key's next paced write is due, but never past the `send_by` of a check
+    /// that waits (the gap after a write is drawn when it returns, and may be longer than the
+    /// gap the checks that joined meanwhile saw).
     pub(crate) async fn pace_pause(&self) {
-        let Some(at) = self.next_send() else {
-            return;
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(at) => {}
-            () = self.hurry.notified() => {}
+        loop {
+            let at = {
+                let c = lock(&self.inner);
+                let Some(next) = c.pace.next_send() else {
+                    return;
+                };
+                c.pending.iter().map(|p| p.send_by).fold(next, Instant::min)
+            };
+            if at <= Instant::now() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => return,
+                () = self.joined.notified() => {}
+            }
         }
-    }
-
-    /// When the key's next write may be sent (`None`: at once).
-    pub(crate) fn next_send(&self) -> Option<Instant> {
-        lock(&self.inner).pace.next_send()
     }
 
     /// A write of this key is being sent now.
