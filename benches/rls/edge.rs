@@ -455,12 +455,16 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// Exact answers resumed within the store's failover + [`RESUME_SLACK`], and the policy
-    /// answered only after the fault began.
+    /// The policy answered only after the fault began and no later than the store's recovery
+    /// + [`RESUME_SLACK`], and the store admitted again after its recovery. (When the first
+    /// such admission came is printed, not judged: a window the store had already filled
+    /// before the fault admits nothing until it ends, however fast the sidecar is.)
     pub fn met(&self) -> bool {
         match self.store_back {
             Some(back) => {
-                self.late_policy == 0 && self.last_policy.is_none_or(|l| l <= back + RESUME_SLACK)
+                self.late_policy == 0
+                    && self.last_policy.is_none_or(|l| l <= back + RESUME_SLACK)
+                    && self.first_exact_admission.is_some()
             }
             None => false,
         }
@@ -649,7 +653,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
