@@ -455,10 +455,10 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// The policy answered only after the fault began and no later than the store's recovery
-    /// + [`RESUME_SLACK`], and the store admitted again after its recovery. (When the first
-    /// such admission came is printed, not judged: a window the store had already filled
-    /// before the fault admits nothing until it ends, however fast the sidecar is.)
+    /// The policy answered only after the fault began and at most [`RESUME_SLACK`] after the
+    /// store's recovery, and the store admitted again after its recovery. (When the first such
+    /// admission came is printed, not judged: a window the store had already filled before the
+    /// fault admits nothing until it ends, however fast the sidecar is.)
     pub fn met(&self) -> bool {
         match self.store_back {
             Some(back) => {
