@@ -116,8 +116,9 @@ async fn measure_edge(
     })
 }
 
-/// What the edge part must show on any machine, however loaded: every call answered, and no
-/// window of any key above its quota (the other targets are printed, not enforced).
+/// What the edge part must show on any machine, however loaded: every call answered, the
+/// fail-open answers told apart as the sidecar counts them, and no window of any key above its
+/// quota (the other targets are printed, not enforced).
 fn edge_sound(edge: &edge_report::EdgeResults) -> anyhow::Result<()> {
     for r in edge.rows.iter().chain([&edge.faults.row]) {
         let what = format!("edge row of {} key(s), {}", r.keys, r.rule().label());
@@ -127,6 +128,16 @@ fn edge_sound(edge: &edge_report::EdgeResults) -> anyhow::Result<()> {
                 r.errors,
                 r.calls,
                 r.error_samples
+            );
+        }
+        // The interval check leaves out the answers taken for fail-open: they must be exactly
+        // the ones the sidecar counted so, or the check could miss a store admission.
+        if r.fail_open_answers as u64 != r.counters.failure_mode_allowed {
+            anyhow::bail!(
+                "{what}: {} answers look fail-open, the sidecar counted {}: the classification \
+                 (an OK with the whole limit remaining) no longer matches the sidecar",
+                r.fail_open_answers,
+                r.counters.failure_mode_allowed
             );
         }
         if !r.window.exact() {
