@@ -3,7 +3,10 @@
 //! deploy/envoy/ratelimit.yaml. Over the limit, Envoy answers 429 with the `x-ratelimit-*`
 //! headers; two Envoys share one limit through one etcd; with our sidecar killed, Envoy follows
 //! its `failure_mode_deny`; restarted, the sidecar enforces the limits again (the counts live in
-//! etcd); with etcd killed, the sidecar's fail-open policy answers at once.
+//! etcd); with etcd killed, the sidecar's fail-open policy answers at once. And with Envoy's
+//! default 20 ms filter timeout and the sidecar's default settings, concurrent clients on a
+//! healthy etcd get exactly the requests beyond the quota answered 429, none let through by
+//! either side's failure mode.
 
 mod binary;
 mod support;
@@ -39,18 +42,29 @@ async fn start_upstream() -> SocketAddr {
 /// RLS port accepts connections.
 async fn start_sidecar(store: &str, grpc: SocketAddr) -> Sidecar {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/envoy/ratelimit.yaml");
-    let sidecar = Sidecar::start(&[
+    // The default 50 ms would count a loaded CI machine's slow write as the store down.
+    start_sidecar_with(store, grpc, &config, &["--rls-store-timeout", "1s"]).await
+}
+
+/// `serve` on etcd with the RLS on `grpc`, the rules in `config` and `extra` flags; returns
+/// once the RLS port accepts connections.
+async fn start_sidecar_with(
+    store: &str,
+    grpc: SocketAddr,
+    config: &Path,
+    extra: &[&str],
+) -> Sidecar {
+    let grpc_listen = grpc.to_string();
+    let mut args = vec![
         "--store",
         store,
         "--grpc-listen",
-        &grpc.to_string(),
+        &grpc_listen,
         "--rls-config",
         config.to_str().expect("UTF-8 path"),
-        // The default 50 ms would count a loaded CI machine's slow write as the store down.
-        "--rls-store-timeout",
-        "1s",
-    ])
-    .await;
+    ];
+    args.extend_from_slice(extra);
+    let sidecar = Sidecar::start(&args).await;
     within("the RLS port to accept", WAIT, async {
         for _ in 0..600 {
             if tokio::net::TcpStream::connect(grpc).await.is_ok() {
@@ -247,4 +261,164 @@ async fn envoy_enforces_one_cluster_wide_limit_and_survives_failures() {
         enforced.is_ok(),
         "limits again once etcd is back: {enforced:?}"
     );
+}
+
+/// The quota of the concurrency test: one user, 50 per minute (a fixed window, the RLS
+/// default), and what the clients send against it.
+const PER_MINUTE: usize = 50;
+const CLIENTS: usize = 8;
+const PER_CLIENT: usize = 25;
+
+/// Envoy's rate limit filter with its default `timeout` (20 ms: what users run) in front of the
+/// sidecar with its default settings on a healthy 1-node etcd. 8 clients send 200 requests of
+/// one user, 50 per minute: exactly 150 must be answered 429, and Envoy must never have let a
+/// request through for want of an answer (its `ratelimit.failure_mode_allowed` stays 0).
+///
+/// Every request beyond the quota answered 429 needs every RLS answer within 20 ms, and a
+/// store-made one: an answer Envoy gave up on, or a sidecar answering by its store-down policy
+/// on a healthy store, lets a request through and fails the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_with_its_default_timeout_denies_exactly_the_requests_beyond_the_quota() {
+    let etcd = EtcdCluster::single();
+    let store = etcd.url("/envoy-exact");
+    let upstream = start_upstream().await;
+    let rls = SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("ratelimit.yaml");
+    // deploy/envoy/envoy.yaml's route sends ("user", x-user) and ("generic_key", "all"): only
+    // the user is limited here.
+    std::fs::write(
+        &config,
+        format!(
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {{unit: minute, \
+             requests_per_unit: {PER_MINUTE}}}\n"
+        ),
+    )
+    .expect("write the rules");
+    // No --rls-store-timeout: the default, as Envoy users run it.
+    let sidecar = start_sidecar_with(&store, rls, &config, &[]).await;
+    let envoy = Envoy::start(&EnvoySettings {
+        upstream,
+        rls,
+        failure_mode_deny: false,
+        // Envoy's own default for the filter's `timeout` (the deploy file says 0.1 s).
+        timeout: Duration::from_millis(20),
+    });
+    let http = reqwest::Client::new();
+    // One request first (a user of its own): Envoy's connection to the RLS, the sidecar's
+    // first store calls.
+    let warm = get(&http, &envoy, "warmup").await;
+    assert_eq!(warm.status, 200, "{warm:?}\n{}", envoy.log_tail());
+
+    // The burst must fit in one minute window (on this host's clock, which the sidecar reads
+    // too); a burst that straddled a boundary is run again with a new user, at most 3 times.
+    let mut result = None;
+    for attempt in 0..3 {
+        let left = 60 - unix_secs() % 60;
+        if left < 10 {
+            tokio::time::sleep(Duration::from_secs(left + 1)).await;
+        }
+        let user = format!("exact-{attempt}");
+        let window = unix_secs() / 60;
+        let statuses = burst(&http, &envoy, &user).await;
+        if unix_secs() / 60 == window {
+            result = Some(statuses);
+            break;
+        }
+        println!("the burst of {user} straddled a minute boundary; again with a new user");
+    }
+    let statuses = result.expect("three bursts, each across a minute boundary");
+
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    let stat = |name: &str| envoy.stat(&format!("cluster.upstream.ratelimit.{name}"));
+    let sidecar_metrics = sidecar_fail_open(&http, &sidecar).await;
+    let summary = format!(
+        "{} requests of one user, {PER_MINUTE} per minute: {ok} × 200, {limited} × 429; Envoy's \
+         ratelimit stats: ok {:?}, over_limit {:?}, error {:?}, failure_mode_allowed {:?}; the \
+         sidecar's fail-open hits: {sidecar_metrics}",
+        statuses.len(),
+        stat("ok"),
+        stat("over_limit"),
+        stat("error"),
+        stat("failure_mode_allowed"),
+    );
+    println!("{summary}");
+    assert_eq!(
+        ok + limited,
+        statuses.len(),
+        "every answer 200 or 429: {statuses:?}\n{summary}\n{}",
+        envoy.log_tail()
+    );
+    // Envoy creates the counter on its first use: absent is 0.
+    assert_eq!(
+        stat("failure_mode_allowed").unwrap_or(0),
+        0,
+        "Envoy let requests through without an RLS answer within its 20 ms: {summary}"
+    );
+    assert_eq!(
+        limited,
+        statuses.len() - PER_MINUTE,
+        "429s: exactly the requests beyond the quota: {summary}"
+    );
+}
+
+/// Unix seconds now.
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// [`CLIENTS`] concurrent clients, each sending [`PER_CLIENT`] requests of `user` in turn;
+/// every status.
+async fn burst(http: &reqwest::Client, envoy: &Envoy, user: &str) -> Vec<u16> {
+    let url = format!("{}/", envoy.url);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (http, url, user) = (http.clone(), url.clone(), user.to_string());
+        tasks.spawn(async move {
+            let mut statuses = Vec::with_capacity(PER_CLIENT);
+            for _ in 0..PER_CLIENT {
+                let response = within(
+                    "Envoy to answer",
+                    WAIT,
+                    http.get(&url).header("x-user", &user).send(),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("GET through Envoy: {e}"));
+                statuses.push(response.status().as_u16());
+            }
+            statuses
+        });
+    }
+    let mut all = Vec::with_capacity(CLIENTS * PER_CLIENT);
+    while let Some(done) = tasks.join_next().await {
+        all.extend(done.expect("a client panicked"));
+    }
+    all
+}
+
+/// The sidecar's `clusterlimit_rate_failure_mode_allowed` lines for the domain (its fail-open
+/// hits), for the report; "none" when it has none.
+async fn sidecar_fail_open(http: &reqwest::Client, sidecar: &Sidecar) -> String {
+    let text = within(
+        "the sidecar's /metrics",
+        WAIT,
+        http.get(format!("{}/metrics", sidecar.url)).send(),
+    )
+    .await
+    .expect("GET /metrics")
+    .text()
+    .await
+    .expect("the /metrics body");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("clusterlimit_rate_failure_mode_allowed_total{"))
+        .collect();
+    if lines.is_empty() {
+        "none".to_string()
+    } else {
+        lines.join(", ")
+    }
 }

@@ -36,6 +36,8 @@ pub struct Rls {
     /// Kept for its lifetime: SIGKILLed when the `Rls` is dropped.
     _sidecar: Sidecar,
     pub client: Client,
+    /// The RLS's gRPC address (`127.0.0.1:PORT`), for more connections.
+    pub listen: String,
 }
 
 impl Rls {
@@ -63,7 +65,30 @@ impl Rls {
         Ok(Rls {
             _sidecar: sidecar,
             client: RateLimitServiceClient::new(channel),
+            listen,
         })
+    }
+
+    /// `n` more clients, each on its own HTTP/2 connection (one connection multiplexes every
+    /// call through one task: many callers on it would measure the client, not the sidecar).
+    #[allow(dead_code)] // used by this bench's edge rows, not the limiter bench
+    pub async fn connections(&self, n: usize) -> anyhow::Result<Vec<Client>> {
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            let channel = Endpoint::from_shared(format!("http://{}", self.listen))?
+                .connect_timeout(Duration::from_secs(10))
+                .connect()
+                .await
+                .with_context(|| format!("connect to the RLS on {}", self.listen))?;
+            clients.push(RateLimitServiceClient::new(channel));
+        }
+        Ok(clients)
+    }
+
+    /// The sidecar's HTTP API (`http://127.0.0.1:PORT`): its `/metrics`.
+    #[allow(dead_code)] // used by this bench's edge rows, not the limiter bench
+    pub fn http_url(&self) -> &str {
+        &self._sidecar.url
     }
 
     /// The sidecar's process id (the limiter bench's rate rows read its CPU).
