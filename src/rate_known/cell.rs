@@ -108,8 +108,16 @@ impl KeyCell {
     ) -> Enqueued {
         let mut c = lock(&self.inner);
         let queued: u64 = c.pending.iter().map(|p| p.cost).sum();
-        let turned_away = if quota.ban.is_zero() {
-            c.pace.turn_away(queued, cost, Instant::now())
+        let arrived = Instant::now();
+        // A check with a deadline is not turned away while the store keeps the last write
+        // longer than its budget: a hot key then answers by its callers' deadlines (and their
+        // store-down policy), not with denials nobody made.
+        let overdue = deadline.is_some_and(|d| {
+            c.pace
+                .store_overdue(d.saturating_duration_since(arrived), arrived)
+        });
+        let turned_away = if quota.ban.is_zero() && !overdue {
+            c.pace.turn_away(queued, cost, arrived)
         } else {
             None
         };
@@ -123,7 +131,6 @@ impl KeyCell {
                 ..base
             });
         }
-        let arrived = Instant::now();
         let patience = deadline.map_or(JOIN_WINDOW, |d| {
             (d.saturating_duration_since(arrived) / HURRY_SHARE).min(JOIN_WINDOW)
         });
@@ -188,8 +195,11 @@ impl KeyCell {
     }
 
     /// Every queued check, or `None` (and the batch task ends) when none waits.
+    /// Checks whose caller is gone (dropped, or past its deadline) are left out: a write
+    /// does not spend the key's tokens on answers nobody reads.
     pub(crate) fn take_batch(&self) -> Option<Vec<Pending>> {
         let mut c = lock(&self.inner);
+        c.pending.retain(|p| !p.reply.is_closed());
         if c.pending.is_empty() {
             c.driving = false;
             return None;

@@ -71,6 +71,8 @@ pub(crate) struct Pace {
     drawn: Duration,
     /// Cost turned away since the last write.
     turned_away: u64,
+    /// When the write now waiting for the store was sent (`None`: none is).
+    in_flight: Option<Instant>,
 }
 
 /// The longest gap for a quota whose bucket holds `window` (GCRA: burst × emission interval;
@@ -117,6 +119,15 @@ impl Pace {
     /// A write is being sent now.
     pub(crate) fn sent(&mut self, now: Instant) {
         self.last_sent = Some(now);
+        self.in_flight = Some(now);
+    }
+
+    /// Whether the write in flight has waited for the store longer than `patience`: then a
+    /// check with that much budget is not turned away (a share and a gap mean nothing while
+    /// the store does not answer); it waits, and its deadline, not pacing, gives its answer.
+    pub(crate) fn store_overdue(&self, patience: Duration, now: Instant) -> bool {
+        self.in_flight
+            .is_some_and(|since| now.saturating_duration_since(since) > patience)
     }
 
     /// The store decided a write's batch: `admitted` and `denied` cost of what it carried;
@@ -129,6 +140,7 @@ impl Pace {
         cap: Duration,
         per_sec: f64,
     ) {
+        self.in_flight = None;
         let turned_away = std::mem::take(&mut self.turned_away);
         if denied == 0 && turned_away == 0 {
             self.saturated = false;
