@@ -281,13 +281,12 @@ impl Rls {
 
     /// The answer to one request.
     pub async fn answer(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        // envoyproxy returns these as plain Go errors, which gRPC sends as UNKNOWN.
         if req.domain.is_empty() {
-            return Err(Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
+            return Err(Status::unknown("rate limit domain must not be empty"));
         }
         if req.descriptors.is_empty() {
-            return Err(Status::invalid_argument(
+            return Err(Status::unknown(
                 "rate limit descriptor list must not be empty",
             ));
         }
