@@ -28,4 +28,8 @@ pub struct RlsFlags {
     /// legacy [default: off].
     #[arg(long, value_name = "MODE")]
     pub rls_response_headers: Option<String>,
+    /// Merge rule files that name one domain (envoyproxy's MERGE_DOMAIN_CONFIG); without it
+    /// such files are an error naming both.
+    #[arg(long)]
+    pub rls_merge_domain_config: bool,
 }
