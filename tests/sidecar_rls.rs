@@ -1490,7 +1490,9 @@ async fn upstream_example_yaml_answers_as_upstream() {
         }
         req("rl", d, 0)
     };
-    let steps: &[(&str, &str, Option<&str>, Option<&str>, Code)] = &[
+    // (foo, bar, destination_cluster, category, the overall answer)
+    type Step<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, Code);
+    let steps: &[Step<'_>] = &[
         // replaces raises the limit: banned_limit is 0 per minute...
         ("bkthomps", "banned", None, None, Code::OverLimit),
         ("bkthomps", "banned", Some("mock"), None, Code::OverLimit),
