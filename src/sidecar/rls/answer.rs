@@ -19,7 +19,10 @@ pub enum HeaderMode {
     /// None (Envoy's `enable_x_ratelimit_headers` can make its own from the statuses).
     #[default]
     Off,
+    /// Ours: the IETF `RateLimit-Policy` and `RateLimit` fields.
     Ietf,
+    /// envoyproxy's `LIMIT_RESPONSE_HEADERS_ENABLED`: `RateLimit-Limit`,
+    /// `RateLimit-Remaining`, `RateLimit-Reset`.
     Legacy,
 }
 
