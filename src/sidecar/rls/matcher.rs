@@ -185,6 +185,36 @@ mod tests {
         assert_eq!(name(&d, &[("zzz", "1")]), None);
     }
 
+    /// upstream's `wildcardMatch`, edge by edge.
+    #[test]
+    fn wildcards_match_as_upstream() {
+        use super::super::config::Wildcard;
+        for (pattern, value, want) in [
+            ("k_ab*", "k_ab", true),
+            ("k_ab*", "k_abc", true),
+            ("k_ab*", "k_a", false),
+            ("k_*", "k_", true),
+            ("k_ab*ba", "k_abba", true),
+            ("k_ab*ba", "k_aba", false), // prefix and suffix may not overlap
+            ("k_ab*ba", "k_abXba", true),
+            ("k_a*b*c", "k_abc", true),
+            ("k_a*b*c", "k_axbyc", true),
+            ("k_a*b*c", "k_acb", false), // the middle parts in order
+            ("k_a*b*c", "k_ac", false),
+            ("k_*b*", "k_xbx", true),
+            ("k_**", "k_", true),
+            ("k*", "kx_y", true), // a `*` in the key part matches across the `_`
+            ("k_é*ü", "k_éaü", true),
+            ("k_é*ü", "k_ü", false),
+        ] {
+            assert_eq!(
+                Wildcard::new(pattern).matches(value),
+                want,
+                "{pattern} ~ {value}"
+            );
+        }
+    }
+
     #[test]
     fn keys() {
         assert_eq!(counter_key(&[("a", "x"), ("b", "")]), "a_x.b_");
