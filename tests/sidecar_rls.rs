@@ -1813,3 +1813,48 @@ async fn quota_mode_counts_the_others_while_the_answer_is_ok() {
         );
     }
 }
+
+/// A reload loads the files as the start did: merged with --rls-merge-domain-config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_merges_domains_as_the_start_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = std::fs::read_to_string(upstream("config/merge_domain_key1.yaml")).unwrap();
+    let k2 = std::fs::read_to_string(upstream("config/merge_domain_key2.yaml")).unwrap();
+    write(dir.path(), "a.yaml", &k1);
+    let b = write(dir.path(), "b.yaml", &k2);
+    let d = dir.path().to_str().unwrap();
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-merge-reload",
+        "--rls-config",
+        d,
+        "--rls-merge-domain-config",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let rpu = |r: &RateLimitResponse| limited(&r.statuses[0]).2 .0;
+    let r = one(&mut c, "test-domain", &[("key2", "value2")]).await;
+    assert_eq!(rpu(&r), 20);
+    std::fs::write(
+        &b,
+        k2.replace("requests_per_unit: 20", "requests_per_unit: 7"),
+    )
+    .unwrap();
+    let mut last = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = one(&mut c, "test-domain", &[("key2", "value2")]).await;
+        last = Some(rpu(&r));
+        if last == Some(7) {
+            break;
+        }
+    }
+    assert_eq!(
+        last,
+        Some(7),
+        "the changed file of a merged domain reloaded"
+    );
+    // The other file's descriptor is still in the merged domain.
+    let r = one(&mut c, "test-domain", &[("key1", "value1")]).await;
+    assert_eq!(rpu(&r), 10);
+}
