@@ -507,16 +507,17 @@ async fn memory_answers_every_feature_field_by_field() {
         "{e}"
     );
 
-    // Empty domain, no descriptors: INVALID_ARGUMENT, as envoyproxy.
+    // Empty domain, no descriptors: UNKNOWN with envoyproxy's messages (its service panics
+    // with a plain Go error, which gRPC sends as UNKNOWN).
     let e = refused(
         &mut c,
         req("", vec![desc(&[("user", "u")])], 0),
-        tonic::Code::InvalidArgument,
+        tonic::Code::Unknown,
     )
     .await;
-    assert!(e.message().contains("domain"), "{e}");
-    let e = refused(&mut c, req("web", vec![], 0), tonic::Code::InvalidArgument).await;
-    assert!(e.message().contains("descriptor"), "{e}");
+    assert_eq!(e.message(), "rate limit domain must not be empty");
+    let e = refused(&mut c, req("web", vec![], 0), tonic::Code::Unknown).await;
+    assert_eq!(e.message(), "rate limit descriptor list must not be empty");
 
     // Metrics by domain and rule.
     let text = metrics_with(
@@ -1222,4 +1223,638 @@ async fn check_config_validates_the_yaml_and_names_file_and_line() {
         &out,
         &["store_down local:3, store_timeout 80ms, shadow_mode true, response_headers legacy"],
     );
+}
+
+// --- envoyproxy/ratelimit parity: its own files, its own expectations ---
+
+/// A file copied from envoyproxy/ratelimit (see tests/envoyproxy_ratelimit/README.md).
+fn upstream(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/envoyproxy_ratelimit")
+        .join(path)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A sidecar on `store` loading envoyproxy's `files`, then `extra` flags.
+async fn start_upstream(store: &str, files: &[&str], extra: &[&str]) -> Rls {
+    let paths: Vec<String> = files.iter().map(|f| upstream(f)).collect();
+    let mut args = vec!["--store", store];
+    for p in &paths {
+        args.extend(["--rls-config", p.as_str()]);
+    }
+    args.extend_from_slice(extra);
+    Rls::start(&args).await
+}
+
+/// Sleeps past the end of the current `period` window of the Unix epoch when less than
+/// `margin` of it is left, so a counting sequence stays inside one fixed window (a window
+/// boundary is also the boundary of every longer unit's window).
+async fn fresh_window(period: Duration, margin: Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let into = Duration::from_nanos((now.as_nanos() % period.as_nanos()) as u64);
+    let left = period - into;
+    if left < margin {
+        tokio::time::sleep(left + Duration::from_millis(50)).await;
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A value no earlier run used (memory:// starts empty, but keep runs apart anyway).
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}{nanos}")
+}
+
+/// envoyproxy's integration test `testBasicBaseConfig` (its basic.yaml and another.yaml),
+/// answer by answer. The one difference is all-or-nothing counting (see
+/// docs/envoy-ratelimit-parity.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_integration_basic_config() {
+    let sc = start_upstream(
+        "memory://rls-upstream-basic",
+        &["integration/basic.yaml", "integration/another.yaml"],
+        &[],
+    )
+    .await;
+    let mut c = sc.client().await;
+
+    // An unknown domain: OK, no current limit, nothing remaining.
+    let r = one(&mut c, "foo", &[("hello", "world")]).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(r.statuses.len(), 1);
+    assert_no_limit(&r.statuses[0]);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+
+    let r = one(&mut c, "basic", &[("key1", "foo")]).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::Ok, 49, 50, Unit::Second)
+    );
+
+    // 25 hits on a 20-per-minute key: 20 OK, counting down, then OVER_LIMIT with 0 left.
+    fresh_window(MINUTE, Duration::from_secs(20)).await;
+    let v = unique("r");
+    for i in 0..25u32 {
+        let r = one(&mut c, "another", &[("key2", &v)]).await;
+        let (code, left) = if i >= 20 {
+            (Code::OverLimit, 0)
+        } else {
+            (Code::Ok, 20 - (i + 1))
+        };
+        assert_eq!(overall(&r), code, "hit {i}");
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(code, left, 20, Unit::Minute),
+            "hit {i}"
+        );
+        assert!(until_reset(&r.statuses[0]) <= MINUTE);
+    }
+
+    // Two keys in one request: key3 (10 per hour) goes over first.
+    fresh_window(MINUTE, Duration::from_secs(20)).await;
+    let v = unique("s");
+    for i in 0..15u32 {
+        let r = call(
+            &mut c,
+            req(
+                "another",
+                vec![desc(&[("key2", &v)]), desc(&[("key3", &v)])],
+                0,
+            ),
+        )
+        .await;
+        if i < 10 {
+            assert_eq!(overall(&r), Code::Ok, "hit {i}");
+            assert_eq!(
+                limited(&r.statuses[0]),
+                unnamed(Code::Ok, 20 - (i + 1), 20, Unit::Minute)
+            );
+            assert_eq!(
+                limited(&r.statuses[1]),
+                unnamed(Code::Ok, 10 - (i + 1), 10, Unit::Hour)
+            );
+        } else {
+            assert_eq!(overall(&r), Code::OverLimit, "hit {i}");
+            // All or nothing: key2 is not counted once the request is denied, so it keeps
+            // 10 (envoyproxy with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT answers the same;
+            // by default it counts on: 20 - (i + 1)).
+            assert_eq!(
+                limited(&r.statuses[0]),
+                unnamed(Code::Ok, 10, 20, Unit::Minute),
+                "hit {i}"
+            );
+            assert_eq!(
+                limited(&r.statuses[1]),
+                unnamed(Code::OverLimit, 0, 10, Unit::Hour),
+                "hit {i}"
+            );
+        }
+    }
+
+    // duration_until_reset ticks down.
+    let r1 = one(&mut c, "another", &[("key4", "durTest")]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r2 = one(&mut c, "another", &[("key4", "durTest")]).await;
+    assert!(
+        until_reset(&r2.statuses[0]).as_secs() < until_reset(&r1.statuses[0]).as_secs(),
+        "{r1:?} {r2:?}"
+    );
+}
+
+/// envoyproxy's integration test `testShareThreshold` (its share_threshold.yaml).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_integration_share_threshold() {
+    let sc = start_upstream(
+        "memory://rls-upstream-share",
+        &["integration/share_threshold.yaml"],
+        &[],
+    )
+    .await;
+    let mut c = sc.client().await;
+    let domain = "share-threshold-test";
+    fresh_window(MINUTE, Duration::from_secs(20)).await;
+    // share_threshold: files/a.pdf spends the limit that files/b.csv shares.
+    for i in 0..10u32 {
+        let r = one(&mut c, domain, &[("files", "files/a.pdf")]).await;
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(Code::Ok, 10 - (i + 1), 10, Unit::Hour),
+            "hit {i}"
+        );
+    }
+    let r = one(&mut c, domain, &[("files", "files/b.csv")]).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::OverLimit, 0, 10, Unit::Hour)
+    );
+    assert!(until_reset(&r.statuses[0]) <= Duration::from_secs(3600));
+    // Without share_threshold each value matching the wildcard counts apart.
+    for i in 0..10 {
+        let v = unique(&format!("files_no_share/{i}-"));
+        let r = one(&mut c, domain, &[("files_no_share", &v)]).await;
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(Code::Ok, 9, 10, Unit::Hour),
+            "{v}"
+        );
+    }
+}
+
+/// envoyproxy's examples/ratelimit/config/example.yaml, as its integration-test scripts
+/// (quota.sh, replaces.sh, trigger-ratelimit.sh, trigger-shadow-mode-key.sh) drive it
+/// through examples/envoy/proxy.yaml: the descriptors Envoy sends for each curl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_example_yaml_answers_as_upstream() {
+    let sc = start_upstream(
+        "memory://rls-upstream-example",
+        &["examples/example.yaml"],
+        &["--rls-response-headers", "legacy"],
+    )
+    .await;
+    let mut c = sc.client().await;
+    fresh_window(MINUTE, Duration::from_secs(25)).await;
+
+    // quota.sh: /quota sends service_1 (1/min) and service_2 (2/min), both quota_mode.
+    let quota = || {
+        req(
+            "rl",
+            vec![
+                desc(&[("service", "service_1")]),
+                desc(&[("service", "service_2")]),
+            ],
+            0,
+        )
+    };
+    let r = call(&mut c, quota()).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::Ok, 0, 1, Unit::Minute)
+    );
+    assert_eq!(
+        limited(&r.statuses[1]),
+        unnamed(Code::Ok, 1, 2, Unit::Minute)
+    );
+    // service_1 over, service_2 within: its status says OVER_LIMIT, the answer is OK.
+    let r = call(&mut c, quota()).await;
+    assert_eq!(overall(&r), Code::Ok, "{r:?}");
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::OverLimit, 0, 1, Unit::Minute)
+    );
+    assert_eq!(
+        limited(&r.statuses[1]),
+        unnamed(Code::Ok, 0, 2, Unit::Minute)
+    );
+    // envoyproxy's header names, of the first descriptor with the least remaining.
+    let h: Vec<(&str, &str)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert_eq!(h.len(), 3, "{h:?}");
+    assert_eq!(h[0], ("RateLimit-Limit", "1"));
+    assert_eq!(h[1], ("RateLimit-Remaining", "0"));
+    assert_eq!(h[2].0, "RateLimit-Reset");
+    let reset: u64 = h[2].1.parse().unwrap();
+    assert!((1..=60).contains(&reset), "{h:?}");
+    // Every quota descriptor over: OVER_LIMIT.
+    let r = call(&mut c, quota()).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(code(&r.statuses[0]), Code::OverLimit);
+    assert_eq!(code(&r.statuses[1]), Code::OverLimit);
+
+    // replaces.sh. /twoheader sends (foo, bar); /fourheader adds (source_cluster,
+    // destination_cluster); /fiveheader adds (category).
+    let send = |foo: &str, bar: &str, cluster: Option<&str>, category: Option<&str>| {
+        let mut d = vec![desc(&[("foo", foo), ("bar", bar)])];
+        if let Some(dst) = cluster {
+            d.push(desc(&[
+                ("source_cluster", "proxy"),
+                ("destination_cluster", dst),
+            ]));
+        }
+        if let Some(cat) = category {
+            d.push(desc(&[("category", cat)]));
+        }
+        req("rl", d, 0)
+    };
+    // (foo, bar, destination_cluster, category, the overall answer)
+    type Step<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, Code);
+    let steps: &[Step<'_>] = &[
+        // replaces raises the limit: banned_limit is 0 per minute...
+        ("bkthomps", "banned", None, None, Code::OverLimit),
+        ("bkthomps", "banned", Some("mock"), None, Code::OverLimit),
+        // ...but destination override (2/min) replaces it.
+        ("bkthomps", "banned", Some("override"), None, Code::Ok),
+        ("bkthomps", "banned", Some("override"), None, Code::Ok),
+        (
+            "bkthomps",
+            "banned",
+            Some("override"),
+            None,
+            Code::OverLimit,
+        ),
+        // replaces leaves the replaced limit alone.
+        ("my_foo", "bkthomps", Some("bkthomps"), None, Code::Ok),
+        ("my_foo", "bkthomps", Some("bkthomps"), None, Code::Ok),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("bkthomps"),
+            None,
+            Code::OverLimit,
+        ),
+        ("my_foo", "bkthomps", Some("not_bkthomps"), None, Code::Ok),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("not_bkthomps"),
+            None,
+            Code::OverLimit,
+        ),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("bkthomps"),
+            None,
+            Code::OverLimit,
+        ),
+        // category account (4/min) replaces both bkthomps and fake_name.
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::Ok,
+        ),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::Ok,
+        ),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::Ok,
+        ),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::Ok,
+        ),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::OverLimit,
+        ),
+        ("foo_2", "bkthomps", None, None, Code::Ok),
+        ("foo_2", "bkthomps", None, None, Code::OverLimit),
+        ("foo_3", "bar_3", Some("fake"), None, Code::Ok),
+        ("foo_3", "bar_3", Some("fake"), None, Code::Ok),
+        ("foo_3", "bar_3", Some("fake"), None, Code::OverLimit),
+        (
+            "my_foo",
+            "bkthomps",
+            Some("fake"),
+            Some("account"),
+            Code::OverLimit,
+        ),
+    ];
+    for (i, (foo, bar, cluster, category, want)) in steps.iter().enumerate() {
+        let r = call(&mut c, send(foo, bar, *cluster, *category)).await;
+        assert_eq!(overall(&r), *want, "replaces.sh step {i}: {r:?}");
+    }
+
+    // trigger-ratelimit.sh: (foo, baz not-so-shady) is 3 per minute.
+    for i in 0..5u32 {
+        let r = one(&mut c, "rl", &[("foo", "pelle"), ("baz", "not-so-shady")]).await;
+        let want = if i < 3 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(overall(&r), want, "hit {i}");
+    }
+    // trigger-shadow-mode-key.sh: shadow_mode answers OK past the limit, 0 remaining.
+    for i in 0..6u32 {
+        let r = one(&mut c, "rl", &[("foo", "pelle"), ("baz", "shady")]).await;
+        assert_eq!(overall(&r), Code::Ok, "hit {i}");
+        let left = if i < 3 { 3 - (i + 1) } else { 0 };
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(Code::Ok, left, 3, Unit::Minute),
+            "hit {i}"
+        );
+    }
+    // Unlimited rules: OK with u32::MAX remaining and no current limit.
+    for entries in [&[("qux", "x")][..], &[("foo", "x"), ("bay", "y")]] {
+        let r = one(&mut c, "rl", entries).await;
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
+        assert_eq!(r.statuses[0].current_limit, None);
+    }
+}
+
+/// Wildcards anywhere in a value (envoyproxy's wildcard.yaml): without share_threshold each
+/// matching value counts apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_anywhere_in_a_value() {
+    let sc = start_upstream(
+        "memory://rls-upstream-wildcard",
+        &["config/wildcard.yaml"],
+        &[],
+    )
+    .await;
+    let mut c = sc.client().await;
+    fresh_window(MINUTE, Duration::from_secs(20)).await;
+    for (entries, rpu) in [
+        (&[("midWild", "barab")][..], 20),
+        (&[("midWild", "bar123b")], 20),
+        (&[("midWild", "barb")], 20),
+        (&[("multiWild", "foo123bar456baz")], 10),
+        (&[("multiWild", "foobarbaz")], 10),
+        (&[("nestedWild", "val1"), ("wild", "goo2")], 20),
+    ] {
+        let r = one(&mut c, "test-domain", entries).await;
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(Code::Ok, rpu - 1, rpu, Unit::Minute),
+            "{entries:?}"
+        );
+    }
+    for entries in [
+        &[("midWild", "bara")][..],
+        &[("midWild", "xbarb")],
+        &[("multiWild", "foo123baz")],
+        &[("noWild", "foo1")],
+    ] {
+        let r = one(&mut c, "test-domain", entries).await;
+        assert_no_limit(&r.statuses[0]);
+    }
+}
+
+/// envoyproxy's MERGE_DOMAIN_CONFIG as --rls-merge-domain-config / rls_merge_domain_config:
+/// off by default, then two files with one domain are an error naming both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_domain_config() {
+    let (k1, k2) = (
+        upstream("config/merge_domain_key1.yaml"),
+        upstream("config/merge_domain_key2.yaml"),
+    );
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--check-config",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--rls-config",
+            &k1,
+            "--rls-config",
+            &k2,
+        ];
+        args.extend_from_slice(extra);
+        output(cmd(&args), Duration::from_secs(20))
+    };
+    let out = check(&[]).await;
+    assert_usage_error(
+        &out,
+        &format!("{k2}:2: duplicate domain \"test-domain\": {k1} declares it too"),
+        "no merge",
+    );
+    assert_usage_error(&out, "rls_merge_domain_config = true", "no merge");
+    let out = check(&["--rls-merge-domain-config"]).await;
+    assert_prints(
+        &out,
+        &[
+            "merge_domain_config true",
+            &format!("rls domain   test-domain (2 rules, {k1} + {k2})"),
+        ],
+    );
+    // The TOML key.
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "grpc_listen = \"127.0.0.1:0\"\nrls_config = [{k1:?}, {k2:?}]\nrls_merge_domain_config = true\n"
+        ),
+    );
+    let out = output(
+        cmd(&[
+            "serve",
+            "--check-config",
+            "--config",
+            toml.to_str().unwrap(),
+        ]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_prints(&out, &["merge_domain_config true"]);
+    // One file twice: its descriptor declared twice, both places named.
+    let out = output(
+        cmd(&[
+            "serve",
+            "--check-config",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--rls-config",
+            &k1,
+            "--rls-config",
+            &k1,
+            "--rls-merge-domain-config",
+        ]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_usage_error(
+        &out,
+        &format!(
+            "{k1}:5: duplicate descriptor composite key test-domain.key1_value1 (also at {k1}:5)"
+        ),
+        "a key twice",
+    );
+
+    // Served merged: both files' limits answer.
+    let sc = start_upstream(
+        "memory://rls-upstream-merge",
+        &[
+            "config/merge_domain_key1.yaml",
+            "config/merge_domain_key2.yaml",
+        ],
+        &["--rls-merge-domain-config"],
+    )
+    .await;
+    let mut c = sc.client().await;
+    fresh_window(MINUTE, Duration::from_secs(5)).await;
+    let r = one(&mut c, "test-domain", &[("key1", "value1")]).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::Ok, 9, 10, Unit::Minute)
+    );
+    let r = one(&mut c, "test-domain", &[("key2", "value2")]).await;
+    assert_eq!(
+        limited(&r.statuses[0]),
+        unnamed(Code::Ok, 19, 20, Unit::Minute)
+    );
+}
+
+/// A quota-mode descriptor over its limit leaves the answer OK while another quota-mode
+/// descriptor is within, and then must not stop the request's other descriptors from being
+/// counted (it is counted on its own, as a shadow one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_mode_counts_the_others_while_the_answer_is_ok() {
+    let (_dir, sc) = start_with(
+        "memory://rls-quota",
+        "q.yaml",
+        "domain: q\n\
+         descriptors:\n\
+         \x20 - key: plain\n\
+         \x20   rate_limit: {unit: day, requests_per_unit: 5}\n\
+         \x20 - key: small\n\
+         \x20   quota_mode: true\n\
+         \x20   rate_limit: {unit: day, requests_per_unit: 1}\n\
+         \x20 - key: big\n\
+         \x20   quota_mode: true\n\
+         \x20   rate_limit: {unit: day, requests_per_unit: 3}\n",
+        &[],
+    )
+    .await;
+    let mut c = sc.client().await;
+    fresh_window(DAY, Duration::from_secs(20)).await;
+    let three = || {
+        req(
+            "q",
+            vec![
+                desc(&[("plain", "p")]),
+                desc(&[("small", "s")]),
+                desc(&[("big", "b")]),
+            ],
+            0,
+        )
+    };
+    // (overall, plain's remaining, small's code, big's code and remaining)
+    let want = [
+        (Code::Ok, 4, Code::Ok, Code::Ok, 2),
+        (Code::Ok, 3, Code::OverLimit, Code::Ok, 1),
+        (Code::Ok, 2, Code::OverLimit, Code::Ok, 0),
+        // Every quota-mode descriptor over: OVER_LIMIT; plain, within, is counted as the
+        // request's enforced descriptors are (all or nothing among themselves).
+        (Code::OverLimit, 1, Code::OverLimit, Code::OverLimit, 0),
+    ];
+    for (i, (all, plain_left, small, big, big_left)) in want.into_iter().enumerate() {
+        let r = call(&mut c, three()).await;
+        assert_eq!(overall(&r), all, "request {i}: {r:?}");
+        assert_eq!(
+            limited(&r.statuses[0]),
+            unnamed(Code::Ok, plain_left, 5, Unit::Day),
+            "request {i}"
+        );
+        assert_eq!(code(&r.statuses[1]), small, "request {i}");
+        assert_eq!(
+            limited(&r.statuses[2]),
+            unnamed(big, big_left, 3, Unit::Day),
+            "request {i}"
+        );
+    }
+}
+
+/// A reload loads the files as the start did: merged with --rls-merge-domain-config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_merges_domains_as_the_start_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = std::fs::read_to_string(upstream("config/merge_domain_key1.yaml")).unwrap();
+    let k2 = std::fs::read_to_string(upstream("config/merge_domain_key2.yaml")).unwrap();
+    write(dir.path(), "a.yaml", &k1);
+    let b = write(dir.path(), "b.yaml", &k2);
+    let d = dir.path().to_str().unwrap();
+    let sc = Rls::start(&[
+        "--store",
+        "memory://rls-merge-reload",
+        "--rls-config",
+        d,
+        "--rls-merge-domain-config",
+    ])
+    .await;
+    let mut c = sc.client().await;
+    let rpu = |r: &RateLimitResponse| limited(&r.statuses[0]).2 .0;
+    let r = one(&mut c, "test-domain", &[("key2", "value2")]).await;
+    assert_eq!(rpu(&r), 20);
+    std::fs::write(
+        &b,
+        k2.replace("requests_per_unit: 20", "requests_per_unit: 7"),
+    )
+    .unwrap();
+    let mut last = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = one(&mut c, "test-domain", &[("key2", "value2")]).await;
+        last = Some(rpu(&r));
+        if last == Some(7) {
+            break;
+        }
+    }
+    assert_eq!(
+        last,
+        Some(7),
+        "the changed file of a merged domain reloaded"
+    );
+    // The other file's descriptor is still in the merged domain.
+    let r = one(&mut c, "test-domain", &[("key1", "value1")]).await;
+    assert_eq!(rpu(&r), 10);
 }

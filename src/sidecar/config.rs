@@ -36,7 +36,8 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
 /// grpc_listen = "127.0.0.1:8081"                  # Envoy's RLS, with rls_config = [..],
 /// rls_config = ["/etc/clusterlimit/rls"]          # rls_store_down, rls_store_timeout,
-///                                                 # rls_shadow_mode, rls_response_headers
+///                                                 # rls_shadow_mode, rls_response_headers,
+///                                                 # rls_merge_domain_config
 ///
 /// rate_limit_headers = "ietf"        # legacy, both, off
 /// rate_store_down = "fail_open"      # fail_closed, local:N
@@ -85,6 +86,7 @@ struct FileConfig {
     rls_store_timeout: Option<String>,
     rls_shadow_mode: Option<bool>,
     rls_response_headers: Option<String>,
+    rls_merge_domain_config: Option<bool>,
 }
 
 impl FileConfig {
@@ -210,6 +212,7 @@ impl Config {
                 rls_store_timeout: file.rls_store_timeout,
                 rls_shadow_mode: file.rls_shadow_mode,
                 rls_response_headers: file.rls_response_headers,
+                rls_merge_domain_config: file.rls_merge_domain_config,
             },
         )?;
         Ok(Config {

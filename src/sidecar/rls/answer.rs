@@ -19,7 +19,10 @@ pub enum HeaderMode {
     /// None (Envoy's `enable_x_ratelimit_headers` can make its own from the statuses).
     #[default]
     Off,
+    /// Ours: the IETF `RateLimit-Policy` and `RateLimit` fields.
     Ietf,
+    /// envoyproxy's `LIMIT_RESPONSE_HEADERS_ENABLED`: `RateLimit-Limit`,
+    /// `RateLimit-Remaining`, `RateLimit-Reset`.
     Legacy,
 }
 
@@ -106,15 +109,27 @@ pub fn status(outcome: &Outcome<'_>) -> DescriptorStatus {
     }
 }
 
-/// The whole answer: OVER_LIMIT if any descriptor is (OK anyway under global shadow mode,
-/// the statuses still saying which were over, as envoyproxy).
+/// The whole answer, as envoyproxy's `shouldRateLimitWorker`: OVER_LIMIT if a descriptor
+/// not in quota mode is over, or if the request has quota-mode descriptors and every one of
+/// them is over (a quota-mode descriptor keeps its own OVER_LIMIT status either way). OK
+/// anyway under global shadow mode, the statuses still saying which were over.
 pub fn response(
     outcomes: &[Outcome<'_>],
     global_shadow: bool,
     headers: HeaderMode,
 ) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = outcomes.iter().map(status).collect();
-    let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    let (mut over, mut quota, mut quota_over) = (false, 0usize, 0usize);
+    for (o, s) in outcomes.iter().zip(&statuses) {
+        let is_over = s.code == Code::OverLimit as i32;
+        if quota_mode(o) {
+            quota += 1;
+            quota_over += usize::from(is_over);
+        } else {
+            over |= is_over;
+        }
+    }
+    let over = over || (quota > 0 && quota == quota_over);
     let overall = if over && !global_shadow {
         Code::OverLimit
     } else {
@@ -126,6 +141,11 @@ pub fn response(
         statuses,
         ..Default::default()
     }
+}
+
+/// A descriptor on a `quota_mode` rule (`unlimited` ones are not counted there, as envoyproxy).
+fn quota_mode(outcome: &Outcome<'_>) -> bool {
+    matches!(outcome, Outcome::Decided { rule, .. } if rule.quota_mode)
 }
 
 fn current_limit(rule: &Rule) -> PbRateLimit {
@@ -198,18 +218,78 @@ fn pb_duration(d: Duration) -> PbDuration {
     }
 }
 
-/// The RateLimit fields of the tightest descriptor: an over-limit one, else the one with
-/// the least remaining (as envoyproxy picks its `minimumDescriptor`).
+/// envoyproxy's header names (its `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and
+/// `LIMIT_RESET_HEADER` defaults), spelled as it sends them.
+pub const LEGACY_NAMES: [&str; 3] = ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"];
+
+/// The response header fields of `mode`: `legacy` as envoyproxy (`LIMIT_RESPONSE_HEADERS_ENABLED`),
+/// `ietf` the RateLimit fields of the tightest descriptor (ours).
 fn header_fields(
     outcomes: &[Outcome<'_>],
     statuses: &[DescriptorStatus],
     mode: HeaderMode,
 ) -> Vec<HeaderValue> {
-    let names = match mode {
-        HeaderMode::Off => return Vec::new(),
-        HeaderMode::Ietf => HeaderNames::Ietf,
-        HeaderMode::Legacy => HeaderNames::Legacy,
+    match mode {
+        HeaderMode::Off => Vec::new(),
+        HeaderMode::Legacy => legacy_fields(outcomes, statuses),
+        HeaderMode::Ietf => ietf_fields(outcomes, statuses),
+    }
+}
+
+/// envoyproxy's three fields of its `minimumDescriptor`: among the statuses with a
+/// `current_limit`, the first with the least `limit_remaining`, unless a descriptor not in
+/// quota mode is OVER_LIMIT (then the last such). `RateLimit-Limit` is its
+/// `requests_per_unit`, `RateLimit-Remaining` its `limit_remaining`, `RateLimit-Reset` its
+/// `duration_until_reset` in whole seconds, rounded up (envoyproxy: the seconds left in the
+/// unit's window). A store-down policy's made-up answer is never chosen.
+fn legacy_fields(outcomes: &[Outcome<'_>], statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let mut min_remaining = u32::MAX;
+    let mut minimum: Option<&DescriptorStatus> = None;
+    for (o, s) in outcomes.iter().zip(statuses) {
+        if matches!(o, Outcome::Decided { store: false, .. }) {
+            continue;
+        }
+        if s.current_limit.is_some() && s.limit_remaining < min_remaining {
+            minimum = Some(s);
+            min_remaining = s.limit_remaining;
+        }
+        if s.code == Code::OverLimit as i32 && !quota_mode(o) {
+            minimum = Some(s);
+            min_remaining = 0;
+        }
+    }
+    let Some(s) = minimum else {
+        return Vec::new();
     };
+    let Some(limit) = &s.current_limit else {
+        return Vec::new();
+    };
+    let reset = s.duration_until_reset.map_or(0, |d| {
+        let secs = u64::try_from(d.seconds).unwrap_or(0);
+        if d.nanos > 0 {
+            secs + 1
+        } else {
+            secs
+        }
+    });
+    let [limit_name, remaining_name, reset_name] = LEGACY_NAMES;
+    [
+        (limit_name, limit.requests_per_unit.to_string()),
+        (remaining_name, s.limit_remaining.to_string()),
+        (reset_name, reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.to_string(),
+        value,
+        raw_value: Vec::new(),
+    })
+    .collect()
+}
+
+/// The RateLimit fields of the tightest descriptor: an over-limit one, else the one with
+/// the least remaining.
+fn ietf_fields(outcomes: &[Outcome<'_>], statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     let tightest = outcomes
         .iter()
         .zip(statuses)
@@ -242,7 +322,7 @@ fn header_fields(
     } else {
         &rule.name
     };
-    rate_limit_headers(policy, &quota, &decision, names)
+    rate_limit_headers(policy, &quota, &decision, HeaderNames::Ietf)
         .into_iter()
         .map(|(key, value)| HeaderValue {
             key: key.to_string(),
@@ -266,6 +346,7 @@ mod tests {
             requests_per_unit: 2,
             unlimited: false,
             shadow,
+            quota_mode: false,
             detailed_metric: false,
             replaces: Vec::new(),
             quota: Some(Quota::per_minute(2).algorithm(Algorithm::FixedWindow)),
@@ -324,14 +405,18 @@ mod tests {
         let reset = s[2].duration_until_reset.unwrap();
         assert!(reset.seconds <= 60 && (reset.seconds > 0 || reset.nanos > 0));
         assert_eq!((s[3].code, s[3].limit_remaining), (Code::Ok as i32, 0));
-        // The tightest (least remaining) descriptor's fields.
+        // envoyproxy's three fields, of the descriptor with the least remaining.
         let h: Vec<(&str, &str)> = r
             .response_headers_to_add
             .iter()
             .map(|h| (h.key.as_str(), h.value.as_str()))
             .collect();
-        assert_eq!(h[0], ("x-ratelimit-limit", "2"));
-        assert_eq!(h[1], ("x-ratelimit-remaining", "0"));
+        assert_eq!(h.len(), 3, "{h:?}");
+        assert_eq!(h[0], ("RateLimit-Limit", "2"));
+        assert_eq!(h[1], ("RateLimit-Remaining", "0"));
+        assert_eq!(h[2].0, "RateLimit-Reset");
+        let reset: u64 = h[2].1.parse().unwrap();
+        assert!((1..=60).contains(&reset), "{h:?}");
 
         // Enforced and over: OVER_LIMIT, unless global shadow mode answers OK overall.
         let over = [Outcome::Decided {
@@ -369,6 +454,84 @@ mod tests {
         let r = response(&fallback, false, HeaderMode::Ietf);
         assert_eq!(r.overall_code, Code::Ok as i32);
         assert!(r.response_headers_to_add.is_empty(), "{r:?}");
+    }
+
+    fn quota_rule(requests_per_unit: u32) -> Rule {
+        Rule {
+            quota_mode: true,
+            requests_per_unit,
+            name: format!("q{requests_per_unit}"),
+            ..rule(false)
+        }
+    }
+
+    fn within_quota(rule: &Rule) -> Outcome<'_> {
+        Outcome::Decided {
+            rule,
+            decision: None,
+            over: false,
+            store: true,
+        }
+    }
+
+    /// envoyproxy's `shouldRateLimitWorker`: quota-mode descriptors keep their OVER_LIMIT
+    /// status, but make the whole answer OVER_LIMIT only when every one of them is over; any
+    /// other over descriptor does.
+    #[test]
+    fn quota_mode_overall_code_and_legacy_header_choice() {
+        let (q1, q2, plain) = (quota_rule(1), quota_rule(2), rule(false));
+        let over = |rule| Outcome::Decided {
+            rule,
+            decision: None,
+            over: true,
+            store: true,
+        };
+        let code = |outcomes: &[Outcome<'_>]| {
+            let r = response(outcomes, false, HeaderMode::Off);
+            let statuses: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+            (r.overall_code, statuses)
+        };
+        let (ok, over_limit) = (Code::Ok as i32, Code::OverLimit as i32);
+        // One quota descriptor over, another within: OK overall, its status OVER_LIMIT.
+        let within = within_quota(&q2);
+        assert_eq!(
+            code(&[over(&q1), Outcome::Unlimited, within, Outcome::NoLimit]),
+            (ok, vec![over_limit, ok, ok, ok])
+        );
+        // Every quota descriptor over (unlimited and unmatched ones are not quota ones).
+        assert_eq!(code(&[over(&q1), over(&q2)]).0, over_limit);
+        assert_eq!(
+            code(&[over(&q1), Outcome::Unlimited, Outcome::NoLimit]).0,
+            over_limit
+        );
+        // A descriptor not in quota mode over: OVER_LIMIT.
+        assert_eq!(code(&[over(&plain), within_quota(&q2)]).0, over_limit);
+        // Global shadow mode: OK anyway.
+        assert_eq!(
+            response(&[over(&q1)], true, HeaderMode::Off).overall_code,
+            ok
+        );
+
+        // Legacy fields: an over descriptor in quota mode does not take the choice from a
+        // plain over one; the plain one over wins whatever its position.
+        let r = response(&[over(&plain), over(&q1)], false, HeaderMode::Legacy);
+        let limit = &r.response_headers_to_add[0];
+        assert_eq!(
+            (limit.key.as_str(), limit.value.as_str()),
+            ("RateLimit-Limit", "2")
+        );
+        let r = response(&[over(&q1), over(&plain)], false, HeaderMode::Legacy);
+        assert_eq!(r.response_headers_to_add[0].value, "2");
+        // Quota descriptors only: the first with the least remaining.
+        let r = response(&[over(&q1), over(&q2)], false, HeaderMode::Legacy);
+        assert_eq!(r.response_headers_to_add[0].value, "1");
+        // No descriptor with a limit: no fields.
+        let r = response(
+            &[Outcome::NoLimit, Outcome::Unlimited],
+            false,
+            HeaderMode::Legacy,
+        );
+        assert!(r.response_headers_to_add.is_empty());
     }
 
     #[test]

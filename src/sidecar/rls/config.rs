@@ -1,6 +1,7 @@
 //! The RLS rules: envoyproxy/ratelimit's YAML (`domain`, nested `descriptors` with `key`,
-//! `value`, `rate_limit`, `shadow_mode`, `detailed_metric`) loaded as is, plus our extensions
-//! (`algorithm`, `burst`, a domain's `store_down`). Every error names `file:line`.
+//! `value`, `rate_limit`, `shadow_mode`, `quota_mode`, `share_threshold`, `detailed_metric`,
+//! `value_to_metric`, `metadata`) loaded as is, plus our extensions (`algorithm`, `burst`, a
+//! domain's `store_down`). Every error names `file:line`.
 
 use super::yaml::{self, Node, Value};
 use clusterlimit::{Algorithm, Quota, StoreDownPolicy};
@@ -81,6 +82,9 @@ pub struct Rule {
     pub requests_per_unit: u32,
     pub unlimited: bool,
     pub shadow: bool,
+    /// envoyproxy's `quota_mode`: over, it says OVER_LIMIT in its own status, but the overall
+    /// answer is OVER_LIMIT only when every quota-mode descriptor of the request is over.
+    pub quota_mode: bool,
     pub detailed_metric: bool,
     pub replaces: Vec<String>,
     /// How it counts; `None` when nothing is counted (`unlimited`, or `requests_per_unit: 0`,
@@ -97,21 +101,84 @@ pub struct Rule {
 pub struct Level {
     /// By `key` or `key_value`.
     pub children: HashMap<String, Level>,
-    /// The children's keys ending in `*`, in file order.
-    pub wildcards: Vec<String>,
+    /// The children's keys holding a `*`, in file order (merged files: in load order).
+    pub wildcards: Vec<Wildcard>,
     pub rule: Option<Arc<Rule>>,
+    /// envoyproxy's `share_threshold`: the values this level's wildcard matches share one
+    /// counter (the wildcard stands for the value in the counter key).
+    pub share_threshold: bool,
+    /// Where it was declared (`file:line`), for errors on merged domains.
+    pub origin: String,
+    /// The line of the declaration, to report merge clashes in file order.
+    line: usize,
+}
+
+/// A descriptor key with `*` in it (`path_/api/*`, `midWild_bar*b`), split on the `*`s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wildcard {
+    /// The whole `key_value`, as the child is stored.
+    pub key: String,
+    parts: Vec<String>,
+}
+
+impl Wildcard {
+    /// The pattern of `key` (which holds at least one `*`).
+    pub fn new(key: &str) -> Wildcard {
+        Wildcard {
+            key: key.to_string(),
+            parts: key.split('*').map(str::to_string).collect(),
+        }
+    }
+
+    /// Whether `key_value` matches: each `*` stands for any run of characters, the empty one
+    /// too (envoyproxy's `wildcardMatch`, the same steps).
+    pub fn matches(&self, key_value: &str) -> bool {
+        let parts = &self.parts;
+        let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+            return false;
+        };
+        if parts.len() == 1 {
+            return first == key_value;
+        }
+        if !key_value.starts_with(first.as_str()) || !key_value.ends_with(last.as_str()) {
+            return false;
+        }
+        // The first and last parts must not overlap in the value.
+        let fixed: usize = parts.iter().map(String::len).sum();
+        if key_value.len() < fixed {
+            return false;
+        }
+        let mut rest = &key_value[first.len()..key_value.len() - last.len()];
+        for part in &parts[1..parts.len() - 1] {
+            match rest.find(part.as_str()) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 /// A domain's rules.
 #[derive(Debug)]
 pub struct Domain {
     pub name: String,
-    pub file: PathBuf,
+    /// The files that declare it (several when merged), in load order.
+    pub files: Vec<PathBuf>,
+    /// The line of its `domain` key in the first file.
+    pub line: usize,
     /// Our extension: this domain's answer while the store is down (else the global one).
     pub store_down: Option<StoreDownPolicy>,
     pub root: Level,
     /// Every rule, in file order (for the summary and start-up).
     pub rules: Vec<Arc<Rule>>,
+}
+
+/// How [`Rules::load`] treats several files naming one domain.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Loading {
+    /// Merge them (envoyproxy's `MERGE_DOMAIN_CONFIG`, off by default as there).
+    pub merge_domains: bool,
 }
 
 /// Every loaded domain.
@@ -121,23 +188,38 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// Loads `paths` in order; a directory loads its `*.yaml` and `*.yml` files, sorted.
-    pub fn load(paths: &[PathBuf]) -> Result<Rules, String> {
+    /// Loads and validates a whole rule set: `paths` in order, a directory's `*.yaml` and
+    /// `*.yml` files sorted by name. Two files naming one domain are an error naming both,
+    /// unless `how.merge_domains` (envoyproxy's `MERGE_DOMAIN_CONFIG`): then the later file's
+    /// descriptors join the domain, a descriptor declared twice an error.
+    pub fn load(paths: &[PathBuf], how: Loading) -> Result<Rules, String> {
         let mut rules = Rules::default();
         for path in paths {
             for file in expand(path)? {
                 let text = std::fs::read_to_string(&file)
                     .map_err(|e| format!("rls_config {}: cannot read it: {e}", file.display()))?;
                 let domain = parse_file(&file, &text)?;
-                if let Some(other) = rules.domains.get(&domain.name) {
-                    return Err(format!(
-                        "{}:1: duplicate domain {:?} (also in {})",
-                        file.display(),
-                        domain.name,
-                        other.file.display()
-                    ));
+                match rules.domains.get_mut(&domain.name) {
+                    None => {
+                        rules.domains.insert(domain.name.clone(), domain);
+                    }
+                    Some(other) if !how.merge_domains => {
+                        return Err(format!(
+                            "{}:{}: duplicate domain {:?}: {} declares it too. Put its \
+                             descriptors in one file, or merge the files with \
+                             rls_merge_domain_config = true (--rls-merge-domain-config, as \
+                             envoyproxy's MERGE_DOMAIN_CONFIG)",
+                            file.display(),
+                            domain.line,
+                            domain.name,
+                            other
+                                .files
+                                .first()
+                                .map_or(String::new(), |f| f.display().to_string()),
+                        ));
+                    }
+                    Some(other) => other.merge(domain)?,
                 }
-                rules.domains.insert(domain.name.clone(), domain);
             }
         }
         Ok(rules)
@@ -155,11 +237,12 @@ impl Rules {
             let policy = d
                 .store_down
                 .map_or(String::new(), |p| format!(", store_down {p}"));
+            let files: Vec<String> = d.files.iter().map(|f| f.display().to_string()).collect();
             out.push_str(&format!(
                 "rls domain   {} ({} rules, {}{policy})\n",
                 d.name,
                 d.rules.len(),
-                d.file.display()
+                files.join(" + ")
             ));
             for r in &d.rules {
                 out.push_str(&format!(
@@ -201,8 +284,50 @@ impl Rule {
         if self.shadow {
             s.push_str(", shadow_mode");
         }
+        if self.quota_mode {
+            s.push_str(", quota_mode");
+        }
         s.push_str(&format!(" [{}]", self.origin));
         s
+    }
+}
+
+impl Domain {
+    /// Adds `other`'s descriptors (the same domain from a later file), as envoyproxy patches a
+    /// domain: its top-level keys must be new; its wildcards come after ours.
+    fn merge(&mut self, other: Domain) -> Result<(), String> {
+        let file = other.files.first().cloned().unwrap_or_default();
+        match (self.store_down, other.store_down) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(format!(
+                    "{}:{}: store_down {b} for domain {:?}, but {} gives it {a}: give it once",
+                    file.display(),
+                    other.line,
+                    self.name,
+                    self.files
+                        .first()
+                        .map_or(String::new(), |f| f.display().to_string()),
+                ))
+            }
+            (None, b) => self.store_down = b,
+            _ => {}
+        }
+        let mut children: Vec<(String, Level)> = other.root.children.into_iter().collect();
+        children.sort_by_key(|(_, l)| l.line);
+        for (key, child) in children {
+            if let Some(mine) = self.root.children.get(&key) {
+                return Err(format!(
+                    "{}: duplicate descriptor composite key {}.{key} (also at {}): merged \
+                     files must not declare one descriptor twice",
+                    child.origin, self.name, mine.origin
+                ));
+            }
+            self.root.children.insert(key, child);
+        }
+        self.root.wildcards.extend(other.root.wildcards);
+        self.rules.extend(other.rules);
+        self.files.push(file);
+        Ok(())
     }
 }
 
@@ -380,8 +505,8 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
             _ => descriptors = cx.list(v, "descriptors")?,
         }
     }
-    let name = match name {
-        Some((n, _)) if !n.is_empty() => n,
+    let (name, line) = match name {
+        Some((n, line)) if !n.is_empty() => (n, line),
         Some((_, line)) => return Err(cx.err(line, "domain must not be empty")),
         None => {
             return Err(cx.err(
@@ -392,7 +517,8 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
     };
     let mut domain = Domain {
         name,
-        file: file.to_path_buf(),
+        files: vec![file.to_path_buf()],
+        line,
         store_down,
         root: Level::default(),
         rules: Vec::new(),
@@ -420,7 +546,11 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "rate_limit",
     "descriptors",
     "shadow_mode",
+    "quota_mode",
+    "share_threshold",
     "detailed_metric",
+    "value_to_metric",
+    "metadata",
     "algorithm",
     "burst",
 ];
@@ -478,8 +608,43 @@ fn load_level(
             Some((v, _)) => cx.bool(v, "shadow_mode")?,
             None => false,
         };
+        let quota_mode = match get("quota_mode") {
+            Some((v, _)) => cx.bool(v, "quota_mode")?,
+            None => false,
+        };
         let detailed_metric = match get("detailed_metric") {
             Some((v, _)) => cx.bool(v, "detailed_metric")?,
+            None => false,
+        };
+        // Loaded for compatibility; it only shapes envoyproxy's statsd names (see
+        // docs/envoy-ratelimit-parity.md).
+        if let Some((v, _)) = get("value_to_metric") {
+            cx.bool(v, "value_to_metric")?;
+        }
+        // Only sent in envoyproxy's dynamic metadata, which we do not produce.
+        if let Some((v, _)) = get("metadata") {
+            if !matches!(v.value, Value::Map(_) | Value::Null) {
+                return Err(cx.err(
+                    v.line,
+                    format!("metadata must be a mapping, got {}", v.value.kind()),
+                ));
+            }
+        }
+        let share_threshold = match get("share_threshold") {
+            Some((v, line)) => {
+                let on = cx.bool(v, "share_threshold")?;
+                if on && !final_key.contains('*') {
+                    return Err(cx.err(
+                        line,
+                        format!(
+                            "share_threshold applies to wildcard values (with a '*') only, \
+                             but the descriptor's key is {final_key:?}: add a '*' to the value \
+                             or drop share_threshold"
+                        ),
+                    ));
+                }
+                on
+            }
             None => false,
         };
         let algorithm = match get("algorithm") {
@@ -490,7 +655,12 @@ fn load_level(
             Some((v, line)) => Some((cx.number::<u64>(v, "burst", "(1 or more)")?, line)),
             None => None,
         };
-        let mut child = Level::default();
+        let mut child = Level {
+            share_threshold,
+            origin: format!("{}:{}", cx.file.display(), d.line),
+            line: d.line,
+            ..Level::default()
+        };
         match get("rate_limit") {
             Some((rl, line)) => {
                 let at = Declared { node: rl, line };
@@ -500,6 +670,7 @@ fn load_level(
                     &path,
                     at,
                     shadow,
+                    quota_mode,
                     detailed_metric,
                     algorithm,
                     burst,
@@ -529,8 +700,9 @@ fn load_level(
                 depth + 1,
             )?;
         }
-        if final_key.ends_with('*') {
-            level.wildcards.push(final_key.clone());
+        // envoyproxy: a `*` anywhere in `key_value` makes it a wildcard.
+        if final_key.contains('*') {
+            level.wildcards.push(Wildcard::new(&final_key));
         }
         level.children.insert(final_key, child);
     }
@@ -562,6 +734,7 @@ fn parse_rule(
     path: &str,
     at: Declared<'_>,
     shadow: bool,
+    quota_mode: bool,
     detailed_metric: bool,
     algorithm: Option<(Algorithm, usize)>,
     burst: Option<(u64, usize)>,
@@ -624,6 +797,7 @@ fn parse_rule(
             requests_per_unit: 0,
             unlimited,
             shadow,
+            quota_mode,
             detailed_metric,
             replaces,
             quota: None,
@@ -675,6 +849,7 @@ fn parse_rule(
         requests_per_unit,
         unlimited,
         shadow,
+        quota_mode,
         detailed_metric,
         replaces,
         quota,
@@ -787,7 +962,7 @@ mod tests {
             (Algorithm::Gcra, 3, Duration::from_secs(3600))
         );
         assert_eq!(user.rule.as_ref().unwrap().replaces, vec!["db".to_string()]);
-        assert_eq!(user.wildcards, vec!["path_/api*".to_string()]);
+        assert_eq!(user.wildcards, vec![Wildcard::new("path_/api*")]);
         let path = user.children["path_/api*"].rule.clone().unwrap();
         assert_eq!(path.quota, None, "requests_per_unit 0: always over");
         assert_eq!(path.unit.period(), Duration::from_secs(30 * 86_400));
@@ -822,6 +997,11 @@ mod tests {
             ("domain: a\ndescriptors:\n  - key: k\n    algorithm: leaky\n", 4, "algorithm must be"),
             ("domain: a\ndescriptors:\n  - key: k\n    algorithm: gcra\n", 4, "apply to a descriptor with a rate_limit"),
             ("domain: a\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", 4, "true or false"),
+            ("domain: a\ndescriptors:\n  - key: k\n    quota_mode: maybe\n", 4, "quota_mode must be true or false"),
+            ("domain: a\ndescriptors:\n  - key: k\n    value_to_metric: 1\n", 4, "value_to_metric must be true or false"),
+            ("domain: a\ndescriptors:\n  - key: k\n    metadata: [x]\n", 4, "metadata must be a mapping, got a list"),
+            ("domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n", 4, "share_threshold applies to wildcard values"),
+            ("domain: a\ndescriptors:\n  - key: k*\n    share_threshold: yes\n", 4, "share_threshold must be true or false"),
             ("domain: a\nstore_down: sometimes\n", 2, "store_down"),
             ("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n", 4, "same descriptor"),
             ("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", 4, "empty replaces"),

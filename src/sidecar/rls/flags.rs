@@ -24,8 +24,12 @@ pub struct RlsFlags {
     /// Count every RLS rule but answer OK overall (envoyproxy's global shadow mode).
     #[arg(long)]
     pub rls_shadow_mode: bool,
-    /// RateLimit header fields in the RLS answers' response_headers_to_add: off, ietf or
-    /// legacy [default: off].
+    /// Header fields in the RLS answers' response_headers_to_add: off, ietf (RateLimit-Policy,
+    /// RateLimit) or legacy (envoyproxy's RateLimit-Limit, -Remaining, -Reset) [default: off].
     #[arg(long, value_name = "MODE")]
     pub rls_response_headers: Option<String>,
+    /// Merge rule files that name one domain (envoyproxy's MERGE_DOMAIN_CONFIG); without it
+    /// such files are an error naming both.
+    #[arg(long)]
+    pub rls_merge_domain_config: bool,
 }

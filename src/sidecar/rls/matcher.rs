@@ -1,6 +1,7 @@
 //! Descriptor → rule, exactly as envoyproxy/ratelimit's `GetLimit`: per entry try
-//! `key_value`, then the level's wildcard prefixes (in file order), then `key`; a rule applies
-//! only when the request's LAST entry lands on a node with a rate_limit.
+//! `key_value`, then the level's wildcards (a `*` anywhere, each matching any run of
+//! characters; the first in file order wins), then `key`; a rule applies only when the
+//! request's LAST entry lands on a node with a rate_limit.
 
 use super::config::{Domain, Level, Rule};
 use std::sync::Arc;
@@ -8,26 +9,47 @@ use std::sync::Arc;
 /// One entry of a request descriptor.
 pub type Entry<'a> = (&'a str, &'a str);
 
+/// The rule a descriptor selects, and its entries as they are counted: an entry matched by a
+/// `share_threshold` wildcard has the wildcard (`files/*`) for its value, so every value it
+/// matches shares one counter (envoyproxy's `ShareThresholdKeyPattern`).
+#[derive(Debug)]
+pub struct Found<'a> {
+    pub rule: &'a Arc<Rule>,
+    pub entries: Vec<Entry<'a>>,
+}
+
 /// The rule `entries` select in `domain`, if any.
-pub fn find<'d>(domain: &'d Domain, entries: &[Entry<'_>]) -> Option<&'d Arc<Rule>> {
+pub fn find<'a>(domain: &'a Domain, entries: &[Entry<'a>]) -> Option<Found<'a>> {
     let mut level: &Level = &domain.root;
     let mut found = None;
+    let mut counted: Vec<Entry<'a>> = entries.to_vec();
     for (i, (key, value)) in entries.iter().enumerate() {
         let key_value = format!("{key}_{value}");
-        let next = level
-            .children
-            .get(&key_value)
-            .or_else(|| {
-                level
-                    .wildcards
-                    .iter()
-                    .find(|w| key_value.starts_with(w.strip_suffix('*').unwrap_or(w)))
-                    .and_then(|w| level.children.get(w))
-            })
-            .or_else(|| level.children.get(*key));
+        let mut wildcard = None;
+        let next = level.children.get(&key_value).or_else(|| {
+            let w = level.wildcards.iter().find(|w| w.matches(&key_value))?;
+            wildcard = Some(w.key.as_str());
+            level.children.get(&w.key)
+        });
+        let next = match next {
+            Some(n) => Some(n),
+            None => {
+                wildcard = None;
+                level.children.get(*key)
+            }
+        };
         let Some(next) = next else {
             break;
         };
+        if let Some(pattern) = wildcard.filter(|_| next.share_threshold) {
+            // envoyproxy strips the request's `key_` from the wildcard's key.
+            let prefix_len = key.len() + 1;
+            let shared = match pattern.get(..prefix_len) {
+                Some(p) if p.strip_suffix('_') == Some(*key) => &pattern[prefix_len..],
+                _ => pattern,
+            };
+            counted[i].1 = shared;
+        }
         if i == entries.len() - 1 {
             found = next.rule.as_ref();
         }
@@ -36,7 +58,10 @@ pub fn find<'d>(domain: &'d Domain, entries: &[Entry<'_>]) -> Option<&'d Arc<Rul
         }
         level = next;
     }
-    found
+    found.map(|rule| Found {
+        rule,
+        entries: counted,
+    })
 }
 
 /// The counter key of a descriptor on its rule: its entries as envoyproxy's cache key has
@@ -122,7 +147,7 @@ mod tests {
     }
 
     fn name(d: &Domain, entries: &[Entry<'_>]) -> Option<String> {
-        find(d, entries).map(|r| r.name.clone())
+        find(d, entries).map(|f| f.rule.name.clone())
     }
 
     #[test]
@@ -158,6 +183,36 @@ mod tests {
         assert_eq!(name(&d, &[("n", "q"), ("m", "2")]), None);
         assert_eq!(name(&d, &[]), None);
         assert_eq!(name(&d, &[("zzz", "1")]), None);
+    }
+
+    /// upstream's `wildcardMatch`, edge by edge.
+    #[test]
+    fn wildcards_match_as_upstream() {
+        use super::super::config::Wildcard;
+        for (pattern, value, want) in [
+            ("k_ab*", "k_ab", true),
+            ("k_ab*", "k_abc", true),
+            ("k_ab*", "k_a", false),
+            ("k_*", "k_", true),
+            ("k_ab*ba", "k_abba", true),
+            ("k_ab*ba", "k_aba", false), // prefix and suffix may not overlap
+            ("k_ab*ba", "k_abXba", true),
+            ("k_a*b*c", "k_abc", true),
+            ("k_a*b*c", "k_axbyc", true),
+            ("k_a*b*c", "k_acb", false), // the middle parts in order
+            ("k_a*b*c", "k_ac", false),
+            ("k_*b*", "k_xbx", true),
+            ("k_**", "k_", true),
+            ("k*", "kx_y", true), // a `*` in the key part matches across the `_`
+            ("k_é*ü", "k_éaü", true),
+            ("k_é*ü", "k_ü", false),
+        ] {
+            assert_eq!(
+                Wildcard::new(pattern).matches(value),
+                want,
+                "{pattern} ~ {value}"
+            );
+        }
     }
 
     #[test]

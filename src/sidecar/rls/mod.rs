@@ -5,6 +5,8 @@ mod answer;
 mod config;
 mod flags;
 mod matcher;
+#[cfg(test)]
+mod parity_tests;
 mod reload;
 mod service;
 mod settings;
@@ -70,6 +72,7 @@ pub async fn start(
     reload::spawn(
         rls.clone(),
         settings.files.clone(),
+        settings.loading,
         settings.files_seen.clone(),
         metrics,
     );

@@ -7,7 +7,7 @@
 //! Kubernetes swaps a ConfigMap's `..data` symlink; both escape a watch on the old inode, and
 //! a poll of a few small files twice a second sees them all with no dependency.
 
-use super::config::Rules;
+use super::config::{Loading, Rules};
 use super::service::Rls;
 use crate::frontend::lock;
 use crate::sidecar::metrics::Metrics;
@@ -286,8 +286,15 @@ fn file_state(path: &Path) -> Result<FileState, String> {
 
 /// The reloader's task: polls `files`, reloads on a settled change or `SIGHUP`, forever.
 /// Every failure is reported and the loop goes on.
-/// `seen`: what the files held when the rules in force were read.
-pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, seen: Fingerprint, metrics: Arc<Metrics>) {
+/// `seen`: what the files held when the rules in force were read; `loading`: how they were
+/// loaded (domain merging), the same on every reload.
+pub fn spawn(
+    rls: Arc<Rls>,
+    files: Vec<PathBuf>,
+    loading: Loading,
+    seen: Fingerprint,
+    metrics: Arc<Metrics>,
+) {
     metrics.rls_reload.started(&rls.rules());
     // Registered now, before the sidecar says it listens: a SIGHUP from then on reloads
     // instead of ending the process (its default).
@@ -298,6 +305,7 @@ pub fn spawn(rls: Arc<Rls>, files: Vec<PathBuf>, seen: Fingerprint, metrics: Arc
             let task = tokio::spawn(watch(
                 rls.clone(),
                 files.clone(),
+                loading,
                 seen,
                 metrics.clone(),
                 hangup.take(),
@@ -327,6 +335,7 @@ fn catch_hangup() -> Option<tokio::signal::unix::Signal> {
 async fn watch(
     rls: Arc<Rls>,
     files: Vec<PathBuf>,
+    loading: Loading,
     mut applied: Fingerprint,
     metrics: Arc<Metrics>,
     mut hangup: Option<tokio::signal::unix::Signal>,
@@ -372,7 +381,7 @@ async fn watch(
         // Whatever comes of it, this state has been tried: only a change, a SIGHUP or a due
         // retry tries again.
         applied = now;
-        match reload_once(&rls, &files).await {
+        match reload_once(&rls, &files, loading).await {
             Ok(done) => {
                 retry = None;
                 report.reloaded(&done);
@@ -410,9 +419,13 @@ async fn watch(
 }
 
 /// Loads the rules and puts them in force; the outcome and message when it fails.
-async fn reload_once(rls: &Rls, files: &[PathBuf]) -> Result<Reloaded, (Outcome, String)> {
+async fn reload_once(
+    rls: &Rls,
+    files: &[PathBuf],
+    loading: Loading,
+) -> Result<Reloaded, (Outcome, String)> {
     let paths = files.to_vec();
-    let loaded = tokio::task::spawn_blocking(move || Rules::load(&paths))
+    let loaded = tokio::task::spawn_blocking(move || Rules::load(&paths, loading))
         .await
         .map_err(|e| (Outcome::Invalid, format!("loading the rules failed: {e}")))?;
     let rules = loaded.map_err(|e| (Outcome::Invalid, e))?;

@@ -167,7 +167,11 @@ impl Rls {
                 return Err(ReloadError::Invalid(format!(
                     "{}: domain {:?} sets store_down {p}, a policy this sidecar did not start \
                      with; restart the sidecar to use it, or use a policy already in force",
-                    d.file.display(),
+                    d.files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     d.name
                 )));
             }
@@ -249,6 +253,7 @@ impl Rls {
             requests_per_unit: o.requests_per_unit,
             unlimited: false,
             shadow: false,
+            quota_mode: false,
             // Labelled by the rule, not the request's values: metrics stay bounded.
             detailed_metric: false,
             replaces: Vec::new(),
@@ -281,13 +286,12 @@ impl Rls {
 
     /// The answer to one request.
     pub async fn answer(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        // envoyproxy returns these as plain Go errors, which gRPC sends as UNKNOWN.
         if req.domain.is_empty() {
-            return Err(Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
+            return Err(Status::unknown("rate limit domain must not be empty"));
         }
         if req.descriptors.is_empty() {
-            return Err(Status::invalid_argument(
+            return Err(Status::unknown(
                 "rate limit descriptor list must not be empty",
             ));
         }
@@ -311,14 +315,19 @@ impl Rls {
                     "descriptors[{i}].is_negative_hits is not supported"
                 )));
             }
-            let entries: Vec<Entry<'_>> = d
+            let mut entries: Vec<Entry<'_>> = d
                 .entries
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
             let rule = match &d.limit {
                 Some(o) => Some(self.override_rule(domain, i, &entries, o)?),
-                None => matcher::find(domain, &entries).cloned(),
+                // Counted (and labelled) by the entries as matched: share_threshold values
+                // stand as their wildcard.
+                None => matcher::find(domain, &entries).map(|found| {
+                    entries = found.entries;
+                    found.rule.clone()
+                }),
             };
             // envoyproxy: a descriptor's own hits_addend wins (0 there only reads); the
             // request's counts as 1 when 0.
@@ -342,9 +351,9 @@ impl Rls {
                 // envoyproxy sets unlimited aside before it applies `replaces`.
                 Some(r) if r.unlimited => Plan::Unlimited,
                 Some(r) if !r.name.is_empty() && replaced.contains(&r.name) => Plan::NoLimit,
-                Some(r) => match r.quota {
-                    None => Plan::AlwaysOver(r.clone(), *cost),
-                    Some(quota) => {
+                Some(r) => match (r.quota, counted_alone(r)) {
+                    (None, counted) => Plan::AlwaysOver(counted, *cost),
+                    (Some(quota), counted) => {
                         // Configured rules are open since the start; a new override opens
                         // here, within the store timeout like every check.
                         let opened = tokio::time::timeout(
@@ -369,7 +378,7 @@ impl Rls {
                         };
                         let too_big = *cost > quota.max_cost();
                         Plan::Check {
-                            rule: r.clone(),
+                            rule: counted,
                             limit,
                             key: matcher::counter_key(entries),
                             cost: if too_big { 0 } else { *cost },
@@ -389,10 +398,13 @@ impl Rls {
         let mut outcomes = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
             let entries = &picked[i].1;
+            // The rule as configured: a quota_mode one is checked as if shadow (see
+            // `counted_alone`) but answers and is measured as itself.
             outcomes.push(match plan {
                 Plan::NoLimit => Outcome::NoLimit,
                 Plan::Unlimited => Outcome::Unlimited,
                 Plan::AlwaysOver(rule, cost) => {
+                    let rule = configured(&picked[i].0, rule);
                     self.metrics.rate.record_answer(
                         &domain.name,
                         &rule.path,
@@ -436,6 +448,7 @@ impl Rls {
                     too_big,
                     ..
                 } => {
+                    let rule = configured(&picked[i].0, rule);
                     let c = decided[i]
                         .ok_or_else(|| Status::internal("a checked descriptor got no decision"))?;
                     let over = c.over || *too_big;
@@ -574,6 +587,28 @@ impl Rls {
             });
         }
         Ok(out)
+    }
+}
+
+/// The matched rule behind the `counted` one of a plan (see [`counted_alone`]).
+fn configured<'a>(matched: &'a Option<Arc<Rule>>, counted: &'a Arc<Rule>) -> &'a Rule {
+    match matched {
+        Some(r) if r.limit_name == counted.limit_name => r,
+        _ => counted,
+    }
+}
+
+/// The rule to check a matched `rule` as: a `quota_mode` rule as a shadow one, counted on its
+/// own, so that its being over never stops the request's other descriptors from being counted
+/// (envoyproxy answers OK overall while another quota-mode descriptor is within its limit).
+fn counted_alone(rule: &Arc<Rule>) -> Arc<Rule> {
+    if rule.quota_mode && !rule.shadow {
+        Arc::new(Rule {
+            shadow: true,
+            ..Rule::clone(rule)
+        })
+    } else {
+        rule.clone()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The RLS settings: flags over the TOML keys over defaults, and the YAML rules they name.
 
 use super::answer::HeaderMode;
-use super::config::Rules;
+use super::config::{Loading, Rules};
 use super::flags::RlsFlags;
 use super::reload::Fingerprint;
 use crate::frontend::{parse_duration, Failure};
@@ -43,6 +43,7 @@ pub struct FileKeys {
     pub rls_store_timeout: Option<String>,
     pub rls_shadow_mode: Option<bool>,
     pub rls_response_headers: Option<String>,
+    pub rls_merge_domain_config: Option<bool>,
 }
 
 /// The RLS settings in force.
@@ -57,6 +58,8 @@ pub struct Settings {
     pub store_timeout: Duration,
     pub shadow: bool,
     pub headers: HeaderMode,
+    /// How the rule files load (`rls_merge_domain_config`); a reload loads them the same way.
+    pub loading: Loading,
 }
 
 impl Settings {
@@ -107,10 +110,15 @@ impl Settings {
                 .map_err(|e| bad(format!("rls_response_headers: {e}")))?,
             None => HeaderMode::Off,
         };
+        let loading = Loading {
+            // A flag can only turn it on; off by default, as envoyproxy's MERGE_DOMAIN_CONFIG.
+            merge_domains: flags.rls_merge_domain_config
+                || file.rls_merge_domain_config.unwrap_or(false),
+        };
         // Taken first: a change made while the rules are read (or before the reloader starts)
         // differs from it, so it is loaded then.
         let files_seen = Fingerprint::take(&files);
-        let rules = Rules::load(&files).map_err(bad)?;
+        let rules = Rules::load(&files, loading).map_err(bad)?;
         Ok(Some(Settings {
             listen,
             files,
@@ -121,6 +129,7 @@ impl Settings {
             // A flag can only turn it on.
             shadow: flags.rls_shadow_mode || file.rls_shadow_mode.unwrap_or(false),
             headers,
+            loading,
         }))
     }
 
@@ -145,7 +154,8 @@ impl Settings {
         format!(
             "grpc_listen  {}\n\
              rls_config   {}\n\
-             rls          store_down {}, store_timeout {:?}, shadow_mode {}, response_headers {}\n\
+             rls          store_down {}, store_timeout {:?}, shadow_mode {}, response_headers {}, \
+             merge_domain_config {}\n\
              {}",
             self.listen,
             files.join(", "),
@@ -153,6 +163,7 @@ impl Settings {
             self.store_timeout,
             self.shadow,
             self.headers,
+            self.loading.merge_domains,
             self.rules.describe()
         )
     }
