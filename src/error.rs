@@ -76,6 +76,28 @@ impl Error {
     pub fn store(e: impl Into<BoxError>) -> Self {
         Error::Store(e.into())
     }
+
+    /// The same error again, for each of several callers of one failed request (a store
+    /// error's source becomes its text).
+    pub(crate) fn copy(&self) -> Error {
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::NoPermits => Error::NoPermits,
+            Error::Timeout => Error::Timeout,
+            Error::CapacityMismatch { stored, requested } => Error::CapacityMismatch {
+                stored: *stored,
+                requested: *requested,
+            },
+            Error::QuotaMismatch { stored, requested } => Error::QuotaMismatch {
+                stored: stored.clone(),
+                requested: requested.clone(),
+            },
+            Error::NotFound(n) => Error::NotFound(n.clone()),
+            Error::SessionLost => Error::SessionLost,
+            Error::Closed => Error::Closed,
+            Error::Store(s) => Error::store(s.to_string()),
+        }
+    }
 }
 
 /// Shorthand for `std::result::Result<T, clusterlimit::Error>`.

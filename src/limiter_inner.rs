@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::rate::UnixNanos;
-use crate::rate_known::{RateCounts, RateRegistry};
+use crate::rate_known::{Combiner, RateCounts, RateRegistry, WriteSender};
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +23,8 @@ pub(crate) struct LimiterInner {
     pub(crate) rates: RateRegistry,
     /// Rate-limit decisions by where they were made (see `RequestStats`).
     pub(crate) rate_counts: RateCounts,
+    /// Writes of different rate-limit keys ready together share one store request.
+    pub(crate) rate_writes: Arc<Combiner>,
     /// The clock rate limits read.
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
@@ -47,9 +49,18 @@ impl LimiterInner {
             runtime,
             rates: RateRegistry::default(),
             rate_counts: RateCounts::default(),
+            rate_writes: Arc::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             closed: AtomicBool::new(false),
+        }
+    }
+
+    /// What the rate-limit write combiner sends requests with.
+    pub(crate) fn write_sender(&self) -> WriteSender {
+        WriteSender {
+            backend: self.backend.clone(),
+            runtime: self.runtime.clone(),
         }
     }
 

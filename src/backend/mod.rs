@@ -29,7 +29,7 @@ pub mod zookeeper;
 pub(crate) mod waiters;
 /// The trait macro `Backend` is written with, for backends outside the crate.
 pub use async_trait::async_trait;
-pub use rate_store::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+pub use rate_store::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
 pub use waiters::{outcome, Outcome, QueueView, Waiters};

@@ -58,6 +58,15 @@ pub enum WriteOutcome {
     Conflict(Vec<Current>),
 }
 
+/// What became of one write of [`RateStore::write_each`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOutcome {
+    /// It applied; the key's new version.
+    Written(u64),
+    /// Its condition failed, so it did not apply; what the store holds now.
+    Conflict(Current),
+}
+
 /// Rate-limit storage. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
 /// Every method is bounded in time (a call and its retries take at most twice the request
@@ -83,6 +92,35 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// atomically, in one request where the store allows it. At most one write per
     /// (limit, key). An empty slice is `Written(vec![])` without a request.
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
+
+    /// Applies each write on its own: each applies if its own conditions hold, whatever
+    /// becomes of the others (writes of *different* keys that happen to be ready together).
+    /// One outcome per write, in order. At most one write per (limit, key).
+    ///
+    /// The default sends each as a one-write [`write_keys`](Self::write_keys), concurrently; a
+    /// store that can carry independent conditional writes in one request overrides it (etcd:
+    /// one Txn of nested Txns), which moves many keys per round trip.
+    async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        let each = writes.iter().map(|w| async move {
+            match self.write_keys(std::slice::from_ref(w)).await? {
+                WriteOutcome::Written(v) => v
+                    .first()
+                    .copied()
+                    .map(KeyOutcome::Written)
+                    .ok_or_else(|| crate::Error::store("a write applied without a version")),
+                WriteOutcome::Conflict(found) => found
+                    .into_iter()
+                    .next()
+                    .map(KeyOutcome::Conflict)
+                    .ok_or_else(|| {
+                        crate::Error::store(
+                            "the store reported a conflict without the current state",
+                        )
+                    }),
+            }
+        });
+        futures::future::join_all(each).await
+    }
 
     /// How long after a state's `expires_at` its version stays safe to write against: until
     /// then the store cannot have deleted the key and re-created it at that same version.

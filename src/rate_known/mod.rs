@@ -3,10 +3,12 @@
 //! `LimiterInner` can own it without an import cycle.
 
 mod cell;
+mod combine;
 mod pace;
 mod registry;
 
 pub(crate) use cell::{learn, Enqueued, KeyCell};
+pub(crate) use combine::{Combiner, Sender as WriteSender};
 pub(crate) use registry::{LimitShared, RateRegistry};
 
 /// Counts of rate-limit decisions by where they were made.

@@ -10,12 +10,12 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use crate::backend::{Current, KeyWrite, RateStore, WriteOutcome};
+use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::decide;
 use crate::rate::{Decision, UnixNanos};
-use crate::rate_known::{learn, Enqueued, KeyCell, LimitShared};
+use crate::rate_known::{learn, Enqueued, KeyCell, LimitShared, WriteSender};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +55,7 @@ pub(crate) async fn check(
         match cell.enqueue(&quota, cost, now, deadline, tx) {
             Enqueued::StartDriver => {
                 let driver = Driver {
+                    sender: inner.write_sender(),
                     inner: inner.clone(),
                     limit: limit.clone(),
                     key: key.to_string(),
@@ -88,6 +89,7 @@ pub(crate) async fn check(
 /// Runs the batches of one key until none is waiting.
 struct Driver {
     inner: Arc<LimiterInner>,
+    sender: WriteSender,
     limit: Arc<LimitShared>,
     key: String,
     cell: Arc<KeyCell>,
@@ -143,7 +145,7 @@ impl Driver {
                 Err(e) => {
                     let e = self.inner.closed_or(e);
                     for p in batch {
-                        let _ = p.reply.send(Err(copy_error(&e)));
+                        let _ = p.reply.send(Err(e.copy()));
                     }
                 }
             }
@@ -198,16 +200,15 @@ impl Driver {
             // (A store that reads after a conflict, ZooKeeper, spends one more: not counted
             // here, the retry the conflict causes is.)
             requests += 1;
-            match by(deadline, store.write_keys(std::slice::from_ref(&write))).await {
-                Ok(WriteOutcome::Written(versions)) => {
-                    let version = versions.first().copied();
-                    self.cell.set_known(Some(new), version, expires_at, now);
+            // Other keys' writes ready now go in the same request (`rate_known/combine.rs`).
+            let written = self.inner.rate_writes.write(&self.sender, write);
+            match by(deadline, written).await {
+                Ok(KeyOutcome::Written(version)) => {
+                    self.cell
+                        .set_known(Some(new), Some(version), expires_at, now);
                     return Ok((decisions, requests));
                 }
-                Ok(WriteOutcome::Conflict(found)) => {
-                    let current = found.into_iter().next().ok_or_else(|| {
-                        Error::store("the store reported a conflict without the current state")
-                    })?;
+                Ok(KeyOutcome::Conflict(current)) => {
                     // A retried request of ours applied after all: the batch is decided.
                     if let Some(k) = current.key.as_ref().filter(|k| k.value == value) {
                         self.cell
@@ -283,25 +284,4 @@ pub(crate) fn rate_store(inner: &LimiterInner) -> Result<&dyn RateStore> {
             inner.backend
         ))
     })
-}
-
-/// One error for each waiter of a failed batch (a store error's source becomes its text).
-pub(crate) fn copy_error(e: &Error) -> Error {
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
-        Error::NoPermits => Error::NoPermits,
-        Error::Timeout => Error::Timeout,
-        Error::CapacityMismatch { stored, requested } => Error::CapacityMismatch {
-            stored: *stored,
-            requested: *requested,
-        },
-        Error::QuotaMismatch { stored, requested } => Error::QuotaMismatch {
-            stored: stored.clone(),
-            requested: requested.clone(),
-        },
-        Error::NotFound(n) => Error::NotFound(n.clone()),
-        Error::SessionLost => Error::SessionLost,
-        Error::Closed => Error::Closed,
-        Error::Store(s) => Error::store(s.to_string()),
-    }
 }

@@ -5,18 +5,23 @@
 //!   be absent") and every quota's `mod_revision`; then the puts, each with its expiry-bucket
 //!   lease (`rate_leases.rs`); else a get of every key and quota, so a conflict costs no
 //!   extra read. etcd's `--max-txn-ops` (default [`MAX_TXN_OPS`]) bounds a batch.
+//! * Writes of different keys each on its own (`write_each`): **one** Txn of one nested Txn
+//!   per write, each with its own compares, put and gets, so each applies or fails alone and
+//!   many keys move per round trip (etcd 3.3+; one nested Txn is one op of the outer one).
 //! * Read: one Txn of two gets (key and quota), counted as a read.
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
 
 use super::rate_leases::unix_now;
 use super::{get_kvs, kv, EtcdBackend, Until};
-use crate::backend::rate_store::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use crate::backend::rate_store::{
+    Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
+};
 use crate::backend::retry::CALL_TIMEOUTS;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 /// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
 /// may hold.
@@ -130,6 +135,106 @@ impl EtcdBackend {
             }
             (_, other) => other,
         }
+    }
+
+    /// `write_each`'s Txn, with the lease retry of `write_batch`.
+    async fn write_each_batch(&self, writes: &[KeyWrite]) -> Result<Vec<KeyOutcome>> {
+        match self.write_each_once(writes).await {
+            (used, Err(Error::SessionLost)) => {
+                self.rate_leases.forget(&used);
+                match self.write_each_once(writes).await.1 {
+                    Err(Error::SessionLost) => {
+                        Err(Error::store("etcd lost the rate-limit key lease twice"))
+                    }
+                    other => other,
+                }
+            }
+            (_, other) => other,
+        }
+    }
+
+    /// One attempt at `write_each`: an outer Txn without compares whose success branch holds
+    /// one nested Txn per write.
+    async fn write_each_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<Vec<KeyOutcome>>) {
+        let mut leases = Vec::with_capacity(writes.len());
+        for w in writes {
+            match self.rate_lease(w.expires_at).await {
+                Ok(l) => leases.push(l),
+                Err(e) => return (Vec::new(), Err(e)),
+            }
+        }
+        let nested: Vec<TxnOp> = writes
+            .iter()
+            .zip(&leases)
+            .map(|(w, lease)| {
+                let key = self.keys.rate_key(&w.limit, &w.key);
+                let quota = self.keys.quota(&w.limit);
+                let version = match w.expected {
+                    None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Some(v) => Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        i64::try_from(v).unwrap_or(i64::MAX),
+                    ),
+                };
+                let same_quota = Compare::mod_revision(
+                    quota.clone(),
+                    CompareOp::Equal,
+                    i64::try_from(w.quota_version).unwrap_or(i64::MAX),
+                );
+                let opts = lease.map(|l| PutOptions::new().with_lease(l));
+                TxnOp::txn(
+                    Txn::new()
+                        .when([version, same_quota])
+                        .and_then([TxnOp::put(key.clone(), w.value.clone(), opts)])
+                        .or_else([TxnOp::get(key, None), TxnOp::get(quota, None)]),
+                )
+            })
+            .collect();
+        let txn = Txn::new().and_then(nested);
+        let sent = self
+            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
+            .await;
+        let used: Vec<i64> = leases.into_iter().flatten().collect();
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => return (used, Err(e)),
+        };
+        let written_at = match revision(resp.header()) {
+            Ok(r) => r,
+            Err(e) => return (used, Err(e)),
+        };
+        let ops = resp.op_responses();
+        if ops.len() != writes.len() {
+            return (
+                used,
+                Err(Error::store(format!(
+                    "etcd answered {} of {} nested writes",
+                    ops.len(),
+                    writes.len()
+                ))),
+            );
+        }
+        let outcomes = ops
+            .iter()
+            .map(|op| match op {
+                TxnOpResponse::Txn(t) if t.succeeded() => Ok(KeyOutcome::Written(written_at)),
+                TxnOpResponse::Txn(t) => {
+                    let found = t.op_responses();
+                    Ok(KeyOutcome::Conflict(Current {
+                        key: get_kvs(found.first()).first().map(versioned),
+                        quota: get_kvs(found.get(1)).first().map(versioned),
+                    }))
+                }
+                _ => Err(Error::store(
+                    "etcd answered a nested write with another kind of op",
+                )),
+            })
+            .collect();
+        (used, outcomes)
     }
 
     /// One attempt at the batch with leases from the cache (or fresh ones).
@@ -293,6 +398,33 @@ impl RateStore for EtcdBackend {
         tokio::time::timeout(bound, self.write_batch(writes))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
+    }
+
+    async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        if writes.is_empty() {
+            return Vec::new();
+        }
+        let fits = check_batch(writes).and_then(|()| {
+            if writes.len() > MAX_TXN_OPS {
+                return Err(Error::invalid(format!(
+                    "{} writes in one etcd transaction; etcd allows at most {MAX_TXN_OPS}",
+                    writes.len()
+                )));
+            }
+            Ok(())
+        });
+        if let Err(e) = fits {
+            return writes.iter().map(|_| Err(e.copy())).collect();
+        }
+        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        let all = tokio::time::timeout(bound, self.write_each_batch(writes))
+            .await
+            .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
+            .and_then(|r| r);
+        match all {
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+            Err(e) => writes.iter().map(|_| Err(e.copy())).collect(),
+        }
     }
 
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
