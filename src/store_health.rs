@@ -132,7 +132,12 @@ impl StoreHealth {
         let mut state = lock(&self.state);
         let open = match (*state, kind) {
             (State::Open { .. }, _) => {
-                // A probe failed: stay open (its try already moved `next_try` on).
+                // A probe failed: stay open, and the next probe comes an interval after this
+                // answer (not after the probe began: a probe that waited a whole store timeout
+                // longer than the interval would otherwise be followed by another at once).
+                *state = State::Open {
+                    next_try: now + self.interval,
+                };
                 return;
             }
             (State::Closed { .. }, Failure::Error) => true,
@@ -232,9 +237,18 @@ mod tests {
         h.failed("s", &crate::Error::store("x"), Failure::Error);
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(h.may_try());
+        // The probe waited longer than the interval before it failed.
+        tokio::time::advance(Duration::from_millis(300)).await;
         h.failed("s", &crate::Error::Timeout, Failure::Slow);
         assert!(h.is_down());
-        assert!(!h.may_try(), "the next probe waits an interval");
+        assert!(
+            !h.may_try(),
+            "the next probe waits an interval from the failure"
+        );
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert!(!h.may_try());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(h.may_try());
         assert_eq!(h.stats().opened, 1, "still the same opening");
     }
 }
