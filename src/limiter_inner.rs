@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::rate::UnixNanos;
-use crate::rate_known::{Combiner, RateCounts, RateRegistry, WriteSender};
+use crate::rate_known::{Combiner, JointQueue, RateCounts, RateRegistry, WriteSender};
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +25,8 @@ pub(crate) struct LimiterInner {
     pub(crate) rate_counts: RateCounts,
     /// Writes of different rate-limit keys ready together share one store request.
     pub(crate) rate_writes: Arc<Combiner>,
+    /// `check_all` calls waiting for the next joint write.
+    pub(crate) joint: JointQueue,
     /// The clock rate limits read.
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
@@ -50,6 +52,7 @@ impl LimiterInner {
             rates: RateRegistry::default(),
             rate_counts: RateCounts::default(),
             rate_writes: Arc::default(),
+            joint: JointQueue::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             closed: AtomicBool::new(false),

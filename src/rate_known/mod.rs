@@ -4,11 +4,13 @@
 
 mod cell;
 mod combine;
+mod joint;
 mod pace;
 mod registry;
 
-pub(crate) use cell::{learn, Enqueued, KeyCell};
+pub(crate) use cell::{learn, Enqueued, KeyCell, Start};
 pub(crate) use combine::{Combiner, Sender as WriteSender};
+pub(crate) use joint::{JointCall, JointGroup, JointQueue};
 pub(crate) use registry::{LimitShared, RateRegistry};
 
 /// Counts of rate-limit decisions by where they were made.

@@ -1,15 +1,18 @@
 //! [`Limiter::check_all`]: several checks (of one or several limits) admitted together or not
-//! at all, in one atomic store write.
+//! at all, in one atomic store write. Concurrent calls of one Limiter queue for its next joint
+//! write (`rate_known/joint.rs`) and are decided together, in arrival order.
 
 use super::batch::{by, pause_after_conflict, rate_store};
 use super::{validate_key, RateLimit};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
+use crate::limiter_inner::LimiterInner;
 use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
-use crate::rate_known::{learn, KeyCell, LimitShared};
+use crate::rate_known::{learn, JointCall, JointGroup, KeyCell, LimitShared, Start};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// One check of a [`Limiter::check_all`]: `cost` for `key` on a rate limit.
@@ -36,22 +39,9 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The checks of one (limit, key), in the order given.
-struct Group {
-    limit: Arc<LimitShared>,
-    key: String,
-    cell: Arc<KeyCell>,
-    checks: Vec<usize>,
-}
-
-/// One pass over every group from what we know.
-struct Pass {
-    decisions: Vec<Decision>,
-    /// (group, new state, its expiry, the version it was computed from).
-    writes: Vec<(usize, KeyState, u64, Option<u64>)>,
-    untrusted_denial: Vec<usize>,
-    quota_versions: Vec<u64>,
-}
+/// Most distinct keys plus limits one joint write carries (etcd's `--max-txn-ops` default:
+/// each key is a compare and a put, each limit a quota compare).
+const JOINT_MAX_OPS: usize = 128;
 
 impl Limiter {
     /// Checks several keys, of one or several rate limits of this Limiter, all or nothing:
@@ -82,8 +72,10 @@ impl Limiter {
     /// `retry_after` of the denials. Checks of the same key are decided in order, in one write.
     ///
     /// Errors: `InvalidArgument` for no checks, a bad key or cost, or a limit of another
-    /// Limiter; the rest as [`RateLimit::check_n`]. No coalescing with other calls: one
-    /// request when admitted (a provable denial takes none), one more per conflict.
+    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a denial the known states prove
+    /// takes no request; calls made while this Limiter's previous `check_all` write is in
+    /// flight go together in the next one (decided in arrival order, all or nothing each), so
+    /// concurrent calls sharing a hot key cost one request per batch, one more per conflict.
     pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>> {
         if checks.is_empty() {
             return Err(Error::invalid("check_all needs at least one check"));
@@ -107,80 +99,249 @@ impl Limiter {
             }
         }
         self.inner.check_open()?;
-        let groups = group(checks);
-        let result = self.decide_all(checks, &groups).await;
-        result.map_err(|e| self.inner.closed_or(e))
+        let (groups, order) = group(checks);
+        if let Some(denied) = local_denial(&self.inner, &groups, &order) {
+            self.inner.rate_counts.local_answers.fetch_add(1, Relaxed);
+            return Ok(denied);
+        }
+        let (tx, rx) = oneshot::channel();
+        let call = JointCall {
+            groups,
+            checks: order,
+            arrived: Instant::now(),
+            reply: tx,
+        };
+        if self.inner.joint.push(call) {
+            let driver = JointDriver {
+                inner: self.inner.clone(),
+                finished: false,
+            };
+            self.inner.runtime.spawn(driver.run());
+        }
+        match rx.await {
+            Ok(result) => result.map_err(|e| self.inner.closed_or(e)),
+            Err(_) => Err(self
+                .inner
+                .closed_or(Error::store("the rate-limit joint task ended"))),
+        }
     }
+}
 
-    async fn decide_all(&self, checks: &[Check<'_>], groups: &[Group]) -> Result<Vec<Decision>> {
-        let store = rate_store(&self.inner)?;
-        let deadline = Instant::now() + self.inner.request_timeout * 2;
-        let mut conflicts = 0u32;
-        let began = Instant::now();
-        loop {
-            let now = self.inner.now_ns();
-            let pass = one_pass(checks, groups, now, began, store.version_life());
-            if !pass.untrusted_denial.is_empty() {
-                // A denial from a state the store has not confirmed lately: read it first.
-                for &g in &pass.untrusted_denial {
-                    let key = &groups[g].key;
-                    let current = by(deadline, store.read_key(&groups[g].limit.name, key)).await?;
-                    learn(&groups[g].limit, &groups[g].cell, current, now)?;
-                }
-                continue;
+/// The distinct (limit, key) pairs of a call, and its checks as (group, cost), in order.
+fn group(checks: &[Check<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
+    let mut groups: Vec<JointGroup> = Vec::new();
+    let mut order = Vec::with_capacity(checks.len());
+    for c in checks {
+        let same = |g: &JointGroup| Arc::ptr_eq(&g.limit, c.limit.shared()) && g.key == c.key;
+        let g = match groups.iter().position(same) {
+            Some(g) => g,
+            None => {
+                groups.push(JointGroup {
+                    limit: c.limit.shared().clone(),
+                    key: c.key.clone(),
+                    cell: c.limit.shared().cell(&c.key),
+                });
+                groups.len() - 1
             }
-            let writes: Vec<KeyWrite> = pass
-                .writes
+        };
+        order.push((g, c.cost));
+    }
+    (groups, order)
+}
+
+/// A denial the known states prove (every state trusted, nothing to write): no request, no
+/// wait behind the joint write in flight.
+fn local_denial(
+    inner: &LimiterInner,
+    groups: &[JointGroup],
+    order: &[(usize, u64)],
+) -> Option<Vec<Decision>> {
+    let life = rate_store(inner).ok()?.version_life();
+    let now = inner.now_ns();
+    let at = Instant::now();
+    let starts: Vec<Start> = groups.iter().map(|g| g.cell.start(now, at, life)).collect();
+    if !starts.iter().all(|s| s.trusted) {
+        return None;
+    }
+    let quotas: Vec<Quota> = groups.iter().map(|g| g.limit.quota().0).collect();
+    let states: Vec<Option<KeyState>> = starts.iter().map(|s| s.state).collect();
+    let pass = decide_call(order, &quotas, &states, now);
+    (!pass.allowed && pass.writes.is_empty()).then_some(pass.decisions)
+}
+
+/// Decides the queued `check_all` calls of one Limiter, batch after batch, until none waits.
+struct JointDriver {
+    inner: Arc<LimiterInner>,
+    /// Set when `run` returns normally; otherwise dropping it fails the queued calls.
+    finished: bool,
+}
+
+impl Drop for JointDriver {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.inner.joint.abandon();
+        }
+    }
+}
+
+impl JointDriver {
+    async fn run(mut self) {
+        while let Some(batch) = self.inner.joint.take(JOINT_MAX_OPS) {
+            self.inner.rate_counts.batches.fetch_add(1, Relaxed);
+            match decide_joint(&self.inner, &batch).await {
+                Ok(decided) => {
+                    for (call, d) in batch.into_iter().zip(decided) {
+                        let _ = call.reply.send(Ok(d));
+                    }
+                }
+                Err(e) => {
+                    let e = self.inner.closed_or(e);
+                    for call in batch {
+                        let _ = call.reply.send(Err(e.copy()));
+                    }
+                }
+            }
+        }
+        self.finished = true;
+    }
+}
+
+/// One (limit, key) of a joint batch, shared by every call that checks it.
+struct Slot {
+    limit: Arc<LimitShared>,
+    key: String,
+    cell: Arc<KeyCell>,
+}
+
+/// The batch's calls decided in order from what we know, each all or nothing, and written
+/// together in one all-or-nothing store write (a conflict brings the current states and the
+/// batch is decided again, as a single call's would be).
+async fn decide_joint(inner: &LimiterInner, batch: &[JointCall]) -> Result<Vec<Vec<Decision>>> {
+    inner.check_open()?;
+    let store = rate_store(inner)?;
+    let oldest = batch.iter().map(|c| c.arrived).min();
+    let deadline = oldest.unwrap_or_else(Instant::now) + inner.request_timeout * 2;
+    let began = Instant::now();
+    let mut slots: Vec<Slot> = Vec::new();
+    let slot_of: Vec<Vec<usize>> = batch
+        .iter()
+        .map(|call| {
+            call.groups
                 .iter()
-                .map(|&(g, state, expires_at, expected)| KeyWrite {
-                    limit: groups[g].limit.name.clone(),
-                    quota_version: pass.quota_versions[g],
-                    key: groups[g].key.clone(),
-                    expected,
-                    value: state.encode(),
-                    expires_at,
+                .map(|g| {
+                    let same = |s: &Slot| Arc::ptr_eq(&s.limit, &g.limit) && s.key == g.key;
+                    slots.iter().position(same).unwrap_or_else(|| {
+                        slots.push(Slot {
+                            limit: g.limit.clone(),
+                            key: g.key.clone(),
+                            cell: g.cell.clone(),
+                        });
+                        slots.len() - 1
+                    })
                 })
-                .collect();
-            if writes.is_empty() {
-                return Ok(pass.decisions);
+                .collect()
+        })
+        .collect();
+    let mut conflicts = 0u32;
+    loop {
+        let now = inner.now_ns();
+        let starts: Vec<Start> = slots
+            .iter()
+            .map(|s| s.cell.start(now, began, store.version_life()))
+            .collect();
+        let quotas: Vec<(Quota, u64)> = slots.iter().map(|s| s.limit.quota()).collect();
+        let mut work: Vec<Option<KeyState>> = starts.iter().map(|s| s.state).collect();
+        let mut written: Vec<Option<u64>> = vec![None; slots.len()];
+        let mut to_read = Vec::new();
+        let mut decided = Vec::with_capacity(batch.len());
+        for (call, mine) in batch.iter().zip(&slot_of) {
+            let call_quotas: Vec<Quota> = mine.iter().map(|&s| quotas[s].0).collect();
+            let states: Vec<Option<KeyState>> = mine.iter().map(|&s| work[s]).collect();
+            let pass = decide_call(&call.checks, &call_quotas, &states, now);
+            // A denial from a state the store has not confirmed lately: read it first.
+            to_read.extend(
+                pass.denied_groups
+                    .iter()
+                    .map(|&g| mine[g])
+                    .filter(|&s| !starts[s].trusted),
+            );
+            for (g, state, expires_at) in pass.writes {
+                work[mine[g]] = Some(state);
+                written[mine[g]] = Some(expires_at);
             }
-            match by(deadline, store.write_keys(&writes)).await? {
-                WriteOutcome::Written(versions) => {
-                    for (&(g, state, expires_at, _), v) in pass.writes.iter().zip(versions) {
-                        groups[g]
-                            .cell
-                            .set_known(Some(state), Some(v), expires_at, now);
-                    }
-                    return Ok(pass.decisions);
+            decided.push(pass.decisions);
+        }
+        if !to_read.is_empty() {
+            to_read.sort_unstable();
+            to_read.dedup();
+            for s in to_read {
+                let current = by(
+                    deadline,
+                    store.read_key(&slots[s].limit.name, &slots[s].key),
+                )
+                .await?;
+                learn(&slots[s].limit, &slots[s].cell, current, now)?;
+            }
+            continue;
+        }
+        let mut changed = Vec::new();
+        for (s, expires_at) in written.iter().enumerate() {
+            if let (Some(expires_at), Some(state)) = (expires_at, work[s]) {
+                changed.push((s, tagged(state), *expires_at));
+            }
+        }
+        if changed.is_empty() {
+            return Ok(decided);
+        }
+        let writes: Vec<KeyWrite> = changed
+            .iter()
+            .map(|&(s, state, expires_at)| KeyWrite {
+                limit: slots[s].limit.name.clone(),
+                quota_version: quotas[s].1,
+                key: slots[s].key.clone(),
+                expected: starts[s].version,
+                value: state.encode(),
+                expires_at,
+            })
+            .collect();
+        match by(deadline, store.write_keys(&writes)).await? {
+            WriteOutcome::Written(versions) => {
+                for (&(s, state, expires_at), v) in changed.iter().zip(versions) {
+                    slots[s]
+                        .cell
+                        .set_known(Some(state), Some(v), expires_at, now);
                 }
-                WriteOutcome::Conflict(found) => {
-                    let ours = found.len() == writes.len()
-                        && found
-                            .iter()
-                            .zip(&writes)
-                            .all(|(f, w)| f.key.as_ref().is_some_and(|k| k.value == w.value));
-                    if ours {
-                        // A retried request of ours applied after all.
-                        for (&(g, state, expires_at, _), f) in pass.writes.iter().zip(&found) {
-                            let v = f.key.as_ref().map(|k| k.version);
-                            groups[g].cell.set_known(Some(state), v, expires_at, now);
-                        }
-                        return Ok(pass.decisions);
+                return Ok(decided);
+            }
+            WriteOutcome::Conflict(found) => {
+                let ours = found.len() == writes.len()
+                    && found
+                        .iter()
+                        .zip(&writes)
+                        .all(|(f, w)| f.key.as_ref().is_some_and(|k| k.value == w.value));
+                if ours {
+                    // A retried request of ours applied after all.
+                    for (&(s, state, expires_at), f) in changed.iter().zip(&found) {
+                        let v = f.key.as_ref().map(|k| k.version);
+                        slots[s].cell.set_known(Some(state), v, expires_at, now);
                     }
-                    for (&(g, _, _, _), f) in pass.writes.iter().zip(found) {
-                        learn(&groups[g].limit, &groups[g].cell, f, now)?;
-                    }
-                    conflicts += 1;
-                    if pause_after_conflict(conflicts, deadline).await? {
-                        // What the conflict brought is as old as the pause: read afresh (as
-                        // the batch does).
-                        let now = self.inner.now_ns();
-                        for &(g, _, _, _) in &pass.writes {
-                            let key = &groups[g].key;
-                            let current =
-                                by(deadline, store.read_key(&groups[g].limit.name, key)).await?;
-                            learn(&groups[g].limit, &groups[g].cell, current, now)?;
-                        }
+                    return Ok(decided);
+                }
+                for (&(s, _, _), f) in changed.iter().zip(found) {
+                    learn(&slots[s].limit, &slots[s].cell, f, now)?;
+                }
+                conflicts += 1;
+                if pause_after_conflict(conflicts, deadline).await? {
+                    // What the conflict brought is as old as the pause: read afresh (as the
+                    // per-key batch does).
+                    let now = inner.now_ns();
+                    for &(s, _, _) in &changed {
+                        let current = by(
+                            deadline,
+                            store.read_key(&slots[s].limit.name, &slots[s].key),
+                        )
+                        .await?;
+                        learn(&slots[s].limit, &slots[s].cell, current, now)?;
                     }
                 }
             }
@@ -188,111 +349,96 @@ impl Limiter {
     }
 }
 
-fn group(checks: &[Check<'_>]) -> Vec<Group> {
-    let mut groups: Vec<Group> = Vec::new();
-    for (i, c) in checks.iter().enumerate() {
-        let same = |g: &&mut Group| Arc::ptr_eq(&g.limit, c.limit.shared()) && g.key == c.key;
-        match groups.iter_mut().find(|g| same(g)) {
-            Some(g) => g.checks.push(i),
-            None => groups.push(Group {
-                limit: c.limit.shared().clone(),
-                key: c.key.clone(),
-                cell: c.limit.shared().cell(&c.key),
-                checks: vec![i],
-            }),
-        }
-    }
-    groups
+/// How one call came out against given states.
+struct CallPass {
+    decisions: Vec<Decision>,
+    allowed: bool,
+    /// Groups with a denied check.
+    denied_groups: Vec<usize>,
+    /// (group, new state, its expiry): every changed group when all were admitted; else the
+    /// bans a denial started, on the meters as they were.
+    writes: Vec<(usize, KeyState, u64)>,
 }
 
-/// Decides every check from what we know. All admitted: the writes of every changed group.
-/// Any denied: every check denied, and the writes of bans only.
-fn one_pass(
-    checks: &[Check<'_>],
-    groups: &[Group],
+/// Decides one call's checks (as (group, cost), in order) from each group's state: all
+/// admitted, or all denied (the ones that would have passed with their `remaining` as it is
+/// and the longest `retry_after` of the denials) and nothing consumed but the bans denials
+/// start.
+fn decide_call(
+    checks: &[(usize, u64)],
+    quotas: &[Quota],
+    states: &[Option<KeyState>],
     now: u64,
-    began: Instant,
-    version_life: Duration,
-) -> Pass {
-    let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
-    let mut group_of = vec![0; checks.len()];
-    let mut admitted_writes = Vec::new();
-    let mut ban_writes = Vec::new();
-    let mut untrusted_denial = Vec::new();
-    let mut quota_versions = Vec::new();
-    let mut peeks = Vec::new();
-    for (g, group) in groups.iter().enumerate() {
-        let (quota, version) = group.limit.quota();
-        quota_versions.push(version);
-        let start = group.cell.start(now, began, version_life);
-        let (mut state, mut ban_state) = (start.state, start.state);
-        let (mut changed, mut banned) = (false, false);
-        let mut expires = now;
-        let mut denied = false;
-        for &i in &group.checks {
-            let v = decide(&quota, state.as_ref(), checks[i].cost, now);
-            if v.decision.allowed {
-                if v.state.is_some() {
-                    state = v.state;
-                    changed = true;
+) -> CallPass {
+    let n = quotas.len();
+    let mut state: Vec<Option<KeyState>> = states.to_vec();
+    let mut ban_state: Vec<Option<KeyState>> = states.to_vec();
+    let mut changed = vec![false; n];
+    let mut banned = vec![false; n];
+    let mut expires = vec![now; n];
+    let mut decisions = Vec::with_capacity(checks.len());
+    let mut denied_groups = Vec::new();
+    for &(g, cost) in checks {
+        let quota = &quotas[g];
+        let v = decide(quota, state[g].as_ref(), cost, now);
+        if v.decision.allowed {
+            if v.state.is_some() {
+                state[g] = v.state;
+                changed[g] = true;
+            }
+        } else if !denied_groups.contains(&g) {
+            denied_groups.push(g);
+        }
+        if let (false, Some(b)) = (v.decision.allowed, v.state) {
+            // A denial that starts a ban: keep the ban, but on the meter as it was before
+            // this call (when any check is denied, nothing is consumed).
+            ban_state[g] = Some(ban_only(quota, ban_state[g], &b));
+            banned[g] = true;
+        }
+        expires[g] = v.expires_at;
+        decisions.push(v.decision);
+    }
+    let allowed = decisions.iter().all(|d| d.allowed);
+    if allowed {
+        let writes = (0..n)
+            .filter_map(|g| state[g].filter(|_| changed[g]).map(|s| (g, s, expires[g])))
+            .collect();
+        return CallPass {
+            decisions,
+            allowed,
+            denied_groups,
+            writes,
+        };
+    }
+    let retry = decisions.iter().filter_map(|d| d.retry_after).max();
+    let decisions = decisions
+        .into_iter()
+        .zip(checks)
+        .map(|(d, &(g, _))| {
+            if d.allowed {
+                Decision {
+                    allowed: false,
+                    retry_after: retry,
+                    ..peek(&quotas[g], states[g], now)
                 }
             } else {
-                denied = true;
-                // A denial that starts a ban: keep the ban, but on the meter as it was before
-                // this call (when any check is denied, nothing is consumed).
-                if let Some(b) = v.state {
-                    ban_state = Some(ban_only(&quota, ban_state, &b));
-                    banned = true;
-                }
+                d
             }
-            expires = v.expires_at;
-            decisions[i] = Some(v.decision);
-            group_of[i] = g;
-        }
-        if denied && !start.trusted {
-            untrusted_denial.push(g);
-        }
-        if let Some(s) = state.filter(|_| changed) {
-            admitted_writes.push((g, tagged(s), expires, start.version));
-        }
-        if let Some(b) = ban_state.filter(|_| banned) {
-            let exp = decide(&quota, Some(&b), 0, now).expires_at;
-            ban_writes.push((g, tagged(b), exp, start.version));
-        }
-        peeks.push(peek(&quota, start.state, now));
-    }
-    // Every check is in exactly one group, so every slot is filled.
-    let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-    let all_allowed = decisions.iter().all(|d| d.allowed);
-    let decisions = if all_allowed {
-        decisions
-    } else {
-        let retry = decisions.iter().filter_map(|d| d.retry_after).max();
-        decisions
-            .into_iter()
-            .zip(group_of)
-            .map(|(d, g)| {
-                if d.allowed {
-                    Decision {
-                        allowed: false,
-                        retry_after: retry,
-                        ..peeks[g]
-                    }
-                } else {
-                    d
-                }
+        })
+        .collect();
+    let writes = (0..n)
+        .filter_map(|g| {
+            ban_state[g].filter(|_| banned[g]).map(|b| {
+                let exp = decide(&quotas[g], Some(&b), 0, now).expires_at;
+                (g, b, exp)
             })
-            .collect()
-    };
-    Pass {
+        })
+        .collect();
+    CallPass {
         decisions,
-        writes: if all_allowed {
-            admitted_writes
-        } else {
-            ban_writes
-        },
-        untrusted_denial,
-        quota_versions,
+        allowed,
+        denied_groups,
+        writes,
     }
 }
 
