@@ -27,15 +27,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-/// Pages other changes add (not on this branch yet): links to them are allowed while they are
-/// absent. The lead removes each entry once the change that adds the page is merged.
-const PAGES_ADDED_ELSEWHERE: &[&str] = &[
-    // Differences from envoyproxy/ratelimit (the parity change).
-    "docs/envoy-ratelimit-parity.md",
-    // Hot reload of the RLS rules (the reload change).
-    "docs/rls-reload.md",
-];
-
 /// Paths the docs cite that are made by the reader, not kept in the repository.
 const PATHS_MADE_BY_THE_READER: &[&str] = &[
     // The compose secret the reader writes before `docker compose up` (git-ignored).
@@ -233,11 +224,9 @@ fn links_and_cited_paths_exist() {
                 };
                 let rel_str = rel.to_string_lossy().into_owned();
                 if !root().join(&rel).exists() {
-                    if !PAGES_ADDED_ELSEWHERE.contains(&rel_str.as_str()) {
-                        problems.push(format!(
-                            "{file}:{n}: link to {target}: {rel_str} does not exist"
-                        ));
-                    }
+                    problems.push(format!(
+                        "{file}:{n}: link to {target}: {rel_str} does not exist"
+                    ));
                     continue;
                 }
                 if let Some(anchor) = anchor {
@@ -256,7 +245,6 @@ fn links_and_cited_paths_exist() {
                 if checked
                     && !root().join(cited).exists()
                     && !PATHS_MADE_BY_THE_READER.contains(&cited)
-                    && !PAGES_ADDED_ELSEWHERE.contains(&cited)
                 {
                     problems.push(format!("{file}:{n}: cites `{cited}`, which does not exist"));
                 }

@@ -93,9 +93,11 @@ impl RateLimit {
 
     /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
     /// has passed. For callers that owe someone an answer by a time (an RLS answering Envoy,
-    /// an HTTP request with a timeout): the check is never held by coalescing or pacing for
-    /// more than half of what is left of its budget (a paced key then writes at once, with
-    /// every check waiting), so a hot key answers as fast as a cold one.
+    /// an HTTP request with a timeout): pacing never holds the check for more than half of
+    /// what is left of its budget (a paced key then writes at once, with every check
+    /// waiting), so a hot key answers as fast as a cold one. A check still waits for its key's
+    /// write already in flight, and is not turned away by pacing while that write has waited
+    /// on the store longer than the budget: its deadline answers then.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
