@@ -182,7 +182,9 @@ async fn etcd_check_within_holds_against_a_stopped_store() {
 
     store.resume(0);
     // Once the store answers, the library's checks are exact. A timed-out check's write may
-    // have landed after all (its cost consumed): "k" has 2 or 3 of its 5 left, no more.
+    // have landed after all (its cost consumed): "k" has 1 to 3 of its 5 left (2 admitted, 2
+    // timed out: in one write together, or the second left out of the next batch as its
+    // caller was gone), no more.
     let started = Instant::now();
     let mut first = None;
     while first.is_none() {
@@ -209,8 +211,8 @@ async fn etcd_check_within_holds_against_a_stopped_store() {
     let left = ro.check_n("k", 0).await.unwrap().remaining;
     println!("k after the resume: {left} of {BURST} left (2 admitted before the stop)");
     assert!(
-        left == BURST - 2 || left == BURST - 3,
-        "k: 2 admitted, at most one timed-out write landed: {left} left"
+        (BURST - 4..=BURST - 2).contains(&left),
+        "k: 2 admitted, 2 timed out: {left} left"
     );
     let mut admitted = 0;
     for _ in 0..BURST {
