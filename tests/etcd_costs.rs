@@ -1,10 +1,13 @@
 //! Request costs on a real etcd, from the Limiters' own counters: what an acquire and a release
 //! cost, that a release costs the same however many clients wait (no herd), and that an
-//! acquire decided from the Limiter's view reads nothing, however long the queue.
+//! acquire decided from the Limiter's view reads nothing, however long the queue; and that
+//! `RateStore::write_each` carries many keys' writes, applying or conflicting each, in one Txn.
 
 mod support;
 
-use clusterlimit::{Limiter, RequestStats};
+use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
+use clusterlimit::backend::{Backend, KeyOutcome, KeyWrite};
+use clusterlimit::{Limiter, Quota, RequestStats};
 use std::time::Duration;
 use support::{eventually, queue_waiters, EtcdCluster};
 use tokio::time::timeout;
@@ -174,4 +177,86 @@ async fn acquire_with_a_view_is_one_put_that_reads_nothing() {
     drop(held);
     other.close().await.unwrap();
     l.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_each_of_many_keys_is_one_txn() {
+    const N: usize = 64;
+    let cluster = EtcdCluster::single();
+    let b = EtcdBackend::connect(EtcdConfig {
+        endpoints: cluster.endpoints(),
+        prefix: "costs-each".into(),
+        session_ttl: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(2),
+        tls: None,
+        user: None,
+    })
+    .await
+    .unwrap();
+    let store = b.rate_store().expect("etcd keeps rate limits");
+    let quota = Quota::per_minute(60).encode();
+    let qv = store.ensure_limit("a", Some(&quota)).await.unwrap().version;
+    let qv_b = store.ensure_limit("b", Some(&quota)).await.unwrap().version;
+    // One expiry for all: one lease bucket, granted by the first call.
+    let expires_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        + 60_000_000_000;
+    let write = |limit: &str, qv: u64, key: usize, expected: Option<u64>| KeyWrite {
+        limit: limit.into(),
+        quota_version: qv,
+        key: format!("k{key}"),
+        expected,
+        value: format!("{limit}/{key}").into_bytes(),
+        expires_at,
+    };
+    // N absent keys over two limits.
+    let first: Vec<KeyWrite> = (0..N)
+        .map(|i| {
+            if i % 2 == 0 {
+                write("a", qv, i, None)
+            } else {
+                write("b", qv_b, i, None)
+            }
+        })
+        .collect();
+    let before = b.stats();
+    let got = store.write_each(&first).await;
+    let cost = b.stats().since(&before);
+    println!("write_each of {N} absent keys (first, with its lease grant): {cost:?}");
+    assert_eq!((cost.txn, cost.total()), (1, 1), "{cost:?}");
+    let versions: Vec<u64> = got
+        .iter()
+        .map(|o| match o {
+            Ok(KeyOutcome::Written(v)) => *v,
+            other => panic!("an absent key's create: {other:?}"),
+        })
+        .collect();
+
+    // Again, each against its version, every third one wrong: still one Txn, no read; the
+    // wrong ones conflict alone, their current state in the same reply.
+    let again: Vec<KeyWrite> = first
+        .iter()
+        .zip(&versions)
+        .enumerate()
+        .map(|(i, (w, v))| KeyWrite {
+            expected: Some(if i % 3 == 0 { v + 1_000_000 } else { *v }),
+            ..w.clone()
+        })
+        .collect();
+    let before = b.stats();
+    let got = store.write_each(&again).await;
+    let cost = b.stats().since(&before);
+    println!("write_each of {N} writes, a third of them conflicting: {cost:?}");
+    assert_eq!((cost.txn, cost.total()), (1, 1), "{cost:?}");
+    for (i, o) in got.iter().enumerate() {
+        match (i % 3 == 0, o) {
+            (true, Ok(KeyOutcome::Conflict(c))) => {
+                assert_eq!(c.key.as_ref().map(|k| k.version), Some(versions[i]));
+            }
+            (false, Ok(KeyOutcome::Written(v))) => assert!(*v > versions[i]),
+            other => panic!("write {i}: {other:?}"),
+        }
+    }
 }

@@ -324,3 +324,223 @@ pub(crate) fn learn(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate::Quota;
+
+    /// 1/s with a burst of 60: a bucket window of a minute, so pacing may reach `MAX_GAP`.
+    fn slow() -> Quota {
+        Quota::per_minute(60).burst(60)
+    }
+
+    /// A cell whose key is saturated with the widest gap (every write admitted nothing).
+    fn saturated() -> KeyCell {
+        let cell = KeyCell::default();
+        for _ in 0..12 {
+            cell.decided(&slow(), 0, 10, 1);
+        }
+        assert!(lock(&cell.inner).pace.saturated());
+        cell
+    }
+
+    fn next_send(cell: &KeyCell) -> Instant {
+        lock(&cell.inner)
+            .pace
+            .next_send()
+            .expect("a saturated key has a next send")
+    }
+
+    /// Queues a check of 1 (`budget`: its deadline from now); its receiver, or the denial.
+    fn enqueue(
+        cell: &KeyCell,
+        quota: &Quota,
+        budget: Option<Duration>,
+    ) -> std::result::Result<oneshot::Receiver<Result<Decision>>, Decision> {
+        let (tx, rx) = oneshot::channel();
+        let deadline = budget.map(|b| Instant::now() + b);
+        match cell.enqueue(quota, 1, 0, deadline, tx) {
+            Enqueued::TurnedAway(d) => Err(d),
+            Enqueued::StartDriver | Enqueued::Joined => Ok(rx),
+        }
+    }
+
+    /// How long `pace_pause` held the batch task.
+    async fn paused_for(cell: &KeyCell) -> Duration {
+        let t = Instant::now();
+        cell.pace_pause().await;
+        t.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_that_joined_waits_at_most_the_join_window_when_a_longer_gap_is_drawn() {
+        let cell = saturated();
+        let t0 = Instant::now();
+        // The write in flight was sent with a gap after it drawn in the lower part of its
+        // range (±25% around 200 ms), so a longer one can be drawn when it returns.
+        let mut draws = 0;
+        let next = loop {
+            cell.sent();
+            let next = next_send(&cell);
+            if next - t0 <= ms(190) {
+                break next;
+            }
+            draws += 1;
+            assert!(draws < 200, "no gap under 190 ms drawn in {draws} draws");
+            cell.decided(&slow(), 0, 10, 1);
+        };
+        assert!(next - t0 > JOIN_WINDOW * 2, "{:?}", next - t0);
+        // Inside the window before the paced send: the check joins.
+        tokio::time::sleep_until(next - JOIN_WINDOW / 2).await;
+        let joined = Instant::now();
+        let _rx = enqueue(&cell, &slow(), None).expect("inside the window, the check joins");
+        // The write in flight returns and draws a gap after it longer than the one the check
+        // saw (drawn ±25% around the same gap: redraw until it is).
+        let mut draws = 0;
+        loop {
+            cell.decided(&slow(), 0, 10, 1);
+            draws += 1;
+            if next_send(&cell) > joined + JOIN_WINDOW * 2 {
+                break;
+            }
+            assert!(draws < 200, "no longer gap drawn in {draws} draws");
+        }
+        let held = paused_for(&cell).await;
+        println!(
+            "joined {:?} before the send it saw; the next one is {:?} away; held {held:?}",
+            next - joined,
+            next_send(&cell) - joined
+        );
+        assert_eq!(
+            Instant::now(),
+            joined + JOIN_WINDOW,
+            "the pause ends at the check's send_by"
+        );
+        assert!(held <= JOIN_WINDOW, "{held:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_with_a_short_budget_is_sent_within_half_of_it() {
+        let cell = saturated();
+        cell.sent();
+        let next = next_send(&cell);
+        // Inside the window, `next - now` is 8 ms away; a budget of 6 ms waits at most 3.
+        tokio::time::sleep_until(next - ms(8)).await;
+        let arrived = Instant::now();
+        let budget = ms(6);
+        let _rx = enqueue(&cell, &slow(), Some(budget)).expect("joins");
+        let send_by = lock(&cell.inner).pending[0].send_by;
+        assert_eq!(send_by, arrived + budget / 2);
+        let held = paused_for(&cell).await;
+        assert_eq!(
+            held,
+            budget / 2,
+            "sent at half its budget, before the paced send"
+        );
+        assert!(Instant::now() < next);
+
+        // A long budget waits on pacing for the window at most, not half of it.
+        let cell = saturated();
+        cell.sent();
+        let next = next_send(&cell);
+        tokio::time::sleep_until(next - JOIN_WINDOW).await;
+        let _rx = enqueue(&cell, &slow(), Some(Duration::from_secs(10))).expect("joins");
+        assert_eq!(paused_for(&cell).await, JOIN_WINDOW, "the paced send");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_before_the_window_with_a_ban_quota_is_sent_by_the_window_not_the_gap() {
+        // Quotas with a ban are never turned away: a check right after a send waits for its
+        // send_by, not for the paced send 150-250 ms later.
+        let banning = slow().ban(Duration::from_secs(30));
+        let cell = saturated();
+        cell.sent();
+        let next = next_send(&cell);
+        let _rx = enqueue(&cell, &banning, None).expect("a ban quota is never turned away");
+        assert_eq!(paused_for(&cell).await, JOIN_WINDOW);
+        assert!(Instant::now() + JOIN_WINDOW < next);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_past_a_checks_budget_stops_turning_it_away() {
+        let cell = saturated();
+        cell.sent();
+        // 30 ms into a write that has not returned: outside the window before the next send.
+        tokio::time::sleep(ms(30)).await;
+        assert!(next_send(&cell) - Instant::now() > JOIN_WINDOW);
+        let denial = enqueue(&cell, &slow(), None).expect_err("no deadline: paced");
+        assert!(
+            !denial.allowed && denial.retry_after.is_some(),
+            "{denial:?}"
+        );
+        let denial = enqueue(&cell, &slow(), Some(ms(100)))
+            .expect_err("a budget the write in flight has not outlived: paced");
+        assert!(!denial.allowed, "{denial:?}");
+        assert!(
+            enqueue(&cell, &slow(), Some(ms(30))).is_err(),
+            "a budget exactly as long as the wait so far: still paced"
+        );
+        let rx = enqueue(&cell, &slow(), Some(ms(20)));
+        assert!(
+            rx.is_ok(),
+            "the write in flight outlived its 20 ms: it waits"
+        );
+        assert_eq!(lock(&cell.inner).pending.len(), 1);
+        // Once the write returns, nothing is in flight: the same budget is paced again.
+        cell.decided(&slow(), 0, 10, 1);
+        cell.sent();
+        cell.decided(&slow(), 0, 10, 1);
+        tokio::time::sleep(ms(30)).await;
+        assert!(next_send(&cell) - Instant::now() > JOIN_WINDOW);
+        assert!(
+            enqueue(&cell, &slow(), Some(ms(20))).is_err(),
+            "no write in flight: paced"
+        );
+    }
+
+    #[test]
+    fn take_batch_leaves_out_checks_whose_caller_is_gone() {
+        let cell = KeyCell::default();
+        let q = slow();
+        let (tx1, rx1) = oneshot::channel();
+        let (tx2, rx2) = oneshot::channel();
+        let (tx3, rx3) = oneshot::channel();
+        assert!(matches!(
+            cell.enqueue(&q, 1, 0, None, tx1),
+            Enqueued::StartDriver
+        ));
+        assert!(matches!(
+            cell.enqueue(&q, 2, 0, None, tx2),
+            Enqueued::Joined
+        ));
+        assert!(matches!(
+            cell.enqueue(&q, 3, 0, None, tx3),
+            Enqueued::Joined
+        ));
+        drop(rx2);
+        let batch = cell.take_batch().expect("two callers wait");
+        let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
+        assert_eq!(costs, [1, 3], "the dropped check is left out");
+        drop((rx1, rx3, batch));
+
+        // Only gone callers queued: no batch, and the driver ends (the next check starts one).
+        let (tx4, rx4) = oneshot::channel();
+        assert!(matches!(
+            cell.enqueue(&q, 4, 0, None, tx4),
+            Enqueued::Joined
+        ));
+        drop(rx4);
+        assert!(cell.take_batch().is_none());
+        assert!(lock(&cell.inner).pending.is_empty());
+        let (tx5, _rx5) = oneshot::channel();
+        assert!(matches!(
+            cell.enqueue(&q, 5, 0, None, tx5),
+            Enqueued::StartDriver
+        ));
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+}

@@ -348,6 +348,31 @@ mod tests {
     }
 
     #[test]
+    fn the_store_is_overdue_only_for_budgets_the_write_in_flight_has_outlived() {
+        let mut p = Pace::default();
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        assert!(!p.store_overdue(Duration::ZERO, t), "nothing in flight");
+        p.decided(0, 32, 1, CAP, 0.0);
+        p.sent(t);
+        assert!(p.store_overdue(ms(20), t + ms(30)));
+        assert!(
+            !p.store_overdue(ms(30), t + ms(30)),
+            "not longer than the budget"
+        );
+        assert!(!p.store_overdue(ms(100), t + ms(30)));
+        // A clock read before the send (another thread's `now`) is not overdue.
+        assert!(!p.store_overdue(Duration::ZERO, t.checked_sub(ms(1)).unwrap_or(t)));
+        // The write returned: nothing in flight, whatever the time.
+        p.decided(0, 10, 1, CAP, 0.0);
+        assert!(!p.store_overdue(Duration::ZERO, t + ms(1_000)));
+        // A reset key forgets the write in flight too.
+        p.sent(t);
+        p.reset();
+        assert!(!p.store_overdue(Duration::ZERO, t + ms(1_000)));
+    }
+
+    #[test]
     fn the_cap_is_a_quarter_of_the_window_at_most_max_gap() {
         assert_eq!(
             max_gap(Duration::from_millis(40)),

@@ -251,6 +251,7 @@ macro_rules! rate_contract_suite {
             rate_request_counts,
             rate_closed,
             rate_exact_under_contention,
+            rate_write_each,
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
