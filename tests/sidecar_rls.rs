@@ -1871,3 +1871,43 @@ async fn a_reload_merges_domains_as_the_start_did() {
     let r = one(&mut c, "test-domain", &[("key1", "value1")]).await;
     assert_eq!(rpu(&r), 10);
 }
+
+/// The caller's `grpc-timeout` (Envoy sends its filter timeout) bounds the store calls, not
+/// only `rls_store_timeout`: against a hung etcd, a call that allows 300 ms gets the domain's
+/// store-down answer well within it although the store timeout is 10 s; one without a
+/// deadline waits for the store timeout. A healthy store answers exactly within the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_grpc_timeout_bounds_the_store_calls() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("rls-grpc-timeout");
+    let yaml = policy_domain("closed", "fail_closed", 5);
+    let (_dir, sc) = start_with(&url, "closed.yaml", &yaml, &["--rls-store-timeout", "10s"]).await;
+    let mut c = sc.client().await;
+    let with_deadline = |key: &str, ms: u64| {
+        let mut r = tonic::Request::new(req("closed", vec![desc(&[("k", key)])], 0));
+        r.set_timeout(Duration::from_millis(ms));
+        r
+    };
+    let ok = c
+        .should_rate_limit(with_deadline("up", 2_000))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(overall(&ok), Code::Ok, "the store decides in time");
+    assert_eq!(limited(&ok.statuses[0]).1, 4);
+
+    cluster.pause(0);
+    let t = Instant::now();
+    let r = within(
+        "ShouldRateLimit with grpc-timeout 300m",
+        Duration::from_secs(5),
+        c.should_rate_limit(with_deadline("hung", 300)),
+    )
+    .await;
+    let took = t.elapsed();
+    println!("etcd hung, grpc-timeout 300 ms: answered in {took:?}");
+    let r = r.expect("answered, not timed out").into_inner();
+    assert_eq!(overall(&r), Code::OverLimit, "fail_closed answered: {r:?}");
+    assert!(took < Duration::from_millis(300), "{took:?}");
+    cluster.resume(0);
+}

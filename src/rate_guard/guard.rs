@@ -141,6 +141,31 @@ impl StoreDownGuard {
 
     /// [`RateLimit::check_n`] through the store, or the policy's answer if the store is down.
     pub async fn check_n(&self, limit: &RateLimit, key: &str, cost: u64) -> Result<Guarded> {
+        self.check_n_by(limit, key, cost, self.store_timeout).await
+    }
+
+    /// [`check_n`](Self::check_n) for a caller that owes its own answer within `budget` (an
+    /// RPC's deadline, an HTTP request's timeout): the store gets the shorter of `budget` and
+    /// the [`store_timeout`](Self::store_timeout), and past it this check gets the policy's
+    /// answer (a slow answer: it opens the breaker only if such answers persist).
+    pub async fn check_n_within(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        cost: u64,
+        budget: Duration,
+    ) -> Result<Guarded> {
+        let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
+        self.check_n_by(limit, key, cost, Some(bound)).await
+    }
+
+    async fn check_n_by(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        cost: u64,
+        bound: Option<Duration>,
+    ) -> Result<Guarded> {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
         let max = limit.quota().max_cost();
@@ -153,9 +178,7 @@ impl StoreDownGuard {
         let health = &self.shared.health;
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
-            let deadline = self
-                .store_timeout
-                .and_then(|t| Instant::now().checked_add(t));
+            let deadline = bound.and_then(|t| Instant::now().checked_add(t));
             match limit.check_by(key, cost, deadline).await {
                 Ok(decision) => {
                     health.up(limit.name());
@@ -165,7 +188,7 @@ impl StoreDownGuard {
                     });
                 }
                 Err(e) => match failure(&e) {
-                    Some(kind) => health.failed(limit.name(), &self.cause(e), kind),
+                    Some(kind) => health.failed(limit.name(), &cause(e, bound), kind),
                     None => return Err(e),
                 },
             }
@@ -179,13 +202,40 @@ impl StoreDownGuard {
     /// [`Limiter::check_all`] (all or nothing) through the store, or the policy's answer for
     /// every check if the store is down (`Local`: all or nothing among the local shares).
     pub async fn check_all(&self, limiter: &Limiter, checks: &[Check<'_>]) -> Result<Vec<Guarded>> {
+        self.check_all_by(limiter, checks, self.store_timeout).await
+    }
+
+    /// [`check_all`](Self::check_all) within `budget`, as [`check_n_within`](Self::check_n_within).
+    pub async fn check_all_within(
+        &self,
+        limiter: &Limiter,
+        checks: &[Check<'_>],
+        budget: Duration,
+    ) -> Result<Vec<Guarded>> {
+        let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
+        self.check_all_by(limiter, checks, Some(bound)).await
+    }
+
+    async fn check_all_by(
+        &self,
+        limiter: &Limiter,
+        checks: &[Check<'_>],
+        bound: Option<Duration>,
+    ) -> Result<Vec<Guarded>> {
         let Some(first) = checks.first() else {
             return Err(Error::invalid("check_all needs at least one check"));
         };
         let name = first.parts().0.name().to_string();
         let health = &self.shared.health;
         if health.may_try() {
-            match self.ask(limiter.check_all(checks)).await {
+            let call = limiter.check_all(checks);
+            let answered = match bound {
+                None => call.await,
+                Some(t) => tokio::time::timeout(t, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout)),
+            };
+            match answered {
                 Ok(decisions) => {
                     health.up(&name);
                     return Ok(decisions
@@ -197,7 +247,7 @@ impl StoreDownGuard {
                         .collect());
                 }
                 Err(e) => match failure(&e) {
-                    Some(kind) => health.failed(&name, &self.cause(e), kind),
+                    Some(kind) => health.failed(&name, &cause(e, bound), kind),
                     None => return Err(e),
                 },
             }
@@ -216,27 +266,6 @@ impl StoreDownGuard {
             parts.push((limit, key, cost));
         }
         self.fallback(&parts).await
-    }
-
-    /// Runs a store call within the store timeout, if any (`Timeout` past it).
-    async fn ask<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        match self.store_timeout {
-            None => call.await,
-            Some(t) => tokio::time::timeout(t, call)
-                .await
-                .unwrap_or(Err(Error::Timeout)),
-        }
-    }
-
-    /// What the log says of a failed check (a bare `Timeout` says too little).
-    fn cause(&self, e: Error) -> Error {
-        match (e, self.store_timeout) {
-            (Error::Timeout, Some(t)) => Error::store(format!(
-                "no answer within the store timeout ({} ms)",
-                t.as_millis()
-            )),
-            (e, _) => e,
-        }
     }
 
     /// The policy's answers for checks the store could not decide.
@@ -320,6 +349,17 @@ impl StoreDownGuard {
                 source: Source::Local,
             })
             .collect())
+    }
+}
+
+/// What the log says of a failed check (a bare `Timeout` says too little).
+fn cause(e: Error, bound: Option<Duration>) -> Error {
+    match (e, bound) {
+        (Error::Timeout, Some(t)) => Error::store(format!(
+            "no answer within the store timeout ({} ms)",
+            t.as_millis()
+        )),
+        (e, _) => e,
     }
 }
 

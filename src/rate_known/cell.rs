@@ -173,6 +173,11 @@ impl KeyCell {
         }
     }
 
+    /// The key's batch ended in an error: its write is no longer in flight.
+    pub(crate) fn batch_failed(&self) {
+        lock(&self.inner).pace.failed();
+    }
+
     /// A write of this key is being sent now.
     pub(crate) fn sent(&self) {
         lock(&self.inner).pace.sent(Instant::now());

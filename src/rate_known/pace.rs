@@ -122,6 +122,11 @@ impl Pace {
         self.in_flight = Some(now);
     }
 
+    /// The write in flight ended without a decision (an error): nothing is in flight.
+    pub(crate) fn failed(&mut self) {
+        self.in_flight = None;
+    }
+
     /// Whether the write in flight has waited for the store longer than `patience`: then a
     /// check with that much budget is not turned away (a share and a gap mean nothing while
     /// the store does not answer); it waits, and its deadline, not pacing, gives its answer.

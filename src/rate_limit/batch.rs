@@ -143,6 +143,7 @@ impl Driver {
                     }
                 }
                 Err(e) => {
+                    self.cell.batch_failed();
                     let e = self.inner.closed_or(e);
                     for p in batch {
                         let _ = p.reply.send(Err(e.copy()));

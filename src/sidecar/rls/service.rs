@@ -284,8 +284,16 @@ impl Rls {
         key
     }
 
-    /// The answer to one request.
-    pub async fn answer(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    /// The answer to one request whose caller waits at most `budget` (Envoy sends its filter
+    /// timeout as `grpc-timeout`): every store call of the answer keeps within it, and what the
+    /// store cannot decide in time gets the store-down policy's answer, so Envoy hears this
+    /// service's policy instead of timing out into its own `failure_mode_deny`.
+    pub async fn answer(
+        &self,
+        req: &RateLimitRequest,
+        budget: Duration,
+    ) -> Result<RateLimitResponse, Status> {
+        let budget = budget.min(self.store_timeout);
         // envoyproxy returns these as plain Go errors, which gRPC sends as UNKNOWN.
         if req.domain.is_empty() {
             return Err(Status::unknown("rate limit domain must not be empty"));
@@ -356,12 +364,9 @@ impl Rls {
                     (Some(quota), counted) => {
                         // Configured rules are open since the start; a new override opens
                         // here, within the store timeout like every check.
-                        let opened = tokio::time::timeout(
-                            self.store_timeout,
-                            self.open(&r.limit_name, quota),
-                        )
-                        .await
-                        .unwrap_or(Err(Error::Timeout));
+                        let opened = tokio::time::timeout(budget, self.open(&r.limit_name, quota))
+                            .await
+                            .unwrap_or(Err(Error::Timeout));
                         let limit = match opened {
                             Ok(limit) => limit,
                             Err(
@@ -393,7 +398,7 @@ impl Rls {
             .guards
             .get(&policy)
             .ok_or_else(|| Status::internal("no guard for the domain's store_down policy"))?;
-        let decided = self.check(guard, policy, &plans).await?;
+        let decided = self.check(guard, policy, &plans, budget).await?;
 
         let mut outcomes = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
@@ -491,6 +496,7 @@ impl Rls {
         guard: &StoreDownGuard,
         policy: StoreDownPolicy,
         plans: &[Plan],
+        budget: Duration,
     ) -> Result<Vec<Option<Checked>>, Status> {
         let shadow = |rule: &Rule| rule.shadow || self.shadow;
         let over_anyway = plans.iter().any(|p| match p {
@@ -536,18 +542,22 @@ impl Rls {
                 [(i, cost)] => match &plans[*i] {
                     Plan::Check { limit, key, .. } => {
                         let cost = if over_anyway { 0 } else { *cost };
-                        vec![guard.check_n(limit, key, cost).await?]
+                        vec![guard.check_n_within(limit, key, cost, budget).await?]
                     }
                     _ => return Err(Error::invalid("an enforced descriptor without a check")),
                 },
-                _ => guard.check_all(&self.limiter, &checks).await?,
+                _ => {
+                    guard
+                        .check_all_within(&self.limiter, &checks, budget)
+                        .await?
+                }
             };
             Ok::<_, Error>((gs, start.elapsed()))
         };
         let each =
             futures::future::join_all(alone.iter().map(|(_, limit, key, cost)| async move {
                 let start = Instant::now();
-                let g = guard.check_n(limit, key, *cost).await?;
+                let g = guard.check_n_within(limit, key, *cost, budget).await?;
                 Ok::<_, Error>((g, start.elapsed()))
             }));
         let (together, each) = futures::future::join(together, each).await;
@@ -637,6 +647,33 @@ fn status(e: Error) -> Status {
     }
 }
 
+/// What a caller that sent `grpc-timeout` leaves this service for its store calls: the
+/// timeout less a margin for the answer's way back (a fifth of it, at least 2 ms). Envoy sends
+/// its rate limit filter's `timeout` (20 ms by default) this way.
+fn budget_of(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let timeout = parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)?;
+    let margin = (timeout / 5).max(Duration::from_millis(2));
+    Some(timeout.saturating_sub(margin).max(Duration::from_millis(1)))
+}
+
+/// gRPC's `grpc-timeout`: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// The tonic service around a shared [`Rls`].
 #[derive(Clone)]
 pub struct Service(pub Arc<Rls>);
@@ -650,7 +687,10 @@ impl RateLimitService for Service {
         // Boxed: the answer's future is deep enough to overflow the compiler's layout query
         // inside tonic's own.
         let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
-            Box::pin(self.0.answer(request.get_ref()));
+            Box::pin(self.0.answer(
+                request.get_ref(),
+                budget_of(request.metadata()).unwrap_or(Duration::MAX),
+            ));
         answer.await.map(Response::new)
     }
 }
@@ -679,5 +719,40 @@ pub fn require_token(
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod grpc_timeout_tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_says_and_leave_a_margin() {
+        assert_eq!(parse_grpc_timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("500u"), Some(Duration::from_micros(500)));
+        assert_eq!(parse_grpc_timeout("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "m", "20", "20x", "-1m", "123456789m", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+        let mut md = tonic::metadata::MetadataMap::new();
+        assert_eq!(budget_of(&md), None);
+        md.insert(
+            "grpc-timeout",
+            tonic::metadata::MetadataValue::from_static("20m"),
+        );
+        assert_eq!(budget_of(&md), Some(Duration::from_millis(16)));
+        md.insert(
+            "grpc-timeout",
+            tonic::metadata::MetadataValue::from_static("5m"),
+        );
+        assert_eq!(budget_of(&md), Some(Duration::from_millis(3)));
+        md.insert(
+            "grpc-timeout",
+            tonic::metadata::MetadataValue::from_static("1m"),
+        );
+        assert_eq!(budget_of(&md), Some(Duration::from_millis(1)));
     }
 }
