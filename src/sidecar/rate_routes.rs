@@ -245,20 +245,27 @@ fn source_name(s: Source) -> &'static str {
     }
 }
 
-/// One guarded check, and how long it took.
+/// One guarded check, and how long it took; with a `deadline` (a wait's `timeout_ms`), the
+/// store gets at most what is left of it (and at most the store timeout).
 async fn guarded(
     st: &AppState,
     rl: &RateLimit,
     key: &str,
     cost: u64,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<(Guarded, Duration), Problem> {
     let started = tokio::time::Instant::now();
-    let g = st
-        .rate
-        .guard
-        .check_n(rl, key, cost)
-        .await
-        .map_err(|e| lib_problem(e, rl.name()))?;
+    let guard = &st.rate.guard;
+    let g = match deadline {
+        None => guard.check_n(rl, key, cost).await,
+        Some(d) => {
+            let left = d
+                .saturating_duration_since(started)
+                .max(Duration::from_millis(1));
+            guard.check_n_within(rl, key, cost, left).await
+        }
+    }
+    .map_err(|e| lib_problem(e, rl.name()))?;
     Ok((g, started.elapsed()))
 }
 
@@ -424,7 +431,7 @@ pub async fn check(
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
-    let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
+    let (g, took) = guarded(&st, &rl, &body.key, cost, None).await?;
     never_admitted(&rl, &g, cost)?;
     record(&st, &rl, &g, cost, took);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
@@ -460,7 +467,7 @@ pub async fn wait(
         if st.shutdown.is_cancelled() {
             return Err(shutting_down());
         }
-        let (g, took) = guarded(&st, &rl, &body.key, cost).await?;
+        let (g, took) = guarded(&st, &rl, &body.key, cost, Some(deadline)).await?;
         if g.decision.allowed {
             record(&st, &rl, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
@@ -532,7 +539,7 @@ pub async fn peek(
 ) -> Result<Response, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let (g, _) = guarded(&st, &rl, &key, 0).await?;
+    let (g, _) = guarded(&st, &rl, &key, 0, None).await?;
     Ok(answer(&st, &rl, &key, 0, &g, false, None))
 }
 
