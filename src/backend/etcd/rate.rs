@@ -119,14 +119,18 @@ impl EtcdBackend {
         Ok(Some(granted.id()))
     }
 
-    /// The batch's Txn; if a cached lease expired before the write reached etcd (a pause, a
-    /// slow retry), nothing applied: the batch's leases are forgotten and it is sent once more
-    /// with fresh ones.
-    async fn write_batch(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
-        match self.write_once(writes).await {
+    /// A write sent with `attempt`; if a cached lease expired before the write reached etcd (a
+    /// pause, a slow retry), nothing applied: the leases it used are forgotten and it is sent
+    /// once more with fresh ones. (`attempt` returns the leases it used with its outcome.)
+    async fn with_fresh_leases<T, F, Fut>(&self, attempt: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = (Vec<i64>, Result<T>)>,
+    {
+        match attempt().await {
             (used, Err(Error::SessionLost)) => {
                 self.rate_leases.forget(&used);
-                match self.write_once(writes).await.1 {
+                match attempt().await.1 {
                     Err(Error::SessionLost) => {
                         Err(Error::store("etcd lost the rate-limit key lease twice"))
                     }
@@ -137,32 +141,22 @@ impl EtcdBackend {
         }
     }
 
-    /// `write_each`'s Txn, with the lease retry of `write_batch`.
-    async fn write_each_batch(&self, writes: &[KeyWrite]) -> Result<Vec<KeyOutcome>> {
-        match self.write_each_once(writes).await {
-            (used, Err(Error::SessionLost)) => {
-                self.rate_leases.forget(&used);
-                match self.write_each_once(writes).await.1 {
-                    Err(Error::SessionLost) => {
-                        Err(Error::store("etcd lost the rate-limit key lease twice"))
-                    }
-                    other => other,
-                }
-            }
-            (_, other) => other,
+    /// The lease of each write (`rate_lease`), in order.
+    async fn leases_of(&self, writes: &[KeyWrite]) -> Result<Vec<Option<i64>>> {
+        let mut leases = Vec::with_capacity(writes.len());
+        for w in writes {
+            leases.push(self.rate_lease(w.expires_at).await?);
         }
+        Ok(leases)
     }
 
     /// One attempt at `write_each`: an outer Txn without compares whose success branch holds
     /// one nested Txn per write.
     async fn write_each_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<Vec<KeyOutcome>>) {
-        let mut leases = Vec::with_capacity(writes.len());
-        for w in writes {
-            match self.rate_lease(w.expires_at).await {
-                Ok(l) => leases.push(l),
-                Err(e) => return (Vec::new(), Err(e)),
-            }
-        }
+        let leases = match self.leases_of(writes).await {
+            Ok(l) => l,
+            Err(e) => return (Vec::new(), Err(e)),
+        };
         let nested: Vec<TxnOp> = writes
             .iter()
             .zip(&leases)
@@ -239,13 +233,10 @@ impl EtcdBackend {
 
     /// One attempt at the batch with leases from the cache (or fresh ones).
     async fn write_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<WriteOutcome>) {
-        let mut leases = Vec::with_capacity(writes.len());
-        for w in writes {
-            match self.rate_lease(w.expires_at).await {
-                Ok(l) => leases.push(l),
-                Err(e) => return (Vec::new(), Err(e)),
-            }
-        }
+        let leases = match self.leases_of(writes).await {
+            Ok(l) => l,
+            Err(e) => return (Vec::new(), Err(e)),
+        };
         let keys: Vec<String> = writes
             .iter()
             .map(|w| self.keys.rate_key(&w.limit, &w.key))
@@ -395,7 +386,7 @@ impl RateStore for EtcdBackend {
         check_batch(writes)?;
         // The lease grant and the Txn (and their one repeat) share one call's bound.
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        tokio::time::timeout(bound, self.write_batch(writes))
+        tokio::time::timeout(bound, self.with_fresh_leases(|| self.write_once(writes)))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
     }
@@ -417,10 +408,13 @@ impl RateStore for EtcdBackend {
             return writes.iter().map(|_| Err(e.copy())).collect();
         }
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        let all = tokio::time::timeout(bound, self.write_each_batch(writes))
-            .await
-            .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
-            .and_then(|r| r);
+        let all = tokio::time::timeout(
+            bound,
+            self.with_fresh_leases(|| self.write_each_once(writes)),
+        )
+        .await
+        .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
+        .and_then(|r| r);
         match all {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
             Err(e) => writes.iter().map(|_| Err(e.copy())).collect(),
