@@ -2,6 +2,7 @@
 //! (`serve` is the sidecar's).
 
 mod args;
+mod child;
 mod rate;
 mod run;
 mod set_capacity;
