@@ -164,7 +164,12 @@ impl Group {
             pgid = %self.pid,
             "the command exited but left processes in its group: ending them"
         );
-        self.stop_with(Signal::SIGTERM);
+        if self.killed_at.is_some() {
+            // SIGKILL was sent already (CMD outlived the grace): what is left started since.
+            self.kill();
+        } else {
+            self.stop_with(Signal::SIGTERM);
+        }
         // Bounded: the grace, then REAP_WAIT after the SIGKILL, at POLL steps.
         let steps = (self.grace + REAP_WAIT).as_millis() / POLL.as_millis() + 10;
         for _ in 0..steps {
