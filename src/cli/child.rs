@@ -35,17 +35,28 @@ impl Placement {
     }
 }
 
-/// Sets up `cmd` to run as `placement` says and, on Linux, to die with us.
+/// How CMD is started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Through `clusterlimit __supervise` (Linux, own group): the supervisor leads the group
+    /// and SIGKILLs all of it when `run` dies.
+    Supervised,
+    /// CMD itself (on Linux with the parent-death signal: CMD alone dies with `run`).
+    Direct,
+}
+
+/// Sets up `cmd` to run as `placement` says and, on Linux, to die with us: CMD alone
+/// (`Direct`), or its whole group (`Supervised`: the supervisor does it).
 ///
 /// The parent-death signal fires when the *thread* that forked exits: `spawn` must be called
 /// from a thread that lives as long as `run` (the runtime's `block_on` thread or a worker,
 /// never a `spawn_blocking` thread, which ends when idle).
-pub fn configure(cmd: &mut Command, placement: Placement) {
+pub fn configure(cmd: &mut Command, placement: Placement, start: Start) {
     if placement == Placement::OwnGroup {
         cmd.process_group(0);
     }
     #[cfg(target_os = "linux")]
-    {
+    if start == Start::Direct {
         let parent = nix::unistd::getpid();
         // SAFETY: the closure runs in the child between fork and exec, where only
         // async-signal-safe calls are allowed: it makes two system calls (prctl, getppid) and
@@ -54,6 +65,8 @@ pub fn configure(cmd: &mut Command, placement: Placement) {
             cmd.pre_exec(move || die_with_parent(parent));
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = start;
 }
 
 /// In the child, before exec: SIGKILL when `parent` dies.
@@ -147,7 +160,7 @@ impl Group {
             Placement::Foreground => true,
             // ESRCH: nobody left. EPERM: only processes we may not signal (they changed
             // user); there is nothing more we could do about them.
-            Placement::OwnGroup => killpg(self.pid, None).is_err(),
+            Placement::OwnGroup => killpg(self.pid, None).is_err() || !runs_in(self.pid),
         }
     }
 
@@ -155,7 +168,7 @@ impl Group {
     /// grace, or at once if the grace already ran out), and returns when the group is empty,
     /// or `REAP_WAIT` after SIGKILL. Signals sent to `run` meanwhile are forwarded.
     pub async fn end(&mut self, signals: &mut super::signals::Signals) {
-        const POLL: Duration = Duration::from_millis(20);
+        const POLL: Duration = Duration::from_millis(50);
         if self.is_empty() {
             self.gone = true;
             return;
@@ -204,6 +217,36 @@ impl Drop for Group {
             let _ = killpg(self.pid, Signal::SIGKILL);
         }
     }
+}
+
+/// Whether a process of group `pgid` still runs: not a zombie, which `killpg` counts until its
+/// new parent reaps it (an init that reaps late, or never, in some containers). Linux: read
+/// from /proc, and `true` when /proc cannot be read.
+#[cfg(target_os = "linux")]
+fn runs_in(pgid: Pid) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    let pgid = pgid.as_raw().to_string();
+    entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false; // not a process, or it just ended
+        };
+        // "PID (COMM) STATE PPID PGRP ...": COMM may hold anything, so count from the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        pgrp == Some(pgid.as_str()) && !matches!(state, Some("Z" | "X" | "x"))
+    })
+}
+
+/// Elsewhere `killpg`'s answer stands: zombies count as running.
+#[cfg(not(target_os = "linux"))]
+fn runs_in(_pgid: Pid) -> bool {
+    true
 }
 
 /// Sleeps until `at`; forever if `None`.
