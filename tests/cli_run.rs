@@ -543,8 +543,10 @@ async fn sigkilled_run_takes_its_command_along_before_the_permit_returns() {
     let url = cluster.url("pdeath");
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("first.pid");
+    let grandchild_pid = dir.path().join("grandchild.pid");
     let result = dir.path().join("second.result");
     let _orphan = PidFileGuard(&pidfile);
+    let _orphan2 = PidFileGuard(&grandchild_pid);
     let ttl = Duration::from_secs(2);
     let run = |script: &str| {
         cmd(&[
@@ -563,11 +565,22 @@ async fn sigkilled_run_takes_its_command_along_before_the_permit_returns() {
             script,
         ])
     };
-    let mut first = run(&format!("echo $$ > '{}'; exec sleep 60", pidfile.display()))
-        .spawn()
-        .unwrap();
+    // The command, and a process it starts (the kernel's parent-death signal reaches only
+    // run's direct child: run's supervisor must end the rest of the group).
+    let mut first = run(&format!(
+        "sleep 60 & echo $! > '{}'; echo $$ > '{}'; exec sleep 60",
+        grandchild_pid.display(),
+        pidfile.display()
+    ))
+    .spawn()
+    .unwrap();
     let pid = pid_in(&pidfile).await;
+    let grandchild = pid_in(&grandchild_pid).await;
     assert!(running(pid), "the first command is not running");
+    assert!(
+        running(grandchild),
+        "the first command's child is not running"
+    );
     // The second waits in the queue; its command records whether the first still runs when
     // it gets the permit.
     let second_script = record_whether_running(pid, &result);
@@ -585,7 +598,7 @@ async fn sigkilled_run_takes_its_command_along_before_the_permit_returns() {
     // The session, kept alive every TTL/3, cannot end sooner than 2/3 of the TTL after the
     // kill: the command must be gone well before.
     for _ in 0..1000 {
-        if !running(pid) || killed.elapsed() > ttl {
+        if !(running(pid) || running(grandchild)) || killed.elapsed() > ttl {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -594,6 +607,10 @@ async fn sigkilled_run_takes_its_command_along_before_the_permit_returns() {
     assert!(
         !running(pid),
         "the command still runs {gone_after:?} after SIGKILL of run"
+    );
+    assert!(
+        !running(grandchild),
+        "the command's child still runs {gone_after:?} after SIGKILL of run"
     );
     assert!(
         gone_after < ttl / 2,
@@ -701,4 +718,36 @@ async fn a_background_process_left_by_the_command_ends_with_run() {
     assert_eq!(st.code(), Some(3), "{st:?}");
     let bg = pid_in(&bg_pid).await;
     assert!(!running(bg), "the background process outlived run");
+}
+
+/// `run`'s supervisor (`clusterlimit __supervise PARENT -- CMD`) does not start CMD once its
+/// parent is no longer PARENT: `run` died between the fork and the parent-death signal.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_supervisor_does_not_start_the_command_for_a_dead_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    // Our pid as PARENT: the supervisor's parent is the test process, so it starts CMD.
+    let me = std::process::id().to_string();
+    let out = output(
+        cmd(&["__supervise", &me, "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(marker.exists(), "CMD did not run under its live parent");
+    std::fs::remove_file(&marker).unwrap();
+    // Pid 1 as PARENT: as if `run` had died and the supervisor were handed to init.
+    let out = output(
+        cmd(&["__supervise", "1", "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(70), "stderr: {}", out.stderr);
+    assert!(!marker.exists(), "CMD ran although its run was gone");
+    // Not for people: a usage error that points to `run`.
+    let out = output(cmd(&["__supervise"]), Duration::from_secs(20)).await;
+    assert_eq!(out.code, Some(64));
+    assert!(out.stderr.contains("clusterlimit run"), "{}", out.stderr);
 }

@@ -8,6 +8,8 @@ mod run;
 mod set_capacity;
 mod signals;
 mod status;
+#[cfg(target_os = "linux")]
+pub mod supervisor;
 
 use crate::frontend::{exit, Failure};
 use args::{Cli, Command};

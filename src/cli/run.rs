@@ -1,8 +1,10 @@
 //! `clusterlimit run`: hold permits while a child command runs.
 
 use super::args::RunArgs;
-use super::child::{self, Group, Placement};
+use super::child::{self, Group, Placement, Start};
 use super::signals::Signals;
+#[cfg(target_os = "linux")]
+use super::supervisor;
 use crate::frontend::{connect, exit, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
@@ -111,17 +113,26 @@ fn spawn(args: &RunArgs, permit: &Permit) -> Result<(Child, Group), Failure> {
         .split_first()
         .ok_or_else(|| Failure::usage("no command given after --"))?;
     let placement = Placement::detect();
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)
-        .env(
-            "CLUSTERLIMIT_FENCING_TOKEN",
-            permit.fencing_token().to_string(),
-        )
-        .env("CLUSTERLIMIT_PERMITS", permit.permits().to_string())
-        // An exit path that forgets the child must not leave it running without its permit.
-        .kill_on_drop(true);
-    child::configure(&mut cmd, placement);
+    // On Linux, in a group of its own, CMD runs under a supervisor that ends the whole group
+    // if we die. If it cannot start (no /proc), CMD starts directly and only CMD dies with us.
+    #[cfg(target_os = "linux")]
+    if placement == Placement::OwnGroup {
+        let mut cmd = command(args, permit, Command::new("/proc/self/exe"));
+        cmd.arg0("clusterlimit")
+            .args(supervisor::args(&args.command));
+        child::configure(&mut cmd, placement, Start::Supervised);
+        match cmd.spawn() {
+            Ok(child) => return with_group(child, placement, args),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot start the command's supervisor (/proc/self/exe): starting the command \
+                 directly; if this process is SIGKILLed, processes the command started survive it"
+            ),
+        }
+    }
+    let mut cmd = command(args, permit, Command::new(program));
+    cmd.args(rest);
+    child::configure(&mut cmd, placement, Start::Direct);
     // Called on the runtime's block_on thread, which lives as long as we do: the parent-death
     // signal follows the thread that forked.
     let child = cmd.spawn().map_err(|e| {
@@ -131,13 +142,35 @@ fn spawn(args: &RunArgs, permit: &Permit) -> Result<(Child, Group), Failure> {
         };
         Failure::new(code, format!("cannot run {program:?}: {e}"))
     })?;
+    with_group(child, placement, args)
+}
+
+/// `cmd` with the permit's details in its environment, killed if dropped.
+fn command(args: &RunArgs, permit: &Permit, mut cmd: Command) -> Command {
+    cmd.env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)
+        .env(
+            "CLUSTERLIMIT_FENCING_TOKEN",
+            permit.fencing_token().to_string(),
+        )
+        .env("CLUSTERLIMIT_PERMITS", permit.permits().to_string())
+        // An exit path that forgets the child must not leave it running without its permit.
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The started child with its group.
+fn with_group(
+    child: Child,
+    placement: Placement,
+    args: &RunArgs,
+) -> Result<(Child, Group), Failure> {
     let group = child
         .id()
         .and_then(|pid| Group::new(pid, placement, args.grace))
         .ok_or_else(|| {
             Failure::new(
                 exit::SOFTWARE,
-                format!("{program:?} started but has no process id to supervise it by"),
+                "the command started but has no process id to supervise it by",
             )
         })?;
     tracing::debug!(pid = ?child.id(), ?placement, "command started");
