@@ -6,9 +6,12 @@
 //!   terminal on its stdin, CMD stays in `run`'s group, as before, so that it can still read
 //!   the terminal and gets Ctrl-C and Ctrl-Z from it (a background group reading the terminal
 //!   is stopped by SIGTTIN); there only CMD itself is signalled.
-//! - On Linux CMD gets SIGKILL when `run` dies, however it dies (`PR_SET_PDEATHSIG`, set
-//!   between fork and exec): a SIGKILLed `run` cannot end CMD itself, and its permit comes back
-//!   after the session TTL, while CMD would still be running.
+//! - On Linux CMD dies when `run` dies, however it dies: a SIGKILLed `run` cannot end CMD
+//!   itself, and its permit comes back after the session TTL, while CMD would still run. In
+//!   its own group CMD runs under a supervisor (`supervisor.rs`) that SIGKILLs the whole group
+//!   when `run` dies; in `run`'s group (or if the supervisor cannot start) CMD itself gets
+//!   SIGKILL from the kernel (`PR_SET_PDEATHSIG`, set between fork and exec), and what CMD
+//!   started survives.
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
