@@ -202,11 +202,14 @@ impl Group {
                 break;
             }
         }
+        if self.killed_at.is_none() {
+            // The steps ran out early (a flood of signals): do not leave without a SIGKILL.
+            self.kill();
+        }
         tracing::warn!(
             pgid = %self.pid,
-            "processes of the command's group are still there {} after SIGKILL (zombies \
-             nobody reaps, or stuck in the kernel); exiting anyway",
-            humantime::format_duration(REAP_WAIT)
+            "processes of the command's group are still there after SIGKILL (stuck in the \
+             kernel, e.g. on a hung disk or mount); exiting anyway"
         );
         self.gone = true;
     }
