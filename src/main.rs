@@ -8,5 +8,10 @@ mod frontend;
 mod sidecar;
 
 fn main() -> std::process::ExitCode {
+    // `run`'s supervisor of its command (Linux): first, before any thread or runtime exists.
+    #[cfg(target_os = "linux")]
+    if let Some(code) = cli::supervisor::main_if_asked() {
+        return code;
+    }
     cli::main()
 }

@@ -499,3 +499,255 @@ async fn revoked_session_terminates_child_and_exits_76() {
         "SIGKILL came before --grace"
     );
 }
+
+/// Whether process `pid` is still running: a zombie (dead, its parent has not reaped it yet)
+/// is not, nor is a pid with no /proc entry.
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "PID (COMM) STATE ...": COMM may hold anything, so the state follows the last ')'.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// The pid a test command wrote to `file`, once it has.
+async fn pid_in(file: &std::path::Path) -> u32 {
+    eventually(
+        "the command to write its pid",
+        Duration::from_secs(20),
+        || async {
+            std::fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+        },
+    )
+    .await
+}
+
+/// A shell command that writes to `out` whether process `pid` runs (as `running` tells).
+fn record_whether_running(pid: u32, out: &std::path::Path) -> String {
+    format!(
+        r#"state=$(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1)
+case "$state" in ""|Z|X) echo gone;; *) echo running;; esac > '{}'"#,
+        out.display()
+    )
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_run_takes_its_command_along_before_the_permit_returns() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("pdeath");
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("first.pid");
+    let grandchild_pid = dir.path().join("grandchild.pid");
+    let result = dir.path().join("second.result");
+    let _orphan = PidFileGuard(&pidfile);
+    let _orphan2 = PidFileGuard(&grandchild_pid);
+    let ttl = Duration::from_secs(2);
+    let run = |script: &str| {
+        cmd(&[
+            "run",
+            "--store",
+            &url,
+            "--semaphore",
+            "p",
+            "--capacity",
+            "1",
+            "--session-ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+    };
+    // The command, and a process it starts (the kernel's parent-death signal reaches only
+    // run's direct child: run's supervisor must end the rest of the group).
+    let mut first = run(&format!(
+        "sleep 60 & echo $! > '{}'; echo $$ > '{}'; exec sleep 60",
+        grandchild_pid.display(),
+        pidfile.display()
+    ))
+    .spawn()
+    .unwrap();
+    let pid = pid_in(&pidfile).await;
+    let grandchild = pid_in(&grandchild_pid).await;
+    assert!(running(pid), "the first command is not running");
+    assert!(
+        running(grandchild),
+        "the first command's child is not running"
+    );
+    // The second waits in the queue; its command records whether the first still runs when
+    // it gets the permit.
+    let second_script = record_whether_running(pid, &result);
+    let mut second = run(&second_script).spawn().unwrap();
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let sem = limiter.open_semaphore("p").await.unwrap();
+    eventually("the second run queued", Duration::from_secs(20), || async {
+        let st = sem.status().await.ok()?;
+        (st.used == 1 && st.waiting == 1).then_some(())
+    })
+    .await;
+
+    first.kill().await.unwrap(); // SIGKILL: `run` can do nothing about it
+    let killed = Instant::now();
+    // The session, kept alive every TTL/3, cannot end sooner than 2/3 of the TTL after the
+    // kill: the command must be gone well before.
+    for _ in 0..1000 {
+        if !(running(pid) || running(grandchild)) || killed.elapsed() > ttl {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let gone_after = killed.elapsed();
+    assert!(
+        !running(pid),
+        "the command still runs {gone_after:?} after SIGKILL of run"
+    );
+    assert!(
+        !running(grandchild),
+        "the command's child still runs {gone_after:?} after SIGKILL of run"
+    );
+    assert!(
+        gone_after < ttl / 2,
+        "the command went only {gone_after:?} after SIGKILL of run (session TTL {ttl:?})"
+    );
+
+    let st = within("the second run", Duration::from_secs(20), second.wait())
+        .await
+        .unwrap();
+    assert_eq!(st.code(), Some(0), "second run: {st:?}");
+    assert!(
+        killed.elapsed() >= ttl / 3,
+        "the second run got the permit {:?} after the kill: the session cannot have ended",
+        killed.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&result).unwrap().trim(),
+        "gone",
+        "the second command started while the first still ran"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_to_run_ends_the_commands_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let child_pid = dir.path().join("child.pid");
+    let grandchild_pid = dir.path().join("grandchild.pid");
+    let _orphan = PidFileGuard(&grandchild_pid);
+    // The grandchild ignores SIGTERM (so only the group's SIGKILL after --grace ends it); the
+    // child exits 0 on SIGTERM, leaving it behind.
+    let script = format!(
+        "(trap '' TERM; exec sleep 60) & echo $! > '{}'; echo $$ > '{}'; \
+         trap 'exit 0' TERM; while :; do sleep 0.05; done",
+        grandchild_pid.display(),
+        child_pid.display()
+    );
+    let mut run = cmd(&[
+        "run",
+        "--store",
+        "memory://group",
+        "--semaphore",
+        "g",
+        "--capacity",
+        "1",
+        "--grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .spawn()
+    .unwrap();
+    let grandchild = pid_in(&grandchild_pid).await;
+    let child = pid_in(&child_pid).await;
+    assert!(running(grandchild) && running(child));
+    signal(run.id().unwrap(), "TERM");
+    let sent = Instant::now();
+    let st = within(
+        "run to exit after SIGTERM",
+        Duration::from_secs(15),
+        run.wait(),
+    )
+    .await
+    .unwrap();
+    // The child's own code: it exited on the forwarded SIGTERM.
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert!(!running(child), "the child outlived run");
+    assert!(
+        !running(grandchild),
+        "the grandchild (ignoring SIGTERM) outlived run"
+    );
+    assert!(
+        sent.elapsed() >= Duration::from_millis(900),
+        "run exited {:?} after SIGTERM: before --grace, so the grandchild got no SIGKILL from it",
+        sent.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_background_process_left_by_the_command_ends_with_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bg_pid = dir.path().join("bg.pid");
+    let _orphan = PidFileGuard(&bg_pid);
+    let script = format!("sleep 60 & echo $! > '{}'; exit 3", bg_pid.display());
+    // Not `output`: the background process would hold its pipes open.
+    let mut run = cmd(&[
+        "run",
+        "--store",
+        "memory://left",
+        "--semaphore",
+        "l",
+        "--capacity",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .spawn()
+    .unwrap();
+    let st = within("run to exit", Duration::from_secs(20), run.wait())
+        .await
+        .unwrap();
+    assert_eq!(st.code(), Some(3), "{st:?}");
+    let bg = pid_in(&bg_pid).await;
+    assert!(!running(bg), "the background process outlived run");
+}
+
+/// `run`'s supervisor (`clusterlimit __supervise PARENT -- CMD`) does not start CMD once its
+/// parent is no longer PARENT: `run` died between the fork and the parent-death signal.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_supervisor_does_not_start_the_command_for_a_dead_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    // Our pid as PARENT: the supervisor's parent is the test process, so it starts CMD.
+    let me = std::process::id().to_string();
+    let out = output(
+        cmd(&["__supervise", &me, "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(marker.exists(), "CMD did not run under its live parent");
+    std::fs::remove_file(&marker).unwrap();
+    // Pid 1 as PARENT: as if `run` had died and the supervisor were handed to init.
+    let out = output(
+        cmd(&["__supervise", "1", "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(70), "stderr: {}", out.stderr);
+    assert!(!marker.exists(), "CMD ran although its run was gone");
+    // Not for people: a usage error that points to `run`.
+    let out = output(cmd(&["__supervise"]), Duration::from_secs(20)).await;
+    assert_eq!(out.code, Some(64));
+    assert!(out.stderr.contains("clusterlimit run"), "{}", out.stderr);
+}

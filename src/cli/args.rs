@@ -94,7 +94,8 @@ pub struct RunArgs {
     /// Give up waiting after this long (e.g. 30s, 5m) and exit 75; default: wait forever.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
-    /// After a lost permit, SIGKILL CMD if it is still running this long after SIGTERM.
+    /// SIGKILL CMD's process group this long after a SIGTERM that did not end it (a lost permit,
+    /// SIGTERM or SIGINT to `run`, processes CMD left behind when it exited).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
     /// Owner label shown in `status` (default HOSTNAME/PID).

@@ -2,11 +2,14 @@
 //! (`serve` is the sidecar's).
 
 mod args;
+mod child;
 mod rate;
 mod run;
 mod set_capacity;
 mod signals;
 mod status;
+#[cfg(target_os = "linux")]
+pub mod supervisor;
 
 use crate::frontend::{exit, Failure};
 use args::{Cli, Command};

@@ -1,15 +1,16 @@
 //! `clusterlimit run`: hold permits while a child command runs.
 
 use super::args::RunArgs;
-use super::signals::{send, Signals};
+use super::child::{self, Group, Placement, Start};
+use super::signals::Signals;
+#[cfg(target_os = "linux")]
+use super::supervisor;
 use crate::frontend::{connect, exit, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
-use std::time::Duration;
 use tokio::process::{Child, Command};
-use tokio::time::Instant;
 
 /// Acquires, runs the command, releases; returns the command's exit code.
 pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
@@ -50,8 +51,8 @@ async fn acquire_and_run(
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
     tracing::debug!(semaphore = %args.semaphore, token = permit.fencing_token(), "acquired");
-    let mut child = spawn(args, &permit)?;
-    let (status, lost) = supervise(&mut child, &permit, signals, args.grace).await;
+    let (mut child, mut group) = spawn(args, &permit)?;
+    let (status, lost) = supervise(&mut child, &mut group, &permit, signals).await;
     if lost {
         return Err(Failure::new(
             exit::LOST,
@@ -104,73 +105,119 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
     }
 }
 
-/// Starts CMD with the permit's details in its environment; stdio is inherited.
-fn spawn(args: &RunArgs, permit: &Permit) -> Result<Child, Failure> {
+/// Starts CMD with the permit's details in its environment; stdio is inherited. CMD gets a
+/// process group of its own and, on Linux, dies with us (see `child`).
+fn spawn(args: &RunArgs, permit: &Permit) -> Result<(Child, Group), Failure> {
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| Failure::usage("no command given after --"))?;
-    Command::new(program)
-        .args(rest)
-        .env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)
+    let placement = Placement::detect();
+    // On Linux, in a group of its own, CMD runs under a supervisor that ends the whole group
+    // if we die. If it cannot start (no /proc), CMD starts directly and only CMD dies with us.
+    #[cfg(target_os = "linux")]
+    if placement == Placement::OwnGroup {
+        let mut cmd = command(args, permit, Command::new("/proc/self/exe"));
+        cmd.arg0("clusterlimit")
+            .args(supervisor::args(&args.command));
+        child::configure(&mut cmd, placement, Start::Supervised);
+        match cmd.spawn() {
+            Ok(child) => return with_group(child, placement, args),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot start the command's supervisor (/proc/self/exe): starting the command \
+                 directly; if this process is SIGKILLed, processes the command started survive it"
+            ),
+        }
+    }
+    let mut cmd = command(args, permit, Command::new(program));
+    cmd.args(rest);
+    child::configure(&mut cmd, placement, Start::Direct);
+    // Called on the runtime's block_on thread, which lives as long as we do: the parent-death
+    // signal follows the thread that forked.
+    let child = cmd.spawn().map_err(|e| {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+            _ => exit::CANNOT_EXECUTE,
+        };
+        Failure::new(code, format!("cannot run {program:?}: {e}"))
+    })?;
+    with_group(child, placement, args)
+}
+
+/// `cmd` with the permit's details in its environment, killed if dropped.
+fn command(args: &RunArgs, permit: &Permit, mut cmd: Command) -> Command {
+    cmd.env("CLUSTERLIMIT_SEMAPHORE", &args.semaphore)
         .env(
             "CLUSTERLIMIT_FENCING_TOKEN",
             permit.fencing_token().to_string(),
         )
         .env("CLUSTERLIMIT_PERMITS", permit.permits().to_string())
-        // If we are killed without a chance to forward, the child must not outlive its permit.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
-            };
-            Failure::new(code, format!("cannot run {program:?}: {e}"))
-        })
+        // An exit path that forgets the child must not leave it running without its permit.
+        .kill_on_drop(true);
+    cmd
 }
 
-/// Waits for the child, forwarding signals; on a lost permit sends SIGTERM, then SIGKILL
-/// after `grace`. Returns the exit status and whether the permit was lost.
+/// The started child with its group.
+fn with_group(
+    child: Child,
+    placement: Placement,
+    args: &RunArgs,
+) -> Result<(Child, Group), Failure> {
+    let group = child
+        .id()
+        .and_then(|pid| Group::new(pid, placement, args.grace))
+        .ok_or_else(|| {
+            Failure::new(
+                exit::SOFTWARE,
+                "the command started but has no process id to supervise it by",
+            )
+        })?;
+    tracing::debug!(pid = ?child.id(), ?placement, "command started");
+    Ok((child, group))
+}
+
+/// Waits for the child, forwarding signals to its group, then ends whatever the child left in
+/// its group. SIGTERM or SIGINT to `run`, and a lost permit (SIGTERM), are followed by SIGKILL
+/// if the child still runs `grace` later; SIGHUP is only forwarded (and SIGINT too when the
+/// command is in the terminal's foreground with us). Returns the child's exit
+/// status and whether the permit was lost; on return no process of the group is left (or
+/// they did not go within a bounded wait after SIGKILL, which is logged).
 async fn supervise(
     child: &mut Child,
+    group: &mut Group,
     permit: &Permit,
     signals: &mut Signals,
-    grace: Duration,
 ) -> (std::io::Result<ExitStatus>, bool) {
-    // The pid stays ours until `wait` reaps the child, so signalling it here cannot hit a
-    // recycled pid.
-    let pid = child.id();
+    // The child is not reaped before `wait` returns, so until then its pid, which is also its
+    // process group's id, cannot be reused: signalling it here cannot hit another process.
     let mut lost = false;
-    let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             sig = signals.recv() => {
-                tracing::debug!(signal = ?sig, "forwarding to the command");
-                send(pid, sig);
+                tracing::debug!(signal = ?sig, placement = ?group.placement(), "forwarding to the command");
+                // SIGHUP asks for no end. A SIGINT in the foreground came from the terminal,
+                // which sent it to the command as well: the command decides (a REPL lives on).
+                if sig == Signal::SIGHUP
+                    || (sig == Signal::SIGINT && group.placement() == Placement::Foreground)
+                {
+                    group.send(sig);
+                } else {
+                    group.stop_with(sig);
+                }
             }
             () = permit.lost(), if !lost => {
                 lost = true;
                 tracing::warn!(semaphore = permit.semaphore(), "permit lost: sending SIGTERM to the command");
-                send(pid, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
+                group.stop_with(Signal::SIGTERM);
             }
-            () = sleep_until(kill_at), if kill_at.is_some() => {
-                tracing::warn!("command still running {grace:?} after SIGTERM: sending SIGKILL");
-                send(pid, Signal::SIGKILL);
-                kill_at = None;
-            }
+            () = child::sleep_until(group.kill_at()) => group.kill(),
         }
     };
+    // Reaped: while any process is left in the group, the group id stays reserved with it.
+    group.end(signals).await;
     (status, lost)
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// The child's code, or 128+N when it died of signal N (as shells report it).

@@ -2,7 +2,6 @@
 
 use crate::frontend::{exit, Failure};
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Handlers for the forwarded signals, installed once (a handler replaces the default action,
@@ -38,15 +37,5 @@ impl Signals {
             _ = self.term.recv() => Signal::SIGTERM,
             _ = self.hup.recv() => Signal::SIGHUP,
         }
-    }
-}
-
-/// Sends `sig` to `pid` (best effort: the child may have just exited).
-pub fn send(pid: Option<u32>, sig: Signal) {
-    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
-        return;
-    };
-    if let Err(e) = nix::sys::signal::kill(Pid::from_raw(pid), sig) {
-        tracing::debug!(error = %e, ?sig, pid, "signal not delivered");
     }
 }

@@ -26,6 +26,7 @@ Exit codes:
   69       store unreachable, or its session lost before the command started
   75       `run`: --timeout ran out before the permits were granted; `rate check`: denied;
            `rate wait`: --timeout ran out (nothing consumed)
-  76       `run`: the permit was lost while the command ran; it got SIGTERM (SIGKILL after --grace)
+  76       `run`: the permit was lost while the command ran; its process group got SIGTERM
+           (SIGKILL after --grace)
   126/127  `run`: the command cannot be executed / was not found
   128+N    `run`: the command died of signal N";
