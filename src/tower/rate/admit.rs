@@ -138,7 +138,18 @@ impl Policy {
         // denial's `retry_after`, at least 1 ms).
         let deadline = Instant::now().checked_add(up_to);
         loop {
-            let g = self.guard.check_n(&self.limit, key, cost).await?;
+            // Each check gets at most what is left of the wait (and the store timeout).
+            let g = match deadline {
+                Some(d) => {
+                    let left = d
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1));
+                    self.guard
+                        .check_n_within(&self.limit, key, cost, left)
+                        .await?
+                }
+                None => self.guard.check_n(&self.limit, key, cost).await?,
+            };
             if g.decision.allowed || matches!(g.source, Source::FailClosed | Source::FailOpen) {
                 return Ok(g);
             }
