@@ -78,10 +78,13 @@ impl Results {
         }
         md.push_str(
             "\n### etcd killed (SIGKILL): `ShouldRateLimit` answers while it is down\n\n\
-             The first call after the death waits for the store timeout (default 50 ms) and opens \
-             the circuit breaker; it is shown apart. While the store stays down, one call per \
-             second asks it again and waits as long: the next answers include such a call only \
-             when they span more than a second.\n\n\
+             The first call after the death waits for the store timeout (default 50 ms) and gets \
+             the policy's answer; it is shown apart. A dead store is silence, not an error, so the \
+             calls after it wait the store timeout too until the silence has lasted 500 ms and the \
+             circuit breaker opens (a busy store is not a down store); from then on one call per \
+             250 ms asks the store again and waits as long. So the calls of the first 500 ms \
+             (about ten in a row here) wait the store timeout, which sets the next answers' \
+             p99 and max; the rest are answered at once.\n\n\
              | `--rls-store-down` | first answer after the death, ms | the next answers: p50 / p99 ms | max ms | answers, over ms |\n\
              |---|---|---|---|---|\n",
         );
