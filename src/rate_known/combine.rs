@@ -9,8 +9,10 @@
 //! key). An uncontended check so costs one request as before and waits for nothing; under
 //! load, writes pile up exactly while the store is busy, and go together.
 //!
-//! Cancel-safety: requests are sent by tasks of their own; a caller that stops waiting leaves
-//! its write to be sent (its outcome unknown to it, as with any dropped store call).
+//! Cancel-safety: a request is sent by the caller that found a free slot (no task hop when
+//! uncontended) or, for writes queued meanwhile, by a task of its own; whoever drops a request
+//! (finished or not) hands the queue on. A caller that stops waiting leaves its write to be
+//! sent (its outcome unknown to it, as with any dropped store call).
 
 use crate::backend::{lock, Backend, KeyOutcome, KeyWrite};
 use crate::error::{Error, Result};
@@ -59,8 +61,29 @@ impl Combiner {
         write: KeyWrite,
     ) -> Result<KeyOutcome> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.state).queue.push(Queued { write, reply: tx });
-        self.send_if_free(sender);
+        let queued = Queued { write, reply: tx };
+        let own = {
+            let mut s = lock(&self.state);
+            if s.queue.is_empty() && s.in_flight < MAX_IN_FLIGHT {
+                s.in_flight += 1;
+                Some(queued)
+            } else {
+                s.queue.push(queued);
+                None
+            }
+        };
+        if let Some(own) = own {
+            // Nothing to combine with: sent from this task, with no hop through another. Only
+            // this write is in the request, so dropping this future mid-request (which drops
+            // the `Request`, handing the queue on) cancels nobody else's write.
+            let request = Request {
+                combiner: self.clone(),
+                sender: sender.clone(),
+            };
+            request.send(vec![own]).await;
+        } else {
+            self.send_if_free(sender);
+        }
         rx.await.unwrap_or_else(|_| {
             Err(Error::store(
                 "the rate-limit write was dropped before the store answered (runtime shutting down)",
