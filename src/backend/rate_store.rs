@@ -67,6 +67,26 @@ pub enum KeyOutcome {
     Conflict(Current),
 }
 
+impl KeyOutcome {
+    /// The outcome of a one-write [`RateStore::write_keys`].
+    pub fn of_one(outcome: WriteOutcome) -> Result<KeyOutcome> {
+        match outcome {
+            WriteOutcome::Written(v) => v
+                .first()
+                .copied()
+                .map(KeyOutcome::Written)
+                .ok_or_else(|| crate::Error::store("a write applied without a version")),
+            WriteOutcome::Conflict(found) => found
+                .into_iter()
+                .next()
+                .map(KeyOutcome::Conflict)
+                .ok_or_else(|| {
+                    crate::Error::store("the store reported a conflict without the current state")
+                }),
+        }
+    }
+}
+
 /// Rate-limit storage. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
 /// Every method is bounded in time (a call and its retries take at most twice the request
@@ -102,22 +122,7 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// one Txn of nested Txns), which moves many keys per round trip.
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
         let each = writes.iter().map(|w| async move {
-            match self.write_keys(std::slice::from_ref(w)).await? {
-                WriteOutcome::Written(v) => v
-                    .first()
-                    .copied()
-                    .map(KeyOutcome::Written)
-                    .ok_or_else(|| crate::Error::store("a write applied without a version")),
-                WriteOutcome::Conflict(found) => found
-                    .into_iter()
-                    .next()
-                    .map(KeyOutcome::Conflict)
-                    .ok_or_else(|| {
-                        crate::Error::store(
-                            "the store reported a conflict without the current state",
-                        )
-                    }),
-            }
+            KeyOutcome::of_one(self.write_keys(std::slice::from_ref(w)).await?)
         });
         futures::future::join_all(each).await
     }

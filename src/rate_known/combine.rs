@@ -139,6 +139,11 @@ impl Request {
         let (writes, replies): (Vec<KeyWrite>, Vec<_>) =
             batch.into_iter().map(|q| (q.write, q.reply)).unzip();
         let outcomes = match self.sender.backend.rate_store() {
+            // One write: the store's plain conditional write (on etcd a flat Txn, cheaper
+            // than one nested in another).
+            Some(store) if writes.len() == 1 => {
+                vec![store.write_keys(&writes).await.and_then(KeyOutcome::of_one)]
+            }
             Some(store) => store.write_each(&writes).await,
             None => writes
                 .iter()
