@@ -141,6 +141,22 @@ impl EtcdBackend {
         }
     }
 
+    /// Sends a rate write's Txn (retried until the deadline) and returns the leases it used
+    /// with the reply, for `with_fresh_leases`.
+    async fn send_rate_txn(
+        &self,
+        txn: Txn,
+        leases: Vec<Option<i64>>,
+    ) -> (Vec<i64>, Result<etcd_client::TxnResponse>) {
+        let sent = self
+            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
+            .await;
+        (leases.into_iter().flatten().collect(), sent)
+    }
+
     /// The lease of each write (`rate_lease`), in order.
     async fn leases_of(&self, writes: &[KeyWrite]) -> Result<Vec<Option<i64>>> {
         let mut leases = Vec::with_capacity(writes.len());
@@ -186,13 +202,7 @@ impl EtcdBackend {
             })
             .collect();
         let txn = Txn::new().and_then(nested);
-        let sent = self
-            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
-                let t = txn.clone();
-                async move { kv(&c).txn(t).await }
-            })
-            .await;
-        let used: Vec<i64> = leases.into_iter().flatten().collect();
+        let (used, sent) = self.send_rate_txn(txn, leases).await;
         let resp = match sent {
             Ok(resp) => resp,
             Err(e) => return (used, Err(e)),
@@ -273,13 +283,7 @@ impl EtcdBackend {
         let mut gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
         gets.extend(limits.iter().map(|l| TxnOp::get(self.keys.quota(l), None)));
         let txn = Txn::new().when(when).and_then(puts).or_else(gets);
-        let sent = self
-            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
-                let t = txn.clone();
-                async move { kv(&c).txn(t).await }
-            })
-            .await;
-        let used: Vec<i64> = leases.into_iter().flatten().collect();
+        let (used, sent) = self.send_rate_txn(txn, leases).await;
         let resp = match sent {
             Ok(resp) => resp,
             Err(e) => return (used, Err(e)),
