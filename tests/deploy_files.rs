@@ -696,6 +696,36 @@ fn dockerfile_is_multi_stage_with_a_small_non_root_runtime() {
     assert!(last.iter().any(|(i, a)| i == "EXPOSE" && a == "7878"));
 }
 
+/// A fresh machine builds with the Rust toolchain alone: no crate that runs a protobuf compiler
+/// at build time is locked (vendor/etcd-client carries its generated code), and the image's
+/// build stage installs none.
+#[test]
+fn building_needs_no_protoc() {
+    let lock = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"));
+    for generator in [
+        "prost-build",
+        "tonic-build",
+        "tonic-prost-build",
+        "protoc-bin-vendored",
+    ] {
+        assert!(
+            !lock.contains(&format!("name = \"{generator}\"\n")),
+            "Cargo.lock has {generator}: a build script runs protoc again (see vendor/etcd-client/README.md)"
+        );
+    }
+    let etcd = Path::new(env!("CARGO_MANIFEST_DIR")).join("vendor/etcd-client");
+    assert!(
+        !etcd.join("build.rs").exists(),
+        "vendor/etcd-client has a build script"
+    );
+    assert!(read(&etcd.join("src/rpc/pb.rs")).contains("include!(\"generated/etcdserverpb.rs\")"));
+    let image = read(&deploy().join("Dockerfile"));
+    assert!(
+        !image.contains("protobuf-compiler"),
+        "deploy/Dockerfile installs protoc"
+    );
+}
+
 /// `serve --check-config` on a config with `body`: (exit code, stderr).
 async fn check(body: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
