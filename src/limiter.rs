@@ -55,6 +55,7 @@ impl Limiter {
             session_ttl: DEFAULT_SESSION_TTL,
             owner: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: None,
             tls: None,
             etcd_user: None,
             zk_digest_file: None,
@@ -238,6 +239,7 @@ pub struct LimiterBuilder {
     session_ttl: Duration,
     owner: Option<String>,
     request_timeout: Duration,
+    connect_timeout: Option<Duration>,
     tls: Option<TlsFiles>,
     etcd_user: Option<EtcdUser>,
     zk_digest_file: Option<PathBuf>,
@@ -263,6 +265,15 @@ impl LimiterBuilder {
     /// Bound on each store request (default 5 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Bound on [`connect`](Self::connect) as a whole: reaching the store, authenticating and
+    /// starting the session (default: the request timeout). A store that does not answer
+    /// within it fails the connect with [`Error::Store`]; one that refuses the connection or
+    /// whose host name does not resolve fails at once, whatever this bound.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -313,6 +324,12 @@ impl LimiterBuilder {
                 self.request_timeout
             )));
         }
+        let connect_timeout = self.connect_timeout.unwrap_or(self.request_timeout);
+        if connect_timeout.is_zero() || connect_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "connect timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {connect_timeout:?}"
+            )));
+        }
         let url = StoreUrl::parse(&self.url)?;
         self.check_credentials_fit(&url)?;
         let owner = self.owner.unwrap_or_else(default_owner);
@@ -320,43 +337,53 @@ impl LimiterBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
         }
-        let backend: Arc<dyn Backend> = match url {
-            StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
-            StoreUrl::Etcd {
-                endpoints,
-                prefix,
-                tls,
-                user,
-            } => Arc::new(
-                EtcdBackend::connect(EtcdConfig {
+        let opening = async {
+            let backend: Arc<dyn Backend> = match url {
+                StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
+                StoreUrl::Etcd {
                     endpoints,
                     prefix,
-                    session_ttl: self.session_ttl,
-                    request_timeout: self.request_timeout,
-                    tls: self.tls.or(tls),
-                    user: self.etcd_user.or(user),
-                })
-                .await?,
-            ),
-            StoreUrl::ZooKeeper {
-                hosts,
-                root,
-                digest_file,
-                acl,
-                tls,
-            } => Arc::new(
-                ZkBackend::connect(ZkConfig {
+                    tls,
+                    user,
+                } => Arc::new(
+                    EtcdBackend::connect(EtcdConfig {
+                        endpoints,
+                        prefix,
+                        session_ttl: self.session_ttl,
+                        request_timeout: self.request_timeout,
+                        tls: self.tls.or(tls),
+                        user: self.etcd_user.or(user),
+                    })
+                    .await?,
+                ),
+                StoreUrl::ZooKeeper {
                     hosts,
                     root,
-                    session_timeout: self.session_ttl,
-                    request_timeout: self.request_timeout,
-                    tls: self.tls.or(tls),
-                    digest_file: self.zk_digest_file.or(digest_file),
+                    digest_file,
                     acl,
-                })
-                .await?,
-            ),
+                    tls,
+                } => Arc::new(
+                    ZkBackend::connect(ZkConfig {
+                        hosts,
+                        root,
+                        session_timeout: self.session_ttl,
+                        request_timeout: self.request_timeout,
+                        tls: self.tls.or(tls),
+                        digest_file: self.zk_digest_file.or(digest_file),
+                        acl,
+                    })
+                    .await?,
+                ),
+            };
+            Ok(backend)
         };
+        let backend = tokio::time::timeout(connect_timeout, opening)
+            .await
+            .map_err(|_| {
+                Error::store(format!(
+                    "the store did not answer within {connect_timeout:?} (the connect timeout)"
+                ))
+            })??;
         Limiter::wrap(backend, owner, self.clock, self.request_timeout)
     }
 }

@@ -67,6 +67,7 @@ pub struct AcquireOptions {
     timeout: Option<Duration>,
     owner: Option<String>,
     wait: bool,
+    silent_store_is_error: bool,
 }
 
 impl Default for AcquireOptions {
@@ -76,6 +77,7 @@ impl Default for AcquireOptions {
             timeout: None,
             owner: None,
             wait: true,
+            silent_store_is_error: false,
         }
     }
 }
@@ -106,6 +108,14 @@ impl AcquireOptions {
     /// Do not wait: `Error::NoPermits` unless granted at once.
     pub fn no_wait(mut self) -> Self {
         self.wait = false;
+        self
+    }
+    /// When the timeout passes before the store answered the enqueue at all, fail with
+    /// `Error::Store` ("the store did not answer within …") instead of `Error::Timeout`, for
+    /// callers that treat a full semaphore and a silent store differently (the sidecar answers
+    /// 429 and 503, `clusterlimit run` exits 75 and 69). Same bound, same cleanup.
+    pub fn silent_store_is_error(mut self) -> Self {
+        self.silent_store_is_error = true;
         self
     }
 }
@@ -161,7 +171,14 @@ impl Semaphore {
 
     /// The general form of every `acquire*` method.
     pub async fn acquire_with(&self, opts: AcquireOptions) -> Result<Permit> {
-        self.acquire_with_report(opts).await.result
+        let silent_is_error = opts.silent_store_is_error.then_some(opts.timeout).flatten();
+        let acquired = self.acquire_with_report(opts).await;
+        match (acquired.result, silent_is_error) {
+            (Err(Error::Timeout), Some(timeout)) if !acquired.store_answered => Err(Error::store(
+                format!("the store did not answer within {timeout:?}"),
+            )),
+            (result, _) => result,
+        }
     }
 
     /// [`acquire_with`](Self::acquire_with), telling also whether the store answered.

@@ -1,6 +1,7 @@
 //! Timeouts mean what they say against a SIGSTOPped store: `acquire_timeout(d)` and the tower
 //! layer's deadline answer within d + 100 ms whether the store hangs before the enqueue or
-//! during the wait; the removal of the timed-out entry goes on in the background and lands once
+//! during the wait (`silent_store_is_error` tells the first as a store error), and so does a
+//! new Limiter's `connect_timeout(d)`; the removal of the timed-out entry goes on in the background and lands once
 //! the store answers again, leaving nothing in the queue. `RateLimit::check_within` answers
 //! `Timeout` within its budget + 100 ms against a SIGSTOPped etcd (one key, a joined check, and
 //! many keys whose writes wait in the combiner), and the library's checks are exact once the
@@ -9,7 +10,7 @@
 mod support;
 
 use clusterlimit::tower::{ClusterConcurrencyLimitLayer, LimitError};
-use clusterlimit::{Error, Limiter, Quota, RateLimit, Semaphore};
+use clusterlimit::{AcquireOptions, Error, Limiter, Quota, RateLimit, Semaphore};
 use std::convert::Infallible;
 use std::time::Duration;
 use support::{EtcdCluster, ZkCluster};
@@ -81,6 +82,19 @@ async fn acquire_timeout_holds(mut store: impl Pausable, namespace: &str) {
     // The store hangs before the enqueue: nothing answers at all.
     timed_out(&sem, "hung before the enqueue").await;
 
+    // Asked to, the same call tells the silent store from a full semaphore, in the same bound.
+    let t = Instant::now();
+    let opts = AcquireOptions::new().timeout(D).silent_store_is_error();
+    let r = timeout(Duration::from_secs(30), sem.acquire_with(opts))
+        .await
+        .expect("bounded");
+    let took = t.elapsed();
+    match &r {
+        Err(Error::Store(e)) => assert!(e.to_string().contains("did not answer within"), "{e}"),
+        other => panic!("silent_store_is_error on a hung store: {other:?}"),
+    }
+    assert!(took < D + OVERRUN, "silent_store_is_error took {took:?}");
+
     // The tower layer keeps to its deadline too, and tells the silent store from a full one.
     let svc = ClusterConcurrencyLimitLayer::builder(sem.clone())
         .acquire_timeout(D)
@@ -96,6 +110,19 @@ async fn acquire_timeout_holds(mut store: impl Pausable, namespace: &str) {
         "{r:?}"
     );
     assert!(took < D + OVERRUN, "the tower layer took {took:?}");
+
+    // A new Limiter's connect keeps to its connect timeout (reaching the store, the session).
+    let t = Instant::now();
+    let r = Limiter::builder(&store.url(namespace))
+        .connect_timeout(D)
+        .connect()
+        .await;
+    let took = t.elapsed();
+    match &r {
+        Err(Error::Store(e)) => assert!(e.to_string().contains("connect timeout"), "{e}"),
+        other => panic!("connect to a hung store: {other:?}"),
+    }
+    assert!(took < D + OVERRUN, "connect took {took:?}");
 
     store.resume();
     // The removals went on in the background: once the store answers, they land.

@@ -21,6 +21,7 @@ pub mod etcd;
 pub mod memory;
 pub(crate) mod outage;
 mod rate_store;
+pub(crate) mod reach;
 pub(crate) mod retry;
 mod session_slot;
 mod stop;

@@ -14,6 +14,7 @@
 //! * Rate limits (`rate.rs`): one Txn per compare-and-swap write, whose else branch returns
 //!   the current state; idle keys vanish with shared expiry-bucket leases (`rate_leases.rs`).
 
+mod describe;
 mod endpoints;
 mod keys;
 mod rate;
@@ -219,6 +220,11 @@ impl EtcdBackend {
                 _ => u.clone(),
             })
             .collect();
+        let addrs: Vec<String> = urls
+            .iter()
+            .map(|u| super::reach::host_port(u).to_string())
+            .collect();
+        super::reach::any_reachable("etcd", &addrs).await?;
         let deadline = tokio::time::Instant::now() + config.request_timeout;
         let connecting = Endpoints::connect(
             &urls,
@@ -369,12 +375,12 @@ impl EtcdBackend {
                     }
                     if is_transient(&e) {
                         hint = self.security.hint(&e).or(hint);
-                        Error::store(e)
+                        Error::store(describe::failure(&e))
                     } else if session::is_lease_not_found(&e) {
                         // A write bound to a lease that etcd no longer has: the session is gone.
                         return Err(Error::SessionLost);
                     } else {
-                        return Err(Error::store(e));
+                        return Err(Error::store(describe::failure(&e)));
                     }
                 }
                 Err(_) => {
@@ -711,8 +717,8 @@ async fn connect_failure(security: &Security, urls: &[String], e: etcd_client::E
         }
     }
     match security.hint(&e) {
-        Some(hint) => Error::store(format!("{hint}; last failure: {e}")),
-        None => Error::store(e),
+        Some(hint) => Error::store(format!("{hint}; last failure: {}", describe::failure(&e))),
+        None => Error::store(describe::failure(&e)),
     }
 }
 

@@ -191,6 +191,7 @@ impl ZkBackend {
         let tls = config.tls.as_ref().map(tls::Tls::load).transpose()?;
         let digest = Digest::load(config.digest_file.as_deref())?;
         let acls = auth::node_acls(config.acl, digest.as_ref())?;
+        super::reach::any_reachable("ZooKeeper", &config.hosts).await?;
         let stop = Stop::default();
         let stats = Arc::new(RequestCounters::default());
         let backend = ZkBackend {
