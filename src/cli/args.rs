@@ -1,6 +1,6 @@
 //! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
 
-use crate::frontend::{exit, parse_duration, StoreSecurity};
+use crate::frontend::{exit, parse_duration, StoreSecurity, StoreTimeouts};
 use crate::sidecar::{ServeArgs, StoreSecurityFlags};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
@@ -58,12 +58,27 @@ pub struct StoreArg {
     pub store: String,
     #[command(flatten)]
     pub security: StoreSecurityFlags,
+    /// Give up connecting to the store after this long (a refused port or an unknown host
+    /// fails at once).
+    #[arg(long, env = "CLUSTERLIMIT_CONNECT_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
+    pub connect_timeout: Duration,
+    /// Bound on each store request once connected.
+    #[arg(long, env = "CLUSTERLIMIT_REQUEST_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
+    pub request_timeout: Duration,
 }
 
 impl StoreArg {
     /// The store credential flags, for `frontend::connect`.
     pub fn security(&self) -> StoreSecurity {
         self.security.clone().into()
+    }
+
+    /// `--connect-timeout` and `--request-timeout`.
+    pub fn timeouts(&self) -> StoreTimeouts {
+        StoreTimeouts {
+            connect: self.connect_timeout,
+            request: self.request_timeout,
+        }
     }
 
     /// Connects for a one-shot command (`status`, `set-capacity`): default TTL and owner.
@@ -73,6 +88,7 @@ impl StoreArg {
             clusterlimit::DEFAULT_SESSION_TTL,
             None,
             &self.security(),
+            self.timeouts(),
         )
         .await
     }

@@ -3,6 +3,7 @@
 
 mod args;
 mod child;
+mod deadline;
 mod rate;
 mod run;
 mod set_capacity;

@@ -2,6 +2,7 @@
 
 use super::args::RunArgs;
 use super::child::{self, Group, Placement, Start};
+use super::deadline::{self, Deadline};
 use super::signals::Signals;
 #[cfg(target_os = "linux")]
 use super::supervisor;
@@ -18,15 +19,24 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // removed, session revoked), not by the default action.
     let mut signals = Signals::install()?;
     let security = args.store.security();
+    // --timeout covers everything before the command starts: connect, open, wait.
+    let deadline = Deadline::after(args.timeout);
+    let connecting = connect(
+        &args.store.store,
+        args.session_ttl,
+        args.owner.as_deref(),
+        &security,
+        args.store.timeouts(),
+    );
     let limiter = tokio::select! {
-        r = connect(&args.store.store, args.session_ttl, args.owner.as_deref(), &security) => r?,
+        r = deadline.bound("connecting", connecting) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
-    let outcome = acquire_and_run(&args, &limiter, &mut signals).await;
+    let outcome = acquire_and_run(&args, &limiter, &mut signals, deadline).await;
     // Revokes the session: whatever is still held or queued is gone at once.
-    if let Err(e) = limiter.close().await {
-        tracing::warn!(error = %e, "closing the store session; the TTL frees it");
-    }
+    let store_failed =
+        matches!(&outcome, Err(f) if f.code == exit::UNAVAILABLE || f.code == exit::LOST);
+    deadline::close(&limiter, store_failed, args.store.request_timeout).await;
     outcome
 }
 
@@ -34,14 +44,17 @@ async fn acquire_and_run(
     args: &RunArgs,
     limiter: &Limiter,
     signals: &mut Signals,
+    deadline: Deadline,
 ) -> Result<ExitCode, Failure> {
+    let opening = format!("opening semaphore {:?}", args.semaphore);
     let sem = tokio::select! {
-        r = open(args, limiter) => r?,
+        r = deadline.bound(&opening, open(args, limiter)) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
     let mut opts = AcquireOptions::new().permits(args.permits);
-    if let Some(t) = args.timeout {
-        opts = opts.timeout(t);
+    if let Some(left) = deadline.remaining() {
+        // A store silent until the deadline is not a full semaphore: exit 69, not 75.
+        opts = opts.timeout(left).silent_store_is_error();
     }
     if let Some(owner) = &args.owner {
         opts = opts.owner(owner.clone());

@@ -6,24 +6,53 @@ use super::store_security::StoreSecurity;
 use clusterlimit::{redact, Error, Limiter};
 use std::time::Duration;
 
-/// Connects to `store` with the session TTL, owner label and store credentials given on the
-/// command line or in the sidecar's config. A bad URL or option is a usage failure (exit 64);
-/// a store that cannot be reached exits 69. Messages show the URL redacted.
+/// How long a front end waits for its store: to connect (reaching it, the session), and for
+/// each request after that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreTimeouts {
+    /// Bound on the connect as a whole (`--connect-timeout`, `connect_timeout`).
+    pub connect: Duration,
+    /// Bound on each store request (`--request-timeout`, `request_timeout`).
+    pub request: Duration,
+}
+
+impl Default for StoreTimeouts {
+    fn default() -> Self {
+        StoreTimeouts {
+            connect: clusterlimit::DEFAULT_REQUEST_TIMEOUT,
+            request: clusterlimit::DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// Connects to `store` with the session TTL, owner label, store credentials and timeouts given
+/// on the command line or in the sidecar's config. A bad URL or option is a usage failure
+/// (exit 64); a store that cannot be reached, refuses or does not answer within the connect
+/// timeout exits 69. Messages show the URL redacted.
 pub async fn connect(
     store: &str,
     session_ttl: Duration,
     owner: Option<&str>,
     security: &StoreSecurity,
+    timeouts: StoreTimeouts,
 ) -> Result<Limiter, Failure> {
     refuse_userinfo(store)?;
     security.check(store)?;
-    let mut builder = Limiter::builder(store).session_ttl(session_ttl);
+    let mut builder = Limiter::builder(store)
+        .session_ttl(session_ttl)
+        .connect_timeout(timeouts.connect)
+        .request_timeout(timeouts.request);
     if let Some(owner) = owner {
         builder = builder.owner(owner);
     }
     builder = security.apply(store, builder);
     builder.connect().await.map_err(|e| match e {
         Error::InvalidArgument(_) => Failure::usage(e.to_string()),
+        // The store's own words, without the "store error:" every store failure starts with.
+        Error::Store(why) => Failure::new(
+            exit::UNAVAILABLE,
+            format!("cannot connect to {}: {why}", redact(store)),
+        ),
         e => Failure::new(
             exit::UNAVAILABLE,
             format!("cannot connect to {}: {e}", redact(store)),

@@ -16,7 +16,7 @@ mod lock;
 pub mod quota_spec;
 mod store_security;
 
-pub use connect::{connect, refuse_userinfo};
+pub use connect::{connect, refuse_userinfo, StoreTimeouts};
 pub use duration::parse_duration;
 pub use failure::Failure;
 pub use lock::lock;

@@ -143,7 +143,9 @@ impl RateLimit {
 
     /// Waits at most `timeout` for a request of `cost` for `key` to be admitted. `Timeout`
     /// consumes nothing; it comes at once when a denial's `retry_after` already reaches past the
-    /// deadline. Cancel-safe: dropping it between checks consumes nothing.
+    /// deadline, and at the deadline when the store does not answer (then, as for
+    /// [`check_within`](Self::check_within), the last check's write may still land).
+    /// Cancel-safe: dropping it between checks consumes nothing.
     pub async fn wait_timeout(&self, key: &str, cost: u64, timeout: Duration) -> Result<Decision> {
         // A timeout too long to represent is no timeout.
         self.wait_until(key, cost, Instant::now().checked_add(timeout))
@@ -162,7 +164,8 @@ impl RateLimit {
             ));
         }
         loop {
-            let d = self.check_n(key, cost).await?;
+            // Each check answers by the deadline too: a hung store cannot stretch the wait.
+            let d = self.check_by(key, cost, deadline).await?;
             if d.allowed {
                 return Ok(d);
             }

@@ -35,6 +35,8 @@ pub struct AppState {
     pub table: Arc<Table>,
     pub metrics: Arc<Metrics>,
     pub permit_ttl: Duration,
+    /// Bound on a route's store calls when the request gives none (`request_timeout`).
+    pub store_timeout: Duration,
     /// Cancelled on SIGTERM/SIGINT: long-polls answer 503 and the server stops.
     pub shutdown: CancellationToken,
     /// Opened semaphores, so an acquire costs no extra "does it exist" request.
@@ -46,14 +48,21 @@ pub struct AppState {
 type Shared = Arc<AppState>;
 
 impl AppState {
-    /// State for a sidecar on `limiter`; `permit_ttl` is the default client TTL.
-    pub fn new(limiter: Limiter, permit_ttl: Duration, rate: RateApi) -> Shared {
+    /// State for a sidecar on `limiter`; `permit_ttl` is the default client TTL,
+    /// `store_timeout` bounds the store calls of a route that gives no timeout.
+    pub fn new(
+        limiter: Limiter,
+        permit_ttl: Duration,
+        store_timeout: Duration,
+        rate: RateApi,
+    ) -> Shared {
         let metrics = Arc::new(Metrics::new());
         Arc::new(AppState {
             limiter,
             table: Table::new(metrics.clone()),
             metrics,
             permit_ttl,
+            store_timeout,
             shutdown: CancellationToken::new(),
             opened: Mutex::new(HashMap::new()),
             rate,
@@ -90,6 +99,16 @@ impl AppState {
         Ok(sem)
     }
 
+    /// `call` within the store timeout, else 503 `store_unavailable`: no route waits longer
+    /// than it says on a silent store.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, Problem>>,
+    ) -> Result<T, Problem> {
+        let deadline = tokio::time::Instant::now() + self.store_timeout;
+        bounded_by(deadline, self.store_timeout, call).await
+    }
+
     fn cached(&self, name: &str) -> Option<Semaphore> {
         lock(&self.opened).get(name).cloned()
     }
@@ -103,6 +122,23 @@ impl AppState {
         self.metrics.store_up(ok);
         ok
     }
+}
+
+/// `call` by `deadline`, else 503 `store_unavailable` naming the `budget` the request had.
+async fn bounded_by<T>(
+    deadline: tokio::time::Instant,
+    budget: Duration,
+    call: impl std::future::Future<Output = Result<T, Problem>>,
+) -> Result<T, Problem> {
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Problem::unavailable(
+                "store_unavailable",
+                format!("the store did not answer within {} ms", budget.as_millis()),
+            )
+            .retry_after(1))
+        })
 }
 
 /// Every route of the sidecar.
@@ -243,19 +279,29 @@ async fn acquire(
         opts = opts.owner(owner);
     }
     let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    // One deadline for the whole request: opening the semaphore (a store read the first time)
+    // and the wait. Without a wait, the store timeout bounds it.
+    let started = tokio::time::Instant::now();
+    let budget = if timeout.is_zero() {
+        st.store_timeout
+    } else {
+        timeout
+    };
+    let deadline = started + budget;
+    let capacity = capacity.and_then(|c| u32::try_from(c).ok());
+    let sem = bounded_by(deadline, budget, st.semaphore(&name, capacity)).await?;
     opts = if timeout.is_zero() {
         opts.no_wait()
     } else {
-        opts.timeout(timeout)
+        // A store silent until the deadline is 503 store_unavailable, not a 429 "no permit".
+        opts.timeout(deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .silent_store_is_error()
     };
-    let sem = st
-        .semaphore(&name, capacity.and_then(|c| u32::try_from(c).ok()))
-        .await?;
 
-    let started = tokio::time::Instant::now();
     let waiting = Waiting::start(&st.metrics, &name);
+    let acquiring = async { Ok(sem.acquire_with(opts).await) };
     let outcome = tokio::select! {
-        r = sem.acquire_with(opts) => r,
+        r = bounded_by(deadline, budget, acquiring) => r?,
         () = st.shutdown.cancelled() => Err(Error::Closed),
     };
     drop(waiting);
@@ -330,11 +376,14 @@ async fn status(
     State(st): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Json<Status>, Problem> {
-    let sem = st.semaphore(&name, None).await?;
-    sem.status()
-        .await
-        .map(Json)
-        .map_err(|e| Problem::from_lib(e, "name"))
+    let read = async {
+        let sem = st.semaphore(&name, None).await?;
+        sem.status()
+            .await
+            .map(Json)
+            .map_err(|e| Problem::from_lib(e, "name"))
+    };
+    st.bounded(read).await
 }
 
 async fn set_capacity(
@@ -351,31 +400,40 @@ async fn set_capacity(
         1,
     )?;
     let cap = u32::try_from(cap).unwrap_or(MAX_CAPACITY);
-    st.limiter
-        .set_capacity(&name, cap)
-        .await
-        .map_err(|e| Problem::from_lib(e, "capacity"))?;
-    let sem = st.semaphore(&name, None).await?;
-    sem.status()
-        .await
-        .map(Json)
-        .map_err(|e| Problem::from_lib(e, "name"))
+    let change = async {
+        st.limiter
+            .set_capacity(&name, cap)
+            .await
+            .map_err(|e| Problem::from_lib(e, "capacity"))
+    };
+    st.bounded(change).await?;
+    let read = async {
+        let sem = st.semaphore(&name, None).await?;
+        sem.status()
+            .await
+            .map(Json)
+            .map_err(|e| Problem::from_lib(e, "name"))
+    };
+    st.bounded(read).await
 }
 
 async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
-    let names = st
-        .limiter
-        .semaphores()
-        .await
-        .map_err(|e| Problem::from_lib(e, "name"))?;
+    // Each store call within the store timeout: a long list on a busy store still answers,
+    // a silent store fails at its first call.
+    let names = async {
+        st.limiter
+            .semaphores()
+            .await
+            .map_err(|e| Problem::from_lib(e, "name"))
+    };
+    let names = st.bounded(names).await?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let sem = st.semaphore(&name, None).await?;
-        out.push(
-            sem.status()
-                .await
-                .map_err(|e| Problem::from_lib(e, "name"))?,
-        );
+        let read = async {
+            let sem = st.semaphore(&name, None).await?;
+            sem.status().await.map_err(|e| Problem::from_lib(e, "name"))
+        };
+        out.push(st.bounded(read).await?);
     }
     Ok(Json(out))
 }

@@ -4,7 +4,7 @@
 use super::auth::Token;
 use super::rate_config::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::ServeArgs;
-use crate::frontend::{parse_duration, Failure, StoreSecurity};
+use crate::frontend::{parse_duration, Failure, StoreSecurity, StoreTimeouts};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,8 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// unix = "/run/clusterlimit.sock"
 /// store = "etcd://10.0.0.1:2379/myapp"
 /// session_ttl = "10s"
+/// connect_timeout = "5s"                          # to reach the store at start
+/// request_timeout = "5s"                          # each store request; also bounds reads
 /// permit_ttl = "15s"
 /// owner = "host-a/sidecar"
 /// socket_mode = "0660"
@@ -59,6 +61,8 @@ struct FileConfig {
     unix: Option<PathBuf>,
     store: Option<String>,
     session_ttl: Option<String>,
+    connect_timeout: Option<String>,
+    request_timeout: Option<String>,
     permit_ttl: Option<String>,
     owner: Option<String>,
     socket_mode: Option<String>,
@@ -129,6 +133,8 @@ pub struct Config {
     pub store: String,
     pub security: StoreSecurity,
     pub session_ttl: Duration,
+    /// Bounds on connecting and on each store request (also on every read route).
+    pub timeouts: StoreTimeouts,
     pub permit_ttl: Duration,
     pub owner: Option<String>,
     pub semaphores: Vec<Declared>,
@@ -171,6 +177,31 @@ impl Config {
             "session_ttl",
             clusterlimit::DEFAULT_SESSION_TTL,
         )?;
+        let timeouts = StoreTimeouts {
+            connect: duration(
+                args.connect_timeout,
+                file.connect_timeout,
+                "connect_timeout",
+                StoreTimeouts::default().connect,
+            )?,
+            request: duration(
+                args.request_timeout,
+                file.request_timeout,
+                "request_timeout",
+                StoreTimeouts::default().request,
+            )?,
+        };
+        for (key, d) in [
+            ("connect_timeout", timeouts.connect),
+            ("request_timeout", timeouts.request),
+        ] {
+            if d.is_zero() || d > clusterlimit::MAX_REQUEST_TIMEOUT {
+                return Err(bad(format!(
+                    "{key} must be above zero and at most {:?}, got {d:?}",
+                    clusterlimit::MAX_REQUEST_TIMEOUT
+                )));
+            }
+        }
         let permit_ttl = duration(
             args.permit_ttl,
             file.permit_ttl,
@@ -233,6 +264,7 @@ impl Config {
                 .or(file.store)
                 .unwrap_or_else(|| DEFAULT_STORE.to_string()),
             session_ttl,
+            timeouts,
             permit_ttl,
             owner: args.owner.or(file.owner),
             semaphores: file.semaphores,
@@ -352,6 +384,7 @@ impl Config {
              store        {}\n\
              store_auth   {}\n\
              session_ttl  {:?}\n\
+             timeouts     connect {:?}, request {:?}\n\
              permit_ttl   {:?}\n\
              owner        {}\n\
              semaphores   {semaphores}\n{}{rls}",
@@ -360,6 +393,8 @@ impl Config {
             clusterlimit::redact(&self.store),
             self.security.describe(),
             self.session_ttl,
+            self.timeouts.connect,
+            self.timeouts.request,
             self.permit_ttl,
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
             rate_config::describe(&self.rate, &self.rate_limits),

@@ -41,6 +41,12 @@ pub struct ServeArgs {
     /// Store session TTL (min 2s) [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub session_ttl: Option<Duration>,
+    /// Give up connecting to the store at start after this long [default: 5s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Bound on each store request, and on every read route [default: 5s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
     /// Client TTL of an HTTP permit when the request gives no ttl_ms [default: 15s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub permit_ttl: Option<Duration>,

@@ -56,6 +56,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         cfg.session_ttl,
         cfg.owner.as_deref(),
         &cfg.security,
+        cfg.timeouts,
     )
     .await?;
     for d in &cfg.semaphores {
@@ -74,7 +75,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     for rl in rate_config::declare(&limiter, &cfg.rate_limits).await? {
         rate.remember(rl);
     }
-    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, rate);
+    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
     state.metrics.watch_breaker(
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),

@@ -92,6 +92,10 @@ impl Problem {
             }
             E::SessionLost => Problem::unavailable("session_lost", e.to_string()),
             E::Closed => Problem::unavailable("shutting_down", e.to_string()),
+            // The store's own words, without the "store error:" prefix; retry in a second.
+            E::Store(why) => {
+                Problem::unavailable("store_unavailable", why.to_string()).retry_after(1)
+            }
             e => Problem::unavailable("store_unavailable", e.to_string()),
         }
     }

@@ -9,6 +9,7 @@ mod wait;
 
 pub use args::RateArgs;
 
+use super::deadline::Deadline;
 use crate::frontend::quota_spec::decision_json;
 use crate::frontend::{exit, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
@@ -33,9 +34,19 @@ async fn with_limiter<T>(
     store: &super::args::StoreArg,
     body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    let limiter = store.connect_once().await?;
+    with_limiter_by(store, Deadline::after(None), body).await
+}
+
+/// [`with_limiter`], the connect bounded by `deadline` too (`rate wait --timeout`).
+async fn with_limiter_by<T>(
+    store: &super::args::StoreArg,
+    deadline: Deadline,
+    body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let limiter = deadline.bound("connecting", store.connect_once()).await?;
     let result = body(&limiter).await;
-    let _ = limiter.close().await;
+    let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
+    super::deadline::close(&limiter, store_failed, store.request_timeout).await;
     result
 }
 
@@ -165,10 +176,15 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
 async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
     let a = &w.check;
     check_key(&a.key)?;
-    with_limiter(&a.store, async |limiter| {
-        let rl = open(limiter, &a.name, &a.quota).await?;
+    // --timeout covers connect, open and the wait (whose checks keep to it: see wait.rs).
+    let deadline = Deadline::after(w.timeout);
+    with_limiter_by(&a.store, deadline, async |limiter| {
+        let opening = format!("opening rate limit {:?}", a.name);
+        let rl = deadline
+            .bound(&opening, open(limiter, &a.name, &a.quota))
+            .await?;
         check_cost(&rl, a.cost)?;
-        let waited = wait::wait(&rl, &a.key, a.cost, w.timeout)
+        let waited = wait::wait(&rl, &a.key, a.cost, deadline.remaining())
             .await
             .map_err(Failure::from_lib)?;
         match waited {

@@ -31,7 +31,19 @@ pub async fn wait(
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     // Bounded by the deadline (or by admission): each round sleeps at least MIN_STEP.
     loop {
-        let d = rl.check_n(key, cost).await?;
+        let d = match deadline {
+            // A store that does not answer by the deadline ends the wait there (exit 69).
+            Some(dl) => match rl
+                .check_within(key, cost, dl.saturating_duration_since(Instant::now()))
+                .await
+            {
+                Err(Error::Timeout) => {
+                    return Err(Error::store("the store did not answer within --timeout"))
+                }
+                other => other?,
+            },
+            None => rl.check_n(key, cost).await?,
+        };
         if d.allowed {
             return Ok(Waited::Admitted(d));
         }
