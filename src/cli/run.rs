@@ -5,7 +5,7 @@ use super::child::{self, Group, Placement, Start};
 use super::signals::Signals;
 #[cfg(target_os = "linux")]
 use super::supervisor;
-use crate::frontend::{connect, exit, Failure};
+use crate::frontend::{connect, exit, format_duration, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
@@ -96,7 +96,7 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
             exit::TIMEOUT,
             format!(
                 "timed out after {} waiting for {} permit(s) of semaphore {:?}",
-                humantime::format_duration(args.timeout.unwrap_or_default()),
+                format_duration(args.timeout.unwrap_or_default()),
                 args.permits,
                 args.semaphore
             ),

@@ -8,8 +8,9 @@ use super::api::{AppState, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use super::body::JsonBody;
 use super::problem::Problem;
 use super::rate_config::{HeaderMode, RateSettings};
+use crate::frontend::format_duration;
 use crate::frontend::lock;
-use crate::frontend::quota_spec::{decision_json, quota_json, QuotaBody};
+use crate::frontend::quota_spec::{decision_json, quota_json, quota_text, QuotaBody};
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts, Path, State};
@@ -116,7 +117,10 @@ impl RateApi {
             .map_err(|_| {
                 Problem::unavailable(
                     "store_unavailable",
-                    format!("the store did not answer within {:?}", self.store_timeout),
+                    format!(
+                        "the store did not answer within {}",
+                        format_duration(self.store_timeout)
+                    ),
                 )
             })
     }
@@ -211,9 +215,10 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
         _ => Err(Problem::field(
             "cost",
             format!(
-                "cost must be 1..={max} (the most rate limit {:?} admits at once: {quota}), \
+                "cost must be 1..={max} (the most rate limit {:?} admits at once: {}), \
                  got {cost}",
-                rl.name()
+                rl.name(),
+                quota_text(&quota)
             ),
         )),
     }
