@@ -47,6 +47,17 @@ impl RateCommand {
             RateCommand::Reset(_) => "rate reset",
         }
     }
+
+    /// The store URL given.
+    pub fn store(&self) -> &str {
+        match self {
+            RateCommand::Check(a) => &a.store.store,
+            RateCommand::Wait(a) => &a.check.store.store,
+            RateCommand::Status(a) => &a.store.store,
+            RateCommand::SetQuota(a) => &a.store.store,
+            RateCommand::Reset(a) => &a.store.store,
+        }
+    }
 }
 
 /// A quota on the command line.
