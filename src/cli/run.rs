@@ -5,6 +5,7 @@ use super::child::{self, Group, Placement, Start};
 use super::signals::Signals;
 #[cfg(target_os = "linux")]
 use super::supervisor;
+use super::wait_notice;
 use crate::frontend::{connect, exit, format_duration, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
@@ -46,9 +47,18 @@ async fn acquire_and_run(
     if let Some(owner) = &args.owner {
         opts = opts.owner(owner.clone());
     }
+    // Said once if the permit is not granted at once (see `wait_notice`); never with --quiet.
+    let notice = async {
+        if args.quiet {
+            std::future::pending().await
+        } else {
+            wait_notice::announce(&sem).await
+        }
+    };
     let permit = tokio::select! {
         r = sem.acquire_with(opts) => r.map_err(|e| acquire_failure(e, args))?,
         sig = signals.recv() => return Ok(killed_by(sig)),
+        never = notice => match never {},
     };
     tracing::debug!(semaphore = %args.semaphore, token = permit.fencing_token(), "acquired");
     let (mut child, mut group) = spawn(args, &permit)?;
