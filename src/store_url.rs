@@ -398,7 +398,7 @@ fn split_host_port(host: &str) -> std::result::Result<(&str, &str), String> {
     let (h, port) = host.rsplit_once(':').ok_or("no port")?;
     if h.contains(':') {
         return Err(
-            "one colon, before the port; put an IPv6 address in brackets: [::1]:2379".into(),
+            "one colon, before the port; put an IPv6 address in brackets: [ADDRESS]:PORT".into(),
         );
     }
     if let Some(c) = h
@@ -529,7 +529,7 @@ mod tests {
         assert_eq!(
             why("etcd://host:1:99"),
             "store URL etcd://host:1:99: \"host:1:99\" is not HOST:PORT (one colon, before the \
-             port; put an IPv6 address in brackets: [::1]:2379)"
+             port; put an IPv6 address in brackets: [ADDRESS]:PORT)"
         );
         assert!(why("etcd://h:65536").contains("port \"65536\" is not a number from 1 to 65535"));
         assert!(why("zk://:2181").contains("no host before the port"));

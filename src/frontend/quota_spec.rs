@@ -44,7 +44,7 @@ impl QuotaParts {
         if !(1..=max_rate).contains(&limit) {
             return fail(
                 "limit",
-                format!("limit must be 1..={MAX_RATE}, got {limit}"),
+                format!("limit must be a whole number from 1 to {MAX_RATE}, got {limit}"),
             );
         }
         let limit = u64::try_from(limit).unwrap_or(1);
@@ -55,7 +55,7 @@ impl QuotaParts {
             return fail(
                 "period",
                 format!(
-                    "period must be {}..={}, got {}",
+                    "period must be from {} to {}, got {}",
                     format_duration(MIN_PERIOD),
                     format_duration(MAX_PERIOD),
                     format_duration(period)
@@ -96,7 +96,7 @@ impl QuotaParts {
             if !(1..=max_rate).contains(&burst) {
                 return fail(
                     "burst",
-                    format!("burst must be 1..={MAX_RATE}, got {burst}"),
+                    format!("burst must be a whole number from 1 to {MAX_RATE}, got {burst}"),
                 );
             }
             quota = quota.burst(u64::try_from(burst).unwrap_or(1));

@@ -117,7 +117,7 @@ impl RateSettings {
             || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
         {
             return Err(Failure::usage(format!(
-                "rate_store_timeout must be 1ms..={}, got {}",
+                "rate_store_timeout must be from 1ms to {}, got {}",
                 format_duration(clusterlimit::MAX_REQUEST_TIMEOUT),
                 format_duration(store_timeout)
             )));

@@ -215,7 +215,7 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
         _ => Err(Problem::field(
             "cost",
             format!(
-                "cost must be 1..={max} (the most rate limit {:?} admits at once: {}), \
+                "cost must be a whole number from 1 to {max} (the most rate limit {:?} admits at once: {}), \
                  got {cost}",
                 rl.name(),
                 quota_text(&quota)

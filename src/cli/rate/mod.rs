@@ -45,6 +45,7 @@ fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
 
 /// The quota of `parts` (from the flags), or a usage error naming the flag at fault.
 fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
+    let missing = parts.limit.is_none() || parts.period.is_none();
     parts.to_quota().map_err(|e| {
         let flag = match e.field {
             "limit" => "--limit",
@@ -53,7 +54,7 @@ fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
             "algorithm" => "--algorithm",
             _ => "--ban",
         };
-        let hint = if e.field == "limit" || e.field == "period" {
+        let hint = if missing {
             " (a quota needs --limit and --per)"
         } else {
             ""
