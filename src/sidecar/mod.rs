@@ -5,6 +5,7 @@
 mod api;
 mod auth;
 mod body;
+mod body_words;
 mod config;
 mod flags;
 mod metrics;

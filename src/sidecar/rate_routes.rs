@@ -160,7 +160,14 @@ fn path_problem(e: PathRejection) -> Problem {
         },
         _ => "name".to_string(),
     };
-    Problem::field(field, e.body_text())
+    // axum's own text names Rust types ("Cannot parse `…` to a `String`"): say it in words.
+    let detail = match &e {
+        PathRejection::FailedToDeserializePathParams(_) => {
+            format!("`{field}` in the path must be UTF-8 text once percent-decoded")
+        }
+        _ => format!("the path does not name a `{field}`"),
+    };
+    Problem::field(field, detail)
 }
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
