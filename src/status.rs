@@ -29,9 +29,12 @@ pub struct Status {
     pub waiting: usize,
     /// Permits those waiting requests ask for in total.
     pub waiting_permits: u64,
+    /// The waiting requests in FIFO order: who waits, for how many permits, since when
+    /// (`fencing_token` is the token the grant will carry).
+    pub waiters: Vec<Holder>,
 }
 
-/// One holder of permits.
+/// One holder of permits, or one request waiting for them (in [`Status::waiters`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Holder {
     /// Owner label given by the holder's [`Limiter`](crate::Limiter) or acquire call.
@@ -59,7 +62,7 @@ impl Status {
         name: &str,
         capacity: u32,
         holders: Vec<Holder>,
-        waiting: &[crate::queue::Entry],
+        waiters: Vec<Holder>,
     ) -> Status {
         Status {
             name: name.to_string(),
@@ -68,10 +71,11 @@ impl Status {
                 .iter()
                 .fold(0u32, |sum, h| sum.saturating_add(h.permits)),
             holders,
-            waiting: waiting.len(),
-            waiting_permits: waiting
+            waiting: waiters.len(),
+            waiting_permits: waiters
                 .iter()
-                .fold(0u64, |sum, e| sum.saturating_add(u64::from(e.permits))),
+                .fold(0u64, |sum, w| sum.saturating_add(u64::from(w.permits))),
+            waiters,
         }
     }
 }

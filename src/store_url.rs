@@ -348,28 +348,66 @@ fn zk_root(url: &str, path: &str) -> Result<String> {
     Ok(format!("/{path}"))
 }
 
-/// Checks one `HOST:PORT` of a URL and returns it unchanged.
+/// Checks one `HOST:PORT` of a URL and returns it unchanged: a host name or IPv4 address, or
+/// an IPv6 address in brackets (`[::1]:2379`), then a port from 1 to 65535. Refused here, a
+/// malformed endpoint is bad input with its reason, not a store error from the client later.
 fn endpoint(url: &str, host: &str) -> Result<String> {
     // A `user:password@` part is not shown (the URL itself is already redacted).
     let shown = match host.rsplit_once('@') {
         Some((_, after)) => format!("***@{after}"),
         None => host.to_string(),
     };
-    let bad = || {
+    let bad = |why: &str| {
         Error::invalid(format!(
-            "store URL {url}: endpoint {shown:?} is not HOST:PORT"
+            "store URL {url}: {shown:?} is not HOST:PORT ({why})"
         ))
     };
-    let (h, port) = host.rsplit_once(':').ok_or_else(bad)?;
-    if h.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(bad());
+    if host.is_empty() {
+        return Err(bad("empty; endpoints are separated by single commas"));
     }
-    if h.chars()
-        .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':' | '_')))
-    {
-        return Err(bad());
+    let (h, port) = split_host_port(host).map_err(|why| bad(&why))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ if port.is_empty() => return Err(bad("no port after the colon")),
+        _ => {
+            return Err(bad(&format!(
+                "port {port:?} is not a number from 1 to 65535"
+            )))
+        }
+    }
+    if h.is_empty() {
+        return Err(bad("no host before the port"));
     }
     Ok(host.to_string())
+}
+
+/// `[v6]:port` or `name:port` split at the port's colon; the reason otherwise.
+fn split_host_port(host: &str) -> std::result::Result<(&str, &str), String> {
+    if let Some(rest) = host.strip_prefix('[') {
+        let (addr, after) = rest
+            .split_once(']')
+            .ok_or("an IPv6 address is closed by ']'")?;
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{addr:?} is not an IPv6 address"));
+        }
+        let port = after
+            .strip_prefix(':')
+            .ok_or("a port follows the ']' after a colon")?;
+        return Ok((addr, port));
+    }
+    let (h, port) = host.rsplit_once(':').ok_or("no port")?;
+    if h.contains(':') {
+        return Err(
+            "one colon, before the port; put an IPv6 address in brackets: [ADDRESS]:PORT".into(),
+        );
+    }
+    if let Some(c) = h
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
+    {
+        return Err(format!("{c:?} cannot be in a host name"));
+    }
+    Ok((h, port))
 }
 
 #[cfg(test)]
@@ -459,12 +497,61 @@ mod tests {
             "memory://x?a=b",
             "zk://h:1/p?cacert=/ca.pem",
             "zks://h:1/p?key=/k.pem",
+            "etcd://host:1:99",
+            "etcd://:2379",
+            "etcd://h:",
+            "etcd://h:65536",
+            "etcd://h:-1",
+            "etcd://::1:2379",
+            "etcd://[::1]",
+            "etcd://[::1:2379",
+            "etcd://[nope]:2379",
+            "etcd://[::1]2379",
+            "etcd://h:1,,h2:2",
+            "etcd://h[1]:2",
+            "zk://host:1:99",
+            "zk://:2181",
+            "zk://h:0",
         ] {
             assert!(
                 matches!(StoreUrl::parse(bad), Err(Error::InvalidArgument(_))),
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn endpoints_say_what_is_wrong() {
+        let why = |url: &str| match StoreUrl::parse(url) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("{url}: {other:?}"),
+        };
+        assert_eq!(
+            why("etcd://host:1:99"),
+            "store URL etcd://host:1:99: \"host:1:99\" is not HOST:PORT (one colon, before the \
+             port; put an IPv6 address in brackets: [ADDRESS]:PORT)"
+        );
+        assert!(why("etcd://h:65536").contains("port \"65536\" is not a number from 1 to 65535"));
+        assert!(why("zk://:2181").contains("no host before the port"));
+        assert!(why("etcd://h:1,,h2:2").contains("empty"));
+        // Accepted: host names, IPv4, IPv6 in brackets, the widest ports.
+        for ok in [
+            "etcd://[::1]:2379",
+            "etcd://[2001:db8::1]:1,h-2.example_x:65535/p",
+            "etcds://10.0.0.1:2379",
+            "zk://[::1]:2181,zk-1:2181/r",
+        ] {
+            assert!(StoreUrl::parse(ok).is_ok(), "{ok}");
+        }
+        assert_eq!(
+            StoreUrl::parse("etcd://[::1]:2379").unwrap(),
+            StoreUrl::Etcd {
+                endpoints: vec!["http://[::1]:2379".into()],
+                prefix: "clusterlimit".into(),
+                tls: None,
+                user: None,
+            }
+        );
     }
 
     #[test]

@@ -76,7 +76,12 @@ async fn every_subcommand(url: &str) {
     ] {
         let out = rate(url, args).await;
         assert_eq!(out.code, Some(1), "{args:?}: {}", out.stderr);
-        assert!(out.stderr.contains("--limit and --per"), "{}", out.stderr);
+        // The hint fits the command: check and wait take a quota, status and reset do not.
+        let hint = match args[0] {
+            "check" | "wait" => "give --limit and --per to create it",
+            _ => "create it with `clusterlimit rate set-quota nightly --limit N --per DUR`",
+        };
+        assert!(out.stderr.contains(hint), "{args:?}: {}", out.stderr);
     }
 
     // check creates it given a quota; then 2 admitted, the third denied (75) with when to retry.
@@ -143,7 +148,10 @@ async fn every_subcommand(url: &str) {
         &["set-quota", "nightly", "--limit", "3", "--per", "1h"],
     )
     .await;
-    assert_stdout_has(&out, "quota set to 3 per");
+    assert_eq!(
+        out.stdout.trim(),
+        "nightly: 2 per 1h (gcra, burst 2) → 3 per 1h (gcra, burst 3)"
+    );
     let limiter = Limiter::connect(url).await.unwrap();
     let stored = limiter.open_rate_limit("nightly").await.unwrap().quota();
     assert_eq!(stored, Quota::per_hour(3));
@@ -273,6 +281,95 @@ async fn processes_on_etcd_never_exceed_the_limit() {
 async fn processes_on_zookeeper_never_exceed_the_limit() {
     let zk = ZkCluster::single();
     processes_never_exceed_the_limit(&zk.url("/cli-fleet")).await;
+}
+
+/// `set-quota` on an existing limit changes only the fields given and prints old → new, its
+/// durations as typed; `--replace` takes the flags as the whole quota.
+async fn set_quota_keeps_what_is_not_given(url: &str) {
+    let set = |extra: &[&'static str]| [&["set-quota", "keep"][..], extra].concat();
+    let out = rate_ok(
+        url,
+        &set(&["--limit", "5", "--per", "400d", "--ban", "90s"]),
+    )
+    .await;
+    assert_eq!(
+        out.stdout.trim(),
+        "keep: created with quota 5 per 400d (gcra, burst 5, ban 1m30s)"
+    );
+    // Only the limit: period and ban kept, the default burst follows the limit.
+    let out = rate_ok(url, &set(&["--limit", "10"])).await;
+    assert_eq!(
+        out.stdout.trim(),
+        "keep: 5 per 400d (gcra, burst 5, ban 1m30s) → 10 per 400d (gcra, burst 10, ban 1m30s)"
+    );
+    // A burst set on purpose is kept when the limit changes.
+    rate_ok(url, &set(&["--burst", "2"])).await;
+    let out = rate_ok(url, &set(&["--limit", "20"])).await;
+    assert!(
+        out.stdout
+            .contains("→ 20 per 400d (gcra, burst 2, ban 1m30s)"),
+        "{}",
+        out.stdout
+    );
+    let stored = Limiter::connect(url)
+        .await
+        .unwrap()
+        .open_rate_limit("keep")
+        .await
+        .unwrap()
+        .quota();
+    let day = Duration::from_secs(86_400);
+    assert_eq!(
+        stored,
+        Quota::new(20, 400 * day)
+            .burst(2)
+            .ban(Duration::from_secs(90))
+    );
+    // The status table shows the durations as typed too.
+    let out = rate_ok(url, &["status", "keep"]).await;
+    assert!(
+        out.stdout.contains("400d") && out.stdout.contains("1m30s"),
+        "{}",
+        out.stdout
+    );
+    // --replace: the flags are the whole quota (defaults for the rest), and need --limit --per.
+    let out = rate_ok(url, &set(&["--limit", "3", "--per", "1m", "--replace"])).await;
+    assert!(
+        out.stdout.trim().ends_with("→ 3 per 1m (gcra, burst 3)"),
+        "{}",
+        out.stdout
+    );
+    let out = rate(url, &set(&["--limit", "3", "--replace"])).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("--per"), "{}", out.stderr);
+    // Nothing to set, and creating without --limit/--per: 64 saying what is needed.
+    let out = rate(url, &set(&[])).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("give the quota fields"),
+        "{}",
+        out.stderr
+    );
+    let out = rate(url, &["set-quota", "absent", "--limit", "3"]).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("does not exist; creating it needs --limit N and --per DUR"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_quota_on_etcd_keeps_what_is_not_given() {
+    let cluster = EtcdCluster::single();
+    set_quota_keeps_what_is_not_given(&cluster.url("cli-keep")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_quota_on_zookeeper_keeps_what_is_not_given() {
+    let zk = ZkCluster::single();
+    set_quota_keeps_what_is_not_given(&zk.url("/cli-keep")).await;
 }
 
 /// Bad input exits 64 naming the flag or argument at fault, before touching the store.

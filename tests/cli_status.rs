@@ -3,7 +3,7 @@
 mod binary;
 mod support;
 
-use binary::{cmd, output};
+use binary::{cmd, eventually, output};
 use clusterlimit::{AcquireOptions, Limiter};
 use std::time::Duration;
 use support::EtcdCluster;
@@ -81,10 +81,43 @@ async fn status_and_set_capacity() {
     );
     assert!(cols[3].ends_with('Z'), "held since is RFC 3339: {row}");
 
+    // A request that waits is listed with its owner, in JSON and in the table.
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move {
+            sem.acquire_with(AcquireOptions::new().permits(2).owner("tester/2"))
+                .await
+        })
+    };
+    eventually("the waiter to queue", LIMIT, || async {
+        (sem.status().await.unwrap().waiting == 1).then_some(())
+    })
+    .await;
+    let out = output(cmd(&["status", "--store", &url, "jobs", "--json"]), LIMIT).await;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["waiting"], 1, "{v}");
+    assert_eq!(v["waiters"][0]["owner"], "tester/2", "{v}");
+    assert_eq!(v["waiters"][0]["permits"], 2, "{v}");
+    let out = output(cmd(&["status", "--store", &url, "jobs"]), LIMIT).await;
+    assert!(out.stdout.contains("WAITER"), "{}", out.stdout);
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("tester/2"))
+        .expect("waiter row");
+    assert_eq!(row.split_whitespace().nth(1), Some("2"), "{row}");
+
     // set-capacity changes it for everyone.
     let out = output(cmd(&["set-capacity", "--store", &url, "jobs", "5"]), LIMIT).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(sem.status().await.unwrap().capacity, 5);
+    // The capacity made room for the waiter.
+    let granted = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    granted.release().await.unwrap();
 
     // An absent semaphore is an error (exit 1), a bad URL a usage error.
     let out = output(cmd(&["status", "--store", &url, "absent"]), LIMIT).await;

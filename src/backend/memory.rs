@@ -289,10 +289,9 @@ impl Backend for MemoryBackend {
         let sem = &st.sem(name)?.queue;
         let entries: Vec<queue::Entry> = sem.entries().collect();
         let n = queue::holders(entries.iter().copied(), sem.capacity, sem.floor);
-        let holders: Vec<Holder> = sem
+        let mut rows: Vec<Holder> = sem
             .entries
             .iter()
-            .take(n)
             .map(|(&token, e)| Holder {
                 owner: e.owner.clone(),
                 permits: e.permits,
@@ -300,12 +299,8 @@ impl Backend for MemoryBackend {
                 since_unix_ms: e.since_unix_ms,
             })
             .collect();
-        Ok(Status::from_queue(
-            name,
-            sem.capacity,
-            holders,
-            &entries[n..],
-        ))
+        let waiters = rows.split_off(n.min(rows.len()));
+        Ok(Status::from_queue(name, sem.capacity, rows, waiters))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {

@@ -12,6 +12,10 @@ use std::time::Duration;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log level of clusterlimit's own lines on stderr (transport crates stay at warn);
+    /// default: warn for one-shot commands, info for serve. RUST_LOG, if set, overrides it.
+    #[arg(long, global = true, env = "CLUSTERLIMIT_LOG", value_name = "LEVEL")]
+    pub log: Option<super::logging::LogLevel>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +50,19 @@ impl Command {
             Command::SetCapacity(_) => "set-capacity",
             Command::Rate(a) => a.command.name(),
             Command::Serve(_) => "serve",
+        }
+    }
+
+    /// The store URL of a one-shot command that should hear about a `memory://` store (not
+    /// `serve`, whose memory store its clients share, nor a `run --quiet`).
+    pub fn one_shot_store(&self) -> Option<&str> {
+        match self {
+            Command::Run(a) if a.quiet => None,
+            Command::Run(a) => Some(&a.store.store),
+            Command::Status(a) => Some(&a.store.store),
+            Command::SetCapacity(a) => Some(&a.store.store),
+            Command::Rate(a) => Some(a.command.store()),
+            Command::Serve(_) => None,
         }
     }
 }
@@ -117,6 +134,10 @@ pub struct RunArgs {
     /// Owner label shown in `status` (default HOSTNAME/PID).
     #[arg(long, value_name = "LABEL")]
     pub owner: Option<String>,
+    /// Say nothing on stderr of our own but failures: no "waiting for a permit" line, no
+    /// memory:// warning.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Store session TTL (min 2s): if this process dies, its permits come back within it.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub session_ttl: Duration,

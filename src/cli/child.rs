@@ -147,7 +147,7 @@ impl Group {
     pub fn kill(&mut self) {
         if self.kill_at.is_some() {
             tracing::warn!(
-                grace = %humantime::format_duration(self.grace),
+                grace = %crate::frontend::format_duration(self.grace),
                 "the command's process group still runs after the grace: sending SIGKILL"
             );
         }

@@ -44,7 +44,7 @@ impl Deadline {
                 exit::UNAVAILABLE,
                 format!(
                     "the store did not answer within --timeout {} while {doing}",
-                    humantime::format_duration(given)
+                    crate::frontend::format_duration(given)
                 ),
             ))
         })

@@ -4,6 +4,8 @@
 mod args;
 mod child;
 mod deadline;
+mod logging;
+mod memory_store;
 mod rate;
 mod run;
 mod set_capacity;
@@ -11,6 +13,7 @@ mod signals;
 mod status;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
+mod wait_notice;
 
 use crate::frontend::{exit, Failure};
 use args::{Cli, Command};
@@ -26,13 +29,10 @@ pub fn main() -> ExitCode {
     };
     let sub = cli.command.name();
     let serve = matches!(cli.command, Command::Serve(_));
-    // One-shot commands report through their exit code and message; the store backend's
-    // warnings (keepalive retries, the session ending at close) would only garble that line.
-    init_logging(if serve {
-        "info"
-    } else {
-        "warn,clusterlimit::backend=error"
-    });
+    logging::init(cli.log, serve);
+    if let Some(warning) = cli.command.one_shot_store().and_then(memory_store::warning) {
+        eprintln!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -82,17 +82,6 @@ fn parse_error(e: clap::Error) -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
     }
-}
-
-/// `RUST_LOG` wins; otherwise `default`.
-fn init_logging(default: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 /// Usage line of one subcommand (`rate check`: a nested one), shown after argument errors

@@ -6,7 +6,8 @@ use super::deadline::{self, Deadline};
 use super::signals::Signals;
 #[cfg(target_os = "linux")]
 use super::supervisor;
-use crate::frontend::{connect, exit, Failure};
+use super::wait_notice;
+use crate::frontend::{connect, exit, format_duration, Failure};
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
@@ -28,8 +29,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         &security,
         args.store.timeouts(),
     );
+    let doing = format!("connecting to {}", clusterlimit::redact(&args.store.store));
     let limiter = tokio::select! {
-        r = deadline.bound("connecting", connecting) => r?,
+        r = deadline.bound(&doing, connecting) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
     let outcome = acquire_and_run(&args, &limiter, &mut signals, deadline).await;
@@ -59,9 +61,18 @@ async fn acquire_and_run(
     if let Some(owner) = &args.owner {
         opts = opts.owner(owner.clone());
     }
+    // Said once if the permit is not granted at once (see `wait_notice`); never with --quiet.
+    let notice = async {
+        if args.quiet {
+            std::future::pending().await
+        } else {
+            wait_notice::announce(&sem).await
+        }
+    };
     let permit = tokio::select! {
         r = sem.acquire_with(opts) => r.map_err(|e| acquire_failure(e, args))?,
         sig = signals.recv() => return Ok(killed_by(sig)),
+        never = notice => match never {},
     };
     tracing::debug!(semaphore = %args.semaphore, token = permit.fencing_token(), "acquired");
     let (mut child, mut group) = spawn(args, &permit)?;
@@ -109,7 +120,7 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
             exit::TIMEOUT,
             format!(
                 "timed out after {} waiting for {} permit(s) of semaphore {:?}",
-                humantime::format_duration(args.timeout.unwrap_or_default()),
+                format_duration(args.timeout.unwrap_or_default()),
                 args.permits,
                 args.semaphore
             ),

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
     let limiter = args.store.connect_once().await?;
     let result = limiter.set_capacity(&args.name, args.capacity).await;
-    let _ = limiter.close().await;
+    let store_failed = matches!(
+        &result,
+        Err(clusterlimit::Error::Store(_) | clusterlimit::Error::SessionLost)
+    );
+    super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
     let (name, capacity) = (&args.name, args.capacity);
     match result.map_err(Failure::from_lib)? {
         CapacityChange::Created => println!("{name}: created with capacity {capacity}"),

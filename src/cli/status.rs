@@ -2,7 +2,7 @@
 
 use super::args::StatusArgs;
 use crate::frontend::{exit, Failure};
-use clusterlimit::{Limiter, Status};
+use clusterlimit::{Holder, Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
     let limiter = args.store.connect_once().await?;
     let result = read(&limiter, args.name.as_deref()).await;
-    let _ = limiter.close().await;
+    let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
+    super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
     let statuses = result?;
     let out = if args.json {
         let json = match (&args.name, statuses.as_slice()) {
@@ -60,32 +61,43 @@ pub fn table(statuses: &[Status]) -> String {
             "{:<width$}  {:>8}  {:>4}  {:>7}",
             st.name, st.capacity, st.used, st.waiting
         );
-        if st.holders.is_empty() {
-            continue;
-        }
-        let owner_w = st
-            .holders
-            .iter()
-            .map(|h| h.owner.len())
-            .max()
-            .unwrap_or(0)
-            .max(5);
-        let _ = writeln!(
-            s,
-            "  {:<owner_w$}  PERMITS  FENCING TOKEN  HELD SINCE",
-            "OWNER"
+        rows(
+            &mut s,
+            ["OWNER", "FENCING TOKEN", "HELD SINCE"],
+            &st.holders,
         );
-        for h in &st.holders {
-            let _ = writeln!(
-                s,
-                "  {:<owner_w$}  {:>7}  {:>13}  {}",
-                h.owner,
-                h.permits,
-                h.fencing_token,
-                humantime::format_rfc3339_seconds(h.since())
-            );
-        }
+        rows(
+            &mut s,
+            ["WAITER", "QUEUE TOKEN", "WAITING SINCE"],
+            &st.waiters,
+        );
     }
     s.truncate(s.trim_end().len());
     s
+}
+
+/// An indented block of holders or waiters under `titles` (owner, token, since columns).
+fn rows(s: &mut String, titles: [&str; 3], rows: &[Holder]) {
+    if rows.is_empty() {
+        return;
+    }
+    let [owner, token, since] = titles;
+    let owner_w = rows
+        .iter()
+        .map(|h| h.owner.len())
+        .max()
+        .unwrap_or(0)
+        .max(owner.len());
+    let token_w = token.len();
+    let _ = writeln!(s, "  {owner:<owner_w$}  PERMITS  {token}  {since}");
+    for h in rows {
+        let _ = writeln!(
+            s,
+            "  {:<owner_w$}  {:>7}  {:>token_w$}  {}",
+            h.owner,
+            h.permits,
+            h.fencing_token,
+            humantime::format_rfc3339_seconds(h.since())
+        );
+    }
 }

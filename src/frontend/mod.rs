@@ -17,7 +17,7 @@ pub mod quota_spec;
 mod store_security;
 
 pub use connect::{connect, refuse_userinfo, StoreTimeouts};
-pub use duration::parse_duration;
+pub use duration::{format_duration, format_wait, parse_duration};
 pub use failure::Failure;
 pub use lock::lock;
 pub use store_security::StoreSecurity;

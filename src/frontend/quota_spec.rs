@@ -3,7 +3,7 @@
 //! field so that an error names the field at fault (the library's own check names the quota).
 //! Also the JSON both front ends print for a quota and a decision.
 
-use super::parse_duration;
+use super::{format_duration, parse_duration};
 use clusterlimit::rate::{MAX_PERIOD, MAX_RATE, MIN_PERIOD};
 use clusterlimit::{Algorithm, Decision, Quota};
 use serde::Deserialize;
@@ -44,7 +44,7 @@ impl QuotaParts {
         if !(1..=max_rate).contains(&limit) {
             return fail(
                 "limit",
-                format!("limit must be 1..={MAX_RATE}, got {limit}"),
+                format!("limit must be a whole number from 1 to {MAX_RATE}, got {limit}"),
             );
         }
         let limit = u64::try_from(limit).unwrap_or(1);
@@ -54,20 +54,32 @@ impl QuotaParts {
         if !(MIN_PERIOD..=MAX_PERIOD).contains(&period) {
             return fail(
                 "period",
-                format!("period must be {MIN_PERIOD:?}..={MAX_PERIOD:?}, got {period:?}"),
+                format!(
+                    "period must be from {} to {}, got {}",
+                    format_duration(MIN_PERIOD),
+                    format_duration(MAX_PERIOD),
+                    format_duration(period)
+                ),
             );
         }
         if period.as_nanos() < u128::from(limit) {
             return fail(
                 "limit",
-                format!("limit {limit} is more than one per nanosecond of {period:?}"),
+                format!(
+                    "limit {limit} is more than one per nanosecond of {}",
+                    format_duration(period)
+                ),
             );
         }
         let ban = self.ban.unwrap_or(Duration::ZERO);
         if ban > MAX_PERIOD {
             return fail(
                 "ban",
-                format!("ban must be at most {MAX_PERIOD:?}, got {ban:?}"),
+                format!(
+                    "ban must be at most {}, got {}",
+                    format_duration(MAX_PERIOD),
+                    format_duration(ban)
+                ),
             );
         }
         let algorithm = self.algorithm.unwrap_or_default();
@@ -84,7 +96,7 @@ impl QuotaParts {
             if !(1..=max_rate).contains(&burst) {
                 return fail(
                     "burst",
-                    format!("burst must be 1..={MAX_RATE}, got {burst}"),
+                    format!("burst must be a whole number from 1 to {MAX_RATE}, got {burst}"),
                 );
             }
             quota = quota.burst(u64::try_from(burst).unwrap_or(1));
@@ -93,6 +105,30 @@ impl QuotaParts {
         match quota.validate() {
             Ok(()) => Ok(quota),
             Err(e) => fail("burst", e.to_string()),
+        }
+    }
+}
+
+impl QuotaParts {
+    /// These parts over a stored quota: a field not given keeps the stored value, so
+    /// `set-quota --limit 10` changes only the limit. The burst is the one field that depends
+    /// on another: one not given follows the new limit when the stored burst was the default
+    /// (equal to its limit; a window's is always), and is kept when it was set on purpose.
+    pub fn over(&self, stored: &Quota) -> QuotaParts {
+        let num = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let algorithm = self.algorithm.unwrap_or(stored.algorithm);
+        let set_on_purpose = stored.algorithm == Algorithm::Gcra && stored.burst != stored.limit;
+        let burst = match self.burst {
+            Some(b) => Some(b),
+            None if algorithm == Algorithm::Gcra && set_on_purpose => Some(num(stored.burst)),
+            None => None,
+        };
+        QuotaParts {
+            limit: self.limit.or(Some(num(stored.limit))),
+            period: self.period.or(Some(stored.period)),
+            burst,
+            algorithm: Some(algorithm),
+            ban: self.ban.or(Some(stored.ban)),
         }
     }
 }
@@ -163,12 +199,31 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A quota for people: `5 per 1s (gcra, burst 5)`, `5 per 400d (fixed_window, ban 10m)`, its
+/// durations as `format_duration` prints them (the library's `Display` prints seconds).
+pub fn quota_text(quota: &Quota) -> String {
+    let mut s = format!(
+        "{} per {} ({}",
+        quota.limit,
+        format_duration(quota.period),
+        quota.algorithm
+    );
+    if quota.algorithm == Algorithm::Gcra {
+        s.push_str(&format!(", burst {}", quota.burst));
+    }
+    if !quota.ban.is_zero() {
+        s.push_str(&format!(", ban {}", format_duration(quota.ban)));
+    }
+    s.push(')');
+    s
+}
+
 /// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints.
 pub fn quota_json(name: &str, quota: &Quota) -> Value {
     json!({
         "name": name,
         "limit": quota.limit,
-        "period": humantime::format_duration(quota.period).to_string(),
+        "period": format_duration(quota.period),
         "period_ms": millis(quota.period),
         "burst": quota.burst,
         "algorithm": quota.algorithm.to_string(),
@@ -210,6 +265,50 @@ mod tests {
             period: Some(Duration::from_secs(60)),
             ..QuotaParts::default()
         }
+    }
+
+    #[test]
+    fn over_a_stored_quota_keeps_what_is_not_given() {
+        let day = Duration::from_secs(86_400);
+        let stored = Quota::new(5, Duration::from_secs(1)).ban(day);
+        let only_limit = QuotaParts {
+            limit: Some(10),
+            ..QuotaParts::default()
+        };
+        // A default burst follows the limit; the period and the ban are kept.
+        let q = only_limit.over(&stored).to_quota().unwrap();
+        assert_eq!(q, Quota::new(10, Duration::from_secs(1)).ban(day));
+        // A burst set on purpose is kept.
+        let q = only_limit.over(&stored.burst(2)).to_quota().unwrap();
+        assert_eq!(q.burst, 2);
+        // A window's burst is its limit; moving to GCRA starts from the default.
+        let window = Quota::per_minute(5).algorithm(Algorithm::FixedWindow);
+        let to_gcra = QuotaParts {
+            algorithm: Some(Algorithm::Gcra),
+            ..QuotaParts::default()
+        };
+        assert_eq!(
+            to_gcra.over(&window).to_quota().unwrap(),
+            Quota::per_minute(5)
+        );
+        let to_window = QuotaParts {
+            algorithm: Some(Algorithm::SlidingWindow),
+            ..QuotaParts::default()
+        };
+        let q = to_window.over(&stored.burst(2)).to_quota().unwrap();
+        assert_eq!((q.algorithm, q.burst), (Algorithm::SlidingWindow, 5));
+    }
+
+    #[test]
+    fn quota_text_prints_durations_as_typed() {
+        let q = Quota::new(5, Duration::from_secs(400 * 86_400))
+            .algorithm(Algorithm::FixedWindow)
+            .ban(Duration::from_secs(90));
+        assert_eq!(quota_text(&q), "5 per 400d (fixed_window, ban 1m30s)");
+        assert_eq!(
+            quota_text(&Quota::per_second(5)),
+            "5 per 1s (gcra, burst 5)"
+        );
     }
 
     #[test]

@@ -48,21 +48,18 @@ fn to_problem(e: serde_path_to_error::Error<serde_json::Error>) -> Problem {
     if !inner.is_data() {
         return Problem::malformed(format!("malformed JSON: {inner}"));
     }
-    let message = inner.to_string();
-    // serde reports unknown and missing fields at the enclosing object; name the field itself.
-    let field = quoted_field(&message, "unknown field `")
-        .or_else(|| quoted_field(&message, "missing field `"))
-        .unwrap_or(if path == "." {
-            "body".to_string()
-        } else {
-            path
-        });
-    Problem::field(field, message)
+    let message = without_position(&inner.to_string());
+    let (field, detail) = super::body_words::explain(&path, &message);
+    Problem::field(field, detail)
 }
 
-fn quoted_field(message: &str, prefix: &str) -> Option<String> {
-    let rest = message.strip_prefix(prefix)?;
-    rest.split('`').next().map(str::to_string)
+/// serde_json's message without its ` at line 1 column 15`, which a one-line body does not
+/// need (syntax errors keep theirs: there the position is the point).
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) if message[i..].contains(" column ") => message[..i].to_string(),
+        _ => message.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -92,5 +89,34 @@ mod tests {
         assert_eq!(field(r#"{"permits":1"#), None);
         assert_eq!(field(r#"[1]"#).as_deref(), Some("body"));
         assert!(parse::<B>(b"  ").is_ok());
+    }
+
+    fn detail(body: &str) -> String {
+        let p = parse::<B>(body.as_bytes()).unwrap_err();
+        serde_json::to_value(&p).unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn details_are_in_plain_words() {
+        assert_eq!(
+            detail(r#"{"permits":"x"}"#),
+            "`permits` must be a whole number from 1 to 1000000, got the string \"x\""
+        );
+        assert_eq!(
+            detail(r#"{"capacity":-1}"#),
+            "`capacity` must be a whole number from 1 to 1000000, got -1"
+        );
+        assert_eq!(
+            detail(r#"{"bogus":1}"#),
+            "unknown field `bogus`; expected one of: permits, capacity"
+        );
+        assert_eq!(detail("[1]"), "the body must be a JSON object, got a list");
+        assert_eq!(
+            detail(r#"{"permits":1"#),
+            "malformed JSON: EOF while parsing an object at line 1 column 12"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use super::auth::Token;
 use super::rate_config::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::ServeArgs;
-use crate::frontend::{parse_duration, Failure, StoreSecurity, StoreTimeouts};
+use crate::frontend::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -210,8 +210,8 @@ impl Config {
         )?;
         if permit_ttl < super::api::MIN_TTL {
             return Err(bad(format!(
-                "permit TTL must be at least {:?}",
-                super::api::MIN_TTL
+                "permit TTL must be at least {}",
+                format_duration(super::api::MIN_TTL)
             )));
         }
         let socket_mode = match args.socket_mode.or(file.socket_mode) {
@@ -383,19 +383,19 @@ impl Config {
              access       {access}\n\
              store        {}\n\
              store_auth   {}\n\
-             session_ttl  {:?}\n\
-             timeouts     connect {:?}, request {:?}\n\
-             permit_ttl   {:?}\n\
+             session_ttl  {}\n\
+             timeouts     connect {}, request {}\n\
+             permit_ttl   {}\n\
              owner        {}\n\
              semaphores   {semaphores}\n{}{rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),
             self.security.describe(),
-            self.session_ttl,
-            self.timeouts.connect,
-            self.timeouts.request,
-            self.permit_ttl,
+            format_duration(self.session_ttl),
+            format_duration(self.timeouts.connect),
+            format_duration(self.timeouts.request),
+            format_duration(self.permit_ttl),
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
             rate_config::describe(&self.rate, &self.rate_limits),
         )

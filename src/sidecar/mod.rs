@@ -5,6 +5,7 @@
 mod api;
 mod auth;
 mod body;
+mod body_words;
 mod config;
 mod flags;
 mod metrics;
@@ -51,6 +52,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
 
     // The URL as printed and logged: credential-like values blanked.
     let store = clusterlimit::redact(&cfg.store);
+    if matches!(
+        clusterlimit::StoreUrl::parse(&cfg.store),
+        Ok(clusterlimit::StoreUrl::Memory { .. })
+    ) {
+        tracing::info!(
+            store = %store,
+            "memory store: shared by this sidecar's clients only, gone when it stops"
+        );
+    }
     let limiter = connect(
         &cfg.store,
         cfg.session_ttl,

@@ -2,8 +2,8 @@
 //! while the store is down (and how long a check may wait for it), and the `[[rate_limits]]`
 //! created at start. Flags override the config file's keys of the same name.
 
-use crate::frontend::quota_spec::{duration_text, FieldError, QuotaParts};
-use crate::frontend::{parse_duration, Failure};
+use crate::frontend::quota_spec::{duration_text, quota_text, FieldError, QuotaParts};
+use crate::frontend::{format_duration, parse_duration, Failure};
 use clap::Args;
 use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, StoreDownPolicy};
 use serde::Deserialize;
@@ -117,8 +117,9 @@ impl RateSettings {
             || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
         {
             return Err(Failure::usage(format!(
-                "rate_store_timeout must be 1ms..={:?}, got {store_timeout:?}",
-                clusterlimit::MAX_REQUEST_TIMEOUT
+                "rate_store_timeout must be from 1ms to {}, got {}",
+                format_duration(clusterlimit::MAX_REQUEST_TIMEOUT),
+                format_duration(store_timeout)
             )));
         }
         Ok(RateSettings {
@@ -195,8 +196,10 @@ pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
     format!(
         "rate_limits  {limits}\n\
          rate_headers {}\n\
-         rate_store   down: {}, timeout {:?}\n",
-        settings.headers, settings.store_down, settings.store_timeout
+         rate_store   down: {}, timeout {}\n",
+        settings.headers,
+        settings.store_down,
+        format_duration(settings.store_timeout)
     )
 }
 
@@ -218,7 +221,7 @@ pub async fn declare(
             }
             Err(clusterlimit::Error::QuotaMismatch { stored, .. }) => {
                 tracing::warn!(
-                    rate_limit = %d.name, stored = %stored, configured = %quota,
+                    rate_limit = %d.name, stored = %quota_text(&stored), configured = %quota_text(&quota),
                     "rate limit exists with another quota; keeping the stored one"
                 );
                 limiter

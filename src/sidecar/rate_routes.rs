@@ -8,8 +8,9 @@ use super::api::{AppState, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use super::body::JsonBody;
 use super::problem::Problem;
 use super::rate_config::{HeaderMode, RateSettings};
+use crate::frontend::format_duration;
 use crate::frontend::lock;
-use crate::frontend::quota_spec::{decision_json, quota_json, QuotaBody};
+use crate::frontend::quota_spec::{decision_json, quota_json, quota_text, QuotaBody};
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts, Path, State};
@@ -116,7 +117,10 @@ impl RateApi {
             .map_err(|_| {
                 Problem::unavailable(
                     "store_unavailable",
-                    format!("the store did not answer within {:?}", self.store_timeout),
+                    format!(
+                        "the store did not answer within {}",
+                        format_duration(self.store_timeout)
+                    ),
                 )
             })
     }
@@ -156,7 +160,14 @@ fn path_problem(e: PathRejection) -> Problem {
         },
         _ => "name".to_string(),
     };
-    Problem::field(field, e.body_text())
+    // axum's own text names Rust types ("Cannot parse `…` to a `String`"): say it in words.
+    let detail = match &e {
+        PathRejection::FailedToDeserializePathParams(_) => {
+            format!("`{field}` in the path must be UTF-8 text once percent-decoded")
+        }
+        _ => format!("the path does not name a `{field}`"),
+    };
+    Problem::field(field, detail)
 }
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
@@ -211,9 +222,10 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
         _ => Err(Problem::field(
             "cost",
             format!(
-                "cost must be 1..={max} (the most rate limit {:?} admits at once: {quota}), \
+                "cost must be a whole number from 1 to {max} (the most rate limit {:?} admits at once: {}), \
                  got {cost}",
-                rl.name()
+                rl.name(),
+                quota_text(&quota)
             ),
         )),
     }

@@ -874,7 +874,7 @@ impl Backend for EtcdBackend {
             self.strays.check(name, &queue_prefix, kv);
         }
         let n = queue::holders(entries.iter().map(|(e, _)| *e), cap.capacity, cap.floor);
-        let holders: Vec<Holder> = entries[..n]
+        let mut rows: Vec<Holder> = entries
             .iter()
             .map(|(e, kv)| {
                 let v = EntryValue::parse(kv.value());
@@ -886,8 +886,8 @@ impl Backend for EtcdBackend {
                 }
             })
             .collect();
-        let waiting: Vec<queue::Entry> = entries[n..].iter().map(|(e, _)| *e).collect();
-        Ok(Status::from_queue(name, cap.capacity, holders, &waiting))
+        let waiters = rows.split_off(n);
+        Ok(Status::from_queue(name, cap.capacity, rows, waiters))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {

@@ -727,27 +727,29 @@ impl Backend for ZkBackend {
         let (entries, nodes) = self.read_queue(&client, name).await?;
         let (cap, _) = self.read_capacity(&client, name).await?;
         let n = queue::holders(entries.iter().copied(), cap.capacity, cap.floor);
-        // Owners of the holders, in one multi-read.
+        // Owners of the holders and waiters, in one multi-read.
         let mut reader = client.new_multi_reader();
-        for e in &entries[..n] {
+        for e in &entries {
             let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
             reader
                 .add_get_data(&self.paths.entry(name, node))
                 .map_err(Error::store)?;
         }
-        let data = if n == 0 {
+        let data = if entries.is_empty() {
             Vec::new()
         } else {
             self.call(RequestKind::Range, reader.commit()).await?
         };
         let mut holders = Vec::with_capacity(n);
-        for (e, d) in entries[..n].iter().zip(data) {
-            // A holder released since the listing is no longer a holder.
+        let mut waiters = Vec::with_capacity(entries.len().saturating_sub(n));
+        for (i, (e, d)) in entries.iter().zip(data).enumerate() {
+            // An entry released or withdrawn since the listing is no longer there.
             let zk::MultiReadResult::Data { data, stat } = d else {
                 continue;
             };
             let v = EntryData::parse(&data);
-            holders.push(Holder {
+            let row = if i < n { &mut holders } else { &mut waiters };
+            row.push(Holder {
                 owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
                 permits: e.permits,
                 fencing_token: e.token,
@@ -755,12 +757,7 @@ impl Backend for ZkBackend {
                     .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
             });
         }
-        Ok(Status::from_queue(
-            name,
-            cap.capacity,
-            holders,
-            &entries[n..],
-        ))
+        Ok(Status::from_queue(name, cap.capacity, holders, waiters))
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {

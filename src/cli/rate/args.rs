@@ -24,7 +24,13 @@ pub enum RateCommand {
     Wait(WaitArgs),
     /// Show every rate limit's quota, one limit's, or one key's state (nothing consumed).
     Status(RateStatusArgs),
-    /// Set a rate limit's quota for every client (creates the limit if absent).
+    /// Set a rate limit's quota for every client (creates the limit if absent); prints the old
+    /// quota and the new one.
+    ///
+    /// Creating a limit needs --limit and --per. On an existing limit, the flags not given keep
+    /// their stored values (`--limit 10` alone keeps --per, --algorithm, --ban and a burst set
+    /// on purpose; a burst at its default, equal to the limit, follows the new limit), unless
+    /// --replace: then the flags are the whole quota, as when creating.
     SetQuota(SetQuotaArgs),
     /// Forget KEY: its next check starts from a full quota (and any ban ends).
     Reset(ResetArgs),
@@ -39,6 +45,17 @@ impl RateCommand {
             RateCommand::Status(_) => "rate status",
             RateCommand::SetQuota(_) => "rate set-quota",
             RateCommand::Reset(_) => "rate reset",
+        }
+    }
+
+    /// The store URL given.
+    pub fn store(&self) -> &str {
+        match self {
+            RateCommand::Check(a) => &a.store.store,
+            RateCommand::Wait(a) => &a.check.store.store,
+            RateCommand::Status(a) => &a.store.store,
+            RateCommand::SetQuota(a) => &a.store.store,
+            RateCommand::Reset(a) => &a.store.store,
         }
     }
 }
@@ -140,9 +157,14 @@ pub struct SetQuotaArgs {
     /// Rate limit to create or change.
     #[arg(value_name = "NAME")]
     pub name: String,
-    /// The quota (--limit and --per required).
+    /// The quota: every flag when creating the limit (--limit and --per required); on an
+    /// existing one, the flags given change those fields and the others keep their values.
     #[command(flatten)]
     pub quota: QuotaFlags,
+    /// The flags are the whole quota (--limit and --per required): fields not given take
+    /// their defaults instead of keeping the stored values.
+    #[arg(long, requires_all = ["limit", "per"])]
+    pub replace: bool,
 }
 
 #[derive(Debug, Args)]

@@ -10,12 +10,11 @@ mod wait;
 pub use args::RateArgs;
 
 use super::deadline::Deadline;
-use crate::frontend::quota_spec::decision_json;
-use crate::frontend::{exit, Failure};
+use crate::frontend::quota_spec::{decision_json, quota_text, QuotaParts};
+use crate::frontend::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
 use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit, MAX_KEY_LEN};
 use std::process::ExitCode;
-use std::time::Duration;
 use wait::Waited;
 
 /// Runs one `rate` subcommand.
@@ -43,7 +42,8 @@ async fn with_limiter_by<T>(
     deadline: Deadline,
     body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    let limiter = deadline.bound("connecting", store.connect_once()).await?;
+    let connecting = format!("connecting to {}", clusterlimit::redact(&store.store));
+    let limiter = deadline.bound(&connecting, store.connect_once()).await?;
     let result = body(&limiter).await;
     let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
     super::deadline::close(&limiter, store_failed, store.request_timeout).await;
@@ -52,7 +52,13 @@ async fn with_limiter_by<T>(
 
 /// The quota the flags give, or a usage error naming the flag at fault.
 fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
-    flags.parts().to_quota().map_err(|e| {
+    quota_of_parts(flags.parts())
+}
+
+/// The quota of `parts` (from the flags), or a usage error naming the flag at fault.
+fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
+    let missing = parts.limit.is_none() || parts.period.is_none();
+    parts.to_quota().map_err(|e| {
         let flag = match e.field {
             "limit" => "--limit",
             "period" => "--per",
@@ -60,7 +66,7 @@ fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
             "algorithm" => "--algorithm",
             _ => "--ban",
         };
-        let hint = if e.field == "limit" || e.field == "period" {
+        let hint = if missing {
             " (a quota needs --limit and --per)"
         } else {
             ""
@@ -86,25 +92,44 @@ fn name_error(e: Error) -> Failure {
     }
 }
 
-/// Opens `name`; with quota flags, creates it with that quota if absent (an existing limit keeps
-/// its stored quota, as a warning says). Absent without a quota: exit 1, as `status NAME`.
+/// Opens an existing `name` (`status`, `reset`: they take no quota). Absent: exit 1, as
+/// `status NAME`, with how to create it.
+pub async fn open_existing(limiter: &Limiter, name: &str) -> Result<RateLimit, Failure> {
+    let hint = format!("create it with `clusterlimit rate set-quota {name} --limit N --per DUR`");
+    open_stored(limiter, name, &hint).await
+}
+
+/// Opens `name` as stored; absent: exit 1 with `hint`.
+async fn open_stored(limiter: &Limiter, name: &str, hint: &str) -> Result<RateLimit, Failure> {
+    limiter.open_rate_limit(name).await.map_err(|e| match e {
+        Error::NotFound(_) => Failure::new(
+            exit::FAILURE,
+            format!("rate limit {name:?} does not exist; {hint}"),
+        ),
+        e => name_error(e),
+    })
+}
+
+/// Opens `name` for `check`/`wait`; with quota flags, creates it with that quota if absent (an
+/// existing limit keeps its stored quota, as a warning says). Absent without a quota: exit 1,
+/// as `status NAME`.
 pub async fn open(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<RateLimit, Failure> {
     if !flags.any() {
-        return limiter.open_rate_limit(name).await.map_err(|e| match e {
-            Error::NotFound(_) => Failure::new(
-                exit::FAILURE,
-                format!("rate limit {name:?} does not exist; give --limit and --per to create it"),
-            ),
-            e => name_error(e),
-        });
+        return open_stored(
+            limiter,
+            name,
+            "give --limit and --per to create it (or `clusterlimit rate set-quota`)",
+        )
+        .await;
     }
     let quota = quota_of(flags)?;
     match limiter.rate_limit(name, quota).await {
         Ok(rl) => Ok(rl),
         Err(Error::QuotaMismatch { stored, .. }) => {
             eprintln!(
-                "clusterlimit: rate limit {name:?} exists with quota {stored}; keeping it \
-                 (change it with `clusterlimit rate set-quota`)"
+                "clusterlimit: rate limit {name:?} exists with quota {}; keeping it \
+                 (change it with `clusterlimit rate set-quota`)",
+                quota_text(&stored)
             );
             limiter.open_rate_limit(name).await.map_err(name_error)
         }
@@ -116,19 +141,13 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
     let quota = rl.quota();
     if cost > quota.max_cost() {
         return Err(Failure::usage(format!(
-            "--cost {cost} is above the most rate limit {:?} admits at once ({}: {quota})",
+            "--cost {cost} is above the most rate limit {:?} admits at once ({}: {})",
             rl.name(),
-            quota.max_cost()
+            quota.max_cost(),
+            quota_text(&quota)
         )));
     }
     Ok(())
-}
-
-/// `1.25s`, to the millisecond.
-pub fn human(d: Duration) -> String {
-    let ms =
-        Duration::from_millis(u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
-    humantime::format_duration(ms).to_string()
 }
 
 /// Prints an admission (JSON or a line) and returns exit 0.
@@ -165,7 +184,7 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
                 a.name,
                 a.key,
                 a.cost,
-                human(retry)
+                format_wait(retry)
             );
         }
         Ok(ExitCode::from(exit::TIMEOUT))
@@ -200,7 +219,7 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
                         a.name,
                         a.key,
                         a.cost,
-                        human(w.timeout.unwrap_or_default()),
+                        format_duration(w.timeout.unwrap_or_default()),
                         ban_note(&rl)
                     ),
                 ))
@@ -211,40 +230,74 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
 }
 
 async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
-    let quota = quota_of(&a.quota)?;
+    if !a.quota.any() {
+        return Err(Failure::usage(
+            "give the quota fields to set (--limit, --per, --burst, --algorithm, --ban)",
+        ));
+    }
     let name = a.name.as_str();
-    let done = with_limiter(&a.store, async |limiter| {
-        let existing = match limiter.open_rate_limit(name).await {
-            Ok(rl) => Some(rl),
-            Err(Error::NotFound(_)) => None,
+    let (old, new) = with_limiter(&a.store, async |limiter| {
+        let rl = match limiter.open_rate_limit(name).await {
+            Ok(rl) => rl,
+            Err(Error::NotFound(_)) => match create(limiter, name, &a.quota).await? {
+                Created::Now(quota) => return Ok((None, quota)),
+                // Created by someone else meanwhile: change it as any existing limit.
+                Created::Meanwhile(rl) => rl,
+            },
             Err(e) => return Err(name_error(e)),
         };
-        let rl = match existing {
-            Some(rl) => rl,
-            None => match limiter.rate_limit(name, quota).await {
-                Ok(_) => return Ok("created with quota"),
-                // Created by someone else meanwhile: change it below.
-                Err(Error::QuotaMismatch { .. }) => {
-                    limiter.open_rate_limit(name).await.map_err(name_error)?
-                }
-                Err(e) => return Err(name_error(e)),
-            },
+        let old = rl.quota();
+        let new = if a.replace {
+            quota_of(&a.quota)?
+        } else {
+            quota_of_parts(a.quota.parts().over(&old))?
         };
-        if rl.quota() == quota {
-            return Ok("quota unchanged:");
+        if new != old {
+            rl.set_quota(new).await.map_err(Failure::from_lib)?;
         }
-        rl.set_quota(quota).await.map_err(Failure::from_lib)?;
-        Ok("quota set to")
+        Ok((Some(old), new))
     })
     .await?;
-    println!("{name}: {done} {quota}");
+    let new_text = quota_text(&new);
+    match old {
+        None => println!("{name}: created with quota {new_text}"),
+        Some(old) if old == new => println!("{name}: quota unchanged: {new_text}"),
+        Some(old) => println!("{name}: {} → {new_text}", quota_text(&old)),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How `set-quota` found an absent limit.
+enum Created {
+    /// Created with this quota.
+    Now(Quota),
+    /// Another client created it first: the limit as stored.
+    Meanwhile(RateLimit),
+}
+
+/// Creates `name` with the quota the flags give (all of it: there is nothing to keep).
+async fn create(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<Created, Failure> {
+    if flags.limit.is_none() || flags.per.is_none() {
+        return Err(Failure::usage(format!(
+            "rate limit {name:?} does not exist; creating it needs --limit N and --per DUR"
+        )));
+    }
+    let quota = quota_of(flags)?;
+    match limiter.rate_limit(name, quota).await {
+        Ok(_) => Ok(Created::Now(quota)),
+        Err(Error::QuotaMismatch { .. }) => limiter
+            .open_rate_limit(name)
+            .await
+            .map(Created::Meanwhile)
+            .map_err(name_error),
+        Err(e) => Err(name_error(e)),
+    }
 }
 
 async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
     check_key(&a.key)?;
     with_limiter(&a.store, async |limiter| {
-        let rl = open(limiter, &a.name, &QuotaFlags::default()).await?;
+        let rl = open_existing(limiter, &a.name).await?;
         rl.reset(&a.key).await.map_err(Failure::from_lib)?;
         println!("{} {:?}: reset", a.name, a.key);
         Ok(ExitCode::SUCCESS)
@@ -258,5 +311,8 @@ fn ban_note(rl: &RateLimit) -> String {
     if ban.is_zero() {
         return String::new();
     }
-    format!(", but the denial started the quota's ban of {}", human(ban))
+    format!(
+        ", but the denial started the quota's ban of {}",
+        format_duration(ban)
+    )
 }

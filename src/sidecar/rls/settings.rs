@@ -159,13 +159,13 @@ impl Settings {
         format!(
             "grpc_listen  {}\n\
              rls_config   {}\n\
-             rls          store_down {}, store_timeout {:?}, shadow_mode {}, response_headers {}, \
+             rls          store_down {}, store_timeout {}, shadow_mode {}, response_headers {}, \
              merge_domain_config {}\n\
              {}",
             self.listen,
             files.join(", "),
             self.store_down,
-            self.store_timeout,
+            crate::frontend::format_duration(self.store_timeout),
             self.shadow,
             self.headers,
             self.loading.merge_domains,
