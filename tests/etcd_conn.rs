@@ -136,10 +136,11 @@ async fn idle_then_busy_limiter_gets_no_goaway() {
     );
     let texts = GOAWAY_TEXT.lock().map(|t| t.clone()).unwrap_or_default();
     assert_eq!(goaways, 0, "etcd sent GOAWAY: {texts:?}");
-    // The Limiter may move to another member (a slow answer), which opens that member's
-    // connection once; a second connection to the same member is a reconnect.
+    // Each member was probed once at connect (a TCP connection closed at once:
+    // backend/reach.rs). The Limiter may move to another member (a slow answer), which opens
+    // that member's connection once; a second connection to the same member is a reconnect.
     assert!(
-        after_busy.iter().all(|&n| n <= 1),
+        after_busy.iter().all(|&n| n <= 2),
         "a member's connection was re-opened: {after_busy:?}"
     );
     assert!(rounds > 100, "the busy phase did work ({rounds} rounds)");
