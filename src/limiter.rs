@@ -269,9 +269,11 @@ impl LimiterBuilder {
     }
 
     /// Bound on [`connect`](Self::connect) as a whole: reaching the store, authenticating and
-    /// starting the session (default: the request timeout). A store that does not answer
-    /// within it fails the connect with [`Error::Store`]; one that refuses the connection or
-    /// whose host name does not resolve fails at once, whatever this bound.
+    /// starting the session. A store that does not answer within it fails the connect with
+    /// [`Error::Store`]. Without it, connect keeps to the bounds of its requests (about twice
+    /// the request timeout), which leaves room to name a likely cause (e.g. TLS to a
+    /// plain-text server); a refused connection or a host name that does not resolve fails at
+    /// once either way.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
@@ -324,11 +326,12 @@ impl LimiterBuilder {
                 self.request_timeout
             )));
         }
-        let connect_timeout = self.connect_timeout.unwrap_or(self.request_timeout);
-        if connect_timeout.is_zero() || connect_timeout > MAX_REQUEST_TIMEOUT {
-            return Err(Error::invalid(format!(
-                "connect timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {connect_timeout:?}"
-            )));
+        if let Some(t) = self.connect_timeout {
+            if t.is_zero() || t > MAX_REQUEST_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "connect timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {t:?}"
+                )));
+            }
         }
         let url = StoreUrl::parse(&self.url)?;
         self.check_credentials_fit(&url)?;
@@ -377,13 +380,14 @@ impl LimiterBuilder {
             };
             Ok(backend)
         };
-        let backend = tokio::time::timeout(connect_timeout, opening)
-            .await
-            .map_err(|_| {
+        let backend = match self.connect_timeout {
+            None => opening.await?,
+            Some(t) => tokio::time::timeout(t, opening).await.map_err(|_| {
                 Error::store(format!(
-                    "the store did not answer within {connect_timeout:?} (the connect timeout)"
+                    "the store did not answer within {t:?} (the connect timeout)"
                 ))
-            })??;
+            })??,
+        };
         Limiter::wrap(backend, owner, self.clock, self.request_timeout)
     }
 }
