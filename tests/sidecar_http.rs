@@ -602,8 +602,9 @@ async fn config_file_declares_semaphores_and_flags_override_it() {
     assert!(out.stderr.contains("stor"), "{}", out.stderr);
 }
 
-/// `timeout_ms` means what it says against a SIGSTOPped store: the answer comes within it plus
-/// 100 ms, and the timed-out request's queue entry is removed once the store answers again.
+/// `timeout_ms` means what it says against a SIGSTOPped store: the answer (503
+/// `store_unavailable`: the store, not contention) comes within it plus 100 ms, and the
+/// timed-out request's queue entry is removed once the store answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_ms_holds_against_a_stopped_store() {
     let mut cluster = EtcdCluster::single();
@@ -620,7 +621,12 @@ async fn timeout_ms_holds_against_a_stopped_store() {
     let took = t.elapsed();
     cluster.resume(0);
     println!("timeout_ms 500 on a stopped store: {s} {body} after {took:?}");
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["code"], "store_unavailable", "{body}");
+    assert_eq!(
+        body["detail"], "the store did not answer within 500 ms",
+        "{body}"
+    );
     assert!(
         took < Duration::from_millis(600),
         "timeout_ms 500 answered after {took:?}"

@@ -26,6 +26,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Wait of an acquire request that gives no `timeout_ms`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long past its deadline an acquire may take to answer on its own (the library's bound
+/// is 40 ms) before the sidecar answers 503 for it.
+const ACQUIRE_GRACE: Duration = Duration::from_millis(60);
 /// Bound on the store call behind `/readyz`.
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -132,13 +135,16 @@ async fn bounded_by<T>(
 ) -> Result<T, Problem> {
     tokio::time::timeout_at(deadline, call)
         .await
-        .unwrap_or_else(|_| {
-            Err(Problem::unavailable(
-                "store_unavailable",
-                format!("the store did not answer within {} ms", budget.as_millis()),
-            )
-            .retry_after(1))
-        })
+        .unwrap_or_else(|_| Err(store_silent(budget)))
+}
+
+/// 503 `store_unavailable`: the store did not answer within the request's `budget`.
+fn store_silent(budget: Duration) -> Problem {
+    Problem::unavailable(
+        "store_unavailable",
+        format!("the store did not answer within {} ms", budget.as_millis()),
+    )
+    .retry_after(1)
 }
 
 /// Every route of the sidecar.
@@ -300,8 +306,11 @@ async fn acquire(
 
     let waiting = Waiting::start(&st.metrics, &name);
     let acquiring = async { Ok(sem.acquire_with(opts).await) };
+    // The library keeps to the deadline itself (within 40 ms, its queue entry removed, a
+    // silent store told from a full semaphore); this is only the net under it.
+    let net = deadline + ACQUIRE_GRACE;
     let outcome = tokio::select! {
-        r = bounded_by(deadline, budget, acquiring) => r?,
+        r = bounded_by(net, budget, acquiring) => r?,
         () = st.shutdown.cancelled() => Err(Error::Closed),
     };
     drop(waiting);
@@ -315,6 +324,10 @@ async fn acquire(
                 format!("no {permits} permit(s) of {name:?} within {timeout_ms} ms"),
             )
             .retry_after(1));
+        }
+        // The store stayed silent until the deadline (`silent_store_is_error`).
+        Err(Error::Store(_)) if tokio::time::Instant::now() >= deadline => {
+            return Err(store_silent(budget))
         }
         Err(e) => return Err(Problem::from_lib(e, "permits")),
     };
