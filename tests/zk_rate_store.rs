@@ -1,12 +1,15 @@
 //! The ZooKeeper `RateStore` driven directly on a real server: limits, compare-and-swap writes
-//! (one `multi` per batch, one multi-read per conflict, counted), all-or-nothing batches, odd
+//! (one `multi` per batch, one multi-read per conflict, counted), all-or-nothing batches,
+//! `write_each` (many keys' writes in one `multi`, a conflicting one taken out alone), odd
 //! keys, and the sweeper that removes idle keys (with a version check, so a later write by
 //! another process survives).
 
 mod support;
 
 use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
-use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use clusterlimit::backend::{
+    Backend, Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
+};
 use clusterlimit::Error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::{count_children, eventually, zk_connect, FaultProxy, ZkCluster};
@@ -183,6 +186,82 @@ async fn writes_compare_and_swap_and_a_conflict_returns_key_and_quota() {
     );
     assert_eq!(b.stats().since(&before).total(), 0);
     b.close().await.unwrap();
+}
+
+/// Many keys' writes ready together go in one `multi`; a write whose condition fails is taken
+/// out alone (a multi applies all or nothing), the others applied by the next multi, and what
+/// the failed ones found is read in one multi-read: k conflicts cost k + 1 multis + 1 read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_each_carries_many_keys_in_one_multi() {
+    const N: usize = 48;
+    let zk = ZkCluster::single();
+    let b = backend(&zk, "/rl-each").await;
+    let s = store(&b);
+    let qv = s.ensure_limit("a", Some(b"q")).await.unwrap().version;
+    let qv_b = s.ensure_limit("b", Some(b"q")).await.unwrap().version;
+    let first: Vec<KeyWrite> = (0..N)
+        .map(|i| {
+            let (limit, qv) = if i % 2 == 0 { ("a", qv) } else { ("b", qv_b) };
+            write(limit, qv, &format!("k{i}"), None, &format!("{limit}/{i}"))
+        })
+        .collect();
+    let before = b.stats();
+    let got = s.write_each(&first).await;
+    let cost = b.stats().since(&before);
+    println!("write_each of {N} absent keys: {cost:?}");
+    assert_eq!((cost.txn, cost.total()), (1, 1), "{cost:?}");
+    let versions: Vec<u64> = got
+        .iter()
+        .map(|o| match o {
+            Ok(KeyOutcome::Written(v)) => *v,
+            other => panic!("an absent key's create: {other:?}"),
+        })
+        .collect();
+
+    // Again, each against its version, three of them wrong: those three conflict alone.
+    let wrong = [5, 17, 40];
+    let again: Vec<KeyWrite> = first
+        .iter()
+        .zip(&versions)
+        .enumerate()
+        .map(|(i, (w, v))| KeyWrite {
+            expected: Some(if wrong.contains(&i) { v + 7 } else { *v }),
+            value: format!("again/{i}").into_bytes(),
+            ..w.clone()
+        })
+        .collect();
+    let before = b.stats();
+    let got = s.write_each(&again).await;
+    let cost = b.stats().since(&before);
+    println!(
+        "write_each of {N} writes, {} conflicting: {cost:?}",
+        wrong.len()
+    );
+    assert_eq!(
+        (cost.txn, cost.range),
+        (wrong.len() as u64 + 1, 1),
+        "{cost:?}"
+    );
+    for (i, o) in got.iter().enumerate() {
+        match (wrong.contains(&i), o) {
+            (true, Ok(KeyOutcome::Conflict(c))) => {
+                assert_eq!(c.key.as_ref().map(|k| k.version), Some(versions[i]), "{i}");
+                assert!(c.quota.is_some(), "{i}");
+            }
+            (false, Ok(KeyOutcome::Written(v))) => assert_eq!(*v, versions[i] + 1, "{i}"),
+            other => panic!("write {i}: {other:?}"),
+        }
+    }
+    // What applied is there; what conflicted is untouched.
+    for (i, w) in again.iter().enumerate() {
+        let c = s.read_key(&w.limit, &w.key).await.unwrap();
+        let want = if wrong.contains(&i) {
+            format!("{}/{i}", w.limit)
+        } else {
+            format!("again/{i}")
+        };
+        assert_eq!(c.key.map(|k| k.value), Some(want.into_bytes()), "key {i}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

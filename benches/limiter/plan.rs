@@ -21,6 +21,8 @@ pub struct Plan {
     pub out: Option<PathBuf>,
     /// Which part of the bench runs (`--only semaphores|rates`; both by default).
     pub parts: Parts,
+    /// `--only-fresh-keys`: of the rate part, row 4b alone, printed (no file is written).
+    pub fresh_keys_only: bool,
     /// Rows 1–2: interleaved rounds, each a batch of every operation.
     pub latency_rounds: usize,
     pub latency_batch: usize,
@@ -81,21 +83,42 @@ const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster
   --cluster          3-node etcd and 3-node ZooKeeper instead of 1 node each
   --only-semaphores  only the semaphore rows (and their block of the file)
   --only-rates       only the rate-limit rows (and their block of the file)
+  --only-fresh-keys  only the rate part's row 4b (fresh keys at the store's speed), printed
   --out PATH         markdown file to update (default for a full run: BENCHMARKS.md)";
 
-const FLAGS: &[&str] = &["--cluster", "--only-semaphores", "--only-rates"];
+const FLAGS: &[&str] = &[
+    "--cluster",
+    "--only-semaphores",
+    "--only-rates",
+    "--only-fresh-keys",
+];
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
     Ok(
         crate::common::args::parse(NAME, USAGE, FLAGS, args)?.map(|args| {
             let cluster = args.flags.iter().any(|f| f == "--cluster");
-            let parts = Parts::from_flags(&args.flags);
+            let fresh_keys_only = args.flags.iter().any(|f| f == "--only-fresh-keys");
+            let parts = if fresh_keys_only {
+                Parts {
+                    semaphores: false,
+                    rates: true,
+                }
+            } else {
+                Parts::from_flags(&args.flags)
+            };
             let plan = if args.quick {
                 Plan::quick(cluster, args.out)
             } else {
                 Plan::full(cluster, args.out)
             };
-            Plan { parts, ..plan }
+            // Row 4b alone is no rate block: it is printed, never written.
+            let out = if fresh_keys_only { None } else { plan.out };
+            Plan {
+                parts,
+                fresh_keys_only,
+                out,
+                ..plan
+            }
         }),
     )
 }
@@ -107,6 +130,7 @@ impl Plan {
             cluster,
             out,
             parts: Parts::from_flags(&[]),
+            fresh_keys_only: false,
             latency_rounds: 20,
             latency_batch: 50,
             contended_for: Duration::from_secs(10),
@@ -129,6 +153,7 @@ impl Plan {
             cluster,
             out,
             parts: Parts::from_flags(&[]),
+            fresh_keys_only: false,
             latency_rounds: 3,
             latency_batch: 10,
             contended_for: Duration::from_secs(1),

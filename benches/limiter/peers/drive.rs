@@ -85,7 +85,7 @@ where
 {
     let check = Arc::new(check);
     let keep = match setup.mode {
-        Mode::Hot => RESERVOIR,
+        Mode::Hot | Mode::Fresh => RESERVOIR,
         Mode::Uncontended => usize::MAX,
     };
     let tally = Arc::new(Mutex::new(Tally {
@@ -104,7 +104,8 @@ where
                 one(check.as_ref(), &tally).await;
             }
         }
-        Mode::Hot => {
+        // Fresh: the check makes up each call's key (the loop is the same).
+        Mode::Hot | Mode::Fresh => {
             let end = setup.start_at_unix_us.max(now) + setup.duration_ms * 1_000;
             let mut callers = tokio::task::JoinSet::new();
             for _ in 0..setup.callers.max(1) {

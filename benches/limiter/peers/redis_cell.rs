@@ -2,8 +2,10 @@
 //! `Limiter` per process, one multiplexed connection per process carries every caller's checks.
 
 use super::drive;
-use crate::rate::protocol::{WorkerReport, WorkerSetup};
+use crate::rate::protocol::{Mode, WorkerReport, WorkerSetup};
 use anyhow::{ensure, Context as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A request that takes longer counts as an error (so a hung server cannot hang the worker).
@@ -22,10 +24,12 @@ pub fn run_worker(setup: &WorkerSetup) -> anyhow::Result<WorkerReport> {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .with_context(|| format!("connect to redis at {}", setup.target))?;
+        // Fresh mode: each call's key is new (`KEY-PID-N`).
+        let fresh = (setup.mode == Mode::Fresh).then(|| Arc::new(AtomicU64::new(0)));
         // redis-cell has one algorithm; whatever the setup asked for, GCRA is what runs.
         drive::run(setup, "gcra", move || {
             let mut conn = conn.clone();
-            let cmd = throttle.command();
+            let cmd = throttle.command(fresh.as_ref().map(|n| n.fetch_add(1, Ordering::Relaxed)));
             async move {
                 let reply: Vec<i64> = cmd.query_async(&mut conn).await?;
                 // [limited (0 = admitted), limit, remaining, retry after s, reset after s]
@@ -68,12 +72,14 @@ impl Throttle {
         })
     }
 
-    fn command(&self) -> redis::Cmd {
+    /// The command for the setup's key, or for its `n`-th fresh variant.
+    fn command(&self, fresh: Option<u64>) -> redis::Cmd {
         let mut cmd = redis::cmd("CL.THROTTLE");
-        cmd.arg(&self.key)
-            .arg(self.max_burst)
-            .arg(self.count)
-            .arg(self.period_s);
+        match fresh {
+            Some(n) => cmd.arg(format!("{}-{}-{n}", self.key, std::process::id())),
+            None => cmd.arg(&self.key),
+        };
+        cmd.arg(self.max_burst).arg(self.count).arg(self.period_s);
         cmd
     }
 }

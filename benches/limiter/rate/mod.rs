@@ -3,11 +3,13 @@
 //! rate-limiter-flexible and `limits` on etcd), each peer run by the same harness through
 //! worker processes (`protocol`). See BENCHMARKS.md, "Rate limits: how the figures are made".
 
+mod fresh;
 mod hot;
 mod interval;
 mod many;
 mod plan;
 pub mod protocol;
+pub mod raw;
 mod report;
 #[allow(dead_code)] // the RLS bench's server module: this bench uses its `Rls` only
 #[path = "../../rls/server.rs"]
@@ -40,6 +42,11 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
         plan: rp.clone(),
         ..RateResults::default()
     };
+    if plan.fresh_keys_only {
+        fresh_rows(&rp, servers, &peers, &mut r).await?;
+        r.about = report::about(plan, servers, &peers, started.elapsed(), &load_before);
+        return Ok(r.fresh_markdown());
+    }
     step("rows 1-2: floors and uncontended checks, interleaved");
     uncontended_rows(&rp, servers, &mut r).await?;
     step("rows 2/5: uncontended worker processes (ours, redis-cell, etcd peers)");
@@ -71,8 +78,38 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
         r.many
             .push(many::run(servers, store, rp.keys, rp.keys_rate).await?);
     }
+    fresh_rows(&rp, servers, &peers, &mut r).await?;
     r.about = report::about(plan, servers, &peers, started.elapsed(), &load_before);
     Ok(r.markdown())
+}
+
+/// Row 4b: every contender at each (processes, callers).
+async fn fresh_rows(
+    rp: &RatePlan,
+    servers: &Servers,
+    peers: &PeerServers,
+    r: &mut RateResults,
+) -> anyhow::Result<()> {
+    step("row 4b: fresh keys, closed loop, beside the stores' floors and redis-cell");
+    for &processes in &rp.fresh_processes {
+        for &callers in &rp.fresh_callers {
+            for who in fresh::Who::ALL {
+                let row = fresh::run(who, servers, peers, processes, callers, rp.fresh_for)
+                    .await
+                    .with_context(|| format!("row 4b: {}", who.label()))?;
+                eprintln!(
+                    "  {processes} × {callers}: {}: {:.0} decisions/s, p50 {:?} p99 {:?}, {} errors",
+                    who.label(),
+                    row.decisions_per_s(),
+                    row.latency.p50(),
+                    row.latency.p99(),
+                    row.errors
+                );
+                r.fresh.push(row);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn step(what: &str) {
@@ -116,6 +153,9 @@ fn peer_label(c: Contender) -> &'static str {
         Contender::RedisCell => "redis-cell",
         Contender::RlfEtcd => "rate-limiter-flexible (etcd)",
         Contender::LimitsEtcd => "limits (etcd)",
+        Contender::EtcdPut => "etcd plain put",
+        Contender::EtcdPutIfAbsent => "etcd put-if-absent Txn",
+        Contender::ZkCreate => "ZooKeeper create",
     }
 }
 
@@ -131,6 +171,8 @@ fn peer_target(c: Contender, servers: &Servers, peers: &PeerServers) -> String {
         Contender::RedisCell => peers.redis_url(),
         Contender::RlfEtcd => format!("http://{first}"),
         Contender::LimitsEtcd => format!("etcd://{first}"),
+        Contender::EtcdPut | Contender::EtcdPutIfAbsent => format!("http://{first}"),
+        Contender::ZkCreate => servers.zk.connect_string(),
     }
 }
 
@@ -139,6 +181,7 @@ fn algorithm(c: Contender) -> &'static str {
     match c {
         Contender::Clusterlimit | Contender::RedisCell => "gcra",
         Contender::RlfEtcd | Contender::LimitsEtcd => "fixed-window",
+        Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => "write",
     }
 }
 

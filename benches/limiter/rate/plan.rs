@@ -26,6 +26,10 @@ pub struct RatePlan {
     /// Row 4: distinct keys, checked once each at an even `keys_rate` per second.
     pub keys: usize,
     pub keys_rate: u64,
+    /// Row 4b: fresh keys, closed loop, each (processes, callers) for `fresh_for`.
+    pub fresh_processes: Vec<usize>,
+    pub fresh_callers: Vec<u32>,
+    pub fresh_for: Duration,
 }
 
 impl RatePlan {
@@ -46,6 +50,9 @@ impl RatePlan {
                 patient_quotas: vec![1_000],
                 keys: 1_000,
                 keys_rate: 500,
+                fresh_processes: vec![1],
+                fresh_callers: vec![4],
+                fresh_for: Duration::from_secs(1),
             }
         } else {
             RatePlan {
@@ -61,6 +68,9 @@ impl RatePlan {
                 patient_quotas: vec![1_000],
                 keys: 100_000,
                 keys_rate: 2_000,
+                fresh_processes: vec![1, 4],
+                fresh_callers: vec![16, 64, 256],
+                fresh_for: Duration::from_secs(3),
             }
         }
     }

@@ -30,6 +30,15 @@ pub enum Contender {
     RlfEtcd,
     /// Python `limits` 4.8.0's etcd storage; `target` is `etcd://127.0.0.1:PORT`.
     LimitsEtcd,
+    /// The etcd floor of a fresh key: a plain `put` (no condition, no lease) through
+    /// etcd-client; `target` is `http://127.0.0.1:PORT`.
+    EtcdPut,
+    /// The etcd floor of a fresh key's compare-and-swap: a `Txn` that puts the key if absent
+    /// (`create_revision == 0`); `target` as [`EtcdPut`](Self::EtcdPut).
+    EtcdPutIfAbsent,
+    /// The ZooKeeper floor of a fresh key: `create` of a persistent node under `/floor`;
+    /// `target` is the connect string `127.0.0.1:PORT`.
+    ZkCreate,
 }
 
 /// What a worker does.
@@ -42,6 +51,9 @@ pub enum Mode {
     /// One caller, `count` checks of `key` one after another (a quota they never exhaust):
     /// every latency is reported.
     Uncontended,
+    /// As `Hot`, but every check is of a key never checked before (`key`-PID-N): many keys,
+    /// each once, at the contender's own speed (issue 28).
+    Fresh,
 }
 
 /// One worker's orders (the single argument of the worker process, as JSON).
@@ -116,6 +128,9 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
         match setup.contender {
             Contender::Clusterlimit => crate::rate::worker::run(&setup),
             Contender::RedisCell => crate::peers::redis_cell::run_worker(&setup),
+            Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => {
+                crate::rate::raw::run_worker(&setup)
+            }
             other => anyhow::bail!("{other:?} is not run by this binary (see peers::command)"),
         }
     };
@@ -136,7 +151,11 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
 /// [`WorkerReport`] line.
 pub fn worker_command(setup: &WorkerSetup) -> anyhow::Result<std::process::Command> {
     match setup.contender {
-        Contender::Clusterlimit | Contender::RedisCell => {
+        Contender::Clusterlimit
+        | Contender::RedisCell
+        | Contender::EtcdPut
+        | Contender::EtcdPutIfAbsent
+        | Contender::ZkCreate => {
             let exe = std::env::current_exe()
                 .map_err(|e| anyhow::anyhow!("find this bench's executable: {e}"))?;
             let mut cmd = std::process::Command::new(exe);

@@ -1,5 +1,6 @@
 //! The rate part's markdown: the tables, the targets as met / not met, and the header.
 
+use super::fresh::{FreshRow, Who};
 use super::hot::HotRow;
 use super::many::ManyRow;
 use super::plan::RatePlan;
@@ -49,6 +50,8 @@ pub struct RateResults {
     /// Row 3b: the hot key with callers that wait `retry_after`.
     pub hot_patient: Vec<HotRow>,
     pub many: Vec<ManyRow>,
+    /// Row 4b: fresh keys, closed loop (issue 28).
+    pub fresh: Vec<FreshRow>,
 }
 
 impl Default for RatePlan {
@@ -86,9 +89,16 @@ impl RateResults {
         self.patient_md(&mut s);
         self.peers_md(&mut s);
         self.many_md(&mut s);
-        s.push_str("\n### Targets (issue 17)\n\n| target | figure | |\n|---|---|---|\n");
-        for (what, figure, met) in &t.0 {
-            let _ = writeln!(s, "| {what} | {figure} | {} |", verdict(*met));
+        let mut t28 = Targets::default();
+        self.fresh_md(&mut s, &mut t28);
+        for (issue, t) in [(17, &t), (28, &t28)] {
+            let _ = write!(
+                s,
+                "\n### Targets (issue {issue})\n\n| target | figure | |\n|---|---|---|\n"
+            );
+            for (what, figure, met) in &t.0 {
+                let _ = writeln!(s, "| {what} | {figure} | {} |", verdict(*met));
+            }
         }
         s
     }
@@ -367,6 +377,85 @@ impl RateResults {
                 m.cached_keys,
                 m.bytes_per_cached_key
             );
+        }
+    }
+}
+
+impl RateResults {
+    /// Row 4b alone, with its targets (`--only-fresh-keys`).
+    pub fn fresh_markdown(&self) -> String {
+        let mut t = Targets::default();
+        let mut s = self.about.clone();
+        self.fresh_md(&mut s, &mut t);
+        s.push_str("\n### Targets (issue 28)\n\n| target | figure | |\n|---|---|---|\n");
+        for (what, figure, met) in &t.0 {
+            let _ = writeln!(s, "| {what} | {figure} | {} |", verdict(*met));
+        }
+        s
+    }
+
+    /// The fresh-key run of `who` at (processes, callers).
+    fn fresh_of(&self, who: Who, processes: usize, callers: u32) -> Option<&FreshRow> {
+        self.fresh
+            .iter()
+            .find(|r| r.who == who && r.processes == processes && r.callers == callers)
+    }
+
+    fn fresh_md(&self, s: &mut String, t: &mut Targets) {
+        let _ = writeln!(
+            s,
+            "\n### Row 4b: many keys at the store's speed (issue 28)\n\n\
+             Worker processes × callers in a closed loop, every check of a key never checked \
+             before (quota 100/s burst 10: each admitted and written), beside the store's own \
+             write of a fresh key by the same client with the same processes and callers, and \
+             redis-cell on Redis, in the same run. Ratios: decisions/s and p99 of clusterlimit \
+             over its store's floor (etcd: plain `put`; ZooKeeper: `create`).\n\n\
+             | processes × callers | who | decisions/s | ratio to floor | p50 / p99 ms | p99 ratio | store requests / decision | store CPU µs / decision | errors |\n\
+             |---|---|---|---|---|---|---|---|---|"
+        );
+        for r in &self.fresh {
+            let floor = r
+                .who
+                .floor()
+                .and_then(|f| self.fresh_of(f, r.processes, r.callers));
+            let rate = floor.map(|f| r.decisions_per_s() / f.decisions_per_s().max(1.0));
+            let p99 = floor.and_then(|f| ratio(r.latency.p99(), f.latency.p99()));
+            let _ = writeln!(
+                s,
+                "| {} × {} | {} | {:.0} | {} | {} | {} | {} | {:.0} | {} |",
+                r.processes,
+                r.callers,
+                r.who.label(),
+                r.decisions_per_s(),
+                times(rate),
+                p50_p99(&r.latency),
+                times(p99),
+                opt(r.requests_per_decision, |v| format!("{v:.2}")),
+                r.server_cpu_us_per_decision,
+                r.errors
+            );
+            if let (Some(rate), Some(p99)) = (rate, p99) {
+                t.push(
+                    format!(
+                        "{}, {} × {} callers, fresh keys: ≥ 0.8× the floor's decisions/s",
+                        r.who.label(),
+                        r.processes,
+                        r.callers
+                    ),
+                    format!("{rate:.2}×"),
+                    rate >= 0.8,
+                );
+                t.push(
+                    format!(
+                        "{}, {} × {} callers, fresh keys: p99 ≤ 1.5× the floor's",
+                        r.who.label(),
+                        r.processes,
+                        r.callers
+                    ),
+                    format!("{p99:.2}×"),
+                    p99 <= 1.5,
+                );
+            }
         }
     }
 }

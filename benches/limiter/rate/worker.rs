@@ -53,7 +53,7 @@ pub fn run(setup: &WorkerSetup) -> anyhow::Result<WorkerReport> {
             .await
             .with_context(|| format!("open rate limit {}", setup.limit_name))?;
         let report = match setup.mode {
-            Mode::Hot => hot(setup, &limiter, &rl).await,
+            Mode::Hot | Mode::Fresh => hot(setup, &limiter, &rl).await,
             Mode::Uncontended => uncontended(setup, &limiter, &rl).await,
         };
         let _ = limiter.close().await;
@@ -104,13 +104,23 @@ async fn hot(setup: &WorkerSetup, l: &Limiter, rl: &RateLimit) -> anyhow::Result
     let key: Arc<str> = Arc::from(setup.key.as_str());
     let mut tasks = tokio::task::JoinSet::new();
     let wait_retry_after = setup.wait_retry_after;
-    for _ in 0..setup.callers {
+    // Fresh mode: each check is of a new key, `KEY-PID-CALLER-N`.
+    let fresh = setup.mode == Mode::Fresh;
+    let pid = std::process::id();
+    for caller in 0..setup.callers {
         let (rl, key) = (rl.clone(), key.clone());
         tasks.spawn(async move {
             let mut c = Caller::default();
+            let mut n = 0u64;
             while unix_us() < end_at {
+                let this: std::borrow::Cow<'_, str> = if fresh {
+                    n += 1;
+                    format!("{key}-{pid}-{caller}-{n}").into()
+                } else {
+                    key.as_ref().into()
+                };
                 let sent = unix_us();
-                match tokio::time::timeout(CHECK_BOUND, rl.check(&key)).await {
+                match tokio::time::timeout(CHECK_BOUND, rl.check(&this)).await {
                     Ok(Ok(d)) => {
                         let answered = unix_us();
                         c.decisions += 1;

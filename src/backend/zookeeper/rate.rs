@@ -5,6 +5,9 @@
 //! * `write_keys`: one `multi`, per write `check(limit, quota_version)` and `setData(key,
 //!   expected)` (or `create(key)` for "must be absent"). On a failed condition, one multi-read
 //!   of every key and quota (counted as a read) gives the caller what it needs to recompute.
+//! * `write_each` (writes of different keys ready together): one `multi` of them all; a failed
+//!   condition applies none and names the failed write, which is taken out and the rest sent
+//!   again, so k conflicts cost k + 1 multis, plus one multi-read for what they found.
 //! * `read_key`: one multi-read of the quota and the key.
 //! * Idle keys: removed by this backend's sweeper after their expiry (`sweeper.rs`), and those
 //!   of writers that died by a slow scan (`scan.rs`); a key node's data carries its expiry.
@@ -21,7 +24,7 @@ use super::sweeper::{unix_nanos_now, Sweeper, MIN_MARGIN};
 use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
 use crate::backend::retry::Attempts;
-use crate::backend::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
@@ -78,9 +81,63 @@ struct Op<'a> {
     w: &'a KeyWrite,
 }
 
+impl Op<'_> {
+    /// Whether the write can apply at all (its versions fit a znode's).
+    fn possible(&self) -> bool {
+        self.quota_version.is_some() && self.expected.is_some()
+    }
+}
+
 impl ZkBackend {
     fn sweeper(&self) -> &Sweeper {
         &self.sweeper
+    }
+
+    /// The multi operations of `writes`.
+    fn ops<'a>(&self, writes: &'a [KeyWrite]) -> Vec<Op<'a>> {
+        writes
+            .iter()
+            .map(|w| Op {
+                limit: self.paths.rate_limit(&w.limit),
+                key: self.paths.rate_key(&w.limit, &w.key),
+                quota_version: i32::try_from(w.quota_version).ok(),
+                expected: match w.expected {
+                    None => Some(None),
+                    Some(v) => i32::try_from(v).ok().map(Some),
+                },
+                data: key_data(&w.value, w.expires_at),
+                w,
+            })
+            .collect()
+    }
+
+    /// The new versions of applied `ops`, each handed to the sweeper.
+    fn written(&self, ops: &[&Op<'_>], written: &[(i32, i64)]) -> Result<Vec<u64>> {
+        let mut versions = Vec::with_capacity(written.len());
+        for (op, &(v, zxid)) in ops.iter().zip(written) {
+            versions.push(version_of(v)?);
+            self.sweeper()
+                .wrote(op.key.clone(), v, zxid, op.w.expires_at);
+        }
+        Ok(versions)
+    }
+
+    /// What the store holds for writes that did not apply (one multi-read).
+    async fn conflicts(&self, ops: &[&Op<'_>]) -> Result<Vec<Current>> {
+        let pairs: Vec<(String, String)> = ops
+            .iter()
+            .map(|o| (o.limit.clone(), o.key.clone()))
+            .collect();
+        let currents = self.read_currents(&pairs).await?;
+        // A retried write whose first attempt applied shows our own value: sweep it too.
+        for (op, c) in ops.iter().zip(&currents) {
+            if let Some(k) = c.key.as_ref().filter(|k| k.value == op.w.value) {
+                if let Ok(v) = i32::try_from(k.version) {
+                    self.sweeper().wrote(op.key.clone(), v, 0, op.w.expires_at);
+                }
+            }
+        }
+        Ok(currents)
     }
 
     /// Runs one request (`op` on the session's client) with the retries of a rate-limit call:
@@ -252,12 +309,13 @@ impl ZkBackend {
         .transpose()
     }
 
-    /// Sends the multi of `ops`: `Ok((version, zxid) per write)` (zxid 0: unknown) or `Err(())`
-    /// if a condition failed.
+    /// Sends the multi of `ops`: `Ok((version, zxid) per write)` (zxid 0: unknown) or, if a
+    /// condition failed, `Err(the failed write's index in ops)` (nothing applied: a multi is
+    /// all or nothing).
     async fn commit_writes(
         &self,
-        ops: &[Op<'_>],
-    ) -> Result<std::result::Result<Vec<(i32, i64)>, ()>> {
+        ops: &[&Op<'_>],
+    ) -> Result<std::result::Result<Vec<(i32, i64)>, usize>> {
         let acls = self.acls;
         let results = self
             .rate_call(
@@ -281,18 +339,20 @@ impl ZkBackend {
                     }
                     match writer.commit().await {
                         Ok(r) => Ok(Ok(r)),
-                        Err(MultiWriteError::OperationFailed { source, .. })
+                        // Two operations per write: the quota's check, the key's write.
+                        Err(MultiWriteError::OperationFailed { source, index })
                             if is_condition(&source) =>
                         {
-                            Ok(Err(()))
+                            Ok(Err(index / 2))
                         }
                         Err(e) => Err(zk::Error::from(e)),
                     }
                 },
             )
             .await?;
-        let Ok(results) = results else {
-            return Ok(Err(()));
+        let results = match results {
+            Ok(r) => r,
+            Err(failed) => return Ok(Err(failed.min(ops.len().saturating_sub(1)))),
         };
         // Per write: the check's result, then the set's or the create's.
         let mut versions = Vec::with_capacity(ops.len());
@@ -411,48 +471,63 @@ impl RateStore for ZkBackend {
         if writes.is_empty() {
             return Ok(WriteOutcome::Written(Vec::new()));
         }
-        let ops: Vec<Op<'_>> = writes
-            .iter()
-            .map(|w| Op {
-                limit: self.paths.rate_limit(&w.limit),
-                key: self.paths.rate_key(&w.limit, &w.key),
-                quota_version: i32::try_from(w.quota_version).ok(),
-                expected: match w.expected {
-                    None => Some(None),
-                    Some(v) => i32::try_from(v).ok().map(Some),
-                },
-                data: key_data(&w.value, w.expires_at),
-                w,
-            })
-            .collect();
-        let impossible = ops
-            .iter()
-            .any(|o| o.quota_version.is_none() || o.expected.is_none());
-        if !impossible {
-            if let Ok(written) = self.commit_writes(&ops).await? {
-                let mut versions = Vec::with_capacity(written.len());
-                for (op, &(v, zxid)) in ops.iter().zip(&written) {
-                    versions.push(version_of(v)?);
-                    self.sweeper()
-                        .wrote(op.key.clone(), v, zxid, op.w.expires_at);
-                }
-                return Ok(WriteOutcome::Written(versions));
+        let ops = self.ops(writes);
+        if ops.iter().all(Op::possible) {
+            let all: Vec<&Op<'_>> = ops.iter().collect();
+            if let Ok(written) = self.commit_writes(&all).await? {
+                return Ok(WriteOutcome::Written(self.written(&all, &written)?));
             }
         }
-        let pairs: Vec<(String, String)> = ops
-            .iter()
-            .map(|o| (o.limit.clone(), o.key.clone()))
-            .collect();
-        let currents = self.read_currents(&pairs).await?;
-        // A retried write whose first attempt applied shows our own value: sweep it too.
-        for (op, c) in ops.iter().zip(&currents) {
-            if let Some(k) = c.key.as_ref().filter(|k| k.value == op.w.value) {
-                if let Ok(v) = i32::try_from(k.version) {
-                    self.sweeper().wrote(op.key.clone(), v, 0, op.w.expires_at);
+        let all: Vec<&Op<'_>> = ops.iter().collect();
+        Ok(WriteOutcome::Conflict(self.conflicts(&all).await?))
+    }
+
+    /// One `multi` for all the writes; when a condition fails, ZooKeeper names the failed
+    /// operation and applies none, so that write is taken out and the multi sent again
+    /// without it: k conflicts cost k + 1 multis (and one multi-read for what they found).
+    async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        let ops = self.ops(writes);
+        let (mut live, mut lost): (Vec<usize>, Vec<usize>) =
+            (0..ops.len()).partition(|&i| ops[i].possible());
+        let mut outcomes: Vec<Option<Result<KeyOutcome>>> = (0..ops.len()).map(|_| None).collect();
+        // Each round applies every live write or takes one out: at most `ops.len()` rounds.
+        while !live.is_empty() {
+            let batch: Vec<&Op<'_>> = live.iter().map(|&i| &ops[i]).collect();
+            match self.commit_writes(&batch).await {
+                Ok(Ok(written)) => {
+                    match self.written(&batch, &written) {
+                        Ok(versions) => {
+                            for (&i, v) in live.iter().zip(versions) {
+                                outcomes[i] = Some(Ok(KeyOutcome::Written(v)));
+                            }
+                        }
+                        Err(e) => live.iter().for_each(|&i| outcomes[i] = Some(Err(e.copy()))),
+                    }
+                    break;
+                }
+                Ok(Err(failed)) => lost.push(live.remove(failed.min(live.len() - 1))),
+                Err(e) => {
+                    live.iter().for_each(|&i| outcomes[i] = Some(Err(e.copy())));
+                    break;
                 }
             }
         }
-        Ok(WriteOutcome::Conflict(currents))
+        if !lost.is_empty() {
+            lost.sort_unstable();
+            let batch: Vec<&Op<'_>> = lost.iter().map(|&i| &ops[i]).collect();
+            match self.conflicts(&batch).await {
+                Ok(found) => {
+                    for (&i, current) in lost.iter().zip(found) {
+                        outcomes[i] = Some(Ok(KeyOutcome::Conflict(current)));
+                    }
+                }
+                Err(e) => lost.iter().for_each(|&i| outcomes[i] = Some(Err(e.copy()))),
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(Error::store("a rate-limit write got no outcome"))))
+            .collect()
     }
 
     /// A re-created node restarts at version 0, so a version may be reused once the sweeper

@@ -1,0 +1,212 @@
+//! Row 4b (issue 28): many keys at the store's speed. Worker processes × callers in a closed
+//! loop, each check of a key never checked before (quota 100/s burst 10: every check admitted
+//! and written), on clusterlimit (etcd, ZooKeeper), beside the stores' own floors for a fresh
+//! key written by the same clients with the same processes and callers (plain puts, put-if-
+//! absent Txns, ZooKeeper creates: `raw.rs`) and redis-cell on Redis, all in the same run.
+
+use super::protocol::{Contender, Mode, WorkerReport, WorkerSetup};
+use super::spawn;
+use super::worker::unix_us;
+use crate::peers::PeerServers;
+use crate::stats::Samples;
+use crate::stores::{Servers, Store};
+use std::time::Duration;
+
+/// Time given to workers to start and connect before their common start.
+const LEAD_IN: Duration = Duration::from_secs(4);
+
+/// Who runs in row 4b, in the order of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    EtcdPut,
+    EtcdPutIfAbsent,
+    OursEtcd,
+    ZkCreate,
+    OursZk,
+    RedisCell,
+}
+
+impl Who {
+    /// The order they run in: each floor right before ours on its store, and the slow
+    /// put-if-absent Txns after ours (etcd digests them for a while after).
+    pub const ALL: [Who; 6] = [
+        Who::EtcdPut,
+        Who::OursEtcd,
+        Who::EtcdPutIfAbsent,
+        Who::ZkCreate,
+        Who::OursZk,
+        Who::RedisCell,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Who::EtcdPut => "etcd floor: plain `put`",
+            Who::EtcdPutIfAbsent => "etcd: put-if-absent `Txn`, 1 key",
+            Who::OursEtcd => "clusterlimit, etcd",
+            Who::ZkCreate => "ZooKeeper floor: `create`",
+            Who::OursZk => "clusterlimit, ZooKeeper",
+            Who::RedisCell => "redis-cell `CL.THROTTLE`",
+        }
+    }
+
+    fn contender(self) -> Contender {
+        match self {
+            Who::EtcdPut => Contender::EtcdPut,
+            Who::EtcdPutIfAbsent => Contender::EtcdPutIfAbsent,
+            Who::OursEtcd | Who::OursZk => Contender::Clusterlimit,
+            Who::ZkCreate => Contender::ZkCreate,
+            Who::RedisCell => Contender::RedisCell,
+        }
+    }
+
+    /// The floor ours is held to (its own store's plain write of a fresh key).
+    pub fn floor(self) -> Option<Who> {
+        match self {
+            Who::OursEtcd => Some(Who::EtcdPut),
+            Who::OursZk => Some(Who::ZkCreate),
+            _ => None,
+        }
+    }
+
+    fn target(self, servers: &Servers, peers: &PeerServers, n: u64) -> String {
+        let first = servers
+            .etcd
+            .endpoints()
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        match self {
+            Who::EtcdPut | Who::EtcdPutIfAbsent => format!("http://{first}"),
+            Who::OursEtcd => servers.url(Store::Etcd, &format!("fresh{n}")),
+            Who::ZkCreate => servers.zk.connect_string(),
+            Who::OursZk => servers.url(Store::Zk, &format!("fresh{n}")),
+            Who::RedisCell => peers.redis_url(),
+        }
+    }
+
+    fn server_pids(self, servers: &Servers, peers: &PeerServers) -> Vec<u32> {
+        match self {
+            Who::EtcdPut | Who::EtcdPutIfAbsent | Who::OursEtcd => servers.pids(Store::Etcd),
+            Who::ZkCreate | Who::OursZk => servers.pids(Store::Zk),
+            Who::RedisCell => peers.pids(),
+        }
+    }
+}
+
+/// One run: who, with how many processes × callers.
+#[derive(Debug, Clone)]
+pub struct FreshRow {
+    pub who: Who,
+    pub processes: usize,
+    pub callers: u32,
+    pub decisions: u64,
+    pub admitted: u64,
+    pub errors: u64,
+    pub run_for: Duration,
+    pub latency: Samples,
+    /// Ours only: store requests per decision.
+    pub requests_per_decision: Option<f64>,
+    /// The store server's CPU per decision, µs.
+    pub server_cpu_us_per_decision: f64,
+}
+
+impl FreshRow {
+    pub fn decisions_per_s(&self) -> f64 {
+        self.decisions as f64 / self.run_for.as_secs_f64()
+    }
+}
+
+/// Runs `who` with `processes` × `callers` for `run_for`.
+pub async fn run(
+    who: Who,
+    servers: &Servers,
+    peers: &PeerServers,
+    processes: usize,
+    callers: u32,
+    run_for: Duration,
+) -> anyhow::Result<FreshRow> {
+    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start_at = unix_us() + LEAD_IN.as_micros() as u64;
+    let setup = WorkerSetup {
+        contender: who.contender(),
+        mode: Mode::Fresh,
+        target: who.target(servers, peers, n),
+        limit_name: format!("fresh{n}"),
+        key: "k".to_string(),
+        limit: 100,
+        period_ms: 1000,
+        burst: 10,
+        algorithm: "gcra".to_string(),
+        callers,
+        duration_ms: run_for.as_millis() as u64,
+        count: 0,
+        start_at_unix_us: start_at,
+        wait_retry_after: false,
+    };
+    let pids = who.server_pids(servers, peers);
+    let server_cpu = tokio::spawn(async move {
+        sleep_until(start_at).await;
+        let before = crate::cpu::cpu_ns(&pids).unwrap_or(0);
+        sleep_until(start_at + run_for.as_micros() as u64).await;
+        crate::cpu::cpu_ns(&pids)
+            .unwrap_or(0)
+            .saturating_sub(before)
+    });
+    let bound = LEAD_IN + run_for + Duration::from_secs(60);
+    let reports = spawn::run_all(&vec![setup; processes], bound).await?;
+    let server_ns = server_cpu.await.unwrap_or(0);
+    let row = merge(who, processes, callers, run_for, &reports, server_ns);
+    // A fresh key under 100/s burst 10 is always admitted: a denial means a key was not fresh.
+    anyhow::ensure!(
+        row.decisions > 0 && row.admitted == row.decisions,
+        "{}: {} of {} fresh-key checks admitted ({} errors)",
+        who.label(),
+        row.admitted,
+        row.decisions,
+        row.errors
+    );
+    Ok(row)
+}
+
+async fn sleep_until(at_us: u64) {
+    let now = unix_us();
+    if at_us > now {
+        tokio::time::sleep(Duration::from_micros(at_us - now)).await;
+    }
+}
+
+fn merge(
+    who: Who,
+    processes: usize,
+    callers: u32,
+    run_for: Duration,
+    reports: &[WorkerReport],
+    server_ns: u64,
+) -> FreshRow {
+    let sum = |f: fn(&WorkerReport) -> u64| reports.iter().map(f).sum::<u64>();
+    let decisions = sum(|r| r.decisions);
+    let requests: Option<u64> = reports.iter().map(|r| r.store_requests).sum();
+    let latencies = reports
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().map(|&us| Duration::from_micros(us)))
+        .collect();
+    FreshRow {
+        who,
+        processes,
+        callers,
+        decisions,
+        admitted: sum(|r| r.admitted),
+        errors: sum(|r| r.errors),
+        run_for,
+        latency: Samples::new(latencies),
+        requests_per_decision: requests
+            .filter(|_| decisions > 0)
+            .map(|r| r as f64 / decisions as f64),
+        server_cpu_us_per_decision: if decisions == 0 {
+            0.0
+        } else {
+            server_ns as f64 / 1e3 / decisions as f64
+        },
+    }
+}
