@@ -108,6 +108,8 @@ pub struct FreshRow {
     pub requests_per_decision: Option<f64>,
     /// The store server's CPU per decision, µs.
     pub server_cpu_us_per_decision: f64,
+    /// The worker processes' CPU per decision, µs.
+    pub client_cpu_us_per_decision: f64,
 }
 
 impl FreshRow {
@@ -186,6 +188,7 @@ fn merge(
 ) -> FreshRow {
     let sum = |f: fn(&WorkerReport) -> u64| reports.iter().map(f).sum::<u64>();
     let decisions = sum(|r| r.decisions);
+    let client_cpu_s: f64 = reports.iter().map(|r| r.cpu_s).sum();
     let requests: Option<u64> = reports.iter().map(|r| r.store_requests).sum();
     let latencies = reports
         .iter()
@@ -207,6 +210,11 @@ fn merge(
             0.0
         } else {
             server_ns as f64 / 1e3 / decisions as f64
+        },
+        client_cpu_us_per_decision: if decisions == 0 {
+            0.0
+        } else {
+            client_cpu_s * 1e6 / decisions as f64
         },
     }
 }

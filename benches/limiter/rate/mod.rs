@@ -98,11 +98,13 @@ async fn fresh_rows(
                     .await
                     .with_context(|| format!("row 4b: {}", who.label()))?;
                 eprintln!(
-                    "  {processes} × {callers}: {}: {:.0} decisions/s, p50 {:?} p99 {:?}, {} errors",
+                    "  {processes} × {callers}: {}: {:.0} decisions/s, p50 {:?} p99 {:?}, CPU µs/decision {:.0} client + {:.0} store, {} errors",
                     who.label(),
                     row.decisions_per_s(),
                     row.latency.p50(),
                     row.latency.p99(),
+                    row.client_cpu_us_per_decision,
+                    row.server_cpu_us_per_decision,
                     row.errors
                 );
                 r.fresh.push(row);

@@ -410,7 +410,7 @@ impl RateResults {
              write of a fresh key by the same client with the same processes and callers, and \
              redis-cell on Redis, in the same run. Ratios: decisions/s and p99 of clusterlimit \
              over its store's floor (etcd: plain `put`; ZooKeeper: `create`).\n\n\
-             | processes × callers | who | decisions/s | ratio to floor | p50 / p99 ms | p99 ratio | store requests / decision | store CPU µs / decision | errors |\n\
+             | processes × callers | who | decisions/s | ratio to floor | p50 / p99 ms | p99 ratio | store requests / decision | CPU µs / decision: client + store | errors |\n\
              |---|---|---|---|---|---|---|---|---|"
         );
         for r in &self.fresh {
@@ -422,7 +422,7 @@ impl RateResults {
             let p99 = floor.and_then(|f| ratio(r.latency.p99(), f.latency.p99()));
             let _ = writeln!(
                 s,
-                "| {} × {} | {} | {:.0} | {} | {} | {} | {} | {:.0} | {} |",
+                "| {} × {} | {} | {:.0} | {} | {} | {} | {} | {:.0} + {:.0} | {} |",
                 r.processes,
                 r.callers,
                 r.who.label(),
@@ -431,6 +431,7 @@ impl RateResults {
                 p50_p99(&r.latency),
                 times(p99),
                 opt(r.requests_per_decision, |v| format!("{v:.2}")),
+                r.client_cpu_us_per_decision,
                 r.server_cpu_us_per_decision,
                 r.errors
             );
