@@ -8,7 +8,7 @@ mod support;
 
 use binary::{cmd, output, Out, Sidecar};
 use std::time::Duration;
-use support::{EtcdCluster, ZkCluster};
+use support::{EtcdCluster, Pausable, ZkCluster};
 use tokio::time::Instant;
 
 /// What the issue promises on top of a timeout.
@@ -44,12 +44,13 @@ fn assert_human(text: &str) {
 }
 
 /// Every command against a store that accepts connections and never answers.
-async fn commands_keep_to_their_timeouts(url: &str, pause: impl FnOnce(), resume: impl FnOnce()) {
+async fn commands_keep_to_their_timeouts(mut store: impl Pausable) {
+    let url = &store.url("deadlines");
     let start = startup().await;
     // Created while the store answers, so that `run` and `rate wait` have something to wait on.
     let out = output(cmd(&["set-capacity", "--store", url, "s", "1"]), LIMIT).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    pause();
+    store.pause();
     let d = "1s";
     let cases: [&[&str]; 6] = [
         &["status", "--store", url, "--connect-timeout", d],
@@ -132,33 +133,17 @@ async fn commands_keep_to_their_timeouts(url: &str, pause: impl FnOnce(), resume
             "{args:?} took {took:?} (start-up {start:?})"
         );
     }
-    resume();
+    store.resume();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_commands_keep_to_their_timeouts_against_a_stopped_store() {
-    let mut cluster = EtcdCluster::single();
-    let url = cluster.url("deadlines");
-    let cluster = std::sync::Mutex::new(&mut cluster);
-    commands_keep_to_their_timeouts(
-        &url,
-        || cluster.lock().unwrap().pause(0),
-        || cluster.lock().unwrap().resume(0),
-    )
-    .await;
+    commands_keep_to_their_timeouts(EtcdCluster::single()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_commands_keep_to_their_timeouts_against_a_stopped_store() {
-    let mut cluster = ZkCluster::single();
-    let url = cluster.url("/deadlines");
-    let cluster = std::sync::Mutex::new(&mut cluster);
-    commands_keep_to_their_timeouts(
-        &url,
-        || cluster.lock().unwrap().pause(0),
-        || cluster.lock().unwrap().resume(0),
-    )
-    .await;
+    commands_keep_to_their_timeouts(ZkCluster::single()).await;
 }
 
 /// A loopback port nothing listens on.
@@ -240,11 +225,8 @@ async fn call(
 }
 
 /// The sidecar's routes on a store that stops answering after start.
-async fn sidecar_routes_keep_to_their_timeouts(
-    url: &str,
-    pause: impl FnOnce(),
-    resume: impl FnOnce(),
-) {
+async fn sidecar_routes_keep_to_their_timeouts(mut store: impl Pausable) {
+    let url = &store.url("sidecar-deadlines");
     let sidecar = Sidecar::start(&["--store", url, "--request-timeout", "1s"]).await;
     let (status, body, _) = call(
         &sidecar,
@@ -253,7 +235,7 @@ async fn sidecar_routes_keep_to_their_timeouts(
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    pause();
+    store.pause();
     let half = Duration::from_millis(500);
     let cases: [(&str, Option<&str>, Duration); 5] = [
         // timeout_ms on a semaphore the sidecar has not opened yet.
@@ -285,31 +267,15 @@ async fn sidecar_routes_keep_to_their_timeouts(
         assert_human(json["detail"].as_str().unwrap_or_default());
         assert!(took < bound + OVERRUN, "{path} {body:?} took {took:?}");
     }
-    resume();
+    store.resume();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_sidecar_routes_keep_to_their_timeouts_against_a_stopped_store() {
-    let mut cluster = EtcdCluster::single();
-    let url = cluster.url("sidecar-deadlines");
-    let cluster = std::sync::Mutex::new(&mut cluster);
-    sidecar_routes_keep_to_their_timeouts(
-        &url,
-        || cluster.lock().unwrap().pause(0),
-        || cluster.lock().unwrap().resume(0),
-    )
-    .await;
+    sidecar_routes_keep_to_their_timeouts(EtcdCluster::single()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_sidecar_routes_keep_to_their_timeouts_against_a_stopped_store() {
-    let mut cluster = ZkCluster::single();
-    let url = cluster.url("/sidecar-deadlines");
-    let cluster = std::sync::Mutex::new(&mut cluster);
-    sidecar_routes_keep_to_their_timeouts(
-        &url,
-        || cluster.lock().unwrap().pause(0),
-        || cluster.lock().unwrap().resume(0),
-    )
-    .await;
+    sidecar_routes_keep_to_their_timeouts(ZkCluster::single()).await;
 }

@@ -13,44 +13,13 @@ use clusterlimit::tower::{ClusterConcurrencyLimitLayer, LimitError};
 use clusterlimit::{AcquireOptions, Error, Limiter, Quota, RateLimit, Semaphore};
 use std::convert::Infallible;
 use std::time::Duration;
-use support::{EtcdCluster, ZkCluster};
+use support::{EtcdCluster, Pausable, ZkCluster};
 use tokio::time::{timeout, Instant};
 use tower::{service_fn, Layer, ServiceExt};
 
 /// What the issue promises: an answer within the deadline plus this.
 const OVERRUN: Duration = Duration::from_millis(100);
 const D: Duration = Duration::from_millis(500);
-
-/// A single-member store that can be SIGSTOPped.
-trait Pausable {
-    fn pause(&mut self);
-    fn resume(&mut self);
-    fn url(&self, namespace: &str) -> String;
-}
-
-impl Pausable for EtcdCluster {
-    fn pause(&mut self) {
-        EtcdCluster::pause(self, 0)
-    }
-    fn resume(&mut self) {
-        EtcdCluster::resume(self, 0)
-    }
-    fn url(&self, namespace: &str) -> String {
-        EtcdCluster::url(self, namespace)
-    }
-}
-
-impl Pausable for ZkCluster {
-    fn pause(&mut self) {
-        ZkCluster::pause(self, 0)
-    }
-    fn resume(&mut self) {
-        ZkCluster::resume(self, 0)
-    }
-    fn url(&self, namespace: &str) -> String {
-        ZkCluster::url(self, &format!("/{namespace}"))
-    }
-}
 
 /// Times one timed acquire; it must fail with `Timeout` within `D + OVERRUN`.
 async fn timed_out(sem: &Semaphore, what: &str) {

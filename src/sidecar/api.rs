@@ -112,6 +112,15 @@ impl AppState {
         bounded_by(deadline, self.store_timeout, call).await
     }
 
+    /// The status of `name` (opening it if needed), within the store timeout.
+    async fn status_of(&self, name: &str) -> Result<Status, Problem> {
+        let read = async {
+            let sem = self.semaphore(name, None).await?;
+            sem.status().await.map_err(|e| Problem::from_lib(e, "name"))
+        };
+        self.bounded(read).await
+    }
+
     fn cached(&self, name: &str) -> Option<Semaphore> {
         lock(&self.opened).get(name).cloned()
     }
@@ -389,14 +398,7 @@ async fn status(
     State(st): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Json<Status>, Problem> {
-    let read = async {
-        let sem = st.semaphore(&name, None).await?;
-        sem.status()
-            .await
-            .map(Json)
-            .map_err(|e| Problem::from_lib(e, "name"))
-    };
-    st.bounded(read).await
+    st.status_of(&name).await.map(Json)
 }
 
 async fn set_capacity(
@@ -420,14 +422,7 @@ async fn set_capacity(
             .map_err(|e| Problem::from_lib(e, "capacity"))
     };
     st.bounded(change).await?;
-    let read = async {
-        let sem = st.semaphore(&name, None).await?;
-        sem.status()
-            .await
-            .map(Json)
-            .map_err(|e| Problem::from_lib(e, "name"))
-    };
-    st.bounded(read).await
+    st.status_of(&name).await.map(Json)
 }
 
 async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
@@ -442,11 +437,7 @@ async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
     let names = st.bounded(names).await?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let read = async {
-            let sem = st.semaphore(&name, None).await?;
-            sem.status().await.map_err(|e| Problem::from_lib(e, "name"))
-        };
-        out.push(st.bounded(read).await?);
+        out.push(st.status_of(&name).await?);
     }
     Ok(Json(out))
 }

@@ -30,6 +30,11 @@ pub mod proxy;
 
 pub use proxy::{FaultProxy, ProxyGroup, ProxyMode};
 
+/// A single-member etcd or ZooKeeper that a test SIGSTOPs, under one trait.
+pub mod pausable;
+
+pub use pausable::Pausable;
+
 /// Bounded polling and a holder-with-waiter setup, shared by the fault suites.
 pub mod waiting;
 
