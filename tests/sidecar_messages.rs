@@ -66,6 +66,11 @@ async fn body_and_path_errors_are_in_plain_words() {
         (Method::POST, "/v1/ratelimits/r/wait", r#"{"key":"k","timeout_ms":"soon"}"#,
          "timeout_ms", "`timeout_ms` must be a whole number of milliseconds"),
         (Method::GET, "/v1/ratelimits/%FF", "", "name", "`name` in the path must be UTF-8"),
+        (Method::GET, "/v1/semaphores/%FF", "", "name", "`name` in the path must be UTF-8"),
+        (Method::POST, "/v1/semaphores/%FF/permits", "{}", "name",
+         "`name` in the path must be UTF-8"),
+        (Method::POST, "/v1/permits/%FF/keepalive", "", "id", "`id` in the path must be UTF-8"),
+        (Method::DELETE, "/v1/permits/%FF", "", "id", "`id` in the path must be UTF-8"),
     ];
     for (method, path, body, field, want) in cases {
         let r = c

@@ -2,11 +2,12 @@
 
 use super::body::{JsonBody, MAX_BODY};
 use super::metrics::Metrics;
+use super::path_param::PathParam;
 use super::permits::{KeepAlive, Table};
 use super::problem::Problem;
 use super::rate_routes::{self, RateApi};
 use crate::frontend::lock;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
@@ -264,7 +265,7 @@ impl Drop for Waiting<'_> {
 
 async fn acquire(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
@@ -360,7 +361,10 @@ async fn acquire(
     Ok(resp)
 }
 
-async fn keepalive(State(st): State<Shared>, Path(id): Path<String>) -> Result<Response, Problem> {
+async fn keepalive(
+    State(st): State<Shared>,
+    PathParam(id): PathParam,
+) -> Result<Response, Problem> {
     match st.table.keepalive(&id) {
         KeepAlive::Extended(ttl) => Ok(Json(serde_json::json!({
             "id": id,
@@ -376,7 +380,10 @@ async fn keepalive(State(st): State<Shared>, Path(id): Path<String>) -> Result<R
     }
 }
 
-async fn release(State(st): State<Shared>, Path(id): Path<String>) -> Result<StatusCode, Problem> {
+async fn release(
+    State(st): State<Shared>,
+    PathParam(id): PathParam,
+) -> Result<StatusCode, Problem> {
     match st.table.release(&id).await {
         Some(Ok(())) => Ok(StatusCode::NO_CONTENT),
         Some(Err(e)) => {
@@ -396,14 +403,14 @@ fn unknown_permit(id: &str) -> Problem {
 
 async fn status(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Json<Status>, Problem> {
     st.status_of(&name).await.map(Json)
 }
 
 async fn set_capacity(
     State(st): State<Shared>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
     JsonBody(body): JsonBody<CapacityBody>,
 ) -> Result<Json<Status>, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;

@@ -9,6 +9,7 @@ mod body_words;
 mod config;
 mod flags;
 mod metrics;
+mod path_param;
 mod permits;
 mod problem;
 mod rate_config;

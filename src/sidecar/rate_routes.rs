@@ -6,15 +6,14 @@
 
 use super::api::{AppState, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use super::body::JsonBody;
+use super::path_param::{path_problem, PathParam};
 use super::problem::Problem;
 use super::rate_config::{HeaderMode, RateSettings};
 use crate::frontend::format_duration;
 use crate::frontend::lock;
 use crate::frontend::quota_spec::{decision_json, quota_json, quota_text, QuotaBody};
-use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -132,42 +131,6 @@ fn unknown(name: &str) -> Problem {
     Problem::not_found(format!(
         "rate limit {name:?} does not exist; PUT /v1/ratelimits/{name} with a quota creates it"
     ))
-}
-
-/// The `{name}` of a rate route: a segment that is not UTF-8 once percent-decoded is a
-/// problem+json naming `name` (axum's own rejection is plain text).
-pub struct LimitName(String);
-
-impl<S: Send + Sync> FromRequestParts<S> for LimitName {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(path_problem)?;
-        Ok(LimitName(name))
-    }
-}
-
-/// A path rejection as a problem naming the segment at fault (`name` unless axum names another).
-fn path_problem(e: PathRejection) -> Problem {
-    let field = match &e {
-        PathRejection::FailedToDeserializePathParams(f) => match f.kind() {
-            ErrorKind::InvalidUtf8InPathParam { key }
-            | ErrorKind::ParseErrorAtKey { key, .. }
-            | ErrorKind::DeserializeError { key, .. } => key.clone(),
-            _ => "name".to_string(),
-        },
-        _ => "name".to_string(),
-    };
-    // axum's own text names Rust types ("Cannot parse `…` to a `String`"): say it in words.
-    let detail = match &e {
-        PathRejection::FailedToDeserializePathParams(_) => {
-            format!("`{field}` in the path must be UTF-8 text once percent-decoded")
-        }
-        _ => format!("the path does not name a `{field}`"),
-    };
-    Problem::field(field, detail)
 }
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
@@ -395,7 +358,7 @@ pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem>
 /// `GET /v1/ratelimits/{name}`: its quota.
 pub async fn quota(
     State(st): State<Shared>,
-    LimitName(name): LimitName,
+    PathParam(name): PathParam,
 ) -> Result<Json<Value>, Problem> {
     let rl = st.rate.open_fresh(&st.limiter, &name).await?;
     Ok(Json(quota_json(&name, &rl.quota())))
@@ -404,7 +367,7 @@ pub async fn quota(
 /// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota.
 pub async fn set_quota(
     State(st): State<Shared>,
-    LimitName(name): LimitName,
+    PathParam(name): PathParam,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<Json<Value>, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
@@ -437,7 +400,7 @@ pub async fn set_quota(
 /// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
 pub async fn check(
     State(st): State<Shared>,
-    LimitName(name): LimitName,
+    PathParam(name): PathParam,
     JsonBody(body): JsonBody<CheckBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
@@ -454,7 +417,7 @@ pub async fn check(
 /// ban, the denial starts the ban); 503 at shutdown.
 pub async fn wait(
     State(st): State<Shared>,
-    LimitName(name): LimitName,
+    PathParam(name): PathParam,
     JsonBody(body): JsonBody<WaitBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
