@@ -69,18 +69,11 @@ impl Who {
     }
 
     fn target(self, servers: &Servers, peers: &PeerServers, n: u64) -> String {
-        let first = servers
-            .etcd
-            .endpoints()
-            .first()
-            .cloned()
-            .unwrap_or_default();
         match self {
-            Who::EtcdPut | Who::EtcdPutIfAbsent => format!("http://{first}"),
             Who::OursEtcd => servers.url(Store::Etcd, &format!("fresh{n}")),
-            Who::ZkCreate => servers.zk.connect_string(),
             Who::OursZk => servers.url(Store::Zk, &format!("fresh{n}")),
-            Who::RedisCell => peers.redis_url(),
+            // The floors and redis-cell: where the peers' workers connect.
+            other => super::peer_target(other.contender(), servers, peers),
         }
     }
 

@@ -161,6 +161,7 @@ fn peer_label(c: Contender) -> &'static str {
     }
 }
 
+/// Where the worker of a peer or of a store's floor connects.
 fn peer_target(c: Contender, servers: &Servers, peers: &PeerServers) -> String {
     let first = servers
         .etcd
