@@ -2,9 +2,10 @@
 //! (global, so never reused for a key, even across a delete and re-create).
 //!
 //! * Write: **one** Txn — compare every key's `mod_revision` (`create_revision == 0` for "must
-//!   be absent") and every quota's `mod_revision`; then the puts, each with its expiry-bucket
-//!   lease (`rate_leases.rs`); else a get of every key and quota, so a conflict costs no
-//!   extra read. etcd's `--max-txn-ops` (default [`MAX_TXN_OPS`]) bounds a batch.
+//!   be absent") and every quota's `mod_revision`; then the puts (no lease: each state carries
+//!   its `\n@<expires_at>`, and the sweeper deletes it once expired, see `sweeper.rs`); else a
+//!   get of every key and quota, so a conflict costs no extra read. etcd's `--max-txn-ops`
+//!   (default [`MAX_TXN_OPS`]) bounds a batch.
 //! * Writes of different keys each on its own (`write_each`): **one** Txn of one nested Txn
 //!   per write, each with its own compares, put and gets, so each applies or fails alone and
 //!   many keys move per round trip (etcd 3.3+; one nested Txn is one op of the outer one).
@@ -12,8 +13,8 @@
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
 
-use super::rate_leases::unix_now;
 use super::{get_kvs, kv, EtcdBackend, Until};
+use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
     Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
 };
@@ -21,11 +22,21 @@ use crate::backend::retry::CALL_TIMEOUTS;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
 /// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
 /// may hold.
 pub(super) const MAX_TXN_OPS: usize = 128;
+
+/// The most nested Txns one Txn may carry when each holds `inner_ops` compares or ops (the
+/// larger of its compares, success ops and failure ops): etcd checks a nested Txn against what
+/// the outer one leaves of [`MAX_TXN_OPS`] (`checkTxnRequest` in etcd's v3rpc/key.go).
+pub(super) const fn most_nested(inner_ops: usize) -> usize {
+    MAX_TXN_OPS - inner_ops
+}
+
+/// A nested write's compares (key version, quota version) and else-gets (key, quota).
+const NESTED_WRITE_OPS: usize = 2;
 
 /// Distinct (limit, quota version) pairs of a batch, in first-seen order.
 fn quota_checks(writes: &[KeyWrite]) -> Vec<(&str, u64)> {
@@ -77,6 +88,14 @@ fn versioned(kv: &etcd_client::KeyValue) -> Versioned {
     }
 }
 
+/// A key's state as the caller wrote it (without its stored expiry).
+fn versioned_key(kv: &etcd_client::KeyValue) -> Versioned {
+    Versioned {
+        value: split_expiry(kv.value().to_vec()).0,
+        version: kv.mod_revision().max(0) as u64,
+    }
+}
+
 /// The revision a successful write or put produced.
 fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
     match header.map(|h| h.revision()) {
@@ -86,98 +105,38 @@ fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
 }
 
 impl EtcdBackend {
-    /// A lease that ends no sooner than `expires_at` and at most a bucket's slack later
-    /// (`None`: no lease, for an expiry beyond etcd's largest TTL). Writers of one bucket wait
-    /// for one grant.
-    async fn rate_lease(&self, expires_at: u64) -> Result<Option<i64>> {
-        let leases = &self.rate_leases;
-        let Some(b) = leases.bucket(expires_at) else {
-            return Ok(None);
-        };
-        if let Some(lease) = leases.find(&b) {
-            return Ok(Some(lease));
-        }
-        let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        let _granting = tokio::time::timeout(bound, leases.granting.lock())
-            .await
-            .map_err(|_| Error::store("timed out waiting for another lease grant"))?;
-        // Granted by another writer while we waited?
-        let Some(b) = leases.bucket(expires_at) else {
-            return Ok(None);
-        };
-        if let Some(lease) = leases.find(&b) {
-            return Ok(Some(lease));
-        }
-        let ttl = b.ttl_secs;
-        let (sent, granted) = self
-            .retry(RequestKind::Lease, |c| async move {
-                let sent = unix_now();
-                c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
-            })
-            .await?;
-        leases.add(granted.id(), sent, ttl, granted.ttl());
-        Ok(Some(granted.id()))
+    /// Sends a rate write's Txn, retried until the deadline.
+    async fn send_rate_txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.retry_until(RequestKind::Txn, Until::Deadline, |c| {
+            let t = txn.clone();
+            async move { kv(&c).txn(t).await }
+        })
+        .await
     }
 
-    /// A write sent with `attempt`; if a cached lease expired before the write reached etcd (a
-    /// pause, a slow retry), nothing applied: the leases it used are forgotten and it is sent
-    /// once more with fresh ones. (`attempt` returns the leases it used with its outcome.)
-    async fn with_fresh_leases<T, F, Fut>(&self, attempt: F) -> Result<T>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = (Vec<i64>, Result<T>)>,
-    {
-        match attempt().await {
-            (used, Err(Error::SessionLost)) => {
-                self.rate_leases.forget(&used);
-                match attempt().await.1 {
-                    Err(Error::SessionLost) => {
-                        Err(Error::store("etcd lost the rate-limit key lease twice"))
-                    }
-                    other => other,
-                }
-            }
-            (_, other) => other,
-        }
-    }
-
-    /// Sends a rate write's Txn (retried until the deadline) and returns the leases it used
-    /// with the reply, for `with_fresh_leases`.
-    async fn send_rate_txn(
-        &self,
-        txn: Txn,
-        leases: Vec<Option<i64>>,
-    ) -> (Vec<i64>, Result<etcd_client::TxnResponse>) {
-        let sent = self
-            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
-                let t = txn.clone();
-                async move { kv(&c).txn(t).await }
-            })
-            .await;
-        (leases.into_iter().flatten().collect(), sent)
-    }
-
-    /// The lease of each write (`rate_lease`), in order.
-    async fn leases_of(&self, writes: &[KeyWrite]) -> Result<Vec<Option<i64>>> {
-        let mut leases = Vec::with_capacity(writes.len());
-        for w in writes {
-            leases.push(self.rate_lease(w.expires_at).await?);
-        }
-        Ok(leases)
+    /// Hands the keys a Txn wrote at `revision` to the sweeper.
+    fn record_written(&self, writes: &[KeyWrite], keys: &[String], revision: u64) {
+        let revision = i64::try_from(revision).unwrap_or(i64::MAX);
+        self.sweeper.wrote(
+            revision,
+            keys.iter()
+                .zip(writes)
+                .map(|(key, w)| (key.as_str(), w.expires_at)),
+        );
     }
 
     /// One attempt at `write_each`: an outer Txn without compares whose success branch holds
     /// one nested Txn per write.
-    async fn write_each_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<Vec<KeyOutcome>>) {
-        let leases = match self.leases_of(writes).await {
-            Ok(l) => l,
-            Err(e) => return (Vec::new(), Err(e)),
-        };
+    async fn write_each_once(&self, writes: &[KeyWrite]) -> Result<Vec<KeyOutcome>> {
+        let keys: Vec<String> = writes
+            .iter()
+            .map(|w| self.keys.rate_key(&w.limit, &w.key))
+            .collect();
         let nested: Vec<TxnOp> = writes
             .iter()
-            .zip(&leases)
-            .map(|(w, lease)| {
-                let key = self.keys.rate_key(&w.limit, &w.key);
+            .zip(&keys)
+            .map(|(w, key)| {
+                let key = key.clone();
                 let quota = self.keys.quota(&w.limit);
                 let version = match w.expected {
                     None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
@@ -192,44 +151,33 @@ impl EtcdBackend {
                     CompareOp::Equal,
                     i64::try_from(w.quota_version).unwrap_or(i64::MAX),
                 );
-                let opts = lease.map(|l| PutOptions::new().with_lease(l));
+                let value = with_expiry(&w.value, w.expires_at);
                 TxnOp::txn(
                     Txn::new()
                         .when([version, same_quota])
-                        .and_then([TxnOp::put(key.clone(), w.value.clone(), opts)])
+                        .and_then([TxnOp::put(key.clone(), value, None)])
                         .or_else([TxnOp::get(key, None), TxnOp::get(quota, None)]),
                 )
             })
             .collect();
-        let txn = Txn::new().and_then(nested);
-        let (used, sent) = self.send_rate_txn(txn, leases).await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => return (used, Err(e)),
-        };
-        let written_at = match revision(resp.header()) {
-            Ok(r) => r,
-            Err(e) => return (used, Err(e)),
-        };
+        let resp = self.send_rate_txn(Txn::new().and_then(nested)).await?;
+        let written_at = revision(resp.header())?;
         let ops = resp.op_responses();
         if ops.len() != writes.len() {
-            return (
-                used,
-                Err(Error::store(format!(
-                    "etcd answered {} of {} nested writes",
-                    ops.len(),
-                    writes.len()
-                ))),
-            );
+            return Err(Error::store(format!(
+                "etcd answered {} of {} nested writes",
+                ops.len(),
+                writes.len()
+            )));
         }
-        let outcomes = ops
+        let outcomes: Vec<KeyOutcome> = ops
             .iter()
             .map(|op| match op {
                 TxnOpResponse::Txn(t) if t.succeeded() => Ok(KeyOutcome::Written(written_at)),
                 TxnOpResponse::Txn(t) => {
                     let found = t.op_responses();
                     Ok(KeyOutcome::Conflict(Current {
-                        key: get_kvs(found.first()).first().map(versioned),
+                        key: get_kvs(found.first()).first().map(versioned_key),
                         quota: get_kvs(found.get(1)).first().map(versioned),
                     }))
                 }
@@ -237,16 +185,20 @@ impl EtcdBackend {
                     "etcd answered a nested write with another kind of op",
                 )),
             })
-            .collect();
-        (used, outcomes)
+            .collect::<Result<_>>()?;
+        let (written, written_keys): (Vec<KeyWrite>, Vec<String>) = writes
+            .iter()
+            .zip(keys)
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, KeyOutcome::Written(_)))
+            .map(|((w, k), _)| (w.clone(), k))
+            .unzip();
+        self.record_written(&written, &written_keys, written_at);
+        Ok(outcomes)
     }
 
-    /// One attempt at the batch with leases from the cache (or fresh ones).
-    async fn write_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<WriteOutcome>) {
-        let leases = match self.leases_of(writes).await {
-            Ok(l) => l,
-            Err(e) => return (Vec::new(), Err(e)),
-        };
+    /// The batch, all or nothing, in one Txn.
+    async fn write_once(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
         let keys: Vec<String> = writes
             .iter()
             .map(|w| self.keys.rate_key(&w.limit, &w.key))
@@ -274,24 +226,16 @@ impl EtcdBackend {
         let puts: Vec<TxnOp> = writes
             .iter()
             .zip(&keys)
-            .zip(&leases)
-            .map(|((w, key), lease)| {
-                let opts = lease.map(|l| PutOptions::new().with_lease(l));
-                TxnOp::put(key.clone(), w.value.clone(), opts)
-            })
+            .map(|(w, key)| TxnOp::put(key.clone(), with_expiry(&w.value, w.expires_at), None))
             .collect();
         let mut gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
         gets.extend(limits.iter().map(|l| TxnOp::get(self.keys.quota(l), None)));
         let txn = Txn::new().when(when).and_then(puts).or_else(gets);
-        let (used, sent) = self.send_rate_txn(txn, leases).await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => return (used, Err(e)),
-        };
+        let resp = self.send_rate_txn(txn).await?;
         if resp.succeeded() {
-            let outcome =
-                revision(resp.header()).map(|r| WriteOutcome::Written(vec![r; writes.len()]));
-            return (used, outcome);
+            let written_at = revision(resp.header())?;
+            self.record_written(writes, &keys, written_at);
+            return Ok(WriteOutcome::Written(vec![written_at; writes.len()]));
         }
         let ops = resp.op_responses();
         let found = writes
@@ -300,12 +244,12 @@ impl EtcdBackend {
             .map(|(i, w)| {
                 let q = limits.iter().position(|l| *l == w.limit).unwrap_or(0);
                 Current {
-                    key: get_kvs(ops.get(i)).first().map(versioned),
+                    key: get_kvs(ops.get(i)).first().map(versioned_key),
                     quota: get_kvs(ops.get(writes.len() + q)).first().map(versioned),
                 }
             })
             .collect();
-        (used, Ok(WriteOutcome::Conflict(found)))
+        Ok(WriteOutcome::Conflict(found))
     }
 }
 
@@ -379,7 +323,7 @@ impl RateStore for EtcdBackend {
         }
         Ok(Current {
             quota,
-            key: get_kvs(ops.first()).first().map(versioned),
+            key: get_kvs(ops.first()).first().map(versioned_key),
         })
     }
 
@@ -388,9 +332,8 @@ impl RateStore for EtcdBackend {
             return Ok(WriteOutcome::Written(Vec::new()));
         }
         check_batch(writes)?;
-        // The lease grant and the Txn (and their one repeat) share one call's bound.
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        tokio::time::timeout(bound, self.with_fresh_leases(|| self.write_once(writes)))
+        tokio::time::timeout(bound, self.write_once(writes))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
     }
@@ -400,9 +343,11 @@ impl RateStore for EtcdBackend {
             return Vec::new();
         }
         let fits = check_batch(writes).and_then(|()| {
-            if writes.len() > MAX_TXN_OPS {
+            let most = most_nested(NESTED_WRITE_OPS);
+            if writes.len() > most {
                 return Err(Error::invalid(format!(
-                    "{} writes in one etcd transaction; etcd allows at most {MAX_TXN_OPS}",
+                    "{} independent writes in one etcd transaction; etcd allows at most {most} \
+                     (its --max-txn-ops default, {MAX_TXN_OPS}, less each write's 2 compares)",
                     writes.len()
                 )));
             }
@@ -412,13 +357,10 @@ impl RateStore for EtcdBackend {
             return writes.iter().map(|_| Err(e.copy())).collect();
         }
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        let all = tokio::time::timeout(
-            bound,
-            self.with_fresh_leases(|| self.write_each_once(writes)),
-        )
-        .await
-        .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
-        .and_then(|r| r);
+        let all = tokio::time::timeout(bound, self.write_each_once(writes))
+            .await
+            .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
+            .and_then(|r| r);
         match all {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
             Err(e) => writes.iter().map(|_| Err(e.copy())).collect(),
