@@ -6,7 +6,9 @@
 mod support;
 
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
-use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use clusterlimit::backend::{
+    Backend, Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
+};
 use clusterlimit::{Error, RequestStats};
 use etcd_client::{Permission, PermissionType};
 use futures::stream::{self, StreamExt};
@@ -804,4 +806,34 @@ async fn refusals_are_named_and_not_retried() {
     );
     denied(&store(&stranger).limits().await.map(|_| ()), "limits");
     assert_eq!(cost(&stranger, &before).range, 2, "not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_writes_fill_one_txn_up_to_etcds_operation_limit() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let q = s.ensure_limit("wide", Some(b"q")).await.unwrap().version;
+    let batch = |n: usize, tag: &str| -> Vec<KeyWrite> {
+        (0..n)
+            .map(|i| write("wide", q, &format!("{tag}-{i}"), None, "1"))
+            .collect()
+    };
+    // One group (one limit, one quota version): 128 less the outer level, the group's own
+    // ops (writes + the quota get) and one for each nested write's compare.
+    let before = b.stats();
+    let got = s.write_each(&batch(125, "fits")).await;
+    assert_eq!(b.stats().since(&before).txn, 1, "one Txn carries them all");
+    assert!(
+        got.iter().all(|o| matches!(o, Ok(KeyOutcome::Written(_)))),
+        "125 writes in one Txn: {:?}",
+        got.iter()
+            .find(|o| !matches!(o, Ok(KeyOutcome::Written(_))))
+    );
+    let refused = s.write_each(&batch(126, "over")).await;
+    match &refused[0] {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("126"), "{m}"),
+        other => panic!("126 writes: expected a refusal naming the count, got {other:?}"),
+    }
+    assert_eq!(s.read_key("wide", "over-0").await.unwrap().key, None);
 }

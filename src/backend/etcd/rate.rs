@@ -6,9 +6,11 @@
 //!   its `\n@<expires_at>`, and the sweeper deletes it once expired, see `sweeper.rs`); else a
 //!   get of every key and quota, so a conflict costs no extra read. etcd's `--max-txn-ops`
 //!   (default [`MAX_TXN_OPS`]) bounds a batch.
-//! * Writes of different keys each on its own (`write_each`): **one** Txn of one nested Txn
-//!   per write, each with its own compares, put and gets, so each applies or fails alone and
-//!   many keys move per round trip (etcd 3.3+; one nested Txn is one op of the outer one).
+//! * Writes of different keys each on its own (`write_each`): **one** Txn holding a nested
+//!   Txn per (limit, quota version) that compares the quota once (else: gets of its keys and
+//!   quota), holding in turn a nested Txn per write (its key's version → put, else get) and a
+//!   get of the quota for the conflicts. So each write applies or fails on its own conditions
+//!   and many keys move per round trip with one compare each (etcd 3.3+).
 //! * Read: one Txn of two gets (key and quota), counted as a read.
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
@@ -35,8 +37,8 @@ pub(super) const fn most_nested(inner_ops: usize) -> usize {
     MAX_TXN_OPS - inner_ops
 }
 
-/// A nested write's compares (key version, quota version) and else-gets (key, quota).
-const NESTED_WRITE_OPS: usize = 2;
+/// A nested write's compare (its key's version), put and else-get.
+const NESTED_WRITE_OPS: usize = 1;
 
 /// Distinct (limit, quota version) pairs of a batch, in first-seen order.
 fn quota_checks(writes: &[KeyWrite]) -> Vec<(&str, u64)> {
@@ -132,60 +134,106 @@ impl EtcdBackend {
             .iter()
             .map(|w| self.keys.rate_key(&w.limit, &w.key))
             .collect();
-        let nested: Vec<TxnOp> = writes
+        // One group per (limit, quota version): its quota is compared once for all its writes
+        // (a compare is a read of the quota key), not once per key.
+        let groups: Vec<((&str, u64), Vec<usize>)> = quota_checks(writes)
+            .into_iter()
+            .map(|(limit, qv)| {
+                let members = (0..writes.len())
+                    .filter(|&i| writes[i].limit == limit && writes[i].quota_version == qv)
+                    .collect();
+                ((limit, qv), members)
+            })
+            .collect();
+        let group_txns: Vec<TxnOp> = groups
             .iter()
-            .zip(&keys)
-            .map(|(w, key)| {
-                let key = key.clone();
-                let quota = self.keys.quota(&w.limit);
-                let version = match w.expected {
-                    None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                    Some(v) => Compare::mod_revision(
-                        key.clone(),
-                        CompareOp::Equal,
-                        i64::try_from(v).unwrap_or(i64::MAX),
-                    ),
-                };
+            .map(|((limit, qv), members)| {
+                let quota = self.keys.quota(limit);
+                let mut then: Vec<TxnOp> = members
+                    .iter()
+                    .map(|&i| {
+                        let (w, key) = (&writes[i], &keys[i]);
+                        let version = match w.expected {
+                            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                            Some(v) => Compare::mod_revision(
+                                key.clone(),
+                                CompareOp::Equal,
+                                i64::try_from(v).unwrap_or(i64::MAX),
+                            ),
+                        };
+                        let value = with_expiry(&w.value, w.expires_at);
+                        TxnOp::txn(
+                            Txn::new()
+                                .when([version])
+                                .and_then([TxnOp::put(key.clone(), value, None)])
+                                .or_else([TxnOp::get(key.clone(), None)]),
+                        )
+                    })
+                    .collect();
+                // The quota, for the writes that conflict.
+                then.push(TxnOp::get(quota.clone(), None));
+                let mut otherwise: Vec<TxnOp> = members
+                    .iter()
+                    .map(|&i| TxnOp::get(keys[i].clone(), None))
+                    .collect();
+                otherwise.push(TxnOp::get(quota.clone(), None));
                 let same_quota = Compare::mod_revision(
-                    quota.clone(),
+                    quota,
                     CompareOp::Equal,
-                    i64::try_from(w.quota_version).unwrap_or(i64::MAX),
+                    i64::try_from(*qv).unwrap_or(i64::MAX),
                 );
-                let value = with_expiry(&w.value, w.expires_at);
                 TxnOp::txn(
                     Txn::new()
-                        .when([version, same_quota])
-                        .and_then([TxnOp::put(key.clone(), value, None)])
-                        .or_else([TxnOp::get(key, None), TxnOp::get(quota, None)]),
+                        .when([same_quota])
+                        .and_then(then)
+                        .or_else(otherwise),
                 )
             })
             .collect();
-        let resp = self.send_rate_txn(Txn::new().and_then(nested)).await?;
+        let resp = self.send_rate_txn(Txn::new().and_then(group_txns)).await?;
         let written_at = revision(resp.header())?;
-        let ops = resp.op_responses();
-        if ops.len() != writes.len() {
+        let answered = resp.op_responses();
+        if answered.len() != groups.len() {
             return Err(Error::store(format!(
-                "etcd answered {} of {} nested writes",
-                ops.len(),
-                writes.len()
+                "etcd answered {} of {} groups of writes",
+                answered.len(),
+                groups.len()
             )));
         }
-        let outcomes: Vec<KeyOutcome> = ops
-            .iter()
-            .map(|op| match op {
-                TxnOpResponse::Txn(t) if t.succeeded() => Ok(KeyOutcome::Written(written_at)),
-                TxnOpResponse::Txn(t) => {
-                    let found = t.op_responses();
-                    Ok(KeyOutcome::Conflict(Current {
-                        key: get_kvs(found.first()).first().map(versioned_key),
-                        quota: get_kvs(found.get(1)).first().map(versioned),
-                    }))
-                }
-                _ => Err(Error::store(
-                    "etcd answered a nested write with another kind of op",
-                )),
-            })
-            .collect::<Result<_>>()?;
+        let mut outcomes: Vec<Option<KeyOutcome>> = vec![None; writes.len()];
+        for ((_, members), group) in groups.iter().zip(answered) {
+            let TxnOpResponse::Txn(group) = group else {
+                return Err(Error::store(
+                    "etcd answered a group of writes with another kind of op",
+                ));
+            };
+            let ops = group.op_responses();
+            let quota = get_kvs(ops.get(members.len())).first().map(versioned);
+            for (j, &i) in members.iter().enumerate() {
+                outcomes[i] = Some(match ops.get(j) {
+                    // The quota changed: nothing of the group applied; the else branch read
+                    // each key.
+                    Some(found) if !group.succeeded() => KeyOutcome::Conflict(Current {
+                        key: get_kvs(Some(found)).first().map(versioned_key),
+                        quota: quota.clone(),
+                    }),
+                    Some(TxnOpResponse::Txn(t)) if t.succeeded() => KeyOutcome::Written(written_at),
+                    Some(TxnOpResponse::Txn(t)) => KeyOutcome::Conflict(Current {
+                        key: get_kvs(t.op_responses().first()).first().map(versioned_key),
+                        quota: quota.clone(),
+                    }),
+                    _ => {
+                        return Err(Error::store(
+                            "etcd answered a nested write with another kind of op",
+                        ))
+                    }
+                });
+            }
+        }
+        let outcomes: Vec<KeyOutcome> = outcomes
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::store("a write of the batch got no answer"))?;
         let (written, written_keys): (Vec<KeyWrite>, Vec<String>) = writes
             .iter()
             .zip(keys)
@@ -343,12 +391,17 @@ impl RateStore for EtcdBackend {
             return Vec::new();
         }
         let fits = check_batch(writes).and_then(|()| {
-            let most = most_nested(NESTED_WRITE_OPS);
+            // The outer Txn holds a group per (limit, quota version), each a nested Txn per
+            // write and a get of the quota: etcd checks each level against what the levels
+            // above leave of its limit.
+            let groups = quota_checks(writes).len();
+            let most = most_nested(NESTED_WRITE_OPS + groups + 1);
             if writes.len() > most {
                 return Err(Error::invalid(format!(
-                    "{} independent writes in one etcd transaction; etcd allows at most {most} \
-                     (its --max-txn-ops default, {MAX_TXN_OPS}, less each write's 2 compares)",
-                    writes.len()
+                    "{} independent writes over {groups} rate limit quotas in one etcd \
+                     transaction; etcd allows at most {most} (its --max-txn-ops default, \
+                     {MAX_TXN_OPS}, less what the nesting takes)",
+                    writes.len(),
                 )));
             }
             Ok(())
