@@ -14,8 +14,10 @@
 //! never reuses a revision, so a repeated delete (a lost reply) is harmless, and a failed
 //! batch is simply tried again [`RETRY`] later.
 //!
-//! Keys written by a process that died (or closed) before their expiry, or past
-//! [`MAX_RECORDS`](crate::backend::due_queue::MAX_RECORDS), are found by the slow scan of
+//! Memory: a record is about 160 bytes and lives until its key is due; keys due beyond
+//! [`HORIZON`] (long quota windows) are not remembered at all. Those, keys written by a
+//! process that died (or closed) before their expiry, and keys past
+//! [`MAX_RECORDS`](crate::backend::due_queue::MAX_RECORDS) are found by the slow scan of
 //! `scan.rs`, from the `\n@<expires_at>` suffix every stored state carries. The sweeper stops
 //! with the backend (`close` does not wait for future expiries).
 
@@ -44,6 +46,9 @@ const IDLE: Duration = Duration::from_secs(1);
 /// A round starts this long after its earliest key is due, so keys written over that time
 /// share its Txns (at most one round per GATHER: a bounded number of requests per second).
 pub(super) const GATHER: Duration = Duration::from_millis(250);
+/// Keys due later than this are not remembered: the slow scan, which passes at least this
+/// often, deletes them (so a long quota window costs no memory per key here).
+pub(super) const HORIZON: Duration = super::scan::SCAN_INTERVAL;
 /// Pause before keys whose delete failed are tried again.
 pub(super) const RETRY: Duration = Duration::from_secs(1);
 
@@ -181,10 +186,14 @@ impl Sweeper {
             return;
         }
         let now = unix_nanos_now();
+        let horizon = now.saturating_add(nanos(HORIZON));
         {
             let mut queue = lock(&self.shared.queue);
             for (key, expires_at) in written {
-                queue.insert(key, revision, due(now, expires_at));
+                let due = due(now, expires_at);
+                if due <= horizon {
+                    queue.insert(key, revision, due);
+                }
             }
         }
         self.start();
