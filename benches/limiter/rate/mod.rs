@@ -5,6 +5,7 @@
 
 mod fresh;
 mod hot;
+mod idle;
 mod interval;
 mod many;
 mod plan;
@@ -116,6 +117,10 @@ async fn fresh_rows(
             }
         }
     }
+    step("row 4b: memory per idle key (one Limiter on etcd)");
+    let idle = idle::run(servers, rp.idle_keys, rp.idle_for).await?;
+    eprintln!("  {idle:?}");
+    r.idle = Some(idle);
     Ok(())
 }
 

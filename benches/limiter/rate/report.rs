@@ -2,6 +2,7 @@
 
 use super::fresh::{FreshRow, Who};
 use super::hot::HotRow;
+use super::idle::IdleRow;
 use super::many::ManyRow;
 use super::plan::RatePlan;
 use super::protocol::{Contender, WorkerReport};
@@ -52,6 +53,8 @@ pub struct RateResults {
     pub many: Vec<ManyRow>,
     /// Row 4b: fresh keys, closed loop (issue 28).
     pub fresh: Vec<FreshRow>,
+    /// Row 4b: memory per idle key.
+    pub idle: Option<IdleRow>,
 }
 
 impl Default for RatePlan {
@@ -465,6 +468,9 @@ impl RateResults {
                     p99 <= 1.5,
                 );
             }
+        }
+        if let Some(idle) = &self.idle {
+            s.push_str(&idle.markdown());
         }
     }
 }
