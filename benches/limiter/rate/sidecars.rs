@@ -22,7 +22,7 @@ pub enum Api {
 /// One running sidecar, what its worker connects to, and its pid (for its CPU).
 enum Running {
     Http(Sidecar),
-    Rls(Box<Rls>),
+    Rls(Rls),
 }
 
 impl Running {
@@ -101,9 +101,7 @@ pub async fn start(api: Api, n: usize, setup: &WorkerSetup) -> anyhow::Result<Si
             );
             std::fs::write(&config, text).context("write the RLS rule file")?;
             for _ in 0..n {
-                all.push(Running::Rls(Box::new(
-                    Rls::start(store, &config, &[]).await?,
-                )));
+                all.push(Running::Rls(Rls::start(store, &config, &[]).await?));
             }
         }
     }
