@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// Checks in flight at once: the loop is closed, at the store's speed.
 const IN_FLIGHT: usize = 256;
+/// Where the limit `idle` of the space `idle` keeps its key states in etcd.
+const STORED_PREFIX: &str = "idle/rk/idle/";
 
 /// The readings at one instant.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,6 +23,8 @@ pub struct Reading {
     pub rss_bytes_per_key: f64,
     pub heap_bytes_per_key: f64,
     pub cached_keys: usize,
+    /// The run's key states still in etcd (the writer deletes each once it is worth nothing).
+    pub stored: i64,
 }
 
 /// What the measurement saw.
@@ -76,9 +80,10 @@ pub async fn run(servers: &Servers, keys: usize, idle_for: Duration) -> anyhow::
         "a first check of a fresh key was denied"
     );
     let base = (rss0, heap0, keys);
-    let right_after = read(&rl, base).await?;
+    let endpoints = servers.etcd.endpoints();
+    let right_after = read(&rl, base, &endpoints).await?;
     tokio::time::sleep(idle_for).await;
-    let after_idle = read(&rl, base).await?;
+    let after_idle = read(&rl, base, &endpoints).await?;
     drop(tracking);
     limiter
         .close()
@@ -93,17 +98,22 @@ pub async fn run(servers: &Servers, keys: usize, idle_for: Duration) -> anyhow::
     })
 }
 
-/// The readings now, per key, over `(rss, heap)` before the `keys` checks.
+/// The readings now, per key, over `(rss, heap)` before the `keys` checks; the store's count
+/// last (its client's allocations come after this reading's).
 async fn read(
     rl: &clusterlimit::RateLimit,
     (rss0, heap0, keys): (u64, isize, usize),
+    endpoints: &[String],
 ) -> anyhow::Result<Reading> {
     let heap = alloc::settled_live_bytes().await - heap0;
+    let rss = rss_bytes()?.saturating_sub(rss0);
+    let cached_keys = rl.cached_keys();
     let per_key = |bytes: f64| bytes / keys.max(1) as f64;
     Ok(Reading {
-        rss_bytes_per_key: per_key(rss_bytes()?.saturating_sub(rss0) as f64),
+        rss_bytes_per_key: per_key(rss as f64),
         heap_bytes_per_key: per_key(heap as f64),
-        cached_keys: rl.cached_keys(),
+        cached_keys,
+        stored: crate::support::count_keys(endpoints, STORED_PREFIX).await,
     })
 }
 
@@ -112,8 +122,8 @@ impl IdleRow {
     pub fn markdown(&self) -> String {
         let line = |when: &str, r: &Reading| {
             format!(
-                "| {when} | {:.0} B | {:.0} B | {} |\n",
-                r.rss_bytes_per_key, r.heap_bytes_per_key, r.cached_keys
+                "| {when} | {:.0} B | {:.0} B | {} | {} |\n",
+                r.rss_bytes_per_key, r.heap_bytes_per_key, r.cached_keys, r.stored
             )
         };
         format!(
@@ -121,8 +131,8 @@ impl IdleRow {
              keys ({:.2} s, {IN_FLIGHT} in flight; each admitted, written and idle 10 ms later). \
              RSS growth (`VmRSS`) and live heap (the counting allocator) over the keys, and the \
              Limiter's cached key states (`cached_keys()`: idle ones are swept as new keys come \
-             in, not by a clock):\n\n\
-             | when | RSS / key | heap / key | cached keys |\n|---|---|---|---|\n{}{}",
+             in, not by a clock), and the key states still in etcd:\n\n\
+             | when | RSS / key | heap / key | cached keys | in etcd |\n|---|---|---|---|---|\n{}{}",
             self.keys,
             self.took.as_secs_f64(),
             line("right after the last answer", &self.right_after),
