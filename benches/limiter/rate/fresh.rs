@@ -3,8 +3,11 @@
 //! and written), on clusterlimit (etcd, ZooKeeper), beside the stores' own floors for a fresh
 //! key written by the same clients with the same processes and callers (plain puts, put-if-
 //! absent Txns, ZooKeeper creates: `raw.rs`) and redis-cell on Redis, all in the same run.
+//! The sidecar rows put one `clusterlimit serve` per worker process between the two
+//! (`sidecars.rs`, `sidecar_worker.rs`).
 
 use super::protocol::{Contender, Mode, WorkerReport, WorkerSetup};
+use super::sidecars::{self, Api};
 use super::spawn;
 use super::worker::unix_us;
 use crate::peers::PeerServers;
@@ -21,6 +24,8 @@ pub enum Who {
     EtcdPut,
     EtcdPutIfAbsent,
     OursEtcd,
+    SidecarHttp,
+    SidecarRls,
     ZkCreate,
     OursZk,
     RedisCell,
@@ -29,9 +34,11 @@ pub enum Who {
 impl Who {
     /// The order they run in: each floor right before ours on its store, and the slow
     /// put-if-absent Txns after ours (etcd digests them for a while after).
-    pub const ALL: [Who; 6] = [
+    pub const ALL: [Who; 8] = [
         Who::EtcdPut,
         Who::OursEtcd,
+        Who::SidecarHttp,
+        Who::SidecarRls,
         Who::EtcdPutIfAbsent,
         Who::ZkCreate,
         Who::OursZk,
@@ -43,6 +50,8 @@ impl Who {
             Who::EtcdPut => "etcd floor: plain `put`",
             Who::EtcdPutIfAbsent => "etcd: put-if-absent `Txn`, 1 key",
             Who::OursEtcd => "clusterlimit, etcd",
+            Who::SidecarHttp => "clusterlimit sidecar, HTTP (etcd)",
+            Who::SidecarRls => "clusterlimit sidecar, RLS gRPC (etcd)",
             Who::ZkCreate => "ZooKeeper floor: `create`",
             Who::OursZk => "clusterlimit, ZooKeeper",
             Who::RedisCell => "redis-cell `CL.THROTTLE`",
@@ -55,6 +64,8 @@ impl Who {
             Who::EtcdPutIfAbsent => Contender::EtcdPutIfAbsent,
             Who::OursEtcd | Who::OursZk => Contender::Clusterlimit,
             Who::ZkCreate => Contender::ZkCreate,
+            Who::SidecarHttp => Contender::SidecarHttp,
+            Who::SidecarRls => Contender::SidecarRls,
             Who::RedisCell => Contender::RedisCell,
         }
     }
@@ -62,15 +73,27 @@ impl Who {
     /// The floor ours is held to (its own store's plain write of a fresh key).
     pub fn floor(self) -> Option<Who> {
         match self {
-            Who::OursEtcd => Some(Who::EtcdPut),
+            Who::OursEtcd | Who::SidecarHttp | Who::SidecarRls => Some(Who::EtcdPut),
             Who::OursZk => Some(Who::ZkCreate),
             _ => None,
         }
     }
 
+    /// The sidecars' API, for the sidecar rows.
+    fn api(self) -> Option<Api> {
+        match self {
+            Who::SidecarHttp => Some(Api::Http),
+            Who::SidecarRls => Some(Api::Rls),
+            _ => None,
+        }
+    }
+
+    /// Where the workers connect (the sidecar rows: where their sidecars do).
     fn target(self, servers: &Servers, peers: &PeerServers, n: u64) -> String {
         match self {
-            Who::OursEtcd => servers.url(Store::Etcd, &format!("fresh{n}")),
+            Who::OursEtcd | Who::SidecarHttp | Who::SidecarRls => {
+                servers.url(Store::Etcd, &format!("fresh{n}"))
+            }
             Who::OursZk => servers.url(Store::Zk, &format!("fresh{n}")),
             // The floors and redis-cell: where the peers' workers connect.
             other => super::peer_target(other.contender(), servers, peers),
@@ -79,7 +102,11 @@ impl Who {
 
     fn server_pids(self, servers: &Servers, peers: &PeerServers) -> Vec<u32> {
         match self {
-            Who::EtcdPut | Who::EtcdPutIfAbsent | Who::OursEtcd => servers.pids(Store::Etcd),
+            Who::EtcdPut
+            | Who::EtcdPutIfAbsent
+            | Who::OursEtcd
+            | Who::SidecarHttp
+            | Who::SidecarRls => servers.pids(Store::Etcd),
             Who::ZkCreate | Who::OursZk => servers.pids(Store::Zk),
             Who::RedisCell => peers.pids(),
         }
@@ -103,6 +130,8 @@ pub struct FreshRow {
     pub server_cpu_us_per_decision: f64,
     /// The worker processes' CPU per decision, µs.
     pub client_cpu_us_per_decision: f64,
+    /// The sidecar rows: the sidecar processes' CPU per decision, µs.
+    pub sidecar_cpu_us_per_decision: Option<f64>,
 }
 
 impl FreshRow {
@@ -122,13 +151,16 @@ pub async fn run(
 ) -> anyhow::Result<FreshRow> {
     static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let start_at = unix_us() + LEAD_IN.as_micros() as u64;
     let setup = WorkerSetup {
         contender: who.contender(),
         mode: Mode::Fresh,
         target: who.target(servers, peers, n),
         limit_name: format!("fresh{n}"),
-        key: "k".to_string(),
+        key: if who.api() == Some(Api::Rls) {
+            sidecars::RLS_KEY.to_string()
+        } else {
+            "k".to_string()
+        },
         limit: 100,
         period_ms: 1000,
         burst: 10,
@@ -136,22 +168,39 @@ pub async fn run(
         callers,
         duration_ms: run_for.as_millis() as u64,
         count: 0,
-        start_at_unix_us: start_at,
+        start_at_unix_us: 0,
         wait_retry_after: false,
     };
-    let pids = who.server_pids(servers, peers);
-    let server_cpu = tokio::spawn(async move {
-        sleep_until(start_at).await;
-        let before = crate::cpu::cpu_ns(&pids).unwrap_or(0);
-        sleep_until(start_at + run_for.as_micros() as u64).await;
-        crate::cpu::cpu_ns(&pids)
-            .unwrap_or(0)
-            .saturating_sub(before)
-    });
+    // The sidecar rows: one sidecar per worker, started before the lead-in counts down.
+    let running = match who.api() {
+        Some(api) => Some(sidecars::start(api, processes, &setup).await?),
+        None => None,
+    };
+    let start_at = unix_us() + LEAD_IN.as_micros() as u64;
+    let targets = match &running {
+        Some(s) => s.targets(),
+        None => vec![setup.target.clone(); processes],
+    };
+    let setups: Vec<WorkerSetup> = targets
+        .into_iter()
+        .map(|target| WorkerSetup {
+            target,
+            start_at_unix_us: start_at,
+            ..setup.clone()
+        })
+        .collect();
+    let server_cpu = cpu_during(who.server_pids(servers, peers), start_at, run_for);
+    let sidecar_pids = running.as_ref().map_or_else(Vec::new, |s| s.pids());
+    let sidecar_cpu = cpu_during(sidecar_pids, start_at, run_for);
     let bound = LEAD_IN + run_for + Duration::from_secs(60);
-    let reports = spawn::run_all(&vec![setup; processes], bound).await?;
+    let reports = spawn::run_all(&setups, bound).await?;
     let server_ns = server_cpu.await.unwrap_or(0);
-    let row = merge(who, processes, callers, run_for, &reports, server_ns);
+    let sidecar_ns = sidecar_cpu.await.unwrap_or(0);
+    drop(running);
+    let mut row = merge(who, processes, callers, run_for, &reports, server_ns);
+    if who.api().is_some() {
+        row.sidecar_cpu_us_per_decision = Some(per_decision(sidecar_ns, row.decisions));
+    }
     // A fresh key under 100/s burst 10 is always admitted: a denial means a key was not fresh.
     anyhow::ensure!(
         row.decisions > 0 && row.admitted == row.decisions,
@@ -162,6 +211,26 @@ pub async fn run(
         row.errors
     );
     Ok(row)
+}
+
+/// The CPU `pids` use from `start_at` (Unix µs) for `run_for`, ns.
+fn cpu_during(pids: Vec<u32>, start_at: u64, run_for: Duration) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        sleep_until(start_at).await;
+        let before = crate::cpu::cpu_ns(&pids).unwrap_or(0);
+        sleep_until(start_at + run_for.as_micros() as u64).await;
+        crate::cpu::cpu_ns(&pids)
+            .unwrap_or(0)
+            .saturating_sub(before)
+    })
+}
+
+fn per_decision(ns: u64, decisions: u64) -> f64 {
+    if decisions == 0 {
+        0.0
+    } else {
+        ns as f64 / 1e3 / decisions as f64
+    }
 }
 
 async fn sleep_until(at_us: u64) {
@@ -199,15 +268,8 @@ fn merge(
         requests_per_decision: requests
             .filter(|_| decisions > 0)
             .map(|r| r as f64 / decisions as f64),
-        server_cpu_us_per_decision: if decisions == 0 {
-            0.0
-        } else {
-            server_ns as f64 / 1e3 / decisions as f64
-        },
-        client_cpu_us_per_decision: if decisions == 0 {
-            0.0
-        } else {
-            client_cpu_s * 1e6 / decisions as f64
-        },
+        server_cpu_us_per_decision: per_decision(server_ns, decisions),
+        client_cpu_us_per_decision: per_decision((client_cpu_s * 1e9) as u64, decisions),
+        sidecar_cpu_us_per_decision: None,
     }
 }

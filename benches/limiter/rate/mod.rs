@@ -5,6 +5,7 @@
 
 mod fresh;
 mod hot;
+mod idle;
 mod interval;
 mod many;
 mod plan;
@@ -14,6 +15,8 @@ mod report;
 #[allow(dead_code)] // the RLS bench's server module: this bench uses its `Rls` only
 #[path = "../../rls/server.rs"]
 mod rls_server;
+mod sidecar_worker;
+mod sidecars;
 mod spawn;
 mod uncontended;
 pub mod worker;
@@ -97,8 +100,11 @@ async fn fresh_rows(
                 let row = fresh::run(who, servers, peers, processes, callers, rp.fresh_for)
                     .await
                     .with_context(|| format!("row 4b: {}", who.label()))?;
+                let sidecar = row
+                    .sidecar_cpu_us_per_decision
+                    .map_or_else(String::new, |v| format!(" + {v:.0} sidecar"));
                 eprintln!(
-                    "  {processes} × {callers}: {}: {:.0} decisions/s, p50 {:?} p99 {:?}, CPU µs/decision {:.0} client + {:.0} store, {} errors",
+                    "  {processes} × {callers}: {}: {:.0} decisions/s, p50 {:?} p99 {:?}, CPU µs/decision {:.0} client{sidecar} + {:.0} store, {} errors",
                     who.label(),
                     row.decisions_per_s(),
                     row.latency.p50(),
@@ -111,6 +117,10 @@ async fn fresh_rows(
             }
         }
     }
+    step("row 4b: memory per idle key (one Limiter on etcd)");
+    let idle = idle::run(servers, rp.idle_keys, rp.idle_for).await?;
+    eprintln!("  {idle:?}");
+    r.idle = Some(idle);
     Ok(())
 }
 
@@ -158,6 +168,8 @@ fn peer_label(c: Contender) -> &'static str {
         Contender::EtcdPut => "etcd plain put",
         Contender::EtcdPutIfAbsent => "etcd put-if-absent Txn",
         Contender::ZkCreate => "ZooKeeper create",
+        Contender::SidecarHttp => "clusterlimit sidecar, HTTP",
+        Contender::SidecarRls => "clusterlimit sidecar, RLS gRPC",
     }
 }
 
@@ -176,13 +188,18 @@ fn peer_target(c: Contender, servers: &Servers, peers: &PeerServers) -> String {
         Contender::LimitsEtcd => format!("etcd://{first}"),
         Contender::EtcdPut | Contender::EtcdPutIfAbsent => format!("http://{first}"),
         Contender::ZkCreate => servers.zk.connect_string(),
+        // Their workers connect to sidecars of their own (`fresh::run` starts them).
+        Contender::SidecarHttp | Contender::SidecarRls => servers.url(Store::Etcd, "sidecar"),
     }
 }
 
 /// GCRA for clusterlimit and redis-cell; the etcd peers have fixed windows.
 fn algorithm(c: Contender) -> &'static str {
     match c {
-        Contender::Clusterlimit | Contender::RedisCell => "gcra",
+        Contender::Clusterlimit
+        | Contender::RedisCell
+        | Contender::SidecarHttp
+        | Contender::SidecarRls => "gcra",
         Contender::RlfEtcd | Contender::LimitsEtcd => "fixed-window",
         Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => "write",
     }

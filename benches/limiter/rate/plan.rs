@@ -30,6 +30,10 @@ pub struct RatePlan {
     pub fresh_processes: Vec<usize>,
     pub fresh_callers: Vec<u32>,
     pub fresh_for: Duration,
+    /// Row 4b's memory per idle key: fresh keys checked on one Limiter, then read again after
+    /// `idle_for`.
+    pub idle_keys: usize,
+    pub idle_for: Duration,
 }
 
 impl RatePlan {
@@ -53,6 +57,8 @@ impl RatePlan {
                 fresh_processes: vec![1],
                 fresh_callers: vec![4],
                 fresh_for: Duration::from_secs(1),
+                idle_keys: 2_000,
+                idle_for: Duration::from_secs(2),
             }
         } else {
             RatePlan {
@@ -71,6 +77,8 @@ impl RatePlan {
                 fresh_processes: vec![1, 4],
                 fresh_callers: vec![16, 64, 256],
                 fresh_for: Duration::from_secs(3),
+                idle_keys: 100_000,
+                idle_for: Duration::from_secs(5),
             }
         }
     }

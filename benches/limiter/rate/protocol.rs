@@ -39,6 +39,13 @@ pub enum Contender {
     /// The ZooKeeper floor of a fresh key: `create` of a persistent node under `/floor`;
     /// `target` is the connect string `127.0.0.1:PORT`.
     ZkCreate,
+    /// clusterlimit's sidecar over HTTP: `POST /v1/ratelimits/{limit_name}/check`, one per
+    /// decision on kept-alive connections; `target` is the sidecar's `http://127.0.0.1:PORT`.
+    SidecarHttp,
+    /// clusterlimit's sidecar over the RLS: one `ShouldRateLimit` of one descriptor
+    /// (`limit_name` is the domain, `key` the descriptor key) per decision; `target` is the
+    /// gRPC address `127.0.0.1:PORT`.
+    SidecarRls,
 }
 
 /// What a worker does.
@@ -131,6 +138,9 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
             Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => {
                 crate::rate::raw::run_worker(&setup)
             }
+            Contender::SidecarHttp | Contender::SidecarRls => {
+                crate::rate::sidecar_worker::run_worker(&setup)
+            }
             other => anyhow::bail!("{other:?} is not run by this binary (see peers::command)"),
         }
     };
@@ -155,7 +165,9 @@ pub fn worker_command(setup: &WorkerSetup) -> anyhow::Result<std::process::Comma
         | Contender::RedisCell
         | Contender::EtcdPut
         | Contender::EtcdPutIfAbsent
-        | Contender::ZkCreate => {
+        | Contender::ZkCreate
+        | Contender::SidecarHttp
+        | Contender::SidecarRls => {
             let exe = std::env::current_exe()
                 .map_err(|e| anyhow::anyhow!("find this bench's executable: {e}"))?;
             let mut cmd = std::process::Command::new(exe);

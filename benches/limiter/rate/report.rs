@@ -2,6 +2,7 @@
 
 use super::fresh::{FreshRow, Who};
 use super::hot::HotRow;
+use super::idle::IdleRow;
 use super::many::ManyRow;
 use super::plan::RatePlan;
 use super::protocol::{Contender, WorkerReport};
@@ -52,6 +53,8 @@ pub struct RateResults {
     pub many: Vec<ManyRow>,
     /// Row 4b: fresh keys, closed loop (issue 28).
     pub fresh: Vec<FreshRow>,
+    /// Row 4b: memory per idle key.
+    pub idle: Option<IdleRow>,
 }
 
 impl Default for RatePlan {
@@ -409,8 +412,13 @@ impl RateResults {
              before (quota 100/s burst 10: each admitted and written), beside the store's own \
              write of a fresh key by the same client with the same processes and callers, and \
              redis-cell on Redis, in the same run. Ratios: decisions/s and p99 of clusterlimit \
-             over its store's floor (etcd: plain `put`; ZooKeeper: `create`).\n\n\
-             | processes × callers | who | decisions/s | ratio to floor | p50 / p99 ms | p99 ratio | store requests / decision | CPU µs / decision: client + store | errors |\n\
+             over its store's floor (etcd: plain `put`; ZooKeeper: `create`). The sidecar rows: \
+             one `clusterlimit serve` per worker process, each worker's callers calling its own \
+             sidecar (HTTP: one `POST …/check` per decision on kept-alive connections; RLS: one \
+             `ShouldRateLimit` of one descriptor per decision, one HTTP/2 connection per caller); \
+             their CPU cell is client + sidecar + store, the sidecars' processes apart from the \
+             workers'.\n\n\
+             | processes × callers | who | decisions/s | ratio to floor | p50 / p99 ms | p99 ratio | store requests / decision | CPU µs / decision: client (+ sidecar) + store | errors |\n\
              |---|---|---|---|---|---|---|---|---|"
         );
         for r in &self.fresh {
@@ -420,9 +428,12 @@ impl RateResults {
                 .and_then(|f| self.fresh_of(f, r.processes, r.callers));
             let rate = floor.map(|f| r.decisions_per_s() / f.decisions_per_s().max(1.0));
             let p99 = floor.and_then(|f| ratio(r.latency.p99(), f.latency.p99()));
+            let sidecar = r
+                .sidecar_cpu_us_per_decision
+                .map_or_else(String::new, |v| format!("{v:.0} + "));
             let _ = writeln!(
                 s,
-                "| {} × {} | {} | {:.0} | {} | {} | {} | {} | {:.0} + {:.0} | {} |",
+                "| {} × {} | {} | {:.0} | {} | {} | {} | {} | {:.0} + {sidecar}{:.0} | {} |",
                 r.processes,
                 r.callers,
                 r.who.label(),
@@ -457,6 +468,9 @@ impl RateResults {
                     p99 <= 1.5,
                 );
             }
+        }
+        if let Some(idle) = &self.idle {
+            s.push_str(&idle.markdown());
         }
     }
 }
