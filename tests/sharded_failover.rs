@@ -1,0 +1,140 @@
+//! Failover of one cluster of a sharded store (`URL;URL`): two real single-member etcd
+//! clusters; the first one (which also holds the semaphores and the reference copy of every
+//! quota) is SIGKILLed. Keys on the second keep being checked, exactly (every key admits its
+//! burst and not one more, from two Limiters); keys on the killed one fail with a store error
+//! naming it; after a restart they answer again, their states intact, still exact.
+//!
+//! One member per cluster, so that killing the member (its leader) takes its cluster down: with
+//! three members a leader kill is a re-election of a second or two, which the single-store
+//! failover suite (`tests/failover.rs`) already covers.
+
+mod support;
+
+use clusterlimit::{Error, Limiter, Quota, RateLimit};
+use std::time::{Duration, Instant};
+
+/// Each key admits this many checks over the test (one more per hour: none in the test).
+const BURST: u64 = 5;
+const KEYS: usize = 24;
+
+fn key(i: usize) -> String {
+    format!("key-{i:03}-end")
+}
+
+async fn connect(url: &str) -> Limiter {
+    Limiter::builder(url)
+        .request_timeout(Duration::from_millis(800))
+        .connect()
+        .await
+        .expect("connect the sharded store")
+}
+
+/// Checks `key` `n` times on each limit handle, concurrently; the number admitted.
+async fn admitted(handles: &[&RateLimit], key: &str, n: usize) -> u64 {
+    let calls = handles
+        .iter()
+        .flat_map(|h| (0..n).map(move |_| h.check(key)));
+    let mut got = 0;
+    for d in futures::future::join_all(calls).await {
+        let d = d.unwrap_or_else(|e| panic!("{key} on the live cluster: {e}"));
+        got += u64::from(d.allowed);
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_down_fails_only_its_keys() {
+    let mut first = support::EtcdCluster::single();
+    let second = support::EtcdCluster::single();
+    let url = format!("{};{}", first.url("t"), second.url("t"));
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let quota = Quota::per_day(24).burst(BURST);
+    let ra = a.rate_limit("f", quota).await.expect("rate_limit");
+    let rb = b.open_rate_limit("f").await.expect("open");
+
+    // One check per key, then where each key is, read from the stores themselves.
+    for i in 0..KEYS {
+        assert!(ra.check(&key(i)).await.expect("check").allowed);
+    }
+    let mut on_first = Vec::new();
+    let mut on_second = Vec::new();
+    for i in 0..KEYS {
+        let prefix = format!("t/rk/f/{}", key(i));
+        let here = support::count_keys(&first.endpoints(), &prefix).await;
+        let there = support::count_keys(&second.endpoints(), &prefix).await;
+        assert_eq!(here + there, 1, "{} is on exactly one cluster", key(i));
+        if here == 1 {
+            on_first.push(key(i));
+        } else {
+            on_second.push(key(i));
+        }
+    }
+    assert!(
+        !on_first.is_empty() && !on_second.is_empty(),
+        "keys on both clusters: {on_first:?} / {on_second:?}"
+    );
+
+    first.kill(0);
+    let killed_at = Instant::now();
+
+    // The second cluster's keys: every call answers, each key admits exactly its burst.
+    for k in &on_second {
+        let got = admitted(&[&ra, &rb], k, BURST as usize).await;
+        assert_eq!(
+            got,
+            BURST - 1,
+            "{k}: the burst less the first check, no more"
+        );
+    }
+    // The first cluster's keys fail with a store error naming their cluster, in bounded time.
+    let named = first.endpoints()[0].clone();
+    for k in on_first.iter().take(4) {
+        let started = Instant::now();
+        match ra.check(k).await {
+            Err(Error::Store(e)) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&named), "{k}: {msg} does not name {named}");
+            }
+            other => panic!("{k} on the killed cluster: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{k} took {:?} to fail",
+            started.elapsed()
+        );
+    }
+    // Still answering after the failed calls: no shared state was poisoned.
+    for k in &on_second {
+        let d = rb.check(k).await.expect("the second cluster still answers");
+        assert!(!d.allowed, "{k} is spent");
+    }
+    eprintln!(
+        "{} keys checked on the live cluster while the other was down ({:?})",
+        on_second.len(),
+        killed_at.elapsed()
+    );
+
+    // Back: the killed cluster's keys answer again, their first check remembered.
+    first.restart(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for k in &on_first {
+        loop {
+            match ra.check_n(k, 0).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("{k} not back yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("{k} never came back: {e}"),
+            }
+        }
+        let got = admitted(&[&ra, &rb], k, BURST as usize).await;
+        assert_eq!(
+            got,
+            BURST - 1,
+            "{k}: its state survived the outage, no over-admission"
+        );
+    }
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
