@@ -14,6 +14,7 @@ mod report;
 #[allow(dead_code)] // the RLS bench's server module: this bench uses its `Rls` only
 #[path = "../../rls/server.rs"]
 mod rls_server;
+pub mod shards;
 mod spawn;
 mod uncontended;
 pub mod worker;
