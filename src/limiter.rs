@@ -222,6 +222,9 @@ pub enum CapacityChange {
 ///   (default `clusterlimit`).
 /// * `zk://HOST:PORT[,HOST:PORT…][/CHROOT]` — ZooKeeper 3.6+ (persistent recursive watches);
 ///   nodes live under `/CHROOT` (default `/clusterlimit`), created if absent.
+/// * `URL;URL[;URL…]` — rate-limit keys spread over several clusters of one kind, each key on
+///   one (consistent hashing; `{tag}` keeps keys together); semaphores on the first. See
+///   `docs/rate-limits.md`, "Sharding".
 ///
 /// ```no_run
 /// # async fn f() -> clusterlimit::Result<()> {
