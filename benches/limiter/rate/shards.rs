@@ -31,9 +31,11 @@ pub async fn measure(plan: &Plan) -> anyhow::Result<String> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     md.push_str(
-        "| callers/process | 1 cluster, decisions/s | 2 clusters, decisions/s | 2 ÷ 1 | errors |\n",
+        "| callers/process | 1 cluster, decisions/s | 2 clusters, decisions/s | 2 ÷ 1 \
+         | requests/decision (1 / 2) | client CPU µs/decision (1 / 2) \
+         | etcd CPU µs/decision (1 / 2, both etcds) | errors (1 / 2) |\n",
     );
-    md.push_str("|---|---|---|---|---|\n");
+    md.push_str("|---|---|---|---|---|---|---|---|\n");
     for (n, &callers) in rp.fresh_callers.iter().enumerate() {
         let space = format!("shards{n}");
         let one = clusters[0].url(&format!("{space}a"));
@@ -47,10 +49,16 @@ pub async fn measure(plan: &Plan) -> anyhow::Result<String> {
         let ratio = r2.decisions_per_s() / r1.decisions_per_s().max(1e-9);
         let _ = writeln!(
             md,
-            "| {callers} | {:.0} | {:.0} | {ratio:.2}× ({}) | {} / {} |",
+            "| {callers} | {:.0} | {:.0} | {ratio:.2}× ({}) | {:.2} / {:.2} | {:.0} / {:.0} | {:.0} / {:.0} | {} / {} |",
             r1.decisions_per_s(),
             r2.decisions_per_s(),
             if ratio >= GOAL { "met" } else { "not met" },
+            r1.requests_per_decision.unwrap_or(0.0),
+            r2.requests_per_decision.unwrap_or(0.0),
+            r1.client_cpu_us_per_decision,
+            r2.client_cpu_us_per_decision,
+            r1.server_cpu_us_per_decision,
+            r2.server_cpu_us_per_decision,
             r1.errors,
             r2.errors
         );
