@@ -26,34 +26,83 @@ pub(super) fn present(quota: &Versioned) -> Versioned {
     }
 }
 
-/// Per (limit, cluster): the cluster's version of the limit's quota, and the shown version of
+/// Per limit and cluster: the cluster's version of the limit's quota, and the shown version of
 /// its bytes, once verified to hold the first cluster's quota (or read from the first cluster).
+/// Looked up by `&str` on every write, so no allocation on the request path.
 #[derive(Debug, Default)]
 pub(super) struct Known {
-    versions: Mutex<HashMap<(String, usize), (u64, u64)>>,
+    versions: Mutex<HashMap<String, Vec<Option<Pair>>>>,
 }
+
+/// (the cluster's version of the quota, the shown version of its bytes).
+type Pair = (u64, u64);
 
 impl Known {
     /// Records that `cluster` holds `quota` (verified).
     pub(super) fn learn(&self, limit: &str, cluster: usize, quota: &Versioned) {
-        lock(&self.versions).insert(
-            (limit.to_string(), cluster),
-            (quota.version, shown(&quota.value)),
-        );
+        let mut versions = lock(&self.versions);
+        let per_cluster = match versions.get_mut(limit) {
+            Some(v) => v,
+            None => versions.entry(limit.to_string()).or_default(),
+        };
+        if per_cluster.len() <= cluster {
+            per_cluster.resize(cluster + 1, None);
+        }
+        per_cluster[cluster] = Some((quota.version, shown(&quota.value)));
+    }
+
+    fn get(&self, limit: &str, cluster: usize) -> Option<Pair> {
+        lock(&self.versions)
+            .get(limit)
+            .and_then(|v| v.get(cluster).copied().flatten())
     }
 
     /// The cluster version to write with, if `cluster` holds the quota shown as `shown`.
     pub(super) fn version_for(&self, limit: &str, cluster: usize, shown: u64) -> Option<u64> {
-        lock(&self.versions)
-            .get(&(limit.to_string(), cluster))
+        self.get(limit, cluster)
             .filter(|(_, s)| *s == shown)
-            .map(|(v, _)| *v)
+            .map(|(v, _)| v)
     }
 
     /// Whether `cluster`'s quota version `version` was verified (the shown version follows).
     pub(super) fn verified(&self, limit: &str, cluster: usize, version: u64) -> bool {
-        lock(&self.versions)
-            .get(&(limit.to_string(), cluster))
-            .is_some_and(|(v, _)| *v == version)
+        self.get(limit, cluster).is_some_and(|(v, _)| v == version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_kept_per_limit_and_cluster() {
+        let known = Known::default();
+        let q = |value: &str, version| Versioned {
+            value: value.as_bytes().to_vec(),
+            version,
+        };
+        known.learn("l", 1, &q("a", 7));
+        assert_eq!(known.version_for("l", 1, shown(b"a")), Some(7));
+        assert_eq!(
+            known.version_for("l", 1, shown(b"b")),
+            None,
+            "another quota"
+        );
+        assert_eq!(
+            known.version_for("l", 0, shown(b"a")),
+            None,
+            "another cluster"
+        );
+        assert_eq!(
+            known.version_for("m", 1, shown(b"a")),
+            None,
+            "another limit"
+        );
+        assert!(known.verified("l", 1, 7) && !known.verified("l", 1, 8));
+        known.learn("l", 1, &q("b", 9));
+        assert_eq!(known.version_for("l", 1, shown(b"b")), Some(9));
+        assert_eq!(known.version_for("l", 1, shown(b"a")), None, "replaced");
+        assert_eq!(present(&q("a", 7)).version, shown(b"a"));
+        assert_ne!(shown(b"a"), shown(b"b"));
     }
 }
