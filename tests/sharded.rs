@@ -1,5 +1,5 @@
 //! A sharded store (`URL;URL`, `backend/sharded/`) under the contracts: the rate contract on
-//! two in-process stores and on two real etcd clusters, the semaphore contract on two
+//! two in-process stores, on two real etcd clusters and on two chroots of one real ZooKeeper, the semaphore contract on two
 //! in-process stores (semaphores live on the first cluster), and what only a sharded store
 //! does: keys spread over both clusters, `check_all` across clusters refused naming the keys
 //! (and served with a hash tag), a quota copy missing or stale on one cluster repaired from
@@ -127,6 +127,46 @@ impl Harness for ShardedEtcd {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// One real ZooKeeper, two chroots: two clusters as far as the sharded store can tell (their
+// identities differ), to run the store-neutral layer over ZooKeeper's versions (which restart
+// on re-creation, see `RateStore::version_life`) at the cost of one server per test.
+
+/// `zk://H/t1;zk://H/t2` on one fresh standalone ZooKeeper per test. Rate cases only.
+struct ShardedZk {
+    cluster: support::ZkCluster,
+}
+
+impl Harness for ShardedZk {
+    const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(5);
+
+    async fn start() -> Self {
+        ShardedZk {
+            cluster: support::ZkCluster::single(),
+        }
+    }
+
+    async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
+        let hosts = self.cluster.connect_string();
+        opts.builder(&format!("zk://{hosts}/t1;zk://{hosts}/t2"))
+            .connect()
+            .await
+    }
+
+    async fn revoke_sessions(&self) {
+        unreachable!("rate cases only")
+    }
+
+    async fn queue_entries(&self, _sem: &str) -> usize {
+        unreachable!("rate cases only")
+    }
+
+    async fn spawn_holder(&self, _sem: &str) -> DoomedHolder {
+        unreachable!("rate cases only")
+    }
+}
+
+clusterlimit::rate_contract_suite!(zk_rate, ShardedZk);
 clusterlimit::rate_contract_suite!(memory_rate, ShardedMemory);
 clusterlimit::contract_suite!(memory, ShardedMemory);
 clusterlimit::rate_contract_suite!(etcd_rate, ShardedEtcd);
