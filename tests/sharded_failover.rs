@@ -51,6 +51,7 @@ async fn one_cluster_down_fails_only_its_keys() {
     let url = format!("{};{}", first.url("t"), second.url("t"));
     let (a, b) = (connect(&url).await, connect(&url).await);
     let quota = Quota::per_day(24).burst(BURST);
+    // (Last, the second cluster misses a quota change while down and is repaired.)
     let ra = a.rate_limit("f", quota).await.expect("rate_limit");
     let rb = b.open_rate_limit("f").await.expect("open");
 
@@ -137,6 +138,60 @@ async fn one_cluster_down_fails_only_its_keys() {
             "{k}: its state survived the outage, no over-admission"
         );
     }
+
+    // A quota change while the second cluster is down: refused naming it, kept by the first
+    // cluster, and given to the second cluster once it is back (its copy is repaired).
+    let mut second = second;
+    second.kill(0);
+    let bigger = Quota::per_day(24).burst(BURST + 3);
+    match ra.set_quota(bigger).await {
+        Err(Error::Store(e)) => {
+            let msg = e.to_string();
+            let down = &second.endpoints()[0];
+            assert!(
+                msg.contains(down) && msg.contains("stored on the first cluster"),
+                "{msg}"
+            );
+        }
+        other => panic!("set_quota with the second cluster down: {other:?}"),
+    }
+    second.restart(0);
+    // Opening the limit (as a new process does) repairs the copy once the cluster answers.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let alone = connect(&second.url("t")).await;
+    loop {
+        let reopened = b.open_rate_limit("f").await.map(|r| r.quota());
+        let copy = alone.open_rate_limit("f").await.map(|r| r.quota());
+        match (reopened, copy) {
+            (Ok(q), Ok(c)) if q == bigger && c == bigger => break,
+            other if Instant::now() < deadline => {
+                eprintln!("not repaired yet: {other:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => panic!("the second cluster's copy was never repaired: {other:?}"),
+        }
+    }
+    alone.close().await.expect("close");
+    // Every client now writes under the new quota on both clusters (a learns it from a
+    // conflict, as after any quota change).
+    let mut on_repaired = 0;
+    for i in 0..KEYS {
+        let k = format!("fresh-{i:03}-end");
+        let first_check = loop {
+            match rb.check(&k).await {
+                Ok(d) => break u64::from(d.allowed),
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("{k} not back yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("{k} never came back: {e}"),
+            }
+        };
+        let got = first_check + admitted(&[&ra, &rb], &k, BURST as usize + 3).await;
+        assert_eq!(got, BURST + 3, "{k}: the new quota, wherever the key lives");
+        on_repaired += support::count_keys(&second.endpoints(), &format!("t/rk/f/{k}")).await;
+    }
+    assert!(on_repaired > 0, "some fresh key is on the repaired cluster");
     a.close().await.expect("close");
     b.close().await.expect("close");
 }
