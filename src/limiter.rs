@@ -410,7 +410,7 @@ impl LimiterBuilder {
                     })
                 });
                 let shards = futures::future::try_join_all(opened).await?;
-                Arc::new(ShardedBackend::new(shards)?)
+                ShardedBackend::new(shards)?
             }
         };
         Ok(backend)

@@ -341,3 +341,72 @@ fn sharded_urls_are_parsed_with_names() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A copy left stale on a cluster (here: a quota change made on the first cluster alone, as
+/// when the second was down) is found by the background recheck of a client that only writes
+/// that cluster's keys, and repaired: that client then decides with the first cluster's quota.
+#[tokio::test]
+async fn a_stale_copy_is_found_by_the_background_recheck() {
+    use clusterlimit::backend::memory::MemoryBackend;
+    use clusterlimit::backend::sharded::{Shard, ShardedBackend};
+    let h = ShardedMemory::start().await;
+    let shards = h
+        .names
+        .iter()
+        .map(|n| Shard {
+            id: format!("memory://{n}"),
+            name: format!("memory://{n}"),
+            backend: std::sync::Arc::new(MemoryBackend::open(n)),
+        })
+        .collect();
+    let every = Duration::from_millis(200);
+    let sharded = ShardedBackend::with_quota_recheck(shards, every).expect("two shards");
+    let l = Limiter::from_backend(sharded.clone(), "recheck").expect("limiter");
+    let old = Quota::per_day(24).burst(3);
+    let new = Quota::per_day(24).burst(6);
+    let rl = l.rate_limit("r", old).await.expect("rate_limit");
+    // Keys kept by the second cluster only.
+    let keys: Vec<String> = (0..400)
+        .map(|i| format!("k{i}"))
+        .filter(|k| sharded.cluster_of("r", k) == 1)
+        .take(8)
+        .collect();
+    assert_eq!(keys.len(), 8);
+    let first = Limiter::connect(&format!("memory://{}", h.names[0]))
+        .await
+        .expect("the first alone");
+    first
+        .open_rate_limit("r")
+        .await
+        .expect("open")
+        .set_quota(new)
+        .await
+        .expect("set_quota on the first only");
+    let second = Limiter::connect(&format!("memory://{}", h.names[1]))
+        .await
+        .expect("the second alone");
+    let copy = || async { second.open_rate_limit("r").await.map(|r| r.quota()) };
+    assert_eq!(copy().await.ok(), Some(old), "the second's copy is stale");
+    let started = std::time::Instant::now();
+    let mut i = 0;
+    loop {
+        // A fresh key of the second cluster, spent: its admissions show the quota in use.
+        let k = &keys[i % keys.len()];
+        i += 1;
+        let mut admitted = 0;
+        for _ in 0..7 {
+            admitted += u64::from(rl.check(k).await.expect("check").allowed);
+        }
+        if admitted == 6 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3) && i < keys.len(),
+            "still deciding with the stale copy after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(every).await;
+    }
+    assert_eq!(copy().await.ok(), Some(new), "the copy was repaired");
+    assert_eq!(rl.quota(), new);
+}

@@ -21,7 +21,7 @@ use crate::lost::LostSignal;
 use crate::stats::RequestStats;
 use crate::status::Status;
 use async_trait::async_trait;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 mod quotas;
@@ -41,6 +41,11 @@ pub struct Shard {
     pub backend: Arc<dyn Backend>,
 }
 
+/// How often a client writing keys of a cluster compares that cluster's quota copies with
+/// the first cluster's, in the background: a copy left stale (its cluster missed a quota
+/// change while down) is repaired within about this long once both clusters answer.
+pub const QUOTA_RECHECK: Duration = Duration::from_secs(10);
+
 /// Several clusters as one [`Backend`]: rate-limit keys spread over all of them, semaphores
 /// and the session on the first.
 #[derive(Debug)]
@@ -48,12 +53,20 @@ pub struct ShardedBackend {
     shards: Vec<Shard>,
     ring: ring::Ring,
     known: quotas::Known,
+    recheck_every: Duration,
+    /// Itself, for the background quota rechecks.
+    me: Weak<ShardedBackend>,
 }
 
 impl ShardedBackend {
     /// Composes `shards` (at least one, distinct identities, each keeping rate limits); the
     /// first one keeps the semaphores and is the reference for quotas.
-    pub fn new(shards: Vec<Shard>) -> Result<ShardedBackend> {
+    pub fn new(shards: Vec<Shard>) -> Result<Arc<ShardedBackend>> {
+        Self::with_quota_recheck(shards, QUOTA_RECHECK)
+    }
+
+    /// [`new`](Self::new) with another interval than [`QUOTA_RECHECK`] (for tests).
+    pub fn with_quota_recheck(shards: Vec<Shard>, every: Duration) -> Result<Arc<ShardedBackend>> {
         if shards.is_empty() {
             return Err(Error::invalid("a sharded store needs at least one cluster"));
         }
@@ -73,11 +86,14 @@ impl ShardedBackend {
             }
         }
         let ids: Vec<String> = shards.iter().map(|s| s.id.clone()).collect();
-        Ok(ShardedBackend {
-            ring: ring::Ring::new(&ids),
+        let ring = ring::Ring::new(&ids);
+        Ok(Arc::new_cyclic(|me| ShardedBackend {
+            ring,
             shards,
             known: quotas::Known::default(),
-        })
+            recheck_every: every,
+            me: me.clone(),
+        }))
     }
 
     /// The index of the cluster that keeps `key` of `limit` (in the order given to

@@ -12,6 +12,7 @@ use super::ring::hash;
 use crate::backend::{lock, Versioned};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The version the rate layer sees for a quota's bytes (never 0).
 pub(super) fn shown(quota: &[u8]) -> u64 {
@@ -31,11 +32,18 @@ pub(super) fn present(quota: &Versioned) -> Versioned {
 /// Looked up by `&str` on every write, so no allocation on the request path.
 #[derive(Debug, Default)]
 pub(super) struct Known {
-    versions: Mutex<HashMap<String, Vec<Option<Pair>>>>,
+    versions: Mutex<HashMap<String, Vec<Option<Entry>>>>,
 }
 
 /// (the cluster's version of the quota, the shown version of its bytes).
 type Pair = (u64, u64);
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    pair: Pair,
+    /// When it was last compared with the first cluster's quota (or claimed for that).
+    checked: Instant,
+}
 
 impl Known {
     /// Records that `cluster` holds `quota` (verified).
@@ -48,13 +56,32 @@ impl Known {
         if per_cluster.len() <= cluster {
             per_cluster.resize(cluster + 1, None);
         }
-        per_cluster[cluster] = Some((quota.version, shown(&quota.value)));
+        per_cluster[cluster] = Some(Entry {
+            pair: (quota.version, shown(&quota.value)),
+            checked: Instant::now(),
+        });
     }
 
     fn get(&self, limit: &str, cluster: usize) -> Option<Pair> {
         lock(&self.versions)
             .get(limit)
             .and_then(|v| v.get(cluster).copied().flatten())
+            .map(|e| e.pair)
+    }
+
+    /// Whether `cluster`'s copy was last compared with the first cluster's `every` ago or
+    /// more; if so, the comparison is claimed (one caller makes it, the others go on).
+    pub(super) fn recheck_due(&self, limit: &str, cluster: usize, every: Duration) -> bool {
+        let mut versions = lock(&self.versions);
+        let Some(Some(e)) = versions.get_mut(limit).and_then(|v| v.get_mut(cluster)) else {
+            return false;
+        };
+        let now = Instant::now();
+        if now.duration_since(e.checked) < every {
+            return false;
+        }
+        e.checked = now;
+        true
     }
 
     /// The cluster version to write with, if `cluster` holds the quota shown as `shown`.
@@ -103,6 +130,15 @@ mod tests {
         assert_eq!(known.version_for("l", 1, shown(b"b")), Some(9));
         assert_eq!(known.version_for("l", 1, shown(b"a")), None, "replaced");
         assert_eq!(present(&q("a", 7)).version, shown(b"a"));
+        assert!(
+            !known.recheck_due("l", 1, Duration::from_secs(60)),
+            "just learned"
+        );
+        assert!(known.recheck_due("l", 1, Duration::ZERO), "claimed");
+        assert!(
+            !known.recheck_due("m", 1, Duration::ZERO),
+            "nothing known to recheck"
+        );
         assert_ne!(shown(b"a"), shown(b"b"));
     }
 }

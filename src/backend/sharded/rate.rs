@@ -3,8 +3,9 @@
 //!
 //! Quota copies: `put_limit` writes the first cluster, then the others. Whenever a cluster
 //! shows a quota version this client has not verified (at open, after a conflict, after
-//! another client's change), the first cluster's quota is read and the cluster's copy is
-//! compared with it; a copy that differs (the cluster missed a change while down, or was
+//! another client's change), and in the background every `QUOTA_RECHECK` while it writes
+//! keys of a cluster, the first cluster's quota is read and the cluster's copy is compared
+//! with it; a copy that differs (the cluster missed a change while down, or was
 //! added since) or is missing is rewritten from the first cluster's before any write is made
 //! against it. So no write is ever applied under a quota other than the one it was computed
 //! with, and a stale copy lasts only until a client meets it.
@@ -120,6 +121,9 @@ impl ShardedBackend {
     /// How to send a write computed with the quota shown as `shown_version` to `cluster`.
     async fn prepare(&self, limit: &str, cluster: usize, shown_version: u64) -> Result<Prepared> {
         if let Some(v) = self.known.version_for(limit, cluster, shown_version) {
+            if cluster != 0 && self.known.recheck_due(limit, cluster, self.recheck_every) {
+                self.recheck(limit, cluster);
+            }
             return Ok(Prepared::Version(v));
         }
         match self.reconcile(limit, cluster).await {
@@ -128,6 +132,23 @@ impl ShardedBackend {
             Err(Error::NotFound(_)) => Ok(Prepared::Stale(None)),
             Err(e) => Err(e),
         }
+    }
+
+    /// Compares `cluster`'s copy of `limit`'s quota with the first cluster's in a task of its
+    /// own, repairing it if it differs (then writes made with the old copy conflict and their
+    /// clients learn the first cluster's quota). Off the request path: a first cluster that
+    /// does not answer delays nothing.
+    fn recheck(&self, limit: &str, cluster: usize) {
+        let (Some(me), Ok(runtime)) = (self.me.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let limit = limit.to_string();
+        runtime.spawn(async move {
+            if let Err(e) = me.reconcile(&limit, cluster).await {
+                tracing::debug!(limit, error = %e, "quota recheck failed; tried again later");
+            }
+        });
     }
 
     /// The conflict a stale write meets: the quota now and the key as it is on `cluster`.
