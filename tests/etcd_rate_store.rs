@@ -1,11 +1,14 @@
 //! The etcd rate-limit store, driven through the `RateStore` trait on a real etcd: quotas,
 //! compare-and-swap per key (one request per write, a conflict answered in the same request),
-//! key escaping, deletes, and idle keys vanishing by themselves through shared leases.
+//! key escaping, deletes, and idle keys vanishing: deleted by their writer many per request,
+//! and by a slow scan when their writer died.
 
 mod support;
 
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
-use clusterlimit::backend::{Backend, Current, KeyWrite, RateStore, Versioned, WriteOutcome};
+use clusterlimit::backend::{
+    Backend, Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
+};
 use clusterlimit::{Error, RequestStats};
 use etcd_client::{Permission, PermissionType};
 use futures::stream::{self, StreamExt};
@@ -453,7 +456,7 @@ async fn keys_are_kept_as_given_and_delete_forgets_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_keys_vanish_by_themselves_through_few_leases() {
+async fn idle_keys_are_deleted_by_their_writer_many_per_request() {
     const KEYS: usize = 10_000;
     const CONCURRENCY: usize = 32;
     const HORIZON: u64 = 2 * SEC;
@@ -491,26 +494,17 @@ async fn idle_keys_vanish_by_themselves_through_few_leases() {
     let c = b.stats().since(&before);
     let last_expiry = *expiries.iter().max().unwrap();
     println!(
-        "{KEYS} first-touch writes in {writing:?}: {} Txn, {} other requests, {} lease grants \
-         ({:.2} per 1,000 writes)",
+        "{KEYS} first-touch writes in {writing:?}: {} Txn, {} deletes, {} other requests",
         c.txn,
-        c.total() - c.txn,
-        c.lease,
-        c.lease as f64 * 1000.0 / KEYS as f64
+        c.delete,
+        c.total() - c.txn - c.delete,
     );
     assert_eq!(c.txn, KEYS as u64, "one Txn per write");
-    // (`total()` leaves out `lease`, where the grants are counted.)
-    assert_eq!(c.total(), c.txn, "nothing but writes and grants: {c:?}");
-    // One lease per bucket: a fresh lease serves at least 1 s of writing.
-    let bound = writing.as_secs() + 3;
-    assert!(
-        c.lease <= bound,
-        "{} lease grants for {writing:?} of writing (at most {bound})",
-        c.lease
-    );
+    assert_eq!(c.lease, 0, "no lease: {c:?}");
+    let before_sweep = b.stats();
 
-    // Polled until all but 1% are gone, within the documented bound (slack 2 s + etcd's
-    // expiry check) plus a margin for a loaded machine; at every poll, nothing is gone before
+    // Polled until all but 1% are gone, within the sweep's margin (1 s past the expiry) plus
+    // its 1 s tick and a margin for a loaded machine; at every poll, nothing is gone before
     // its expiry (a listing shows etcd at some instant before it returned).
     let prefix = format!("{PREFIX}/rk/idle/");
     let vanish_by = Duration::from_secs(15);
@@ -567,8 +561,24 @@ async fn idle_keys_vanish_by_themselves_through_few_leases() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Each key seen going vanished within the bound (slack 2 s + etcd's expiry lag) plus the
-    // poll interval and a margin for a loaded machine.
+    // The deletes came many keys per request: 127 per Txn, plus a short Txn per round (a
+    // round takes what is due, at most one per GATHER = 250 ms).
+    let swept = b.stats().since(&before_sweep);
+    println!(
+        "sweeping {KEYS} keys took {} delete requests, {} requests in all",
+        swept.delete + c.delete,
+        swept.total()
+    );
+    let rounds = (writing.as_secs() + 2) * 4;
+    let most = (KEYS as u64).div_ceil(127) + rounds;
+    assert!(
+        swept.delete + c.delete <= most,
+        "{} delete requests for {KEYS} keys (at most {most})",
+        swept.delete + c.delete
+    );
+
+    // Each key seen going vanished within the bound (margin 1 s + the sweep's 1 s tick) plus
+    // the poll interval and a margin for a loaded machine.
     let lateness = (0..KEYS)
         .filter_map(|i| gone_at[i].map(|t| t.saturating_sub(expiries[i])))
         .max()
@@ -594,49 +604,65 @@ async fn idle_keys_vanish_by_themselves_through_few_leases() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_etcd_no_longer_has_is_replaced_and_the_write_applies() {
+async fn keys_of_a_writer_that_died_are_found_by_the_slow_scan() {
+    const KEYS: usize = 1_000;
     let cluster = EtcdCluster::single();
-    // No keepalive during the test: every Lease counted is a grant.
-    let b = backend_with(&cluster, Duration::from_secs(600)).await;
-    let s = store(&b);
-    let q = s.ensure_limit("api", Some(b"q")).await.unwrap().version;
-    let before = b.stats();
-    written(
-        s.write_keys(&[write("api", q, "a", None, "1")])
-            .await
-            .unwrap(),
-    );
-    written(
-        s.write_keys(&[write("api", q, "b", None, "1")])
-            .await
-            .unwrap(),
-    );
-    assert_eq!(b.stats().since(&before).lease, 1, "one grant, then reused");
-
-    // Gone behind our back (expired in a pause, revoked by an operator): its keys with it.
-    support::revoke_all_leases(&cluster.endpoints()).await;
-    assert_eq!(s.read_key("api", "a").await.unwrap().key, None);
-    let before = b.stats();
-    let vc = written(
-        s.write_keys(&[write("api", q, "c", None, "1")])
-            .await
-            .unwrap(),
-    )[0];
-    let c = b.stats().since(&before);
+    let prefix = format!("{PREFIX}/rk/gone/");
+    // A writer that leaves: its keys expire 1 s on, and it is gone before its sweep.
+    let dead = backend(&cluster).await;
+    let q = store(&dead)
+        .ensure_limit("gone", Some(b"q"))
+        .await
+        .unwrap()
+        .version;
+    let expires_at = unix_now() + SEC;
+    let writes: Vec<KeyWrite> = (0..KEYS)
+        .map(|i| KeyWrite {
+            expires_at,
+            ..write("gone", q, &format!("k{i}"), None, "x")
+        })
+        .collect();
+    for chunk in writes.chunks(100) {
+        let done = store(&dead).write_each(chunk).await;
+        assert!(done.iter().all(Result::is_ok), "writes applied");
+    }
+    dead.shutdown();
     assert_eq!(
-        (c.txn, c.lease),
-        (2, 1),
-        "refused once, a new lease, sent again: {c:?}"
+        support::count_keys(&cluster.endpoints(), &prefix).await,
+        KEYS as i64
     );
-    assert_eq!(s.read_key("api", "c").await.unwrap().key, Some(v("1", vc)));
-    // The new lease is reused from then on.
-    let before = b.stats();
+
+    // Another process, started once those keys are past the scan's margin minus its first
+    // delay, writes one key: its first scan, FIRST_SCAN later, deletes them.
+    let margin = Duration::from_secs(10); // scan.rs SCAN_MARGIN
+    let first_scan = Duration::from_secs(5); // scan.rs FIRST_SCAN
+    let wait = Duration::from_nanos(expires_at.saturating_sub(unix_now())) + margin;
+    // (A second more: a scan at the very edge of the margin would leave them for 5 minutes.)
+    tokio::time::sleep(wait.saturating_sub(first_scan) + Duration::from_secs(1)).await;
+    let live = backend(&cluster).await;
+    let s = store(&live);
+    let ql = s.ensure_limit("live", Some(b"q")).await.unwrap().version;
     written(
-        s.write_keys(&[write("api", q, "d", None, "1")])
+        s.write_keys(&[write("live", ql, "keep", None, "1")])
             .await
             .unwrap(),
     );
-    assert_eq!(b.stats().since(&before).lease, 0);
+    let started = Instant::now();
+    let mut left = KEYS as i64;
+    while left > 0 && started.elapsed() < first_scan + Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        left = support::count_keys(&cluster.endpoints(), &prefix).await;
+    }
+    println!(
+        "the scan deleted {} of {KEYS} keys of a dead writer {:?} after the new process's first write",
+        KEYS as i64 - left,
+        started.elapsed()
+    );
+    assert_eq!(left, 0, "keys of a dead writer left after its scan");
+    assert!(
+        s.read_key("live", "keep").await.unwrap().key.is_some(),
+        "an unexpired key stays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -780,4 +806,34 @@ async fn refusals_are_named_and_not_retried() {
     );
     denied(&store(&stranger).limits().await.map(|_| ()), "limits");
     assert_eq!(cost(&stranger, &before).range, 2, "not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_writes_fill_one_txn_up_to_etcds_operation_limit() {
+    let cluster = EtcdCluster::single();
+    let b = backend(&cluster).await;
+    let s = store(&b);
+    let q = s.ensure_limit("wide", Some(b"q")).await.unwrap().version;
+    let batch = |n: usize, tag: &str| -> Vec<KeyWrite> {
+        (0..n)
+            .map(|i| write("wide", q, &format!("{tag}-{i}"), None, "1"))
+            .collect()
+    };
+    // One group (one limit, one quota version): 128 less the outer level, the group's own
+    // ops (writes + the quota get) and one for each nested write's compare.
+    let before = b.stats();
+    let got = s.write_each(&batch(125, "fits")).await;
+    assert_eq!(b.stats().since(&before).txn, 1, "one Txn carries them all");
+    assert!(
+        got.iter().all(|o| matches!(o, Ok(KeyOutcome::Written(_)))),
+        "125 writes in one Txn: {:?}",
+        got.iter()
+            .find(|o| !matches!(o, Ok(KeyOutcome::Written(_))))
+    );
+    let refused = s.write_each(&batch(126, "over")).await;
+    match &refused[0] {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("126"), "{m}"),
+        other => panic!("126 writes: expected a refusal naming the count, got {other:?}"),
+    }
+    assert_eq!(s.read_key("wide", "over-0").await.unwrap().key, None);
 }

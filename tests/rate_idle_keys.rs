@@ -1,8 +1,8 @@
 //! Idle keys vanish (issue 15), through the API on memory, etcd and ZooKeeper: 10,000 distinct
 //! keys each checked once with a quota whose state is worth nothing 1 ms later
 //! (`per_second(1000)`), then at most 1% of them may be left in the store after a bounded wait
-//! (memory: swept by a later call, at most once a second; etcd: expiry-bucket leases;
-//! ZooKeeper: the writer's sweeper). The Limiter's own cache of key states stays bounded too
+//! (memory: swept by a later call, at most once a second; etcd and ZooKeeper: the writer's
+//! sweeper). The Limiter's own cache of key states stays bounded too
 //! (`src/rate_limit/registry.rs` sweeps idle cells as the map grows).
 
 mod rate_hammer;

@@ -17,7 +17,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 mod capacity;
+mod due_queue;
 pub mod etcd;
+mod expiry;
 pub mod memory;
 pub(crate) mod outage;
 mod rate_store;

@@ -6,7 +6,7 @@
 //! <root>/s/<name>/cap          {"capacity":N,"floor":F}
 //! <root>/s/<name>/q/<id>       {"permits":K,"owner":"…","since_unix_ms":T}, bound to a lease
 //! <root>/rq/<name>             a rate limit's quota (the bytes the caller gave)
-//! <root>/rk/<name>/<key>       a rate-limit key's state, bound to an expiry-bucket lease
+//! <root>/rk/<name>/<key>       a rate-limit key's state + `\n@<expires_at>` (swept: sweeper.rs)
 //! ```
 //! Names are validated to `[A-Za-z0-9._-]`, so a name can never reach outside its prefix, and
 //! the four second-level segments (`names`, `s`, `rq`, `rk`) differ, so semaphores and rate
@@ -51,6 +51,10 @@ impl Keys {
     }
     pub(super) fn quota(&self, name: &str) -> String {
         format!("{}/rq/{name}", self.root)
+    }
+    /// Where every rate-limit key lives (what the slow scan reads).
+    pub(super) fn rate_keys_prefix(&self) -> String {
+        format!("{}/rk/", self.root)
     }
     pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
         format!("{}/rk/{name}/{key}", self.root)

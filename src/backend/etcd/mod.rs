@@ -12,16 +12,18 @@
 //!   one delete plus one watch event per watching process, never a re-read per waiter.
 //! * Fencing token: the entry key's create revision.
 //! * Rate limits (`rate.rs`): one Txn per compare-and-swap write, whose else branch returns
-//!   the current state; idle keys vanish with shared expiry-bucket leases (`rate_leases.rs`).
+//!   the current state; idle keys are deleted by their writer once expired, many per Txn
+//!   (`sweeper.rs`), and those of dead writers by a slow paced scan (`scan.rs`).
 
 mod describe;
 mod endpoints;
 mod keys;
 mod rate;
-mod rate_leases;
+mod scan;
 mod security;
 mod session;
 mod strays;
+mod sweeper;
 mod tls_probe;
 mod view;
 
@@ -89,8 +91,8 @@ pub struct EtcdBackend {
     enqueued: Mutex<HashSet<String>>,
     /// Set by close/shutdown: stops every background task and retry of this backend.
     stop: Stop,
-    /// Leases of rate-limit keys, by expiry bucket (not the session's: see `rate_leases.rs`).
-    rate_leases: rate_leases::RateLeases,
+    /// Deletes the rate-limit keys we wrote once expired (`sweeper.rs`, `scan.rs`).
+    sweeper: sweeper::Sweeper,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -242,18 +244,28 @@ impl EtcdBackend {
             Ok(endpoints) => endpoints,
             Err(e) => return Err(connect_failure(&security, &urls, e).await),
         };
+        let stop = Stop::default();
+        let keys = Keys::new(&config.prefix);
+        let stats = Arc::new(RequestCounters::default());
+        let sweeper = sweeper::Sweeper::new(
+            endpoints.clone(),
+            stop.child_token(),
+            stats.clone(),
+            config.request_timeout,
+            keys.rate_keys_prefix(),
+        );
         let backend = EtcdBackend {
             endpoints,
             security,
-            keys: Keys::new(&config.prefix),
+            keys,
             strays: Strays::new(STRAY_GRACE),
             config,
-            stats: Arc::new(RequestCounters::default()),
+            stats,
             session: SessionSlot::default(),
             watches: Mutex::new(HashMap::new()),
             enqueued: Mutex::new(HashSet::new()),
-            stop: Stop::default(),
-            rate_leases: rate_leases::RateLeases::default(),
+            stop,
+            sweeper,
         };
         backend.session().await?;
         Ok(backend)

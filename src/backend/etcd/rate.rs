@@ -2,18 +2,21 @@
 //! (global, so never reused for a key, even across a delete and re-create).
 //!
 //! * Write: **one** Txn — compare every key's `mod_revision` (`create_revision == 0` for "must
-//!   be absent") and every quota's `mod_revision`; then the puts, each with its expiry-bucket
-//!   lease (`rate_leases.rs`); else a get of every key and quota, so a conflict costs no
-//!   extra read. etcd's `--max-txn-ops` (default [`MAX_TXN_OPS`]) bounds a batch.
-//! * Writes of different keys each on its own (`write_each`): **one** Txn of one nested Txn
-//!   per write, each with its own compares, put and gets, so each applies or fails alone and
-//!   many keys move per round trip (etcd 3.3+; one nested Txn is one op of the outer one).
+//!   be absent") and every quota's `mod_revision`; then the puts (no lease: each state carries
+//!   its `\n@<expires_at>`, and the sweeper deletes it once expired, see `sweeper.rs`); else a
+//!   get of every key and quota, so a conflict costs no extra read. etcd's `--max-txn-ops`
+//!   (default [`MAX_TXN_OPS`]) bounds a batch.
+//! * Writes of different keys each on its own (`write_each`): **one** Txn holding a nested
+//!   Txn per (limit, quota version) that compares the quota once (else: gets of its keys and
+//!   quota), holding in turn a nested Txn per write (its key's version → put, else get) and a
+//!   get of the quota for the conflicts. So each write applies or fails on its own conditions
+//!   and many keys move per round trip with one compare each (etcd 3.3+).
 //! * Read: one Txn of two gets (key and quota), counted as a read.
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
 
-use super::rate_leases::unix_now;
 use super::{get_kvs, kv, EtcdBackend, Until};
+use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
     Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
 };
@@ -21,11 +24,21 @@ use crate::backend::retry::CALL_TIMEOUTS;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
 /// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
 /// may hold.
 pub(super) const MAX_TXN_OPS: usize = 128;
+
+/// The most nested Txns one Txn may carry when each holds `inner_ops` compares or ops (the
+/// larger of its compares, success ops and failure ops): etcd checks a nested Txn against what
+/// the outer one leaves of [`MAX_TXN_OPS`] (`checkTxnRequest` in etcd's v3rpc/key.go).
+pub(super) const fn most_nested(inner_ops: usize) -> usize {
+    MAX_TXN_OPS - inner_ops
+}
+
+/// A nested write's compare (its key's version), put and else-get.
+const NESTED_WRITE_OPS: usize = 1;
 
 /// Distinct (limit, quota version) pairs of a batch, in first-seen order.
 fn quota_checks(writes: &[KeyWrite]) -> Vec<(&str, u64)> {
@@ -77,6 +90,14 @@ fn versioned(kv: &etcd_client::KeyValue) -> Versioned {
     }
 }
 
+/// A key's state as the caller wrote it (without its stored expiry).
+fn versioned_key(kv: &etcd_client::KeyValue) -> Versioned {
+    Versioned {
+        value: split_expiry(kv.value().to_vec()).0,
+        version: kv.mod_revision().max(0) as u64,
+    }
+}
+
 /// The revision a successful write or put produced.
 fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
     match header.map(|h| h.revision()) {
@@ -86,167 +107,146 @@ fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
 }
 
 impl EtcdBackend {
-    /// A lease that ends no sooner than `expires_at` and at most a bucket's slack later
-    /// (`None`: no lease, for an expiry beyond etcd's largest TTL). Writers of one bucket wait
-    /// for one grant.
-    async fn rate_lease(&self, expires_at: u64) -> Result<Option<i64>> {
-        let leases = &self.rate_leases;
-        let Some(b) = leases.bucket(expires_at) else {
-            return Ok(None);
-        };
-        if let Some(lease) = leases.find(&b) {
-            return Ok(Some(lease));
-        }
-        let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        let _granting = tokio::time::timeout(bound, leases.granting.lock())
-            .await
-            .map_err(|_| Error::store("timed out waiting for another lease grant"))?;
-        // Granted by another writer while we waited?
-        let Some(b) = leases.bucket(expires_at) else {
-            return Ok(None);
-        };
-        if let Some(lease) = leases.find(&b) {
-            return Ok(Some(lease));
-        }
-        let ttl = b.ttl_secs;
-        let (sent, granted) = self
-            .retry(RequestKind::Lease, |c| async move {
-                let sent = unix_now();
-                c.lease_client().grant(ttl, None).await.map(|g| (sent, g))
-            })
-            .await?;
-        leases.add(granted.id(), sent, ttl, granted.ttl());
-        Ok(Some(granted.id()))
+    /// Sends a rate write's Txn, retried until the deadline.
+    async fn send_rate_txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.retry_until(RequestKind::Txn, Until::Deadline, |c| {
+            let t = txn.clone();
+            async move { kv(&c).txn(t).await }
+        })
+        .await
     }
 
-    /// A write sent with `attempt`; if a cached lease expired before the write reached etcd (a
-    /// pause, a slow retry), nothing applied: the leases it used are forgotten and it is sent
-    /// once more with fresh ones. (`attempt` returns the leases it used with its outcome.)
-    async fn with_fresh_leases<T, F, Fut>(&self, attempt: F) -> Result<T>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = (Vec<i64>, Result<T>)>,
-    {
-        match attempt().await {
-            (used, Err(Error::SessionLost)) => {
-                self.rate_leases.forget(&used);
-                match attempt().await.1 {
-                    Err(Error::SessionLost) => {
-                        Err(Error::store("etcd lost the rate-limit key lease twice"))
-                    }
-                    other => other,
-                }
-            }
-            (_, other) => other,
-        }
-    }
-
-    /// Sends a rate write's Txn (retried until the deadline) and returns the leases it used
-    /// with the reply, for `with_fresh_leases`.
-    async fn send_rate_txn(
-        &self,
-        txn: Txn,
-        leases: Vec<Option<i64>>,
-    ) -> (Vec<i64>, Result<etcd_client::TxnResponse>) {
-        let sent = self
-            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
-                let t = txn.clone();
-                async move { kv(&c).txn(t).await }
-            })
-            .await;
-        (leases.into_iter().flatten().collect(), sent)
-    }
-
-    /// The lease of each write (`rate_lease`), in order.
-    async fn leases_of(&self, writes: &[KeyWrite]) -> Result<Vec<Option<i64>>> {
-        let mut leases = Vec::with_capacity(writes.len());
-        for w in writes {
-            leases.push(self.rate_lease(w.expires_at).await?);
-        }
-        Ok(leases)
+    /// Hands the keys a Txn wrote at `revision` to the sweeper.
+    fn record_written(&self, writes: &[KeyWrite], keys: &[String], revision: u64) {
+        let revision = i64::try_from(revision).unwrap_or(i64::MAX);
+        self.sweeper.wrote(
+            revision,
+            keys.iter()
+                .zip(writes)
+                .map(|(key, w)| (key.as_str(), w.expires_at)),
+        );
     }
 
     /// One attempt at `write_each`: an outer Txn without compares whose success branch holds
     /// one nested Txn per write.
-    async fn write_each_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<Vec<KeyOutcome>>) {
-        let leases = match self.leases_of(writes).await {
-            Ok(l) => l,
-            Err(e) => return (Vec::new(), Err(e)),
-        };
-        let nested: Vec<TxnOp> = writes
+    async fn write_each_once(&self, writes: &[KeyWrite]) -> Result<Vec<KeyOutcome>> {
+        let keys: Vec<String> = writes
             .iter()
-            .zip(&leases)
-            .map(|(w, lease)| {
-                let key = self.keys.rate_key(&w.limit, &w.key);
-                let quota = self.keys.quota(&w.limit);
-                let version = match w.expected {
-                    None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                    Some(v) => Compare::mod_revision(
-                        key.clone(),
-                        CompareOp::Equal,
-                        i64::try_from(v).unwrap_or(i64::MAX),
-                    ),
-                };
+            .map(|w| self.keys.rate_key(&w.limit, &w.key))
+            .collect();
+        // One group per (limit, quota version): its quota is compared once for all its writes
+        // (a compare is a read of the quota key), not once per key.
+        let groups: Vec<((&str, u64), Vec<usize>)> = quota_checks(writes)
+            .into_iter()
+            .map(|(limit, qv)| {
+                let members = (0..writes.len())
+                    .filter(|&i| writes[i].limit == limit && writes[i].quota_version == qv)
+                    .collect();
+                ((limit, qv), members)
+            })
+            .collect();
+        let group_txns: Vec<TxnOp> = groups
+            .iter()
+            .map(|((limit, qv), members)| {
+                let quota = self.keys.quota(limit);
+                let mut then: Vec<TxnOp> = members
+                    .iter()
+                    .map(|&i| {
+                        let (w, key) = (&writes[i], &keys[i]);
+                        let version = match w.expected {
+                            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                            Some(v) => Compare::mod_revision(
+                                key.clone(),
+                                CompareOp::Equal,
+                                i64::try_from(v).unwrap_or(i64::MAX),
+                            ),
+                        };
+                        let value = with_expiry(&w.value, w.expires_at);
+                        TxnOp::txn(
+                            Txn::new()
+                                .when([version])
+                                .and_then([TxnOp::put(key.clone(), value, None)])
+                                .or_else([TxnOp::get(key.clone(), None)]),
+                        )
+                    })
+                    .collect();
+                // The quota, for the writes that conflict.
+                then.push(TxnOp::get(quota.clone(), None));
+                let mut otherwise: Vec<TxnOp> = members
+                    .iter()
+                    .map(|&i| TxnOp::get(keys[i].clone(), None))
+                    .collect();
+                otherwise.push(TxnOp::get(quota.clone(), None));
                 let same_quota = Compare::mod_revision(
-                    quota.clone(),
+                    quota,
                     CompareOp::Equal,
-                    i64::try_from(w.quota_version).unwrap_or(i64::MAX),
+                    i64::try_from(*qv).unwrap_or(i64::MAX),
                 );
-                let opts = lease.map(|l| PutOptions::new().with_lease(l));
                 TxnOp::txn(
                     Txn::new()
-                        .when([version, same_quota])
-                        .and_then([TxnOp::put(key.clone(), w.value.clone(), opts)])
-                        .or_else([TxnOp::get(key, None), TxnOp::get(quota, None)]),
+                        .when([same_quota])
+                        .and_then(then)
+                        .or_else(otherwise),
                 )
             })
             .collect();
-        let txn = Txn::new().and_then(nested);
-        let (used, sent) = self.send_rate_txn(txn, leases).await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => return (used, Err(e)),
-        };
-        let written_at = match revision(resp.header()) {
-            Ok(r) => r,
-            Err(e) => return (used, Err(e)),
-        };
-        let ops = resp.op_responses();
-        if ops.len() != writes.len() {
-            return (
-                used,
-                Err(Error::store(format!(
-                    "etcd answered {} of {} nested writes",
-                    ops.len(),
-                    writes.len()
-                ))),
-            );
+        let resp = self.send_rate_txn(Txn::new().and_then(group_txns)).await?;
+        let written_at = revision(resp.header())?;
+        let answered = resp.op_responses();
+        if answered.len() != groups.len() {
+            return Err(Error::store(format!(
+                "etcd answered {} of {} groups of writes",
+                answered.len(),
+                groups.len()
+            )));
         }
-        let outcomes = ops
+        let mut outcomes: Vec<Option<KeyOutcome>> = vec![None; writes.len()];
+        for ((_, members), group) in groups.iter().zip(answered) {
+            let TxnOpResponse::Txn(group) = group else {
+                return Err(Error::store(
+                    "etcd answered a group of writes with another kind of op",
+                ));
+            };
+            let ops = group.op_responses();
+            let quota = get_kvs(ops.get(members.len())).first().map(versioned);
+            for (j, &i) in members.iter().enumerate() {
+                outcomes[i] = Some(match ops.get(j) {
+                    // The quota changed: nothing of the group applied; the else branch read
+                    // each key.
+                    Some(found) if !group.succeeded() => KeyOutcome::Conflict(Current {
+                        key: get_kvs(Some(found)).first().map(versioned_key),
+                        quota: quota.clone(),
+                    }),
+                    Some(TxnOpResponse::Txn(t)) if t.succeeded() => KeyOutcome::Written(written_at),
+                    Some(TxnOpResponse::Txn(t)) => KeyOutcome::Conflict(Current {
+                        key: get_kvs(t.op_responses().first()).first().map(versioned_key),
+                        quota: quota.clone(),
+                    }),
+                    _ => {
+                        return Err(Error::store(
+                            "etcd answered a nested write with another kind of op",
+                        ))
+                    }
+                });
+            }
+        }
+        let outcomes: Vec<KeyOutcome> = outcomes
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::store("a write of the batch got no answer"))?;
+        let (written, written_keys): (Vec<KeyWrite>, Vec<String>) = writes
             .iter()
-            .map(|op| match op {
-                TxnOpResponse::Txn(t) if t.succeeded() => Ok(KeyOutcome::Written(written_at)),
-                TxnOpResponse::Txn(t) => {
-                    let found = t.op_responses();
-                    Ok(KeyOutcome::Conflict(Current {
-                        key: get_kvs(found.first()).first().map(versioned),
-                        quota: get_kvs(found.get(1)).first().map(versioned),
-                    }))
-                }
-                _ => Err(Error::store(
-                    "etcd answered a nested write with another kind of op",
-                )),
-            })
-            .collect();
-        (used, outcomes)
+            .zip(keys)
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, KeyOutcome::Written(_)))
+            .map(|((w, k), _)| (w.clone(), k))
+            .unzip();
+        self.record_written(&written, &written_keys, written_at);
+        Ok(outcomes)
     }
 
-    /// One attempt at the batch with leases from the cache (or fresh ones).
-    async fn write_once(&self, writes: &[KeyWrite]) -> (Vec<i64>, Result<WriteOutcome>) {
-        let leases = match self.leases_of(writes).await {
-            Ok(l) => l,
-            Err(e) => return (Vec::new(), Err(e)),
-        };
+    /// The batch, all or nothing, in one Txn.
+    async fn write_once(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
         let keys: Vec<String> = writes
             .iter()
             .map(|w| self.keys.rate_key(&w.limit, &w.key))
@@ -274,24 +274,16 @@ impl EtcdBackend {
         let puts: Vec<TxnOp> = writes
             .iter()
             .zip(&keys)
-            .zip(&leases)
-            .map(|((w, key), lease)| {
-                let opts = lease.map(|l| PutOptions::new().with_lease(l));
-                TxnOp::put(key.clone(), w.value.clone(), opts)
-            })
+            .map(|(w, key)| TxnOp::put(key.clone(), with_expiry(&w.value, w.expires_at), None))
             .collect();
         let mut gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
         gets.extend(limits.iter().map(|l| TxnOp::get(self.keys.quota(l), None)));
         let txn = Txn::new().when(when).and_then(puts).or_else(gets);
-        let (used, sent) = self.send_rate_txn(txn, leases).await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => return (used, Err(e)),
-        };
+        let resp = self.send_rate_txn(txn).await?;
         if resp.succeeded() {
-            let outcome =
-                revision(resp.header()).map(|r| WriteOutcome::Written(vec![r; writes.len()]));
-            return (used, outcome);
+            let written_at = revision(resp.header())?;
+            self.record_written(writes, &keys, written_at);
+            return Ok(WriteOutcome::Written(vec![written_at; writes.len()]));
         }
         let ops = resp.op_responses();
         let found = writes
@@ -300,12 +292,12 @@ impl EtcdBackend {
             .map(|(i, w)| {
                 let q = limits.iter().position(|l| *l == w.limit).unwrap_or(0);
                 Current {
-                    key: get_kvs(ops.get(i)).first().map(versioned),
+                    key: get_kvs(ops.get(i)).first().map(versioned_key),
                     quota: get_kvs(ops.get(writes.len() + q)).first().map(versioned),
                 }
             })
             .collect();
-        (used, Ok(WriteOutcome::Conflict(found)))
+        Ok(WriteOutcome::Conflict(found))
     }
 }
 
@@ -379,7 +371,7 @@ impl RateStore for EtcdBackend {
         }
         Ok(Current {
             quota,
-            key: get_kvs(ops.first()).first().map(versioned),
+            key: get_kvs(ops.first()).first().map(versioned_key),
         })
     }
 
@@ -388,9 +380,8 @@ impl RateStore for EtcdBackend {
             return Ok(WriteOutcome::Written(Vec::new()));
         }
         check_batch(writes)?;
-        // The lease grant and the Txn (and their one repeat) share one call's bound.
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        tokio::time::timeout(bound, self.with_fresh_leases(|| self.write_once(writes)))
+        tokio::time::timeout(bound, self.write_once(writes))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
     }
@@ -400,10 +391,17 @@ impl RateStore for EtcdBackend {
             return Vec::new();
         }
         let fits = check_batch(writes).and_then(|()| {
-            if writes.len() > MAX_TXN_OPS {
+            // The outer Txn holds a group per (limit, quota version), each a nested Txn per
+            // write and a get of the quota: etcd checks each level against what the levels
+            // above leave of its limit.
+            let groups = quota_checks(writes).len();
+            let most = most_nested(NESTED_WRITE_OPS + groups + 1);
+            if writes.len() > most {
                 return Err(Error::invalid(format!(
-                    "{} writes in one etcd transaction; etcd allows at most {MAX_TXN_OPS}",
-                    writes.len()
+                    "{} independent writes over {groups} rate limit quotas in one etcd \
+                     transaction; etcd allows at most {most} (its --max-txn-ops default, \
+                     {MAX_TXN_OPS}, less what the nesting takes)",
+                    writes.len(),
                 )));
             }
             Ok(())
@@ -412,13 +410,10 @@ impl RateStore for EtcdBackend {
             return writes.iter().map(|_| Err(e.copy())).collect();
         }
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
-        let all = tokio::time::timeout(
-            bound,
-            self.with_fresh_leases(|| self.write_each_once(writes)),
-        )
-        .await
-        .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
-        .and_then(|r| r);
+        let all = tokio::time::timeout(bound, self.write_each_once(writes))
+            .await
+            .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
+            .and_then(|r| r);
         match all {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
             Err(e) => writes.iter().map(|_| Err(e.copy())).collect(),

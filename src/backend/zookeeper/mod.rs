@@ -616,10 +616,27 @@ impl Backend for ZkBackend {
         lock(&self.entries.live).insert(
             req.id.clone(),
             LiveEntry {
-                node,
+                node: node.clone(),
                 lost: lost.clone(),
             },
         );
+        // A create retried after a lost reply may have applied twice, the first one late. A
+        // second node of ours that the view showed while our create was in doubt was left
+        // alone then (it could have been the one we would keep): delete it now. One that
+        // shows up from here on is caught by `appeared`, as `live` knows which node is ours.
+        let extra: Vec<String> = view
+            .nodes_of(&req.id)
+            .into_iter()
+            .filter(|n| *n != node)
+            .collect();
+        if !extra.is_empty() {
+            if let Some(reap) = lock(&self.entries.reaper).clone() {
+                for other in extra {
+                    tracing::debug!(semaphore = %req.name, node = %other, "deleting a second node of one request (a create applied late)");
+                    reap(format!("{}/{other}", req.name));
+                }
+            }
+        }
         // Our node's creation event precedes the create's reply; the view applies it promptly.
         let limit = Instant::now() + self.config.request_timeout;
         if !view.wait_progress(limit, |(seen, _)| seen > token).await {

@@ -27,7 +27,7 @@
 //!
 //! A key is any non-empty UTF-8 up to 512 bytes; [`escape_key`] makes it one legal node name.
 //! A key node's data is the caller's state followed by `\n@<expires_at>` (Unix ns, decimal):
-//! [`key_data`] / [`split_key_data`]. The suffix lets any process sweep a key whose writer
+//! `crate::backend::expiry`'s `with_expiry` / `split_expiry`. The suffix lets any process sweep a key whose writer
 //! died before its expiry (see `scan.rs`); callers only ever see their own bytes.
 
 use serde::{Deserialize, Serialize};
@@ -69,31 +69,6 @@ impl Paths {
     pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
         format!("{}/r/{name}/{}", self.root, escape_key(key))
     }
-}
-
-/// The data of a key node: `value` + `\n@<expires_at>`.
-pub(super) fn key_data(value: &[u8], expires_at: u64) -> Vec<u8> {
-    let mut data = value.to_vec();
-    data.extend_from_slice(format!("\n@{expires_at}").as_bytes());
-    data
-}
-
-/// A key node's data as (the caller's value, `expires_at`). The suffix is the last `\n@`
-/// (it holds only digits), so any value splits back exactly; data without a readable suffix
-/// (written by something else) is all value, with no expiry known.
-pub(super) fn split_key_data(mut data: Vec<u8>) -> (Vec<u8>, Option<u64>) {
-    let at = data.windows(2).rposition(|w| w == b"\n@");
-    let Some(at) = at else {
-        return (data, None);
-    };
-    let expires_at = std::str::from_utf8(&data[at + 2..])
-        .ok()
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse::<u64>().ok());
-    if expires_at.is_some() {
-        data.truncate(at);
-    }
-    (data, expires_at)
 }
 
 /// Percent-encodes every byte outside `[A-Za-z0-9_~-]` (`%2F`, `%2E`, …): the result has no
@@ -213,23 +188,5 @@ mod tests {
         assert_eq!(escape_key("A_~-z9"), "A_~-z9");
         // Injective: a key that looks escaped is escaped again.
         assert_ne!(escape_key("%2F"), escape_key("/"));
-    }
-
-    #[test]
-    fn key_data_splits_back_exactly() {
-        for value in [&b""[..], b"1 g 5 0 7 9", b"x\n@12", b"\n@", b"a\n@b\n"] {
-            let data = key_data(value, 1234);
-            assert_eq!(
-                split_key_data(data),
-                (value.to_vec(), Some(1234)),
-                "{value:?}"
-            );
-        }
-        assert_eq!(split_key_data(b"plain".to_vec()), (b"plain".to_vec(), None));
-        assert_eq!(
-            split_key_data(b"x\n@1a".to_vec()),
-            (b"x\n@1a".to_vec(), None)
-        );
-        assert_eq!(split_key_data(b"x\n@".to_vec()), (b"x\n@".to_vec(), None));
     }
 }

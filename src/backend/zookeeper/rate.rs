@@ -19,10 +19,10 @@
 //!   write whose first attempt applied fails its version check, and the caller recognises its
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
 
-use super::nodes::{key_data, split_key_data};
-use super::sweeper::{unix_nanos_now, Sweeper, MIN_MARGIN};
+use super::sweeper::Sweeper;
 use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
+use crate::backend::expiry::{split_expiry, unix_nanos_now, with_expiry, MIN_MARGIN};
 use crate::backend::retry::Attempts;
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
@@ -54,7 +54,7 @@ fn versioned(
 ) -> std::result::Result<Option<Versioned>, zk::Error> {
     match r {
         MultiReadResult::Data { data, stat } => Ok(Some(Versioned {
-            value: if is_key { split_key_data(data).0 } else { data },
+            value: if is_key { split_expiry(data).0 } else { data },
             version: u64::try_from(stat.version)
                 .map_err(|_| zk::Error::BadArguments(&"version"))?,
         })),
@@ -105,7 +105,7 @@ impl ZkBackend {
                     None => Some(None),
                     Some(v) => i32::try_from(v).ok().map(Some),
                 },
-                data: key_data(&w.value, w.expires_at),
+                data: with_expiry(&w.value, w.expires_at),
                 w,
             })
             .collect()
@@ -553,7 +553,7 @@ impl RateStore for ZkBackend {
             let Some((data, version)) = read else {
                 return Ok(());
             };
-            let (value, expires_at) = split_key_data(data);
+            let (value, expires_at) = split_expiry(data);
             if value.is_empty() {
                 return Ok(());
             }
@@ -561,7 +561,7 @@ impl RateStore for ZkBackend {
             let written = self
                 .rate_call(RequestKind::Txn, "resetting a rate-limit key", |c| {
                     let path = path.clone();
-                    let data = key_data(b"", expires_at);
+                    let data = with_expiry(b"", expires_at);
                     async move {
                         match c.set_data(&path, &data, Some(version)).await {
                             Ok(stat) => Ok(Some((stat.version, stat.mzxid))),

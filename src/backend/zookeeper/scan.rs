@@ -14,7 +14,8 @@
 //! A delete here is as safe as the sweep's: the state at the read version has expired for
 //! every writer within the margin, and a node written since fails the version check.
 
-use super::sweeper::{due, unix_nanos_now, Shared};
+use super::sweeper::Shared;
+use crate::backend::expiry::{due, split_expiry, unix_nanos_now};
 use crate::stats::RequestKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +93,7 @@ async fn scan_limit(shared: &Shared, limit: &str, pace: &mut tokio::time::Interv
         let Some(Ok((data, stat))) = bounded(shared, client.get_data(&path)).await else {
             continue;
         };
-        let (_, Some(expires_at)) = super::nodes::split_key_data(data) else {
+        let (_, Some(expires_at)) = split_expiry(data) else {
             continue; // not written by us: no expiry known
         };
         let written = u64::try_from(stat.mtime)

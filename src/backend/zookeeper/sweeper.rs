@@ -26,7 +26,7 @@
 //! reaches our version by then, our delete removes a live state. Both need a re-created node
 //! to reach exactly the old version within the old state's lifetime.
 //!
-//! Bounds: at most [`MAX_RECORDS`] keys remembered (later ones are not swept by us: logged
+//! Bounds: at most [`MAX_RECORDS`](crate::backend::due_queue::MAX_RECORDS) keys remembered (later ones are not swept by us: logged
 //! once); at most [`CONCURRENCY`] deletes in flight, each bounded by the request timeout. A
 //! delete whose outcome is unknown (lost reply, timeout, session ended under it) may have
 //! applied, and the key may have been re-created since at our version: it is retried a second
@@ -39,21 +39,18 @@
 //! drops the client when that session ends (a clone would keep an ended session open on the
 //! server), so after a session loss it resumes with the next call.
 
+use crate::backend::due_queue::DueQueue;
+use crate::backend::expiry::{due, nanos, unix_nanos_now, MIN_MARGIN};
 use crate::backend::lock;
 use crate::stats::{RequestCounters, RequestKind};
 use futures::StreamExt;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-/// Shortest wait past `expires_at` before a delete.
-pub(super) const MIN_MARGIN: Duration = Duration::from_secs(1);
-/// Most keys remembered at once.
-pub(super) const MAX_RECORDS: usize = 1_000_000;
 /// Most deletes in flight at once.
 pub(super) const CONCURRENCY: usize = 32;
 /// Most deletes taken per round (between two looks at the clock and the stop token).
@@ -64,24 +61,6 @@ const IDLE: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_secs(1);
 
 const _: () = assert!(MIN_MARGIN.as_nanos() >= IDLE.as_nanos());
-
-/// Unix time now in nanoseconds (0 if the clock is before 1970).
-pub(super) fn unix_nanos_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-pub(super) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// When a state written at `now` that expires at `expires_at` may be deleted.
-pub(super) fn due(now: u64, expires_at: u64) -> u64 {
-    let tenth = expires_at.saturating_sub(now) / 10;
-    let margin = tenth.max(nanos(MIN_MARGIN));
-    expires_at.saturating_add(margin)
-}
 
 /// What a delete must find to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,23 +75,12 @@ pub(super) struct Target {
     pub verify: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Record {
-    target: Target,
-    due: u64,
-    /// Matches the heap entry that is this record's (older entries of the path are stale).
-    seq: u64,
-}
-
 #[derive(Default)]
 struct State {
-    records: HashMap<String, Record>,
-    /// (due, seq, path), earliest first; entries whose seq no longer matches are skipped.
-    heap: BinaryHeap<Reverse<(u64, u64, String)>>,
-    next_seq: u64,
+    /// The keys we wrote, each with the version to delete at.
+    queue: DueQueue<Target>,
     /// The current session's client and the token cancelled when that session ends.
     client: Option<(zk::Client, CancellationToken)>,
-    full_warned: bool,
     /// Parents of the keys written: the limits the scan visits.
     limits: HashSet<String>,
     /// While a scan runs: paths the sweep has dealt with since it listed.
@@ -121,35 +89,14 @@ struct State {
 
 impl State {
     fn insert(&mut self, path: String, target: Target, due: u64) {
-        if !self.records.contains_key(&path) && self.records.len() >= MAX_RECORDS {
-            if !self.full_warned {
-                self.full_warned = true;
-                tracing::warn!(
-                    "more than {MAX_RECORDS} rate-limit keys wait for their expiry; later keys are not swept by this process"
-                );
-            }
-            return;
-        }
-        self.next_seq += 1;
-        let seq = self.next_seq;
-        self.records
-            .insert(path.clone(), Record { target, due, seq });
-        self.heap.push(Reverse((due, seq, path)));
-        // Rewrites of hot keys leave stale heap entries: rebuild before they outgrow the map.
-        if self.heap.len() > 2 * self.records.len() + 1024 {
-            self.heap = self
-                .records
-                .iter()
-                .map(|(p, r)| Reverse((r.due, r.seq, p.clone())))
-                .collect();
-        }
+        self.queue.insert(&path, target, due);
     }
 
     /// Puts back a delete whose outcome is unknown, unless we wrote the key again meanwhile
     /// (that record supersedes it) or the zxid that makes a retry safe is unknown (then the
     /// key is left to whoever writes it next).
     fn retry(&mut self, path: String, target: Target, due: u64) {
-        if self.records.contains_key(&path) || target.mzxid == 0 {
+        if self.queue.contains(&path) || target.mzxid == 0 {
             return;
         }
         let target = Target {
@@ -169,23 +116,7 @@ impl State {
 
     /// Takes out up to [`ROUND`] records due at `now`.
     fn take_due(&mut self, now: u64) -> Vec<(String, Target)> {
-        let mut out = Vec::new();
-        while out.len() < ROUND {
-            match self.heap.peek() {
-                Some(Reverse((due, _, _))) if *due <= now => {}
-                _ => break,
-            }
-            let Some(Reverse((_, seq, path))) = self.heap.pop() else {
-                break;
-            };
-            if let Some(r) = self.records.get(&path).copied() {
-                if r.seq == seq {
-                    self.records.remove(&path);
-                    out.push((path, r.target));
-                }
-            }
-        }
-        out
+        self.queue.take_due(now, ROUND)
     }
 }
 
@@ -213,7 +144,7 @@ impl Shared {
     /// sweep has dealt with it since [`scan_started`](Self::scan_started).
     pub(super) fn is_ours(&self, path: &str) -> bool {
         let st = lock(&self.state);
-        st.records.contains_key(path) || st.swept.as_ref().is_some_and(|s| s.contains(path))
+        st.queue.contains(path) || st.swept.as_ref().is_some_and(|s| s.contains(path))
     }
 
     /// A scan listed a limit: from now on, remember what the sweep deletes, so the scan does
@@ -235,7 +166,7 @@ impl Shared {
 impl std::fmt::Debug for Sweeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sweeper")
-            .field("records", &lock(&self.shared.state).records.len())
+            .field("records", &lock(&self.shared.state).queue.len())
             .finish()
     }
 }
@@ -310,7 +241,7 @@ async fn run(shared: Arc<Shared>) {
         let (next, session_end) = {
             let mut st = lock(&shared.state);
             let _ = st.live_client();
-            let next = st.heap.peek().map(|Reverse((due, _, _))| *due);
+            let next = st.queue.next_due();
             (next, st.client.as_ref().map(|(_, t)| t.clone()))
         };
         let now = unix_nanos_now();
@@ -432,15 +363,6 @@ async fn delete(
 mod tests {
     use super::*;
 
-    #[test]
-    fn due_waits_a_margin_past_expiry() {
-        let s = 1_000_000_000u64;
-        assert_eq!(due(0, 2 * s), 3 * s, "at least one second");
-        assert_eq!(due(0, 100 * s), 110 * s, "a tenth of the lifetime");
-        assert_eq!(due(50 * s, 10 * s), 11 * s, "already expired: the minimum");
-        assert_eq!(due(0, u64::MAX), u64::MAX);
-    }
-
     fn t(version: i32, mzxid: i64) -> Target {
         Target {
             version,
@@ -450,28 +372,10 @@ mod tests {
     }
 
     #[test]
-    fn one_record_per_key_the_latest() {
-        let mut st = State::default();
-        for v in 0..5000 {
-            st.insert("/r/a/k".into(), t(v, 1), 10 + u64::try_from(v).unwrap_or(0));
-        }
-        st.insert("/r/a/j".into(), t(7, 1), 5);
-        assert_eq!(st.records.len(), 2);
-        assert!(st.heap.len() <= 2 * 2 + 1024 + 1, "stale entries pruned");
-        assert_eq!(st.take_due(100), vec![("/r/a/j".to_string(), t(7, 1))]);
-        assert_eq!(
-            st.take_due(u64::MAX),
-            vec![("/r/a/k".to_string(), t(4999, 1))]
-        );
-        assert!(st.records.is_empty());
-        assert!(st.take_due(u64::MAX).is_empty());
-    }
-
-    #[test]
     fn a_retry_verifies_the_zxid_and_never_overrides_a_newer_write() {
         let mut st = State::default();
         st.retry("/r/a/k".into(), t(0, 0), 1);
-        assert!(st.records.is_empty(), "zxid unknown: not retried");
+        assert_eq!(st.queue.len(), 0, "zxid unknown: not retried");
         st.retry("/r/a/k".into(), t(0, 42), 1);
         let want = Target {
             verify: true,

@@ -157,6 +157,18 @@ impl SemView {
             .map(|(&token, &(permits, _))| (token, permits))
     }
 
+    /// Node names of every entry of request `id` the view holds (normally at most one; two
+    /// when a create retried after a lost reply was also applied late).
+    pub(super) fn nodes_of(&self, id: &str) -> Vec<String> {
+        self.lock()
+            .queue
+            .entries
+            .iter()
+            .filter(|(_, (_, i))| i == id)
+            .map(|(&token, &(permits, _))| EntryName::node(permits, id, token))
+            .collect()
+    }
+
     /// Number of snapshots read so far (to wait for one taken after some moment).
     pub(super) fn snapshots(&self) -> u64 {
         self.progress.borrow().1

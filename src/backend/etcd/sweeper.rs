@@ -1,0 +1,241 @@
+//! Idle rate-limit keys vanish: the sweeper deletes each key this backend wrote once the state
+//! it wrote has expired, **with a revision check**, many keys per request.
+//!
+//! Keys carry no lease: attaching one costs etcd about as much CPU as the write itself (measured:
+//! a Limiter writing fresh keys ran at 0.46× etcd's plain-put floor with per-bucket leases,
+//! 0.67× without, 64 callers), and a lease's expiry deletes keys one by one anyway. Instead,
+//! for every key it wrote the backend remembers (key, revision written, due time), one record
+//! per key (the latest write; `DueQueue`), and once due (`expires_at` plus the margin of
+//! `crate::backend::expiry`, and [`GATHER`] more so a round finds many keys due) deletes up to
+//! [`PER_TXN`] (127) keys in one Txn of nested Txns,
+//! each `mod_revision == ours → delete`, at most [`CONCURRENCY`] Txns in flight. So expiry
+//! costs a bounded number of requests per second (one per 127 keys), never sits on a check's
+//! path, and a key written since by anyone (a newer revision) is left to its writer. etcd
+//! never reuses a revision, so a repeated delete (a lost reply) is harmless, and a failed
+//! batch is simply tried again [`RETRY`] later.
+//!
+//! Keys written by a process that died (or closed) before their expiry, or past
+//! [`MAX_RECORDS`](crate::backend::due_queue::MAX_RECORDS), are found by the slow scan of
+//! `scan.rs`, from the `\n@<expires_at>` suffix every stored state carries. The sweeper stops
+//! with the backend (`close` does not wait for future expiries).
+
+use super::endpoints::Endpoints;
+use super::kv;
+use super::rate::most_nested;
+use crate::backend::due_queue::DueQueue;
+use crate::backend::expiry::{due, nanos, unix_nanos_now};
+use crate::backend::lock;
+use crate::stats::{RequestCounters, RequestKind};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use futures::StreamExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Most keys deleted by one Txn (each nested Txn holds one compare and one delete).
+pub(super) const PER_TXN: usize = most_nested(1);
+/// Most delete Txns in flight at once.
+pub(super) const CONCURRENCY: usize = 2;
+/// Most keys taken per round (between two looks at the clock and the stop token).
+const ROUND: usize = 16 * PER_TXN;
+/// Longest sleep of the task.
+const IDLE: Duration = Duration::from_secs(1);
+/// A round starts this long after its earliest key is due, so keys written over that time
+/// share its Txns (at most one round per GATHER: a bounded number of requests per second).
+pub(super) const GATHER: Duration = Duration::from_millis(250);
+/// Pause before keys whose delete failed are tried again.
+pub(super) const RETRY: Duration = Duration::from_secs(1);
+
+/// The sweeper of one backend; its tasks (the sweep, the scan) start with the first write.
+pub(super) struct Sweeper {
+    shared: Arc<Shared>,
+    started: AtomicBool,
+}
+
+/// What the sweep and the scan share.
+pub(super) struct Shared {
+    /// The keys we wrote, each with the revision to delete at.
+    queue: Mutex<DueQueue<i64>>,
+    pub(super) endpoints: Arc<Endpoints>,
+    pub(super) stop: CancellationToken,
+    pub(super) stats: Arc<RequestCounters>,
+    pub(super) request_timeout: Duration,
+    /// Prefix of every rate-limit key (`<root>/rk/`).
+    pub(super) prefix: String,
+}
+
+impl Shared {
+    /// Whether the sweep will remove `key` (then the scan leaves it).
+    pub(super) fn is_ours(&self, key: &str) -> bool {
+        lock(&self.queue).contains(key)
+    }
+
+    /// Deletes each (key, revision) still at that revision, [`PER_TXN`] per Txn, at most
+    /// [`CONCURRENCY`] at once. Returns how many were deleted and the keys of the batches that
+    /// failed (their outcome unknown).
+    pub(super) async fn delete_at(
+        &self,
+        targets: Vec<(String, i64)>,
+    ) -> (usize, Vec<(String, i64)>) {
+        let batches: Vec<Vec<(String, i64)>> = targets
+            .chunks(PER_TXN)
+            .map(<[(String, i64)]>::to_vec)
+            .collect();
+        let mut sent = futures::stream::iter(batches)
+            .map(|batch| async move {
+                let r = self.delete_batch(&batch).await;
+                (batch, r)
+            })
+            .buffer_unordered(CONCURRENCY);
+        let (mut deleted, mut failed) = (0, Vec::new());
+        while let Some((batch, r)) = sent.next().await {
+            match r {
+                Some(n) => deleted += n,
+                None => failed.extend(batch),
+            }
+        }
+        (deleted, failed)
+    }
+
+    /// One Txn of nested `mod_revision == rev → delete`; `None` if it failed or timed out.
+    async fn delete_batch(&self, batch: &[(String, i64)]) -> Option<usize> {
+        let nested: Vec<TxnOp> = batch
+            .iter()
+            .map(|(key, rev)| {
+                TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(key.clone(), CompareOp::Equal, *rev)])
+                        .and_then([TxnOp::delete(key.clone(), None)]),
+                )
+            })
+            .collect();
+        self.stats.count(RequestKind::Delete);
+        let (member, client) = self.endpoints.pick();
+        let sent = tokio::time::timeout(
+            self.request_timeout,
+            kv(&client).txn(Txn::new().and_then(nested)),
+        )
+        .await;
+        match sent {
+            Ok(Ok(resp)) => Some(
+                resp.op_responses()
+                    .iter()
+                    .filter(|op| matches!(op, TxnOpResponse::Txn(t) if t.succeeded()))
+                    .count(),
+            ),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, keys = batch.len(), "deleting expired rate-limit keys failed; retrying later");
+                self.endpoints.failed(member);
+                None
+            }
+            Err(_) => {
+                tracing::debug!(
+                    keys = batch.len(),
+                    "deleting expired rate-limit keys timed out; retrying later"
+                );
+                self.endpoints.failed(member);
+                None
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Sweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweeper")
+            .field("records", &lock(&self.shared.queue).len())
+            .finish()
+    }
+}
+
+impl Sweeper {
+    /// `stop`: cancelled when the backend stops.
+    pub(super) fn new(
+        endpoints: Arc<Endpoints>,
+        stop: CancellationToken,
+        stats: Arc<RequestCounters>,
+        request_timeout: Duration,
+        prefix: String,
+    ) -> Sweeper {
+        Sweeper {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(DueQueue::default()),
+                endpoints,
+                stop,
+                stats,
+                request_timeout,
+                prefix,
+            }),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// We wrote each `(key, expires_at)` at `revision` (one Txn: one revision).
+    pub(super) fn wrote<'a>(
+        &self,
+        revision: i64,
+        written: impl IntoIterator<Item = (&'a str, u64)>,
+    ) {
+        if self.shared.stop.is_cancelled() {
+            return;
+        }
+        let now = unix_nanos_now();
+        {
+            let mut queue = lock(&self.shared.queue);
+            for (key, expires_at) in written {
+                queue.insert(key, revision, due(now, expires_at));
+            }
+        }
+        self.start();
+    }
+
+    fn start(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(run(self.shared.clone()));
+                h.spawn(super::scan::run(self.shared.clone()));
+            }
+            // Not in a runtime (cannot happen from an async call): try again next time.
+            Err(_) => self.started.store(false, Ordering::Release),
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    loop {
+        let next = lock(&shared.queue).next_due();
+        let now = unix_nanos_now();
+        let pause = next.map_or(IDLE, |d| {
+            let start = d.saturating_add(nanos(GATHER));
+            Duration::from_nanos(start.saturating_sub(now)).min(IDLE)
+        });
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let due = lock(&shared.queue).take_due(unix_nanos_now(), ROUND);
+        if due.is_empty() {
+            continue;
+        }
+        let (_, failed) = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return,
+            done = shared.delete_at(due) => done,
+        };
+        if !failed.is_empty() {
+            let again = unix_nanos_now().saturating_add(nanos(RETRY));
+            let mut queue = lock(&shared.queue);
+            for (key, rev) in failed {
+                // Written again meanwhile: that record supersedes this one.
+                if !queue.contains(&key) {
+                    queue.insert(&key, rev, again);
+                }
+            }
+        }
+    }
+}
