@@ -77,6 +77,11 @@ fn main() -> ExitCode {
 
 fn run(plan: &Plan) -> anyhow::Result<()> {
     let runtime = common::runtime()?;
+    if plan.shards_only {
+        let table = runtime.block_on(rate::shards::measure(plan))?;
+        println!("{table}");
+        return Ok(());
+    }
     if plan.parts.semaphores {
         runtime.block_on(kazoo::check_available())?;
     }

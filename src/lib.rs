@@ -88,7 +88,7 @@ pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
 pub use store_health::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
-pub use store_url::{redact, EtcdUser, StoreUrl, TlsFiles, ZkAcl};
+pub use store_url::{redact, EtcdUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
 pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]

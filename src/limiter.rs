@@ -1,5 +1,6 @@
 //! `Limiter`: a connection to one store with one session, and the factory of semaphores.
 
+use crate::backend::sharded::{Shard, ShardedBackend};
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::{etcd::EtcdBackend, etcd::EtcdConfig, memory::MemoryBackend, Backend};
 use crate::clock::Clock;
@@ -221,6 +222,9 @@ pub enum CapacityChange {
 ///   (default `clusterlimit`).
 /// * `zk://HOST:PORT[,HOST:PORT…][/CHROOT]` — ZooKeeper 3.6+ (persistent recursive watches);
 ///   nodes live under `/CHROOT` (default `/clusterlimit`), created if absent.
+/// * `URL;URL[;URL…]` — rate-limit keys spread over several clusters of one kind, each key on
+///   one (consistent hashing; `{tag}` keeps keys together); semaphores on the first. See
+///   `docs/rate-limits.md`, "Sharding".
 ///
 /// ```no_run
 /// # async fn f() -> clusterlimit::Result<()> {
@@ -335,51 +339,12 @@ impl LimiterBuilder {
         }
         let url = StoreUrl::parse(&self.url)?;
         self.check_credentials_fit(&url)?;
-        let owner = self.owner.unwrap_or_else(default_owner);
+        let owner = self.owner.clone().unwrap_or_else(default_owner);
         validate::owner(&owner)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
         }
-        let opening = async {
-            let backend: Arc<dyn Backend> = match url {
-                StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
-                StoreUrl::Etcd {
-                    endpoints,
-                    prefix,
-                    tls,
-                    user,
-                } => Arc::new(
-                    EtcdBackend::connect(EtcdConfig {
-                        endpoints,
-                        prefix,
-                        session_ttl: self.session_ttl,
-                        request_timeout: self.request_timeout,
-                        tls: self.tls.or(tls),
-                        user: self.etcd_user.or(user),
-                    })
-                    .await?,
-                ),
-                StoreUrl::ZooKeeper {
-                    hosts,
-                    root,
-                    digest_file,
-                    acl,
-                    tls,
-                } => Arc::new(
-                    ZkBackend::connect(ZkConfig {
-                        hosts,
-                        root,
-                        session_timeout: self.session_ttl,
-                        request_timeout: self.request_timeout,
-                        tls: self.tls.or(tls),
-                        digest_file: self.zk_digest_file.or(digest_file),
-                        acl,
-                    })
-                    .await?,
-                ),
-            };
-            Ok(backend)
-        };
+        let opening = self.open(url);
         let backend = match self.connect_timeout {
             None => opening.await?,
             Some(t) => tokio::time::timeout(t, opening).await.map_err(|_| {
@@ -393,9 +358,74 @@ impl LimiterBuilder {
 }
 
 impl LimiterBuilder {
+    /// Opens the backend of `url`: a sharded URL opens its clusters together.
+    async fn open(&self, url: StoreUrl) -> Result<Arc<dyn Backend>> {
+        let backend: Arc<dyn Backend> = match url {
+            StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
+            StoreUrl::Etcd {
+                endpoints,
+                prefix,
+                tls,
+                user,
+            } => Arc::new(
+                EtcdBackend::connect(EtcdConfig {
+                    endpoints,
+                    prefix,
+                    session_ttl: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                    tls: self.tls.clone().or(tls),
+                    user: self.etcd_user.clone().or(user),
+                })
+                .await?,
+            ),
+            StoreUrl::ZooKeeper {
+                hosts,
+                root,
+                digest_file,
+                acl,
+                tls,
+            } => Arc::new(
+                ZkBackend::connect(ZkConfig {
+                    hosts,
+                    root,
+                    session_timeout: self.session_ttl,
+                    request_timeout: self.request_timeout,
+                    tls: self.tls.clone().or(tls),
+                    digest_file: self.zk_digest_file.clone().or(digest_file),
+                    acl,
+                })
+                .await?,
+            ),
+            StoreUrl::Sharded { clusters } => {
+                let opened = clusters.into_iter().map(|c| async move {
+                    let shown = c.shown.clone();
+                    let backend = Box::pin(self.open(c.url)).await.map_err(|e| match e {
+                        Error::Store(s) => Error::store(format!("cluster {shown}: {s}")),
+                        other => other,
+                    })?;
+                    Ok::<_, Error>(Shard {
+                        id: c.id,
+                        name: shown,
+                        backend,
+                    })
+                });
+                let shards = futures::future::try_join_all(opened).await?;
+                ShardedBackend::new(shards)?
+            }
+        };
+        Ok(backend)
+    }
+
     /// Credentials given through the builder must be for the store the URL names: a mistake
     /// here would otherwise connect without them.
     fn check_credentials_fit(&self, url: &StoreUrl) -> Result<()> {
+        let url = match url {
+            StoreUrl::Sharded { clusters } => match clusters.first() {
+                Some(first) => &first.url,
+                None => url,
+            },
+            url => url,
+        };
         let misplaced = match url {
             StoreUrl::Memory { .. } => {
                 (self.tls.is_some() || self.etcd_user.is_some() || self.zk_digest_file.is_some())
@@ -409,6 +439,7 @@ impl LimiterBuilder {
                 .etcd_user
                 .is_some()
                 .then_some("an etcd user was given for a ZooKeeper store"),
+            StoreUrl::Sharded { .. } => None,
         };
         misplaced.map_or(Ok(()), |m| Err(Error::invalid(m)))
     }

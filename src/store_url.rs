@@ -1,6 +1,6 @@
 //! Parsing of store URLs: `memory://NAME`, `etcd://host:port,host:port/prefix`,
 //! `etcds://…` (TLS), `zk://host:port,host:port/chroot`, each network one with optional
-//! `?key=value&…` settings. Secrets never travel in a URL (only paths of files holding them), and
+//! `?key=value&…` settings, and `URL;URL;…` for rate limits spread over several clusters. Secrets never travel in a URL (only paths of files holding them), and
 //! every message about a URL shows it with credential-like values redacted ([`redact`]).
 
 use crate::error::{Error, Result};
@@ -76,11 +76,44 @@ pub enum StoreUrl {
         /// `None` for plain text.
         tls: Option<TlsFiles>,
     },
+    /// `URL;URL;…`: rate-limit keys spread over several clusters of one kind (see
+    /// `docs/rate-limits.md`, "Sharding"); semaphores live on the first.
+    Sharded {
+        /// The clusters, in the order given (the first keeps semaphores and is the reference
+        /// for quotas).
+        clusters: Vec<ShardUrl>,
+    },
 }
+
+/// One cluster of a [`StoreUrl::Sharded`]: `URL` or `URL?shard=NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardUrl {
+    /// The cluster's store URL, parsed (never itself sharded).
+    pub url: StoreUrl,
+    /// What places the cluster on the hash ring: `shard=NAME` if given, else
+    /// [`StoreUrl::ring_id`]. Keys move when it changes.
+    pub id: String,
+    /// The part as written, redacted: how messages name the cluster.
+    pub shown: String,
+}
+
+/// Separates the clusters of a sharded store URL.
+pub const SHARD_SEPARATOR: char = ';';
 
 /// `url` with the values of credential-like settings (`password`, `secret`, `token`, `digest`
 /// that are not `…_file` paths) and any `user:password@` part replaced by `***`: for messages.
 pub fn redact(url: &str) -> String {
+    if url.contains(SHARD_SEPARATOR) {
+        return url
+            .split(SHARD_SEPARATOR)
+            .map(|p| redact_one(p.trim()))
+            .collect::<Vec<_>>()
+            .join(";");
+    }
+    redact_one(url)
+}
+
+fn redact_one(url: &str) -> String {
     let (head, query) = match url.split_once('?') {
         Some((h, q)) => (h, Some(q)),
         None => (url, None),
@@ -216,6 +249,50 @@ impl StoreUrl {
     /// # Ok::<(), clusterlimit::Error>(())
     /// ```
     pub fn parse(url: &str) -> Result<StoreUrl> {
+        if url.contains(SHARD_SEPARATOR) {
+            return parse_sharded(url);
+        }
+        Self::parse_one(url)
+    }
+
+    /// The kind of store, for messages: `memory`, `etcd` or `ZooKeeper`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreUrl::Memory { .. } => "memory",
+            StoreUrl::Etcd { .. } => "etcd",
+            StoreUrl::ZooKeeper { .. } => "ZooKeeper",
+            StoreUrl::Sharded { .. } => "sharded",
+        }
+    }
+
+    /// The cluster's identity on a sharded store's hash ring when no `shard=NAME` is given:
+    /// its kind, its endpoints sorted, and its prefix or chroot. Credentials, TLS files and
+    /// the endpoints' order do not count; adding or replacing an endpoint does (give
+    /// `shard=NAME` to keep a cluster's keys where they are through such changes).
+    pub fn ring_id(&self) -> String {
+        let sorted = |hosts: &[String]| {
+            let mut h: Vec<&str> = hosts
+                .iter()
+                .map(|e| e.split_once("://").map_or(e.as_str(), |(_, hp)| hp))
+                .collect();
+            h.sort_unstable();
+            h.join(",")
+        };
+        match self {
+            StoreUrl::Memory { name } => format!("memory://{name}"),
+            StoreUrl::Etcd {
+                endpoints, prefix, ..
+            } => format!("etcd://{}/{prefix}", sorted(endpoints)),
+            StoreUrl::ZooKeeper { hosts, root, .. } => format!("zk://{}{root}", sorted(hosts)),
+            StoreUrl::Sharded { clusters } => clusters
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>()
+                .join(";"),
+        }
+    }
+
+    fn parse_one(url: &str) -> Result<StoreUrl> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::invalid(format!(
                 "store URL {} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX or zk://HOST:PORT[,HOST:PORT]/CHROOT",
@@ -324,6 +401,85 @@ impl StoreUrl {
             ))),
         }
     }
+}
+
+/// `URL;URL;…`: each part an ordinary store URL of the same kind, with an optional
+/// `shard=NAME` setting, the identities distinct.
+fn parse_sharded(url: &str) -> Result<StoreUrl> {
+    let shown = redact(url);
+    let mut clusters: Vec<ShardUrl> = Vec::new();
+    for (i, part) in url.split(SHARD_SEPARATOR).map(str::trim).enumerate() {
+        let bad = |why: String| {
+            Error::invalid(format!(
+                "sharded store URL {shown}: cluster {} ({}) {why}",
+                i + 1,
+                redact(part)
+            ))
+        };
+        if part.is_empty() {
+            return Err(bad(
+                "is empty; clusters are separated by single semicolons".into()
+            ));
+        }
+        let (part_url, name) = take_shard_name(part).map_err(bad)?;
+        let parsed = StoreUrl::parse_one(&part_url).map_err(|e| match e {
+            Error::InvalidArgument(why) => bad(format!("is not a store URL: {why}")),
+            other => other,
+        })?;
+        if let Some(first) = clusters.first() {
+            if first.url.kind() != parsed.kind() {
+                return Err(bad(format!(
+                    "is a {} store, the first a {} one; every cluster of a sharded store is of                      one kind (one set of credentials and one failure behaviour)",
+                    parsed.kind(),
+                    first.url.kind()
+                )));
+            }
+        }
+        let id = name.unwrap_or_else(|| parsed.ring_id());
+        if let Some(twin) = clusters.iter().position(|c| c.id == id) {
+            return Err(bad(format!(
+                "is the same cluster as cluster {} (identity {id:?}); list each cluster once, or                  give distinct shard=NAME settings",
+                twin + 1
+            )));
+        }
+        clusters.push(ShardUrl {
+            url: parsed,
+            id,
+            shown: redact(part),
+        });
+    }
+    if clusters.len() < 2 {
+        return Err(Error::invalid(format!(
+            "sharded store URL {shown}: list at least two clusters, separated by semicolons"
+        )));
+    }
+    Ok(StoreUrl::Sharded { clusters })
+}
+
+/// `part` without its `shard=NAME` setting, and the name.
+fn take_shard_name(part: &str) -> std::result::Result<(String, Option<String>), String> {
+    let Some((head, query)) = part.split_once('?') else {
+        return Ok((part.to_string(), None));
+    };
+    let mut name = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("shard=") {
+            Some(_) if name.is_some() => return Err("gives shard= twice".into()),
+            Some("") => return Err("has an empty shard= name".into()),
+            Some(n) if n.chars().any(|c| c.is_control() || c == ';') => {
+                return Err(format!("has a bad shard= name {n:?}"))
+            }
+            Some(n) => name = Some(format!("shard={n}")),
+            None => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        head.to_string()
+    } else {
+        format!("{head}?{}", kept.join("&"))
+    };
+    Ok((url, name))
 }
 
 /// A ZooKeeper chroot: `/`-separated segments, none empty, `.` or `..`, no control characters
@@ -648,5 +804,49 @@ mod tests {
             redact("etcd://a:b@h:1/p?password=x&password_file=/f&user=u"),
             "etcd://***@h:1/p?password=***&password_file=/f&user=u"
         );
+    }
+
+    #[test]
+    fn sharded() {
+        let url = StoreUrl::parse(
+            "etcd://h1:1,h0:1/p ; etcd://h2:1/p?shard=east&user=u&password_file=/pw",
+        )
+        .unwrap();
+        let StoreUrl::Sharded { clusters } = url else {
+            panic!("{url:?}");
+        };
+        assert_eq!(clusters.len(), 2);
+        assert_eq!(clusters[0].id, "etcd://h0:1,h1:1/p", "sorted endpoints");
+        assert_eq!(clusters[1].id, "shard=east");
+        assert!(matches!(
+            &clusters[1].url,
+            StoreUrl::Etcd { user: Some(u), .. } if u.name == "u"
+        ));
+        let why = |url: &str| match StoreUrl::parse(url) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("{url}: {other:?}"),
+        };
+        assert!(why("etcd://h:1/p;").contains("cluster 2 () is empty"));
+        assert!(why("etcd://h:1/p;zk://h:2/r").contains("one kind"));
+        assert!(why("memory://a;memory://a").contains("same cluster as cluster 1"));
+        assert!(why("etcd://h:1/p;etcd://h:1/p?shard=x&shard=y").contains("twice"));
+        assert!(why("etcd://h:1/p;etcd://h").contains("cluster 2 (etcd://h) is not a store URL"));
+        assert!(why(";").contains("empty"));
+        assert!(
+            !why("etcd://h:1/p?password=hunter2;etcd://h").contains("hunter2"),
+            "redacted"
+        );
+        assert_eq!(
+            redact("etcd://h:1/p?password=x;etcd://h:2/p?token=y"),
+            "etcd://h:1/p?password=***;etcd://h:2/p?token=***"
+        );
+        // Memory parts (for tests), same endpoints under two prefixes, explicit names.
+        for ok in [
+            "memory://a;memory://b",
+            "etcd://h:1/a;etcd://h:1/b",
+            "etcd://h:1/p?shard=a;etcd://h:1/p?shard=b",
+        ] {
+            assert!(StoreUrl::parse(ok).is_ok(), "{ok}");
+        }
     }
 }

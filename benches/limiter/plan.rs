@@ -23,6 +23,9 @@ pub struct Plan {
     pub parts: Parts,
     /// `--only-fresh-keys`: of the rate part, row 4b alone, printed (no file is written).
     pub fresh_keys_only: bool,
+    /// `--only-shards`: row 4b's fresh keys on 1 and on 2 etcd clusters (a sharded store),
+    /// printed; no other server starts.
+    pub shards_only: bool,
     /// Rows 1–2: interleaved rounds, each a batch of every operation.
     pub latency_rounds: usize,
     pub latency_batch: usize,
@@ -84,6 +87,7 @@ const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster
   --only-semaphores  only the semaphore rows (and their block of the file)
   --only-rates       only the rate-limit rows (and their block of the file)
   --only-fresh-keys  only the rate part's row 4b (fresh keys at the store's speed), printed
+  --only-shards      only fresh keys on 1 vs 2 etcd clusters (a sharded store), printed
   --out PATH         markdown file to update (default for a full run: BENCHMARKS.md)";
 
 const FLAGS: &[&str] = &[
@@ -91,6 +95,7 @@ const FLAGS: &[&str] = &[
     "--only-semaphores",
     "--only-rates",
     "--only-fresh-keys",
+    "--only-shards",
 ];
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
@@ -98,6 +103,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
         crate::common::args::parse(NAME, USAGE, FLAGS, args)?.map(|args| {
             let cluster = args.flags.iter().any(|f| f == "--cluster");
             let fresh_keys_only = args.flags.iter().any(|f| f == "--only-fresh-keys");
+            let shards_only = args.flags.iter().any(|f| f == "--only-shards");
             let parts = if fresh_keys_only {
                 Parts {
                     semaphores: false,
@@ -112,10 +118,15 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
                 Plan::full(cluster, args.out)
             };
             // Row 4b alone is no rate block: it is printed, never written.
-            let out = if fresh_keys_only { None } else { plan.out };
+            let out = if fresh_keys_only || shards_only {
+                None
+            } else {
+                plan.out
+            };
             Plan {
                 parts,
                 fresh_keys_only,
+                shards_only,
                 out,
                 ..plan
             }
@@ -131,6 +142,7 @@ impl Plan {
             out,
             parts: Parts::from_flags(&[]),
             fresh_keys_only: false,
+            shards_only: false,
             latency_rounds: 20,
             latency_batch: 50,
             contended_for: Duration::from_secs(10),
@@ -154,6 +166,7 @@ impl Plan {
             out,
             parts: Parts::from_flags(&[]),
             fresh_keys_only: false,
+            shards_only: false,
             latency_rounds: 3,
             latency_batch: 10,
             contended_for: Duration::from_secs(1),

@@ -26,6 +26,7 @@ mod rate_store;
 pub(crate) mod reach;
 pub(crate) mod retry;
 mod session_slot;
+pub mod sharded;
 mod stop;
 pub mod zookeeper;
 

@@ -127,6 +127,21 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
         futures::future::join_all(each).await
     }
 
+    /// Which part of the store keeps `key` of `limit`: one [`write_keys`](Self::write_keys)
+    /// is all-or-nothing only over keys of one part, so joint writes never mix parts. The
+    /// default: one part (0), for a store that commits any keys together; a sharded store has
+    /// one part per cluster.
+    fn part_of(&self, _limit: &str, _key: &str) -> usize {
+        0
+    }
+
+    /// Refuses (limit, key) pairs that one [`write_keys`](Self::write_keys) cannot carry
+    /// (keys of several parts) with `InvalidArgument` naming them, before anything is decided.
+    /// The default accepts any.
+    fn joint_keys(&self, _keys: &[(&str, &str)]) -> Result<()> {
+        Ok(())
+    }
+
     /// How long after a state's `expires_at` its version stays safe to write against: until
     /// then the store cannot have deleted the key and re-created it at that same version.
     /// Default: forever, for stores whose versions are never reused (etcd, memory). A store

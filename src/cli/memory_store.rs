@@ -6,9 +6,15 @@
 
 use clusterlimit::StoreUrl;
 
-/// Whether `url` names an in-process store.
+/// Whether `url` names an in-process store (or shards over in-process stores only).
 pub fn is_memory(url: &str) -> bool {
-    matches!(StoreUrl::parse(url), Ok(StoreUrl::Memory { .. }))
+    match StoreUrl::parse(url) {
+        Ok(StoreUrl::Memory { .. }) => true,
+        Ok(StoreUrl::Sharded { clusters }) => clusters
+            .iter()
+            .all(|c| matches!(c.url, StoreUrl::Memory { .. })),
+        _ => false,
+    }
 }
 
 /// The warning for a one-shot command on `url`, or `None` when the store is shared.
@@ -33,6 +39,8 @@ mod tests {
             .unwrap()
             .contains("only in this process"));
         assert!(warning("mem://").is_some());
+        assert!(warning("memory://a;memory://b").is_some());
+        assert!(warning("etcd://h:1/a;etcd://h:2/a").is_none());
         assert!(warning("etcd://h:1").is_none());
         assert!(warning("zk://h:1/r").is_none());
         assert!(warning("nonsense").is_none());

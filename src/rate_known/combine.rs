@@ -9,6 +9,10 @@
 //! out is answered, or at once as a second one if [`SECOND_AT`] writes wait. An uncontended check so costs one request as before and waits for nothing; under
 //! load, writes pile up exactly while the store is busy, and go together.
 //!
+//! A store spread over clusters (`RateStore::part_of`) gets a queue and its own requests in
+//! flight per cluster, so a slow cluster never holds back the writes of another, and each
+//! cluster's requests carry as many writes as one store's would.
+//!
 //! Cancel-safety: a request is sent by the caller that found a free slot (no task hop when
 //! uncontended) or, for writes queued meanwhile, by a task of its own; whoever drops a request
 //! (finished or not) hands the queue on. A caller that stops waiting leaves its write to be
@@ -16,7 +20,7 @@
 
 use crate::backend::{lock, Backend, KeyOutcome, KeyWrite};
 use crate::error::{Error, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
@@ -37,10 +41,10 @@ struct Queued {
     reply: oneshot::Sender<Result<KeyOutcome>>,
 }
 
-/// The combining of one Limiter's rate-limit writes.
+/// The combining of one Limiter's rate-limit writes: a queue per part of the store.
 #[derive(Debug, Default)]
 pub(crate) struct Combiner {
-    state: Mutex<State>,
+    parts: Mutex<HashMap<usize, State>>,
 }
 
 #[derive(Debug, Default)]
@@ -64,10 +68,15 @@ impl Combiner {
         sender: &Sender,
         write: KeyWrite,
     ) -> Result<KeyOutcome> {
+        let part = sender
+            .backend
+            .rate_store()
+            .map_or(0, |store| store.part_of(&write.limit, &write.key));
         let (tx, rx) = oneshot::channel();
         let queued = Queued { write, reply: tx };
         let own = {
-            let mut s = lock(&self.state);
+            let mut parts = lock(&self.parts);
+            let s = parts.entry(part).or_default();
             if s.queue.is_empty() && s.in_flight == 0 {
                 s.in_flight += 1;
                 Some(queued)
@@ -83,10 +92,11 @@ impl Combiner {
             let request = Request {
                 combiner: self.clone(),
                 sender: sender.clone(),
+                part,
             };
             request.send(vec![own]).await;
         } else {
-            self.send_if_free(sender);
+            self.send_if_free(sender, part);
         }
         rx.await.unwrap_or_else(|_| {
             Err(Error::store(
@@ -95,11 +105,14 @@ impl Combiner {
         })
     }
 
-    /// Starts a request with what is queued if none is out, or a second one if [`SECOND_AT`]
-    /// writes wait.
-    fn send_if_free(self: &Arc<Self>, sender: &Sender) {
+    /// Starts a request with what `part` has queued if none of its requests is out, or a
+    /// second one if [`SECOND_AT`] writes wait.
+    fn send_if_free(self: &Arc<Self>, sender: &Sender, part: usize) {
         let batch = {
-            let mut s = lock(&self.state);
+            let mut parts = lock(&self.parts);
+            let Some(s) = parts.get_mut(&part) else {
+                return;
+            };
             let free =
                 s.in_flight == 0 || (s.in_flight < MAX_IN_FLIGHT && s.queue.len() >= SECOND_AT);
             if s.queue.is_empty() || !free {
@@ -111,6 +124,7 @@ impl Combiner {
         let request = Request {
             combiner: self.clone(),
             sender: sender.clone(),
+            part,
         };
         sender.runtime.spawn(request.send(batch));
     }
@@ -139,6 +153,8 @@ fn take_batch(queue: &mut Vec<Queued>) -> Vec<Queued> {
 struct Request {
     combiner: Arc<Combiner>,
     sender: Sender,
+    /// The part of the store its writes go to.
+    part: usize,
 }
 
 impl Request {
@@ -169,8 +185,10 @@ impl Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
-        lock(&self.combiner.state).in_flight -= 1;
-        self.combiner.send_if_free(&self.sender);
+        if let Some(s) = lock(&self.combiner.parts).get_mut(&self.part) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
+        self.combiner.send_if_free(&self.sender, self.part);
     }
 }
 

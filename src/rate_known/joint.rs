@@ -24,6 +24,9 @@ pub(crate) struct JointGroup {
 /// One `check_all` call: its groups and its checks, in order, as (group, cost).
 #[derive(Debug)]
 pub(crate) struct JointCall {
+    /// The part of the store that keeps every key of the call (`RateStore::part_of`): one
+    /// joint write carries calls of one part only.
+    pub(crate) part: usize,
     pub(crate) groups: Vec<JointGroup>,
     pub(crate) checks: Vec<(usize, u64)>,
     pub(crate) arrived: Instant,
@@ -70,9 +73,16 @@ impl JointQueue {
         }
         let mut keys = HashSet::new();
         let mut limits = HashSet::new();
-        let mut batch = Vec::new();
+        let mut batch: Vec<JointCall> = Vec::new();
         let mut rest = Vec::new();
+        let mut full = false;
         for call in std::mem::take(&mut s.pending) {
+            // Calls of other parts share no key with this batch: they wait for a later one
+            // without holding back the calls of this part.
+            if batch.first().is_some_and(|b| b.part != call.part) {
+                rest.push(call);
+                continue;
+            }
             let new_keys: Vec<(usize, String)> = call
                 .footprint()
                 .filter(|(l, k)| !keys.contains(&(*l, k.to_string())))
@@ -84,12 +94,13 @@ impl JointQueue {
                 .filter(|l| !limits.contains(l))
                 .collect();
             let fits = keys.len() + new_keys.len() + limits.len() + new_limits.len() <= max_ops;
-            if batch.is_empty() || (fits && rest.is_empty()) {
+            if batch.is_empty() || (fits && !full) {
                 keys.extend(new_keys);
                 limits.extend(new_limits);
                 batch.push(call);
             } else {
-                // Later calls wait too, so calls are decided in arrival order.
+                // Later calls of this part wait too, so they are decided in arrival order.
+                full = true;
                 rest.push(call);
             }
         }

@@ -99,6 +99,14 @@ impl Limiter {
             }
         }
         self.inner.check_open()?;
+        // A store spread over clusters commits keys together only within one cluster.
+        let store = rate_store(&self.inner)?;
+        let keys: Vec<(&str, &str)> = checks
+            .iter()
+            .map(|c| (c.limit.name(), c.key.as_str()))
+            .collect();
+        store.joint_keys(&keys)?;
+        let part = keys.first().map_or(0, |(l, k)| store.part_of(l, k));
         let (groups, order) = group(checks);
         if let Some(denied) = local_denial(&self.inner, &groups, &order) {
             self.inner.rate_counts.local_answers.fetch_add(1, Relaxed);
@@ -106,6 +114,7 @@ impl Limiter {
         }
         let (tx, rx) = oneshot::channel();
         let call = JointCall {
+            part,
             groups,
             checks: order,
             arrived: Instant::now(),

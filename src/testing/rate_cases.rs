@@ -281,21 +281,22 @@ pub async fn rate_wait(h: &impl Harness) {
     );
 }
 
-/// `check_all`: all or nothing across limits and keys, in order for repeated keys.
+/// `check_all`: all or nothing across limits and keys, in order for repeated keys. The keys
+/// of one call share a hash tag (`{t}`), so a sharded store keeps them on one cluster.
 pub async fn rate_check_all(h: &impl Harness) {
     let l = limiter(h).await;
     let user = open(&l, "user", Quota::per_minute(60).burst(10)).await;
     let global = open(&l, "global", Quota::per_minute(60).burst(2)).await;
-    let both = |key: &'static str| [Check::new(&user, key, 1), Check::new(&global, "all", 1)];
+    let both = |key: &'static str| [Check::new(&user, key, 1), Check::new(&global, "{t}all", 1)];
     for _ in 0..2 {
-        let ds = l.check_all(&both("u1")).await.expect("check_all");
+        let ds = l.check_all(&both("{t}u1")).await.expect("check_all");
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
     }
-    let ds = l.check_all(&both("u1")).await.expect("check_all");
+    let ds = l.check_all(&both("{t}u1")).await.expect("check_all");
     assert!(ds.iter().all(|d| !d.allowed), "global is spent: {ds:?}");
     assert!(ds.iter().all(|d| d.retry_after.is_some()), "{ds:?}");
     assert_eq!(ds[0].remaining, 8, "u1 was not charged");
-    assert_eq!(check(&user, "u1", 0).await.remaining, 8);
+    assert_eq!(check(&user, "{t}u1", 0).await.remaining, 8);
     let ds = l
         .check_all(&[Check::new(&user, "u2", 3), Check::new(&user, "u2", 4)])
         .await

@@ -16,7 +16,7 @@ use crate::stores::{Servers, Store};
 use std::time::Duration;
 
 /// Time given to workers to start and connect before their common start.
-const LEAD_IN: Duration = Duration::from_secs(4);
+pub(super) const LEAD_IN: Duration = Duration::from_secs(4);
 
 /// Who runs in row 4b, in the order of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,14 +233,14 @@ fn per_decision(ns: u64, decisions: u64) -> f64 {
     }
 }
 
-async fn sleep_until(at_us: u64) {
+pub(super) async fn sleep_until(at_us: u64) {
     let now = unix_us();
     if at_us > now {
         tokio::time::sleep(Duration::from_micros(at_us - now)).await;
     }
 }
 
-fn merge(
+pub(super) fn merge(
     who: Who,
     processes: usize,
     callers: u32,

@@ -15,6 +15,7 @@ mod report;
 #[allow(dead_code)] // the RLS bench's server module: this bench uses its `Rls` only
 #[path = "../../rls/server.rs"]
 mod rls_server;
+pub mod shards;
 mod sidecar_worker;
 mod sidecars;
 mod spawn;

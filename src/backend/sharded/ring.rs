@@ -1,0 +1,162 @@
+//! Which cluster keeps a key: a consistent-hash ring with virtual nodes, so adding a cluster
+//! moves only the keys the new cluster takes (about 1/N of them) and none between the old
+//! ones. Pure code with a hash fixed here (FNV-1a, then a 64-bit finalizer), so every client,
+//! whatever its build, places every key on the same cluster.
+
+/// Points each cluster has on the ring: enough that shares stay within a few percent of 1/N.
+const POINTS_PER_CLUSTER: u32 = 160;
+
+/// The ring of a list of clusters, each known by its identity (see `store_url.rs`): a
+/// cluster's points depend on its identity alone, not on its place in the list.
+#[derive(Debug, Clone)]
+pub(crate) struct Ring {
+    /// (point, cluster index), sorted by point.
+    points: Vec<(u64, usize)>,
+}
+
+impl Ring {
+    /// The ring of clusters with these identities (distinct, at least one).
+    pub(crate) fn new(ids: &[String]) -> Ring {
+        let mut points: Vec<(u64, usize)> = ids
+            .iter()
+            .enumerate()
+            .flat_map(|(i, id)| {
+                (0..POINTS_PER_CLUSTER).map(move |p| (hash(format!("{id}#{p}").as_bytes()), i))
+            })
+            .collect();
+        // Ties (vanishingly rare) are broken by identity, not by list order.
+        points.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| ids[a.1].cmp(&ids[b.1])));
+        Ring { points }
+    }
+
+    /// The index of the cluster that keeps `key` of `limit`.
+    pub(crate) fn cluster(&self, limit: &str, key: &str) -> usize {
+        let h = key_hash(limit, key);
+        let at = self.points.partition_point(|(p, _)| *p < h);
+        self.points
+            .get(at)
+            .or_else(|| self.points.first())
+            .map_or(0, |(_, i)| *i)
+    }
+}
+
+/// The hash tag of a key, Redis Cluster's rule: the text between the first `{` and the first
+/// `}` after it, if not empty.
+pub(crate) fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    Some(&rest[..close]).filter(|t| !t.is_empty())
+}
+
+/// What places a key: its hash tag alone if it has one (so tagged keys of *any* limit land
+/// together, which is what `check_all` needs), else the limit and the key (so one key name
+/// used by many limits spreads over the clusters).
+fn key_hash(limit: &str, key: &str) -> u64 {
+    match hash_tag(key) {
+        Some(tag) => hash(tag.as_bytes()),
+        None => {
+            let mut bytes = Vec::with_capacity(limit.len() + 1 + key.len());
+            bytes.extend_from_slice(limit.as_bytes());
+            // Limit names cannot hold a NUL, so (limit, key) pairs never collide here.
+            bytes.push(0);
+            bytes.extend_from_slice(key.as_bytes());
+            hash(&bytes)
+        }
+    }
+}
+
+/// 64-bit FNV-1a with murmur3's finalizer: FNV alone spreads short, similar inputs (`id#1`,
+/// `id#2`) poorly over the ring.
+pub(crate) fn hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn adding_a_cluster_moves_about_a_third_and_nothing_between_the_old_ones() {
+        let two = Ring::new(&ids(&["etcd://a:2379/p", "etcd://b:2379/p"]));
+        let three = Ring::new(&ids(&[
+            "etcd://a:2379/p",
+            "etcd://b:2379/p",
+            "etcd://c:2379/p",
+        ]));
+        let n = 100_000;
+        let mut moved = 0;
+        let mut on_first = 0;
+        for i in 0..n {
+            let key = format!("user-{i}");
+            let (before, after) = (two.cluster("api", &key), three.cluster("api", &key));
+            on_first += usize::from(before == 0);
+            if before != after {
+                assert_eq!(after, 2, "{key} moved between the old clusters");
+                moved += 1;
+            }
+        }
+        let share = f64::from(moved) / f64::from(n);
+        assert!((0.28..0.39).contains(&share), "moved {share}");
+        let first = on_first as f64 / f64::from(n);
+        assert!(
+            (0.42..0.58).contains(&first),
+            "first cluster's share {first}"
+        );
+    }
+
+    #[test]
+    fn list_order_does_not_move_keys() {
+        let ab = Ring::new(&ids(&["a", "b", "c"]));
+        let ba = Ring::new(&ids(&["c", "a", "b"]));
+        let name = |r: &Ring, order: &[&str], k: &str| order[r.cluster("l", k)].to_string();
+        for i in 0..1000 {
+            let k = format!("k{i}");
+            assert_eq!(
+                name(&ab, &["a", "b", "c"], &k),
+                name(&ba, &["c", "a", "b"], &k)
+            );
+        }
+    }
+
+    #[test]
+    fn hash_tags_keep_keys_together() {
+        assert_eq!(hash_tag("{user42}:ip"), Some("user42"));
+        assert_eq!(hash_tag("x{a}{b}"), Some("a"));
+        assert_eq!(hash_tag("{}x{a}"), None, "an empty first tag means no tag");
+        assert_eq!(hash_tag("no-tag}{"), None);
+        assert_eq!(hash_tag("{open"), None);
+        let ring = Ring::new(&ids(&["a", "b"]));
+        for i in 0..200 {
+            let tag = format!("{{user{i}}}");
+            let at = ring.cluster("per-ip", &format!("{tag}:ip"));
+            assert_eq!(ring.cluster("per-path", &format!("{tag}:path")), at);
+            assert_eq!(ring.cluster("global", &format!("all{tag}")), at);
+        }
+        // Without tags, the same key of two limits is placed independently.
+        let apart = (0..200)
+            .filter(|i| ring.cluster("x", &format!("k{i}")) != ring.cluster("y", &format!("k{i}")))
+            .count();
+        assert!(apart > 50, "{apart}");
+    }
+
+    #[test]
+    fn the_hash_is_fixed() {
+        // Clients of every build must agree: these values may never change.
+        assert_eq!(hash(b""), 0xefd0_1f60_ba99_2926);
+        assert_eq!(hash(b"user42"), 0xda60_44ba_e879_d2da);
+    }
+}
