@@ -27,6 +27,7 @@ pub(crate) mod reach;
 pub(crate) mod retry;
 mod session_slot;
 pub mod sharded;
+mod start_once;
 mod stop;
 pub mod zookeeper;
 

@@ -27,10 +27,10 @@ use super::rate::most_nested;
 use crate::backend::due_queue::DueQueue;
 use crate::backend::expiry::{due, nanos, unix_nanos_now};
 use crate::backend::lock;
+use crate::backend::start_once::StartOnce;
 use crate::stats::{RequestCounters, RequestKind};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use futures::StreamExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -55,7 +55,7 @@ pub(super) const RETRY: Duration = Duration::from_secs(1);
 /// The sweeper of one backend; its tasks (the sweep, the scan) start with the first write.
 pub(super) struct Sweeper {
     shared: Arc<Shared>,
-    started: AtomicBool,
+    started: StartOnce,
 }
 
 /// What the sweep and the scan share.
@@ -172,7 +172,7 @@ impl Sweeper {
                 request_timeout,
                 prefix,
             }),
-            started: AtomicBool::new(false),
+            started: StartOnce::default(),
         }
     }
 
@@ -200,17 +200,10 @@ impl Sweeper {
     }
 
     fn start(&self) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(run(self.shared.clone()));
-                h.spawn(super::scan::run(self.shared.clone()));
-            }
-            // Not in a runtime (cannot happen from an async call): try again next time.
-            Err(_) => self.started.store(false, Ordering::Release),
-        }
+        self.started.start(|h| {
+            h.spawn(run(self.shared.clone()));
+            h.spawn(super::scan::run(self.shared.clone()));
+        });
     }
 }
 

@@ -42,10 +42,10 @@
 use crate::backend::due_queue::DueQueue;
 use crate::backend::expiry::{due, nanos, unix_nanos_now, MIN_MARGIN};
 use crate::backend::lock;
+use crate::backend::start_once::StartOnce;
 use crate::stats::{RequestCounters, RequestKind};
 use futures::StreamExt;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -123,7 +123,7 @@ impl State {
 /// The sweeper of one backend; its task starts with the first key recorded.
 pub(super) struct Sweeper {
     shared: Arc<Shared>,
-    started: AtomicBool,
+    started: StartOnce,
 }
 
 /// What the sweeper's tasks (the sweep here, the scan in `scan.rs`) share.
@@ -185,7 +185,7 @@ impl Sweeper {
                 stats,
                 request_timeout,
             }),
-            started: AtomicBool::new(false),
+            started: StartOnce::default(),
         }
     }
 
@@ -222,17 +222,10 @@ impl Sweeper {
     }
 
     fn start(&self) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(run(self.shared.clone()));
-                h.spawn(super::scan::run(self.shared.clone()));
-            }
-            // Not in a runtime (cannot happen from an async call): try again next time.
-            Err(_) => self.started.store(false, Ordering::Release),
-        }
+        self.started.start(|h| {
+            h.spawn(run(self.shared.clone()));
+            h.spawn(super::scan::run(self.shared.clone()));
+        });
     }
 }
 
