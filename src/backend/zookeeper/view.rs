@@ -243,7 +243,13 @@ impl SemView {
                     SessionState::Disconnected => self.lock().stale = true,
                     SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
                         if self.lock().stale {
-                            if let Some(fresh) = self.rewatch(&cfg).await {
+                            // Stopped meanwhile: leave at once (below), so the session's client
+                            // is not kept alive by this task after the session was given up.
+                            let renewed = tokio::select! {
+                                _ = self.stop.cancelled() => break,
+                                r = self.rewatch(&cfg) => r,
+                            };
+                            if let Some(fresh) = renewed {
                                 // The new watcher gets every event from its registration on;
                                 // the old one got nothing since the disconnect.
                                 watcher = fresh;
@@ -255,12 +261,20 @@ impl SemView {
                     _ => break,
                 },
                 EventType::NodeCreated | EventType::NodeDeleted | EventType::NodeDataChanged => {
-                    self.apply(&cfg, event.event_type, &event.path).await;
+                    tokio::select! {
+                        _ = self.stop.cancelled() => break,
+                        () = self.apply(&cfg, event.event_type, &event.path) => {}
+                    }
                 }
                 EventType::NodeChildrenChanged => {}
             }
         }
         self.die();
+        // `cfg` (and its clone of the session's client) goes here: a session given up on is
+        // closed on the server, or expires there, rather than kept alive by a view (a request
+        // of this task on a hung connection would otherwise hold it until the member wakes up,
+        // and the client would reconnect, keeping that session's ephemeral nodes).
+        drop(cfg);
     }
 
     async fn apply(&self, cfg: &ViewConfig, kind: EventType, path: &str) {
