@@ -214,7 +214,11 @@ pub async fn run(
 }
 
 /// The CPU `pids` use from `start_at` (Unix µs) for `run_for`, ns.
-fn cpu_during(pids: Vec<u32>, start_at: u64, run_for: Duration) -> tokio::task::JoinHandle<u64> {
+pub(super) fn cpu_during(
+    pids: Vec<u32>,
+    start_at: u64,
+    run_for: Duration,
+) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
         sleep_until(start_at).await;
         let before = crate::cpu::cpu_ns(&pids).unwrap_or(0);
@@ -233,7 +237,7 @@ fn per_decision(ns: u64, decisions: u64) -> f64 {
     }
 }
 
-pub(super) async fn sleep_until(at_us: u64) {
+async fn sleep_until(at_us: u64) {
     let now = unix_us();
     if at_us > now {
         tokio::time::sleep(Duration::from_micros(at_us - now)).await;

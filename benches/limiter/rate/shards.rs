@@ -4,7 +4,7 @@
 //! each and their ratio; the goal is 2 clusters ≥ 1.7 × one. Both etcds and the workers share
 //! the machine, so on few cores the second cluster competes with the first for CPU.
 
-use super::fresh::{merge, sleep_until, FreshRow, Who, LEAD_IN};
+use super::fresh::{cpu_during, merge, FreshRow, Who, LEAD_IN};
 use super::plan::RatePlan;
 use super::protocol::{Contender, Mode, WorkerSetup};
 use super::spawn;
@@ -92,14 +92,7 @@ async fn run(
         wait_retry_after: false,
     };
     let pids: Vec<u32> = clusters.iter().filter_map(|c| c.pid(0)).collect();
-    let server_cpu = tokio::spawn(async move {
-        sleep_until(start_at).await;
-        let before = crate::cpu::cpu_ns(&pids).unwrap_or(0);
-        sleep_until(start_at + run_for.as_micros() as u64).await;
-        crate::cpu::cpu_ns(&pids)
-            .unwrap_or(0)
-            .saturating_sub(before)
-    });
+    let server_cpu = cpu_during(pids, start_at, run_for);
     let bound = LEAD_IN + run_for + Duration::from_secs(60);
     let reports = spawn::run_all(&vec![setup; processes], bound).await?;
     let server_ns = server_cpu.await.unwrap_or(0);
