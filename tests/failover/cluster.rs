@@ -216,11 +216,19 @@ impl Cluster {
                     .await
             }
             Cluster::Zk(c) => {
-                support::zookeeper::describe_node(
+                let node = support::zookeeper::describe_node(
                     &c.connect_string(),
                     &format!("/failover/s/{name}/{entry}"),
                 )
-                .await
+                .await;
+                match node
+                    .split("owner session ")
+                    .nth(1)
+                    .and_then(|t| t.split(',').next())
+                {
+                    Some(session) => format!("{node}; {}", zk_session_seen(c, session)),
+                    None => node,
+                }
             }
         }
     }
@@ -241,6 +249,35 @@ impl Cluster {
             Cluster::Zk(_) => None,
         }
     }
+}
+
+/// Where the ZooKeeper members still know `session` (`0x…`): which members hold a
+/// connection of it (`cons`) and whether the leader still tracks it (`dump`). Tells a session
+/// the client still keeps alive from one the servers failed to expire.
+fn zk_session_seen(c: &ZkCluster, session: &str) -> String {
+    let mut seen = Vec::new();
+    for m in 0..c.len() {
+        let cons = c.four_letter_word(m, "cons");
+        let connected = cons
+            .lines()
+            .filter(|l| l.contains(&format!("sid={session}")))
+            .count();
+        let dump = c.four_letter_word(m, "dump");
+        let tracked = dump
+            .lines()
+            .any(|l| l.trim().trim_end_matches(':') == session);
+        seen.push(format!(
+            "member {m}: {connected} connections of it, {} by dump",
+            if dump.is_empty() {
+                "no answer"
+            } else if tracked {
+                "tracked"
+            } else {
+                "not tracked"
+            }
+        ));
+    }
+    format!("session {session} on the servers: {}", seen.join(", "))
 }
 
 /// How many election events of each member a failed row's report shows.

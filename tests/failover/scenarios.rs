@@ -181,8 +181,11 @@ pub async fn run(kind: Kind, scenario: Scenario, size: Size, seed: u64) -> Row {
     scenario.body(&mut cluster, &load, size, &mut row).await;
     still_moving(&load.log, &mut row).await;
     load.stop_workers().await;
-    live_leftovers(&cluster, &load.live_owners(), &mut row).await;
+    let leftovers = live_leftovers(&cluster, &load.live_owners(), &mut row).await;
     let log = load.close().await;
+    if !leftovers.is_empty() {
+        after_close(&cluster, &leftovers, &mut row).await;
+    }
     conclude(&cluster, &log, &mut row).await;
     row.took = started.elapsed();
     row
@@ -216,7 +219,7 @@ const LIVE_LEFTOVER_BOUND: Duration =
 /// After every worker released or cancelled and before any Limiter closes (the sessions still
 /// live), no entry of theirs may stay in the store: the TTL cannot hide a failed removal here.
 /// Reads the store directly, not through the library.
-async fn live_leftovers(cluster: &Cluster, owners: &[String], row: &mut Row) {
+async fn live_leftovers(cluster: &Cluster, owners: &[String], row: &mut Row) -> Vec<String> {
     let stopped = Instant::now();
     let deadline = stopped + LIVE_LEFTOVER_BOUND;
     let mut polls = 0;
@@ -254,6 +257,39 @@ async fn live_leftovers(cluster: &Cluster, owners: &[String], row: &mut Row) {
             ms(LIVE_LEFTOVER_BOUND),
             shown.join("; ")
         ));
+    }
+    left.into_iter().map(|(k, _)| k).collect()
+}
+
+/// For a failure report: whether leftover entries went once every Limiter closed (then a
+/// Limiter still held their session) or stay past one more TTL (then nothing of ours did).
+async fn after_close(cluster: &Cluster, leftovers: &[String], row: &mut Row) {
+    let closed = Instant::now();
+    let deadline = closed + TTL + Duration::from_secs(1);
+    loop {
+        let now: Vec<String> = cluster
+            .queue_entries(SEMAPHORE)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| leftovers.contains(k))
+            .collect();
+        if now.is_empty() {
+            row.note(format!(
+                "the leftover entries went {} after every Limiter closed",
+                ms(closed.elapsed())
+            ));
+            return;
+        }
+        if Instant::now() >= deadline {
+            row.note(format!(
+                "{} leftover entries still there {} after every Limiter closed",
+                now.len(),
+                ms(closed.elapsed())
+            ));
+            return;
+        }
+        sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -405,6 +405,28 @@ impl ZkBackend {
         Ok(view)
     }
 
+    /// The enqueue of `req` failed, and nobody will ask for its id again: a create of it
+    /// whose outcome is unknown (timed out, reply lost) may still apply, late (a member that
+    /// was hung commits it when it resumes). Delete its node if it shows up, or now if the view
+    /// shows it already.
+    fn abandon_in_doubt(&self, view: &SemView, req: &EntryRequest) {
+        if !lock(&self.entries.in_doubt).remove(&req.id) {
+            return;
+        }
+        lock(&self.entries.abandoned).insert(req.id.clone());
+        let shown = view.nodes_of(&req.id);
+        if shown.is_empty() {
+            return;
+        }
+        lock(&self.entries.abandoned).remove(&req.id);
+        if let Some(reap) = lock(&self.entries.reaper).clone() {
+            for node in shown {
+                tracing::debug!(semaphore = %req.name, %node, "deleting the node of a failed enqueue");
+                reap(format!("{}/{node}", req.name));
+            }
+        }
+    }
+
     /// Sends the create of `req`'s node once.
     async fn create_once(
         &self,
@@ -611,7 +633,13 @@ impl Backend for ZkBackend {
         if view.capacity().is_none() {
             return Err(Error::NotFound(req.name.clone()));
         }
-        let (token, node) = self.create_entry(&session, &view, req).await?;
+        let (token, node) = match self.create_entry(&session, &view, req).await {
+            Ok(created) => created,
+            Err(e) => {
+                self.abandon_in_doubt(&view, req);
+                return Err(e);
+            }
+        };
         let lost = session.lost().child();
         lock(&self.entries.live).insert(
             req.id.clone(),

@@ -36,10 +36,15 @@ struct Shared {
     client: Mutex<Option<zk::Client>>,
     lost: LostSignal,
     stop: CancellationToken,
+    /// The session's id as the client logs it (`0x…`), for our own logs.
+    id: String,
 }
 
 impl Shared {
     fn end(&self) {
+        if !self.stop.is_cancelled() {
+            tracing::debug!(session = %self.id, "ZooKeeper session given up locally");
+        }
         self.lost.fire();
         self.stop.cancel();
         let client = crate::backend::lock(&self.client).take();
@@ -101,6 +106,7 @@ impl ZkSession {
             client: Mutex::new(Some(client.clone())),
             lost: LostSignal::new(Deadline::at(sent + negotiated)),
             stop: CancellationToken::new(),
+            id: client.session_id().to_string(),
         });
         let keeper = Keeper {
             shared: shared.clone(),
@@ -111,7 +117,7 @@ impl ZkSession {
             stats: cfg.stats,
         };
         tokio::spawn(keeper.run());
-        tracing::debug!(timeout = ?negotiated, "ZooKeeper session started");
+        tracing::debug!(session = %shared.id, timeout = ?negotiated, "ZooKeeper session started");
         Ok(Arc::new(ZkSession {
             shared,
             views: tokio::sync::Mutex::new(HashMap::new()),
