@@ -5,6 +5,7 @@
 
 mod cli;
 mod frontend;
+mod live;
 mod sidecar;
 
 fn main() -> std::process::ExitCode {

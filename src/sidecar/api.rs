@@ -172,6 +172,7 @@ pub fn router(state: Shared) -> Router {
             get(rate_routes::quota).put(rate_routes::set_quota),
         )
         .route("/v1/ratelimits/{name}/check", post(rate_routes::check))
+        .route("/v1/ratelimits/{name}/preview", post(rate_routes::preview))
         .route("/v1/ratelimits/{name}/wait", post(rate_routes::wait))
         .route(
             "/v1/ratelimits/{name}/keys/{*key}",

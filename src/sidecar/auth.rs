@@ -1,6 +1,9 @@
 //! Bearer-token access control: with a token configured, every route but `/healthz` and
 //! `/readyz` (and `/metrics`, if configured so) answers 401 to a request without
-//! `Authorization: Bearer <token>`, before any handler runs, so nothing changes.
+//! `Authorization: Bearer <token>`, before any handler runs, so nothing changes. The web
+//! view's page and login routes are open (the page holds no data); a web view login (a
+//! cookie, see `ui/logins.rs`) counts as the token for reads, and for changes only with its
+//! CSRF value in a header too.
 
 use super::metrics::Metrics;
 use super::problem::Problem;
@@ -65,11 +68,37 @@ pub struct Access {
     pub metrics_without_token: bool,
     /// Counts the 401s.
     pub metrics: Arc<Metrics>,
+    /// The web view's logins.
+    pub logins: Arc<super::ui::Logins>,
 }
 
 impl Access {
     fn is_open(&self, path: &str) -> bool {
-        matches!(path, "/healthz" | "/readyz") || (path == "/metrics" && self.metrics_without_token)
+        matches!(path, "/healthz" | "/readyz")
+            || (path == "/metrics" && self.metrics_without_token)
+            || super::ui::is_open(path)
+    }
+
+    /// Whether the request carries a live web view login, and for a change, its CSRF value.
+    fn logged_in(&self, req: &Request) -> bool {
+        let Some(id) = req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| super::ui::logins::cookie(v, super::ui::logins::COOKIE))
+        else {
+            return false;
+        };
+        let Some(csrf) = self.logins.csrf(id) else {
+            return false;
+        };
+        if req.method().is_safe() {
+            return true;
+        }
+        req.headers()
+            .get(super::ui::logins::CSRF_HEADER)
+            .is_some_and(|v| Token(csrf.as_bytes().into()).matches(v.as_bytes()))
     }
 
     fn allows(&self, req: &Request) -> bool {
@@ -83,6 +112,7 @@ impl Access {
             .get(header::AUTHORIZATION)
             .and_then(|v| bearer(v.as_bytes()))
             .is_some_and(|presented| token.matches(presented))
+            || self.logged_in(req)
     }
 }
 

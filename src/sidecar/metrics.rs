@@ -257,6 +257,14 @@ impl Metrics {
         });
     }
 
+    /// Each watched breaker's label and counts now (for the live view).
+    pub fn breakers(&self) -> Vec<(String, clusterlimit::BreakerStats)> {
+        lock(&self.breakers)
+            .iter()
+            .map(|w| (w.label.clone(), w.guard.breaker()))
+            .collect()
+    }
+
     fn render_breakers(&self) {
         for w in lock(&self.breakers).iter_mut() {
             let now = w.guard.breaker();

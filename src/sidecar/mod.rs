@@ -16,6 +16,7 @@ mod rate_config;
 mod rate_metrics;
 mod rate_routes;
 mod rls;
+mod ui;
 mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
@@ -91,15 +92,32 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),
     );
+    // The web view (ui/): its pictures are taken only while a page or `top` watches.
+    let gatherer = crate::live::gather::Gatherer::new(
+        limiter.clone(),
+        crate::live::gather::Viewer {
+            source: limiter.owner().to_string(),
+            store_url: store.to_string(),
+            timeout: cfg.timeouts.request,
+            session_ttl: cfg.session_ttl,
+        },
+    );
+    let logins = std::sync::Arc::new(ui::Logins::default());
+    let view = ui::Ui {
+        feed: ui::Feed::new(gatherer, state.metrics.clone(), state.shutdown.clone()),
+        logins: logins.clone(),
+        token: cfg.token.clone(),
+        shutdown: state.shutdown.clone(),
+    };
     let access = auth::Access {
         token: cfg.token.clone(),
         metrics_without_token: cfg.metrics_without_token,
         metrics: state.metrics.clone(),
+        logins,
     };
-    let app = api::router(state.clone()).layer(axum::middleware::from_fn_with_state(
-        access,
-        auth::require_token,
-    ));
+    let app = api::router(state.clone()).merge(ui::router(view)).layer(
+        axum::middleware::from_fn_with_state(access, auth::require_token),
+    );
     let listen_err = |what: String, e: std::io::Error| {
         Failure::new(exit::UNAVAILABLE, format!("cannot listen on {what}: {e}"))
     };

@@ -53,6 +53,8 @@ pub struct RateMetrics {
     waits_in_flight: Family<LimitLabel, Gauge>,
     /// Checks answered from a cached state, no store request (set at each scrape).
     pub(super) cache_answers: Counter,
+    /// Per key and per second, for the live view (`/ui`, the fleet summary).
+    pub live: std::sync::Arc<crate::live::recorder::Recorder>,
 }
 
 impl RateMetrics {
@@ -69,6 +71,7 @@ impl RateMetrics {
             keys_cached: Family::default(),
             waits_in_flight: Family::default(),
             cache_answers: Counter::default(),
+            live: Default::default(),
         };
         registry.register(
             "clusterlimit_rate_hits",
@@ -123,6 +126,23 @@ impl RateMetrics {
         m
     }
 
+    /// One answered check of `key` on rate limit `limit` for the live view.
+    pub fn record_key(&self, limit: &str, key: &str, g: &Guarded, cost: u64) {
+        let d = &g.decision;
+        self.live.record(
+            limit,
+            key,
+            crate::live::top_keys::Hit {
+                cost,
+                allowed: d.allowed,
+                remaining: d.remaining,
+                limit: d.limit,
+                reset_ms: d.reset_after.as_millis() as u64,
+                now_ms: crate::live::gather::unix_ms(),
+            },
+        );
+    }
+
     /// One answered check of `cost` hits on `limit` of `domain`. `shadow`: the limit is in
     /// shadow mode (a denial was answered as an admission); `store_latency`: how long the store
     /// took, when it decided.
@@ -171,6 +191,10 @@ impl RateMetrics {
         cost: u64,
         shadow: bool,
     ) {
+        // Envoy's rules (the HTTP API has none: its limits are in the per-key view).
+        if domain != "http" {
+            self.live.record_rule(domain, limit, cost, !allowed);
+        }
         let label = RateLabel {
             domain: domain.to_string(),
             limit: limit.to_string(),

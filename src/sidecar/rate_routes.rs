@@ -245,9 +245,10 @@ async fn guarded(
 }
 
 /// Counts one answered request in the metrics (a wait counts once, by its last check).
-fn record(st: &AppState, rl: &RateLimit, g: &Guarded, cost: u64, took: Duration) {
+fn record(st: &AppState, rl: &RateLimit, key: &str, g: &Guarded, cost: u64, took: Duration) {
     let m = &st.metrics.rate;
     m.record(DOMAIN, rl.name(), g, cost, false, Some(took));
+    m.record_key(rl.name(), key, g, cost);
     m.keys_cached(rl.name(), rl.cached_keys());
 }
 
@@ -397,6 +398,31 @@ pub async fn set_quota(
     Ok(Json(quota_json(&name, &quota)))
 }
 
+/// `POST /v1/ratelimits/{name}/preview` with a quota (the body of a PUT): what it would
+/// have denied of the last minutes' checks of the busiest and most denied keys, replayed from
+/// this sidecar's per-second counts (`live/replay.rs`), against the current quota. Changes
+/// nothing.
+pub async fn preview(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<Json<Value>, Problem> {
+    let proposed = body
+        .parts()
+        .and_then(|p| p.to_quota())
+        .map_err(|e| Problem::field(e.field, e.message))?;
+    let rl = st.rate.open_fresh(&st.limiter, &name).await?;
+    let current = rl.quota();
+    let keys = st.metrics.rate.live.key_seconds(&name);
+    let preview = crate::live::replay::preview(&current, &proposed, &keys);
+    Ok(Json(json!({
+        "name": name,
+        "current": quota_text(&current),
+        "proposed": quota_text(&proposed),
+        "preview": preview,
+    })))
+}
+
 /// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
 pub async fn check(
     State(st): State<Shared>,
@@ -408,7 +434,7 @@ pub async fn check(
     let cost = admissible_cost(&st, &rl, body.cost).await?;
     let (g, took) = guarded(&st, &rl, &body.key, cost, None).await?;
     never_admitted(&rl, &g, cost)?;
-    record(&st, &rl, &g, cost, took);
+    record(&st, &rl, &body.key, &g, cost, took);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
@@ -444,7 +470,7 @@ pub async fn wait(
         }
         let (g, took) = guarded(&st, &rl, &body.key, cost, Some(deadline)).await?;
         if g.decision.allowed {
-            record(&st, &rl, &g, cost, took);
+            record(&st, &rl, &body.key, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
         never_admitted(&rl, &g, cost)?;
@@ -466,7 +492,7 @@ pub async fn wait(
                     format!(", but the denial started the quota's ban of {} ms", ban.as_millis())
                 }
             );
-            record(&st, &rl, &g, cost, took);
+            record(&st, &rl, &body.key, &g, cost, took);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
         }
         tokio::select! {

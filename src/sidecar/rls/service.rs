@@ -450,6 +450,7 @@ impl Rls {
                 Plan::Check {
                     rule,
                     limit,
+                    key,
                     too_big,
                     ..
                 } => {
@@ -473,6 +474,7 @@ impl Rls {
                         shadow,
                         Some(c.latency),
                     );
+                    self.metrics.rate.record_key(limit.name(), key, &g, hits);
                     self.metrics
                         .rate
                         .keys_cached(limit.name(), limit.cached_keys());

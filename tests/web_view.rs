@@ -1,0 +1,314 @@
+//! The sidecar's web view (`/ui`) driven in a real headless Chromium through chromedriver
+//! (WebDriver), against a real etcd: the page refuses without the token, logs in, shows a
+//! permit's holder and a key over its limit within 2 s of them happening, and changes a
+//! capacity and a quota (after its preview) in the store. Saves a screenshot
+//! (`target/web-view.png`; the one in docs/images/ is a copy).
+//!
+//! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
+//! `scripts/test` installs them). A missing one fails the test with that hint.
+
+mod binary;
+mod support;
+
+use binary::Sidecar;
+use clusterlimit::Limiter;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use support::EtcdCluster;
+
+const TOKEN: &str = "ui-test-token";
+/// How soon the page must show a change (the issue's bound).
+const SHOWN_WITHIN: Duration = Duration::from_secs(2);
+
+/// chromedriver on a free loopback port; killed on drop.
+struct Driver {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn which(bin: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(bin))
+            .find(|f| f.is_file())
+    })
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let hint = "install Chromium and its WebDriver: apt-get install chromium chromium-driver";
+        let bin = which("chromedriver").unwrap_or_else(|| panic!("chromedriver not found: {hint}"));
+        which("chromium").unwrap_or_else(|| panic!("chromium not found: {hint}"));
+        let port = free_port();
+        let child = tokio::process::Command::new(bin)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let url = format!("http://127.0.0.1:{port}");
+        binary::eventually("chromedriver to listen", Duration::from_secs(20), || {
+            let addr = format!("127.0.0.1:{port}");
+            async move { std::net::TcpStream::connect(addr).ok().map(|_| ()) }
+        })
+        .await;
+        Driver { _child: child, url }
+    }
+
+    async fn browser(&self) -> Client {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_string(),
+            json!({
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1400,1000"]
+            }),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a Chromium session through chromedriver")
+    }
+}
+
+/// The text of the first element matching `css`, or "" if there is none yet.
+async fn text(b: &Client, css: &str) -> String {
+    match b.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Waits (bounded) until the element `css` contains `needle`; returns how long it took.
+async fn shows(b: &Client, css: &str, needle: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    for _ in 0..400 {
+        if text(b, css).await.contains(needle) {
+            return start.elapsed();
+        }
+        if start.elapsed() > limit {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "the page did not show {needle:?} in {css} within {limit:?}; it shows: {:?}",
+        text(b, "body").await
+    );
+}
+
+async fn click(b: &Client, css: &str) {
+    b.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
+
+async fn fill(b: &Client, css: &str, value: &str) {
+    let e = b
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css} on the page: {e}"));
+    e.clear()
+        .await
+        .unwrap_or_else(|e| panic!("clear {css}: {e}"));
+    e.send_keys(value)
+        .await
+        .unwrap_or_else(|e| panic!("type into {css}: {e}"));
+}
+
+/// Saves what the browser shows as `target/NAME`.
+async fn save_screenshot(b: &Client, name: &str) {
+    let png = b.screenshot().await.expect("screenshot");
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(name);
+    std::fs::write(&out, &png).expect("save the screenshot");
+    eprintln!("web view: screenshot saved to {}", out.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
+    let etcd = EtcdCluster::single();
+    let store = etcd.url("/webview");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
+    let token_path = token_file.to_string_lossy().to_string();
+    let sidecar = Sidecar::start(&[
+        "--store",
+        &store,
+        "--token-file",
+        &token_path,
+        "--owner",
+        "sidecar-a",
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let api = |method: reqwest::Method, path: &str| {
+        http.request(method, format!("{}{path}", sidecar.url))
+            .bearer_auth(TOKEN)
+    };
+    api(reqwest::Method::PUT, "/v1/semaphores/exports")
+        .json(&json!({"capacity": 3}))
+        .send()
+        .await
+        .expect("create the semaphore");
+    api(reqwest::Method::PUT, "/v1/ratelimits/api")
+        .json(&json!({"limit": 5, "period": "1s"}))
+        .send()
+        .await
+        .expect("create the rate limit");
+
+    // Without the token: the data routes refuse, the page asks for it.
+    let refused = http
+        .get(format!("{}/v1/live", sidecar.url))
+        .send()
+        .await
+        .expect("GET /v1/live");
+    assert_eq!(refused.status(), 401);
+    let events = http
+        .get(format!("{}/v1/live/events", sidecar.url))
+        .send()
+        .await
+        .expect("GET /v1/live/events");
+    assert_eq!(events.status(), 401);
+
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    b.goto(&format!("{}/ui", sidecar.url))
+        .await
+        .expect("open /ui");
+    shows(&b, "#login", "requires its token", Duration::from_secs(10)).await;
+    assert!(
+        text(&b, "#view").await.is_empty(),
+        "data shown before login"
+    );
+    fill(&b, "#token", "wrong").await;
+    click(&b, "#login-form button").await;
+    shows(&b, "#login-error", "not this sidecar's token", SHOWN_WITHIN).await;
+    fill(&b, "#token", TOKEN).await;
+    click(&b, "#login-form button").await;
+    shows(&b, "#semaphores", "exports", Duration::from_secs(5)).await;
+    // The cookie is HTTP-only: the page's script cannot read it.
+    let cookie_seen = b
+        .execute("return document.cookie", vec![])
+        .await
+        .expect("run a script");
+    assert_eq!(cookie_seen, json!(""), "the login cookie must be HTTP-only");
+
+    // A permit taken through the API appears as a holder.
+    let taken = Instant::now();
+    api(reqwest::Method::POST, "/v1/semaphores/exports/permits")
+        .json(&json!({"owner": "nightly-export", "permits": 2}))
+        .send()
+        .await
+        .expect("acquire");
+    let seen = shows(
+        &b,
+        "[data-semaphore=exports]",
+        "nightly-export",
+        SHOWN_WITHIN,
+    )
+    .await;
+    eprintln!(
+        "web view: holder shown {} ms after the acquire returned",
+        seen.as_millis()
+    );
+    assert!(taken.elapsed() < SHOWN_WITHIN + Duration::from_millis(500));
+    shows(&b, "[data-semaphore=exports]", "2 of 3 used", SHOWN_WITHIN).await;
+
+    // A key driven over its limit appears under "limited now".
+    for _ in 0..30 {
+        api(reqwest::Method::POST, "/v1/ratelimits/api/check")
+            .json(&json!({"key": "user-42"}))
+            .send()
+            .await
+            .expect("check");
+    }
+    let seen = shows(
+        &b,
+        "[data-rate-limit=api] .limited-now",
+        "user-42",
+        SHOWN_WITHIN,
+    )
+    .await;
+    eprintln!(
+        "web view: limited key shown {} ms after the checks",
+        seen.as_millis()
+    );
+
+    // Set a capacity through the page: the store changes.
+    let set = b
+        .find(Locator::XPath(
+            "//*[@data-semaphore='exports']//button[contains(., 'Set capacity')]",
+        ))
+        .await
+        .expect("the Set capacity button");
+    set.click().await.expect("click Set capacity");
+    fill(&b, "#capacity-input", "7").await;
+    click(&b, "#dialog-ok").await;
+    let reader = Limiter::connect(&store).await.expect("a reader on etcd");
+    let sem = reader.open_semaphore("exports").await.expect("open");
+    binary::eventually(
+        "the capacity set in the page",
+        Duration::from_secs(5),
+        || {
+            let sem = sem.clone();
+            async move { (sem.status().await.ok()?.capacity == 7).then_some(()) }
+        },
+    )
+    .await;
+    shows(&b, "[data-semaphore=exports]", "2 of 7 used", SHOWN_WITHIN).await;
+
+    // Set a quota: the first click previews, the second applies.
+    let set = b
+        .find(Locator::XPath(
+            "//*[@data-rate-limit='api']//button[contains(., 'Set quota')]",
+        ))
+        .await
+        .expect("the Set quota button");
+    set.click().await.expect("click Set quota");
+    fill(&b, "#quota-limit", "2").await;
+    fill(&b, "#quota-burst", "2").await;
+    click(&b, "#dialog-ok").await;
+    shows(&b, "#quota-preview", "denied", Duration::from_secs(5)).await;
+    let rl = reader.open_rate_limit("api").await.expect("open the limit");
+    assert_eq!(rl.quota().limit, 5, "the preview must change nothing");
+    save_screenshot(&b, "web-view-preview.png").await;
+    click(&b, "#dialog-ok").await;
+    binary::eventually("the quota set in the page", Duration::from_secs(5), || {
+        let reader = reader.clone();
+        async move {
+            let rl = reader.open_rate_limit("api").await.ok()?;
+            (rl.quota().limit == 2).then_some(())
+        }
+    })
+    .await;
+    shows(&b, "[data-rate-limit=api]", "2 per 1s", SHOWN_WITHIN).await;
+
+    // The screenshot of the live view, for the docs.
+    save_screenshot(&b, "web-view.png").await;
+
+    // Logging out ends the login: the page asks for the token again, the stream is refused.
+    click(&b, "#logout").await;
+    shows(&b, "#login", "requires its token", SHOWN_WITHIN).await;
+    b.close().await.expect("close the browser");
+    let _ = reader.close().await;
+    drop(sidecar);
+}
