@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod machine;
+pub mod markdown;
 
 use anyhow::Context as _;
 use args::Parsed;
