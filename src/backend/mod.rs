@@ -4,7 +4,8 @@
 //! queue of entries, each with a weight, an owner label and a store-assigned token that orders
 //! the queue and serves as the fencing token. Whether an entry holds permits is decided by
 //! [`crate::queue`] alone, so all backends mean the same thing. Entries belong to a session
-//! (etcd lease, ZooKeeper session, memory session) and vanish with it.
+//! (etcd lease, ZooKeeper session, memory session) and vanish with it, as do announcements
+//! (one small value per Limiter and board, see [`Backend::announce`]).
 //!
 //! The generic layer validates input, applies timeouts, removes the entry of a cancelled or
 //! failed acquire and releases dropped permits in the background; a backend only has to store.

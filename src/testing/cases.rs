@@ -1044,7 +1044,8 @@ fn values(pairs: &[(&Limiter, &[u8])]) -> Vec<Announcement> {
 
 /// Announcement boards: each Limiter's value is read by any other, a second announce replaces
 /// it, withdraw removes it, bad input is refused and changes nothing, and `close()` of the
-/// announcer makes its values vanish for the others within the session TTL (+ 1 s).
+/// announcer makes its values vanish for the others within the session TTL (+ 1 s), as does
+/// the loss of its session.
 pub async fn announcements<H: Harness>(h: &H) {
     let a = short_ttl_limiter(h).await;
     let b = short_ttl_limiter(h).await;
@@ -1126,4 +1127,18 @@ pub async fn announcements<H: Harness>(h: &H) {
     assert_err!(a.announce("sidecars", b"late").await, Error::Closed);
     assert_err!(a.announcements("sidecars").await, Error::Closed);
     assert_err!(a.withdraw("sidecars").await, Error::Closed);
+
+    // A lost session takes its values too; announcing again publishes under a new one.
+    h.revoke_sessions().await;
+    let start = Instant::now();
+    while start.elapsed() < limit && !board(&reader, "sidecars").await.is_empty() {
+        tokio::time::sleep(super::POLL).await;
+    }
+    assert_eq!(
+        board(&reader, "sidecars").await,
+        vec![],
+        "after the sessions ended"
+    );
+    announce(&b, "sidecars", b"b4").await;
+    assert_eq!(board(&reader, "sidecars").await, values(&[(&b, b"b4")]));
 }
