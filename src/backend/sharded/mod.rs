@@ -11,9 +11,9 @@
 //!   keep keys together.
 //! * Quotas: on every cluster, the first cluster's copy being the truth (`rate.rs`,
 //!   `quotas.rs`): a copy found different is rewritten from it.
-//! * Semaphores and the session: on the first cluster only.
-//! * Announcement boards: each on the cluster the ring places its name on (as a key of no
-//!   limit), so every reader finds it; a value there is bound to that cluster's session.
+//! * Semaphores, announcement boards and the session: on the first cluster only. A board
+//!   stays with the session its values are bound to, so "the Limiter's session was lost" (its
+//!   one loss signal) is exactly when its values went; every reader finds them there.
 //!
 //! Store-neutral: built from any [`Backend`]s that keep rate limits.
 
@@ -114,11 +114,6 @@ impl ShardedBackend {
         self.shards[0].backend.as_ref()
     }
 
-    /// The cluster that keeps announcement board `board`.
-    fn board_cluster(&self, board: &str) -> usize {
-        self.ring.cluster("", board)
-    }
-
     /// `e` with the cluster named, when it is the store's failure.
     fn at(&self, cluster: usize, e: Error) -> Error {
         match e {
@@ -159,21 +154,15 @@ impl Backend for ShardedBackend {
     }
 
     async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
-        let i = self.board_cluster(board);
-        let put = self.shards[i].backend.announce(board, id, value).await;
-        put.map_err(|e| self.at(i, e))
+        self.first().announce(board, id, value).await
     }
 
     async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let i = self.board_cluster(board);
-        let read = self.shards[i].backend.announcements(board).await;
-        read.map_err(|e| self.at(i, e))
+        self.first().announcements(board).await
     }
 
     async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
-        let i = self.board_cluster(board);
-        let removed = self.shards[i].backend.withdraw(board, id).await;
-        removed.map_err(|e| self.at(i, e))
+        self.first().withdraw(board, id).await
     }
 
     fn stats(&self) -> RequestStats {
