@@ -44,6 +44,7 @@
 //! `default-features = false` gives the library alone. The design is in `docs/design.md`.
 #![warn(missing_docs)]
 
+mod announce;
 pub mod backend;
 mod backoff;
 mod clock;
@@ -71,6 +72,7 @@ mod timing;
 pub mod tower;
 pub mod validate;
 
+pub use announce::Announcement;
 pub use clock::Clock;
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
@@ -89,7 +91,7 @@ pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
 pub use store_health::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
 pub use store_url::{redact, EtcdUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
-pub use validate::{MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
+pub use validate::{MAX_ANNOUNCEMENT_BYTES, MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]
 mod api_tests {

@@ -16,6 +16,8 @@ pub(crate) struct LimiterInner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) releaser: Releaser,
     pub(crate) owner: String,
+    /// This Limiter's id on announcement boards (`announce.rs`): unique per Limiter.
+    pub(crate) id: String,
     /// The runtime the Limiter was made on: background work is spawned there, so calls made
     /// from outside a Tokio context cannot panic on a missing runtime.
     pub(crate) runtime: tokio::runtime::Handle,
@@ -48,6 +50,7 @@ impl LimiterInner {
             backend,
             releaser,
             owner,
+            id: uuid::Uuid::new_v4().simple().to_string(),
             runtime,
             rates: RateRegistry::default(),
             rate_counts: RateCounts::default(),

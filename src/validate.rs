@@ -8,6 +8,8 @@ pub const MAX_CAPACITY: u32 = 1_000_000;
 pub const MAX_NAME_LEN: usize = 128;
 /// Longest owner label.
 pub const MAX_OWNER_LEN: usize = 256;
+/// Largest announced value (see `Limiter::announce`): a summary, not a blob store.
+pub const MAX_ANNOUNCEMENT_BYTES: usize = 64 * 1024;
 
 /// Names (of semaphores and rate limits) become key and path segments: only `[A-Za-z0-9._-]`,
 /// 1–128 chars, so no injection.
@@ -74,6 +76,18 @@ pub fn owner(owner: &str) -> Result<()> {
     Ok(())
 }
 
+/// An announced value is at most [`MAX_ANNOUNCEMENT_BYTES`] (64 KiB), so every store keeps it in
+/// one request and a whole board stays cheap to read.
+pub fn announcement(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_ANNOUNCEMENT_BYTES {
+        return Err(Error::invalid(format!(
+            "an announced value must be at most {MAX_ANNOUNCEMENT_BYTES} bytes, got {}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +121,7 @@ mod tests {
         assert!(permits(1).is_ok() && permits(0).is_err());
         assert!(owner("host-a/worker-3").is_ok() && owner("a\nb").is_err());
         assert!(owner(&"o".repeat(257)).is_err());
+        assert!(announcement(&[0; MAX_ANNOUNCEMENT_BYTES]).is_ok());
+        assert!(announcement(&[0; MAX_ANNOUNCEMENT_BYTES + 1]).is_err());
     }
 }

@@ -84,6 +84,21 @@ impl Backend for Counted {
         self.inner.list().await
     }
 
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        self.calls.count("announce");
+        self.inner.announce(board, id, value).await
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.calls.count("announcements");
+        self.inner.announcements(board).await
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.calls.count("withdraw");
+        self.inner.withdraw(board, id).await
+    }
+
     fn stats(&self) -> RequestStats {
         self.calls.count("stats");
         self.inner.stats()
@@ -180,7 +195,7 @@ impl Harness for ExternalHarness {
 
 clusterlimit::contract_suite!(counted_memory, ExternalHarness);
 
-/// The suite's Limiters call the outside backend: three cases, each on a fresh harness,
+/// The suite's Limiters call the outside backend: four cases, each on a fresh harness,
 /// reach every method the Limiter uses on a healthy store.
 #[test]
 fn calls_go_through_the_wrapper() {
@@ -198,6 +213,10 @@ fn calls_go_through_the_wrapper() {
         let mismatch = testing::cases::capacity_mismatch(&h);
         testing::within("capacity_mismatch case", limit, mismatch).await;
         h.calls.add_to(&mut seen);
+        let h = ExternalHarness::start().await;
+        let boards = testing::cases::announcements(&h);
+        testing::within("announcements case", limit, boards).await;
+        h.calls.add_to(&mut seen);
     });
     for method in [
         "set_orphan_sink",
@@ -208,6 +227,9 @@ fn calls_go_through_the_wrapper() {
         "status",
         "set_capacity",
         "list",
+        "announce",
+        "announcements",
+        "withdraw",
         "close",
     ] {
         assert!(

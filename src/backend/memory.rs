@@ -22,6 +22,7 @@ fn registry() -> &'static Registry {
     STORES.get_or_init(Default::default)
 }
 
+mod board;
 mod rate;
 pub use rate::rate_key_count;
 
@@ -36,6 +37,7 @@ struct State {
     sems: BTreeMap<String, Sem>,
     sessions: HashMap<u64, LostSignal>,
     next_session: u64,
+    boards: board::Boards,
 }
 
 #[derive(Debug)]
@@ -128,6 +130,7 @@ impl State {
         for sem in self.sems.values_mut() {
             sem.remove_where(|e| e.session == id);
         }
+        self.boards.end_session(id);
     }
 }
 
@@ -320,6 +323,36 @@ impl Backend for MemoryBackend {
         self.stop.check()?;
         self.stats.count(RequestKind::Range);
         Ok(lock(&self.store.state).sems.keys().cloned().collect())
+    }
+
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        // A session ended by close() must not be renewed.
+        self.stop.check()?;
+        self.stats.count(RequestKind::Put);
+        // A session ended between taking it and writing would leave the value unbound: write
+        // only under a session the store still has (a few tries; each ended one is replaced).
+        for _ in 0..3 {
+            let (session, _) = self.current_session();
+            let mut st = lock(&self.store.state);
+            if st.sessions.contains_key(&session) {
+                st.boards.put(board, id, session, value);
+                return Ok(());
+            }
+        }
+        Err(Error::SessionLost)
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.stop.check()?;
+        self.stats.count(RequestKind::Range);
+        Ok(lock(&self.store.state).boards.list(board))
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.stop.check()?;
+        self.stats.count(RequestKind::Delete);
+        lock(&self.store.state).boards.remove(board, id);
+        Ok(())
     }
 
     fn rate_store(&self) -> Option<&dyn super::RateStore> {

@@ -4,7 +4,8 @@
 //! queue of entries, each with a weight, an owner label and a store-assigned token that orders
 //! the queue and serves as the fencing token. Whether an entry holds permits is decided by
 //! [`crate::queue`] alone, so all backends mean the same thing. Entries belong to a session
-//! (etcd lease, ZooKeeper session, memory session) and vanish with it.
+//! (etcd lease, ZooKeeper session, memory session) and vanish with it, as do announcements
+//! (one small value per Limiter and board, see [`Backend::announce`]).
 //!
 //! The generic layer validates input, applies timeouts, removes the entry of a cancelled or
 //! failed acquire and releases dropped permits in the background; a backend only has to store.
@@ -43,6 +44,13 @@ pub use waiters::{outcome, Outcome, QueueView, Waiters};
 /// half-done, and a poisoned lock must never turn into a panic of ours.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the default announcement methods of [`Backend`] answer.
+fn no_boards(board: &str) -> crate::Error {
+    crate::Error::invalid(format!(
+        "this store keeps no announcements (board {board:?})"
+    ))
 }
 
 /// Where a backend hands an entry of its own live session that no request of the Limiter owns
@@ -135,6 +143,27 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Used when an entry's removal cannot be confirmed for long (see `release.rs`): ending its
     /// session is the one way left to free the entry for certain.
     async fn end_session(&self, session: &LostSignal);
+
+    /// Puts `value` on `board` under `id`, replacing the value there, bound to the current
+    /// session (started if there is none, as [`enqueue`](Backend::enqueue) does): the store
+    /// drops it when the session ends (close, expiry, loss). A later session does not carry it
+    /// over. `board` is validated like a semaphore name, `id` is the Limiter's (hex), `value`
+    /// at most [`MAX_ANNOUNCEMENT_BYTES`](crate::validate::MAX_ANNOUNCEMENT_BYTES).
+    ///
+    /// The default refuses with `InvalidArgument` (a backend that keeps no announcements).
+    async fn announce(&self, board: &str, _id: &str, _value: &[u8]) -> Result<()> {
+        Err(no_boards(board))
+    }
+
+    /// Every value on `board` now as `(id, value)`, sorted by id; an unknown board is empty.
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        Err(no_boards(board))
+    }
+
+    /// Removes the value of `id` from `board`; an absent one counts as removed.
+    async fn withdraw(&self, board: &str, _id: &str) -> Result<()> {
+        Err(no_boards(board))
+    }
 
     /// Called once by the Limiter with the place to hand orphaned entries to. A backend whose
     /// store can apply a write after the request that sent it has finished (etcd: a request

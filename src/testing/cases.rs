@@ -8,7 +8,7 @@ use super::util::{
     Rng,
 };
 use super::{Harness, LimiterOptions, SHORT_TTL};
-use crate::{AcquireOptions, Error, Limiter, Permit, Semaphore};
+use crate::{AcquireOptions, Announcement, Error, Limiter, Permit, Semaphore};
 use std::any::type_name;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -1018,4 +1018,127 @@ pub async fn drop_releases<H: Harness>(h: &H) {
     wait_entries(h, "dropped", 0, ONE_SEC).await;
     let st = sa.status().await.expect("status");
     assert_eq!((st.used, st.waiting), (0, 0), "{st:?}");
+}
+
+// 17 --------------------------------------------------------------------------------------------
+
+/// Reads `board` through `limiter` promptly.
+async fn board(limiter: &Limiter, board: &str) -> Vec<Announcement> {
+    within("announcements()", PROMPT, limiter.announcements(board))
+        .await
+        .unwrap_or_else(|e| panic!("announcements({board:?}): {e}"))
+}
+
+/// `(announcer, value)` pairs, sorted by the announcer's id as `announcements()` returns them.
+fn values(pairs: &[(&Limiter, &[u8])]) -> Vec<Announcement> {
+    let mut all: Vec<Announcement> = pairs
+        .iter()
+        .map(|(l, v)| Announcement {
+            id: l.announcer_id().to_string(),
+            value: v.to_vec(),
+        })
+        .collect();
+    all.sort_by(|a, b| a.id.cmp(&b.id));
+    all
+}
+
+/// Announcement boards: each Limiter's value is read by any other, a second announce replaces
+/// it, withdraw removes it, bad input is refused and changes nothing, and `close()` of the
+/// announcer makes its values vanish for the others within the session TTL (+ 1 s), as does
+/// the loss of its session.
+pub async fn announcements<H: Harness>(h: &H) {
+    let a = short_ttl_limiter(h).await;
+    let b = short_ttl_limiter(h).await;
+    let reader = limiter(h).await;
+    assert_eq!(board(&reader, "sidecars").await, vec![], "a fresh board");
+    let announce = |l: &Limiter, on: &'static str, v: &'static [u8]| {
+        let l = l.clone();
+        async move {
+            within("announce()", PROMPT, l.announce(on, v))
+                .await
+                .unwrap_or_else(|e| panic!("announce({on:?}): {e}"))
+        }
+    };
+    announce(&a, "sidecars", b"a1").await;
+    announce(&b, "sidecars", b"b1").await;
+    assert_ne!(a.announcer_id(), b.announcer_id());
+    assert_eq!(
+        board(&reader, "sidecars").await,
+        values(&[(&a, b"a1"), (&b, b"b1")])
+    );
+
+    // A second announce replaces the first: still one value per Limiter.
+    announce(&a, "sidecars", b"a2").await;
+    let now = values(&[(&a, b"a2"), (&b, b"b1")]);
+    assert_eq!(board(&reader, "sidecars").await, now);
+    announce(&a, "other", b"x").await;
+    assert_eq!(board(&reader, "other").await, values(&[(&a, b"x")]));
+
+    // Bad input: InvalidArgument, and the board is as it was. 64 KiB itself is accepted.
+    let too_big = vec![0u8; crate::MAX_ANNOUNCEMENT_BYTES + 1];
+    assert_err!(
+        a.announce("sidecars", &too_big).await,
+        Error::InvalidArgument(_)
+    );
+    for bad in ["", "a/b", ".."] {
+        assert_err!(
+            a.announce(bad, b"v").await,
+            Error::InvalidArgument(_),
+            "({bad:?})"
+        );
+        assert_err!(reader.announcements(bad).await, Error::InvalidArgument(_));
+        assert_err!(a.withdraw(bad).await, Error::InvalidArgument(_));
+    }
+    assert_eq!(board(&reader, "sidecars").await, now);
+    let biggest = vec![7u8; crate::MAX_ANNOUNCEMENT_BYTES];
+    within("announce(64 KiB)", PROMPT, b.announce("sidecars", &biggest))
+        .await
+        .expect("a 64 KiB value is accepted");
+    assert_eq!(board(&reader, "sidecars").await[..].len(), 2);
+
+    // Withdraw removes ours only; withdrawing again is fine.
+    within("withdraw()", PROMPT, b.withdraw("sidecars"))
+        .await
+        .expect("withdraw()");
+    assert_eq!(board(&reader, "sidecars").await, values(&[(&a, b"a2")]));
+    within("withdraw() again", PROMPT, b.withdraw("sidecars"))
+        .await
+        .expect("withdraw() of an absent value");
+
+    // close(): the closed Limiter's values vanish for everyone else.
+    announce(&b, "sidecars", b"b3").await;
+    within("close()", PROMPT, a.close()).await.expect("close()");
+    let limit = SHORT_TTL + ONE_SEC;
+    let start = Instant::now();
+    let want = values(&[(&b, b"b3")]);
+    let mut last = Vec::new();
+    while start.elapsed() < limit {
+        last = board(&reader, "sidecars").await;
+        if last == want && board(&reader, "other").await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(super::POLL).await;
+    }
+    assert_eq!(
+        last, want,
+        "closed Limiter's value still there after {limit:?}"
+    );
+    assert_eq!(board(&reader, "other").await, vec![]);
+    assert_err!(a.announce("sidecars", b"late").await, Error::Closed);
+    assert_err!(a.announcements("sidecars").await, Error::Closed);
+    assert_err!(a.withdraw("sidecars").await, Error::Closed);
+
+    // A lost session takes its values too; announcing again publishes under a new one.
+    h.revoke_sessions().await;
+    let start = Instant::now();
+    while start.elapsed() < limit && !board(&reader, "sidecars").await.is_empty() {
+        tokio::time::sleep(super::POLL).await;
+    }
+    assert_eq!(
+        board(&reader, "sidecars").await,
+        vec![],
+        "after the sessions ended"
+    );
+    announce(&b, "sidecars", b"b4").await;
+    assert_eq!(board(&reader, "sidecars").await, values(&[(&b, b"b4")]));
 }

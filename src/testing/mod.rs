@@ -1,7 +1,7 @@
 //! The contract suite, for any [`Backend`](crate::backend::Backend): what a cluster-wide
 //! semaphore means (strict FIFO, whole weighted grants, `try_acquire`, timeouts, cancelled
 //! waits, stored capacity, `set_capacity`, dead holders, `close`, `status`, bad input, `lost()`,
-//! request counts, fencing tokens, dropped permits; see `docs/design.md`), written once as
+//! request counts, fencing tokens, dropped permits, announcement boards; see `docs/design.md`), written once as
 //! [`cases`] over a small [`Harness`] and run by [`contract_suite!`](crate::contract_suite).
 //! The crate runs it on `memory://`, etcd and ZooKeeper (`tests/contract.rs`); a backend
 //! written outside the crate runs the same cases with one `Harness` impl and one macro line.
@@ -289,6 +289,7 @@ macro_rules! contract_suite {
             request_counts,
             fencing_tokens,
             drop_releases,
+            announcements,
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {

@@ -7,9 +7,10 @@
 //! <root>/s/<name>/q/<id>       {"permits":K,"owner":"…","since_unix_ms":T}, bound to a lease
 //! <root>/rq/<name>             a rate limit's quota (the bytes the caller gave)
 //! <root>/rk/<name>/<key>       a rate-limit key's state + `\n@<expires_at>` (swept: sweeper.rs)
+//! <root>/boards/<board>/<id>   an announced value (the caller's bytes), bound to a lease
 //! ```
 //! Names are validated to `[A-Za-z0-9._-]`, so a name can never reach outside its prefix, and
-//! the four second-level segments (`names`, `s`, `rq`, `rk`) differ, so semaphores and rate
+//! the five second-level segments (`names`, `s`, `rq`, `rk`, `boards`) differ, so semaphores and rate
 //! limits of one name never share a key. A rate-limit key is any UTF-8 (`/` included), kept
 //! as is: it comes after `<root>/rk/<name>/`, which no other name's keys start with, and a
 //! listing of limits reads `<root>/rq/` only.
@@ -58,6 +59,13 @@ impl Keys {
     }
     pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
         format!("{}/rk/{name}/{key}", self.root)
+    }
+    /// Where the values of one announcement board live (one range read lists them).
+    pub(super) fn board_prefix(&self, board: &str) -> String {
+        format!("{}/boards/{board}/", self.root)
+    }
+    pub(super) fn board_entry(&self, board: &str, id: &str) -> String {
+        format!("{}/boards/{board}/{id}", self.root)
     }
 }
 

@@ -15,6 +15,7 @@
 //!   the current state; idle keys are deleted by their writer once expired, many per Txn
 //!   (`sweeper.rs`), and those of dead writers by a slow paced scan (`scan.rs`).
 
+mod board;
 mod describe;
 mod endpoints;
 mod keys;
@@ -952,6 +953,18 @@ impl Backend for EtcdBackend {
 
     async fn list(&self) -> Result<Vec<String>> {
         self.names_under(self.keys.names_prefix()).await
+    }
+
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        self.put_announcement(board, id, value).await
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.read_announcements(board).await
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.delete_announcement(board, id).await
     }
 
     fn stats(&self) -> RequestStats {

@@ -11,7 +11,9 @@
 //!   keep keys together.
 //! * Quotas: on every cluster, the first cluster's copy being the truth (`rate.rs`,
 //!   `quotas.rs`): a copy found different is rewritten from it.
-//! * Semaphores and the session: on the first cluster only.
+//! * Semaphores, announcement boards and the session: on the first cluster only. A board
+//!   stays with the session its values are bound to, so "the Limiter's session was lost" (its
+//!   one loss signal) is exactly when its values went; every reader finds them there.
 //!
 //! Store-neutral: built from any [`Backend`]s that keep rate limits.
 
@@ -149,6 +151,18 @@ impl Backend for ShardedBackend {
 
     async fn list(&self) -> Result<Vec<String>> {
         self.first().list().await
+    }
+
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        self.first().announce(board, id, value).await
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.first().announcements(board).await
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.first().withdraw(board, id).await
     }
 
     fn stats(&self) -> RequestStats {

@@ -26,6 +26,7 @@
 //! an expired session instead of silently replacing it.
 
 mod auth;
+mod board;
 mod nodes;
 mod rate;
 mod scan;
@@ -871,6 +872,18 @@ impl Backend for ZkBackend {
         };
         names.sort();
         Ok(names)
+    }
+
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        self.put_announcement(board, id, value).await
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.read_announcements(board).await
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.delete_announcement(board, id).await
     }
 
     fn stats(&self) -> RequestStats {

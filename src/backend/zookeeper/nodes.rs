@@ -25,6 +25,13 @@
 //! <root>/r/<name>/<escaped key>            the key's encoded state  (persistent; its version is the key's version)
 //! ```
 //!
+//! Announcement boards (see `board.rs`) have a child of the root of their own too:
+//!
+//! ```text
+//! <root>/boards/<board>                    (persistent, empty)
+//! <root>/boards/<board>/<id>               the announced bytes  (ephemeral: gone with the session)
+//! ```
+//!
 //! A key is any non-empty UTF-8 up to 512 bytes; [`escape_key`] makes it one legal node name.
 //! A key node's data is the caller's state followed by `\n@<expires_at>` (Unix ns, decimal):
 //! `crate::backend::expiry`'s `with_expiry` / `split_expiry`. The suffix lets any process sweep a key whose writer
@@ -68,6 +75,13 @@ impl Paths {
     }
     pub(super) fn rate_key(&self, name: &str, key: &str) -> String {
         format!("{}/r/{name}/{}", self.root, escape_key(key))
+    }
+    /// The persistent parent of one announcement board's ephemeral values.
+    pub(super) fn board(&self, board: &str) -> String {
+        format!("{}/boards/{board}", self.root)
+    }
+    pub(super) fn board_entry(&self, board: &str, id: &str) -> String {
+        format!("{}/boards/{board}/{id}", self.root)
     }
 }
 

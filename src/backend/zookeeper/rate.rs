@@ -143,7 +143,23 @@ impl ZkBackend {
     /// Runs one request (`op` on the session's client) with the retries of a rate-limit call:
     /// connection errors and a lost session are retried within [`Attempts`]; `NoAuth` is named
     /// after `what`. Each attempt counts as `kind`.
-    async fn rate_call<T, F, Fut>(&self, kind: RequestKind, what: &str, mut op: F) -> Result<T>
+    async fn rate_call<T, F, Fut>(&self, kind: RequestKind, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        self.session_call(kind, what, true, op).await
+    }
+
+    /// [`rate_call`](Self::rate_call) for any request run in the live session (started if
+    /// needed); `sweeps`: the client is handed to the rate-limit sweeper too.
+    pub(super) async fn session_call<T, F, Fut>(
+        &self,
+        kind: RequestKind,
+        what: &str,
+        sweeps: bool,
+        mut op: F,
+    ) -> Result<T>
     where
         F: FnMut(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
@@ -170,7 +186,9 @@ impl ZkBackend {
                     return Err(e);
                 }
             };
-            self.sweeper().use_client(&client, session.stop_token());
+            if sweeps {
+                self.sweeper().use_client(&client, session.stop_token());
+            }
             self.stats.count(kind);
             let bound = tokio::time::Instant::now() + self.config.request_timeout;
             let r = tokio::time::timeout_at(bound.min(attempts.deadline()), op(client)).await;
@@ -192,7 +210,7 @@ impl ZkBackend {
                 e if is_connection_error(e) => {}
                 _ => return Err(self.map_error(e)),
             }
-            tracing::debug!(error = %e, what, "rate-limit request failed; retrying");
+            tracing::debug!(error = %e, what, "ZooKeeper request failed; retrying");
             if !attempts.again(true).await {
                 return Err(self.map_error(e));
             }
