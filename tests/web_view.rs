@@ -312,3 +312,204 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
     let _ = reader.close().await;
     drop(sidecar);
 }
+
+/// GET `path` of `base` with the token, as JSON.
+async fn get_json(http: &reqwest::Client, base: &str, path: &str) -> serde_json::Value {
+    http.get(format!("{base}{path}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: not JSON: {e}"))
+}
+
+/// The owners in the fleet list of a picture.
+fn fleet_owners(picture: &serde_json::Value) -> Vec<String> {
+    let mut v: Vec<String> = picture["fleet"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["owner"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_on_one_etcd_merge_into_one_fleet_view_and_a_killed_one_vanishes() {
+    let etcd = EtcdCluster::single();
+    let store = etcd.url("/fleet");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
+    let token_path = token_file.to_string_lossy().to_string();
+    let start = |owner: &'static str| {
+        let (store, token_path) = (store.clone(), token_path.clone());
+        async move {
+            Sidecar::start(&[
+                "--store",
+                &store,
+                "--token-file",
+                &token_path,
+                "--owner",
+                owner,
+                "--session-ttl",
+                "2s",
+            ])
+            .await
+        }
+    };
+    let a = start("sidecar-a").await;
+    let mut b = start("sidecar-b").await;
+    let http = reqwest::Client::new();
+    let put = http
+        .put(format!("{}/v1/ratelimits/api", a.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"limit": 5, "period": "1s"}))
+        .send()
+        .await
+        .expect("create the limit");
+    assert!(put.status().is_success());
+    // Traffic on both: a key over its limit on each, a different one.
+    for (sidecar, key) in [(&a, "key-on-a"), (&b, "key-on-b")] {
+        for _ in 0..20 {
+            http.post(format!("{}/v1/ratelimits/api/check", sidecar.url))
+                .bearer_auth(TOKEN)
+                .json(&json!({"key": key}))
+                .send()
+                .await
+                .expect("check");
+        }
+    }
+    // Sidecar A's view shows both sidecars and both keys, merged.
+    let merged = binary::eventually("both summaries in A's view", Duration::from_secs(8), || {
+        let (http, url) = (http.clone(), a.url.clone());
+        async move {
+            let p = get_json(&http, &url, "/v1/live").await;
+            let limited = p["rate_limits"][0]["fleet_limited_now"].to_string();
+            (fleet_owners(&p) == ["sidecar-a", "sidecar-b"]
+                && limited.contains("key-on-a")
+                && limited.contains("key-on-b"))
+            .then_some(p)
+        }
+    })
+    .await;
+    let keys = merged["rate_limits"][0]["fleet_limited_now"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let on_b = keys
+        .iter()
+        .find(|k| k["key"] == "key-on-b")
+        .expect("key-on-b listed");
+    assert_eq!(on_b["sidecars"], json!(["sidecar-b"]));
+    assert!(
+        merged["rate_limits"][0]["fleet_denied_per_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
+
+    // B is SIGKILLed: its summary goes with its session (TTL 2 s), nobody removes it by hand.
+    let killed = Instant::now();
+    b.child.start_kill().expect("kill sidecar-b");
+    let _ = b.child.wait().await;
+    binary::eventually("B's summary to vanish", Duration::from_secs(8), || {
+        let (http, url) = (http.clone(), a.url.clone());
+        async move {
+            let p = get_json(&http, &url, "/v1/live").await;
+            (fleet_owners(&p) == ["sidecar-a"]).then_some(())
+        }
+    })
+    .await;
+    eprintln!(
+        "fleet: a SIGKILLed sidecar's summary vanished {} ms after the kill (TTL 2 s)",
+        killed.elapsed().as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_cookie_reads_but_changes_only_with_its_csrf_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
+    let token_path = token_file.to_string_lossy().to_string();
+    let sidecar = Sidecar::start(&["--store", "memory://login", "--token-file", &token_path]).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", sidecar.url);
+    let wrong = http
+        .post(url("/ui/login"))
+        .json(&json!({"token": "nope"}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    let ok = http
+        .post(url("/ui/login"))
+        .json(&json!({"token": TOKEN}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(ok.status(), 200);
+    let set_cookie = ok
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .expect("a cookie")
+        .to_string();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set_cookie.contains(attr), "{set_cookie}");
+    }
+    let cookie = set_cookie.split(';').next().unwrap_or_default().to_string();
+    let csrf = ok.json::<serde_json::Value>().await.expect("JSON")["csrf"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(csrf.len() >= 32);
+    let status = |r: reqwest::Response| r.status().as_u16();
+    // Reads: the cookie is enough.
+    let read = http
+        .get(url("/v1/semaphores"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(status(read), 200);
+    // Changes: the cookie alone, or with a wrong CSRF value, is refused and changes nothing.
+    let put = |csrf: Option<&str>| {
+        let mut r = http
+            .put(url("/v1/semaphores/jobs"))
+            .header("cookie", &cookie)
+            .json(&json!({"capacity": 3}));
+        if let Some(c) = csrf {
+            r = r.header("x-csrf-token", c);
+        }
+        r.send()
+    };
+    assert_eq!(status(put(None).await.expect("PUT")), 401);
+    assert_eq!(status(put(Some("0000")).await.expect("PUT")), 401);
+    let listed = get_json(&http, &sidecar.url, "/v1/semaphores").await;
+    assert_eq!(listed, json!([]), "a refused change must change nothing");
+    assert_eq!(status(put(Some(&csrf)).await.expect("PUT")), 200);
+    // After logout the cookie is worth nothing.
+    let out = http
+        .post(url("/ui/logout"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(status(out), 204);
+    let read = http
+        .get(url("/v1/live"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(status(read), 401);
+}

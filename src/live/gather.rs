@@ -3,6 +3,7 @@
 //! process recorded (a sidecar) or nothing (`clusterlimit top`). One gatherer per viewer
 //! process; each call is bounded by the request timeout per store read.
 
+use super::fleet;
 use super::picture::{
     FleetMember, HealthEvent, HolderView, KeyView, Picture, RateLimitView, SemaphoreView, StoreView,
 };
@@ -126,7 +127,11 @@ impl Gatherer {
         } else {
             Vec::new()
         };
-        let fleet: Vec<FleetMember> = Vec::new();
+        let fleet = if reachable {
+            fleet::read(&self.limiter, self.timeout).await
+        } else {
+            Vec::new()
+        };
         let rate_limits = if reachable {
             self.rate_limits(local, &fleet, now_ms).await
         } else {

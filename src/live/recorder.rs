@@ -129,6 +129,13 @@ impl Recorder {
         out
     }
 
+    /// Names of the limits recorded so far, sorted.
+    pub fn limits(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.limits).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// What the live view shows of `limit` at `now_ms` (zeros if nothing was recorded).
     pub fn view(&self, limit: &str, now_ms: u64) -> RecordedLimit {
         let limits = lock(&self.limits);

@@ -102,6 +102,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
             session_ttl: cfg.session_ttl,
         },
     );
+    // Every sidecar publishes its summary for the fleet view, watched or not.
+    let publisher = tokio::spawn(crate::live::fleet::publish_forever(
+        limiter.clone(),
+        state.metrics.rate.live.clone(),
+        state.shutdown.clone(),
+    ));
     let logins = std::sync::Arc::new(ui::Logins::default());
     let view = ui::Ui {
         feed: ui::Feed::new(gatherer, state.metrics.clone(), state.shutdown.clone()),
@@ -195,6 +201,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     state.table.begin_shutdown();
     state.shutdown.cancel();
     probe.abort();
+    publisher.abort();
     if tokio::time::timeout(DRAIN_TIMEOUT, async {
         while servers.join_next().await.is_some() {}
     })
