@@ -7,6 +7,8 @@ const $ = (id) => document.getElementById(id);
 let csrf = "";
 let source = null;
 let last = null;
+// Cards drawn per section at most (busiest first; the filter finds the others).
+const SHOWN = 50;
 
 // --- small helpers -------------------------------------------------------------------------
 function el(tag, attrs, ...children) {
@@ -120,12 +122,25 @@ function render(p) {
   $("source").textContent = "— " + p.source;
   $("status").textContent = "updated just now";
   $("store").replaceChildren(renderStore(p.store));
-  $("sem-count").textContent = p.semaphores.length < p.semaphores_total
-    ? "(" + p.semaphores.length + " of " + p.semaphores_total + " shown)" : "";
-  $("semaphores").replaceChildren(...(p.semaphores.length
-    ? p.semaphores.map(renderSemaphore) : [el("p", { class: "muted" }, "no semaphores")]));
-  $("rate-limits").replaceChildren(...(p.rate_limits.length
-    ? p.rate_limits.map(renderRateLimit) : [el("p", { class: "muted" }, "no rate limits")]));
+  const filter = $("filter").value.trim().toLowerCase();
+  const match = (x) => !filter || x.name.toLowerCase().includes(filter);
+  // The busiest first; at most SHOWN cards each, so a store with thousands stays responsive.
+  const sems = p.semaphores.filter(match).sort((a, b) =>
+    (b.waiters.length - a.waiters.length) || (b.used / (b.capacity || 1) - a.used / (a.capacity || 1))
+    || a.name.localeCompare(b.name));
+  const limits = p.rate_limits.filter(match).sort((a, b) =>
+    (b.denied_per_s + b.fleet_denied_per_s - a.denied_per_s - a.fleet_denied_per_s)
+    || (b.admitted_per_s - a.admitted_per_s) || a.name.localeCompare(b.name));
+  const more = (n, what) => n > SHOWN
+    ? [el("p", { class: "muted" }, (n - SHOWN) + " more " + what + " not shown: type in the filter to find one")] : [];
+  $("sem-count").textContent = "(" + p.semaphores_total + " in the store" +
+    (p.semaphores.length < p.semaphores_total ? ", " + p.semaphores.length + " read" : "") + ")";
+  $("semaphores").replaceChildren(...(sems.length
+    ? sems.slice(0, SHOWN).map(renderSemaphore).concat(more(sems.length, "semaphores"))
+    : [el("p", { class: "muted" }, filter ? "no semaphore matches the filter" : "no semaphores")]));
+  $("rate-limits").replaceChildren(...(limits.length
+    ? limits.slice(0, SHOWN).map(renderRateLimit).concat(more(limits.length, "rate limits"))
+    : [el("p", { class: "muted" }, filter ? "no rate limit matches the filter" : "no rate limits")]));
   $("rls").replaceChildren(renderRls(p.rls));
   $("fleet").replaceChildren(renderFleet(p.fleet));
 }
@@ -147,15 +162,19 @@ function renderSemaphore(s) {
   if (s.error) return el("div", { class: "card" }, el("b", {}, s.name), " ", el("span", { class: "error" }, s.error));
   const pct = s.capacity ? Math.min(100, (100 * s.used) / s.capacity) : 100;
   const who = (h) => [h.owner, h.permits, h.fencing_token, dur(h.for_ms)];
+  // Widths through the style property: the page's CSP refuses style attributes.
+  const fill = el("span", { class: s.used >= s.capacity ? "full" : "" });
+  fill.style.width = pct + "%";
+  const idle = !s.holders.length && !s.waiters.length;
   return el("div", { class: "card", "data-semaphore": s.name },
     el("header", {},
       el("b", {}, s.name),
-      el("span", { class: "bar" }, el("span", { class: s.used >= s.capacity ? "full" : "", style: "width:" + pct + "%" })),
+      el("span", { class: "bar" }, fill),
       el("span", { class: "used" }, s.used + " of " + s.capacity + " used"),
       el("span", { class: "muted" }, s.waiters.length + " waiting"),
       el("span", { class: "muted" }, rate(s.grants_per_s) + " grants/s, " + rate(s.releases_per_s) + " releases/s"),
       el("button", { class: "small", onclick: () => setCapacity(s) }, "Set capacity…")),
-    el("div", { class: "grid" },
+    idle ? el("p", { class: "muted" }, "nobody holds a permit, nobody waits") : el("div", { class: "grid" },
       el("div", {}, el("h3", {}, "Holders"),
         table([H("owner"), H("permits", 1), H("token", 1), H("held for", 1)], s.holders.map(who), "nobody holds a permit")),
       el("div", {}, el("h3", {}, "Waiting, in queue order"),
@@ -311,5 +330,7 @@ function resetKey(name, key) {
     el("p", {}, "The key's state is deleted: it starts full (its ban, if any, ends)."),
     () => api("DELETE", "/v1/ratelimits/" + encodeURIComponent(name) + "/keys/" + encodeURIComponent(key)));
 }
+
+$("filter").addEventListener("input", () => { if (last) render(last); });
 
 start().catch((e) => { $("status").textContent = "cannot reach the sidecar: " + e.message; });
