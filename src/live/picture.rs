@@ -64,7 +64,9 @@ pub struct SemaphoreView {
     pub holders: Vec<HolderView>,
     /// In queue order.
     pub waiters: Vec<HolderView>,
-    /// This process's grants, releases and losses per second on it (sidecar only).
+    /// Grants and releases per second seen between two pictures (holders that appeared or
+    /// went: a permit held and released in between is not seen), and this sidecar's own
+    /// permits lost per second (sidecar only).
     pub grants_per_s: f64,
     pub releases_per_s: f64,
     pub losses_per_s: f64,

@@ -224,6 +224,11 @@ impl Metrics {
     }
 
     /// A held permit was lost.
+    /// Permits of this sidecar lost so far on `semaphore` (for the live view's rate).
+    pub fn lost_so_far(&self, semaphore: &str) -> u64 {
+        self.lost.get_or_create(&Self::label(semaphore)).get()
+    }
+
     pub fn lost(&self, semaphore: &str) {
         self.lost.get_or_create(&Self::label(semaphore)).inc();
     }

@@ -173,6 +173,7 @@ function renderSemaphore(s) {
       el("span", { class: "used" }, s.used + " of " + s.capacity + " used"),
       el("span", { class: "muted" }, s.waiters.length + " waiting"),
       el("span", { class: "muted" }, rate(s.grants_per_s) + " grants/s, " + rate(s.releases_per_s) + " releases/s"),
+      s.losses_per_s > 0 ? el("span", { class: "bad" }, rate(s.losses_per_s) + " lost/s") : null,
       el("button", { class: "small", onclick: () => setCapacity(s) }, "Set capacity…")),
     idle ? el("p", { class: "muted" }, "nobody holds a permit, nobody waits") : el("div", { class: "grid" },
       el("div", {}, el("h3", {}, "Holders"),

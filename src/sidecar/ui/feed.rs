@@ -23,6 +23,11 @@ pub struct Feed {
     stop: CancellationToken,
     /// Breakers' state at the last picture (to note their moves as health events).
     breakers: std::sync::Mutex<Vec<(String, bool)>>,
+    /// Permits lost per semaphore at the last picture, and when (for losses per second).
+    losses: std::sync::Mutex<(
+        Option<std::time::Instant>,
+        std::collections::HashMap<String, u64>,
+    )>,
 }
 
 impl Feed {
@@ -36,6 +41,7 @@ impl Feed {
             running: AtomicBool::new(false),
             stop,
             breakers: Default::default(),
+            losses: Default::default(),
         })
     }
 
@@ -66,7 +72,26 @@ impl Feed {
             })
             .collect();
         p.rls = recorder.rules();
+        self.losses_per_second(&mut p);
         p
+    }
+
+    /// This sidecar's permits lost per second on each semaphore since the last picture.
+    fn losses_per_second(&self, p: &mut Picture) {
+        let mut last = self.losses.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = last
+            .0
+            .replace(std::time::Instant::now())
+            .map(|t| t.elapsed());
+        let mut now = std::collections::HashMap::new();
+        for s in &mut p.semaphores {
+            let lost = self.metrics.lost_so_far(&s.name);
+            if let (Some(dt), Some(before)) = (elapsed, last.1.get(&s.name)) {
+                s.losses_per_s = lost.saturating_sub(*before) as f64 / dt.as_secs_f64().max(0.001);
+            }
+            now.insert(s.name.clone(), lost);
+        }
+        last.1 = now;
     }
 
     /// A receiver of the pictures (the current one first, if any); starts the feed if it
