@@ -513,3 +513,34 @@ async fn a_login_cookie_reads_but_changes_only_with_its_csrf_value() {
         .expect("GET");
     assert_eq!(status(read), 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_does_not_hold_up_a_graceful_exit() {
+    let mut sidecar = Sidecar::start(&["--store", "memory://exit"]).await;
+    let http = reqwest::Client::new();
+    let mut stream = http
+        .get(format!("{}/v1/live/events", sidecar.url))
+        .send()
+        .await
+        .expect("open the event stream");
+    assert_eq!(stream.status(), 200);
+    let first = binary::within("the first picture", Duration::from_secs(5), stream.chunk())
+        .await
+        .expect("read the stream")
+        .expect("a chunk");
+    assert!(String::from_utf8_lossy(&first).contains("event: picture"));
+    let signalled = Instant::now();
+    binary::signal(sidecar.pid(), "TERM");
+    let st = binary::within(
+        "the sidecar to exit with a stream open",
+        Duration::from_secs(5),
+        sidecar.child.wait(),
+    )
+    .await
+    .expect("wait for the sidecar");
+    assert_eq!(st.code(), Some(0));
+    eprintln!(
+        "web view: exit with an open stream took {} ms",
+        signalled.elapsed().as_millis()
+    );
+}
