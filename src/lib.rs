@@ -44,6 +44,7 @@
 //! `default-features = false` gives the library alone. The design is in `docs/design.md`.
 #![warn(missing_docs)]
 
+pub mod adaptive;
 mod announce;
 pub mod backend;
 mod backoff;

@@ -1,0 +1,390 @@
+//! The controller's step: the next capacity from the current one and the cluster's merged
+//! window of outcomes. Pure: no store, no clock; the same inputs give the same step.
+//!
+//! Two algorithms, as Netflix's concurrency-limits names them:
+//! - **AIMD**: a window with drops (or, if set, a latency over the limit) multiplies the
+//!   capacity by `backoff`; a window that used at least half the capacity adds `increase`.
+//! - **Gradient**: the ratio of a baseline latency to the window's latency sets the capacity
+//!   (`capacity × min(1, tolerance × baseline / latency) + √capacity`, the square root being
+//!   room for a small queue): as the dependency queues, latency rises and the capacity falls
+//!   in proportion; decreases apply at once, increases are smoothed.
+//!
+//! Both hold when the window has no samples, and do not grow a capacity the traffic does not
+//! use (fewer than half the permits held at the window's peak): a pool nobody fills says
+//! nothing about the dependency. Every step is clamped to `[min, max]` and to at most
+//! `max_step` of the capacity (at least 1).
+//!
+//! The gradient's **baseline** is protected from self-poisoning: it falls to any lower latency
+//! seen, and rises only from windows where this pool cannot be the cause of queueing (at most
+//! half of it used, or it is at its minimum). Sustained overload therefore never teaches it
+//! that a slow dependency is normal; a dependency that really became slower is learnt as soon
+//! as the pool stops saturating it. Nothing pins the pool down to measure it.
+
+use super::window::WindowSummary;
+use std::time::Duration;
+
+/// Limits on the capacity the controller may choose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Never below this (≥ 1).
+    pub min: u32,
+    /// Never above this.
+    pub max: u32,
+    /// A window changes the capacity by at most this share of it (at least 1 permit).
+    pub max_step: f64,
+}
+
+/// AIMD's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Aimd {
+    /// Multiplier on an overloaded window (0 < backoff < 1; default 0.9).
+    pub backoff: f64,
+    /// Permits added by a window that used the capacity (default 1).
+    pub increase: u32,
+    /// Share of drops above which a window is overloaded (default 0.01).
+    pub drop_threshold: f64,
+    /// A median latency above this also makes a window overloaded (`None`: drops only).
+    pub latency_limit: Option<Duration>,
+}
+
+impl Default for Aimd {
+    fn default() -> Self {
+        Aimd {
+            backoff: 0.9,
+            increase: 1,
+            drop_threshold: 0.01,
+            latency_limit: None,
+        }
+    }
+}
+
+/// The gradient's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gradient {
+    /// Latency up to `tolerance × baseline` counts as unloaded (default 1.5).
+    pub tolerance: f64,
+    /// Share of an increase applied per window (decreases apply fully; default 0.2).
+    pub smoothing: f64,
+    /// Which latency quantile is compared (default 0.5, the median).
+    pub quantile: f64,
+}
+
+impl Default for Gradient {
+    fn default() -> Self {
+        Gradient {
+            tolerance: 1.5,
+            smoothing: 0.2,
+            quantile: 0.5,
+        }
+    }
+}
+
+/// Which algorithm, with its settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Algorithm {
+    /// Additive increase, multiplicative decrease on drops.
+    Aimd(Aimd),
+    /// Latency gradient against a protected baseline.
+    Gradient(Gradient),
+}
+
+/// What the controller remembers between windows (the gradient's baseline).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Memory {
+    /// The latency the dependency has when nothing queues, as learnt so far.
+    pub baseline: Option<Duration>,
+}
+
+/// One step's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The capacity to store (may equal the current one).
+    pub capacity: u32,
+    /// Why, in words (shown in status and logs).
+    pub reason: String,
+}
+
+/// How fast the baseline follows a higher latency in a window that may teach it.
+const BASELINE_RISE: f64 = 0.2;
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The next capacity after `window`, from `current`.
+pub fn step(
+    algorithm: &Algorithm,
+    bounds: &Bounds,
+    memory: &mut Memory,
+    current: u32,
+    window: &WindowSummary,
+) -> Step {
+    let current_in_bounds = current.clamp(bounds.min.max(1), bounds.max.max(bounds.min.max(1)));
+    if window.samples() == 0 {
+        return clamp(
+            bounds,
+            current,
+            current_in_bounds as f64,
+            "no outcomes reported: hold".into(),
+        );
+    }
+    let used_half = window.peak_in_flight.saturating_mul(2) >= u64::from(current);
+    match algorithm {
+        Algorithm::Aimd(a) => aimd(a, bounds, current, window, used_half),
+        Algorithm::Gradient(g) => gradient(g, bounds, memory, current, window, used_half),
+    }
+}
+
+fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: bool) -> Step {
+    let slow = match (a.latency_limit, w.latency_quantile(0.5)) {
+        (Some(limit), Some(p50)) if p50 > limit => Some((p50, limit)),
+        _ => None,
+    };
+    let c = f64::from(current);
+    if w.drop_ratio() > a.drop_threshold {
+        let reason = format!(
+            "{:.1}% of {} calls dropped: × {}",
+            w.drop_ratio() * 100.0,
+            w.samples(),
+            a.backoff
+        );
+        return clamp(bounds, current, c * a.backoff, reason);
+    }
+    if let Some((p50, limit)) = slow {
+        let reason = format!(
+            "median latency {} over the limit {}: × {}",
+            ms(p50),
+            ms(limit),
+            a.backoff
+        );
+        return clamp(bounds, current, c * a.backoff, reason);
+    }
+    if !used_half {
+        return clamp(
+            bounds,
+            current,
+            c,
+            format!("at most {} of {current} used: hold", w.peak_in_flight),
+        );
+    }
+    let reason = format!(
+        "no drops, {} of {current} used: + {}",
+        w.peak_in_flight, a.increase
+    );
+    clamp(bounds, current, c + f64::from(a.increase), reason)
+}
+
+fn gradient(
+    g: &Gradient,
+    bounds: &Bounds,
+    memory: &mut Memory,
+    current: u32,
+    w: &WindowSummary,
+    used_half: bool,
+) -> Step {
+    let c = f64::from(current);
+    let Some(latency) = w.latency_quantile(g.quantile) else {
+        // Only drops: the dependency refuses everything.
+        let reason = format!("{} calls, all dropped: × 0.5", w.dropped);
+        return clamp(bounds, current, c * 0.5, reason);
+    };
+    // The baseline: falls to any lower latency; rises only where this pool cannot be queueing.
+    let may_teach = !used_half || current <= bounds.min.max(1);
+    let baseline = match memory.baseline {
+        None => latency,
+        Some(b) if latency < b => latency,
+        Some(b) if may_teach => b.mul_f64(1.0 - BASELINE_RISE) + latency.mul_f64(BASELINE_RISE),
+        Some(b) => b,
+    };
+    memory.baseline = Some(baseline);
+    let ratio = g.tolerance * baseline.as_secs_f64() / latency.as_secs_f64().max(1e-9);
+    let mut gradient = ratio.clamp(0.5, 1.0);
+    let dropped = w.dropped > 0;
+    if dropped {
+        gradient = gradient.min(0.9);
+    }
+    if gradient >= 1.0 && !used_half {
+        let reason = format!(
+            "latency {} (baseline {}), at most {} of {current} used: hold",
+            ms(latency),
+            ms(baseline),
+            w.peak_in_flight
+        );
+        return clamp(bounds, current, c, reason);
+    }
+    let target = c * gradient + c.sqrt();
+    let next = if target < c {
+        target
+    } else {
+        c + (target - c) * g.smoothing
+    };
+    let reason = format!(
+        "latency {} against baseline {} (tolerance {}){}: × {:.2} + √{current}",
+        ms(latency),
+        ms(baseline),
+        g.tolerance,
+        if dropped {
+            format!(", {} dropped", w.dropped)
+        } else {
+            String::new()
+        },
+        gradient
+    );
+    clamp(bounds, current, next, reason)
+}
+
+/// `wanted`, limited to one step from `current` and to the bounds.
+fn clamp(bounds: &Bounds, current: u32, wanted: f64, reason: String) -> Step {
+    let min = bounds.min.max(1);
+    let max = bounds.max.max(min);
+    let step = (f64::from(current) * bounds.max_step.max(0.0)).max(1.0);
+    let c = f64::from(current);
+    let limited = wanted.clamp(c - step, c + step);
+    // Round towards the current capacity: a step is never larger than asked.
+    let rounded = if limited < c {
+        limited.ceil()
+    } else {
+        limited.floor()
+    };
+    let capacity = (rounded.clamp(f64::from(min), f64::from(max))) as u32;
+    Step { capacity, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adaptive::window::Outcome;
+
+    const BOUNDS: Bounds = Bounds {
+        min: 2,
+        max: 1000,
+        max_step: 0.5,
+    };
+
+    fn window(ok: u64, dropped: u64, latency: Duration, peak: u64) -> WindowSummary {
+        let mut w = WindowSummary::default();
+        for _ in 0..ok {
+            w.record(Outcome::Success(latency));
+        }
+        for _ in 0..dropped {
+            w.record(Outcome::Dropped);
+        }
+        w.in_flight(peak);
+        w
+    }
+
+    #[test]
+    fn aimd_backs_off_on_drops_and_grows_when_used() {
+        let a = Algorithm::Aimd(Aimd::default());
+        let mut m = Memory::default();
+        let ms10 = Duration::from_millis(10);
+        let s = step(&a, &BOUNDS, &mut m, 100, &window(90, 10, ms10, 100));
+        assert_eq!(s.capacity, 90);
+        assert!(s.reason.contains("dropped"), "{}", s.reason);
+        assert_eq!(
+            step(&a, &BOUNDS, &mut m, 100, &window(100, 0, ms10, 80)).capacity,
+            101
+        );
+        // Not used: hold.
+        assert_eq!(
+            step(&a, &BOUNDS, &mut m, 100, &window(100, 0, ms10, 20)).capacity,
+            100
+        );
+        // No samples: hold.
+        assert_eq!(
+            step(&a, &BOUNDS, &mut m, 100, &WindowSummary::default()).capacity,
+            100
+        );
+    }
+
+    #[test]
+    fn gradient_follows_queueing_latency_down_and_up() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let mut m = Memory::default();
+        let base = Duration::from_millis(10);
+        // Learn the baseline from a lightly used window.
+        let s = step(&g, &BOUNDS, &mut m, 100, &window(100, 0, base, 30));
+        assert_eq!(s.capacity, 100);
+        assert_eq!(m.baseline.map(|b| b.as_millis() / 10), Some(1)); // ~10-14 ms bucket
+                                                                     // Queueing: the median latency four times the baseline: the capacity falls at once.
+        let s = step(&g, &BOUNDS, &mut m, 100, &window(100, 0, base * 4, 100));
+        assert!(s.capacity < 70, "{s:?}");
+        // The baseline did not learn from the saturated window.
+        let learnt = m.baseline;
+        let _ = step(&g, &BOUNDS, &mut m, 60, &window(100, 0, base * 4, 60));
+        assert_eq!(m.baseline, learnt);
+        // Back at the baseline and saturated: grows, smoothly.
+        let s = step(&g, &BOUNDS, &mut m, 60, &window(100, 0, base, 60));
+        assert!(s.capacity > 60 && s.capacity <= 62, "{s:?}");
+    }
+
+    #[test]
+    fn a_slower_dependency_is_learnt_once_the_pool_stops_saturating_it() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let mut m = Memory {
+            baseline: Some(Duration::from_millis(10)),
+        };
+        // At its minimum the pool cannot be the cause: the baseline rises towards 40 ms.
+        for _ in 0..30 {
+            let _ = step(
+                &g,
+                &BOUNDS,
+                &mut m,
+                2,
+                &window(50, 0, Duration::from_millis(40), 2),
+            );
+        }
+        assert!(
+            m.baseline.unwrap_or_default() > Duration::from_millis(30),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn every_step_stays_in_bounds_and_within_one_step() {
+        let algorithms = [
+            Algorithm::Aimd(Aimd::default()),
+            Algorithm::Gradient(Gradient::default()),
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for a in &algorithms {
+            let mut m = Memory::default();
+            let mut current = 50u32;
+            for _ in 0..5_000 {
+                let bounds = Bounds {
+                    min: 1 + (next() % 5) as u32,
+                    max: 20 + (next() % 500) as u32,
+                    max_step: [0.0, 0.1, 0.5, 1.0][(next() % 4) as usize],
+                };
+                let w = window(
+                    next() % 50,
+                    next() % 3,
+                    Duration::from_micros(1 + next() % 1_000_000),
+                    next() % 600,
+                );
+                let s = step(a, &bounds, &mut m, current, &w);
+                assert!(
+                    s.capacity >= bounds.min && s.capacity <= bounds.max,
+                    "{s:?} {bounds:?}"
+                );
+                let allowed = (f64::from(current) * bounds.max_step).max(1.0).ceil() as u32;
+                let in_bounds_current = current.clamp(bounds.min, bounds.max);
+                let moved = s.capacity.abs_diff(current);
+                assert!(
+                    moved <= allowed
+                        || s.capacity == in_bounds_current
+                        || s.capacity == bounds.min
+                        || s.capacity == bounds.max,
+                    "moved {moved} > {allowed}: {s:?} from {current}"
+                );
+                current = s.capacity;
+            }
+        }
+    }
+}
