@@ -111,8 +111,8 @@ fn semaphores(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_e
     let table = Table::new(
         rows,
         [
-            Constraint::Fill(1),
-            Constraint::Length(20),
+            Constraint::Min(10),
+            Constraint::Length(18),
             Constraint::Length(7),
             Constraint::Length(8),
         ],
@@ -130,7 +130,7 @@ fn gauge(s: &SemaphoreView) -> String {
     if s.error.is_some() {
         return "unreadable".into();
     }
-    const WIDTH: u64 = 10;
+    const WIDTH: u64 = 8;
     let filled = if s.capacity == 0 {
         0
     } else {
@@ -329,7 +329,7 @@ mod tests {
             used: 2,
             ..SemaphoreView::default()
         };
-        assert_eq!(gauge(&s), "████░░░░░░ 2/5");
+        assert_eq!(gauge(&s), "████░░░░ 2/5");
         assert_eq!(ms_text(850), "850 ms");
         assert_eq!(ms_text(12_500), "12.5 s");
         assert_eq!(ms_text(200_000), "3 min 20 s");

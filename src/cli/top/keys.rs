@@ -57,10 +57,15 @@ impl Selection {
         }
     }
 
-    /// Keeps the selections within `semaphores` and `rate_limits` rows.
+    /// Keeps the selections within `semaphores` and `rate_limits` rows. An empty list (the
+    /// store unreachable for a moment) leaves its selection as it was.
     pub fn clamp(&mut self, semaphores: usize, rate_limits: usize) {
-        self.semaphore = self.semaphore.min(semaphores.saturating_sub(1));
-        self.rate_limit = self.rate_limit.min(rate_limits.saturating_sub(1));
+        if semaphores > 0 {
+            self.semaphore = self.semaphore.min(semaphores - 1);
+        }
+        if rate_limits > 0 {
+            self.rate_limit = self.rate_limit.min(rate_limits - 1);
+        }
     }
 }
 
@@ -85,6 +90,8 @@ mod tests {
         press(&mut s, KeyCode::Down);
         press(&mut s, KeyCode::Char('k'));
         press(&mut s, KeyCode::Up);
+        assert_eq!((s.semaphore, s.rate_limit), (1, 0));
+        s.clamp(0, 0);
         assert_eq!((s.semaphore, s.rate_limit), (1, 0));
         assert_eq!(press(&mut s, KeyCode::Char('x')), Action::Ignore);
         assert_eq!(press(&mut s, KeyCode::Char('q')), Action::Quit);

@@ -1,0 +1,256 @@
+//! `clusterlimit top` in a real terminal: tmux runs it in a detached session whose screen the
+//! tests read (`capture-pane`) and type into (`send-keys`), against real etcd.
+
+mod binary;
+mod support;
+
+use binary::{cmd, eventually, output, BIN};
+use clusterlimit::{AcquireOptions, Limiter, Quota};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::EtcdCluster;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A detached tmux session running one command, on a tmux server of its own (`-L`): killed
+/// when dropped, even when the test panics.
+struct Tmux {
+    socket: String,
+    stderr: tempfile::NamedTempFile,
+}
+
+impl Tmux {
+    /// Runs `clusterlimit ARGS` in a `width`×`height` terminal; its stderr goes to a file.
+    fn start(tag: &str, args: &[&str], width: u16, height: u16) -> Tmux {
+        match Command::new("tmux").arg("-V").output() {
+            Ok(o) if o.status.success() => {}
+            _ => panic!("tests/top.rs needs tmux for a real terminal: apt-get install tmux"),
+        }
+        let stderr = tempfile::NamedTempFile::new().expect("temp file");
+        let mut line = vec![quote(BIN)];
+        line.extend(args.iter().map(|a| quote(a)));
+        let line = format!(
+            "{} 2>{}",
+            line.join(" "),
+            quote(&stderr.path().to_string_lossy())
+        );
+        let t = Tmux {
+            socket: format!("cltop-{}-{tag}", std::process::id()),
+            stderr,
+        };
+        let (w, h) = (width.to_string(), height.to_string());
+        t.tmux(&["new-session", "-d", "-s", "top", "-x", &w, "-y", &h, &line]);
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .env_remove("CLUSTERLIMIT_STORE")
+            .env("TERM", "xterm-256color")
+            .output()
+            .expect("run tmux")
+    }
+
+    /// The screen as text, one line per row.
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "top"]).stdout)
+            .into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status.success(), "tmux send-keys");
+    }
+
+    fn alive(&self) -> bool {
+        self.tmux(&["has-session", "-t", "top"]).status.success()
+    }
+
+    /// What `top` wrote to stderr (why it ended, if it did).
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+    }
+
+    /// Waits until the screen satisfies `ok`, and returns it.
+    async fn until(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let mut last = String::new();
+        let deadline = Instant::now() + limit;
+        // Bounded by count and by time.
+        for _ in 0..1000 {
+            last = self.screen();
+            if ok(&last) {
+                return last;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{what}: not within {limit:?}; screen:\n{last}\nstderr: {}",
+            self.stderr()
+        )
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The width the screen was drawn to: the widest line (pane borders span the whole width).
+fn drawn_width(screen: &str) -> usize {
+    screen
+        .lines()
+        .map(|l| l.trim_end().chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shows_holders_and_limits_follows_keys_and_resizes() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("top");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let alpha = limiter.semaphore("alpha", 3).await.unwrap();
+    let beta = limiter.semaphore("beta", 1).await.unwrap();
+    let _a = alpha
+        .acquire_with(AcquireOptions::new().permits(2).owner("holder-of-alpha"))
+        .await
+        .unwrap();
+    let _b = beta
+        .acquire_with(AcquireOptions::new().owner("holder-of-beta"))
+        .await
+        .unwrap();
+    // Queued behind holder-of-beta until the test ends.
+    let waiter = tokio::spawn({
+        let beta = beta.clone();
+        async move {
+            beta.acquire_with(AcquireOptions::new().owner("waiter-on-beta"))
+                .await
+        }
+    });
+    limiter
+        .rate_limit("api", Quota::per_second(5))
+        .await
+        .unwrap();
+    limiter
+        .rate_limit("batch", Quota::per_minute(100))
+        .await
+        .unwrap();
+
+    let top = Tmux::start("main", &["top", "--store", &url], 160, 45);
+    let screen = top
+        .until("the holder and the rate limit shown", LIMIT, |s| {
+            s.contains("holder-of-alpha") && s.contains("5 per 1s") && s.contains("waiter")
+        })
+        .await;
+    assert!(screen.contains("reachable"), "{screen}");
+    assert!(screen.contains("Holders of alpha"), "{screen}");
+    assert!(screen.contains("2/3"), "{screen}");
+    assert!(
+        screen.contains("api") && screen.contains("batch"),
+        "{screen}"
+    );
+    assert!(screen.contains("Keys limited now in api"), "{screen}");
+    assert!(!screen.contains("holder-of-beta"), "{screen}");
+    assert_eq!(drawn_width(&screen), 160, "{screen}");
+
+    // Down selects beta: its holder, and its waiter in the queue, replace alpha's.
+    top.keys(&["Down"]);
+    let screen = top
+        .until("beta's details after Down", LIMIT, |s| {
+            s.contains("Holders of beta") && s.contains("waiter-on-beta")
+        })
+        .await;
+    assert!(screen.contains("holder-of-beta"), "{screen}");
+    assert!(!screen.contains("holder-of-alpha"), "{screen}");
+
+    // Tab moves the focus to the rate limits, where j selects the next one.
+    top.keys(&["Tab"]);
+    top.until("the focus on rate limits", LIMIT, |s| {
+        s.contains("Rate limits [focus]")
+    })
+    .await;
+    top.keys(&["j"]);
+    let screen = top
+        .until("batch's keys after j", LIMIT, |s| {
+            s.contains("Keys limited now in batch")
+        })
+        .await;
+    // The semaphore selection stayed.
+    assert!(screen.contains("Holders of beta"), "{screen}");
+
+    // A smaller terminal: drawn again to its width.
+    top.tmux(&["resize-window", "-t", "top", "-x", "100", "-y", "30"]);
+    let screen = top
+        .until("a redraw at 100 columns", LIMIT, |s| {
+            drawn_width(s) == 100 && s.lines().count() <= 30
+        })
+        .await;
+    assert!(screen.contains("Rate limits [focus]"), "{screen}");
+
+    top.keys(&["q"]);
+    eventually("top to exit on q", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+    assert_eq!(top.stderr(), "", "top wrote to stderr");
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_is_shown_not_waited_for() {
+    // A port nobody listens on: connections are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("etcd://127.0.0.1:{port}");
+    let started = Instant::now();
+    let top = Tmux::start("refused", &["top", "--store", &url], 120, 30);
+    let screen = top
+        .until("unreachable shown", Duration::from_secs(2), |s| {
+            s.contains("unreachable")
+        })
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(screen.contains(&url), "{screen}");
+    assert!(screen.contains("why:"), "{screen}");
+    // Still answering keys.
+    top.keys(&["Escape"]);
+    eventually("top to exit on Esc", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_a_terminal_or_with_a_bad_interval_it_exits_64() {
+    let store = ["--store", "etcd://127.0.0.1:1"];
+    let out = output(cmd(&["top", store[0], store[1]]), LIMIT).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("needs a terminal"), "{}", out.stderr);
+    assert!(out.stderr.contains("clusterlimit status"), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+
+    for bad in ["10ms", "2m", "soon"] {
+        let out = output(cmd(&["top", store[0], store[1], "--interval", bad]), LIMIT).await;
+        assert_eq!(out.code, Some(64), "{bad}: {}", out.stderr);
+        assert!(out.stderr.contains("--interval"), "{bad}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("Usage: clusterlimit top"),
+            "{}",
+            out.stderr
+        );
+    }
+}
