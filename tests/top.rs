@@ -12,40 +12,48 @@ use support::EtcdCluster;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// A detached tmux session running one command, on a tmux server of its own (`-L`): killed
-/// when dropped, even when the test panics.
+/// A detached tmux session running one command, on a tmux server of its own (its socket in a
+/// temporary directory): killed when dropped, even when the test panics.
 struct Tmux {
-    socket: String,
-    stderr: tempfile::NamedTempFile,
+    dir: tempfile::TempDir,
+    /// Unique per test too, for anyone listing sessions.
+    session: String,
 }
 
 impl Tmux {
     /// Runs `clusterlimit ARGS` in a `width`×`height` terminal; its stderr goes to a file.
     fn start(tag: &str, args: &[&str], width: u16, height: u16) -> Tmux {
+        Tmux::start_then(tag, args, "", width, height)
+    }
+
+    /// As `start`, with shell commands run in the terminal after `clusterlimit` exits.
+    fn start_then(tag: &str, args: &[&str], then: &str, width: u16, height: u16) -> Tmux {
         match Command::new("tmux").arg("-V").output() {
             Ok(o) if o.status.success() => {}
             _ => panic!("tests/top.rs needs tmux for a real terminal: apt-get install tmux"),
         }
-        let stderr = tempfile::NamedTempFile::new().expect("temp file");
+        let dir = tempfile::tempdir().expect("temp dir");
         let mut line = vec![quote(BIN)];
         line.extend(args.iter().map(|a| quote(a)));
         let line = format!(
-            "{} 2>{}",
+            "{} 2>{}{then}",
             line.join(" "),
-            quote(&stderr.path().to_string_lossy())
+            quote(&dir.path().join("stderr").to_string_lossy())
         );
         let t = Tmux {
-            socket: format!("cltop-{}-{tag}", std::process::id()),
-            stderr,
+            dir,
+            session: format!("cltop-{}-{tag}", std::process::id()),
         };
         let (w, h) = (width.to_string(), height.to_string());
-        t.tmux(&["new-session", "-d", "-s", "top", "-x", &w, "-y", &h, &line]);
+        let s = t.session.as_str();
+        t.tmux(&["new-session", "-d", "-s", s, "-x", &w, "-y", &h, &line]);
         t
     }
 
     fn tmux(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
-            .args(["-L", &self.socket])
+            .arg("-S")
+            .arg(self.dir.path().join("socket"))
             .args(args)
             .env_remove("CLUSTERLIMIT_STORE")
             .env("TERM", "xterm-256color")
@@ -55,23 +63,41 @@ impl Tmux {
 
     /// The screen as text, one line per row.
     fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "top"]).stdout)
-            .into_owned()
+        String::from_utf8_lossy(
+            &self
+                .tmux(&["capture-pane", "-p", "-t", &self.session])
+                .stdout,
+        )
+        .into_owned()
     }
 
     fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "top"];
+        let mut args = vec!["send-keys", "-t", &self.session];
         args.extend_from_slice(keys);
         assert!(self.tmux(&args).status.success(), "tmux send-keys");
     }
 
+    /// Whether the terminal shows its alternate screen.
+    fn alternate_screen(&self) -> bool {
+        let out = self.tmux(&[
+            "display-message",
+            "-p",
+            "-t",
+            &self.session,
+            "#{alternate_on}",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
     fn alive(&self) -> bool {
-        self.tmux(&["has-session", "-t", "top"]).status.success()
+        self.tmux(&["has-session", "-t", &self.session])
+            .status
+            .success()
     }
 
     /// What `top` wrote to stderr (why it ended, if it did).
     fn stderr(&self) -> String {
-        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
     }
 
     /// Waits until the screen satisfies `ok`, and returns it.
@@ -190,7 +216,7 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
     assert!(screen.contains("Holders of beta"), "{screen}");
 
     // A smaller terminal: drawn again to its width.
-    top.tmux(&["resize-window", "-t", "top", "-x", "100", "-y", "30"]);
+    top.tmux(&["resize-window", "-t", &top.session, "-x", "100", "-y", "30"]);
     let screen = top
         .until("a redraw at 100 columns", LIMIT, |s| {
             drawn_width(s) == 100 && s.lines().count() <= 30
@@ -216,8 +242,14 @@ async fn an_unreachable_store_is_shown_not_waited_for() {
         .unwrap()
         .port();
     let url = format!("etcd://127.0.0.1:{port}");
+    // After top: the terminal's modes, read by the shell, then a pause to look at the screen.
+    let modes = tempfile::NamedTempFile::new().unwrap();
+    let then = format!(
+        "; stty -a >{}; exec sleep 60",
+        quote(&modes.path().to_string_lossy())
+    );
     let started = Instant::now();
-    let top = Tmux::start("refused", &["top", "--store", &url], 120, 30);
+    let top = Tmux::start_then("refused", &["top", "--store", &url], &then, 120, 30);
     let screen = top
         .until("unreachable shown", Duration::from_secs(2), |s| {
             s.contains("unreachable")
@@ -226,12 +258,20 @@ async fn an_unreachable_store_is_shown_not_waited_for() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(screen.contains(&url), "{screen}");
     assert!(screen.contains("why:"), "{screen}");
-    // Still answering keys.
+    assert!(top.alternate_screen(), "top draws on the alternate screen");
+    // Still answering keys; the terminal given back as it was.
     top.keys(&["Escape"]);
-    eventually("top to exit on Esc", Duration::from_secs(5), || async {
-        (!top.alive()).then_some(())
+    let modes = eventually("top to exit on Esc", Duration::from_secs(5), || async {
+        let m = std::fs::read_to_string(modes.path()).unwrap_or_default();
+        (!m.is_empty()).then_some(m)
     })
     .await;
+    let words: Vec<&str> = modes.split_whitespace().collect();
+    for mode in ["icanon", "echo", "isig", "opost"] {
+        assert!(words.contains(&mode), "{mode} not restored: {modes}");
+    }
+    assert!(!top.alternate_screen(), "the alternate screen was left");
+    assert_eq!(top.stderr(), "", "top wrote to stderr");
 }
 
 #[tokio::test]
