@@ -8,7 +8,7 @@ use binary::{cmd, eventually, output, BIN};
 use clusterlimit::{AcquireOptions, Limiter, Quota};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::EtcdCluster;
+use support::{EtcdCluster, FaultProxy};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -293,4 +293,50 @@ async fn without_a_terminal_or_with_a_bad_interval_it_exits_64() {
             out.stderr
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_is_shown_while_keys_still_work() {
+    let cluster = EtcdCluster::single();
+    let proxy = FaultProxy::start(cluster.endpoints()[0].as_str());
+    let url = format!("etcd://{}/hung", proxy.connect_string());
+    let limiter = Limiter::connect(&cluster.url("hung")).await.unwrap();
+    let gamma = limiter.semaphore("gamma", 2).await.unwrap();
+    let _g = gamma
+        .acquire_with(AcquireOptions::new().owner("holder-of-gamma"))
+        .await
+        .unwrap();
+
+    let args = ["top", "--store", &url, "--request-timeout", "1s"];
+    let top = Tmux::start("hung", &args, 140, 40);
+    top.until("the holder shown", LIMIT, |s| s.contains("holder-of-gamma"))
+        .await;
+
+    // Partitioned: each read gives up after --request-timeout, and the screen says so.
+    proxy.blackhole();
+    let screen = top
+        .until("unreachable shown", Duration::from_secs(5), |s| {
+            s.contains("unreachable")
+        })
+        .await;
+    assert!(screen.contains("did not answer"), "{screen}");
+    // Keys are answered at once while the store hangs.
+    let pressed = Instant::now();
+    top.keys(&["Tab"]);
+    top.until("Tab answered", Duration::from_secs(1), |s| {
+        s.contains("Rate limits [focus]")
+    })
+    .await;
+    assert!(pressed.elapsed() < Duration::from_secs(1));
+
+    proxy.pass();
+    top.until("the holder shown again", LIMIT, |s| {
+        s.contains("reachable,") && s.contains("holder-of-gamma")
+    })
+    .await;
+    top.keys(&["C-c"]);
+    eventually("top to exit on Ctrl-C", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
 }
