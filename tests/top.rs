@@ -340,3 +340,25 @@ async fn a_store_that_stops_answering_is_shown_while_keys_still_work() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_bad_store_url_in_a_terminal_exits_64_before_drawing() {
+    let code = tempfile::NamedTempFile::new().unwrap();
+    let then = format!("; echo $? >{}", quote(&code.path().to_string_lossy()));
+    let top = Tmux::start_then(
+        "bad-url",
+        &["top", "--store", "redis://x:1"],
+        &then,
+        100,
+        30,
+    );
+    let code = eventually("top to exit", Duration::from_secs(5), || async {
+        let c = std::fs::read_to_string(code.path()).unwrap_or_default();
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert_eq!(code.trim(), "64", "stderr: {}", top.stderr());
+    let stderr = top.stderr();
+    assert!(stderr.contains("redis://x:1"), "{stderr}");
+    assert!(stderr.contains("Usage: clusterlimit top"), "{stderr}");
+}
