@@ -36,6 +36,10 @@ pub enum Command {
     /// Cluster-wide rate limits from the shell: check, wait, status, set-quota, reset.
     #[command(after_help = exit::HELP)]
     Rate(super::rate::RateArgs),
+    /// Watch semaphores and rate limits live in the terminal (the sidecar's web view, for a
+    /// host without a browser). Keys: Up/Down or j/k select, Tab switches pane, q quits.
+    #[command(after_help = exit::HELP)]
+    Top(TopArgs),
     /// Run the sidecar: an HTTP/JSON API to permits, on one store session.
     Serve(ServeArgs),
 }
@@ -49,6 +53,7 @@ impl Command {
             Command::Status(_) => "status",
             Command::SetCapacity(_) => "set-capacity",
             Command::Rate(a) => a.command.name(),
+            Command::Top(_) => "top",
             Command::Serve(_) => "serve",
         }
     }
@@ -62,6 +67,7 @@ impl Command {
             Command::Status(a) => Some(&a.store.store),
             Command::SetCapacity(a) => Some(&a.store.store),
             Command::Rate(a) => Some(a.command.store()),
+            Command::Top(a) => Some(&a.store.store),
             Command::Serve(_) => None,
         }
     }
@@ -170,6 +176,25 @@ pub struct SetCapacityArgs {
     pub capacity: u32,
 }
 
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// How often to read the store (100ms to 60s).
+    #[arg(long, value_name = "DUR", value_parser = parse_interval, default_value = "1s")]
+    pub interval: Duration,
+}
+
+/// `--interval`: a duration from 100ms to 60s (faster would load the store for nothing a
+/// human can read; slower is no longer live).
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err(format!("{s} is out of range: give 100ms to 60s"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +213,7 @@ mod tests {
             &["status", store[0], store[1]],
             &["set-capacity", store[0], store[1], "s", "1"],
             &["rate", "check", store[0], store[1], "r", "k"],
+            &["top", store[0], store[1]],
             &["serve"],
         ] {
             let cli =
@@ -204,6 +230,18 @@ mod tests {
             .get_subcommands()
             .map(|s| s.get_name().to_string())
             .collect();
-        assert_eq!(names, ["run", "status", "set-capacity", "rate", "serve"]);
+        assert_eq!(
+            names,
+            ["run", "status", "set-capacity", "rate", "top", "serve"]
+        );
+    }
+
+    #[test]
+    fn top_interval_is_bounded() {
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("100ms"), Ok(Duration::from_millis(100)));
+        assert!(parse_interval("99ms").is_err());
+        assert!(parse_interval("61s").is_err());
+        assert!(parse_interval("soon").is_err());
     }
 }

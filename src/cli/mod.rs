@@ -13,6 +13,7 @@ mod signals;
 mod status;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
+mod top;
 mod wait_notice;
 
 use crate::frontend::{exit, Failure};
@@ -50,6 +51,7 @@ pub fn main() -> ExitCode {
             Command::Status(a) => status::status(a).await,
             Command::SetCapacity(a) => set_capacity::set_capacity(a).await,
             Command::Rate(a) => rate::rate(a).await,
+            Command::Top(a) => top::top(a).await,
             Command::Serve(a) => crate::sidecar::serve(a).await,
         }
     });

@@ -1,0 +1,364 @@
+//! `clusterlimit top` in a real terminal: tmux runs it in a detached session whose screen the
+//! tests read (`capture-pane`) and type into (`send-keys`), against real etcd.
+
+mod binary;
+mod support;
+
+use binary::{cmd, eventually, output, BIN};
+use clusterlimit::{AcquireOptions, Limiter, Quota};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{EtcdCluster, FaultProxy};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A detached tmux session running one command, on a tmux server of its own (its socket in a
+/// temporary directory): killed when dropped, even when the test panics.
+struct Tmux {
+    dir: tempfile::TempDir,
+    /// Unique per test too, for anyone listing sessions.
+    session: String,
+}
+
+impl Tmux {
+    /// Runs `clusterlimit ARGS` in a `width`×`height` terminal; its stderr goes to a file.
+    fn start(tag: &str, args: &[&str], width: u16, height: u16) -> Tmux {
+        Tmux::start_then(tag, args, "", width, height)
+    }
+
+    /// As `start`, with shell commands run in the terminal after `clusterlimit` exits.
+    fn start_then(tag: &str, args: &[&str], then: &str, width: u16, height: u16) -> Tmux {
+        match Command::new("tmux").arg("-V").output() {
+            Ok(o) if o.status.success() => {}
+            _ => panic!("tests/top.rs needs tmux for a real terminal: apt-get install tmux"),
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut line = vec![quote(BIN)];
+        line.extend(args.iter().map(|a| quote(a)));
+        let line = format!(
+            "{} 2>{}{then}",
+            line.join(" "),
+            quote(&dir.path().join("stderr").to_string_lossy())
+        );
+        let t = Tmux {
+            dir,
+            session: format!("cltop-{}-{tag}", std::process::id()),
+        };
+        let (w, h) = (width.to_string(), height.to_string());
+        let s = t.session.as_str();
+        t.tmux(&["new-session", "-d", "-s", s, "-x", &w, "-y", &h, &line]);
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(self.dir.path().join("socket"))
+            .args(args)
+            .env_remove("CLUSTERLIMIT_STORE")
+            .env("TERM", "xterm-256color")
+            .output()
+            .expect("run tmux")
+    }
+
+    /// The screen as text, one line per row.
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .tmux(&["capture-pane", "-p", "-t", &self.session])
+                .stdout,
+        )
+        .into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.session];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status.success(), "tmux send-keys");
+    }
+
+    /// Whether the terminal shows its alternate screen.
+    fn alternate_screen(&self) -> bool {
+        let out = self.tmux(&[
+            "display-message",
+            "-p",
+            "-t",
+            &self.session,
+            "#{alternate_on}",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    fn alive(&self) -> bool {
+        self.tmux(&["has-session", "-t", &self.session])
+            .status
+            .success()
+    }
+
+    /// What `top` wrote to stderr (why it ended, if it did).
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Waits until the screen satisfies `ok`, and returns it.
+    async fn until(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let mut last = String::new();
+        let deadline = Instant::now() + limit;
+        // Bounded by count and by time.
+        for _ in 0..1000 {
+            last = self.screen();
+            if ok(&last) {
+                return last;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{what}: not within {limit:?}; screen:\n{last}\nstderr: {}",
+            self.stderr()
+        )
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The width the screen was drawn to: the widest line (pane borders span the whole width).
+fn drawn_width(screen: &str) -> usize {
+    screen
+        .lines()
+        .map(|l| l.trim_end().chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shows_holders_and_limits_follows_keys_and_resizes() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("top");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let alpha = limiter.semaphore("alpha", 3).await.unwrap();
+    let beta = limiter.semaphore("beta", 1).await.unwrap();
+    let _a = alpha
+        .acquire_with(AcquireOptions::new().permits(2).owner("holder-of-alpha"))
+        .await
+        .unwrap();
+    let _b = beta
+        .acquire_with(AcquireOptions::new().owner("holder-of-beta"))
+        .await
+        .unwrap();
+    // Queued behind holder-of-beta until the test ends.
+    let waiter = tokio::spawn({
+        let beta = beta.clone();
+        async move {
+            beta.acquire_with(AcquireOptions::new().owner("waiter-on-beta"))
+                .await
+        }
+    });
+    limiter
+        .rate_limit("api", Quota::per_second(5))
+        .await
+        .unwrap();
+    limiter
+        .rate_limit("batch", Quota::per_minute(100))
+        .await
+        .unwrap();
+
+    let top = Tmux::start("main", &["top", "--store", &url], 160, 45);
+    let screen = top
+        .until("the holder and the rate limit shown", LIMIT, |s| {
+            s.contains("holder-of-alpha") && s.contains("5 per 1s") && s.contains("waiter")
+        })
+        .await;
+    assert!(screen.contains("reachable"), "{screen}");
+    assert!(screen.contains("Holders of alpha"), "{screen}");
+    assert!(screen.contains("2/3"), "{screen}");
+    assert!(
+        screen.contains("api") && screen.contains("batch"),
+        "{screen}"
+    );
+    assert!(screen.contains("Keys limited now in api"), "{screen}");
+    assert!(!screen.contains("holder-of-beta"), "{screen}");
+    assert_eq!(drawn_width(&screen), 160, "{screen}");
+
+    // Down selects beta: its holder, and its waiter in the queue, replace alpha's.
+    top.keys(&["Down"]);
+    let screen = top
+        .until("beta's details after Down", LIMIT, |s| {
+            s.contains("Holders of beta") && s.contains("waiter-on-beta")
+        })
+        .await;
+    assert!(screen.contains("holder-of-beta"), "{screen}");
+    assert!(!screen.contains("holder-of-alpha"), "{screen}");
+
+    // Tab moves the focus to the rate limits, where j selects the next one.
+    top.keys(&["Tab"]);
+    top.until("the focus on rate limits", LIMIT, |s| {
+        s.contains("Rate limits [focus]")
+    })
+    .await;
+    top.keys(&["j"]);
+    let screen = top
+        .until("batch's keys after j", LIMIT, |s| {
+            s.contains("Keys limited now in batch")
+        })
+        .await;
+    // The semaphore selection stayed.
+    assert!(screen.contains("Holders of beta"), "{screen}");
+
+    // A smaller terminal: drawn again to its width.
+    top.tmux(&["resize-window", "-t", &top.session, "-x", "100", "-y", "30"]);
+    let screen = top
+        .until("a redraw at 100 columns", LIMIT, |s| {
+            drawn_width(s) == 100 && s.lines().count() <= 30
+        })
+        .await;
+    assert!(screen.contains("Rate limits [focus]"), "{screen}");
+
+    top.keys(&["q"]);
+    eventually("top to exit on q", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+    assert_eq!(top.stderr(), "", "top wrote to stderr");
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_is_shown_not_waited_for() {
+    // A port nobody listens on: connections are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("etcd://127.0.0.1:{port}");
+    // After top: the terminal's modes, read by the shell, then a pause to look at the screen.
+    let modes = tempfile::NamedTempFile::new().unwrap();
+    let then = format!(
+        "; stty -a >{}; exec sleep 60",
+        quote(&modes.path().to_string_lossy())
+    );
+    let started = Instant::now();
+    let top = Tmux::start_then("refused", &["top", "--store", &url], &then, 120, 30);
+    let screen = top
+        .until("unreachable shown", Duration::from_secs(2), |s| {
+            s.contains("unreachable")
+        })
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(screen.contains(&url), "{screen}");
+    assert!(screen.contains("why:"), "{screen}");
+    assert!(top.alternate_screen(), "top draws on the alternate screen");
+    // Still answering keys; the terminal given back as it was.
+    top.keys(&["Escape"]);
+    let modes = eventually("top to exit on Esc", Duration::from_secs(5), || async {
+        let m = std::fs::read_to_string(modes.path()).unwrap_or_default();
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    let words: Vec<&str> = modes.split_whitespace().collect();
+    for mode in ["icanon", "echo", "isig", "opost"] {
+        assert!(words.contains(&mode), "{mode} not restored: {modes}");
+    }
+    assert!(!top.alternate_screen(), "the alternate screen was left");
+    assert_eq!(top.stderr(), "", "top wrote to stderr");
+}
+
+#[tokio::test]
+async fn without_a_terminal_or_with_a_bad_interval_it_exits_64() {
+    let store = ["--store", "etcd://127.0.0.1:1"];
+    let out = output(cmd(&["top", store[0], store[1]]), LIMIT).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("needs a terminal"), "{}", out.stderr);
+    assert!(out.stderr.contains("clusterlimit status"), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+
+    for bad in ["10ms", "2m", "soon"] {
+        let out = output(cmd(&["top", store[0], store[1], "--interval", bad]), LIMIT).await;
+        assert_eq!(out.code, Some(64), "{bad}: {}", out.stderr);
+        assert!(out.stderr.contains("--interval"), "{bad}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("Usage: clusterlimit top"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_is_shown_while_keys_still_work() {
+    let cluster = EtcdCluster::single();
+    let proxy = FaultProxy::start(cluster.endpoints()[0].as_str());
+    let url = format!("etcd://{}/hung", proxy.connect_string());
+    let limiter = Limiter::connect(&cluster.url("hung")).await.unwrap();
+    let gamma = limiter.semaphore("gamma", 2).await.unwrap();
+    let _g = gamma
+        .acquire_with(AcquireOptions::new().owner("holder-of-gamma"))
+        .await
+        .unwrap();
+
+    let args = ["top", "--store", &url, "--request-timeout", "1s"];
+    let top = Tmux::start("hung", &args, 140, 40);
+    top.until("the holder shown", LIMIT, |s| s.contains("holder-of-gamma"))
+        .await;
+
+    // Partitioned: each read gives up after --request-timeout, and the screen says so.
+    proxy.blackhole();
+    let screen = top
+        .until("unreachable shown", Duration::from_secs(5), |s| {
+            s.contains("unreachable")
+        })
+        .await;
+    assert!(screen.contains("did not answer"), "{screen}");
+    // Keys are answered at once while the store hangs.
+    let pressed = Instant::now();
+    top.keys(&["Tab"]);
+    top.until("Tab answered", Duration::from_secs(1), |s| {
+        s.contains("Rate limits [focus]")
+    })
+    .await;
+    assert!(pressed.elapsed() < Duration::from_secs(1));
+
+    proxy.pass();
+    top.until("the holder shown again", LIMIT, |s| {
+        s.contains("reachable,") && s.contains("holder-of-gamma")
+    })
+    .await;
+    top.keys(&["C-c"]);
+    eventually("top to exit on Ctrl-C", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_store_url_in_a_terminal_exits_64_before_drawing() {
+    let code = tempfile::NamedTempFile::new().unwrap();
+    let then = format!("; echo $? >{}", quote(&code.path().to_string_lossy()));
+    let top = Tmux::start_then(
+        "bad-url",
+        &["top", "--store", "redis://x:1"],
+        &then,
+        100,
+        30,
+    );
+    let code = eventually("top to exit", Duration::from_secs(5), || async {
+        let c = std::fs::read_to_string(code.path()).unwrap_or_default();
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert_eq!(code.trim(), "64", "stderr: {}", top.stderr());
+    let stderr = top.stderr();
+    assert!(stderr.contains("redis://x:1"), "{stderr}");
+    assert!(stderr.contains("Usage: clusterlimit top"), "{stderr}");
+}
