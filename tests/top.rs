@@ -362,3 +362,45 @@ async fn a_bad_store_url_in_a_terminal_exits_64_before_drawing() {
     assert!(stderr.contains("redis://x:1"), "{stderr}");
     assert!(stderr.contains("Usage: clusterlimit top"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shows_a_key_limited_now_through_a_sidecar_of_the_fleet() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("topfleet");
+    let sidecar = binary::Sidecar::start(&["--store", &url, "--owner", "edge-sidecar"]).await;
+    let http = reqwest::Client::new();
+    let put = http
+        .put(format!("{}/v1/ratelimits/api", sidecar.url))
+        .json(&serde_json::json!({"limit": 5, "period": "1s"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let top = Tmux::start("fleet", &["top", "--store", &url], 160, 45);
+    // Keep the key over its limit while top looks (bounded: at most LIMIT).
+    let started = Instant::now();
+    let screen = loop {
+        for _ in 0..10 {
+            http.post(format!("{}/v1/ratelimits/api/check", sidecar.url))
+                .json(&serde_json::json!({"key": "user-42"}))
+                .send()
+                .await
+                .unwrap();
+        }
+        let s = top.screen();
+        if s.contains("user-42") && s.contains("edge-sidecar") {
+            break s;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "top never showed the limited key: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(screen.contains("Keys limited now in api"), "{screen}");
+    top.keys(&["q"]);
+    eventually("top to exit on q", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+}
