@@ -53,6 +53,7 @@ mod error;
 mod limiter;
 mod limiter_inner;
 mod lost;
+mod members;
 mod permit;
 pub mod queue;
 pub mod rate;
@@ -81,6 +82,7 @@ pub use limiter::{
     MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
 };
 pub use lost::{Deadline, LostSignal};
+pub use members::StoreMember;
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
 pub use rate_guard::{

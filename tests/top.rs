@@ -180,6 +180,11 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
         })
         .await;
     assert!(screen.contains("reachable"), "{screen}");
+    // The store's members, the leader starred.
+    assert!(
+        screen.contains("members ") && screen.contains('*'),
+        "{screen}"
+    );
     assert!(screen.contains("Holders of alpha"), "{screen}");
     assert!(screen.contains("2/3"), "{screen}");
     assert!(
@@ -219,10 +224,14 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
     top.tmux(&["resize-window", "-t", &top.session, "-x", "100", "-y", "30"]);
     let screen = top
         .until("a redraw at 100 columns", LIMIT, |s| {
-            drawn_width(s) == 100 && s.lines().count() <= 30
+            // The footer within 30 rows: a whole new frame, not the old one cropped by tmux.
+            drawn_width(s) == 100
+                && s.lines().count() <= 30
+                && s.contains("q quit")
+                && s.contains("Rate limits [focus]")
         })
         .await;
-    assert!(screen.contains("Rate limits [focus]"), "{screen}");
+    assert!(screen.contains("Holders of beta"), "{screen}");
 
     top.keys(&["q"]);
     eventually("top to exit on q", Duration::from_secs(5), || async {

@@ -205,6 +205,8 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
     fill(&b, "#token", TOKEN).await;
     click(&b, "#login-form button").await;
     shows(&b, "#semaphores", "exports", Duration::from_secs(5)).await;
+    // The store's one member, its leader.
+    shows(&b, "#store", "leader", SHOWN_WITHIN).await;
     // The cookie is HTTP-only: the page's script cannot read it.
     let cookie_seen = b
         .execute("return document.cookie", vec![])

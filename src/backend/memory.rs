@@ -355,6 +355,15 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+        self.stop.check()?;
+        Ok(vec![crate::StoreMember {
+            name: "memory".to_string(),
+            address: "this process".to_string(),
+            role: "embedded".to_string(),
+        }])
+    }
+
     fn rate_store(&self) -> Option<&dyn super::RateStore> {
         Some(self)
     }

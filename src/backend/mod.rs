@@ -165,6 +165,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Err(no_boards(board))
     }
 
+    /// The store's servers as it reports them now (see [`Limiter::store_members`](crate::Limiter::store_members));
+    /// empty by default: a backend that cannot tell says nothing.
+    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+        Ok(Vec::new())
+    }
+
     /// Called once by the Limiter with the place to hand orphaned entries to. A backend whose
     /// store can apply a write after the request that sent it has finished (etcd: a request
     /// buffered in a hung member) keeps it and reports every such entry it sees; the default

@@ -64,6 +64,8 @@ struct Memory {
     tokens: HashMap<String, HashSet<u64>>,
     at: Option<Instant>,
     reachable: Option<bool>,
+    /// The store's leader at the last picture (etcd).
+    leader: Option<String>,
     events: VecDeque<HealthEvent>,
 }
 
@@ -127,6 +129,15 @@ impl Gatherer {
         } else {
             Vec::new()
         };
+        let members = if reachable {
+            match tokio::time::timeout(self.timeout, self.limiter.store_members()).await {
+                Ok(Ok(m)) => m,
+                _ => Vec::new(),
+            }
+        } else {
+            Vec::new()
+        };
+        self.note_leader(&members);
         let fleet = if reachable {
             fleet::read(&self.limiter, self.timeout).await
         } else {
@@ -147,6 +158,7 @@ impl Gatherer {
                 latency_ms: reachable.then_some(latency.as_secs_f64() * 1000.0),
                 error,
                 session_ttl_ms: self.session_ttl.as_millis() as u64,
+                members,
                 breakers: Vec::new(),
                 events,
             },
@@ -166,6 +178,21 @@ impl Gatherer {
                 None => "store answers again".to_string(),
                 Some(e) => format!("store unreachable: {e}"),
             });
+        }
+    }
+
+    /// Notes a change of the store's leader as a health event (a failover).
+    fn note_leader(&self, members: &[clusterlimit::StoreMember]) {
+        let Some(leader) = members.iter().find(|m| m.role == "leader") else {
+            return;
+        };
+        let before = lock(&self.memory).leader.replace(leader.name.clone());
+        if before.as_ref().is_some_and(|b| b != &leader.name) {
+            self.event(format!(
+                "store leader changed: {} → {}",
+                before.unwrap_or_default(),
+                leader.name
+            ));
         }
     }
 

@@ -33,6 +33,8 @@ pub struct StoreView {
     /// Why the last probe failed.
     pub error: Option<String>,
     pub session_ttl_ms: u64,
+    /// The store's servers and who leads, as the store reports them.
+    pub members: Vec<clusterlimit::StoreMember>,
     /// Each store-down breaker (`http:fail_closed`, `rls:…`) and its state.
     pub breakers: Vec<BreakerView>,
     /// Recent health events, newest last (probe failures and recoveries, breaker moves).

@@ -967,6 +967,38 @@ impl Backend for EtcdBackend {
         self.delete_announcement(board, id).await
     }
 
+    /// The member list, and who leads from one member's status (two requests).
+    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+        let list = self
+            .retry(
+                RequestKind::Range,
+                |mut c| async move { c.member_list().await },
+            )
+            .await?;
+        let leader = self
+            .retry(RequestKind::Range, |mut c| async move { c.status().await })
+            .await?
+            .leader();
+        Ok(list
+            .members()
+            .iter()
+            .map(|m| crate::StoreMember {
+                name: if m.name().is_empty() {
+                    format!("{:x} (not started)", m.id())
+                } else {
+                    m.name().to_string()
+                },
+                address: m.client_urls().first().cloned().unwrap_or_default(),
+                role: if m.id() == leader {
+                    "leader"
+                } else {
+                    "follower"
+                }
+                .to_string(),
+            })
+            .collect())
+    }
+
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
     }

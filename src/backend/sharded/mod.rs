@@ -165,6 +165,19 @@ impl Backend for ShardedBackend {
         self.first().withdraw(board, id).await
     }
 
+    /// Every cluster's members, each name prefixed with its cluster's.
+    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+        let mut all = Vec::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let members = shard.backend.members().await.map_err(|e| self.at(i, e))?;
+            all.extend(members.into_iter().map(|mut m| {
+                m.name = format!("{}/{}", shard.name, m.name);
+                m
+            }));
+        }
+        Ok(all)
+    }
+
     fn stats(&self) -> RequestStats {
         self.shards.iter().map(|s| s.backend.stats()).sum()
     }

@@ -886,6 +886,24 @@ impl Backend for ZkBackend {
         self.delete_announcement(board, id).await
     }
 
+    /// The ensemble from `/zookeeper/config` (`server.N=host:peer:election[:role];client`);
+    /// ZooKeeper does not tell a client who leads. A standalone server has no such config: one
+    /// member, the servers this Limiter was given.
+    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+        let (config, _) = self
+            .session_call(
+                RequestKind::Range,
+                "reading the ensemble's configuration",
+                false,
+                |c| async move { c.get_config().await },
+            )
+            .await?;
+        Ok(nodes::ensemble(
+            &String::from_utf8_lossy(&config),
+            &self.hosts,
+        ))
+    }
+
     fn stats(&self) -> RequestStats {
         self.stats.snapshot()
     }

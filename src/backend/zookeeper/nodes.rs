@@ -204,3 +204,78 @@ mod tests {
         assert_ne!(escape_key("%2F"), escape_key("/"));
     }
 }
+
+/// The members named in ZooKeeper's configuration text (`/zookeeper/config`), e.g.
+/// `server.1=10.0.0.1:2888:3888:participant;0.0.0.0:2181` and `version=100000000`: name
+/// `server.N`, the client address after `;` (its host replaced by the peer host when it is a
+/// wildcard; the peer host alone when the client port is configured apart, as `clientPort`),
+/// the role if given (default `participant`). A configuration without servers (a
+/// standalone server) gives one member at `hosts`, the addresses the client was given.
+pub(super) fn ensemble(config: &str, hosts: &str) -> Vec<crate::StoreMember> {
+    let mut members: Vec<crate::StoreMember> = config
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.trim().split_once('=')?;
+            let name = key.strip_prefix("server.").map(|_| key.to_string())?;
+            let (peer, client) = value.split_once(';').unwrap_or((value, ""));
+            let mut peer_parts = peer.split(':');
+            let peer_host = peer_parts.next().unwrap_or_default();
+            let role = peer_parts.nth(2).unwrap_or("participant").to_string();
+            let address = match client.rsplit_once(':') {
+                Some(("0.0.0.0" | "[::]" | "::" | "", port)) => format!("{peer_host}:{port}"),
+                Some(_) => client.to_string(),
+                None => peer_host.to_string(),
+            };
+            Some(crate::StoreMember {
+                name,
+                address,
+                role,
+            })
+        })
+        .collect();
+    if members.is_empty() {
+        members.push(crate::StoreMember {
+            name: "standalone".to_string(),
+            address: hosts.to_string(),
+            role: "standalone".to_string(),
+        });
+    }
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    members
+}
+
+#[cfg(test)]
+mod ensemble_tests {
+    use super::ensemble;
+
+    #[test]
+    fn servers_roles_and_client_addresses_are_read() {
+        let config = "server.2=10.0.0.2:2888:3888:observer;0.0.0.0:2181\n\
+                      server.1=10.0.0.1:2888:3888:participant;10.0.0.1:2181\n\
+                      server.3=10.0.0.3:2888:3888\n\
+                      version=100000000";
+        let m = ensemble(config, "ignored:2181");
+        let got: Vec<(&str, &str, &str)> = m
+            .iter()
+            .map(|m| (m.name.as_str(), m.address.as_str(), m.role.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("server.1", "10.0.0.1:2181", "participant"),
+                ("server.2", "10.0.0.2:2181", "observer"),
+                ("server.3", "10.0.0.3", "participant"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_standalone_server_is_one_member() {
+        let m = ensemble("", "127.0.0.1:2181");
+        assert_eq!(m.len(), 1);
+        assert_eq!(
+            (m[0].address.as_str(), m[0].role.as_str()),
+            ("127.0.0.1:2181", "standalone")
+        );
+    }
+}

@@ -60,11 +60,24 @@ fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<
         _ if s.reachable => Span::styled("reachable", Color::Green),
         _ => Span::styled("unreachable", Color::Red),
     };
-    let first = Line::from(vec![
+    let mut first = vec![
         "clusterlimit top  ".bold(),
         Span::raw(format!("{}  ", s.url)),
         state,
-    ]);
+    ];
+    // The store's members, the leader marked (etcd says who leads; ZooKeeper does not).
+    if !s.members.is_empty() {
+        let members: Vec<String> = s
+            .members
+            .iter()
+            .map(|m| match m.role.as_str() {
+                "leader" => format!("{}*", m.name),
+                _ => m.name.clone(),
+            })
+            .collect();
+        first.push(Span::raw(format!("   members {}", members.join(" "))).dark_gray());
+    }
+    let first = Line::from(first);
     let mut stats = format!(
         "updated {} ago   session TTL {}   {} semaphores",
         ago(age),

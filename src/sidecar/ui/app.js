@@ -151,6 +151,8 @@ function renderStore(s) {
     : el("span", { class: "bad" }, "unreachable: " + (s.error || "no answer"));
   return el("div", {},
     el("p", {}, el("code", {}, s.url), " — ", state, " — session TTL " + dur(s.session_ttl_ms)),
+    s.members.length ? table([H("member"), H("address"), H("role")],
+      s.members.map((m) => [m.name, m.address, m.role === "leader" ? el("b", {}, "leader") : m.role]), "") : null,
     table([H("breaker"), H("state"), H("opened", 1), H("closed", 1)],
       s.breakers.map((b) => [b.name, b.open ? el("span", { class: "bad" }, "open") : "closed", b.opened, b.closed]),
       "no store-down breakers"),
