@@ -141,6 +141,8 @@ pub struct DeclaredRate {
     pub burst: Option<i64>,
     pub algorithm: Option<Algorithm>,
     pub ban: Option<String>,
+    pub warmup: Option<String>,
+    pub cold_factor: Option<i64>,
 }
 
 impl DeclaredRate {
@@ -156,6 +158,12 @@ impl DeclaredRate {
                 .as_deref()
                 .map(|b| duration_text("ban", b))
                 .transpose()?,
+            warmup: self
+                .warmup
+                .as_deref()
+                .map(|w| duration_text("warmup", w))
+                .transpose()?,
+            cold_factor: self.cold_factor,
         }
         .to_quota()
     }
