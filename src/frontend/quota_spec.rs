@@ -129,16 +129,17 @@ impl QuotaParts {
         }
         if let Some(factor) = self.cold_factor {
             let (lo, hi) = (COLD_FACTORS.start(), COLD_FACTORS.end());
-            let factor =
-                match u32::try_from(factor) {
-                    Ok(f) if COLD_FACTORS.contains(&f) => f,
-                    _ => return fail(
+            let factor = match u32::try_from(factor) {
+                Ok(f) if COLD_FACTORS.contains(&f) => f,
+                _ => {
+                    return fail(
                         "cold_factor",
                         format!(
                             "cold_factor must be a whole number from {lo} to {hi}, got {factor}"
                         ),
-                    ),
-                };
+                    )
+                }
+            };
             if warmup.is_zero() && factor != DEFAULT_COLD_FACTOR {
                 return fail(
                     "cold_factor",
