@@ -272,6 +272,18 @@ mod tests {
              [[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\n",
         );
         assert_eq!(check_declared(&twice).unwrap_err().0, "rate_limits[1].name");
+        let warm = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 4\n",
+        );
+        let q = warm[0].quota().unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(30), 4));
+        let cold = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 40\n",
+        );
+        assert_eq!(
+            check_declared(&cold).unwrap_err().0,
+            "rate_limits[0].cold_factor"
+        );
     }
 
     #[test]
