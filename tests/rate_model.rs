@@ -172,8 +172,10 @@ impl Model {
             c2 -= m2;
         }
         let den = 4 * (f + 1) * w;
-        let surcharge = num / den + u128::from(num % den != 0);
-        (u128::from(n) * t + surcharge, c2 / 2 + c2 % 2)
+        // Rounded up by hand, not with the div_ceil decide uses.
+        let surcharge = num / den + u128::from(!num.is_multiple_of(den));
+        let left = c2 / 2 + u128::from(!c2.is_multiple_of(2));
+        (u128::from(n) * t + surcharge, left)
     }
 
     /// With a warm-up: what the admission test counts of a price: all of it, or the whole
