@@ -53,6 +53,9 @@ impl fmt::Display for Algorithm {
 /// let login = Quota::per_minute(5)
 ///     .algorithm(Algorithm::FixedWindow)
 ///     .ban(Duration::from_secs(600));                      // over the limit: denied for 10 min
+/// let db = Quota::per_second(100)
+///     .warmup(Duration::from_secs(30));                    // after idling: 100/3 up to 100/s
+/// assert_eq!(db.cold_factor, 3);
 /// assert_eq!(api.limit, 100);
 /// assert_eq!(login.burst, 5);                              // windows: burst = limit
 /// ```
