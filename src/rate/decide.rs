@@ -451,6 +451,14 @@ mod tests {
                 .algorithm(Algorithm::FixedWindow)
                 .ban(secs(1)),
             Quota::new(1, MAX_PERIOD).algorithm(Algorithm::SlidingWindow),
+            Quota::per_second(1)
+                .burst(1)
+                .warmup(MAX_PERIOD)
+                .cold_factor(10),
+            Quota::new(MAX_RATE, MAX_PERIOD)
+                .burst(MAX_RATE)
+                .warmup(MAX_PERIOD)
+                .ban(secs(1)),
             // Invalid quotas are excluded by the caller; still no panic.
             Quota::new(0, Duration::ZERO).burst(0),
             Quota::new(u64::MAX, Duration::MAX)
@@ -459,6 +467,11 @@ mod tests {
         ];
         let meters = [
             Meter::Gcra { tat: u64::MAX },
+            Meter::GcraWarmUp {
+                tat: u64::MAX,
+                cold: u64::MAX,
+            },
+            Meter::GcraWarmUp { tat: 0, cold: 0 },
             Meter::Fixed {
                 window: u64::MAX,
                 count: u64::MAX,
