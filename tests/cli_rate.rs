@@ -358,6 +358,57 @@ async fn set_quota_keeps_what_is_not_given(url: &str) {
         "{}",
         out.stderr
     );
+    // A warm-up: printed, stored, kept when other fields change, its cold factor with it.
+    let out = rate_ok(url, &set(&["--warmup", "30m", "--cold-factor", "4"])).await;
+    assert!(
+        out.stdout
+            .trim()
+            .ends_with("→ 3 per 1m (gcra, burst 3, warm-up 30m ×4)"),
+        "{}",
+        out.stdout
+    );
+    let out = rate_ok(url, &set(&["--limit", "6"])).await;
+    assert!(
+        out.stdout
+            .trim()
+            .ends_with("→ 6 per 1m (gcra, burst 6, warm-up 30m ×4)"),
+        "{}",
+        out.stdout
+    );
+    let out = rate_ok(url, &["status", "keep", "--json"]).await;
+    let q = json(&out);
+    assert_eq!(
+        (&q["warmup"], &q["warmup_ms"], &q["cold_factor"]),
+        (&"30m".into(), &1_800_000.into(), &4.into()),
+        "{q}"
+    );
+    let stored = Limiter::connect(url)
+        .await
+        .unwrap()
+        .open_rate_limit("keep")
+        .await
+        .unwrap()
+        .quota();
+    assert_eq!(
+        stored,
+        Quota::new(6, Duration::from_secs(60))
+            .warmup(Duration::from_secs(1800))
+            .cold_factor(4)
+    );
+    // A cold key: 1 at once of the burst of 6 (T = 10 s, the first costs 39.8 s, the second
+    // 39.4 s more: past the 60 s tolerance), then a wait.
+    rate_ok(url, &["check", "keep", "cold"]).await;
+    let out = rate(url, &["check", "keep", "cold"]).await;
+    assert_eq!(out.code, Some(75), "{}{}", out.stdout, out.stderr);
+    // --warmup 0 removes it, the cold factor back to its default.
+    let out = rate_ok(url, &set(&["--warmup", "0s"])).await;
+    assert!(
+        out.stdout.trim().ends_with("→ 6 per 1m (gcra, burst 6)"),
+        "{}",
+        out.stdout
+    );
+    let out = rate_ok(url, &["status", "keep", "--json"]).await;
+    assert!(json(&out).get("warmup").is_none(), "{}", out.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -425,6 +476,28 @@ async fn bad_input_exits_64_naming_the_flag() {
         ),
         (set_q(&["--algorithm", "leaky"]), "--algorithm"),
         (set_q(&["--ban", "1000000d"]), "--ban"),
+        (
+            set_q(&["--warmup", "1000000d"]),
+            "--warmup: warmup must be at most 400d",
+        ),
+        (
+            set_q(&["--warmup", "1s"]),
+            "--warmup: warmup must be at least cold_factor × period / limit (36s",
+        ),
+        (
+            set_q(&["--algorithm", "fixed_window", "--warmup", "1h"]),
+            "--warmup: warmup applies to gcra only",
+        ),
+        (set_q(&["--warmup", "soon"]), "--warmup"),
+        (
+            set_q(&["--warmup", "1h", "--cold-factor", "11"]),
+            "--cold-factor: cold_factor must be a whole number from 2 to 10, got 11",
+        ),
+        (
+            set_q(&["--cold-factor", "5"]),
+            "--cold-factor: cold_factor applies with a warmup only",
+        ),
+        (set_q(&["--warmup", "1h", "--cold-factor", "-1"]), "-1"),
         (vec!["status", "--bogus"], "--bogus"),
         (vec!["check", "small"], "KEY"),
     ];

@@ -6,6 +6,14 @@
 //! same rounded-up `T` as the quota); fixed and sliding windows from the list of admitted
 //! checks, summed per aligned window. On top: the rate bounds over the whole history, exact
 //! `retry_after`, denials that write nothing (unless they start a ban), `expires_at`.
+//!
+//! GCRA with a warm-up has its own reference, Guava's stored permits in nanoseconds: a bucket
+//! of credit (which a dear admission may leave negative) and a coldness that grows while the
+//! bucket is full; a check's price is summed unit by unit, each unit's share of the
+//! integral of the linear cost over the span of coldness it takes, in exact integers (decide
+//! uses the closed form). On top: from a fully cold key, nothing is admitted before the
+//! cumulative cold price allows (rate / cold_factor pacing plus the burst); a key saturated
+//! from cold is warm within the warm-up period and then exactly plain GCRA.
 
 use clusterlimit::rate::{decide, Algorithm, KeyState, Meter, Quota, Verdict};
 use proptest::prelude::*;
@@ -27,14 +35,42 @@ fn quota() -> impl Strategy<Value = Quota> {
         1_000_000u64..=3_000_000_000,
     ];
     let ban = prop_oneof![3 => Just(0u64), 1 => 1u64..=4_000_000_000];
-    (0u8..3, 1u64..=12, period, 1u64..=15, ban).prop_map(|(algo, limit, period, burst, ban)| {
-        let q = Quota::new(limit, Duration::from_nanos(period)).ban(Duration::from_nanos(ban));
-        match algo {
-            0 => q.burst(burst),
-            1 => q.algorithm(Algorithm::FixedWindow),
-            _ => q.algorithm(Algorithm::SlidingWindow),
-        }
-    })
+    (0u8..4, 1u64..=12, period, 1u64..=15, ban, warm_up()).prop_map(
+        |(algo, limit, period, burst, ban, (factor, periods))| {
+            let q = Quota::new(limit, Duration::from_nanos(period)).ban(Duration::from_nanos(ban));
+            match algo {
+                0 => q.burst(burst),
+                1 => q.algorithm(Algorithm::FixedWindow),
+                2 => q.algorithm(Algorithm::SlidingWindow),
+                _ => with_warm_up(q.burst(burst), factor, periods),
+            }
+        },
+    )
+}
+
+/// A cold factor, and the warm-up in 64ths of the period (0: the shortest allowed).
+fn warm_up() -> impl Strategy<Value = (u32, u64)> {
+    (2u32..=10, prop_oneof![1 => Just(0u64), 4 => 1u64..=64 * 20])
+}
+
+/// `q` with a warm-up of `periods` 64ths of its period (at least the shortest allowed).
+fn with_warm_up(q: Quota, factor: u32, periods: u64) -> Quota {
+    let q = q.cold_factor(factor);
+    let w = q.period * u32::try_from(periods).unwrap() / 64;
+    q.warmup(w.max(q.min_warmup()))
+}
+
+fn warm_quota() -> impl Strategy<Value = Quota> {
+    (
+        1u64..=12,
+        1_000_000u64..=3_000_000_000,
+        1u64..=15,
+        warm_up(),
+    )
+        .prop_map(|(limit, period, burst, (factor, periods))| {
+            let q = Quota::new(limit, Duration::from_nanos(period)).burst(burst);
+            with_warm_up(q, factor, periods)
+        })
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -61,8 +97,16 @@ struct Model {
     t: u128,
     /// GCRA: (credit, at which time); `None`: full.
     bucket: Option<(u128, u128)>,
+    /// GCRA with a warm-up: the warm-up `W` and the cold factor (`W` 0: none).
+    w: u128,
+    f: u128,
+    /// GCRA with a warm-up: (credit, may be negative; coldness in ns; at which time);
+    /// `None`: full and fully cold.
+    warm: Option<(i128, u128, u128)>,
     /// Every admitted check: (time, cost).
     admitted: Vec<(u64, u64)>,
+    /// With a warm-up: the indexes in `admitted` of checks admitted on a full, fully cold key.
+    cold_starts: Vec<usize>,
     banned_until: u64,
     stamp: u64,
 }
@@ -74,7 +118,11 @@ impl Model {
             period: quota.period.as_nanos(),
             t: quota.emission_interval_ns(),
             bucket: None,
+            w: quota.warmup.as_nanos(),
+            f: u128::from(quota.cold_factor),
+            warm: None,
             admitted: Vec::new(),
+            cold_starts: Vec::new(),
             banned_until: 0,
             stamp: 0,
         }
@@ -82,6 +130,64 @@ impl Model {
 
     fn capacity(&self) -> u128 {
         self.t * u128::from(self.quota.burst)
+    }
+
+    fn warming(&self) -> bool {
+        self.w > 0
+    }
+
+    /// With a warm-up: (credit, coldness) at `now`. Credit comes back one nanosecond per
+    /// nanosecond up to the capacity; from then on, the key cools as fast, up to `W`.
+    fn warm_at(&self, now: u64) -> (i128, u128) {
+        let cap = i128::try_from(self.capacity()).unwrap();
+        match self.warm {
+            None => (cap, self.w),
+            Some((credit, cold, at)) => {
+                let elapsed = i128::try_from(u128::from(now) - at).unwrap();
+                let to_full = cap - credit;
+                if elapsed <= to_full {
+                    (credit + elapsed, cold)
+                } else {
+                    let full_for = u128::try_from(elapsed - to_full).unwrap();
+                    (cap, (cold + full_for).min(self.w))
+                }
+            }
+        }
+    }
+
+    /// With a warm-up: the price of `n` units at coldness `cold`, and the coldness left.
+    /// Unit by unit: a unit takes `D = (f + 1) T / 2` of coldness (less if less is left), and
+    /// costs `T` plus its share of the surcharge `(f − 1) T x / W` integrated over the span
+    /// it takes, divided by `D`: `(f − 1) × m × (2c − m) / ((f + 1) W)` for a span `m` down
+    /// from `c`. Kept in half nanoseconds (whole numbers), summed exactly, the price rounded
+    /// up once per check and the coldness left rounded up (colder).
+    fn warm_price(&self, n: u64, cold: u128) -> (u128, u128) {
+        let (f, w, t) = (self.f, self.w, self.t);
+        let mut c2 = 2 * cold;
+        let mut num = 0u128;
+        for _ in 0..n {
+            let m2 = ((f + 1) * t).min(c2);
+            // m (2c − m) = (m2 / 2)(c2 − m2 / 2) = m2 (2 c2 − m2) / 4.
+            num += (f - 1) * m2 * (2 * c2 - m2);
+            c2 -= m2;
+        }
+        let den = 4 * (f + 1) * w;
+        // Rounded up by hand, not with the div_ceil decide uses.
+        let surcharge = num / den + u128::from(!num.is_multiple_of(den));
+        let left = c2 / 2 + u128::from(!c2.is_multiple_of(2));
+        (u128::from(n) * t + surcharge, left)
+    }
+
+    /// With a warm-up: what the admission test counts of a price: all of it, or the whole
+    /// tolerance for a check that costs more (admitted when the bucket is full).
+    fn warm_gate(&self, n: u64, price: u128) -> i128 {
+        let cap = self.capacity().max(u128::from(n) * self.t);
+        i128::try_from(price.min(cap)).unwrap()
+    }
+
+    fn warm_admits(&self, n: u64, now: u64) -> bool {
+        let (credit, cold) = self.warm_at(now);
+        credit >= self.warm_gate(n, self.warm_price(n, cold).0)
     }
 
     fn credit(&self, now: u64) -> u128 {
@@ -119,6 +225,9 @@ impl Model {
     }
 
     fn meter_admits(&self, cost: u64, now: u64) -> bool {
+        if self.warming() {
+            return self.warm_admits(cost, now);
+        }
         match self.quota.algorithm {
             Algorithm::Gcra => self.credit(now) >= u128::from(cost) * self.t,
             _ => self.used(now) + u128::from(cost) <= u128::from(self.quota.limit),
@@ -134,6 +243,13 @@ impl Model {
         if now < self.banned_until {
             return 0;
         }
+        if self.warming() {
+            // The largest single check that would pass now.
+            return (0..=self.quota.burst)
+                .rev()
+                .find(|&n| self.warm_admits(n, now))
+                .unwrap_or(0);
+        }
         let r = match self.quota.algorithm {
             Algorithm::Gcra => self.credit(now) / self.t,
             _ => u128::from(self.quota.limit).saturating_sub(self.used(now)),
@@ -145,6 +261,10 @@ impl Model {
         let n = u128::from(now);
         let w = n / self.period;
         let meter = match self.quota.algorithm {
+            _ if self.warming() => {
+                let cap = i128::try_from(self.capacity()).unwrap();
+                u128::try_from(cap - self.warm_at(now).0).unwrap()
+            }
             Algorithm::Gcra => self.capacity() - self.credit(now),
             Algorithm::FixedWindow if self.in_window(w) > 0 => (w + 1) * self.period - n,
             Algorithm::SlidingWindow if self.in_window(w) > 0 => (w + 2) * self.period - n,
@@ -160,7 +280,15 @@ impl Model {
     /// updated as decide's stored state would be.
     fn check(&mut self, cost: u64, now: u64) -> bool {
         if self.admits(cost, now) {
-            if self.quota.algorithm == Algorithm::Gcra {
+            if self.warming() {
+                let (credit, cold) = self.warm_at(now);
+                if credit == i128::try_from(self.capacity()).unwrap() && cold == self.w {
+                    self.cold_starts.push(self.admitted.len());
+                }
+                let (price, left) = self.warm_price(cost, cold);
+                let credit = credit - i128::try_from(price).unwrap();
+                self.warm = Some((credit, left, u128::from(now)));
+            } else if self.quota.algorithm == Algorithm::Gcra {
                 let left = self.credit(now) - u128::from(cost) * self.t;
                 self.bucket = Some((left, u128::from(now)));
             }
@@ -273,6 +401,7 @@ fn run(quota: Quota, start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
 fn model_after(model: &Model, cost: u64, now: u64) -> Model {
     let mut m = Model {
         admitted: model.admitted.clone(),
+        cold_starts: model.cold_starts.clone(),
         ..*model
     };
     if cost > 0 && !m.admits(cost, now) {
@@ -295,6 +424,19 @@ fn check_expiry(
     let with = decide(quota, key, 0, at).decision;
     let without = decide(quota, None, 0, at).decision;
     prop_assert_eq!(with, without, "worth something at expires_at: {}", ctx);
+    if quota.warmup > Duration::ZERO {
+        // Coldness does not show in a peek: a check of 1 writes the same meter at
+        // expires_at, another one a nanosecond before.
+        let meter = |key: Option<&KeyState>, at| decide(quota, key, 1, at).state.map(|s| s.meter);
+        prop_assert_eq!(meter(key, at), meter(None, at), "{}", ctx);
+        if at > now {
+            let peeks = decide(quota, key, 0, at - 1).decision;
+            let differ = peeks != decide(quota, None, 0, at - 1).decision
+                || meter(key, at - 1) != meter(None, at - 1);
+            prop_assert!(differ, "worth nothing before expires_at: {}", ctx);
+        }
+        return Ok(());
+    }
     if at > now {
         let with = decide(quota, key, 0, at - 1).decision;
         let without = decide(quota, None, 0, at - 1).decision;
@@ -331,6 +473,38 @@ fn check_bounds(model: &Model) -> Result<(), TestCaseError> {
                 let w = u128::from(*t) / p;
                 prop_assert!(model.in_window(w) <= u128::from(q.limit), "window {}", w);
             }
+        }
+    }
+    if model.warming() {
+        check_cold_starts(model)?;
+    }
+    Ok(())
+}
+
+/// From a full, fully cold key at `t_i`, the `U` units admitted before a check `j` of `n`
+/// units moved `tat` by at least their cold price `C(U) = U T + (f − 1) M (4W − M) / (4 (f +
+/// 1) W)` with `M = min(U (f + 1) T, 2W)` (rounding, idle time and splitting only add), so `j`
+/// cannot pass before `t_i + C(U) + n T − τ`: the pace of `rate / cold_factor` rising to
+/// `rate`, plus the burst.
+fn check_cold_starts(model: &Model) -> Result<(), TestCaseError> {
+    let (t, f, w) = (model.t, model.f, model.w);
+    let tau = model.capacity();
+    let h = &model.admitted;
+    for &i in &model.cold_starts {
+        let mut units = 0u128;
+        for j in i..h.len() {
+            let n = u128::from(h[j].1);
+            let m = (units * (f + 1) * t).min(2 * w);
+            let lhs = 4 * (f + 1) * w * (u128::from(h[j].0 - h[i].0) + tau);
+            let rhs = 4 * (f + 1) * w * (units + n) * t + (f - 1) * m * (4 * w - m);
+            prop_assert!(
+                lhs >= rhs,
+                "check {} passed too soon after the cold start {}: {:?}",
+                j,
+                i,
+                h
+            );
+            units += n;
         }
     }
     Ok(())
@@ -394,7 +568,7 @@ proptest! {
     #[test]
     fn another_algorithms_state_counts_as_absent(
         quota in quota(),
-        foreign in 0u8..3,
+        foreign in 0u8..4,
         fields in (any::<u64>(), any::<u64>(), any::<u64>()),
         stamp_ahead in 0u64..2_000_000_000,
         ban_ahead in prop_oneof![Just(None), (0u64..4_000_000_000).prop_map(Some)],
@@ -405,6 +579,7 @@ proptest! {
         let (a, b, c) = fields;
         let meter = match foreign {
             0 => Meter::Gcra { tat: a },
+            3 => Meter::GcraWarmUp { tat: a, cold: b },
             1 => Meter::Fixed { window: a, count: b },
             _ => Meter::Sliding { window: a, count: b, previous: c },
         };
@@ -425,4 +600,92 @@ proptest! {
             prop_assert!(s.banned_until >= banned_until);
         }
     }
+}
+
+/// `quota` with its warm-up (any) removed.
+fn plain(quota: &Quota) -> Quota {
+    Quota::new(quota.limit, quota.period).burst(quota.burst)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// A key saturated from cold (a check of 1 a quarter interval after each admission, and
+    /// exactly at `retry_after` after each denial: never idle) is warm (coldness 0) within the
+    /// warm-up period plus one interval, and from then on decides exactly as the quota without
+    /// a warm-up on the same `tat`: the full rate. (A client late to its `retry_after` on a
+    /// key of burst 1 finds it idle, which cools it a little: the model checks that.)
+    #[test]
+    fn saturated_from_cold_it_is_warm_within_the_warm_up(
+        quota in warm_quota(),
+        start in 1_700_000_000_000_000_000u64..1_800_000_000_000_000_000,
+    ) {
+        prop_assume!(quota.validate().is_ok());
+        let t = u64::try_from(quota.emission_interval_ns()).unwrap();
+        let step = (t / 4).max(1);
+        let w = u64::try_from(quota.warmup.as_nanos()).unwrap();
+        let plain = plain(&quota);
+        let mut key: Option<KeyState> = None;
+        let mut now = start;
+        let mut warm_at = None;
+        let mut admitted = 0u64;
+        let next = |v: &Verdict| match v.decision.retry_after {
+            Some(r) => u64::try_from(r.as_nanos()).unwrap(),
+            None => step,
+        };
+        while now <= start + w + t {
+            let v = decide(&quota, key.as_ref(), 1, now);
+            if let Some(s) = v.state {
+                admitted += 1;
+                key = Some(s);
+                if matches!(s.meter, Meter::GcraWarmUp { cold: 0, .. }) {
+                    warm_at = Some(now);
+                    break;
+                }
+            }
+            now += next(&v);
+        }
+        prop_assert!(warm_at.is_some(), "still cold after {} admitted: {:?}", admitted, key);
+        // Then: the same decisions as plain GCRA on the same tat, for two periods.
+        let Some(Meter::GcraWarmUp { tat, .. }) = key.map(|k| k.meter) else {
+            return Err(TestCaseError::fail("a warm-up meter"));
+        };
+        let mut plain_key = key.map(|k| KeyState { meter: Meter::Gcra { tat }, ..k });
+        let end = now + 2 * u64::try_from(quota.period.as_nanos()).unwrap();
+        let mut v = decide(&quota, key.as_ref(), 0, now);
+        while now <= end {
+            now += next(&v);
+            v = decide(&quota, key.as_ref(), 1, now);
+            let p = decide(&plain, plain_key.as_ref(), 1, now);
+            prop_assert_eq!(v.decision, p.decision, "at {}", now);
+            if let (Some(s), Some(ps)) = (v.state, p.state) {
+                let Meter::GcraWarmUp { tat, cold } = s.meter else {
+                    return Err(TestCaseError::fail("a warm-up meter"));
+                };
+                prop_assert_eq!((Meter::Gcra { tat }, cold), (ps.meter, 0));
+                key = Some(s);
+                plain_key = Some(ps);
+            }
+        }
+    }
+}
+
+/// The warm-up reference itself: the worked example of docs/rate-limits.md.
+#[test]
+fn the_warm_up_model_prices_a_cold_key() {
+    // 10 per second, burst 10, warm-up 10 s, cold factor 3.
+    let q = Quota::per_second(10).warmup(Duration::from_secs(10));
+    let mut m = Model::new(q);
+    let ms = 1_000_000;
+    assert_eq!(m.warm_price(1, 10_000 * ms), (298 * ms, 9_800 * ms));
+    assert_eq!(m.warm_price(10, 10_000 * ms), (2_800 * ms, 8_000 * ms));
+    // The whole coldness costs the warm-up period: 50 units.
+    assert_eq!(m.warm_price(50, 10_000 * ms), (10_000 * ms, 0));
+    let t0 = 1_700_000_000_000_000_000;
+    assert!(m.check(1, t0) && m.check(1, t0) && m.check(1, t0));
+    assert!(!m.check(1, t0));
+    assert_eq!(m.remaining(t0), 0);
+    let ms64 = 1_000_000u64;
+    assert!(m.admits(1, t0 + 168 * ms64) && !m.admits(1, t0 + 168 * ms64 - 1));
+    assert_eq!(m.cold_starts, [0]);
 }

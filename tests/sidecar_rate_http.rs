@@ -102,6 +102,40 @@ async fn every_route(base: &str, store: &str) {
         json_of(send(&c, Method::GET, &format!("{base}/v1/ratelimits/api"), None).await).await;
     assert_eq!((s, q["limit"].clone()), (StatusCode::OK, json!(3)));
 
+    // A warm-up: in the quota's JSON, and a cold key takes 3 of its burst of 10 at once.
+    let warm = json!({"limit": 60, "period": "1m", "burst": 10, "warmup": "10m"});
+    let (s, q) = put_quota(&c, base, "warm", warm).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    assert_eq!(
+        q,
+        json!({"name": "warm", "limit": 60, "period": "1m", "period_ms": 60000, "burst": 10,
+               "algorithm": "gcra", "ban_ms": 0, "warmup": "10m", "warmup_ms": 600000,
+               "cold_factor": 3})
+    );
+    let (_, q) = get_quota(&c, base, "warm").await;
+    assert_eq!(q["warmup_ms"], 600_000, "{q}");
+    for status in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let r = check(&c, base, "warm", json!({"key": "k"})).await;
+        assert_eq!(r.status(), status);
+    }
+    let (s, q) = put_quota(
+        &c,
+        base,
+        "warm",
+        json!({"limit": 60, "period": "1m", "warmup_ms": 120000, "cold_factor": 5}),
+    )
+    .await;
+    assert_eq!(
+        (s, &q["warmup"], &q["cold_factor"]),
+        (StatusCode::OK, &json!("2m"), &json!(5)),
+        "{q}"
+    );
+
     // Admitted at cost 1, then 2 (the rest), then a 429.
     let r = check(&c, base, "api", json!({"key": ODD_KEY})).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -266,7 +300,8 @@ async fn every_route(base: &str, store: &str) {
         .iter()
         .map(|q| q["name"].clone())
         .collect();
-    assert_eq!(names, ["api", "fast", "slow"]);
+    assert_eq!(names, ["api", "fast", "slow", "warm"]);
+    assert_eq!(all[3]["cold_factor"], 5);
     assert_eq!(all[0]["algorithm"], "sliding_window");
 
     // Unknown limit: 404 on every route that names one.
@@ -587,6 +622,13 @@ async fn bad_input_is_a_problem_naming_the_field() {
         bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "algorithm": "fixed_window", "burst": 2}), "burst"),
         bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "burst": 0}), "burst"),
         bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "ban": "never"}), "ban"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "warmup": "soon"}), "warmup"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "warmup": "100ms"}), "warmup"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "warmup": "1m", "warmup_ms": 60000}), "warmup_ms"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "warmup_ms": -1}), "warmup_ms"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "algorithm": "sliding_window", "warmup": "1m"}), "warmup"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "warmup": "1m", "cold_factor": 1}), "cold_factor"),
+        bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "cold_factor": 4}), "cold_factor"),
         bad(Method::PUT, "/v1/ratelimits/q", json!({"limit": 5, "period": "1s", "extra": 1}), "extra"),
         bad(Method::PUT, "/v1/ratelimits/bad%20name", json!({"limit": 5, "period": "1s"}), "name"),
         // Checks.

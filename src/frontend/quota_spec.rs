@@ -4,7 +4,7 @@
 //! Also the JSON both front ends print for a quota and a decision.
 
 use super::{format_duration, parse_duration};
-use clusterlimit::rate::{MAX_PERIOD, MAX_RATE, MIN_PERIOD};
+use clusterlimit::rate::{COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
 use clusterlimit::{Algorithm, Decision, Quota};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,7 +13,8 @@ use std::time::Duration;
 /// A field of a quota that is wrong, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    /// `limit`, `period`, `burst`, `algorithm` or `ban` (or the `_ms` form given).
+    /// `limit`, `period`, `burst`, `algorithm`, `ban`, `warmup` or `cold_factor` (or the `_ms`
+    /// form given).
     pub field: &'static str,
     pub message: String,
 }
@@ -31,11 +32,14 @@ pub struct QuotaParts {
     pub burst: Option<i64>,
     pub algorithm: Option<Algorithm>,
     pub ban: Option<Duration>,
+    pub warmup: Option<Duration>,
+    pub cold_factor: Option<i64>,
 }
 
 impl QuotaParts {
     /// The quota, or the first field at fault. `limit` and `period` are required; the
-    /// algorithm defaults to GCRA, the burst to the limit, the ban to none.
+    /// algorithm defaults to GCRA, the burst to the limit, the ban and the warm-up to none,
+    /// the cold factor to 3.
     pub fn to_quota(&self) -> Result<Quota, FieldError> {
         let max_rate = i64::try_from(MAX_RATE).unwrap_or(i64::MAX);
         let Some(limit) = self.limit else {
@@ -101,6 +105,61 @@ impl QuotaParts {
             }
             quota = quota.burst(u64::try_from(burst).unwrap_or(1));
         }
+        let warmup = self.warmup.unwrap_or(Duration::ZERO);
+        if !warmup.is_zero() {
+            if algorithm != Algorithm::Gcra {
+                return fail(
+                    "warmup",
+                    format!(
+                        "warmup applies to gcra only ({algorithm} has no pace to slow down: it \
+                         admits up to limit at any moment of a window)"
+                    ),
+                );
+            }
+            if warmup > MAX_PERIOD {
+                return fail(
+                    "warmup",
+                    format!(
+                        "warmup must be at most {}, got {}",
+                        format_duration(MAX_PERIOD),
+                        format_duration(warmup)
+                    ),
+                );
+            }
+        }
+        if let Some(factor) = self.cold_factor {
+            let (lo, hi) = (COLD_FACTORS.start(), COLD_FACTORS.end());
+            let factor = match u32::try_from(factor) {
+                Ok(f) if COLD_FACTORS.contains(&f) => f,
+                _ => {
+                    return fail(
+                        "cold_factor",
+                        format!(
+                            "cold_factor must be a whole number from {lo} to {hi}, got {factor}"
+                        ),
+                    )
+                }
+            };
+            if warmup.is_zero() && factor != DEFAULT_COLD_FACTOR {
+                return fail(
+                    "cold_factor",
+                    "cold_factor applies with a warmup only (give warmup too)".into(),
+                );
+            }
+            quota = quota.cold_factor(factor);
+        }
+        quota = quota.warmup(warmup);
+        if !warmup.is_zero() && warmup < quota.min_warmup() {
+            return fail(
+                "warmup",
+                format!(
+                    "warmup must be at least cold_factor × period / limit ({}: the time one \
+                     admission takes from cold), got {}",
+                    format_duration(quota.min_warmup()),
+                    format_duration(warmup)
+                ),
+            );
+        }
         // What is left for the library's check: GCRA's burst window (burst × period / limit).
         match quota.validate() {
             Ok(()) => Ok(quota),
@@ -114,6 +173,8 @@ impl QuotaParts {
     /// `set-quota --limit 10` changes only the limit. The burst is the one field that depends
     /// on another: one not given follows the new limit when the stored burst was the default
     /// (equal to its limit; a window's is always), and is kept when it was set on purpose.
+    /// The cold factor is kept with the warm-up, and back to its default when the warm-up is
+    /// set to zero (or when the algorithm becomes a window, which drops the warm-up).
     pub fn over(&self, stored: &Quota) -> QuotaParts {
         let num = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let algorithm = self.algorithm.unwrap_or(stored.algorithm);
@@ -123,12 +184,24 @@ impl QuotaParts {
             None if algorithm == Algorithm::Gcra && set_on_purpose => Some(num(stored.burst)),
             None => None,
         };
+        let warmup = match self.warmup {
+            Some(w) => w,
+            None if algorithm == Algorithm::Gcra => stored.warmup,
+            None => Duration::ZERO,
+        };
+        let cold_factor = match self.cold_factor {
+            Some(f) => Some(f),
+            None if !warmup.is_zero() => Some(i64::from(stored.cold_factor)),
+            None => None,
+        };
         QuotaParts {
             limit: self.limit.or(Some(num(stored.limit))),
             period: self.period.or(Some(stored.period)),
             burst,
             algorithm: Some(algorithm),
             ban: self.ban.or(Some(stored.ban)),
+            warmup: Some(warmup),
+            cold_factor,
         }
     }
 }
@@ -144,6 +217,9 @@ pub struct QuotaBody {
     pub algorithm: Option<Algorithm>,
     pub ban: Option<String>,
     pub ban_ms: Option<i64>,
+    pub warmup: Option<String>,
+    pub warmup_ms: Option<i64>,
+    pub cold_factor: Option<i64>,
 }
 
 impl QuotaBody {
@@ -155,6 +231,8 @@ impl QuotaBody {
             burst: self.burst,
             algorithm: self.algorithm,
             ban: either("ban", &self.ban, "ban_ms", self.ban_ms)?,
+            warmup: either("warmup", &self.warmup, "warmup_ms", self.warmup_ms)?,
+            cold_factor: self.cold_factor,
         })
     }
 }
@@ -199,8 +277,9 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A quota for people: `5 per 1s (gcra, burst 5)`, `5 per 400d (fixed_window, ban 10m)`, its
-/// durations as `format_duration` prints them (the library's `Display` prints seconds).
+/// A quota for people: `5 per 1s (gcra, burst 5)`, `5 per 400d (fixed_window, ban 10m)`,
+/// `100 per 1s (gcra, burst 100, warm-up 30s ×3)`, its durations as `format_duration` prints
+/// them (the library's `Display` prints seconds).
 pub fn quota_text(quota: &Quota) -> String {
     let mut s = format!(
         "{} per {} ({}",
@@ -214,13 +293,21 @@ pub fn quota_text(quota: &Quota) -> String {
     if !quota.ban.is_zero() {
         s.push_str(&format!(", ban {}", format_duration(quota.ban)));
     }
+    if !quota.warmup.is_zero() {
+        s.push_str(&format!(
+            ", warm-up {} ×{}",
+            format_duration(quota.warmup),
+            quota.cold_factor
+        ));
+    }
     s.push(')');
     s
 }
 
-/// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints.
+/// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints;
+/// `warmup`, `warmup_ms` and `cold_factor` only for a quota with a warm-up.
 pub fn quota_json(name: &str, quota: &Quota) -> Value {
-    json!({
+    let mut v = json!({
         "name": name,
         "limit": quota.limit,
         "period": format_duration(quota.period),
@@ -228,7 +315,13 @@ pub fn quota_json(name: &str, quota: &Quota) -> Value {
         "burst": quota.burst,
         "algorithm": quota.algorithm.to_string(),
         "ban_ms": millis(quota.ban),
-    })
+    });
+    if !quota.warmup.is_zero() {
+        v["warmup"] = json!(format_duration(quota.warmup));
+        v["warmup_ms"] = json!(millis(quota.warmup));
+        v["cold_factor"] = json!(quota.cold_factor);
+    }
+    v
 }
 
 /// The JSON of one decision on `key` of rate limit `name`, with where it came from.
@@ -389,6 +482,110 @@ mod tests {
             }),
             "burst"
         );
+    }
+
+    #[test]
+    fn warm_up_fields() {
+        let q = QuotaParts {
+            warmup: Some(Duration::from_secs(600)),
+            cold_factor: Some(4),
+            ..base()
+        }
+        .to_quota()
+        .unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(600), 4));
+        assert_eq!(quota_text(&q), "10 per 1m (gcra, burst 10, warm-up 10m ×4)");
+        let j = quota_json("api", &q);
+        assert_eq!(
+            (&j["warmup"], &j["warmup_ms"], &j["cold_factor"]),
+            (&json!("10m"), &json!(600_000), &json!(4))
+        );
+        assert!(quota_json("api", &base().to_quota().unwrap())
+            .get("warmup")
+            .is_none());
+        let err = |p: QuotaParts| p.to_quota().unwrap_err();
+        let e = err(QuotaParts {
+            warmup: Some(Duration::from_secs(1)),
+            ..base()
+        });
+        assert_eq!(e.field, "warmup");
+        assert!(
+            e.message
+                .contains("at least cold_factor × period / limit (18s"),
+            "{}",
+            e.message
+        );
+        for (parts, field, text) in [
+            (
+                QuotaParts {
+                    warmup: Some(MAX_PERIOD * 2),
+                    ..base()
+                },
+                "warmup",
+                "at most 400d",
+            ),
+            (
+                QuotaParts {
+                    warmup: Some(Duration::from_secs(60)),
+                    algorithm: Some(Algorithm::SlidingWindow),
+                    ..base()
+                },
+                "warmup",
+                "gcra only",
+            ),
+            (
+                QuotaParts {
+                    warmup: Some(Duration::from_secs(600)),
+                    cold_factor: Some(1),
+                    ..base()
+                },
+                "cold_factor",
+                "from 2 to 10, got 1",
+            ),
+            (
+                QuotaParts {
+                    cold_factor: Some(4),
+                    ..base()
+                },
+                "cold_factor",
+                "with a warmup only",
+            ),
+        ] {
+            let e = err(parts);
+            assert_eq!(e.field, field, "{}", e.message);
+            assert!(e.message.contains(text), "{}", e.message);
+        }
+        // Over a stored warm-up: kept with its factor; zero drops both; a window drops it.
+        let stored = q;
+        let only_limit = QuotaParts {
+            limit: Some(20),
+            ..QuotaParts::default()
+        };
+        let q = only_limit.over(&stored).to_quota().unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (stored.warmup, 4));
+        let off = QuotaParts {
+            warmup: Some(Duration::ZERO),
+            ..QuotaParts::default()
+        };
+        assert_eq!(off.over(&stored).to_quota().unwrap(), Quota::per_minute(10));
+        let to_window = QuotaParts {
+            algorithm: Some(Algorithm::FixedWindow),
+            ..QuotaParts::default()
+        };
+        let q = to_window.over(&stored).to_quota().unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (Duration::ZERO, 3));
+        let body: QuotaBody =
+            serde_json::from_str(r#"{"limit":5,"period":"1m","warmup_ms":60000,"cold_factor":2}"#)
+                .unwrap();
+        let p = body.parts().unwrap();
+        assert_eq!(
+            (p.warmup, p.cold_factor),
+            (Some(Duration::from_secs(60)), Some(2))
+        );
+        let both: QuotaBody =
+            serde_json::from_str(r#"{"limit":5,"period":"1m","warmup":"1m","warmup_ms":60000}"#)
+                .unwrap();
+        assert_eq!(both.parts().unwrap_err().field, "warmup_ms");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`decide`]: one check against one key's state, for every algorithm, with the ban around it.
 
-use super::gcra::Gcra;
+use super::gcra::{Gcra, GcraMeter};
 use super::window::Window;
 use super::{Algorithm, Decision, KeyState, Meter, Quota, UnixNanos};
 use std::time::Duration;
@@ -155,9 +155,7 @@ impl Algo {
     /// A check of `cost` on `meter` at `now`.
     fn take(&self, meter: Option<Meter>, cost: u64, now: UnixNanos) -> Take<Meter> {
         match self {
-            Algo::Gcra(g) => g
-                .take(gcra_of(meter), cost, now)
-                .map(|tat| Meter::Gcra { tat }),
+            Algo::Gcra(g) => g.take(gcra_of(meter), cost, now),
             Algo::Fixed(w) => w
                 .fixed_take(fixed_of(meter), cost, now)
                 .map(|(window, count)| Meter::Fixed { window, count }),
@@ -175,7 +173,7 @@ impl Algo {
     /// A meter worth exactly as much as an absent one, for a ban on a key without a meter.
     fn empty(&self, now: UnixNanos) -> Meter {
         match self {
-            Algo::Gcra(_) => Meter::Gcra { tat: now },
+            Algo::Gcra(g) => g.empty(now),
             Algo::Fixed(w) => Meter::Fixed {
                 window: w.index(now),
                 count: 0,
@@ -189,9 +187,10 @@ impl Algo {
     }
 }
 
-fn gcra_of(meter: Option<Meter>) -> Option<UnixNanos> {
+fn gcra_of(meter: Option<Meter>) -> Option<GcraMeter> {
     match meter {
-        Some(Meter::Gcra { tat }) => Some(tat),
+        Some(Meter::Gcra { tat }) => Some((tat, None)),
+        Some(Meter::GcraWarmUp { tat, cold }) => Some((tat, Some(cold))),
         _ => None,
     }
 }
@@ -452,6 +451,14 @@ mod tests {
                 .algorithm(Algorithm::FixedWindow)
                 .ban(secs(1)),
             Quota::new(1, MAX_PERIOD).algorithm(Algorithm::SlidingWindow),
+            Quota::per_second(1)
+                .burst(1)
+                .warmup(MAX_PERIOD)
+                .cold_factor(10),
+            Quota::new(MAX_RATE, MAX_PERIOD)
+                .burst(MAX_RATE)
+                .warmup(MAX_PERIOD)
+                .ban(secs(1)),
             // Invalid quotas are excluded by the caller; still no panic.
             Quota::new(0, Duration::ZERO).burst(0),
             Quota::new(u64::MAX, Duration::MAX)
@@ -460,6 +467,11 @@ mod tests {
         ];
         let meters = [
             Meter::Gcra { tat: u64::MAX },
+            Meter::GcraWarmUp {
+                tat: u64::MAX,
+                cold: u64::MAX,
+            },
+            Meter::GcraWarmUp { tat: 0, cold: 0 },
             Meter::Fixed {
                 window: u64::MAX,
                 count: u64::MAX,
@@ -494,5 +506,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn warm_up_through_decide() {
+        // 10 per second, burst 10, warm-up 10 s (gcra.rs has the arithmetic).
+        let q = Quota::per_second(10).warmup(secs(10)).ban(secs(1));
+        let mut key = None;
+        let v = run(&q, &mut key, 1, T0);
+        let ms = 1_000_000;
+        let cold = Meter::GcraWarmUp {
+            tat: T0 + 298 * ms,
+            cold: 9_800 * ms,
+        };
+        assert_eq!(v.state.map(|s| s.meter), Some(cold));
+        // Worth something until fully cold again: 200 ms of coldness after tat.
+        assert_eq!(v.expires_at, T0 + 498 * ms);
+        assert_eq!((v.decision.limit, v.decision.remaining), (10, 2));
+        run(&q, &mut key, 2, T0);
+        // Denied: the ban stores the meter as it was.
+        let v = run(&q, &mut key, 1, T0);
+        assert!(!v.decision.allowed);
+        assert_eq!(v.decision.retry_after, Some(secs(1)));
+        // The same state under the quota without its warm-up: plain GCRA on its tat, written
+        // back as a plain meter.
+        let plain = Quota::per_second(10).ban(secs(1));
+        let v = decide(&plain, key.as_ref(), 1, T0 + 2 * S);
+        assert!(matches!(v.state.map(|s| s.meter), Some(Meter::Gcra { .. })));
+        // A ban on an absent key stores a fully cold meter, worth exactly an absent one.
+        assert_eq!(
+            Algo::new(&q).empty(T0),
+            Meter::GcraWarmUp {
+                tat: T0,
+                cold: 10 * S
+            }
+        );
     }
 }

@@ -15,5 +15,7 @@ mod window;
 
 pub use decide::{decide, Verdict};
 pub use decision::Decision;
-pub use quota::{Algorithm, Quota, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
+pub use quota::{
+    Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
+};
 pub use state::{KeyState, Meter, UnixNanos};

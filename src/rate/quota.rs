@@ -12,6 +12,10 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(1);
 /// Longest period, ban, and GCRA burst window (`burst × period / limit`): 400 days, so every
 /// time in the state fits Unix nanoseconds in a `u64` for centuries.
 pub const MAX_PERIOD: Duration = Duration::from_secs(400 * 24 * 3600);
+/// The cold factor a warm-up uses unless told otherwise (Sentinel's and Guava's).
+pub const DEFAULT_COLD_FACTOR: u32 = 3;
+/// The cold factors a warm-up may have: a fully cold key admits `rate / cold_factor`.
+pub const COLD_FACTORS: std::ops::RangeInclusive<u32> = 2..=10;
 
 /// How a rate limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -49,6 +53,9 @@ impl fmt::Display for Algorithm {
 /// let login = Quota::per_minute(5)
 ///     .algorithm(Algorithm::FixedWindow)
 ///     .ban(Duration::from_secs(600));                      // over the limit: denied for 10 min
+/// let db = Quota::per_second(100)
+///     .warmup(Duration::from_secs(30));                    // after idling: 100/3 up to 100/s
+/// assert_eq!(db.cold_factor, 3);
 /// assert_eq!(api.limit, 100);
 /// assert_eq!(login.burst, 5);                              // windows: burst = limit
 /// ```
@@ -70,6 +77,26 @@ pub struct Quota {
     pub algorithm: Algorithm,
     /// After a denial, the key stays denied for this long (zero: no ban).
     pub ban: Duration,
+    /// GCRA only: the warm-up period (zero: none, the default). A key idle for this long is
+    /// fully cold and admits at `limit / cold_factor` per `period`; sustained traffic warms it
+    /// back to the full rate within this period (docs/rate-limits.md, "Warm-up").
+    #[serde(default, skip_serializing_if = "Duration::is_zero")]
+    pub warmup: Duration,
+    /// With a warm-up: how much slower a fully cold key goes ([`COLD_FACTORS`], default
+    /// [`DEFAULT_COLD_FACTOR`]). Without one it must stay the default.
+    #[serde(
+        default = "default_cold_factor",
+        skip_serializing_if = "is_default_cold_factor"
+    )]
+    pub cold_factor: u32,
+}
+
+fn default_cold_factor() -> u32 {
+    DEFAULT_COLD_FACTOR
+}
+
+fn is_default_cold_factor(f: &u32) -> bool {
+    *f == DEFAULT_COLD_FACTOR
 }
 
 impl Quota {
@@ -81,6 +108,8 @@ impl Quota {
             burst: limit,
             algorithm: Algorithm::Gcra,
             ban: Duration::ZERO,
+            warmup: Duration::ZERO,
+            cold_factor: DEFAULT_COLD_FACTOR,
         }
     }
     /// `n` per second.
@@ -116,6 +145,28 @@ impl Quota {
     pub fn ban(mut self, ban: Duration) -> Quota {
         self.ban = ban;
         self
+    }
+
+    /// GCRA only: after the key has been idle, ramp its rate up from `limit / cold_factor`
+    /// to `limit` over `warmup` instead of admitting the full rate at once (zero: no warm-up).
+    pub fn warmup(mut self, warmup: Duration) -> Quota {
+        self.warmup = warmup;
+        self
+    }
+
+    /// With a warm-up: a fully cold key admits `limit / cold_factor` (default 3).
+    pub fn cold_factor(mut self, cold_factor: u32) -> Quota {
+        self.cold_factor = cold_factor;
+        self
+    }
+
+    /// The shortest warm-up this quota may have: `cold_factor` emission intervals (one
+    /// admission from cold), rounded up to a whole nanosecond.
+    pub fn min_warmup(&self) -> Duration {
+        let ns = self
+            .emission_interval_ns()
+            .saturating_mul(u128::from(self.cold_factor));
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
     /// The largest cost one check may have: `burst` for GCRA, `limit` for windows.
@@ -162,7 +213,38 @@ impl Quota {
                         self.algorithm
                     ));
                 }
+                if !self.warmup.is_zero() {
+                    return bad(format!(
+                        "warm-up applies to GCRA only ({} has no pace to slow down: it admits \
+                         up to limit at any moment of a window)",
+                        self.algorithm
+                    ));
+                }
             }
+        }
+        if self.warmup.is_zero() {
+            if self.cold_factor != DEFAULT_COLD_FACTOR {
+                return bad("cold factor applies with a warm-up only".into());
+            }
+            return Ok(());
+        }
+        if !COLD_FACTORS.contains(&self.cold_factor) {
+            return bad(format!(
+                "cold factor must be {}..={}, got {}",
+                COLD_FACTORS.start(),
+                COLD_FACTORS.end(),
+                self.cold_factor
+            ));
+        }
+        if self.warmup > MAX_PERIOD {
+            return bad(format!("warm-up must be at most {MAX_PERIOD:?}"));
+        }
+        if self.warmup < self.min_warmup() {
+            return bad(format!(
+                "warm-up must be at least cold factor × period / limit ({:?}), the time of one \
+                 admission from cold",
+                self.min_warmup()
+            ));
         }
         Ok(())
     }
@@ -175,9 +257,13 @@ impl Quota {
             .div_ceil(u128::from(self.limit.max(1)))
     }
 
-    /// The quota as stored (JSON, versioned by its `v` field).
+    /// The quota as stored (JSON, versioned by its `v` field): version 1 without a warm-up
+    /// (byte for byte what builds before warm-ups wrote), version 2 with one, so that an older
+    /// build refuses it (a store error naming the version) instead of applying the quota
+    /// without its warm-up.
     pub fn encode(&self) -> Vec<u8> {
-        let stored = Stored { v: 1, quota: *self };
+        let v = if self.warmup.is_zero() { 1 } else { 2 };
+        let stored = Stored { v, quota: *self };
         serde_json::to_vec(&stored).unwrap_or_default()
     }
 
@@ -189,9 +275,9 @@ impl Quota {
                 String::from_utf8_lossy(raw)
             ))
         })?;
-        if stored.v != 1 {
+        if stored.v != 1 && stored.v != 2 {
             return Err(Error::store(format!(
-                "stored quota has format version {}, this build reads 1",
+                "stored quota has format version {}, this build reads 1 and 2",
                 stored.v
             )));
         }
@@ -218,6 +304,9 @@ impl fmt::Display for Quota {
         }
         if !self.ban.is_zero() {
             write!(f, ", ban {:?}", self.ban)?;
+        }
+        if !self.warmup.is_zero() {
+            write!(f, ", warm-up {:?} ×{}", self.warmup, self.cold_factor)?;
         }
         f.write_str(")")
     }
@@ -257,6 +346,33 @@ mod tests {
                     .algorithm(Algorithm::FixedWindow),
                 "GCRA only",
             ),
+            (
+                Quota::per_second(10)
+                    .algorithm(Algorithm::SlidingWindow)
+                    .warmup(Duration::from_secs(10)),
+                "warm-up applies to GCRA only",
+            ),
+            (Quota::per_second(10).cold_factor(4), "with a warm-up only"),
+            (
+                Quota::per_second(10)
+                    .warmup(Duration::from_secs(10))
+                    .cold_factor(1),
+                "cold factor must be 2..=10, got 1",
+            ),
+            (
+                Quota::per_second(10)
+                    .warmup(Duration::from_secs(10))
+                    .cold_factor(11),
+                "cold factor",
+            ),
+            (
+                Quota::per_second(10).warmup(MAX_PERIOD * 2),
+                "warm-up must be at most",
+            ),
+            (
+                Quota::per_second(10).warmup(Duration::from_millis(299)),
+                "warm-up must be at least cold factor × period / limit (300ms)",
+            ),
         ];
         for (q, word) in cases {
             match q.validate() {
@@ -264,6 +380,51 @@ mod tests {
                 other => panic!("{q}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn warm_up_builders_and_display() {
+        let q = Quota::per_second(100)
+            .warmup(Duration::from_secs(30))
+            .cold_factor(4);
+        assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(30), 4));
+        assert!(q.validate().is_ok());
+        assert_eq!(
+            q.to_string(),
+            "100 per 1s (gcra, burst 100, warm-up 30s ×4)"
+        );
+        assert_eq!(Quota::per_second(1).cold_factor, DEFAULT_COLD_FACTOR);
+        assert_eq!(
+            Quota::per_second(10).min_warmup(),
+            Duration::from_millis(300)
+        );
+        assert!(Quota::per_second(10)
+            .warmup(Duration::from_millis(300))
+            .validate()
+            .is_ok());
+        assert!(Quota::per_second(10).warmup(MAX_PERIOD).validate().is_ok());
+    }
+
+    #[test]
+    fn a_quota_without_warm_up_encodes_as_before_one_with_is_version_2() {
+        // Byte for byte what builds before warm-ups wrote and read.
+        let q = Quota::per_second(5).burst(2);
+        let old = br#"{"v":1,"limit":5,"period":{"secs":1,"nanos":0},"burst":2,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
+        assert_eq!(q.encode(), old.to_vec());
+        assert_eq!(Quota::decode(old).ok(), Some(q));
+        let warm = q.warmup(Duration::from_secs(30));
+        let text = String::from_utf8(warm.encode()).unwrap();
+        assert!(text.starts_with(r#"{"v":2,"#), "{text}");
+        assert!(text.contains(r#""warmup":{"secs":30,"nanos":0}"#), "{text}");
+        assert!(
+            !text.contains("cold_factor"),
+            "the default is left out: {text}"
+        );
+        assert_eq!(Quota::decode(text.as_bytes()).ok(), Some(warm));
+        let five = warm.cold_factor(5);
+        let text = String::from_utf8(five.encode()).unwrap();
+        assert!(text.contains(r#""cold_factor":5"#), "{text}");
+        assert_eq!(Quota::decode(text.as_bytes()).ok(), Some(five));
     }
 
     #[test]
@@ -279,7 +440,7 @@ mod tests {
             .ban(Duration::from_millis(1500));
         assert_eq!(Quota::decode(&q.encode()).ok(), Some(q));
         assert!(matches!(Quota::decode(b"{"), Err(Error::Store(_))));
-        let future = br#"{"v":2,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
+        let future = br#"{"v":3,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
         assert!(matches!(Quota::decode(future), Err(Error::Store(_))));
     }
 }

@@ -16,6 +16,17 @@ pub enum Meter {
         /// Theoretical arrival time.
         tat: UnixNanos,
     },
+    /// GCRA with a warm-up (`Quota::warmup`): the theoretical arrival time and how cold the
+    /// key was at that instant. Idle time after `tat` adds to the coldness; admissions take it
+    /// away (`gcra.rs`). A quota without a warm-up reads it as `Gcra { tat }`, one with a
+    /// warm-up reads `Gcra { tat }` as warm (`cold` 0) at `tat`.
+    GcraWarmUp {
+        /// Theoretical arrival time.
+        tat: UnixNanos,
+        /// Coldness at `tat`, in nanoseconds of idle time (0: warm; the warm-up period: fully
+        /// cold; more reads as fully cold).
+        cold: u64,
+    },
     /// A fixed window and its count.
     Fixed {
         /// Window index: `now / period`.
@@ -38,7 +49,7 @@ impl Meter {
     /// The algorithm this meter belongs to.
     pub fn algorithm(&self) -> Algorithm {
         match self {
-            Meter::Gcra { .. } => Algorithm::Gcra,
+            Meter::Gcra { .. } | Meter::GcraWarmUp { .. } => Algorithm::Gcra,
             Meter::Fixed { .. } => Algorithm::FixedWindow,
             Meter::Sliding { .. } => Algorithm::SlidingWindow,
         }
@@ -61,11 +72,14 @@ pub struct KeyState {
 }
 
 impl KeyState {
-    /// `1 <kind> <stamp> <banned_until> <tag> <fields…>`, all decimal.
+    /// `1 <kind> <stamp> <banned_until> <tag> <fields…>`, all decimal: kind `g` (fields `tat`),
+    /// `w` (`tat cold`: GCRA with a warm-up), `f` (`window count`), `s` (`window count
+    /// previous`). Builds before warm-ups refuse `w` as unreadable (a store error).
     pub fn encode(&self) -> Vec<u8> {
         let head = |k: &str| format!("1 {k} {} {} {}", self.stamp, self.banned_until, self.tag);
         let text = match self.meter {
             Meter::Gcra { tat } => format!("{} {tat}", head("g")),
+            Meter::GcraWarmUp { tat, cold } => format!("{} {tat} {cold}", head("w")),
             Meter::Fixed { window, count } => format!("{} {window} {count}", head("f")),
             Meter::Sliding {
                 window,
@@ -95,6 +109,10 @@ impl KeyState {
             .collect::<Result<_>>()?;
         let meter = match (kind, &nums[..]) {
             ("g", [_, _, _, tat]) => Meter::Gcra { tat: *tat },
+            ("w", [_, _, _, tat, cold]) => Meter::GcraWarmUp {
+                tat: *tat,
+                cold: *cold,
+            },
             ("f", [_, _, _, window, count]) => Meter::Fixed {
                 window: *window,
                 count: *count,
@@ -123,6 +141,10 @@ mod tests {
     fn round_trips_every_meter() {
         for meter in [
             Meter::Gcra { tat: u64::MAX },
+            Meter::GcraWarmUp {
+                tat: 11,
+                cold: u64::MAX,
+            },
             Meter::Fixed {
                 window: 7,
                 count: 3,
@@ -141,6 +163,14 @@ mod tests {
             };
             assert_eq!(KeyState::decode(&s.encode()).ok(), Some(s));
         }
+        let warm = KeyState {
+            meter: Meter::GcraWarmUp { tat: 9, cold: 30 },
+            banned_until: 0,
+            stamp: 8,
+            tag: 7,
+        };
+        assert_eq!(warm.encode(), b"1 w 8 0 7 9 30");
+        assert_eq!(warm.meter.algorithm(), Algorithm::Gcra);
     }
 
     #[test]
@@ -151,6 +181,9 @@ mod tests {
             b"2 g 1 2 3 4",
             b"1 g 1 2 3",
             b"1 g 1 2 3 x",
+            b"1 g 1 2 3 4 5",
+            b"1 w 1 2 3 4",
+            b"1 w 1 2 3 4 5 6",
             b"1 f 1 2 3 4",
             b"1 q 1 2 3 4",
             b"\xff",

@@ -49,6 +49,11 @@ impl StoreDownPolicy {
             .ban(quota.ban);
         if quota.algorithm == Algorithm::Gcra {
             local = local.burst(share(quota.burst));
+            if !quota.warmup.is_zero() {
+                // The same warm-up, at least one admission from cold of the share's pace.
+                local = local.cold_factor(quota.cold_factor);
+                local = local.warmup(quota.warmup.max(local.min_warmup()));
+            }
         }
         local
     }
@@ -129,6 +134,19 @@ mod tests {
         assert_eq!(local.period, Duration::from_secs(1));
         let tiny = StoreDownPolicy::local_share(&Quota::per_minute(2), 5);
         assert_eq!((tiny.limit, tiny.burst), (1, 1), "at least 1");
+        // A warm-up is kept, at least one cold admission of the share's pace long.
+        let warm = Quota::per_second(100)
+            .warmup(Duration::from_secs(10))
+            .cold_factor(4);
+        let local = StoreDownPolicy::local_share(&warm, 3);
+        assert_eq!(
+            (local.warmup, local.cold_factor),
+            (Duration::from_secs(10), 4)
+        );
+        let short = Quota::per_second(100).warmup(Duration::from_millis(30));
+        let local = StoreDownPolicy::local_share(&short, 10);
+        assert_eq!(local.warmup, Duration::from_millis(300));
+        local.validate().unwrap();
         let window = Quota::per_minute(10)
             .algorithm(Algorithm::FixedWindow)
             .ban(Duration::from_secs(5));

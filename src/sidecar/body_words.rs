@@ -10,12 +10,13 @@ fn takes(field: &str) -> Option<String> {
     let whole_from_1 = "a whole number from 1";
     Some(match field {
         "permits" | "capacity" => format!("a whole number from 1 to {MAX_CAPACITY}"),
-        "timeout_ms" | "ttl_ms" | "period_ms" | "ban_ms" => {
+        "timeout_ms" | "ttl_ms" | "period_ms" | "ban_ms" | "warmup_ms" => {
             "a whole number of milliseconds".to_string()
         }
         "cost" | "limit" | "burst" => whole_from_1.to_string(),
         "owner" | "key" => "a string".to_string(),
-        "period" | "ban" => "a duration such as \"1s\", \"500ms\" or \"1m\"".to_string(),
+        "cold_factor" => "a whole number from 2 to 10".to_string(),
+        "period" | "ban" | "warmup" => "a duration such as \"1s\", \"500ms\" or \"1m\"".to_string(),
         "algorithm" => "one of: gcra, sliding_window, fixed_window".to_string(),
         _ => return None,
     })

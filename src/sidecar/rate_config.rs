@@ -141,6 +141,8 @@ pub struct DeclaredRate {
     pub burst: Option<i64>,
     pub algorithm: Option<Algorithm>,
     pub ban: Option<String>,
+    pub warmup: Option<String>,
+    pub cold_factor: Option<i64>,
 }
 
 impl DeclaredRate {
@@ -156,6 +158,12 @@ impl DeclaredRate {
                 .as_deref()
                 .map(|b| duration_text("ban", b))
                 .transpose()?,
+            warmup: self
+                .warmup
+                .as_deref()
+                .map(|w| duration_text("warmup", w))
+                .transpose()?,
+            cold_factor: self.cold_factor,
         }
         .to_quota()
     }
@@ -264,6 +272,18 @@ mod tests {
              [[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\n",
         );
         assert_eq!(check_declared(&twice).unwrap_err().0, "rate_limits[1].name");
+        let warm = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 4\n",
+        );
+        let q = warm[0].quota().unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(30), 4));
+        let cold = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 40\n",
+        );
+        assert_eq!(
+            check_declared(&cold).unwrap_err().0,
+            "rate_limits[0].cold_factor"
+        );
     }
 
     #[test]

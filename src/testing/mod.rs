@@ -243,6 +243,7 @@ macro_rules! rate_contract_suite {
             rate_windows,
             rate_ban,
             rate_quota_storage,
+            rate_warm_up,
             rate_set_quota_is_live,
             rate_reset,
             rate_wait,

@@ -78,6 +78,13 @@ pub struct QuotaFlags {
     /// After a denial the key stays denied this long.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub ban: Option<Duration>,
+    /// GCRA only: after the key has been idle, ramp its rate from limit / --cold-factor up to
+    /// limit over this long (0: no warm-up) [default: none].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// With --warmup: how much slower a fully cold key goes, 2 to 10 [default: 3].
+    #[arg(long, value_name = "N")]
+    pub cold_factor: Option<u32>,
 }
 
 impl QuotaFlags {
@@ -88,6 +95,8 @@ impl QuotaFlags {
             || self.burst.is_some()
             || self.algorithm.is_some()
             || self.ban.is_some()
+            || self.warmup.is_some()
+            || self.cold_factor.is_some()
     }
 
     /// The flags as quota parts (numbers too large for i64 are out of range anyway).
@@ -99,6 +108,8 @@ impl QuotaFlags {
             burst: num(self.burst),
             algorithm: self.algorithm,
             ban: self.ban,
+            warmup: self.warmup,
+            cold_factor: self.cold_factor.map(i64::from),
         }
     }
 }

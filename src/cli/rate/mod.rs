@@ -64,6 +64,8 @@ fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
             "period" => "--per",
             "burst" => "--burst",
             "algorithm" => "--algorithm",
+            "warmup" => "--warmup",
+            "cold_factor" => "--cold-factor",
             _ => "--ban",
         };
         let hint = if missing {
