@@ -60,6 +60,17 @@ fn set_q<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     .concat()
 }
 
+/// The quota of limit `name` as stored, read with the library.
+async fn stored_quota(url: &str, name: &str) -> clusterlimit::Quota {
+    Limiter::connect(url)
+        .await
+        .unwrap()
+        .open_rate_limit(name)
+        .await
+        .unwrap()
+        .quota()
+}
+
 fn json(out: &Out) -> serde_json::Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
 }
@@ -311,13 +322,7 @@ async fn set_quota_keeps_what_is_not_given(url: &str) {
         "{}",
         out.stdout
     );
-    let stored = Limiter::connect(url)
-        .await
-        .unwrap()
-        .open_rate_limit("keep")
-        .await
-        .unwrap()
-        .quota();
+    let stored = stored_quota(url, "keep").await;
     let day = Duration::from_secs(86_400);
     assert_eq!(
         stored,
@@ -382,13 +387,7 @@ async fn set_quota_keeps_what_is_not_given(url: &str) {
         (&"30m".into(), &1_800_000.into(), &4.into()),
         "{q}"
     );
-    let stored = Limiter::connect(url)
-        .await
-        .unwrap()
-        .open_rate_limit("keep")
-        .await
-        .unwrap()
-        .quota();
+    let stored = stored_quota(url, "keep").await;
     assert_eq!(
         stored,
         Quota::new(6, Duration::from_secs(60))
