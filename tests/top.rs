@@ -413,3 +413,40 @@ async fn shows_a_key_limited_now_through_a_sidecar_of_the_fleet() {
     })
     .await;
 }
+
+/// Whether a process whose command line contains `needle` runs (read from /proc).
+fn process_with(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .chars()
+                        .all(|c| c.is_ascii_digit())
+                })
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .any(|cmd| String::from_utf8_lossy(&cmd).contains(needle))
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_terminal_ends_top_instead_of_leaving_it_running() {
+    let store = format!("memory://hangup-{}", std::process::id());
+    let top = Tmux::start("hangup", &["top", "--store", &store], 120, 30);
+    top.until("the screen", LIMIT, |s| s.contains("clusterlimit top"))
+        .await;
+    assert!(process_with(&store), "top is not running");
+    // The terminal goes away (SIGHUP, then reads of a closed pty).
+    assert!(top
+        .tmux(&["kill-session", "-t", &top.session])
+        .status
+        .success());
+    eventually(
+        "top to exit once its terminal is gone",
+        Duration::from_secs(5),
+        || async { (!process_with(&store)).then_some(()) },
+    )
+    .await;
+}

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the screen gets to stop after a signal before the process leaves without it.
+const SIGNAL_GRACE: Duration = Duration::from_secs(1);
 /// How long quitting waits for the store to end top's session (its TTL frees it otherwise).
 const CLOSE_WITHIN: Duration = Duration::from_millis(500);
 
@@ -34,14 +36,26 @@ pub async fn top(args: TopArgs) -> Result<ExitCode, Failure> {
     args.store.security().check(&args.store.store)?;
 
     let quit = Arc::new(AtomicBool::new(false));
-    let signals = tokio::spawn(quit_on_signals(quit.clone()));
+    let mut signals = Box::pin(tokio::spawn(quit_on_signals(quit.clone())));
     let (feed, pictures) = feed::start(&args);
     let interval = args.interval;
-    let shown = tokio::task::spawn_blocking({
+    let mut screen = tokio::task::spawn_blocking({
         let quit = quit.clone();
         move || screen::run(pictures, &quit, interval)
-    })
-    .await;
+    });
+    let shown = tokio::select! {
+        shown = &mut screen => shown,
+        _ = async {
+            let _ = (&mut *signals).await;
+            tokio::time::sleep(SIGNAL_GRACE).await;
+        } => {
+            // A signal, and the screen has not stopped: its terminal is gone (a closed pty,
+            // which crossterm keeps reading without returning). Leave now; the store session's
+            // TTL frees what `close` would have.
+            let _ = ratatui::try_restore();
+            std::process::exit(0);
+        }
+    };
     quit.store(true, Ordering::Relaxed);
     signals.abort();
     let limiter = feed.stop();
@@ -74,7 +88,8 @@ async fn quit_on_signals(quit: Arc<AtomicBool>) {
         }
     }
     if streams.is_empty() {
-        return;
+        // No signal can be caught: never report one (that would end the screen).
+        std::future::pending::<()>().await;
     }
     futures::future::select_all(streams.iter_mut().map(|s| Box::pin(s.recv()))).await;
     quit.store(true, Ordering::Relaxed);
