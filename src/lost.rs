@@ -33,10 +33,14 @@ impl Deadline {
         }
     }
 
-    /// Moves the deadline to `at` if that is later (acks may arrive out of order).
+    /// Moves the deadline to `at` if that is later (acks may arrive out of order) and it has
+    /// not passed yet. A deadline that passed stays passed, even if a late ack arrives: someone
+    /// may have seen the permits as lost (and acted on it, as a removal that skips the store
+    /// does), so the session must end for good rather than come back with them.
     pub fn extend(&self, at: Instant) {
+        let now = Instant::now();
         self.tx.send_if_modified(|cur| match cur {
-            Some(c) if *c >= at => false,
+            Some(c) if *c >= at || now >= *c => false,
             _ => {
                 *cur = Some(at);
                 true
@@ -149,6 +153,23 @@ mod tests {
             .await
             .expect("fires at the deadline");
         assert!(s.is_lost());
+    }
+
+    /// A late keepalive ack must not revive a session someone may already have seen as lost
+    /// (a removal skipped the store because of it; ZooKeeper keeps the session if it is not
+    /// ended, and with it the node nobody deletes any more).
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_stays_passed() {
+        let d = Deadline::at(Instant::now() + Duration::from_secs(3));
+        let s = LostSignal::new(d.clone());
+        let permit = s.child();
+        tokio::time::sleep(Duration::from_millis(3001)).await;
+        assert!(permit.is_lost());
+        d.extend(Instant::now() + Duration::from_secs(3)); // an ack sent before the deadline
+        assert!(permit.is_lost() && s.is_lost() && d.passed());
+        tokio::time::timeout(Duration::from_millis(1), s.lost())
+            .await
+            .expect("still fired");
     }
 
     #[tokio::test]

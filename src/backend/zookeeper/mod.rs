@@ -726,18 +726,31 @@ impl Backend for ZkBackend {
             Some(l) => Some(l.node),
             None => {
                 let known = session.views.lock().await.get(name).cloned();
-                known
-                    .and_then(|v| v.find(id))
-                    .map(|(token, permits)| EntryName::node(permits, id, token))
+                let shown = || {
+                    known
+                        .as_ref()
+                        .and_then(|v| v.find(id))
+                        .map(|(token, permits)| EntryName::node(permits, id, token))
+                };
+                match shown() {
+                    Some(node) => Some(node),
+                    // Created by a request whose reply never came: delete that node if it ever
+                    // shows up; if the view showed it between the look above and the mark,
+                    // `appeared` did not know it was abandoned then: delete it here.
+                    None if lock(&self.entries.in_doubt).remove(id) => {
+                        lock(&self.entries.abandoned).insert(id.to_string());
+                        let late = shown();
+                        if late.is_some() {
+                            lock(&self.entries.abandoned).remove(id);
+                        }
+                        late
+                    }
+                    None => None,
+                }
             }
         };
         let Some(node) = node else {
-            // Never created, or created by a request whose reply never came: delete that node
-            // if it ever shows up.
-            if lock(&self.entries.in_doubt).remove(id) {
-                lock(&self.entries.abandoned).insert(id.to_string());
-            }
-            return Ok(());
+            return Ok(()); // never created, or abandoned until it shows up
         };
         let client = session.client()?;
         let path = self.paths.entry(name, &node);
