@@ -33,6 +33,10 @@ pub(crate) struct LimiterInner {
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
     pub(crate) request_timeout: Duration,
+    /// Adaptive semaphores open in this Limiter, by name (`adaptive/open.rs`).
+    pub(crate) adaptive: std::sync::Mutex<
+        std::collections::HashMap<String, std::sync::Weak<crate::adaptive::Adaptivity>>,
+    >,
     closed: AtomicBool,
 }
 
@@ -58,6 +62,7 @@ impl LimiterInner {
             joint: JointQueue::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
+            adaptive: Default::default(),
             closed: AtomicBool::new(false),
         }
     }
@@ -88,7 +93,7 @@ impl LimiterInner {
         }
     }
 
-    fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 

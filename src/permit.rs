@@ -1,5 +1,7 @@
 //! `Permit`: permits held until released, dropped, or lost.
 
+use crate::adaptive::reporter::Held;
+use crate::adaptive::Outcome;
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;
@@ -142,16 +144,71 @@ pub struct Permit {
     token: u64,
     permits: u32,
     lost: LostSignal,
+    granted_at: std::time::Instant,
+    /// An adaptive semaphore's permit: counted in flight, and its outcome reported when it goes.
+    held: Option<Held>,
 }
 
 impl Permit {
-    pub(crate) fn new(guard: EntryGuard, token: u64, permits: u32, lost: LostSignal) -> Self {
+    pub(crate) fn new(
+        guard: EntryGuard,
+        token: u64,
+        permits: u32,
+        lost: LostSignal,
+        held: Option<Held>,
+    ) -> Self {
         Permit {
             guard,
             token,
             permits,
             lost,
+            granted_at: std::time::Instant::now(),
+            held,
         }
+    }
+
+    /// How long ago the permits were granted: the latency of the work done under them, for
+    /// [`Outcome::Success`] when the permit covers one call.
+    pub fn held_for(&self) -> Duration {
+        self.granted_at.elapsed()
+    }
+
+    /// Says what the work under this permit came to, reported when the permit goes (released,
+    /// dropped or lost); the last call wins, and a permit nobody says anything of reports
+    /// [`Outcome::Ignore`]. Only an adaptive semaphore
+    /// ([`Limiter::adaptive_semaphore`](crate::Limiter::adaptive_semaphore)) uses outcomes;
+    /// other semaphores ignore them.
+    pub fn set_outcome(&mut self, outcome: Outcome) {
+        if let Some(h) = &mut self.held {
+            h.set(outcome);
+        }
+    }
+
+    /// [`set_outcome`](Permit::set_outcome), then [`release`](Permit::release).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::adaptive::{Adaptive, Outcome};
+    /// let limiter = clusterlimit::Limiter::connect("memory://release-with-doc").await?;
+    /// let db = limiter.adaptive_semaphore("db", Adaptive::gradient().max(64)).await?;
+    /// let permit = db.acquire().await?;
+    /// # async fn query() -> Result<(), ()> { Ok(()) }
+    /// let outcome = match query().await {
+    ///     Ok(_) => Outcome::Success(permit.held_for()),
+    ///     Err(_) => Outcome::Dropped, // the dependency refused or timed out
+    /// };
+    /// permit.release_with(outcome).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_with(mut self, outcome: Outcome) -> Result<()> {
+        self.set_outcome(outcome);
+        self.release().await
+    }
+
+    /// The loss signal, for the crate's own holders (the adaptive controller).
+    pub(crate) fn lost_signal(&self) -> LostSignal {
+        self.lost.clone()
     }
 
     /// Fencing token: strictly increasing across grants of one semaphore (the etcd key's create

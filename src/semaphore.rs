@@ -37,6 +37,8 @@ use std::time::Duration;
 pub struct Semaphore {
     limiter: Arc<LimiterInner>,
     name: Arc<str>,
+    /// Set for an adaptive semaphore: where its permits report their outcomes.
+    adaptive: Option<Arc<crate::adaptive::Adaptivity>>,
 }
 
 /// The outcome of an acquire, for callers that must tell a full semaphore from a store that
@@ -125,7 +127,25 @@ impl Semaphore {
         Semaphore {
             limiter,
             name: name.into(),
+            adaptive: None,
         }
+    }
+
+    /// An adaptive semaphore's handle: its permits report outcomes to `adaptive`.
+    pub(crate) fn adaptive(
+        limiter: Arc<LimiterInner>,
+        name: &str,
+        adaptive: Arc<crate::adaptive::Adaptivity>,
+    ) -> Self {
+        Semaphore {
+            adaptive: Some(adaptive),
+            ..Semaphore::new(limiter, name)
+        }
+    }
+
+    /// The Limiter this handle belongs to.
+    pub(crate) fn limiter(&self) -> &Arc<LimiterInner> {
+        &self.limiter
     }
 
     /// The semaphore's name.
@@ -247,8 +267,9 @@ impl Semaphore {
         match outcome {
             Ok(enq) => {
                 tracing::debug!(semaphore = %self.name, token = enq.token, permits = req.permits, "acquired");
+                let held = self.adaptive.as_ref().map(|a| a.granted(req.permits));
                 Acquired {
-                    result: Ok(Permit::new(guard, enq.token, req.permits, enq.lost)),
+                    result: Ok(Permit::new(guard, enq.token, req.permits, enq.lost, held)),
                     store_answered: true,
                 }
             }

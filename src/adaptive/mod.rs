@@ -1,10 +1,23 @@
 //! Adaptive capacities (issue 31): a semaphore whose stored capacity a controller adjusts from
-//! the outcomes its holders report. This module holds the pure parts: a window of outcomes
-//! (`window.rs`, summed by each Limiter and merged across the cluster) and the controller's
-//! step (`algorithm.rs`: AIMD and a latency gradient with a protected baseline).
+//! the outcomes its holders report.
+//!
+//! The pure parts: a window of outcomes (`window.rs`, summed by each Limiter and merged across
+//! the cluster) and the controller's step (`algorithm.rs`: AIMD and a latency gradient with a
+//! protected baseline). The parts with a store: each Limiter's window in progress
+//! (`reporter.rs`), the window task that announces it and, in the one Limiter elected
+//! controller, steps the capacity (`control.rs`), and opening one (`open.rs`).
 
 pub mod algorithm;
+mod config;
+mod control;
+mod open;
+pub(crate) mod reporter;
 pub mod window;
 
 pub use algorithm::{step, Aimd, Algorithm, Bounds, Gradient, Memory, Step};
+pub use config::{Adaptive, MAX_WINDOW, MIN_WINDOW};
+pub use control::Decision;
+pub use open::AdaptiveStatus;
 pub use window::{Outcome, WindowSummary};
+
+pub(crate) use open::Adaptivity;

@@ -14,13 +14,18 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+// The adaptive semaphore's cases live in their own file; the suite names every case here.
+pub use super::adaptive_cases::{
+    adaptive_bad_input, adaptive_controller_takeover, adaptive_steps_from_outcomes,
+};
+
 /// Bound on anything that should happen "at once" on a healthy store.
-const PROMPT: Duration = Duration::from_secs(5);
+pub(super) const PROMPT: Duration = Duration::from_secs(5);
 /// Bound on "granted at once" after the blocker went away.
 const ONE_SEC: Duration = Duration::from_secs(1);
 
 /// A Limiter of the harness with `opts`, connected promptly.
-async fn connect<H: Harness>(h: &H, opts: LimiterOptions) -> Limiter {
+pub(super) async fn connect<H: Harness>(h: &H, opts: LimiterOptions) -> Limiter {
     let what = format!("connect [{}] with {opts:?}", type_name::<H>());
     within(&what, PROMPT, h.connect(opts))
         .await
@@ -43,7 +48,7 @@ async fn create(limiter: &Limiter, name: &str, capacity: u32) -> Semaphore {
         .unwrap_or_else(|e| panic!("semaphore({name:?}, {capacity}): {e}"))
 }
 
-async fn open(limiter: &Limiter, name: &str) -> Semaphore {
+pub(super) async fn open(limiter: &Limiter, name: &str) -> Semaphore {
     within("open_semaphore()", PROMPT, limiter.open_semaphore(name))
         .await
         .unwrap_or_else(|e| panic!("open_semaphore({name:?}): {e}"))

@@ -1,7 +1,8 @@
 //! The contract suite, for any [`Backend`](crate::backend::Backend): what a cluster-wide
 //! semaphore means (strict FIFO, whole weighted grants, `try_acquire`, timeouts, cancelled
 //! waits, stored capacity, `set_capacity`, dead holders, `close`, `status`, bad input, `lost()`,
-//! request counts, fencing tokens, dropped permits, announcement boards; see `docs/design.md`), written once as
+//! request counts, fencing tokens, dropped permits, announcement boards, adaptive capacities; see
+//! `docs/design.md`), written once as
 //! [`cases`] over a small [`Harness`] and run by [`contract_suite!`](crate::contract_suite).
 //! The crate runs it on `memory://`, etcd and ZooKeeper (`tests/contract.rs`); a backend
 //! written outside the crate runs the same cases with one `Harness` impl and one macro line.
@@ -70,6 +71,7 @@
 //! # }
 //! ```
 
+pub mod adaptive_cases;
 pub mod cases;
 mod holder;
 pub mod rate_cases;
@@ -291,6 +293,9 @@ macro_rules! contract_suite {
             fencing_tokens,
             drop_releases,
             announcements,
+            adaptive_steps_from_outcomes,
+            adaptive_controller_takeover,
+            adaptive_bad_input,
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
