@@ -706,3 +706,68 @@ async fn old_names_still_build_a_service() {
     assert_eq!(svc.oneshot(41).await.unwrap(), 42);
     assert_eq!(layer.semaphore(), "api");
 }
+
+/// With an adaptive semaphore, each request reports its outcome: the default classifier counts
+/// inner errors as drops, so a failing dependency brings the shared capacity down (AIMD), and
+/// a custom classifier decides what a response means (here a "503" answer is a drop, a dropped
+/// request says nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_semaphore_learns_from_request_outcomes() {
+    use clusterlimit::adaptive::{Adaptive, Outcome};
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("tower-adaptive");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let config = Adaptive::aimd()
+        .min(2)
+        .max(40)
+        .initial(20)
+        .window(Duration::from_millis(200));
+    let sem = limiter.adaptive_semaphore("deps", config).await.unwrap();
+
+    // Default classifier: errors are drops.
+    let failing =
+        ClusterConcurrencyLimitLayer::new(sem.clone()).layer(service_fn(|_: u32| async {
+            Err::<u32, _>(std::io::Error::other("dependency overloaded"))
+        }));
+    eventually(
+        "the capacity falls below 20",
+        Duration::from_secs(10),
+        || {
+            let (svc, sem) = (failing.clone(), sem.clone());
+            async move {
+                for i in 0..5 {
+                    let _ = svc.clone().oneshot(i).await;
+                }
+                sem.status().await.is_ok_and(|s| s.capacity < 20)
+            }
+        },
+    )
+    .await;
+    let st = sem.adaptive_status().await.unwrap().unwrap();
+    let last = st.last.unwrap();
+    assert!(
+        last.dropped > 0 && last.reason.contains("dropped"),
+        "{last:?}"
+    );
+
+    // A classifier over the response: "503" answers are drops, others successes.
+    let dropped_503 = Arc::new(AtomicUsize::new(0));
+    let seen = dropped_503.clone();
+    let layer = ClusterConcurrencyLimitLayer::new(sem.clone()).classify(
+        move |r: &Result<&'static str, Infallible>, latency: Duration| match r {
+            Ok("503") => {
+                seen.fetch_add(1, Ordering::SeqCst);
+                Outcome::Dropped
+            }
+            _ => Outcome::Success(latency),
+        },
+    );
+    let svc = layer.layer(service_fn(|req: u32| async move {
+        Ok::<_, Infallible>(if req.is_multiple_of(2) { "503" } else { "200" })
+    }));
+    for i in 0..4 {
+        assert!(svc.clone().oneshot(i).await.is_ok());
+    }
+    assert_eq!(dropped_503.load(Ordering::SeqCst), 2);
+    let _ = limiter.close().await;
+}

@@ -2,6 +2,7 @@
 //! inner future completes or this future is dropped.
 
 use super::admit::{Admission, Policy};
+use super::classify::{Classify, DefaultClassifier};
 use super::error::LimitError;
 use crate::error::Error;
 use crate::permit::Permit;
@@ -10,6 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Instant;
 use tower_service::Service;
 
 pin_project_lite::pin_project! {
@@ -17,13 +19,15 @@ pin_project_lite::pin_project! {
     /// permit, then calls the inner service and holds the permit until its future completes.
     ///
     /// Cancel-safe: dropping it while it waits removes the queue entry; dropping it while the
-    /// inner call runs releases the permit (in the background), as does completing.
-    pub struct ResponseFuture<S, Req>
+    /// inner call runs releases the permit (in the background, reporting no outcome), as does
+    /// completing (reporting the classifier's outcome).
+    pub struct ResponseFuture<S, Req, C = DefaultClassifier>
     where
         S: Service<Req>,
     {
         #[pin]
         state: State<S, Req>,
+        classify: C,
     }
 }
 
@@ -43,24 +47,26 @@ pin_project_lite::pin_project! {
             #[pin]
             call: S::Future,
             permit: Option<Permit>,
+            started: Instant,
         },
         Done,
     }
 }
 
-impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
-    pub(crate) fn new(policy: Arc<Policy>, inner: S, req: Req) -> Self {
+impl<S: Service<Req>, Req, C> ResponseFuture<S, Req, C> {
+    pub(crate) fn new(policy: Arc<Policy>, inner: S, req: Req, classify: C) -> Self {
         ResponseFuture {
             state: State::Admitting {
                 admission: Box::pin(async move { policy.admit().await }),
                 inner: Some(inner),
                 req: Some(req),
             },
+            classify,
         }
     }
 }
 
-impl<S: Service<Req>, Req> std::fmt::Debug for ResponseFuture<S, Req> {
+impl<S: Service<Req>, Req, C> std::fmt::Debug for ResponseFuture<S, Req, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.state {
             State::Admitting { .. } => "admitting",
@@ -73,7 +79,11 @@ impl<S: Service<Req>, Req> std::fmt::Debug for ResponseFuture<S, Req> {
     }
 }
 
-impl<S: Service<Req>, Req> Future for ResponseFuture<S, Req> {
+impl<S, Req, C> Future for ResponseFuture<S, Req, C>
+where
+    S: Service<Req>,
+    C: Classify<S::Response, S::Error>,
+{
     type Output = Result<S::Response, LimitError<S::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -99,10 +109,22 @@ impl<S: Service<Req>, Req> Future for ResponseFuture<S, Req> {
                         }
                     };
                     let call = inner.call(req);
-                    this.state.set(State::Running { call, permit });
+                    let started = Instant::now();
+                    this.state.set(State::Running {
+                        call,
+                        permit,
+                        started,
+                    });
                 }
-                StateProj::Running { call, permit } => {
+                StateProj::Running {
+                    call,
+                    permit,
+                    started,
+                } => {
                     let output = ready!(call.poll(cx));
+                    if let Some(p) = permit.as_mut() {
+                        p.set_outcome(this.classify.classify(&output, started.elapsed()));
+                    }
                     // Released now (in the background), not whenever this future is dropped.
                     drop(permit.take());
                     this.state.set(State::Done);

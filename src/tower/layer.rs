@@ -1,6 +1,7 @@
 //! The layer, its builder and the fallback choices.
 
 use super::admit::Policy;
+use super::classify::DefaultClassifier;
 use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
@@ -47,8 +48,9 @@ pub enum Fallback {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct ClusterConcurrencyLimitLayer {
+pub struct ClusterConcurrencyLimitLayer<C = DefaultClassifier> {
     policy: Arc<Policy>,
+    classify: C,
 }
 
 impl ClusterConcurrencyLimitLayer {
@@ -57,6 +59,7 @@ impl ClusterConcurrencyLimitLayer {
     pub fn new(semaphore: Semaphore) -> Self {
         ClusterConcurrencyLimitLayer {
             policy: Arc::new(ClusterConcurrencyLimitLayerBuilder::new(semaphore).policy()),
+            classify: DefaultClassifier,
         }
     }
 
@@ -64,18 +67,47 @@ impl ClusterConcurrencyLimitLayer {
     pub fn builder(semaphore: Semaphore) -> ClusterConcurrencyLimitLayerBuilder {
         ClusterConcurrencyLimitLayerBuilder::new(semaphore)
     }
+}
 
+impl<C> ClusterConcurrencyLimitLayer<C> {
     /// Name of the semaphore every request takes permits from.
     pub fn semaphore(&self) -> &str {
         self.policy.semaphore.name()
     }
+
+    /// How a finished request's permit reports its [`Outcome`](crate::adaptive::Outcome) to an
+    /// [adaptive semaphore](crate::Limiter::adaptive_semaphore) (default
+    /// [`DefaultClassifier`]: a response is a success with its latency, an error a drop). A
+    /// request dropped before it completes reports nothing.
+    ///
+    /// ```
+    /// # async fn f(limiter: clusterlimit::Limiter) -> clusterlimit::Result<()> {
+    /// use clusterlimit::adaptive::{Adaptive, Outcome};
+    /// use clusterlimit::tower::ClusterConcurrencyLimitLayer;
+    /// let db = limiter.adaptive_semaphore("orders-db", Adaptive::gradient().max(64)).await?;
+    /// let layer = ClusterConcurrencyLimitLayer::new(db).classify(
+    ///     |r: &Result<http::Response<String>, std::io::Error>, latency| match r {
+    ///         Ok(res) if res.status() == 503 => Outcome::Dropped,
+    ///         Ok(_) => Outcome::Success(latency),
+    ///         Err(_) => Outcome::Dropped,
+    ///     },
+    /// );
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn classify<C2>(self, classify: C2) -> ClusterConcurrencyLimitLayer<C2> {
+        ClusterConcurrencyLimitLayer {
+            policy: self.policy,
+            classify,
+        }
+    }
 }
 
-impl<S> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer {
-    type Service = ClusterConcurrencyLimit<S>;
+impl<S, C: Clone> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer<C> {
+    type Service = ClusterConcurrencyLimit<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ClusterConcurrencyLimit::new(inner, self.policy.clone())
+        ClusterConcurrencyLimit::new(inner, self.policy.clone(), self.classify.clone())
     }
 }
 
@@ -189,6 +221,7 @@ impl ClusterConcurrencyLimitLayerBuilder {
         }
         Ok(ClusterConcurrencyLimitLayer {
             policy: Arc::new(self.policy()),
+            classify: DefaultClassifier,
         })
     }
 

@@ -76,6 +76,16 @@
 //! Map the rejections to your protocol's "try later" answer; for HTTP, 503 with a
 //! `Retry-After` of [`LimitError::retry_after`] (see `examples/axum_service.rs`).
 //!
+//! # Adaptive capacity
+//!
+//! On an [adaptive semaphore](crate::Limiter::adaptive_semaphore) every completed request
+//! reports an [`Outcome`](crate::adaptive::Outcome): by default a response is a success with
+//! its latency (from the inner call's start) and an error a drop; choose with
+//! [`ClusterConcurrencyLimitLayer::classify`] (for HTTP, count a 503 from the dependency as a
+//! drop). The semaphore's controller turns the fleet's outcomes into its capacity, so every
+//! replica's layer follows the dependency together. A request dropped before it completes
+//! reports nothing.
+//!
 //! # Rate limits
 //!
 //! [`ClusterRateLimitLayer`] checks every request against a cluster-wide
@@ -135,12 +145,14 @@
 //!   or may not have consumed, one dropped while waiting between checks has not.
 
 mod admit;
+mod classify;
 mod deprecated;
 mod error;
 mod future;
 mod layer;
 mod service;
 
+pub use classify::{Classify, DefaultClassifier};
 #[allow(deprecated)]
 pub use deprecated::{
     GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,

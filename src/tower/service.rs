@@ -1,6 +1,7 @@
 //! The limited service.
 
 use super::admit::Policy;
+use super::classify::{Classify, DefaultClassifier};
 use super::error::LimitError;
 use super::future::ResponseFuture;
 use std::sync::Arc;
@@ -13,14 +14,19 @@ use tower_service::Service;
 /// `poll_ready` is the inner service's; the permit is taken in the [`ResponseFuture`], before
 /// the inner service is called (see the [module docs](crate::tower)).
 #[derive(Debug, Clone)]
-pub struct ClusterConcurrencyLimit<S> {
+pub struct ClusterConcurrencyLimit<S, C = DefaultClassifier> {
     inner: S,
     policy: Arc<Policy>,
+    classify: C,
 }
 
-impl<S> ClusterConcurrencyLimit<S> {
-    pub(crate) fn new(inner: S, policy: Arc<Policy>) -> Self {
-        ClusterConcurrencyLimit { inner, policy }
+impl<S, C> ClusterConcurrencyLimit<S, C> {
+    pub(crate) fn new(inner: S, policy: Arc<Policy>, classify: C) -> Self {
+        ClusterConcurrencyLimit {
+            inner,
+            policy,
+            classify,
+        }
     }
 
     /// The inner service.
@@ -39,13 +45,14 @@ impl<S> ClusterConcurrencyLimit<S> {
     }
 }
 
-impl<S, Req> Service<Req> for ClusterConcurrencyLimit<S>
+impl<S, C, Req> Service<Req> for ClusterConcurrencyLimit<S, C>
 where
     S: Service<Req> + Clone,
+    C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = S::Response;
     type Error = LimitError<S::Error>;
-    type Future = ResponseFuture<S, Req>;
+    type Future = ResponseFuture<S, Req, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(LimitError::Service)
@@ -56,6 +63,6 @@ where
         // permit is granted); a fresh clone takes its place and is polled for the next one.
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
-        ResponseFuture::new(self.policy.clone(), ready, req)
+        ResponseFuture::new(self.policy.clone(), ready, req, self.classify.clone())
     }
 }
