@@ -1,6 +1,6 @@
 //! Adaptive semaphores through failures, on real 3-member etcd and ZooKeeper clusters: the
 //! controller's process is SIGKILLed (another Limiter takes control within the session TTL
-//! + 1 s, and the stored capacity does not move in between), then the store's leader is
+//! plus 1 s, and the stored capacity does not move in between), then the store's leader is
 //! SIGKILLed (the controller keeps stepping once the store answers again, within bounds).
 
 mod support;
