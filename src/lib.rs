@@ -130,6 +130,10 @@ struct DocsIndexDoctests;
 struct DocsSemaphoresDoctests;
 
 #[cfg(doctest)]
+#[doc = include_str!("../docs/adaptive.md")]
+struct DocsAdaptiveDoctests;
+
+#[cfg(doctest)]
 #[doc = include_str!("../docs/rate-limits.md")]
 struct DocsRateLimitsDoctests;
 
