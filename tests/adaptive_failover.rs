@@ -5,14 +5,14 @@
 
 mod support;
 
-use clusterlimit::adaptive::{Adaptive, AdaptiveStatus, Aimd, Algorithm, Outcome};
+use clusterlimit::adaptive::{Adaptive, Aimd, Algorithm, Outcome};
+use clusterlimit::testing::adaptive_cases::wait_adaptive;
 use clusterlimit::{Limiter, Semaphore};
 use std::io::{Read, Write};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::holder_process::spawn_self;
 use support::zookeeper::ZkCluster;
 use support::EtcdCluster;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Set in the child process: the store URL it controls "dep" on.
 const CHILD_URL_ENV: &str = "CLUSTERLIMIT_TEST_ADAPTIVE_CHILD_URL";
@@ -81,58 +81,11 @@ fn control_if_child() {
 /// Starts this test binary again as the controlling child; returns once it has the semaphore
 /// open.
 async fn spawn_child(test: &str, url: &str) -> tokio::process::Child {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut child = tokio::process::Command::new(&exe)
-        .args([test, "--exact", "--nocapture"])
-        .env(CHILD_URL_ENV, url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", exe.display()));
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    let opened = tokio::time::timeout(Duration::from_secs(30), async {
-        for _ in 0..200 {
-            match lines.next_line().await {
-                Ok(Some(line)) if line.contains("OPEN") => return true,
-                Ok(Some(_)) => {}
-                _ => return false,
-            }
-        }
-        false
-    })
-    .await;
-    assert!(
-        matches!(opened, Ok(true)),
-        "the controlling child did not open the semaphore within 30 s"
-    );
+    let args = [test, "--exact", "--nocapture"];
+    let (child, _, mut lines) = spawn_self(&args, &[(CHILD_URL_ENV, url)], "OPEN").await;
     // Keep reading its stdout so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     child
-}
-
-/// Polls `adaptive_status()` until `pred` holds; panics with the last one seen after `limit`.
-async fn wait_adaptive(
-    sem: &Semaphore,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&AdaptiveStatus) -> bool,
-) -> AdaptiveStatus {
-    let start = Instant::now();
-    let mut last = String::from("(none)");
-    for _ in 0..10_000 {
-        if start.elapsed() > limit {
-            break;
-        }
-        match tokio::time::timeout(Duration::from_secs(2), sem.adaptive_status()).await {
-            Ok(Ok(Some(st))) if pred(&st) => return st,
-            Ok(r) => last = format!("{r:?}"),
-            Err(_) => last = "adaptive_status() hung for 2 s".into(),
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{what}: not seen within {limit:?}; last: {last}");
 }
 
 /// Reports a drop through `sem` every few milliseconds until `stop`.

@@ -43,7 +43,7 @@ async fn calls(handles: &[&Semaphore], outcome: Outcome) {
 }
 
 /// Polls `adaptive_status()` until `pred` holds; panics with the last one seen after `limit`.
-async fn wait_adaptive(
+pub async fn wait_adaptive(
     sem: &Semaphore,
     what: &str,
     limit: Duration,

@@ -32,13 +32,40 @@ pub async fn spawn(
     weight: u32,
     ttl: Duration,
 ) -> HolderProcess {
+    let weight = weight.to_string();
+    let ttl = ttl.as_millis().to_string();
+    let envs = [
+        (URL_ENV, url),
+        (SEM_ENV, sem),
+        (WEIGHT_ENV, weight.as_str()),
+        (TTL_MS_ENV, ttl.as_str()),
+    ];
+    let (child, line, lines) = spawn_self(args, &envs, "HOLDING ").await;
+    let word = line.split_whitespace().next().unwrap_or("");
+    let token = word
+        .parse::<u64>()
+        .unwrap_or_else(|e| panic!("holder child printed a bad token in {line:?}: {e}"));
+    HolderProcess {
+        child,
+        token,
+        _stdout: lines,
+    }
+}
+
+/// Starts this test binary again with `args` and `envs` (a child role the test checks for
+/// first), and returns once the child prints `marker`: the child, the rest of that line, and
+/// its stdout (keep reading it, or drop it, so the child never blocks on a full pipe). The
+/// child is SIGKILLed on drop and exits when its stdin closes; panics if no marker comes within
+/// 30 s or 200 lines.
+pub async fn spawn_self(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    marker: &str,
+) -> (Child, String, Lines<BufReader<ChildStdout>>) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = tokio::process::Command::new(&exe)
         .args(args)
-        .env(URL_ENV, url)
-        .env(SEM_ENV, sem)
-        .env(WEIGHT_ENV, weight.to_string())
-        .env(TTL_MS_ENV, ttl.as_millis().to_string())
+        .envs(envs.iter().copied())
         // The child exits when this pipe closes, so it cannot outlive a SIGKILLed parent long.
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -54,29 +81,22 @@ pub async fn spawn(
         for _ in 0..200 {
             match lines.next_line().await {
                 Ok(Some(line)) => {
-                    if let Some((_, rest)) = line.split_once("HOLDING ") {
-                        let word = rest.split_whitespace().next().unwrap_or("");
-                        return word.parse::<u64>().unwrap_or_else(|e| {
-                            panic!("holder child printed a bad token in {line:?}: {e}")
-                        });
+                    if let Some((_, rest)) = line.split_once(marker) {
+                        return rest.to_string();
                     }
                     seen.push(line);
                 }
-                Ok(None) => panic!("holder child exited before holding; stdout: {seen:#?}"),
-                Err(e) => panic!("reading the holder child's stdout: {e}"),
+                Ok(None) => panic!("child exited before printing {marker:?}; stdout: {seen:#?}"),
+                Err(e) => panic!("reading the child's stdout: {e}"),
             }
         }
-        panic!("no HOLDING line in the holder child's first 200 lines: {seen:#?}")
+        panic!("no {marker:?} line in the child's first 200 lines: {seen:#?}")
     })
     .await;
-    let Ok(token) = read else {
-        panic!("holder child did not print HOLDING within 30 s; stdout so far: {seen:#?}")
+    let Ok(rest) = read else {
+        panic!("the child did not print {marker:?} within 30 s; stdout so far: {seen:#?}")
     };
-    HolderProcess {
-        child,
-        token,
-        _stdout: lines,
-    }
+    (child, rest, lines)
 }
 
 /// In a process started by [`spawn`]: takes the permit, prints `HOLDING <token>` and holds it
