@@ -134,8 +134,11 @@ async fn campaign(
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = lost.lost() => {
-                        tracing::warn!(semaphore = %controller.name(), "controller permit lost; waiting to control again");
                         election.set(None);
+                        if controller.limiter().is_closed() {
+                            break; // closing ended the session: no loss to report
+                        }
+                        tracing::warn!(semaphore = %controller.name(), "controller permit lost; waiting to control again");
                     }
                 }
             }
