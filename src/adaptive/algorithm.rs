@@ -7,16 +7,18 @@
 //! - **Gradient**: the ratio of a baseline latency to the window's latency sets the capacity
 //!   (`capacity × min(1, tolerance × baseline / latency) + √capacity`, the square root being
 //!   room for a small queue): as the dependency queues, latency rises and the capacity falls
-//!   in proportion; decreases apply at once, increases are smoothed.
+//!   in proportion; decreases apply at once, increases are smoothed (at least one permit a
+//!   window while nothing queues).
 //!
 //! Both hold when the window has no samples, and do not grow a capacity the traffic does not
 //! use (fewer than half the permits held at the window's peak): a pool nobody fills says
 //! nothing about the dependency. Every step is clamped to `[min, max]` and to at most
 //! `max_step` of the capacity (at least 1).
 //!
-//! The gradient's **baseline** is protected from self-poisoning: it falls to any lower latency
-//! seen, and rises only from windows where this pool cannot be the cause of queueing (at most
-//! half of it used, or it is at its minimum). Sustained overload therefore never teaches it
+//! The gradient's **baseline** is protected from self-poisoning: it falls halfway towards any
+//! lower latency seen, and rises only from windows where this pool cannot be the cause of
+//! queueing (at most half of it used, or it is at its minimum); a window with fewer than
+//! [`MIN_SAMPLES_TO_TEACH`] successes teaches it nothing. Sustained overload therefore never teaches it
 //! that a slow dependency is normal; a dependency that really became slower is learnt as soon
 //! as the pool stops saturating it. Nothing pins the pool down to measure it.
 
@@ -106,6 +108,11 @@ pub struct Step {
 
 /// How fast the baseline follows a higher latency in a window that may teach it.
 const BASELINE_RISE: f64 = 0.2;
+/// How far the baseline falls towards a lower latency: halfway, so one lucky window does not
+/// set it (medians of windows scatter below the true one as often as above).
+const BASELINE_FALL: f64 = 0.5;
+/// Successes a window needs before its median may move the baseline.
+pub const MIN_SAMPLES_TO_TEACH: u64 = 10;
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
@@ -188,12 +195,22 @@ fn gradient(
         let reason = format!("{} calls, all dropped: × 0.5", w.dropped);
         return clamp(bounds, current, c * 0.5, reason);
     };
-    // The baseline: falls to any lower latency; rises only where this pool cannot be queueing.
-    let may_teach = !used_half || current <= bounds.min.max(1);
+    // The baseline: falls halfway to a lower latency; rises only where this pool cannot be
+    // queueing; and only from windows with enough successes for their median to mean something.
+    let enough = w.ok >= MIN_SAMPLES_TO_TEACH;
+    let may_rise = !used_half || current <= bounds.min.max(1);
     let baseline = match memory.baseline {
-        None => latency,
-        Some(b) if latency < b => latency,
-        Some(b) if may_teach => b.mul_f64(1.0 - BASELINE_RISE) + latency.mul_f64(BASELINE_RISE),
+        None if enough => latency,
+        None => {
+            let reason = format!(
+                "{} successes: too few to learn the baseline latency from, hold",
+                w.ok
+            );
+            return clamp(bounds, current, c, reason);
+        }
+        Some(b) if !enough => b,
+        Some(b) if latency < b => b - (b - latency).mul_f64(BASELINE_FALL),
+        Some(b) if may_rise => b.mul_f64(1.0 - BASELINE_RISE) + latency.mul_f64(BASELINE_RISE),
         Some(b) => b,
     };
     memory.baseline = Some(baseline);
@@ -215,6 +232,10 @@ fn gradient(
     let target = c * gradient + c.sqrt();
     let next = if target < c {
         target
+    } else if gradient >= 1.0 {
+        // No queueing and the pool in use: at least one permit more per window, so a small
+        // pool grows too (√c × smoothing alone is under one permit below 25).
+        c + ((target - c) * g.smoothing).max(1.0)
     } else {
         c + (target - c) * g.smoothing
     };
@@ -340,6 +361,74 @@ mod tests {
             m.baseline.unwrap_or_default() > Duration::from_millis(30),
             "{m:?}"
         );
+    }
+
+    /// A small pool at its baseline latency and in use grows by a permit a window (√8 × 0.2
+    /// alone would round to nothing), and stops growing once latency shows a queue.
+    #[test]
+    fn a_small_pool_grows_until_latency_rises() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let mut m = Memory::default();
+        let base = Duration::from_millis(40);
+        let mut c = 4;
+        for _ in 0..4 {
+            c = step(&g, &BOUNDS, &mut m, c, &window(50, 0, base, u64::from(c))).capacity;
+        }
+        assert_eq!(c, 8, "one permit a window from 4");
+        let s = step(
+            &g,
+            &BOUNDS,
+            &mut m,
+            c,
+            &window(50, 0, base * 3, u64::from(c)),
+        );
+        assert!(s.capacity < c, "{s:?}");
+    }
+
+    /// One lucky window does not set the baseline: few successes teach nothing, and a lower
+    /// median moves it halfway.
+    #[test]
+    fn the_baseline_ignores_small_windows_and_falls_halfway() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let mut m = Memory::default();
+        let s = step(
+            &g,
+            &BOUNDS,
+            &mut m,
+            10,
+            &window(1, 0, Duration::from_millis(30), 1),
+        );
+        assert_eq!((s.capacity, m.baseline), (10, None), "{s:?}");
+        assert!(s.reason.contains("too few"), "{s:?}");
+        let _ = step(
+            &g,
+            &BOUNDS,
+            &mut m,
+            10,
+            &window(20, 0, Duration::from_millis(40), 2),
+        );
+        let learnt = m.baseline.unwrap_or_default().as_secs_f64();
+        let _ = step(
+            &g,
+            &BOUNDS,
+            &mut m,
+            10,
+            &window(3, 0, Duration::from_millis(5), 2),
+        );
+        assert_eq!(
+            m.baseline.unwrap_or_default().as_secs_f64(),
+            learnt,
+            "3 successes"
+        );
+        let _ = step(
+            &g,
+            &BOUNDS,
+            &mut m,
+            10,
+            &window(20, 0, Duration::from_millis(20), 2),
+        );
+        let fell = m.baseline.unwrap_or_default().as_secs_f64();
+        assert!(fell < learnt && fell > learnt * 0.6, "{learnt} → {fell}");
     }
 
     #[test]
