@@ -1,0 +1,280 @@
+//! The contenders, and what each replica puts in front of its calls: nothing, a cluster
+//! semaphore on etcd (fixed capacity, or the adaptive one), or its own tower-acc limiter.
+//! Every gate admits the same way: it waits at most the admission timeout for a permit (one
+//! unloaded median), and a call it does not admit in that time is a rejection.
+
+use crate::flight::Flight;
+use anyhow::Context as _;
+use clusterlimit::{Error, Limiter, Semaphore};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt as _};
+
+/// One contender of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Contender {
+    NoLimit,
+    /// A cluster semaphore of this capacity; `label` says how it compares with the workers.
+    Fixed {
+        capacity: u32,
+        label: &'static str,
+    },
+    /// tower-acc's default algorithm (Vegas), one limiter per replica.
+    TowerAcc,
+}
+
+impl Contender {
+    /// Every contender, in the report's order, for a dependency of `workers` workers.
+    pub fn all(workers: usize) -> Vec<Contender> {
+        let w = u32::try_from(workers).unwrap_or(u32::MAX);
+        vec![
+            Contender::NoLimit,
+            Contender::Fixed {
+                capacity: w,
+                label: "= workers",
+            },
+            Contender::Fixed {
+                capacity: w * 2,
+                label: "2× too high",
+            },
+            Contender::Fixed {
+                capacity: (w / 2).max(1),
+                label: "2× too low",
+            },
+            Contender::TowerAcc,
+        ]
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Contender::NoLimit => "no limit".to_string(),
+            Contender::Fixed { capacity, label } => format!("fixed {capacity} ({label})"),
+            Contender::TowerAcc => "tower-acc Vegas per replica".to_string(),
+        }
+    }
+
+    /// A short name for etcd prefixes and progress lines.
+    pub fn slug(&self) -> String {
+        match self {
+            Contender::NoLimit => "none".to_string(),
+            Contender::Fixed { capacity, .. } => format!("fixed-{capacity}"),
+            Contender::TowerAcc => "tower-acc".to_string(),
+        }
+    }
+
+    /// Whether its replicas share one stored capacity (its in-flight sum is checked against it).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Contender::Fixed { .. })
+    }
+}
+
+/// The semaphore's name in each contender's own etcd prefix.
+pub const SEMAPHORE: &str = "dep";
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// 200 before the client's deadline.
+    Success,
+    /// The limiter did not admit it within the admission timeout.
+    Rejected,
+    /// The dependency answered 503 (its queue was full).
+    Refused,
+    /// No answer before the client's deadline.
+    TimedOut,
+    /// Anything else: a transport or store error (should not happen; reported apart).
+    Failed,
+}
+
+/// What the calls of one run share: where the dependency is, the timeouts, the in-flight count.
+pub struct CallSetup {
+    pub url: String,
+    /// A call's deadline, from its scheduled time.
+    pub client_timeout: Duration,
+    /// The longest a call waits to be admitted.
+    pub admission: Duration,
+    pub flight: Arc<Flight>,
+}
+
+/// One replica's client and limiter.
+pub struct Replica {
+    client: reqwest::Client,
+    gate: Gate,
+}
+
+enum Gate {
+    Open,
+    Cluster {
+        limiter: Limiter,
+        sem: Semaphore,
+    },
+    /// Cloned per call: the clones share the limiter (its algorithm and semaphore).
+    TowerAcc(Acc),
+}
+
+type Acc = tower_acc::ConcurrencyLimit<HttpCall, Observed<tower_acc::Vegas>>;
+
+impl Replica {
+    /// Replica `index` of `contender`: its own HTTP client and, for a cluster contender, its
+    /// own Limiter (one session) on `etcd_url`. `limit` receives a tower-acc limiter's limit.
+    pub async fn open(
+        contender: Contender,
+        index: usize,
+        etcd_url: &str,
+        dependency_url: &str,
+        limit: Arc<AtomicUsize>,
+    ) -> anyhow::Result<Replica> {
+        let client = reqwest::Client::builder()
+            .build()
+            .context("build an HTTP client")?;
+        let gate = match contender {
+            Contender::NoLimit => Gate::Open,
+            Contender::Fixed { capacity, .. } => {
+                let limiter = crate::stores::limiter(etcd_url, &format!("replica-{index}")).await?;
+                let sem = limiter
+                    .semaphore(SEMAPHORE, capacity)
+                    .await
+                    .context("open the fixed semaphore")?;
+                Gate::Cluster { limiter, sem }
+            }
+            Contender::TowerAcc => {
+                let inner = HttpCall {
+                    client: client.clone(),
+                    url: dependency_url.into(),
+                };
+                let algorithm = Observed::new(tower_acc::Vegas::default(), limit);
+                Gate::TowerAcc(tower_acc::ConcurrencyLimit::new(inner, algorithm))
+            }
+        };
+        Ok(Replica { client, gate })
+    }
+
+    /// The replica's Limiter, if it has one.
+    pub fn limiter(&self) -> Option<&Limiter> {
+        match &self.gate {
+            Gate::Cluster { limiter, .. } => Some(limiter),
+            _ => None,
+        }
+    }
+
+    /// The call scheduled at `scheduled`, made now (late if the harness is late): admission,
+    /// the HTTP call, release.
+    pub async fn call(&self, setup: &CallSetup, scheduled: Instant) -> Kind {
+        let deadline = scheduled + setup.client_timeout;
+        let Some(admission) = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .map(|left| left.min(setup.admission))
+        else {
+            return Kind::TimedOut;
+        };
+        let started = Instant::now();
+        match &self.gate {
+            Gate::Open => {
+                let _in = setup.flight.enter(started);
+                send(&self.client, &setup.url, deadline).await
+            }
+            Gate::Cluster { sem, .. } => {
+                let permit = match sem.acquire_timeout(admission).await {
+                    Ok(p) => p,
+                    Err(Error::Timeout | Error::NoPermits) => return Kind::Rejected,
+                    Err(e) => {
+                        setup.flight.error(format!("acquire: {e}"));
+                        return Kind::Failed;
+                    }
+                };
+                let kind = {
+                    let _in = setup.flight.enter(started);
+                    send(&self.client, &setup.url, deadline).await
+                };
+                if let Err(e) = permit.release().await {
+                    setup.flight.error(format!("release: {e}"));
+                }
+                kind
+            }
+            Gate::TowerAcc(acc) => {
+                let mut acc = acc.clone();
+                match tokio::time::timeout(admission, acc.ready()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(kind)) => return kind,
+                    Err(_) => return Kind::Rejected,
+                }
+                let _in = setup.flight.enter(started);
+                match acc.call(deadline).await {
+                    Ok(()) => Kind::Success,
+                    Err(kind) => kind,
+                }
+            }
+        }
+    }
+}
+
+/// One GET of the dependency, answered by `deadline` or timed out.
+async fn send(client: &reqwest::Client, url: &str, deadline: Instant) -> Kind {
+    match tokio::time::timeout_at(deadline, client.get(url).send()).await {
+        Err(_) => Kind::TimedOut,
+        Ok(Err(_)) => Kind::Failed,
+        Ok(Ok(resp)) if resp.status().is_success() => Kind::Success,
+        Ok(Ok(resp)) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => Kind::Refused,
+        Ok(Ok(_)) => Kind::Failed,
+    }
+}
+
+/// The dependency as a tower service, for tower-acc: a request is the call's deadline, an
+/// answer other than 200 is an error (tower-acc's default classifier counts it as overload).
+#[derive(Clone)]
+struct HttpCall {
+    client: reqwest::Client,
+    url: Arc<str>,
+}
+
+impl Service<Instant> for HttpCall {
+    type Response = ();
+    type Error = Kind;
+    type Future = Pin<Box<dyn Future<Output = Result<(), Kind>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Kind>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, deadline: Instant) -> Self::Future {
+        let (client, url) = (self.client.clone(), self.url.clone());
+        Box::pin(async move {
+            match send(&client, &url, deadline).await {
+                Kind::Success => Ok(()),
+                other => Err(other),
+            }
+        })
+    }
+}
+
+/// A tower-acc algorithm whose current limit the harness can read (the sum over replicas is
+/// what the dependency may see in flight).
+struct Observed<A> {
+    inner: A,
+    limit: Arc<AtomicUsize>,
+}
+
+impl<A: tower_acc::Algorithm> Observed<A> {
+    fn new(inner: A, limit: Arc<AtomicUsize>) -> Observed<A> {
+        limit.store(inner.max_concurrency(), Ordering::Relaxed);
+        Observed { inner, limit }
+    }
+}
+
+impl<A: tower_acc::Algorithm> tower_acc::Algorithm for Observed<A> {
+    fn max_concurrency(&self) -> usize {
+        self.inner.max_concurrency()
+    }
+
+    fn update(&mut self, rtt: Duration, num_inflight: usize, is_error: bool, is_canceled: bool) {
+        self.inner.update(rtt, num_inflight, is_error, is_canceled);
+        self.limit
+            .store(self.inner.max_concurrency(), Ordering::Relaxed);
+    }
+}
