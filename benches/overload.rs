@@ -6,8 +6,9 @@
 //! A simulated dependency (overload/dependency.rs: W workers, a queue, lognormal service times,
 //! W changeable during a run) is called by R replicas offering open-loop Poisson load
 //! (overload/load.rs) through each contender in turn (overload/gate.rs): no limit, a fixed
-//! cluster limit on a real etcd (= W, 2× too high, 2× too low) and tower-acc on each replica,
-//! each against a fresh dependency, one after another. The scenarios (overload/plan.rs):
+//! cluster limit on a real etcd (= W, 2× too high, 2× too low), tower-acc on each replica and
+//! ours (the adaptive semaphore on the same etcd), each against a fresh dependency, one after
+//! another. The scenarios (overload/plan.rs):
 //! steady 3× overload, the capacity halving and coming back, half the replicas joining at once.
 //! The report (overload/record.rs, overload/report.rs) gives goodput against the true
 //! capacity, latency against the unloaded latency, rejections, drops, the time to settle after
@@ -22,6 +23,10 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+// The limiter bench's CPU accounting: on 2 cores, how busy the machine was says how far the
+// figures are the contenders' own.
+#[path = "limiter/cpu.rs"]
+mod cpu;
 #[path = "overload/dependency.rs"]
 mod dependency;
 #[path = "overload/flight.rs"]
@@ -125,21 +130,23 @@ async fn measure(plan: &Plan, etcd: &EtcdCluster) -> anyhow::Result<String> {
                     unloaded: &unloaded,
                     seed: SEED + i as u64,
                 };
+                let cpu = Cpu::start(etcd);
                 let data = load::run(&spec).await.with_context(|| {
                     format!("{} / R = {replicas} / {}", scenario.name, contender.name())
                 })?;
+                let cores = cpu.cores();
                 let summary = record::summarise(plan, scenario, &unloaded, &data);
                 if plan.series {
-                    eprint!(
-                        "{}",
-                        report::series(scenario, replicas, contender, &summary)
-                    );
+                    let series =
+                        report::series(scenario, replicas, contender, &summary, &data.decisions);
+                    eprint!("{series}");
                 }
                 rows.push(Row {
                     scenario: i,
                     replicas,
                     contender,
                     summary,
+                    cores,
                 });
                 // Each run leaves a history of about two writes per call: compact it so the
                 // next run does not compete with etcd removing it.
@@ -157,4 +164,34 @@ async fn measure(plan: &Plan, etcd: &EtcdCluster) -> anyhow::Result<String> {
         "{failed} calls failed with a store or transport error:\n{md}"
     );
     Ok(md)
+}
+
+/// CPU time of this process (replicas, limiters, the dependency) and of etcd since `start`.
+struct Cpu {
+    at: Instant,
+    pids: [Vec<u32>; 2],
+    used: [Option<u64>; 2],
+}
+
+impl Cpu {
+    fn start(etcd: &EtcdCluster) -> Cpu {
+        let pids = [vec![std::process::id()], etcd.pid(0).into_iter().collect()];
+        let used = [cpu::cpu_ns(&pids[0]), cpu::cpu_ns(&pids[1])];
+        Cpu {
+            at: Instant::now(),
+            pids,
+            used,
+        }
+    }
+
+    /// Cores used on average since `start`: (this process, etcd); `None` without schedstat.
+    fn cores(&self) -> Option<(f64, f64)> {
+        let wall = self.at.elapsed().as_secs_f64();
+        let mut cores = [0.0; 2];
+        for (i, c) in cores.iter_mut().enumerate() {
+            let used = cpu::cpu_ns(&self.pids[i])?.checked_sub(self.used[i]?)?;
+            *c = used as f64 / 1e9 / wall;
+        }
+        Some((cores[0], cores[1]))
+    }
 }

@@ -1,10 +1,11 @@
 //! The contenders, and what each replica puts in front of its calls: nothing, a cluster
 //! semaphore on etcd (fixed capacity, or the adaptive one), or its own tower-acc limiter.
-//! Every gate admits the same way: it waits at most the admission timeout for a permit (one
-//! unloaded median), and a call it does not admit in that time is a rejection.
+//! Every gate admits the same way: it waits at most the admission timeout for a permit (see
+//! `Unloaded::admission`), and a call it does not admit in that time is a rejection.
 
 use crate::flight::Flight;
 use anyhow::Context as _;
+use clusterlimit::adaptive::{Adaptive, Outcome};
 use clusterlimit::{Error, Limiter, Semaphore};
 use std::future::Future;
 use std::pin::Pin;
@@ -26,6 +27,17 @@ pub enum Contender {
     },
     /// tower-acc's default algorithm (Vegas), one limiter per replica.
     TowerAcc,
+    /// clusterlimit's adaptive semaphore (the latency gradient), one Limiter per replica.
+    Ours,
+}
+
+/// Ours: the settings issue 31's benchmark was specified with.
+fn adaptive() -> Adaptive {
+    Adaptive::gradient()
+        .min(1)
+        .max(256)
+        .initial(8)
+        .window(Duration::from_millis(500))
 }
 
 impl Contender {
@@ -47,6 +59,7 @@ impl Contender {
                 label: "2× too low",
             },
             Contender::TowerAcc,
+            Contender::Ours,
         ]
     }
 
@@ -55,6 +68,7 @@ impl Contender {
             Contender::NoLimit => "no limit".to_string(),
             Contender::Fixed { capacity, label } => format!("fixed {capacity} ({label})"),
             Contender::TowerAcc => "tower-acc Vegas per replica".to_string(),
+            Contender::Ours => "ours: adaptive gradient".to_string(),
         }
     }
 
@@ -64,12 +78,13 @@ impl Contender {
             Contender::NoLimit => "none".to_string(),
             Contender::Fixed { capacity, .. } => format!("fixed-{capacity}"),
             Contender::TowerAcc => "tower-acc".to_string(),
+            Contender::Ours => "ours".to_string(),
         }
     }
 
     /// Whether its replicas share one stored capacity (its in-flight sum is checked against it).
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Contender::Fixed { .. })
+        matches!(self, Contender::Fixed { .. } | Contender::Ours)
     }
 }
 
@@ -142,6 +157,14 @@ impl Replica {
                     .context("open the fixed semaphore")?;
                 Gate::Cluster { limiter, sem }
             }
+            Contender::Ours => {
+                let limiter = crate::stores::limiter(etcd_url, &format!("replica-{index}")).await?;
+                let sem = limiter
+                    .adaptive_semaphore(SEMAPHORE, adaptive())
+                    .await
+                    .context("open the adaptive semaphore")?;
+                Gate::Cluster { limiter, sem }
+            }
             Contender::TowerAcc => {
                 let inner = HttpCall {
                     client: client.clone(),
@@ -188,11 +211,21 @@ impl Replica {
                         return Kind::Failed;
                     }
                 };
-                let kind = {
+                let (kind, latency) = {
                     let _in = setup.flight.enter(started);
-                    send(&self.client, &setup.url, deadline).await
+                    let sent = Instant::now();
+                    (
+                        send(&self.client, &setup.url, deadline).await,
+                        sent.elapsed(),
+                    )
                 };
-                if let Err(e) = permit.release().await {
+                // Only an adaptive semaphore uses the outcome; a fixed one ignores it.
+                let outcome = match kind {
+                    Kind::Success => Outcome::Success(latency),
+                    Kind::Refused | Kind::TimedOut => Outcome::Dropped,
+                    Kind::Rejected | Kind::Failed => Outcome::Ignore,
+                };
+                if let Err(e) = permit.release_with(outcome).await {
                     setup.flight.error(format!("release: {e}"));
                 }
                 kind

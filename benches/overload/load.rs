@@ -9,7 +9,8 @@ use crate::gate::{CallSetup, Contender, Kind, Replica, SEMAPHORE};
 use crate::plan::{DependencySize, Plan, Scenario};
 use crate::stats::Samples;
 use anyhow::Context as _;
-use clusterlimit::{Limiter, RequestStats};
+use clusterlimit::adaptive::Decision;
+use clusterlimit::{Limiter, RequestStats, Semaphore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,10 +44,12 @@ impl Unloaded {
         self.objective() * 2
     }
 
-    /// The longest a call waits to be admitted: one unloaded median (about one service time),
-    /// which keeps a freed permit from idling until the next arrival.
+    /// The longest a call waits to be admitted: a quarter of the unloaded median. Under
+    /// overload a few calls wait at any time, so a freed permit goes to one of them at once
+    /// instead of idling until the next arrival; with FIFO grants an admitted call has mostly
+    /// waited this long, so it stays short next to the service time.
     pub fn admission(&self) -> Duration {
-        self.samples.p50()
+        self.samples.p50() / 4
     }
 }
 
@@ -106,6 +109,8 @@ pub struct RunData {
     pub admissions: Vec<Admission>,
     /// Cluster contenders: the stored capacity over the run.
     pub capacity: Vec<CapacitySample>,
+    /// Ours: the controller's steps as read over the run, `(read at, step)`.
+    pub decisions: Vec<(f64, Decision)>,
     /// tower-acc: the sum of the replicas' limits over the run, `(at, sum)`.
     pub limits: Vec<(f64, usize)>,
     pub errors: (usize, Vec<String>),
@@ -143,6 +148,11 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
             None
         });
     }
+    let monitor = Monitor::open(spec).await?;
+    let first = match &monitor {
+        Some(m) => Some(m.first().await?),
+        None => None,
+    };
     let start = Instant::now();
     let setup = Arc::new(CallSetup {
         url: dep.url.clone(),
@@ -168,13 +178,19 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
         replicas.spawn(load.run(replica));
     }
     let changes = change_capacity(&dep, spec.scenario, start);
-    let monitor = monitor(spec, start);
-    let (capacity, limits, ()) =
-        tokio::join!(monitor, sample_limits(&limits, spec, start), changes);
+    let watch = async {
+        match (monitor, first) {
+            (Some(m), Some(first)) => m.run(spec, start, first).await,
+            _ => Ok((Vec::new(), Vec::new())),
+        }
+    };
+    let (watched, limits, ()) = tokio::join!(watch, sample_limits(&limits, spec, start), changes);
+    let (capacity, decisions) = watched?;
     let mut data = RunData {
         records: Vec::new(),
         admissions: Vec::new(),
-        capacity: capacity?,
+        capacity,
+        decisions,
         limits,
         errors: (0, Vec::new()),
         store: RequestStats::default(),
@@ -282,39 +298,97 @@ async fn change_capacity(dep: &Dependency, scenario: &Scenario, start: Instant) 
     }
 }
 
-/// A cluster contender's stored capacity every `SAMPLE_EVERY`, read by a Limiter of its own.
-async fn monitor(spec: &RunSpec<'_>, start: Instant) -> anyhow::Result<Vec<CapacitySample>> {
-    let mut out = Vec::new();
-    if !spec.contender.is_cluster() {
-        return Ok(out);
-    }
-    let limiter = crate::stores::limiter(&spec.etcd_url, "monitor").await?;
-    // Past the end by a few reads: the last calls are admitted up to an admission timeout
-    // late, and each admission is checked between two reads.
-    let end = start + spec.scenario.run_for + spec.unloaded.admission() + SAMPLE_EVERY * 3;
-    let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
-    let mut sem = None;
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    while Instant::now() < end {
-        tick.tick().await;
-        // The semaphore exists once the first replica opened it (a late one in the join).
-        if sem.is_none() {
-            sem = limiter.open_semaphore(SEMAPHORE).await.ok();
+/// What a cluster contender's run is watched with: a Limiter of its own reading the stored
+/// capacity every `SAMPLE_EVERY` (and ours' controller steps every `DECISION_EVERY` reads).
+struct Monitor {
+    limiter: Limiter,
+    sem: Semaphore,
+    adaptive: bool,
+}
+
+/// Reads of the capacity per read of the adaptive controller's last step.
+const DECISION_EVERY: usize = 5;
+
+impl Monitor {
+    /// Opened once the replicas there from the start have opened the semaphore.
+    async fn open(spec: &RunSpec<'_>) -> anyhow::Result<Option<Monitor>> {
+        if !spec.contender.is_cluster() {
+            return Ok(None);
         }
-        let Some(s) = &sem else { continue };
-        let asked = Instant::now();
-        let status = s.status().await.context("read the semaphore's status")?;
-        out.push(CapacitySample {
-            asked: secs(asked),
-            at: secs(Instant::now()),
-            capacity: status.capacity,
-        });
+        let limiter = crate::stores::limiter(&spec.etcd_url, "monitor").await?;
+        let sem = limiter
+            .open_semaphore(SEMAPHORE)
+            .await
+            .context("the monitor opens the semaphore")?;
+        Ok(Some(Monitor {
+            limiter,
+            sem,
+            adaptive: spec.contender == Contender::Ours,
+        }))
     }
-    limiter
-        .close()
-        .await
-        .context("close the monitor's Limiter")?;
-    Ok(out)
+
+    /// One read, before the run starts.
+    async fn first(&self) -> anyhow::Result<CapacitySample> {
+        let status = self
+            .sem
+            .status()
+            .await
+            .context("read the semaphore's status")?;
+        Ok(CapacitySample {
+            asked: 0.0,
+            at: 0.0,
+            capacity: status.capacity,
+        })
+    }
+
+    /// Reads from `start` until a little past the run's end: the last calls are admitted up
+    /// to an admission timeout late, and each admission is checked between two reads
+    /// (record.rs).
+    async fn run(
+        self,
+        spec: &RunSpec<'_>,
+        start: Instant,
+        first: CapacitySample,
+    ) -> anyhow::Result<(Vec<CapacitySample>, Vec<(f64, Decision)>)> {
+        let end = start + spec.scenario.run_for + spec.unloaded.admission() + SAMPLE_EVERY * 3;
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        let (mut capacity, mut decisions) = (vec![first], Vec::<(f64, Decision)>::new());
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        // Bounded by `end`: one read per tick.
+        for n in 0.. {
+            tick.tick().await;
+            if Instant::now() >= end {
+                break;
+            }
+            let asked = Instant::now();
+            let status = self
+                .sem
+                .status()
+                .await
+                .context("read the semaphore's status")?;
+            capacity.push(CapacitySample {
+                asked: secs(asked),
+                at: secs(Instant::now()),
+                capacity: status.capacity,
+            });
+            if self.adaptive && n % DECISION_EVERY == 0 {
+                let read = self.sem.adaptive_status().await;
+                let last = read
+                    .context("read the adaptive status")?
+                    .and_then(|s| s.last);
+                if let Some(d) = last {
+                    if decisions.last().is_none_or(|(_, p)| p.window != d.window) {
+                        decisions.push((secs(Instant::now()), d));
+                    }
+                }
+            }
+        }
+        self.limiter
+            .close()
+            .await
+            .context("close the monitor's Limiter")?;
+        Ok((capacity, decisions))
+    }
 }
 
 /// tower-acc: the sum of the replicas' limits every `SAMPLE_EVERY` (joined replicas count

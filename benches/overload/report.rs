@@ -7,6 +7,7 @@ use crate::load::Unloaded;
 use crate::plan::{Plan, Scenario};
 use crate::record::Summary;
 use crate::stats::{ms, times, verdict};
+use clusterlimit::adaptive::Decision;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ pub struct Row {
     pub replicas: usize,
     pub contender: Contender,
     pub summary: Summary,
+    /// Cores used on average during the run: this process (replicas, limiters and the
+    /// dependency) and etcd.
+    pub cores: Option<(f64, f64)>,
 }
 
 /// The whole report's body (the caller adds the title and run lines).
@@ -30,12 +34,12 @@ pub fn markdown(plan: &Plan, unloaded: &Unloaded, rows: &[Row]) -> String {
         let _ = write!(
             md,
             "\n#### {}\n\n\
-             | R | contender | goodput | p50 ms (× unloaded) | p99 ms (× unloaded) | rejected/s | dropped/s | in flight | store req/s | settle | targets |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|\n",
+             | R | contender | goodput | p50 ms (× unloaded) | p99 ms (× unloaded) | rejected/s | dropped/s | in flight | store req/s | CPU cores | settle | targets |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
             scenario.name
         );
         for row in rows.iter().filter(|r| r.scenario == i) {
-            md.push_str(&table_row(scenario, unloaded, row));
+            md.push_str(&table_row(scenario, unloaded, row, rows));
         }
     }
     md.push_str(&footnotes(plan, rows));
@@ -59,11 +63,14 @@ fn about(plan: &Plan, unloaded: &Unloaded) -> String {
          = 3× unloaded p99 = {obj} ms; the issue's p99 target = 2× unloaded p99 = {target} ms; \
          a call not answered within {timeout} ms (2× the objective) of its scheduled time is \
          dropped\n\
-         - admission, the same for every limiter: wait at most {adm} ms (the unloaded p50) for \
-         a permit (`acquire_timeout`, tower-acc's `ready()` under a timeout), else the call is \
-         rejected. Fixed limits: a clusterlimit `Semaphore` on the real 1-node etcd. tower-acc: \
-         `Vegas::default()` (its default algorithm: initial limit 20, max 1000) on each \
-         replica, 503 and timeouts reported to it as errors\n\
+         - admission, the same for every limiter: wait at most {adm} ms (a quarter of the \
+         unloaded p50) for a permit (`acquire_timeout`, tower-acc's `ready()` under a timeout), \
+         else the call is rejected. Fixed limits: a clusterlimit `Semaphore` on the real 1-node \
+         etcd. tower-acc: `Vegas::default()` (its default algorithm: initial limit 20, max 1000) \
+         on each replica, 503 and timeouts reported to it as errors. Ours: \
+         `Adaptive::gradient().min(1).max(256).initial(8).window(500 ms)` on the same etcd, \
+         permits released with `Outcome::Success(latency of the call)`, `Outcome::Dropped` for \
+         a 503 or a timeout\n\
          - goodput = successes within the objective ÷ what the dependency could serve in the \
          same time; p50 / p99 over the admitted calls answered or timed out (a timeout counts \
          at its deadline); rejected = refused by the limiter, dropped = 503 or timed out; figures \
@@ -74,7 +81,10 @@ fn about(plan: &Plan, unloaded: &Unloaded) -> String {
          flight than the capacity in force allowed\n\
          - settle: seconds from a change until goodput ≥ 90% of the new capacity and p99 ≤ the \
          objective, both holding for {hold} s (per-second figures by scheduled time); `never` = \
-         not within that phase\n",
+         not within that phase\n\
+         - store req/s: requests of the replicas' Limiters to etcd; CPU cores: used on average \
+         during the run by this process (replicas, limiters, the dependency) + etcd, of the \
+         machine's {cores}\n",
         w = d.workers,
         q = d.queue,
         mean = d.mean_service.as_millis(),
@@ -90,17 +100,18 @@ fn about(plan: &Plan, unloaded: &Unloaded) -> String {
         timeout = ms(unloaded.client_timeout()),
         adm = ms(unloaded.admission()),
         hold = plan.settle_hold.as_secs(),
+        cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
     )
 }
 
-fn table_row(scenario: &Scenario, unloaded: &Unloaded, row: &Row) -> String {
+fn table_row(scenario: &Scenario, unloaded: &Unloaded, row: &Row, rows: &[Row]) -> String {
     let s = &row.summary;
     let base = &unloaded.samples;
     let lat = |d: Duration, base: Duration| {
         format!("{} ({})", ms(d), times(crate::stats::ratio(d, base)))
     };
     format!(
-        "| {r} | {name} | {goodput:.0}% | {p50} | {p99} | {rej:.0} | {drop:.0} | {flight} | {store} | {settle} | {targets} |\n",
+        "| {r} | {name} | {goodput:.0}% | {p50} | {p99} | {rej:.0} | {drop:.0} | {flight} | {store} | {cpu} | {settle} | {targets} |\n",
         r = row.replicas,
         name = row.contender.name(),
         goodput = s.goodput * 100.0,
@@ -114,8 +125,12 @@ fn table_row(scenario: &Scenario, unloaded: &Unloaded, row: &Row) -> String {
         } else {
             "–".to_string()
         },
+        cpu = row.cores.map_or_else(
+            || "?".to_string(),
+            |(bench, etcd)| format!("{bench:.2} + {etcd:.2}")
+        ),
         settle = settle(s),
-        targets = targets(scenario, unloaded, s),
+        targets = targets(scenario, unloaded, row, rows),
     )
 }
 
@@ -133,7 +148,12 @@ fn in_flight(s: &Summary) -> String {
             } else {
                 format!("**{} over** (worst {:.2}×)", f.over, f.worst_ratio)
             };
-            format!("max {}, {cap}, {over}", f.max)
+            let unchecked = if f.unchecked == 0 {
+                String::new()
+            } else {
+                format!(", {} not between two reads", f.unchecked)
+            };
+            format!("max {}, {cap}, {over}{unchecked}", f.max)
         }
         (None, Some(sum)) => format!("max {} (Σ limits ≤ {sum})", f.max),
         (None, None) => format!("max {}", f.max),
@@ -154,8 +174,10 @@ fn settle(s: &Summary) -> String {
         .join(", ")
 }
 
-/// The issue's targets that apply to this scenario, judged on this row.
-fn targets(scenario: &Scenario, unloaded: &Unloaded, s: &Summary) -> String {
+/// The issue's targets that apply to this scenario, judged on this row; ours is also judged
+/// against tower-acc's row of the same scenario and R (the issue asks it of R = 8).
+fn targets(scenario: &Scenario, unloaded: &Unloaded, row: &Row, rows: &[Row]) -> String {
+    let s = &row.summary;
     let mut t = Vec::new();
     if scenario.worker_changes.is_empty() && scenario.join_at.is_none() {
         t.push(format!(
@@ -177,6 +199,24 @@ fn targets(scenario: &Scenario, unloaded: &Unloaded, s: &Summary) -> String {
         t.push(format!(
             "{what} ≤ {limit:.0} s: {}",
             verdict(after.is_some_and(|a| a <= limit))
+        ));
+    }
+    if row.contender == Contender::Ours {
+        let acc = rows.iter().find(|r| {
+            (r.scenario, r.replicas, r.contender)
+                == (row.scenario, row.replicas, Contender::TowerAcc)
+        });
+        if let Some(acc) = acc.map(|r| &r.summary) {
+            t.push(format!(
+                "vs tower-acc: goodput {}, p99 {}",
+                verdict(s.goodput > acc.goodput),
+                verdict(s.latency.p99() < acc.latency.p99())
+            ));
+        }
+        let f = &s.in_flight;
+        t.push(format!(
+            "in flight ≤ capacity: {}",
+            verdict(f.over == 0 && f.unchecked == 0)
         ));
     }
     if t.is_empty() {
@@ -212,8 +252,14 @@ fn footnotes(plan: &Plan, rows: &[Row]) -> String {
     }
 }
 
-/// The per-second figures of a run, for `--series` (stderr).
-pub fn series(scenario: &Scenario, replicas: usize, contender: Contender, s: &Summary) -> String {
+/// The per-second figures of a run, and ours' controller steps, for `--series` (stderr).
+pub fn series(
+    scenario: &Scenario,
+    replicas: usize,
+    contender: Contender,
+    s: &Summary,
+    decisions: &[(f64, Decision)],
+) -> String {
     let mut out = format!(
         "-- {} / R = {replicas} / {} ({:.0} calls/s offered): second, goodput ÷ capacity, p99 ms, stored capacity or Σ limits\n",
         scenario.name,
@@ -223,6 +269,23 @@ pub fn series(scenario: &Scenario, replicas: usize, contender: Contender, s: &Su
     for (i, (goodput, p99, limit)) in s.series.iter().enumerate() {
         let limit = limit.map_or_else(String::new, |l| format!(" {l:.1}"));
         let _ = writeln!(out, "{i:>3} {:>5.0}% {p99:>8.1}{limit}", goodput * 100.0);
+    }
+    for (at, d) in decisions {
+        let ms =
+            |us: Option<u64>| us.map_or("-".to_string(), |us| format!("{:.1}", us as f64 / 1e3));
+        let _ = writeln!(
+            out,
+            "  step read at {at:.1} s: {} → {} ({}); ok {}, dropped {}, p50 {} ms, baseline {} ms, peak {}, {} reporters",
+            d.from,
+            d.to,
+            d.reason,
+            d.ok,
+            d.dropped,
+            ms(d.p50_us),
+            ms(d.baseline_us),
+            d.peak_in_flight,
+            d.reporters
+        );
     }
     out
 }
