@@ -20,12 +20,7 @@ pub struct Flight {
     start: Instant,
     now: AtomicUsize,
     admissions: Mutex<Vec<Admission>>,
-    /// Errors of the store or transport, first few kept word for word.
-    errors: Mutex<(usize, Vec<String>)>,
 }
-
-/// Errors quoted in the report; the rest are only counted.
-const ERRORS_KEPT: usize = 3;
 
 impl Flight {
     pub fn new(start: Instant) -> Flight {
@@ -33,7 +28,6 @@ impl Flight {
             start,
             now: AtomicUsize::new(0),
             admissions: Mutex::new(Vec::new()),
-            errors: Mutex::new((0, Vec::new())),
         }
     }
 
@@ -57,25 +51,9 @@ impl Flight {
         t.saturating_duration_since(self.start).as_secs_f64()
     }
 
-    pub fn error(&self, what: String) {
-        let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-        e.0 += 1;
-        if e.1.len() < ERRORS_KEPT {
-            e.1.push(what);
-        }
-    }
-
     /// The admissions so far, in order.
     pub fn admissions(&self) -> Vec<Admission> {
         self.admissions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// How many errors, and the first few.
-    pub fn errors(&self) -> (usize, Vec<String>) {
-        self.errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

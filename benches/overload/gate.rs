@@ -10,7 +10,7 @@ use clusterlimit::{Error, Limiter, Semaphore};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -102,8 +102,31 @@ pub enum Kind {
     Refused,
     /// No answer before the client's deadline.
     TimedOut,
-    /// Anything else: a transport or store error (should not happen; reported apart).
+    /// Anything else: a transport or store error (should not happen; logged in `ErrorLog`).
     Failed,
+}
+
+/// The store and transport errors of a run: each counted once, the first few kept word for
+/// word for the report.
+#[derive(Default)]
+pub struct ErrorLog(Mutex<(usize, Vec<String>)>);
+
+/// Errors quoted in the report; the rest are only counted.
+const ERRORS_KEPT: usize = 3;
+
+impl ErrorLog {
+    fn add(&self, what: String) {
+        let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        e.0 += 1;
+        if e.1.len() < ERRORS_KEPT {
+            e.1.push(what);
+        }
+    }
+
+    /// How many errors, and the first few.
+    pub fn get(&self) -> (usize, Vec<String>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// What the calls of one run share: where the dependency is, the timeouts, the in-flight count.
@@ -120,6 +143,7 @@ pub struct CallSetup {
 pub struct Replica {
     client: reqwest::Client,
     gate: Gate,
+    errors: Arc<ErrorLog>,
 }
 
 enum Gate {
@@ -134,23 +158,27 @@ enum Gate {
 
 type Acc = tower_acc::ConcurrencyLimit<HttpCall, Observed<tower_acc::Vegas>>;
 
-impl Replica {
-    /// Replica `index` of `contender`: its own HTTP client and, for a cluster contender, its
-    /// own Limiter (one session) on `etcd_url`. `limit` receives a tower-acc limiter's limit.
-    pub async fn open(
-        contender: Contender,
-        index: usize,
-        etcd_url: &str,
-        dependency_url: &str,
-        limit: Arc<AtomicUsize>,
-    ) -> anyhow::Result<Replica> {
+/// What every replica of a run is opened with.
+pub struct Opening {
+    pub contender: Contender,
+    /// The contender's own etcd prefix.
+    pub etcd_url: String,
+    pub dependency_url: String,
+    pub errors: Arc<ErrorLog>,
+}
+
+impl Opening {
+    /// Replica `index`: its own HTTP client and, for a cluster contender, its own Limiter (one
+    /// session). `limit` receives a tower-acc limiter's current limit.
+    pub async fn replica(&self, index: usize, limit: Arc<AtomicUsize>) -> anyhow::Result<Replica> {
         let client = reqwest::Client::builder()
             .build()
             .context("build an HTTP client")?;
-        let gate = match contender {
+        let owner = format!("replica-{index}");
+        let gate = match self.contender {
             Contender::NoLimit => Gate::Open,
             Contender::Fixed { capacity, .. } => {
-                let limiter = crate::stores::limiter(etcd_url, &format!("replica-{index}")).await?;
+                let limiter = crate::stores::limiter(&self.etcd_url, &owner).await?;
                 let sem = limiter
                     .semaphore(SEMAPHORE, capacity)
                     .await
@@ -158,7 +186,7 @@ impl Replica {
                 Gate::Cluster { limiter, sem }
             }
             Contender::Ours => {
-                let limiter = crate::stores::limiter(etcd_url, &format!("replica-{index}")).await?;
+                let limiter = crate::stores::limiter(&self.etcd_url, &owner).await?;
                 let sem = limiter
                     .adaptive_semaphore(SEMAPHORE, adaptive())
                     .await
@@ -168,15 +196,22 @@ impl Replica {
             Contender::TowerAcc => {
                 let inner = HttpCall {
                     client: client.clone(),
-                    url: dependency_url.into(),
+                    url: self.dependency_url.as_str().into(),
+                    errors: self.errors.clone(),
                 };
                 let algorithm = Observed::new(tower_acc::Vegas::default(), limit);
                 Gate::TowerAcc(tower_acc::ConcurrencyLimit::new(inner, algorithm))
             }
         };
-        Ok(Replica { client, gate })
+        Ok(Replica {
+            client,
+            gate,
+            errors: self.errors.clone(),
+        })
     }
+}
 
+impl Replica {
     /// The replica's Limiter, if it has one.
     pub fn limiter(&self) -> Option<&Limiter> {
         match &self.gate {
@@ -186,75 +221,80 @@ impl Replica {
     }
 
     /// The call scheduled at `scheduled`, made now (late if the harness is late): admission,
-    /// the HTTP call, release.
-    pub async fn call(&self, setup: &CallSetup, scheduled: Instant) -> Kind {
+    /// the HTTP call, release. Returns how it ended and when its caller knew: at the answer,
+    /// before the permit's release (which a caller need not wait for).
+    pub async fn call(&self, setup: &CallSetup, scheduled: Instant) -> (Kind, Instant) {
         let deadline = scheduled + setup.client_timeout;
         let Some(admission) = deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
             .map(|left| left.min(setup.admission))
         else {
-            return Kind::TimedOut;
+            return (Kind::TimedOut, Instant::now());
         };
         let started = Instant::now();
+        let send = || send(&self.client, &setup.url, deadline, &self.errors);
         match &self.gate {
             Gate::Open => {
                 let _in = setup.flight.enter(started);
-                send(&self.client, &setup.url, deadline).await
+                (send().await, Instant::now())
             }
             Gate::Cluster { sem, .. } => {
                 let permit = match sem.acquire_timeout(admission).await {
                     Ok(p) => p,
-                    Err(Error::Timeout | Error::NoPermits) => return Kind::Rejected,
+                    Err(Error::Timeout | Error::NoPermits) => {
+                        return (Kind::Rejected, Instant::now())
+                    }
                     Err(e) => {
-                        setup.flight.error(format!("acquire: {e}"));
-                        return Kind::Failed;
+                        self.errors.add(format!("acquire: {e}"));
+                        return (Kind::Failed, Instant::now());
                     }
                 };
-                let (kind, latency) = {
+                let (kind, sent, answered) = {
                     let _in = setup.flight.enter(started);
                     let sent = Instant::now();
-                    (
-                        send(&self.client, &setup.url, deadline).await,
-                        sent.elapsed(),
-                    )
+                    (send().await, sent, Instant::now())
                 };
                 // Only an adaptive semaphore uses the outcome; a fixed one ignores it.
                 let outcome = match kind {
-                    Kind::Success => Outcome::Success(latency),
+                    Kind::Success => Outcome::Success(answered - sent),
                     Kind::Refused | Kind::TimedOut => Outcome::Dropped,
                     Kind::Rejected | Kind::Failed => Outcome::Ignore,
                 };
                 if let Err(e) = permit.release_with(outcome).await {
-                    setup.flight.error(format!("release: {e}"));
+                    self.errors.add(format!("release: {e}"));
                 }
-                kind
+                (kind, answered)
             }
             Gate::TowerAcc(acc) => {
                 let mut acc = acc.clone();
                 match tokio::time::timeout(admission, acc.ready()).await {
                     Ok(Ok(_)) => {}
-                    Ok(Err(kind)) => return kind,
-                    Err(_) => return Kind::Rejected,
+                    Ok(Err(kind)) => return (kind, Instant::now()),
+                    Err(_) => return (Kind::Rejected, Instant::now()),
                 }
                 let _in = setup.flight.enter(started);
-                match acc.call(deadline).await {
-                    Ok(()) => Kind::Success,
-                    Err(kind) => kind,
-                }
+                let kind = acc.call(deadline).await.err().unwrap_or(Kind::Success);
+                (kind, Instant::now())
             }
         }
     }
 }
 
 /// One GET of the dependency, answered by `deadline` or timed out.
-async fn send(client: &reqwest::Client, url: &str, deadline: Instant) -> Kind {
+async fn send(client: &reqwest::Client, url: &str, deadline: Instant, errors: &ErrorLog) -> Kind {
     match tokio::time::timeout_at(deadline, client.get(url).send()).await {
         Err(_) => Kind::TimedOut,
-        Ok(Err(_)) => Kind::Failed,
         Ok(Ok(resp)) if resp.status().is_success() => Kind::Success,
         Ok(Ok(resp)) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => Kind::Refused,
-        Ok(Ok(_)) => Kind::Failed,
+        Ok(Ok(resp)) => {
+            errors.add(format!("the dependency answered {}", resp.status()));
+            Kind::Failed
+        }
+        Ok(Err(e)) => {
+            errors.add(format!("call the dependency: {e}"));
+            Kind::Failed
+        }
     }
 }
 
@@ -264,6 +304,7 @@ async fn send(client: &reqwest::Client, url: &str, deadline: Instant) -> Kind {
 struct HttpCall {
     client: reqwest::Client,
     url: Arc<str>,
+    errors: Arc<ErrorLog>,
 }
 
 impl Service<Instant> for HttpCall {
@@ -276,9 +317,9 @@ impl Service<Instant> for HttpCall {
     }
 
     fn call(&mut self, deadline: Instant) -> Self::Future {
-        let (client, url) = (self.client.clone(), self.url.clone());
+        let (client, url, errors) = (self.client.clone(), self.url.clone(), self.errors.clone());
         Box::pin(async move {
-            match send(&client, &url, deadline).await {
+            match send(&client, &url, deadline, &errors).await {
                 Kind::Success => Ok(()),
                 other => Err(other),
             }

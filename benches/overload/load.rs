@@ -5,7 +5,7 @@
 
 use crate::dependency::Dependency;
 use crate::flight::{Admission, Flight};
-use crate::gate::{CallSetup, Contender, Kind, Replica, SEMAPHORE};
+use crate::gate::{CallSetup, Contender, ErrorLog, Kind, Opening, Replica, SEMAPHORE};
 use crate::plan::{DependencySize, Plan, Scenario};
 use crate::stats::Samples;
 use anyhow::Context as _;
@@ -136,6 +136,12 @@ pub struct RunSpec<'a> {
 pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
     let size = spec.plan.dependency;
     let dep = Arc::new(Dependency::start(size, spec.seed)?);
+    let opening = Arc::new(Opening {
+        contender: spec.contender,
+        etcd_url: spec.etcd_url.clone(),
+        dependency_url: dep.url.clone(),
+        errors: Arc::new(ErrorLog::default()),
+    });
     let limits: Vec<Arc<AtomicUsize>> = (0..spec.replicas)
         .map(|_| Arc::new(AtomicUsize::new(0)))
         .collect();
@@ -143,7 +149,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
     let mut opened = Vec::new();
     for (i, limit) in limits.iter().enumerate() {
         opened.push(if spec.scenario.start_of(i, spec.replicas).is_zero() {
-            Some(Replica::open(spec.contender, i, &spec.etcd_url, &dep.url, limit.clone()).await?)
+            Some(opening.replica(i, limit.clone()).await?)
         } else {
             None
         });
@@ -164,9 +170,8 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
     let mut replicas = JoinSet::new();
     for (i, replica) in opened.into_iter().enumerate() {
         let load = ReplicaLoad {
-            contender: spec.contender,
+            opening: opening.clone(),
             index: i,
-            etcd_url: spec.etcd_url.clone(),
             limit: limits[i].clone(),
             setup: setup.clone(),
             start,
@@ -210,7 +215,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
     data.store = crate::stores::total_stats(&limiters);
     crate::stores::close_all(&limiters).await?;
     data.admissions = setup.flight.admissions();
-    data.errors = setup.flight.errors();
+    data.errors = opening.errors.get();
     data.records
         .sort_by(|a, b| a.scheduled.total_cmp(&b.scheduled));
     Ok(data)
@@ -218,9 +223,8 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
 
 /// One replica's share of the load.
 struct ReplicaLoad {
-    contender: Contender,
+    opening: Arc<Opening>,
     index: usize,
-    etcd_url: String,
     limit: Arc<AtomicUsize>,
     setup: Arc<CallSetup>,
     start: Instant,
@@ -239,11 +243,7 @@ impl ReplicaLoad {
         let replica = match replica {
             Some(r) => r,
             // Its calls are scheduled from `from` anyway: a slow start counts in their latency.
-            None => {
-                let dep_url = self.setup.url.clone();
-                let (c, i) = (self.contender, self.index);
-                Replica::open(c, i, &self.etcd_url, &dep_url, self.limit.clone()).await?
-            }
+            None => self.opening.replica(self.index, self.limit.clone()).await?,
         };
         let replica = Arc::new(replica);
         let mut rng = fastrand::Rng::with_seed(self.seed);
@@ -267,10 +267,10 @@ impl ReplicaLoad {
             }
             let (replica, setup) = (replica.clone(), self.setup.clone());
             calls.spawn(async move {
-                let kind = replica.call(&setup, scheduled).await;
+                let (kind, done) = replica.call(&setup, scheduled).await;
                 Record {
                     scheduled: setup.flight.secs(scheduled),
-                    done: setup.flight.secs(Instant::now()),
+                    done: setup.flight.secs(done),
                     kind,
                 }
             });

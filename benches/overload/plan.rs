@@ -42,7 +42,7 @@ impl DependencySize {
 /// One load pattern: how long it runs, what happens when (offsets from its start).
 #[derive(Debug, Clone)]
 pub struct Scenario {
-    pub name: &'static str,
+    pub name: String,
     pub run_for: Duration,
     /// Figures (goodput, latency, rates) are taken from here to the end: the contenders start
     /// cold and the targets are about a loaded system.
@@ -78,11 +78,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
     Ok(
         crate::common::args::parse(NAME, USAGE, &["--series"], args)?.map(|args| {
             let series = args.flags.iter().any(|f| f == "--series");
-            if args.quick {
-                Plan::quick(args.out, series)
-            } else {
-                Plan::full(args.out, series)
-            }
+            Plan::new(args.quick, args.out, series)
         }),
     )
 }
@@ -102,85 +98,84 @@ const fn s(secs: u64) -> Duration {
     Duration::from_secs(secs)
 }
 
-const fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
+/// The scenarios' times: how long each runs, when its changes come, its warm-up.
+struct Times {
+    steady: Duration,
+    /// The capacity halves at `.0`, comes back at `.1`, the run ends at `.2`.
+    halves: (Duration, Duration, Duration),
+    /// Half the replicas join at `.0`, the run ends at `.1`.
+    joins: (Duration, Duration),
+    warm_up: Duration,
 }
 
 impl Plan {
-    fn full(out: Option<PathBuf>, series: bool) -> Plan {
-        let w = DEPENDENCY.workers;
+    /// The full run: R = 4 and 8, the times. `quick`: every scenario at about a fifth
+    /// of its length, R = 4 only (under 3 minutes).
+    fn new(quick: bool, out: Option<PathBuf>, series: bool) -> Plan {
+        let (replicas, unloaded_calls, settle_hold, times) = if quick {
+            let times = Times {
+                steady: s(4),
+                halves: (s(3), s(6), s(10)),
+                joins: (s(2), s(5)),
+                warm_up: s(1),
+            };
+            (vec![4], 60, s(1), times)
+        } else {
+            let times = Times {
+                steady: s(20),
+                halves: (s(20), s(40), s(55)),
+                joins: (s(8), s(25)),
+                warm_up: s(5),
+            };
+            (vec![4, 8], 300, s(3), times)
+        };
         Plan {
-            quick: false,
+            quick,
             out,
             series,
             dependency: DEPENDENCY,
             overload: 3.0,
-            replicas: vec![4, 8],
-            unloaded_calls: 300,
-            settle_hold: s(3),
-            scenarios: vec![
-                Scenario {
-                    name: "steady 3× overload",
-                    run_for: s(20),
-                    measure_from: s(5),
-                    worker_changes: vec![],
-                    join_at: None,
-                },
-                Scenario {
-                    name: "capacity halves at 20 s, back at 40 s",
-                    run_for: s(55),
-                    measure_from: s(5),
-                    worker_changes: vec![(s(20), w / 2), (s(40), w)],
-                    join_at: None,
-                },
-                Scenario {
-                    name: "half the replicas join at 8 s",
-                    run_for: s(25),
-                    measure_from: s(3),
-                    worker_changes: vec![],
-                    join_at: Some(s(8)),
-                },
-            ],
+            replicas,
+            unloaded_calls,
+            settle_hold,
+            scenarios: scenarios(times),
         }
     }
+}
 
-    /// Every scenario at about a fifth of its length, R = 4 only: under 3 minutes.
-    fn quick(out: Option<PathBuf>, series: bool) -> Plan {
-        let w = DEPENDENCY.workers;
-        Plan {
-            quick: true,
-            out,
-            series,
-            dependency: DEPENDENCY,
-            overload: 3.0,
-            replicas: vec![4],
-            unloaded_calls: 60,
-            settle_hold: s(1),
-            scenarios: vec![
-                Scenario {
-                    name: "steady 3× overload",
-                    run_for: s(4),
-                    measure_from: s(1),
-                    worker_changes: vec![],
-                    join_at: None,
-                },
-                Scenario {
-                    name: "capacity halves at 3 s, back at 6 s",
-                    run_for: s(10),
-                    measure_from: s(1),
-                    worker_changes: vec![(s(3), w / 2), (s(6), w)],
-                    join_at: None,
-                },
-                Scenario {
-                    name: "half the replicas join at 2 s",
-                    run_for: s(5),
-                    measure_from: ms(500),
-                    worker_changes: vec![],
-                    join_at: Some(s(2)),
-                },
-            ],
-        }
-    }
+/// Steady 3× overload; the capacity halving and coming back; half the replicas joining. The
+/// join's warm-up is shorter: its first half runs at half the load.
+fn scenarios(t: Times) -> Vec<Scenario> {
+    let w = DEPENDENCY.workers;
+    let (halves, back, halves_end) = t.halves;
+    let (join, join_end) = t.joins;
+    vec![
+        Scenario {
+            name: "steady 3× overload".to_string(),
+            run_for: t.steady,
+            measure_from: t.warm_up,
+            worker_changes: vec![],
+            join_at: None,
+        },
+        Scenario {
+            name: format!(
+                "capacity halves at {} s, back at {} s",
+                halves.as_secs(),
+                back.as_secs()
+            ),
+            run_for: halves_end,
+            measure_from: t.warm_up,
+            worker_changes: vec![(halves, w / 2), (back, w)],
+            join_at: None,
+        },
+        Scenario {
+            name: format!("half the replicas join at {} s", join.as_secs()),
+            run_for: join_end,
+            measure_from: t.warm_up / 2,
+            worker_changes: vec![],
+            join_at: Some(join),
+        },
+    ]
 }
 
 impl Scenario {
@@ -194,10 +189,11 @@ impl Scenario {
 
     /// Workers in force at `t` (from the start of the run), starting from `full`.
     pub fn workers_at(&self, t: Duration, full: usize) -> usize {
+        // The changes are in time order: the last one at or before `t` is in force.
         self.worker_changes
             .iter()
-            .filter(|(at, _)| *at <= t)
-            .last()
+            .rev()
+            .find(|(at, _)| *at <= t)
             .map_or(full, |(_, w)| *w)
     }
 }

@@ -83,10 +83,7 @@ pub fn summarise(plan: &Plan, scenario: &Scenario, unloaded: &Unloaded, data: &R
         latency: latencies(measured.iter().copied()),
         rejected_per_s: count(Kind::Rejected) / span,
         dropped_per_s: (count(Kind::Refused) + count(Kind::TimedOut)) / span,
-        errors: (
-            data.errors.0 + count(Kind::Failed) as usize,
-            data.errors.1.clone(),
-        ),
+        errors: data.errors.clone(),
         abandoned: data.abandoned,
         settles: settles(plan, scenario, &series),
         in_flight: in_flight(data),
