@@ -80,8 +80,8 @@ fn about(plan: &Plan, unloaded: &Unloaded) -> String {
          the stored capacity seen (read every 100 ms) and the admissions with more calls in \
          flight than the capacity in force allowed\n\
          - settle: seconds from a change until goodput ≥ 90% of the new capacity and p99 ≤ the \
-         objective, both holding for {hold} s (per-second figures by scheduled time); `never` = \
-         not within that phase\n\
+         objective, both holding for {hold} s (per-second figures by scheduled time); `0 s` = \
+         already in the first second after it, `never` = not within that phase\n\
          - store req/s: requests of the replicas' Limiters to etcd; CPU cores: used on average \
          during the run by this process (replicas, limiters, the dependency) + etcd, of the \
          machine's {cores}\n",
