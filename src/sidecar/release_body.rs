@@ -10,20 +10,13 @@ use std::time::Duration;
 /// Longest latency a client may report: a day (the controller's histogram tops out sooner).
 pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
 
-/// The outcome a client names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Said {
-    Success,
-    Dropped,
-    Ignore,
-}
-
 /// `{"outcome": "success" | "dropped" | "ignore", "latency_ms": <number>}`, both optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
-    outcome: Option<Said>,
+    /// A string, matched here: serde_json calls a number given for an enum a syntax error,
+    /// which would name no field.
+    outcome: Option<String>,
     latency_ms: Option<f64>,
 }
 
@@ -52,14 +45,18 @@ impl ReleaseBody {
                 ))
             }
         };
-        match (self.outcome, latency) {
-            (Some(Said::Success), latency) => Ok(Reported::Success(latency)),
+        match (self.outcome.as_deref(), latency) {
+            (Some("success"), latency) => Ok(Reported::Success(latency)),
+            (Some(other), _) if !matches!(other, "dropped" | "ignore") => Err(Problem::field(
+                "outcome",
+                format!("`outcome` must be one of: success, dropped, ignore, got {other:?}"),
+            )),
             (_, Some(_)) => Err(Problem::field(
                 "latency_ms",
                 "latency_ms goes with \"outcome\": \"success\" only",
             )),
-            (Some(Said::Dropped), None) => Ok(Reported::Dropped),
-            (Some(Said::Ignore) | None, None) => Ok(Reported::Ignore),
+            (Some("dropped"), None) => Ok(Reported::Dropped),
+            _ => Ok(Reported::Ignore),
         }
     }
 }
