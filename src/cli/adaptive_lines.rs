@@ -42,7 +42,10 @@ mod tests {
             reporters: 2,
             last: None,
         };
-        assert_eq!(lines(&a), "  adaptive: no controller step yet (2 reporters)");
+        assert_eq!(
+            lines(&a),
+            "  adaptive: no controller step yet (2 reporters)"
+        );
         a.last = Some(DecisionView {
             from: 10,
             to: 5,
@@ -56,7 +59,10 @@ mod tests {
             at_unix_ms: 0,
         });
         let text = lines(&a);
-        assert!(text.starts_with("  adaptive: capacity 10 → 5 at 1970-01-01T00:00:00Z: 12% dropped\n"), "{text}");
+        assert!(
+            text.starts_with("  adaptive: capacity 10 → 5 at 1970-01-01T00:00:00Z: 12% dropped\n"),
+            "{text}"
+        );
         assert!(text.ends_with("controller host-a/1, 2 reporters; last window: 7 ok, 1 dropped, p50 41.2 ms, baseline -"), "{text}");
     }
 }

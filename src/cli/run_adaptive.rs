@@ -45,11 +45,22 @@ pub struct AdaptiveArgs {
     pub window: Duration,
     /// Adaptive: one window changes the capacity by at most this share of it (above 0, at
     /// most 1).
-    #[arg(long, value_name = "SHARE", requires = "adaptive", default_value_t = 0.5)]
+    #[arg(
+        long,
+        value_name = "SHARE",
+        requires = "adaptive",
+        default_value_t = 0.5
+    )]
     pub max_step: f64,
     /// Adaptive: exit codes of the command that mean the dependency was overloaded (reported
     /// as drops). Default: 75 (EX_TEMPFAIL) and 124 (timeout(1) ran out).
-    #[arg(long, value_name = "CODES", requires = "adaptive", value_delimiter = ',', default_value = "75,124")]
+    #[arg(
+        long,
+        value_name = "CODES",
+        requires = "adaptive",
+        value_delimiter = ',',
+        default_value = "75,124"
+    )]
     pub overload_exit_codes: Vec<i32>,
 }
 
@@ -134,7 +145,10 @@ mod tests {
         assert_eq!(a.outcome(exited(124), took, false), Outcome::Dropped);
         assert_eq!(a.outcome(exited(3), took, false), Outcome::Ignore);
         assert_eq!(a.outcome(exited(137), took, false), Outcome::Dropped);
-        assert_eq!(a.outcome(ExitStatus::from_raw(9), took, false), Outcome::Dropped);
+        assert_eq!(
+            a.outcome(ExitStatus::from_raw(9), took, false),
+            Outcome::Dropped
+        );
         assert_eq!(a.outcome(exited(143), took, true), Outcome::Ignore);
         assert_eq!(a.outcome(exited(0), took, true), Outcome::Success(took));
     }
@@ -142,6 +156,9 @@ mod tests {
     #[test]
     fn linger_covers_the_window_and_the_grace() {
         let l = args().linger();
-        assert!(l > Duration::from_millis(290) && l <= Duration::from_millis(490), "{l:?}");
+        assert!(
+            l > Duration::from_millis(290) && l <= Duration::from_millis(490),
+            "{l:?}"
+        );
     }
 }

@@ -141,6 +141,10 @@ mod tests {
         let e = check(&tables, |f, why| Failure::usage(format!("{f}: {why}")))
             .await
             .unwrap_err();
-        assert!(e.message.contains("adaptive.db: adaptive max"), "{}", e.message);
+        assert!(
+            e.message.contains("adaptive.db: adaptive max"),
+            "{}",
+            e.message
+        );
     }
 }

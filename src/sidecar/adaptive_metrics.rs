@@ -88,9 +88,7 @@ impl AdaptiveMetrics {
         let label = SemLabel {
             semaphore: semaphore.to_string(),
         };
-        self.capacity
-            .get_or_create(&label)
-            .set(i64::from(capacity));
+        self.capacity.get_or_create(&label).set(i64::from(capacity));
         let Some(a) = adaptive else {
             self.reporters.get_or_create(&label).set(0);
             return;
@@ -109,9 +107,7 @@ impl AdaptiveMetrics {
         self.baseline_seconds
             .get_or_create(&label)
             .set(seconds(view.baseline_ms));
-        self.drop_ratio
-            .get_or_create(&label)
-            .set(view.drop_ratio());
+        self.drop_ratio.get_or_create(&label).set(view.drop_ratio());
         let step = (d.window, d.at_unix_ms);
         let new = lock(&self.counted).insert(semaphore.to_string(), step) != Some(step);
         if new && d.to != d.from {
