@@ -102,7 +102,7 @@ async fn acquire_and_run(
         // The outcome is announced with this process's window and gone with its session.
         tokio::select! {
             () = tokio::time::sleep(args.adaptive.linger()) => {}
-            _ = signals.recv() => {}
+            sig = signals.recv() => tracing::debug!(signal = ?sig, "not waiting for the window's end"),
         }
     }
     let status = status
