@@ -424,6 +424,56 @@ async fn drops_through_two_sidecars_lower_the_capacity_with_its_reason() {
     assert!(!out.stdout.contains("adaptive"), "{}", out.stdout);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_on_zookeeper_serves_adaptive_and_plain_semaphores() {
+    let zk = support::ZkCluster::single();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "sidecar.toml", AIMD_DB);
+    let url = zk.url("sidecar-adaptive");
+    let sc = Sidecar::start(&["--store", &url, "--config", config.to_str().unwrap()]).await;
+    let (c, base) = (client(), sc.url.clone());
+    let id = acquire(&c, &base, "db").await;
+    let said = r#"{"outcome":"dropped"}"#;
+    assert_eq!(
+        release(&c, &base, &id, said).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let st = wait_step(&c, &base, "db", "a step with the drop", |d| {
+        d["dropped"].as_u64() >= Some(1)
+    })
+    .await;
+    assert_eq!(st["adaptive"]["reporters"], 1, "{st}");
+    // A semaphore nobody adapts: its status as before, no adaptive object, in GET and status.
+    let r = c
+        .put(format!("{base}/v1/semaphores/plain"))
+        .json(&json!({"capacity": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let plain = get(&c, &base, "plain").await;
+    assert_eq!(plain["capacity"], 2, "{plain}");
+    assert!(plain.get("adaptive").is_none(), "{plain}");
+    let out = output(
+        cmd(&["status", "--store", &url, "plain", "--json"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(v.get("adaptive").is_none(), "{v}");
+    let out = output(
+        cmd(&["status", "--store", &url, "db"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert!(
+        out.stdout.contains("  adaptive: capacity "),
+        "{}",
+        out.stdout
+    );
+}
+
 /// Every step `sem`'s controller took while `work` ran and for four windows after, by window.
 async fn steps_during(
     sem: &Semaphore,
@@ -463,9 +513,21 @@ async fn steps_during(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_reports_the_commands_exit_as_its_outcome() {
+async fn run_reports_the_commands_exit_as_its_outcome_on_etcd() {
     let cluster = EtcdCluster::single();
-    let url = cluster.url("run-outcomes");
+    run_reports_the_commands_exit_as_its_outcome(&cluster.url("run-outcomes")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_the_commands_exit_as_its_outcome_on_zookeeper() {
+    let zk = support::ZkCluster::single();
+    run_reports_the_commands_exit_as_its_outcome(&zk.url("run-outcomes")).await;
+}
+
+/// `run --adaptive` in the store at `url`: exit 0, 75, a SIGKILL and exit 3 seen by the
+/// controller (the test's Limiter) as a success of the command's time, drops, and nothing.
+async fn run_reports_the_commands_exit_as_its_outcome(url: &str) {
+    let url = url.to_string();
     // The test's own Limiter opens the semaphore first: it holds the controller seat, so its
     // steps show what every `run` reported.
     let limiter = Limiter::builder(&url)
