@@ -65,6 +65,13 @@ async fn release(c: &Client, base: &str, id: &str, body: &str) -> (StatusCode, O
     (status, v["field"].as_str().map(str::to_string))
 }
 
+/// One call on `db` through the sidecar at `base`, released as dropped.
+async fn drop_one(c: &Client, base: &str) {
+    let id = acquire(c, base, "db").await;
+    let said = r#"{"outcome":"dropped"}"#;
+    assert_eq!(release(c, base, &id, said).await.0, StatusCode::NO_CONTENT);
+}
+
 async fn get(c: &Client, base: &str, sem: &str) -> Value {
     c.get(format!("{base}/v1/semaphores/{sem}"))
         .send()
@@ -222,12 +229,7 @@ async fn release_reports_each_body_form_and_refuses_bad_ones() {
     .await;
 
     // A drop.
-    let id = acquire(&c, &base, "db").await;
-    let said = r#"{"outcome":"dropped"}"#;
-    assert_eq!(
-        release(&c, &base, &id, said).await.0,
-        StatusCode::NO_CONTENT
-    );
+    drop_one(&c, &base).await;
     let st = wait_step(&c, &base, "db", "a step with the drop", |d| {
         d["dropped"].as_u64() >= Some(1)
     })
@@ -328,9 +330,7 @@ async fn drops_through_two_sidecars_lower_the_capacity_with_its_reason() {
     let mut counted = 0.0;
     while start.elapsed() < FEW_WINDOWS && (lowering.is_none() || counted < 1.0) {
         for base in [&a.url, &b.url] {
-            let id = acquire(&c, base, "db").await;
-            let said = r#"{"outcome":"dropped"}"#;
-            assert_eq!(release(&c, base, &id, said).await.0, StatusCode::NO_CONTENT);
+            drop_one(&c, base).await;
         }
         let st = get(&c, &b.url, "db").await;
         let d = &st["adaptive"]["last"];
@@ -432,12 +432,7 @@ async fn a_sidecar_on_zookeeper_serves_adaptive_and_plain_semaphores() {
     let url = zk.url("sidecar-adaptive");
     let sc = Sidecar::start(&["--store", &url, "--config", config.to_str().unwrap()]).await;
     let (c, base) = (client(), sc.url.clone());
-    let id = acquire(&c, &base, "db").await;
-    let said = r#"{"outcome":"dropped"}"#;
-    assert_eq!(
-        release(&c, &base, &id, said).await.0,
-        StatusCode::NO_CONTENT
-    );
+    drop_one(&c, &base).await;
     let st = wait_step(&c, &base, "db", "a step with the drop", |d| {
         d["dropped"].as_u64() >= Some(1)
     })
