@@ -36,8 +36,7 @@ impl LogLevel {
 /// The filter directives: `RUST_LOG` if set; else `level` for clusterlimit's targets with the
 /// rest at `warn`; else the default of the command (`serve`: info, so its start and its
 /// reloads show; one-shot commands: warnings, but none from the store backend, whose
-/// keepalive retries and session end at close would garble the command's one line, nor from
-/// an adaptive semaphore's window task, whose controller seat ends with the command).
+/// keepalive retries and session end at close would garble the command's one line).
 pub fn directives(level: Option<LogLevel>, serve: bool, rust_log: Option<String>) -> String {
     if let Some(expert) = rust_log.filter(|s| !s.trim().is_empty()) {
         return expert;
@@ -45,9 +44,7 @@ pub fn directives(level: Option<LogLevel>, serve: bool, rust_log: Option<String>
     match (level, serve) {
         (Some(level), _) => format!("warn,clusterlimit={}", level.name()),
         (None, true) => "warn,clusterlimit=info".to_string(),
-        (None, false) => {
-            "warn,clusterlimit::backend=error,clusterlimit::adaptive=error".to_string()
-        }
+        (None, false) => "warn,clusterlimit::backend=error".to_string(),
     }
 }
 
@@ -78,7 +75,7 @@ mod tests {
         assert_eq!(directives(None, true, None), "warn,clusterlimit=info");
         assert_eq!(
             directives(None, false, None),
-            "warn,clusterlimit::backend=error,clusterlimit::adaptive=error"
+            "warn,clusterlimit::backend=error"
         );
         assert_eq!(
             directives(Some(LogLevel::Info), false, Some("h2=trace".into())),
@@ -86,7 +83,7 @@ mod tests {
         );
         assert_eq!(
             directives(None, false, Some(" ".into())),
-            "warn,clusterlimit::backend=error,clusterlimit::adaptive=error"
+            "warn,clusterlimit::backend=error"
         );
     }
 }
