@@ -147,6 +147,8 @@ pub struct RunArgs {
     /// Store session TTL (min 2s): if this process dies, its permits come back within it.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub session_ttl: Duration,
+    #[command(flatten)]
+    pub adaptive: super::run_adaptive::AdaptiveArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,

@@ -1,6 +1,7 @@
 //! Command-line entry: parse arguments, set up logging and a runtime, run one subcommand
 //! (`serve` is the sidecar's).
 
+mod adaptive_lines;
 mod args;
 mod child;
 mod deadline;
@@ -8,6 +9,7 @@ mod logging;
 mod memory_store;
 mod rate;
 mod run;
+mod run_adaptive;
 mod set_capacity;
 mod signals;
 mod status;

@@ -8,6 +8,7 @@ use super::signals::Signals;
 use super::supervisor;
 use super::wait_notice;
 use crate::frontend::{connect, exit, format_duration, Failure};
+use clusterlimit::adaptive::Outcome;
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
@@ -75,8 +76,11 @@ async fn acquire_and_run(
         never = notice => match never {},
     };
     tracing::debug!(semaphore = %args.semaphore, token = permit.fencing_token(), "acquired");
+    let started = std::time::Instant::now();
     let (mut child, mut group) = spawn(args, &permit)?;
-    let (status, lost) = supervise(&mut child, &mut group, &permit, signals).await;
+    let ended = supervise(&mut child, &mut group, &permit, signals).await;
+    let took = started.elapsed();
+    let (status, lost) = (ended.status, ended.lost);
     if lost {
         return Err(Failure::new(
             exit::LOST,
@@ -86,19 +90,32 @@ async fn acquire_and_run(
             ),
         ));
     }
-    if let Err(e) = permit.release().await {
+    let outcome = match (&status, args.adaptive.settings()) {
+        (Ok(st), Some(_)) => args.adaptive.outcome(*st, took, ended.asked_to_stop),
+        _ => Outcome::Ignore,
+    };
+    tracing::debug!(?outcome, "releasing");
+    if let Err(e) = permit.release_with(outcome).await {
         tracing::warn!(error = %e, "releasing the permit; the session close or TTL frees it");
+    }
+    if args.adaptive.settings().is_some() {
+        // The outcome is announced with this process's window and gone with its session.
+        tokio::select! {
+            () = tokio::time::sleep(args.adaptive.linger()) => {}
+            sig = signals.recv() => tracing::debug!(signal = ?sig, "not waiting for the window's end"),
+        }
     }
     let status = status
         .map_err(|e| Failure::new(exit::SOFTWARE, format!("waiting for the command: {e}")))?;
     Ok(exit_code(status))
 }
 
-/// Opens the semaphore, or creates it when `--capacity` is given.
+/// Opens the semaphore, or creates it when `--capacity` (or `--adaptive`) is given.
 async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
-    let opened = match args.capacity {
-        Some(cap) => limiter.semaphore(&args.semaphore, cap).await,
-        None => limiter.open_semaphore(&args.semaphore).await,
+    let opened = match (args.adaptive.settings(), args.capacity) {
+        (Some(settings), _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
+        (None, Some(cap)) => limiter.semaphore(&args.semaphore, cap).await,
+        (None, None) => limiter.open_semaphore(&args.semaphore).await,
     };
     opened.map_err(|e| match e {
         Error::NotFound(_) => Failure::usage(format!(
@@ -201,25 +218,37 @@ fn with_group(
     Ok((child, group))
 }
 
+/// How the command ended.
+struct Ended {
+    status: std::io::Result<ExitStatus>,
+    /// The permit was lost while it ran.
+    lost: bool,
+    /// `run` was sent SIGTERM or SIGINT while it ran (and passed it on).
+    asked_to_stop: bool,
+}
+
 /// Waits for the child, forwarding signals to its group, then ends whatever the child left in
 /// its group. SIGTERM or SIGINT to `run`, and a lost permit (SIGTERM), are followed by SIGKILL
 /// if the child still runs `grace` later; SIGHUP is only forwarded (and SIGINT too when the
 /// command is in the terminal's foreground with us). Returns the child's exit
-/// status and whether the permit was lost; on return no process of the group is left (or
-/// they did not go within a bounded wait after SIGKILL, which is logged).
+/// status, whether the permit was lost and whether `run` was asked to stop; on return no
+/// process of the group is left (or they did not go within a bounded wait after SIGKILL,
+/// which is logged).
 async fn supervise(
     child: &mut Child,
     group: &mut Group,
     permit: &Permit,
     signals: &mut Signals,
-) -> (std::io::Result<ExitStatus>, bool) {
+) -> Ended {
     // The child is not reaped before `wait` returns, so until then its pid, which is also its
     // process group's id, cannot be reused: signalling it here cannot hit another process.
     let mut lost = false;
+    let mut asked_to_stop = false;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             sig = signals.recv() => {
+                asked_to_stop |= sig != Signal::SIGHUP;
                 tracing::debug!(signal = ?sig, placement = ?group.placement(), "forwarding to the command");
                 // SIGHUP asks for no end. A SIGINT in the foreground came from the terminal,
                 // which sent it to the command as well: the command decides (a REPL lives on).
@@ -241,7 +270,11 @@ async fn supervise(
     };
     // Reaped: while any process is left in the group, the group id stays reserved with it.
     group.end(signals).await;
-    (status, lost)
+    Ended {
+        status,
+        lost,
+        asked_to_stop,
+    }
 }
 
 /// The child's code, or 128+N when it died of signal N (as shells report it).

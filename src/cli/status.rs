@@ -2,6 +2,7 @@
 
 use super::args::StatusArgs;
 use crate::frontend::{exit, Failure};
+use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
 use clusterlimit::{Holder, Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -12,33 +13,48 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
     let result = read(&limiter, args.name.as_deref()).await;
     let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
     super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
-    let statuses = result?;
+    let (statuses, adaptive) = result?;
     let out = if args.json {
         let json = match (&args.name, statuses.as_slice()) {
-            (Some(_), [one]) => serde_json::to_string_pretty(one),
+            (Some(_), [one]) => serde_json::to_string_pretty(&StatusView {
+                status: one.clone(),
+                adaptive: adaptive.clone(),
+            }),
             _ => serde_json::to_string_pretty(&statuses),
         };
         json.map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?
     } else {
-        table(&statuses)
+        match &adaptive {
+            Some(a) => format!("{}\n{}", table(&statuses), super::adaptive_lines::lines(a)),
+            None => table(&statuses),
+        }
     };
     println!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
-/// Status of `name`, or of every semaphore in the store.
-async fn read(limiter: &Limiter, name: Option<&str>) -> Result<Vec<Status>, Failure> {
+/// Status of `name` with how it adapts (if it does), or of every semaphore in the store.
+async fn read(
+    limiter: &Limiter,
+    name: Option<&str>,
+) -> Result<(Vec<Status>, Option<AdaptiveView>), Failure> {
     let lib = Failure::from_lib;
-    let names = match name {
-        Some(n) => vec![n.to_string()],
-        None => limiter.semaphores().await.map_err(lib)?,
-    };
+    if let Some(n) = name {
+        let sem = limiter.open_semaphore(n).await.map_err(lib)?;
+        let (status, adaptive) = tokio::join!(sem.status(), sem.adaptive_status());
+        let adaptive = adaptive.map_err(lib)?;
+        return Ok((
+            vec![status.map_err(lib)?],
+            adaptive.as_ref().map(AdaptiveView::from),
+        ));
+    }
+    let names = limiter.semaphores().await.map_err(lib)?;
     let mut out = Vec::with_capacity(names.len());
     for n in names {
         let sem = limiter.open_semaphore(&n).await.map_err(lib)?;
         out.push(sem.status().await.map_err(lib)?);
     }
-    Ok(out)
+    Ok((out, None))
 }
 
 /// One block per semaphore: a summary line, then one indented row per holder.

@@ -1,11 +1,13 @@
 //! The HTTP/JSON API: routes, request bodies, handlers.
 
+use super::adaptive_view::StatusView;
 use super::body::{JsonBody, MAX_BODY};
 use super::metrics::Metrics;
 use super::path_param::PathParam;
 use super::permits::{KeepAlive, Table};
 use super::problem::Problem;
 use super::rate_routes::{self, RateApi};
+use super::release_body::ReleaseBody;
 use crate::frontend::lock;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -14,7 +16,7 @@ use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use clusterlimit::{validate, AcquireOptions, Error, Limiter, Semaphore, Status, MAX_CAPACITY};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +47,9 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Opened semaphores, so an acquire costs no extra "does it exist" request.
     opened: Mutex<HashMap<String, Semaphore>>,
+    /// The adaptive semaphores of the config, opened at start; acquires on their names go
+    /// through these handles, so their outcomes reach the controller.
+    pub(super) adaptive: Mutex<BTreeMap<String, Semaphore>>,
     /// The rate-limit routes' guard, header mode and opened limits.
     pub rate: RateApi,
 }
@@ -69,14 +74,28 @@ impl AppState {
             store_timeout,
             shutdown: CancellationToken::new(),
             opened: Mutex::new(HashMap::new()),
+            adaptive: Mutex::new(BTreeMap::new()),
             rate,
         })
     }
 
+    /// Keeps `sem`, an adaptive semaphore of the config, for the routes.
+    pub fn declare_adaptive(&self, sem: Semaphore) {
+        lock(&self.adaptive).insert(sem.name().to_string(), sem);
+    }
+
     /// Opens `name` (creating it with `capacity` if given); cached, since semaphores are never
-    /// deleted.
-    async fn semaphore(&self, name: &str, capacity: Option<u32>) -> Result<Semaphore, Problem> {
+    /// deleted. An adaptive semaphore of the config is always its adaptive handle (it exists:
+    /// `capacity` has nothing to create, and its controller sets the capacity).
+    pub(super) async fn semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+    ) -> Result<Semaphore, Problem> {
         validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
+        if let Some(sem) = lock(&self.adaptive).get(name) {
+            return Ok(sem.clone());
+        }
         if capacity.is_none() {
             if let Some(sem) = self.cached(name) {
                 return Ok(sem);
@@ -105,7 +124,7 @@ impl AppState {
 
     /// `call` within the store timeout, else 503 `store_unavailable`: no route waits longer
     /// than it says on a silent store.
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, Problem>>,
     ) -> Result<T, Problem> {
@@ -381,11 +400,15 @@ async fn keepalive(
     }
 }
 
+/// `DELETE /v1/permits/{id}`, with the work's outcome in an optional body (checked before
+/// anything is released).
 async fn release(
     State(st): State<Shared>,
     PathParam(id): PathParam,
+    JsonBody(body): JsonBody<ReleaseBody>,
 ) -> Result<StatusCode, Problem> {
-    match st.table.release(&id).await {
+    let outcome = body.check()?;
+    match st.table.release(&id, outcome).await {
         Some(Ok(())) => Ok(StatusCode::NO_CONTENT),
         Some(Err(e)) => {
             // The library keeps retrying in the background and the session is the backstop.
@@ -405,8 +428,8 @@ fn unknown_permit(id: &str) -> Problem {
 async fn status(
     State(st): State<Shared>,
     PathParam(name): PathParam,
-) -> Result<Json<Status>, Problem> {
-    st.status_of(&name).await.map(Json)
+) -> Result<Json<StatusView>, Problem> {
+    st.status_view(&name).await.map(Json)
 }
 
 async fn set_capacity(
@@ -451,6 +474,7 @@ async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
 }
 
 async fn metrics(State(st): State<Shared>) -> Response {
+    st.observe_adaptive().await;
     let body = st.metrics.render(st.limiter.stats());
     (
         [(

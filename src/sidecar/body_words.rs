@@ -1,7 +1,7 @@
 //! A request body's type errors in plain words: serde says `invalid type: string "x", expected
 //! i64` or `expected struct AcquireBody`; a client needs the field, what it takes and what it
 //! got, without Rust's type names. What each field takes is said once, here, for every route's
-//! body (permits, rate limits).
+//! body (permits, rate limits, release outcomes).
 
 use clusterlimit::MAX_CAPACITY;
 
@@ -18,6 +18,8 @@ fn takes(field: &str) -> Option<String> {
         "cold_factor" => "a whole number from 2 to 10".to_string(),
         "period" | "ban" | "warmup" => "a duration such as \"1s\", \"500ms\" or \"1m\"".to_string(),
         "algorithm" => "one of: gcra, sliding_window, fixed_window".to_string(),
+        "outcome" => "one of: success, dropped, ignore".to_string(),
+        "latency_ms" => "a number of milliseconds".to_string(),
         _ => return None,
     })
 }

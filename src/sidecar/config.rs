@@ -1,6 +1,7 @@
 //! Sidecar settings: a TOML file (`--config`) overridden by flags, with defaults that need no
 //! servers (`memory://`).
 
+use super::adaptive_config::{self, AdaptiveTables};
 use super::auth::Token;
 use super::rate_config::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::ServeArgs;
@@ -53,6 +54,14 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// name = "api"
 /// limit = 100
 /// period = "1s"                      # also burst, algorithm, ban
+///
+/// [adaptive.payments-api]            # capacity set from the outcomes clients report
+/// algorithm = "gradient"             # or "aimd"
+/// min = 2
+/// max = 200
+/// initial = 20
+/// window = "1s"
+/// max_step = 0.5
 /// ```
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,6 +92,9 @@ struct FileConfig {
     rate_store_timeout: Option<String>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
+    /// Adaptive semaphores (see adaptive_config.rs).
+    #[serde(default)]
+    adaptive: AdaptiveTables,
     // --- Envoy's rate limit service (src/sidecar/rls/) ---
     grpc_listen: Option<String>,
     rls_config: Option<Vec<PathBuf>>,
@@ -142,6 +154,8 @@ pub struct Config {
     pub rate: RateSettings,
     /// `[[rate_limits]]` created at start.
     pub rate_limits: Vec<DeclaredRate>,
+    /// `[adaptive.<name>]` semaphores opened at start.
+    pub adaptive: AdaptiveTables,
     /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
     pub rls: Option<super::rls::Settings>,
 }
@@ -270,6 +284,7 @@ impl Config {
             semaphores: file.semaphores,
             rate,
             rate_limits: file.rate_limits,
+            adaptive: file.adaptive,
             rls,
         })
     }
@@ -284,13 +299,7 @@ impl Config {
                 clusterlimit::Error::InvalidArgument(why) => why,
                 e => e.to_string(),
             };
-            match &self.file {
-                Some(path) => bad(format!(
-                    "{field}: {e} (settings from config {} and flags)",
-                    path.display()
-                )),
-                None => bad(format!("{field}: {e}")),
-            }
+            self.refuse(field, e)
         };
         crate::frontend::refuse_userinfo(&self.store)?;
         clusterlimit::StoreUrl::parse(&self.store).map_err(|e| at("store", e))?;
@@ -337,7 +346,34 @@ impl Config {
         }
         rate_config::check_declared(&self.rate_limits)
             .map_err(|(field, why)| at(&field, clusterlimit::Error::InvalidArgument(why)))?;
+        if let Some(name) = self
+            .adaptive
+            .keys()
+            .find(|n| self.semaphores.iter().any(|d| &d.name == *n))
+        {
+            return Err(self.refuse(
+                &format!("adaptive.{name}"),
+                format!("{name:?} is also declared in [[semaphores]]; declare it once"),
+            ));
+        }
         Ok(())
+    }
+
+    /// The `[adaptive.<name>]` tables' settings, checked without the store (async: they are
+    /// tried on an in-process store). Errors exit 64.
+    pub async fn check_adaptive(&self) -> Result<(), Failure> {
+        adaptive_config::check(&self.adaptive, |field, why| self.refuse(field, why)).await
+    }
+
+    /// A usage failure naming `field` and, if there is one, the config file.
+    fn refuse(&self, field: &str, why: String) -> Failure {
+        match &self.file {
+            Some(path) => bad(format!(
+                "{field}: {why} (settings from config {} and flags)",
+                path.display()
+            )),
+            None => bad(format!("{field}: {why}")),
+        }
     }
 
     /// The settings in force, one per line, as `serve --check-config` prints them.
@@ -375,6 +411,15 @@ impl Config {
             None if self.insecure_allow_remote => "none (insecure_allow_remote)".to_string(),
             None => "none (loopback only)".to_string(),
         };
+        let adaptive = if self.adaptive.is_empty() {
+            "-".to_string()
+        } else {
+            self.adaptive
+                .iter()
+                .map(|(name, t)| t.describe(name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let rls = self.rls.as_ref().map_or(String::new(), |r| r.describe());
         format!(
             "config ok: {file}\n\
@@ -387,7 +432,8 @@ impl Config {
              timeouts     connect {}, request {}\n\
              permit_ttl   {}\n\
              owner        {}\n\
-             semaphores   {semaphores}\n{}{rls}",
+             semaphores   {semaphores}\n\
+             adaptive     {adaptive}\n{}{rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),

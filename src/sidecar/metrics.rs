@@ -1,5 +1,6 @@
 //! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
 
+use super::adaptive_metrics::AdaptiveMetrics;
 use super::rate_metrics::RateMetrics;
 use super::rls::ReloadReport;
 use crate::frontend::lock;
@@ -63,6 +64,8 @@ pub struct Metrics {
     breakers: Mutex<Vec<Watched>>,
     /// Rate-limit metrics (HTTP API and RLS).
     pub rate: RateMetrics,
+    /// Adaptive semaphores declared in the config, read at each scrape.
+    pub adaptive: AdaptiveMetrics,
     /// Reloads of the RLS rules, and the last one's status for the health routes.
     pub rls_reload: ReloadReport,
     /// Store counters at the last scrape: the exported counters grow by the difference.
@@ -167,10 +170,12 @@ impl Metrics {
             unauthorized.clone(),
         );
         let rate = RateMetrics::register(&mut registry);
+        let adaptive = AdaptiveMetrics::register(&mut registry);
         let rls_reload = ReloadReport::register(&mut registry);
         Metrics {
             registry,
             rate,
+            adaptive,
             rls_reload,
             held,
             waiting,

@@ -2,6 +2,10 @@
 //! take, keep alive and release permits; Prometheus metrics; graceful shutdown that releases
 //! every permit at once.
 
+mod adaptive_config;
+mod adaptive_metrics;
+mod adaptive_routes;
+pub mod adaptive_view;
 mod api;
 mod auth;
 mod body;
@@ -15,6 +19,7 @@ mod problem;
 mod rate_config;
 mod rate_metrics;
 mod rate_routes;
+mod release_body;
 mod rls;
 mod ui;
 mod unix_socket;
@@ -42,6 +47,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let check_only = args.check_config;
     let cfg = Config::resolve(args)?;
     cfg.check()?;
+    cfg.check_adaptive().await?;
     if check_only {
         print!("{}", cfg.describe());
         return Ok(ExitCode::SUCCESS);
@@ -88,6 +94,17 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         rate.remember(rl);
     }
     let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
+    // Opened once and kept: the handles keep this sidecar's window task (its outcomes, and
+    // its place in the controller's queue) alive.
+    for (name, table) in &cfg.adaptive {
+        let settings = table.settings().map_err(Failure::usage)?;
+        let sem = limiter
+            .adaptive_semaphore(name, settings)
+            .await
+            .map_err(Failure::from_lib)?;
+        tracing::info!(semaphore = %name, "adaptive semaphore declared");
+        state.declare_adaptive(sem);
+    }
     state.metrics.watch_breaker(
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),

@@ -4,6 +4,7 @@
 //! session ends behind it.
 
 use super::metrics::Metrics;
+use super::release_body::Reported;
 use crate::frontend::lock;
 use clusterlimit::Permit;
 use std::collections::HashMap;
@@ -16,13 +17,16 @@ use tokio::time::Instant;
 /// How the permit task answers a release: the store's result.
 type ReleaseReply = oneshot::Sender<clusterlimit::Result<()>>;
 
+/// A release asked of the permit task: the outcome to report and where to answer.
+type ReleaseAsk = (Reported, ReleaseReply);
+
 /// What the table knows of one permit; the `Permit` itself lives in its task.
 struct Slot {
     semaphore: String,
     ttl: Duration,
     deadline: Instant,
     lost: bool,
-    release: Option<oneshot::Sender<ReleaseReply>>,
+    release: Option<oneshot::Sender<ReleaseAsk>>,
 }
 
 /// Outcome of a keepalive.
@@ -88,12 +92,13 @@ impl Table {
         }
     }
 
-    /// Releases `id`; `None` if unknown. A lost permit "releases" without a store request.
-    pub async fn release(&self, id: &str) -> Option<clusterlimit::Result<()>> {
+    /// Releases `id` with the client's outcome; `None` if unknown. A lost permit "releases"
+    /// without a store request.
+    pub async fn release(&self, id: &str, outcome: Reported) -> Option<clusterlimit::Result<()>> {
         let slot = self.slots().remove(id)?;
         let (reply_tx, reply_rx) = oneshot::channel();
         if let Some(tx) = slot.release {
-            let _ = tx.send(reply_tx);
+            let _ = tx.send((outcome, reply_tx));
         }
         // The task always answers; if it is gone, the permit is gone with it.
         Some(reply_rx.await.unwrap_or(Ok(())))
@@ -134,7 +139,7 @@ async fn hold(
     table: Arc<Table>,
     id: String,
     permit: Permit,
-    mut release_rx: oneshot::Receiver<ReleaseReply>,
+    mut release_rx: oneshot::Receiver<ReleaseAsk>,
 ) {
     let semaphore = permit.semaphore().to_string();
     let weight = i64::from(permit.permits());
@@ -143,15 +148,22 @@ async fn hold(
         let deadline = table.deadline(&id);
         tokio::select! {
             msg = &mut release_rx => {
+                // A sender gone without asking (never: the table asks before dropping it) says
+                // nothing of the work.
+                let (said, reply) = match msg {
+                    Ok((said, reply)) => (said, Some(reply)),
+                    Err(_) => (Reported::Ignore, None),
+                };
                 let result = match held.take() {
                     Some(p) => {
                         table.metrics.held(&semaphore, -weight);
-                        p.release().await
+                        let outcome = said.outcome(&p);
+                        p.release_with(outcome).await
                     }
                     None => Ok(()),
                 };
-                tracing::debug!(%id, %semaphore, "released");
-                if let Ok(reply) = msg {
+                tracing::debug!(%id, %semaphore, ?said, "released");
+                if let Some(reply) = reply {
                     let _ = reply.send(result);
                 }
                 return;
