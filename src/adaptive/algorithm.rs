@@ -148,6 +148,8 @@ fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: b
         _ => None,
     };
     let c = f64::from(current);
+    // A decrease is at least one permit: 9 × 0.9 rounded towards 9 would never go below 9.
+    let backed_off = (c * a.backoff).min(c - 1.0);
     if w.drop_ratio() > a.drop_threshold {
         let reason = format!(
             "{:.1}% of {} calls dropped: × {}",
@@ -155,7 +157,7 @@ fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: b
             w.samples(),
             a.backoff
         );
-        return clamp(bounds, current, c * a.backoff, reason);
+        return clamp(bounds, current, backed_off, reason);
     }
     if let Some((p50, limit)) = slow {
         let reason = format!(
@@ -164,7 +166,7 @@ fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: b
             ms(limit),
             a.backoff
         );
-        return clamp(bounds, current, c * a.backoff, reason);
+        return clamp(bounds, current, backed_off, reason);
     }
     if !used_half {
         return clamp(
@@ -193,7 +195,7 @@ fn gradient(
     let Some(latency) = w.latency_quantile(g.quantile) else {
         // Only drops: the dependency refuses everything.
         let reason = format!("{} calls, all dropped: × 0.5", w.dropped);
-        return clamp(bounds, current, c * 0.5, reason);
+        return clamp(bounds, current, (c * 0.5).min(c - 1.0), reason);
     };
     // The baseline: falls halfway to a lower latency; rises only where this pool cannot be
     // queueing; and only from windows with enough successes for their median to mean something.
@@ -316,6 +318,25 @@ mod tests {
             step(&a, &BOUNDS, &mut m, 100, &WindowSummary::default()).capacity,
             100
         );
+    }
+
+    /// Drops bring a small pool down to its minimum: each backoff is at least one permit.
+    #[test]
+    fn aimd_backs_off_below_ten() {
+        let a = Algorithm::Aimd(Aimd::default());
+        let mut m = Memory::default();
+        let mut c = 12;
+        for _ in 0..20 {
+            c = step(
+                &a,
+                &BOUNDS,
+                &mut m,
+                c,
+                &window(10, 10, Duration::from_millis(5), 12),
+            )
+            .capacity;
+        }
+        assert_eq!(c, BOUNDS.min);
     }
 
     #[test]

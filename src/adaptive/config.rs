@@ -1,6 +1,7 @@
 //! `Adaptive`: how an adaptive semaphore adapts (algorithm, bounds, first capacity, window).
 
 use super::algorithm::{Aimd, Algorithm, Bounds, Gradient};
+use super::control::CONTROLLER_SUFFIX;
 use crate::error::{Error, Result};
 use crate::validate::MAX_CAPACITY;
 use std::time::Duration;
@@ -92,8 +93,30 @@ impl Adaptive {
         self.initial.unwrap_or(self.bounds.min)
     }
 
+    /// Checks these settings and `name` as
+    /// [`Limiter::adaptive_semaphore`](crate::Limiter::adaptive_semaphore) does, without a
+    /// store: `InvalidArgument` naming what is wrong (for a configuration checked at start).
+    ///
+    /// ```
+    /// use clusterlimit::adaptive::Adaptive;
+    /// assert!(Adaptive::gradient().max(50).check("db").is_ok());
+    /// let e = Adaptive::gradient().min(10).max(5).check("db").unwrap_err();
+    /// assert!(e.to_string().contains("adaptive max must be between min (10)"));
+    /// ```
+    pub fn check(&self, name: &str) -> Result<()> {
+        crate::validate::name(name)?;
+        if name.len() + CONTROLLER_SUFFIX.len() > crate::validate::MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "an adaptive semaphore's name must be at most {} characters (room for {CONTROLLER_SUFFIX:?}), got {}",
+                crate::validate::MAX_NAME_LEN - CONTROLLER_SUFFIX.len(),
+                name.len()
+            )));
+        }
+        self.validate()
+    }
+
     /// Checks every setting, naming the one that is wrong.
-    pub(crate) fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         let b = &self.bounds;
         if b.min == 0 || b.min > MAX_CAPACITY {
             return Err(Error::invalid(format!(

@@ -2,12 +2,11 @@
 //! (`Semaphore::adaptive_status`).
 
 use super::config::Adaptive;
-use super::control::{self, board_of, controller_of, Decision, Report, CONTROLLER_SUFFIX};
+use super::control::{self, board_of, controller_of, Decision, Report};
 use super::reporter::{Held, Reporter};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::semaphore::Semaphore;
-use crate::validate;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -75,15 +74,7 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub async fn adaptive_semaphore(&self, name: &str, config: Adaptive) -> Result<Semaphore> {
-        validate::name(name)?;
-        if name.len() + CONTROLLER_SUFFIX.len() > validate::MAX_NAME_LEN {
-            return Err(Error::invalid(format!(
-                "an adaptive semaphore's name must be at most {} characters (room for {CONTROLLER_SUFFIX:?}), got {}",
-                validate::MAX_NAME_LEN - CONTROLLER_SUFFIX.len(),
-                name.len()
-            )));
-        }
-        config.validate()?;
+        config.check(name)?;
         let inner = &self.inner;
         inner.check_open()?;
         let opened = match inner.backend.ensure_semaphore(name, None).await {

@@ -3,7 +3,6 @@
 
 use crate::frontend::{format_duration, parse_duration, Failure};
 use clusterlimit::adaptive::Adaptive;
-use clusterlimit::Limiter;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -72,41 +71,21 @@ impl DeclaredAdaptive {
     }
 }
 
-/// Checks every table without touching the store: the settings are tried on a private
-/// in-process store, which refuses what any store would (bad name, bounds, window). `at`
-/// words a failure for the table it names (`adaptive.<name>`).
-pub async fn check(
-    tables: &AdaptiveTables,
-    at: impl Fn(&str, String) -> Failure,
-) -> Result<(), Failure> {
-    if tables.is_empty() {
-        return Ok(());
-    }
-    let scratch = format!("memory://clusterlimit-config-check-{}", std::process::id());
-    let limiter = Limiter::connect(&scratch)
-        .await
-        .map_err(|e| at("adaptive", e.to_string()))?;
-    let mut result = Ok(());
+/// Checks every table without touching the store, as `Limiter::adaptive_semaphore` would
+/// (bad name, bounds, window). `at` words a failure for the table it names (`adaptive.<name>`).
+pub fn check(tables: &AdaptiveTables, at: impl Fn(&str, String) -> Failure) -> Result<(), Failure> {
     for (name, table) in tables {
-        let field = format!("adaptive.{name}");
-        let checked = match table.settings() {
-            Ok(settings) => limiter
-                .adaptive_semaphore(name, settings)
-                .await
-                .map(drop)
-                .map_err(|e| match e {
-                    clusterlimit::Error::InvalidArgument(why) => why,
-                    e => e.to_string(),
-                }),
-            Err(why) => Err(why),
-        };
+        let checked = table.settings().and_then(|settings| {
+            settings.check(name).map_err(|e| match e {
+                clusterlimit::Error::InvalidArgument(why) => why,
+                e => e.to_string(),
+            })
+        });
         if let Err(why) = checked {
-            result = Err(at(&field, why));
-            break;
+            return Err(at(&format!("adaptive.{name}"), why));
         }
     }
-    let _ = limiter.close().await;
-    result
+    Ok(())
 }
 
 #[cfg(test)]
@@ -127,8 +106,8 @@ mod tests {
         assert!(t.settings().unwrap_err().starts_with("window"));
     }
 
-    #[tokio::test]
-    async fn check_refuses_bounds_the_library_refuses() {
+    #[test]
+    fn check_refuses_bounds_the_library_refuses() {
         let mut tables = AdaptiveTables::new();
         tables.insert(
             "db".into(),
@@ -138,9 +117,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let e = check(&tables, |f, why| Failure::usage(format!("{f}: {why}")))
-            .await
-            .unwrap_err();
+        let e = check(&tables, |f, why| Failure::usage(format!("{f}: {why}"))).unwrap_err();
         assert!(
             e.message.contains("adaptive.db: adaptive max"),
             "{}",

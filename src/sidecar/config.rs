@@ -359,10 +359,9 @@ impl Config {
         Ok(())
     }
 
-    /// The `[adaptive.<name>]` tables' settings, checked without the store (async: they are
-    /// tried on an in-process store). Errors exit 64.
-    pub async fn check_adaptive(&self) -> Result<(), Failure> {
-        adaptive_config::check(&self.adaptive, |field, why| self.refuse(field, why)).await
+    /// The `[adaptive.<name>]` tables' settings, checked without the store. Errors exit 64.
+    pub fn check_adaptive(&self) -> Result<(), Failure> {
+        adaptive_config::check(&self.adaptive, |field, why| self.refuse(field, why))
     }
 
     /// A usage failure naming `field` and, if there is one, the config file.

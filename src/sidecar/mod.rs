@@ -47,7 +47,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let check_only = args.check_config;
     let cfg = Config::resolve(args)?;
     cfg.check()?;
-    cfg.check_adaptive().await?;
+    cfg.check_adaptive()?;
     if check_only {
         print!("{}", cfg.describe());
         return Ok(ExitCode::SUCCESS);
