@@ -7,7 +7,7 @@
 mod binary;
 mod support;
 
-use binary::{cmd, output, within, Sidecar};
+use binary::{cmd, http_client as client, metrics, output, sample, within, Sidecar};
 use clusterlimit::adaptive::{Adaptive, Decision};
 use clusterlimit::{Limiter, Semaphore};
 use reqwest::{Client, StatusCode};
@@ -25,13 +25,6 @@ const FEW_WINDOWS: Duration = Duration::from_secs(10);
 /// An AIMD semaphore `db` with a 200 ms window, as a sidecar config.
 const AIMD_DB: &str =
     "[adaptive.db]\nalgorithm = \"aimd\"\nmin = 2\nmax = 20\ninitial = 10\nwindow = \"200ms\"\n";
-
-fn client() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
 
 fn write_config(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -291,24 +284,6 @@ async fn release_reports_each_body_form_and_refuses_bad_ones() {
         );
     }
     assert_eq!(get(&c, &base, "db").await["used"], 0);
-}
-
-async fn metrics(c: &Client, base: &str) -> String {
-    c.get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// Value of the first sample whose line starts with `prefix`.
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

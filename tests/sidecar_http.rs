@@ -4,20 +4,13 @@
 mod binary;
 mod support;
 
-use binary::{eventually, within, Sidecar};
+use binary::{eventually, http_client as client, metrics, sample, within, Sidecar};
 use clusterlimit::Limiter;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::EtcdCluster;
-
-fn client() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
 
 /// POSTs an acquire; returns status and JSON body.
 async fn acquire(c: &Client, base: &str, sem: &str, body: Value) -> (StatusCode, Value) {
@@ -49,24 +42,6 @@ async fn keepalive(c: &Client, base: &str, id: &str) -> StatusCode {
 
 async fn get_json(c: &Client, url: &str) -> Value {
     c.get(url).send().await.unwrap().json().await.unwrap()
-}
-
-async fn metrics(c: &Client, base: &str) -> String {
-    c.get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// Value of the sample whose line starts with `prefix` (name and labels), if present.
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

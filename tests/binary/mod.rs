@@ -137,3 +137,28 @@ impl Sidecar {
         self.child.id().expect("sidecar still running")
     }
 }
+
+/// An HTTP client for a sidecar under test (30 s per request: a hang fails the test).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// The sidecar's `/metrics` text.
+pub async fn metrics(c: &reqwest::Client, base: &str) -> String {
+    let r = c.get(format!("{base}/metrics")).send().await;
+    r.expect("GET /metrics")
+        .text()
+        .await
+        .expect("the /metrics body")
+}
+
+/// Value of the first sample whose line starts with `prefix` (name and labels), if present.
+pub fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
