@@ -97,17 +97,7 @@ async fn wait_step(
 
 /// `serve --check-config` on `text`: its exit code and stdout + stderr.
 async fn check_config(dir: &Path, text: &str) -> (Option<i32>, String) {
-    let path = write_config(dir, "check.toml", text);
-    let out = output(
-        cmd(&[
-            "serve",
-            "--check-config",
-            "--config",
-            path.to_str().unwrap(),
-        ]),
-        Duration::from_secs(20),
-    )
-    .await;
+    let out = binary::check_config(&write_config(dir, "check.toml", text)).await;
     (out.code, format!("{}{}", out.stdout, out.stderr))
 }
 

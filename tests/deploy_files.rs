@@ -731,16 +731,7 @@ async fn check(body: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
     std::fs::write(&path, body).unwrap();
-    let out = output(
-        cmd(&[
-            "serve",
-            "--check-config",
-            "--config",
-            path.to_str().unwrap(),
-        ]),
-        Duration::from_secs(20),
-    )
-    .await;
+    let out = binary::check_config(&path).await;
     (out.code, out.stdout, out.stderr)
 }
 

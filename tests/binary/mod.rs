@@ -162,3 +162,10 @@ pub fn sample(text: &str, prefix: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// `clusterlimit serve --check-config --config PATH`, bounded to 20 s.
+pub async fn check_config(path: &Path) -> Out {
+    let path = path.to_str().expect("a UTF-8 temp path");
+    let args = ["serve", "--check-config", "--config", path];
+    output(cmd(&args), Duration::from_secs(20)).await
+}
