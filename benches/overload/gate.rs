@@ -27,16 +27,20 @@ pub enum Contender {
     },
     /// tower-acc's default algorithm (Vegas), one limiter per replica.
     TowerAcc,
-    /// clusterlimit's adaptive semaphore (the latency gradient), one Limiter per replica.
-    Ours,
+    /// clusterlimit's adaptive semaphore (the latency gradient), one Limiter per replica,
+    /// created with this capacity (a guess it has to correct).
+    Ours {
+        initial: u32,
+        label: &'static str,
+    },
 }
 
-/// Ours: the settings issue 31's benchmark was specified with.
-fn adaptive() -> Adaptive {
+/// Ours: the settings issue 31's benchmark was specified with, from a first capacity.
+fn adaptive(initial: u32) -> Adaptive {
     Adaptive::gradient()
         .min(1)
         .max(256)
-        .initial(8)
+        .initial(initial)
         .window(Duration::from_millis(500))
 }
 
@@ -59,7 +63,15 @@ impl Contender {
                 label: "2× too low",
             },
             Contender::TowerAcc,
-            Contender::Ours,
+            // Started from a bad guess either way: it has to find the capacity itself.
+            Contender::Ours {
+                initial: (w / 4).max(1),
+                label: "4× too low",
+            },
+            Contender::Ours {
+                initial: w * 4,
+                label: "4× too high",
+            },
         ]
     }
 
@@ -68,7 +80,9 @@ impl Contender {
             Contender::NoLimit => "no limit".to_string(),
             Contender::Fixed { capacity, label } => format!("fixed {capacity} ({label})"),
             Contender::TowerAcc => "tower-acc Vegas per replica".to_string(),
-            Contender::Ours => "ours: adaptive gradient".to_string(),
+            Contender::Ours { initial, label } => {
+                format!("ours: adaptive gradient from {initial} ({label})")
+            }
         }
     }
 
@@ -78,13 +92,13 @@ impl Contender {
             Contender::NoLimit => "none".to_string(),
             Contender::Fixed { capacity, .. } => format!("fixed-{capacity}"),
             Contender::TowerAcc => "tower-acc".to_string(),
-            Contender::Ours => "ours".to_string(),
+            Contender::Ours { initial, .. } => format!("ours-{initial}"),
         }
     }
 
     /// Whether its replicas share one stored capacity (its in-flight sum is checked against it).
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Contender::Fixed { .. } | Contender::Ours)
+        matches!(self, Contender::Fixed { .. } | Contender::Ours { .. })
     }
 }
 
@@ -185,10 +199,10 @@ impl Opening {
                     .context("open the fixed semaphore")?;
                 Gate::Cluster { limiter, sem }
             }
-            Contender::Ours => {
+            Contender::Ours { initial, .. } => {
                 let limiter = crate::stores::limiter(&self.etcd_url, &owner).await?;
                 let sem = limiter
-                    .adaptive_semaphore(SEMAPHORE, adaptive())
+                    .adaptive_semaphore(SEMAPHORE, adaptive(initial))
                     .await
                     .context("open the adaptive semaphore")?;
                 Gate::Cluster { limiter, sem }

@@ -323,7 +323,7 @@ impl Monitor {
         Ok(Some(Monitor {
             limiter,
             sem,
-            adaptive: spec.contender == Contender::Ours,
+            adaptive: matches!(spec.contender, Contender::Ours { .. }),
         }))
     }
 

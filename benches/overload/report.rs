@@ -68,7 +68,9 @@ fn about(plan: &Plan, unloaded: &Unloaded) -> String {
          else the call is rejected. Fixed limits: a clusterlimit `Semaphore` on the real 1-node \
          etcd. tower-acc: `Vegas::default()` (its default algorithm: initial limit 20, max 1000) \
          on each replica, 503 and timeouts reported to it as errors. Ours: \
-         `Adaptive::gradient().min(1).max(256).initial(8).window(500 ms)` on the same etcd, \
+         `Adaptive::gradient().min(1).max(256).initial(N).window(500 ms)` on the same etcd, \
+         created at a capacity 4× too low and, in another row, 4× too high (a guess it must \
+         correct; each run starts from a fresh prefix), \
          permits released with `Outcome::Success(latency of the call)`, `Outcome::Dropped` for \
          a 503 or a timeout\n\
          - goodput = successes within the objective ÷ what the dependency could serve in the \
@@ -201,7 +203,7 @@ fn targets(scenario: &Scenario, unloaded: &Unloaded, row: &Row, rows: &[Row]) ->
             verdict(after.is_some_and(|a| a <= limit))
         ));
     }
-    if row.contender == Contender::Ours {
+    if matches!(row.contender, Contender::Ours { .. }) {
         let acc = rows.iter().find(|r| {
             (r.scenario, r.replicas, r.contender)
                 == (row.scenario, row.replicas, Contender::TowerAcc)

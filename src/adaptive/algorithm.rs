@@ -18,7 +18,11 @@
 //! The gradient's **baseline** is protected from self-poisoning: it falls halfway towards any
 //! lower latency seen, and rises only from windows where this pool cannot be the cause of
 //! queueing (at most half of it used, or it is at its minimum); a window with fewer than
-//! [`MIN_SAMPLES_TO_TEACH`] successes teaches it nothing. Sustained overload therefore never teaches it
+//! [`MIN_SAMPLES_TO_TEACH`] successes teaches it nothing. A first baseline is never learnt from
+//! a full pool: its latency may be mostly queue (a first capacity guessed too high under
+//! overload), so the pool shrinks by a quarter every other window (one to drain) until calls
+//! stop getting faster, and the baseline is the latency there. Once, at the start: a controller that takes over starts
+//! from its predecessor's baseline. Sustained overload therefore never teaches it
 //! that a slow dependency is normal; a dependency that really became slower is learnt as soon
 //! as the pool stops saturating it. Nothing pins the pool down to measure it.
 
@@ -92,9 +96,32 @@ pub enum Algorithm {
 
 /// What the controller remembers between windows (the gradient's baseline).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Memory {
     /// The latency the dependency has when nothing queues, as learnt so far.
     pub baseline: Option<Duration>,
+    /// While there is no baseline yet and the pool is full: the last shrink, to tell whether
+    /// a smaller pool still makes calls faster.
+    calibrating: Option<Calibration>,
+}
+
+/// One shrink of a first calibration: the capacity and median latency before it, and whether
+/// a window has passed since (the queue of the larger pool drains first).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Calibration {
+    before: u32,
+    was: Duration,
+    drained: bool,
+}
+
+impl Memory {
+    /// A memory that starts from `baseline` (a previous controller's), if any.
+    pub fn with_baseline(baseline: Option<Duration>) -> Self {
+        Memory {
+            baseline,
+            calibrating: None,
+        }
+    }
 }
 
 /// One step's result.
@@ -111,6 +138,8 @@ const BASELINE_RISE: f64 = 0.2;
 /// How far the baseline falls towards a lower latency: halfway, so one lucky window does not
 /// set it (medians of windows scatter below the true one as often as above).
 const BASELINE_FALL: f64 = 0.5;
+/// While learning a first baseline with the pool full: the share of the pool kept per window.
+const CALIBRATION_SHRINK: f64 = 0.75;
 /// Successes a window needs before its median may move the baseline.
 pub const MIN_SAMPLES_TO_TEACH: u64 = 10;
 
@@ -201,6 +230,45 @@ fn gradient(
     // queueing; and only from windows with enough successes for their median to mean something.
     let enough = w.ok >= MIN_SAMPLES_TO_TEACH;
     let may_rise = !used_half || current <= bounds.min.max(1);
+    if memory.baseline.is_none() && enough && !may_rise {
+        // No baseline yet and the pool is full: its latency may be mostly queue (a first
+        // capacity guessed too high under overload), and learning it would make that queue
+        // the norm. Shrink until calls stop getting faster, then learn.
+        match memory.calibrating {
+            // One window for the larger pool's queue to drain before judging the smaller one.
+            Some(cal) if !cal.drained => {
+                memory.calibrating = Some(Calibration {
+                    drained: true,
+                    ..cal
+                });
+                let reason = format!(
+                    "learning the unloaded latency: a window for the pool of {current} to drain, hold"
+                );
+                return clamp(bounds, current, c, reason);
+            }
+            // Calls did not get faster with a smaller pool (or it cannot shrink): no queue.
+            Some(cal)
+                if current >= cal.before
+                    || latency.as_secs_f64() >= cal.was.as_secs_f64() * 0.9 =>
+            {
+                memory.baseline = Some(latency.min(cal.was));
+                memory.calibrating = None;
+            }
+            _ => {
+                memory.calibrating = Some(Calibration {
+                    before: current,
+                    was: latency,
+                    drained: false,
+                });
+                let reason = format!(
+                    "learning the unloaded latency: {} with the pool full at {current}; × {CALIBRATION_SHRINK} until calls stop getting faster",
+                    ms(latency)
+                );
+                let shrunk = (c * CALIBRATION_SHRINK).min(c - 1.0);
+                return clamp(bounds, current, shrunk, reason);
+            }
+        }
+    }
     let baseline = match memory.baseline {
         None if enough => latency,
         None => {
@@ -365,9 +433,7 @@ mod tests {
     #[test]
     fn a_slower_dependency_is_learnt_once_the_pool_stops_saturating_it() {
         let g = Algorithm::Gradient(Gradient::default());
-        let mut m = Memory {
-            baseline: Some(Duration::from_millis(10)),
-        };
+        let mut m = Memory::with_baseline(Some(Duration::from_millis(10)));
         // At its minimum the pool cannot be the cause: the baseline rises towards 40 ms.
         for _ in 0..30 {
             let _ = step(
@@ -389,7 +455,7 @@ mod tests {
     #[test]
     fn a_small_pool_grows_until_latency_rises() {
         let g = Algorithm::Gradient(Gradient::default());
-        let mut m = Memory::default();
+        let mut m = Memory::with_baseline(Some(Duration::from_millis(40)));
         let base = Duration::from_millis(40);
         let mut c = 4;
         for _ in 0..4 {
@@ -404,6 +470,35 @@ mod tests {
             &window(50, 0, base * 3, u64::from(c)),
         );
         assert!(s.capacity < c, "{s:?}");
+    }
+
+    /// A first capacity 4× too high under overload: the queue's latency is not learnt as the
+    /// norm; the pool shrinks until latency stops falling with it, then grows from there.
+    #[test]
+    fn a_first_baseline_is_not_learnt_from_a_queue() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let mut m = Memory::default();
+        // A dependency of 8 workers, 40 ms per call: latency = 40 ms × max(1, c / 8).
+        let latency = |c: u32| Duration::from_millis(40).mul_f64((f64::from(c) / 8.0).max(1.0));
+        let mut c = 32;
+        let mut seen = Vec::new();
+        for _ in 0..30 {
+            c = step(
+                &g,
+                &BOUNDS,
+                &mut m,
+                c,
+                &window(50, 0, latency(c), u64::from(c)),
+            )
+            .capacity;
+            seen.push(c);
+        }
+        let base = m.baseline.unwrap_or_default().as_secs_f64();
+        assert!(
+            (0.035..=0.046).contains(&base),
+            "baseline {base} s, steps {seen:?}"
+        );
+        assert!((8..=16).contains(&c), "settles near the workers: {seen:?}");
     }
 
     /// One lucky window does not set the baseline: few successes teach nothing, and a lower

@@ -228,10 +228,12 @@ pub(crate) async fn run(
         if !controlling {
             // Take over where the last controller left: its baseline, not a fresh one that
             // the current (possibly overloaded) latency would poison.
-            memory.baseline = newest_seen
-                .as_ref()
-                .and_then(|d| d.baseline_us)
-                .map(Duration::from_micros);
+            memory = Memory::with_baseline(
+                newest_seen
+                    .as_ref()
+                    .and_then(|d| d.baseline_us)
+                    .map(Duration::from_micros),
+            );
             controlling = true;
         }
         let mut merged = WindowSummary::default();
