@@ -51,20 +51,19 @@ mod backoff;
 mod clock;
 mod error;
 mod limiter;
+mod limiter_builder;
 mod limiter_inner;
 mod lost;
 mod members;
 mod permit;
 pub mod queue;
 pub mod rate;
-mod rate_guard;
-mod rate_known;
 mod rate_limit;
 mod release;
 mod semaphore;
 mod stats;
 mod status;
-mod store_health;
+mod store_down;
 mod store_url;
 // The contract suite, for backends written outside the crate too (feature `testing`).
 #[cfg(feature = "testing")]
@@ -74,25 +73,31 @@ mod timing;
 pub mod tower;
 pub mod validate;
 
+// Names before issue 29's renames, kept for one release (each warns when used).
+mod deprecated;
+#[allow(deprecated)]
+pub use deprecated::{Check, Guarded, Source};
+
 pub use announce::Announcement;
 pub use clock::Clock;
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
-    CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
-    MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
+    CapacityChange, Limiter, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MAX_REQUEST_TIMEOUT,
+    MIN_SESSION_TTL,
 };
+pub use limiter_builder::LimiterBuilder;
 pub use lost::{Deadline, LostSignal};
 pub use members::StoreMember;
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
-pub use rate_guard::{
-    Guarded, Source, StoreDownGuard, StoreDownPolicy, DEFAULT_GUARD_RETRY_INTERVAL,
-};
-pub use rate_limit::{Check, RateLimit, MAX_KEY_LEN};
+pub use rate_limit::{KeyCheck, RateLimit, Waited, MAX_KEY_LEN};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
-pub use store_health::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
+pub use store_down::{
+    BreakerStats, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
+    DEFAULT_GUARD_RETRY_INTERVAL, SLOW_OPEN_AFTER, SLOW_TO_OPEN,
+};
 pub use store_url::{redact, EtcdUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
 pub use validate::{MAX_ANNOUNCEMENT_BYTES, MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 

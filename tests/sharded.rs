@@ -8,7 +8,7 @@
 mod support;
 
 use clusterlimit::testing::{entries_via_status, DoomedHolder, Harness, LimiterOptions};
-use clusterlimit::{Check, Error, Limiter, Quota, Result};
+use clusterlimit::{Error, KeyCheck, Limiter, Quota, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -230,8 +230,8 @@ async fn check_all_across_clusters_is_refused_and_hash_tags_serve_it() {
     for i in 0..64 {
         let key = format!("u{i}");
         let checks = [
-            Check::new(&user, key.as_str(), 1),
-            Check::new(&global, "all", 1),
+            KeyCheck::new(&user, key.as_str(), 1),
+            KeyCheck::new(&global, "all", 1),
         ];
         match l.check_all(&checks).await {
             Err(Error::InvalidArgument(m)) => {
@@ -256,7 +256,12 @@ async fn check_all_across_clusters_is_refused_and_hash_tags_serve_it() {
         "nothing was charged"
     );
     // One tag: both keys on one cluster, all or nothing as on one store.
-    let tagged = |u: &'static str| [Check::new(&user, u, 1), Check::new(&global, "{u7}all", 1)];
+    let tagged = |u: &'static str| {
+        [
+            KeyCheck::new(&user, u, 1),
+            KeyCheck::new(&global, "{u7}all", 1),
+        ]
+    };
     for _ in 0..2 {
         let ds = l.check_all(&tagged("{u7}")).await.expect("tagged");
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");

@@ -4,7 +4,8 @@
 mod support;
 
 use clusterlimit::{
-    Check, Error, Guarded, Limiter, Quota, RateLimit, Source, StoreDownGuard, StoreDownPolicy,
+    DecisionSource, Error, GuardedDecision, KeyCheck, Limiter, Quota, RateLimit, StoreDownGuard,
+    StoreDownPolicy,
 };
 use std::time::Duration;
 use support::{EtcdCluster, ZkCluster};
@@ -30,7 +31,7 @@ fn guard(policy: StoreDownPolicy) -> StoreDownGuard {
 /// slack for a loaded machine). A dead store gives no error, only silence, so the breaker
 /// opens once the silence persists (`SLOW_OPEN_AFTER`): the checks until then each wait their
 /// store timeout and get the policy's answer too (on another key).
-async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Guarded {
+async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> GuardedDecision {
     let t = Instant::now();
     let answer = g.check_n(rl, key, 1).await.unwrap();
     assert!(
@@ -38,7 +39,7 @@ async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Gua
         "the first check learned of the dead store only after {:?}",
         t.elapsed()
     );
-    assert_ne!(answer.source, Source::Store, "{answer:?}");
+    assert_ne!(answer.source, DecisionSource::Store, "{answer:?}");
     let opened_by = t + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(5);
     for _ in 0..100 {
         if g.store_down() {
@@ -60,7 +61,12 @@ async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Gua
 
 /// `n` checks while the store is known down: every one answered without waiting on the store.
 /// Returns the answers; prints p50/p99 of their latency.
-async fn while_down(g: &StoreDownGuard, rl: &RateLimit, key: &str, n: usize) -> Vec<Guarded> {
+async fn while_down(
+    g: &StoreDownGuard,
+    rl: &RateLimit,
+    key: &str,
+    n: usize,
+) -> Vec<GuardedDecision> {
     let mut answers = Vec::with_capacity(n);
     let mut took = Vec::with_capacity(n);
     for _ in 0..n {
@@ -84,11 +90,11 @@ async fn while_down(g: &StoreDownGuard, rl: &RateLimit, key: &str, n: usize) -> 
 }
 
 /// Checks until the store decides again (bounded: 30 s).
-async fn until_store_answers(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Guarded {
+async fn until_store_answers(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> GuardedDecision {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let answer = g.check_n(rl, key, 1).await.unwrap();
-        if answer.source == Source::Store {
+        if answer.source == DecisionSource::Store {
             assert!(!g.store_down());
             return answer;
         }
@@ -110,19 +116,19 @@ async fn fail_open_admits_uncounted_while_etcd_is_down_and_recovers() {
         .unwrap();
     let g = guard(StoreDownPolicy::FailOpen);
     let first = g.check_n(&rl, "k", 1).await.unwrap();
-    assert_eq!(first.source, Source::Store);
+    assert_eq!(first.source, DecisionSource::Store);
     assert!(first.decision.allowed && first.decision.remaining == 99);
     assert!(!g.store_down());
 
     cluster.kill(0);
     let a = first_after_death(&g, &rl, "k").await;
-    assert_eq!(a.source, Source::FailOpen);
+    assert_eq!(a.source, DecisionSource::FailOpen);
     assert!(a.decision.allowed);
     assert_eq!((a.decision.limit, a.decision.remaining), (100, 100));
     assert_eq!(a.decision.retry_after, None);
     // Far more than the limit: all admitted, none counted.
     for a in while_down(&g, &rl, "k", 200).await {
-        assert_eq!(a.source, Source::FailOpen);
+        assert_eq!(a.source, DecisionSource::FailOpen);
         assert!(a.decision.allowed);
     }
 
@@ -148,16 +154,19 @@ async fn fail_closed_denies_with_the_retry_interval_while_etcd_is_down() {
         .await
         .unwrap();
     let g = guard(StoreDownPolicy::FailClosed);
-    assert_eq!(g.check_n(&rl, "k", 1).await.unwrap().source, Source::Store);
+    assert_eq!(
+        g.check_n(&rl, "k", 1).await.unwrap().source,
+        DecisionSource::Store
+    );
 
     cluster.kill(0);
     let a = first_after_death(&g, &rl, "k").await;
-    assert_eq!(a.source, Source::FailClosed);
+    assert_eq!(a.source, DecisionSource::FailClosed);
     assert!(!a.decision.allowed);
     assert_eq!(a.decision.retry_after, Some(Duration::from_secs(1)));
     assert_eq!(a.decision.remaining, 0);
     for a in while_down(&g, &rl, "k", 100).await {
-        assert_eq!(a.source, Source::FailClosed);
+        assert_eq!(a.source, DecisionSource::FailClosed);
         assert!(!a.decision.allowed);
     }
 
@@ -196,30 +205,33 @@ async fn local_share_counts_in_process_while_etcd_is_down() {
     let g = guard(StoreDownPolicy::Local { replicas: 2 });
     assert_eq!(
         g.check_n(&api, "warm", 1).await.unwrap().source,
-        Source::Store
+        DecisionSource::Store
     );
 
     cluster.kill(0);
     let a = first_after_death(&g, &api, "k").await;
-    assert_eq!(a.source, Source::Local);
+    assert_eq!(a.source, DecisionSource::Local);
     assert!(a.decision.allowed);
     assert_eq!((a.decision.limit, a.decision.remaining), (5, 4));
     let rest = while_down(&g, &api, "k", 7).await;
     let admitted = rest.iter().filter(|a| a.decision.allowed).count();
     assert_eq!(admitted, 4, "5 of 8 admitted locally: {rest:?}");
-    assert!(rest.iter().all(|a| a.source == Source::Local));
+    assert!(rest.iter().all(|a| a.source == DecisionSource::Local));
     let denied = rest.last().unwrap().decision;
     assert!(!denied.allowed && denied.retry_after.is_some());
 
     // check_all stays all or nothing on the local shares: "k" is spent, so "all" is not charged.
-    let both = [Check::new(&api, "k", 1), Check::new(&global, "everyone", 1)];
+    let both = [
+        KeyCheck::new(&api, "k", 1),
+        KeyCheck::new(&global, "everyone", 1),
+    ];
     let answers = g.check_all(&limiter, &both).await.unwrap();
     assert_eq!(answers.len(), 2);
-    assert!(answers.iter().all(|a| a.source == Source::Local));
+    assert!(answers.iter().all(|a| a.source == DecisionSource::Local));
     assert!(!answers[0].decision.allowed);
     let fresh = [
-        Check::new(&api, "other", 1),
-        Check::new(&global, "everyone", 1),
+        KeyCheck::new(&api, "other", 1),
+        KeyCheck::new(&global, "everyone", 1),
     ];
     let answers = g.check_all(&limiter, &fresh).await.unwrap();
     assert!(answers.iter().all(|a| a.decision.allowed), "{answers:?}");
@@ -231,7 +243,7 @@ async fn local_share_counts_in_process_while_etcd_is_down() {
     // A cost the whole limit admits but a share cannot: denied, not an error.
     let big = g.check_n(&api, "fresh", 8).await.unwrap();
     assert!(!big.decision.allowed);
-    assert_eq!(big.source, Source::Local);
+    assert_eq!(big.source, DecisionSource::Local);
 
     cluster.restart(0);
     let back = until_store_answers(&g, &api, "k").await;
@@ -250,11 +262,14 @@ async fn local_share_while_zookeeper_is_down() {
         .await
         .unwrap();
     let g = guard(StoreDownPolicy::Local { replicas: 3 });
-    assert_eq!(g.check_n(&rl, "k", 1).await.unwrap().source, Source::Store);
+    assert_eq!(
+        g.check_n(&rl, "k", 1).await.unwrap().source,
+        DecisionSource::Store
+    );
 
     cluster.kill(0);
     let a = first_after_death(&g, &rl, "k").await;
-    assert_eq!(a.source, Source::Local);
+    assert_eq!(a.source, DecisionSource::Local);
     let rest = while_down(&g, &rl, "k", 5).await;
     let admitted = 1 + rest.iter().filter(|a| a.decision.allowed).count();
     assert_eq!(admitted, 3, "a third of 9 admitted locally");

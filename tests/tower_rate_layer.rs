@@ -12,7 +12,7 @@ use clusterlimit::tower::{
     key, ClusterRateLimitLayer, OnMissingKey, RateLimitError, RateLimitInfo,
 };
 use clusterlimit::{
-    Algorithm, Decision, Error, Limiter, Quota, RateLimit, Source, StoreDownPolicy,
+    Algorithm, Decision, DecisionSource, Error, Limiter, Quota, RateLimit, StoreDownPolicy,
 };
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -376,7 +376,7 @@ async fn a_429_has_retry_after_the_ratelimit_fields_and_a_problem_body() {
     assert_eq!(header(h, "ratelimit"), r#""api";r=1;t=30"#);
     assert!(!h.contains_key("retry-after"));
     let i = info(&first);
-    assert_eq!((i.limit.as_str(), i.source), ("api", Source::Store));
+    assert_eq!((i.limit.as_str(), i.source), ("api", DecisionSource::Store));
     assert!(i.decision.allowed);
 
     assert_eq!(status(&svc, Some("k1")).await, 200);
@@ -899,7 +899,7 @@ async fn a_service_that_is_not_http_gets_rate_limited_errors() {
             else {
                 unreachable!()
             };
-            assert_eq!((limit.as_str(), source), ("jobs", &Source::Store));
+            assert_eq!((limit.as_str(), source), ("jobs", &DecisionSource::Store));
             assert!(!decision.allowed);
             // Whole seconds, rounded up.
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
@@ -990,7 +990,7 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
     let local = layers[2].layer(ok_service(Arc::default()));
     for svc in [&open, &closed, &local] {
         let res = send(svc, request(Some("warm"))).await;
-        assert_eq!(info(&res).source, Source::Store);
+        assert_eq!(info(&res).source, DecisionSource::Store);
     }
 
     cluster.kill(0);
@@ -1014,7 +1014,7 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
             "{what}: {:?}",
             t.elapsed()
         );
-        assert_ne!(info(&res).source, Source::Store, "{what}");
+        assert_ne!(info(&res).source, DecisionSource::Store, "{what}");
         // A dead store is silence: the breaker opens once it lasted SLOW_OPEN_AFTER (each
         // request until then waits its store timeout). Another key, so "k"'s local share
         // stays as the first request left it.
@@ -1025,7 +1025,7 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
             }
             assert!(Instant::now() < give_up, "{what}: the breaker never opened");
             let res = send(svc, request(Some("until-open"))).await;
-            assert_ne!(info(&res).source, Source::Store, "{what}");
+            assert_ne!(info(&res).source, DecisionSource::Store, "{what}");
         }
         assert!(layer.guard().store_down(), "{what}");
     }
@@ -1033,7 +1033,7 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
     let answers = while_down(&open, "fail_open", 100).await;
     for res in &answers {
         assert_eq!(res.status(), 200);
-        assert_eq!(info(res).source, Source::FailOpen);
+        assert_eq!(info(res).source, DecisionSource::FailOpen);
         assert!(
             !res.headers().contains_key("ratelimit"),
             "made-up decisions carry no fields"
@@ -1059,7 +1059,9 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
         "{:?}",
         answers.iter().map(Res::status).collect::<Vec<_>>()
     );
-    assert!(answers.iter().all(|r| info(r).source == Source::Local));
+    assert!(answers
+        .iter()
+        .all(|r| info(r).source == DecisionSource::Local));
     let denied = answers.last().unwrap();
     assert_eq!(denied.status(), 429);
     assert!(denied.headers().contains_key("retry-after"));
@@ -1073,7 +1075,7 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
         (&local, "local:3"),
     ] {
         let res = until(svc, "after", &format!("{what}: the store decides"), |res| {
-            res.extensions().get::<RateLimitInfo>().map(|i| i.source) == Some(Source::Store)
+            res.extensions().get::<RateLimitInfo>().map(|i| i.source) == Some(DecisionSource::Store)
         })
         .await;
         assert_eq!(res.status(), 200, "{what}");
@@ -1107,7 +1109,7 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
     cluster.kill(0);
     assert_eq!(
         info(&send(&a, request(Some("k"))).await).source,
-        Source::FailOpen
+        DecisionSource::FailOpen
     );
     assert!(
         layer.guard().store_down(),
@@ -1120,7 +1122,7 @@ async fn a_layer_is_cheap_to_clone_and_its_services_share_the_breaker() {
         "a sibling service answered from the shared breaker in {:?}",
         t.elapsed()
     );
-    assert_eq!(info(&res).source, Source::FailOpen);
+    assert_eq!(info(&res).source, DecisionSource::FailOpen);
     // Typically microseconds (no store call); generous for a loaded 2-core machine.
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
@@ -1167,7 +1169,7 @@ async fn hung_store_is_answered_within_the_store_timeout(
             res.status() == 200
         })
         .await;
-        assert_eq!(info(&res).source, Source::Store);
+        assert_eq!(info(&res).source, DecisionSource::Store);
     }
 }
 

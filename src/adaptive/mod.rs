@@ -8,9 +8,9 @@
 //! controller, steps the capacity (`control.rs`), and opening one (`open.rs`).
 
 pub mod algorithm;
-mod config;
+pub(crate) mod config;
 mod control;
-mod open;
+pub(crate) mod open;
 pub(crate) mod reporter;
 pub mod window;
 

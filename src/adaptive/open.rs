@@ -41,96 +41,65 @@ pub struct AdaptiveStatus {
     pub last: Option<Decision>,
 }
 
-impl Limiter {
-    /// Opens the adaptive semaphore `name`, creating it with `config`'s initial capacity if it
-    /// does not exist: a cluster semaphore whose capacity follows the outcomes its holders
-    /// report ([`Permit::release_with`](crate::Permit::release_with)).
-    ///
-    /// Every Limiter that has it open sums its holders' outcomes per window and announces the
-    /// sum; one of them at a time (the holder of the semaphore `<name>.controller`, taken over
-    /// within a session TTL when it dies) merges the sums, takes one step of `config`'s
-    /// algorithm and stores the new capacity. The capacity stays within `config`'s bounds; a
-    /// change is an ordinary live capacity change (holders are never revoked). The controller
-    /// uses its own `config`: give every Limiter the same one. Opening the same name again in
-    /// this Limiter shares the first one's window and task; they stop when the last handle is
-    /// dropped or the Limiter closes.
-    ///
-    /// Errors: `InvalidArgument` for a bad name (at most
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) − 11 characters, room for `.controller`) or
-    /// setting, checked before any store request.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> clusterlimit::Result<()> {
-    /// use clusterlimit::adaptive::{Adaptive, Outcome};
-    /// use std::time::Duration;
-    /// let limiter = clusterlimit::Limiter::connect("memory://adaptive-doc").await?;
-    /// let config = Adaptive::gradient().min(2).max(100).initial(10);
-    /// let payments = limiter.adaptive_semaphore("payments-api", config).await?;
-    /// let permit = payments.acquire().await?;
-    /// // ... call the payments API ...
-    /// permit.release_with(Outcome::Success(Duration::from_millis(40))).await?;
-    /// assert_eq!(payments.status().await?.capacity, 10); // until the first window's step
-    /// # Ok(()) }
-    /// ```
-    pub async fn adaptive_semaphore(&self, name: &str, config: Adaptive) -> Result<Semaphore> {
-        config.check(name)?;
-        let inner = &self.inner;
-        inner.check_open()?;
-        let opened = match inner.backend.ensure_semaphore(name, None).await {
-            Err(Error::NotFound(_)) => {
-                match inner
-                    .backend
-                    .ensure_semaphore(name, Some(config.first_capacity()))
-                    .await
-                {
-                    // Created by someone else meanwhile, with another capacity: theirs stands.
-                    Err(Error::CapacityMismatch { stored, .. }) => Ok(stored),
-                    other => other,
-                }
+/// [`Limiter::adaptive_semaphore`]: the semaphore and its controller seat ensured, and this
+/// Limiter's window task started once per name.
+pub(crate) async fn open(limiter: &Limiter, name: &str, config: Adaptive) -> Result<Semaphore> {
+    config.check(name)?;
+    let inner = &limiter.inner;
+    inner.check_open()?;
+    let opened = match inner.backend.ensure_semaphore(name, None).await {
+        Err(Error::NotFound(_)) => {
+            match inner
+                .backend
+                .ensure_semaphore(name, Some(config.first_capacity()))
+                .await
+            {
+                // Created by someone else meanwhile, with another capacity: theirs stands.
+                Err(Error::CapacityMismatch { stored, .. }) => Ok(stored),
+                other => other,
             }
-            other => other,
-        };
-        inner.closed_or_result(opened)?;
-        let controller = controller_of(name);
-        let ensured = inner.backend.ensure_semaphore(&controller, Some(1)).await;
-        match inner.closed_or_result(ensured) {
-            Ok(_) => {}
-            Err(Error::CapacityMismatch { .. }) => {
-                return Err(Error::invalid(format!(
-                    "semaphore {controller:?} exists with a capacity other than 1: it is the controller seat of adaptive semaphore {name:?}; delete it or choose another name"
-                )))
-            }
-            Err(e) => return Err(e),
         }
-        let adaptivity = {
-            let mut open = inner
-                .adaptive
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            open.retain(|_, a| a.strong_count() > 0);
-            match open.get(name).and_then(std::sync::Weak::upgrade) {
-                Some(a) => a,
-                None => {
-                    let a = Arc::new(Adaptivity {
-                        reporter: Arc::default(),
-                        stop: CancellationToken::new(),
-                    });
-                    inner.runtime.spawn(control::run(
-                        inner.clone(),
-                        name.to_string(),
-                        config,
-                        a.reporter.clone(),
-                        Semaphore::new(inner.clone(), &controller),
-                        a.stop.clone(),
-                    ));
-                    open.insert(name.to_string(), Arc::downgrade(&a));
-                    a
-                }
-            }
-        };
-        Ok(Semaphore::adaptive(inner.clone(), name, adaptivity))
+        other => other,
+    };
+    inner.closed_or_result(opened)?;
+    let controller = controller_of(name);
+    let ensured = inner.backend.ensure_semaphore(&controller, Some(1)).await;
+    match inner.closed_or_result(ensured) {
+        Ok(_) => {}
+        Err(Error::CapacityMismatch { .. }) => {
+            return Err(Error::invalid(format!(
+                "semaphore {controller:?} exists with a capacity other than 1: it is the controller seat of adaptive semaphore {name:?}; delete it or choose another name"
+            )))
+        }
+        Err(e) => return Err(e),
     }
+    let adaptivity = {
+        let mut open = inner
+            .adaptive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.retain(|_, a| a.strong_count() > 0);
+        match open.get(name).and_then(std::sync::Weak::upgrade) {
+            Some(a) => a,
+            None => {
+                let a = Arc::new(Adaptivity {
+                    reporter: Arc::default(),
+                    stop: CancellationToken::new(),
+                });
+                inner.runtime.spawn(control::run(
+                    inner.clone(),
+                    name.to_string(),
+                    config,
+                    a.reporter.clone(),
+                    Semaphore::new(inner.clone(), &controller),
+                    a.stop.clone(),
+                ));
+                open.insert(name.to_string(), Arc::downgrade(&a));
+                a
+            }
+        }
+    };
+    Ok(Semaphore::adaptive(inner.clone(), name, adaptivity))
 }
 
 impl Semaphore {

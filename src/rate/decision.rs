@@ -32,3 +32,16 @@ pub struct Decision {
     /// How long until the key is back to full (nothing consumed, no ban).
     pub reset_after: Duration,
 }
+
+/// A `retry_after` this long means never: no quota's wait or ban comes near it (a cost above
+/// what the stored quota admits at once is denied with `Duration::MAX`).
+const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
+
+impl Decision {
+    /// Whether this denial can never turn into an admission: the cost is above what the quota
+    /// now stored admits at once (another client lowered it after the cost was checked), so
+    /// its `retry_after` means never. A wait ends at such a denial instead of sleeping.
+    pub fn never_admits(&self) -> bool {
+        !self.allowed && self.retry_after.is_some_and(|r| r >= NEVER)
+    }
+}

@@ -177,6 +177,30 @@ impl Quota {
         }
     }
 
+    /// Whether one check of `cost` could ever be admitted (`cost` ≤ [`max_cost`](Self::max_cost)):
+    /// the one cost check every surface makes before asking the store. `InvalidArgument` says
+    /// why not, naming `limit` (the rate limit's name).
+    ///
+    /// ```
+    /// use clusterlimit::Quota;
+    /// let q = Quota::per_second(100).burst(20);
+    /// assert!(q.check_cost("api", 20).is_ok());
+    /// assert!(q.check_cost("api", 21).is_err());
+    /// ```
+    pub fn check_cost(&self, limit: &str, cost: u64) -> Result<()> {
+        if cost <= self.max_cost() {
+            return Ok(());
+        }
+        let what = match self.algorithm {
+            Algorithm::Gcra => "burst",
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => "limit",
+        };
+        Err(Error::invalid(format!(
+            "cost {cost} is above what rate limit {limit:?} can ever admit at once: its {what} {} ({self})",
+            self.max_cost()
+        )))
+    }
+
     /// Checks every field; `InvalidArgument` names the first that is wrong.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("quota {self}: {m}")));

@@ -10,12 +10,14 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
+use super::cell::{learn, Enqueued, KeyCell};
+use super::combine::Sender as WriteSender;
+use super::registry::LimitShared;
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::decide;
 use crate::rate::{Decision, UnixNanos};
-use crate::rate_known::{learn, Enqueued, KeyCell, LimitShared, WriteSender};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,7 +113,7 @@ impl Drop for Driver {
 impl Driver {
     async fn run(mut self) {
         loop {
-            // A saturated key's writes are spaced (`rate_known/pace.rs`): checks gather
+            // A saturated key's writes are spaced (`pace.rs`): checks gather
             // meanwhile, up to the key's share.
             // (A check whose deadline cannot wait that long cuts the pause short.)
             self.cell.pace_pause().await;
@@ -201,7 +203,7 @@ impl Driver {
             // (A store that reads after a conflict, ZooKeeper, spends one more: not counted
             // here, the retry the conflict causes is.)
             requests += 1;
-            // Other keys' writes ready now go in the same request (`rate_known/combine.rs`).
+            // Other keys' writes ready now go in the same request (`combine.rs`).
             let written = self.inner.rate_writes.write(&self.sender, write);
             match by(deadline, written).await {
                 Ok(KeyOutcome::Written(version)) => {

@@ -1,15 +1,17 @@
 //! [`Limiter::check_all`]: several checks (of one or several limits) admitted together or not
 //! at all, in one atomic store write. Concurrent calls of one Limiter queue for its next joint
-//! write (`rate_known/joint.rs`) and are decided together, in arrival order.
+//! write (`joint.rs`) and are decided together, in arrival order.
 
 use super::batch::{by, pause_after_conflict, rate_store};
-use super::{validate_key, RateLimit};
+use super::cell::{learn, KeyCell, Start};
+use super::handle::{validate_key, RateLimit};
+use super::joint::{JointCall, JointGroup};
+use super::registry::LimitShared;
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
-use crate::rate_known::{learn, JointCall, JointGroup, KeyCell, LimitShared, Start};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -17,16 +19,16 @@ use tokio::time::Instant;
 
 /// One check of a [`Limiter::check_all`]: `cost` for `key` on a rate limit.
 #[derive(Debug, Clone)]
-pub struct Check<'a> {
+pub struct KeyCheck<'a> {
     limit: &'a RateLimit,
     key: String,
     cost: u64,
 }
 
-impl<'a> Check<'a> {
+impl<'a> KeyCheck<'a> {
     /// A check of `cost` for `key` on `limit`.
-    pub fn new(limit: &'a RateLimit, key: impl Into<String>, cost: u64) -> Check<'a> {
-        Check {
+    pub fn new(limit: &'a RateLimit, key: impl Into<String>, cost: u64) -> KeyCheck<'a> {
+        KeyCheck {
             limit,
             key: key.into(),
             cost,
@@ -43,101 +45,65 @@ impl<'a> Check<'a> {
 /// each key is a compare and a put, each limit a quota compare).
 const JOINT_MAX_OPS: usize = 128;
 
-impl Limiter {
-    /// Checks several keys, of one or several rate limits of this Limiter, all or nothing:
-    /// every check is admitted (and consumed) in one atomic store write, or none is, and then
-    /// nothing is consumed.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> clusterlimit::Result<()> {
-    /// use clusterlimit::{Check, Limiter, Quota};
-    /// let limiter = Limiter::connect("memory://check-all-doc").await?;
-    /// let per_user = limiter.rate_limit("per-user", Quota::per_second(10)).await?;
-    /// let global = limiter.rate_limit("global", Quota::per_second(1)).await?;
-    /// let ds = limiter
-    ///     .check_all(&[Check::new(&per_user, "user-42", 1), Check::new(&global, "all", 1)])
-    ///     .await?;
-    /// assert!(ds.iter().all(|d| d.allowed));
-    /// let ds = limiter
-    ///     .check_all(&[Check::new(&per_user, "user-42", 1), Check::new(&global, "all", 1)])
-    ///     .await?;
-    /// assert!(ds.iter().all(|d| !d.allowed)); // global is spent, so user-42 is not charged
-    /// assert_eq!(ds[0].remaining, 9);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// Returns one decision per check, in order. When any is denied, all are: the ones that
-    /// would have passed say `allowed: false`, their `remaining` as it is, and the longest
-    /// `retry_after` of the denials. Checks of the same key are decided in order, in one write.
-    ///
-    /// Errors: `InvalidArgument` for no checks, a bad key or cost, or a limit of another
-    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a denial the known states prove
-    /// takes no request; calls made while this Limiter's previous `check_all` write is in
-    /// flight go together in the next one (decided in arrival order, all or nothing each), so
-    /// concurrent calls sharing a hot key cost one request per batch, one more per conflict.
-    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>> {
-        if checks.is_empty() {
-            return Err(Error::invalid("check_all needs at least one check"));
+/// [`Limiter::check_all`]: the checks validated, then a denial the known states prove, or
+/// this Limiter's next joint write.
+pub(crate) async fn run(limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
+    if checks.is_empty() {
+        return Err(Error::invalid("check_all needs at least one check"));
+    }
+    for c in checks {
+        if !Arc::ptr_eq(c.limit.inner(), &limiter.inner) {
+            return Err(Error::invalid(format!(
+                "check_all: rate limit {:?} belongs to another Limiter",
+                c.limit.name()
+            )));
         }
-        for c in checks {
-            if !Arc::ptr_eq(c.limit.inner(), &self.inner) {
-                return Err(Error::invalid(format!(
-                    "check_all: rate limit {:?} belongs to another Limiter",
-                    c.limit.name()
-                )));
-            }
-            validate_key(&c.key)?;
-            let quota = c.limit.quota();
-            if c.cost > quota.max_cost() {
-                return Err(Error::invalid(format!(
-                    "check_all: cost {} for {:?} is above {} ({quota}), so it could never be admitted",
-                    c.cost,
-                    c.key,
-                    quota.max_cost()
-                )));
-            }
-        }
-        self.inner.check_open()?;
-        // A store spread over clusters commits keys together only within one cluster.
-        let store = rate_store(&self.inner)?;
-        let keys: Vec<(&str, &str)> = checks
-            .iter()
-            .map(|c| (c.limit.name(), c.key.as_str()))
-            .collect();
-        store.joint_keys(&keys)?;
-        let part = keys.first().map_or(0, |(l, k)| store.part_of(l, k));
-        let (groups, order) = group(checks);
-        if let Some(denied) = local_denial(&self.inner, &groups, &order) {
-            self.inner.rate_counts.local_answers.fetch_add(1, Relaxed);
-            return Ok(denied);
-        }
-        let (tx, rx) = oneshot::channel();
-        let call = JointCall {
-            part,
-            groups,
-            checks: order,
-            arrived: Instant::now(),
-            reply: tx,
+        validate_key(&c.key)?;
+        c.limit.quota().check_cost(c.limit.name(), c.cost)?;
+    }
+    limiter.inner.check_open()?;
+    // A store spread over clusters commits keys together only within one cluster.
+    let store = rate_store(&limiter.inner)?;
+    let keys: Vec<(&str, &str)> = checks
+        .iter()
+        .map(|c| (c.limit.name(), c.key.as_str()))
+        .collect();
+    store.joint_keys(&keys)?;
+    let part = keys.first().map_or(0, |(l, k)| store.part_of(l, k));
+    let (groups, order) = group(checks);
+    if let Some(denied) = local_denial(&limiter.inner, &groups, &order) {
+        limiter
+            .inner
+            .rate_counts
+            .local_answers
+            .fetch_add(1, Relaxed);
+        return Ok(denied);
+    }
+    let (tx, rx) = oneshot::channel();
+    let call = JointCall {
+        part,
+        groups,
+        checks: order,
+        arrived: Instant::now(),
+        reply: tx,
+    };
+    if limiter.inner.joint.push(call) {
+        let driver = JointDriver {
+            inner: limiter.inner.clone(),
+            finished: false,
         };
-        if self.inner.joint.push(call) {
-            let driver = JointDriver {
-                inner: self.inner.clone(),
-                finished: false,
-            };
-            self.inner.runtime.spawn(driver.run());
-        }
-        match rx.await {
-            Ok(result) => result.map_err(|e| self.inner.closed_or(e)),
-            Err(_) => Err(self
-                .inner
-                .closed_or(Error::store("the rate-limit joint task ended"))),
-        }
+        limiter.inner.runtime.spawn(driver.run());
+    }
+    match rx.await {
+        Ok(result) => result.map_err(|e| limiter.inner.closed_or(e)),
+        Err(_) => Err(limiter
+            .inner
+            .closed_or(Error::store("the rate-limit joint task ended"))),
     }
 }
 
 /// The distinct (limit, key) pairs of a call, and its checks as (group, cost), in order.
-fn group(checks: &[Check<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
+fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
     let mut groups: Vec<JointGroup> = Vec::new();
     let mut order = Vec::with_capacity(checks.len());
     for c in checks {

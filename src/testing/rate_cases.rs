@@ -11,7 +11,7 @@ use super::rate_history::{assert_gcra_exact, unix_ns, Admitted};
 use super::util::{assert_err, ms};
 use super::{Harness, LimiterOptions};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned};
-use crate::{Algorithm, Check, Error, Limiter, Quota, RateLimit, RequestStats};
+use crate::{Algorithm, Error, KeyCheck, Limiter, Quota, RateLimit, RequestStats};
 use std::time::Duration;
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -360,7 +360,12 @@ pub async fn rate_check_all(h: &impl Harness) {
     let l = limiter(h).await;
     let user = open(&l, "user", Quota::per_minute(60).burst(10)).await;
     let global = open(&l, "global", Quota::per_minute(60).burst(2)).await;
-    let both = |key: &'static str| [Check::new(&user, key, 1), Check::new(&global, "{t}all", 1)];
+    let both = |key: &'static str| {
+        [
+            KeyCheck::new(&user, key, 1),
+            KeyCheck::new(&global, "{t}all", 1),
+        ]
+    };
     for _ in 0..2 {
         let ds = l.check_all(&both("{t}u1")).await.expect("check_all");
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
@@ -371,13 +376,13 @@ pub async fn rate_check_all(h: &impl Harness) {
     assert_eq!(ds[0].remaining, 8, "u1 was not charged");
     assert_eq!(check(&user, "{t}u1", 0).await.remaining, 8);
     let ds = l
-        .check_all(&[Check::new(&user, "u2", 3), Check::new(&user, "u2", 4)])
+        .check_all(&[KeyCheck::new(&user, "u2", 3), KeyCheck::new(&user, "u2", 4)])
         .await
         .expect("same key twice");
     assert_eq!((ds[0].remaining, ds[1].remaining), (7, 3), "{ds:?}");
     // The same key twice, the second over: nothing is charged, though the first alone fits.
     let ds = l
-        .check_all(&[Check::new(&user, "u3", 6), Check::new(&user, "u3", 6)])
+        .check_all(&[KeyCheck::new(&user, "u3", 6), KeyCheck::new(&user, "u3", 6)])
         .await
         .expect("same key, over");
     assert!(ds.iter().all(|d| !d.allowed), "{ds:?}");
@@ -389,7 +394,10 @@ pub async fn rate_check_all(h: &impl Harness) {
     )
     .await;
     let ds = l
-        .check_all(&[Check::new(&banning, "b", 1), Check::new(&banning, "b", 2)])
+        .check_all(&[
+            KeyCheck::new(&banning, "b", 1),
+            KeyCheck::new(&banning, "b", 2),
+        ])
         .await
         .expect("a ban from check_all");
     assert!(ds.iter().all(|d| !d.allowed), "{ds:?}");
@@ -401,12 +409,12 @@ pub async fn rate_check_all(h: &impl Harness) {
     let other = limiter(h).await;
     let foreign = open(&other, "user", Quota::per_minute(60).burst(10)).await;
     assert_err!(
-        l.check_all(&[Check::new(&foreign, "u", 1)]).await,
+        l.check_all(&[KeyCheck::new(&foreign, "u", 1)]).await,
         Error::InvalidArgument(_)
     );
     assert_err!(l.check_all(&[]).await, Error::InvalidArgument(_));
     assert_err!(
-        l.check_all(&[Check::new(&user, "u", 11)]).await,
+        l.check_all(&[KeyCheck::new(&user, "u", 11)]).await,
         Error::InvalidArgument(_)
     );
 }
@@ -611,7 +619,7 @@ async fn stored(store: &dyn RateStore, limit: &str, key: &str) -> Option<Version
 }
 
 /// `RateStore::write_each` (the writes of different keys one request carries, see
-/// `rate_known/combine.rs`): each write applies or fails on its own conditions alone; absent
+/// `rate_limit/combine.rs`): each write applies or fails on its own conditions alone; absent
 /// keys are created together; the outcomes come in the order of the writes; a conflict brings
 /// the key's current value and the quota.
 pub async fn rate_write_each(h: &impl Harness) {

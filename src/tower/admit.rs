@@ -5,7 +5,7 @@ use super::layer::Fallback;
 use crate::error::Error;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
-use crate::store_health::{Failure, StoreHealth};
+use crate::store_down::breaker::{Failure, StoreHealth};
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::task::JoinHandle;

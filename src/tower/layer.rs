@@ -5,7 +5,7 @@ use super::classify::DefaultClassifier;
 use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
-use crate::store_health::StoreHealth;
+use crate::store_down::breaker::StoreHealth;
 use crate::validate;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,14 +5,11 @@ use super::error::{RateLimitError, RateLimitInfo};
 use super::layer::{OnLimit, OnMissingKey};
 use crate::error::Error;
 use crate::rate::headers::{rate_limit_headers, HeaderNames};
-use crate::rate_guard::{Guarded, Source, StoreDownGuard};
-use crate::rate_limit::{validate_key, RateLimit};
+use crate::rate_limit::handle::{validate_key, RateLimit};
+use crate::store_down::{DecisionSource, GuardedDecision, StoreDownGuard};
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// Shortest pause between the checks of a wait (as [`RateLimit::wait_timeout`]'s).
-const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
 
 /// Header fields to put on the response: name (lower case, static) and value.
 pub(crate) type Fields = Vec<(&'static str, String)>;
@@ -70,14 +67,10 @@ impl Policy {
                 source,
             });
         }
-        let max = self.limit.quota().max_cost();
-        if cost > max {
+        if let Err(source) = self.limit.quota().check_cost(self.limit.name(), cost) {
             return Plan::Refuse(RateLimitError::InvalidRequest {
                 field: "cost",
-                source: Error::invalid(format!(
-                    "cost {cost} is above what rate limit {:?} can ever admit at once ({max})",
-                    self.limit.name()
-                )),
+                source,
             });
         }
         Plan::Check(key, cost)
@@ -127,51 +120,26 @@ impl Policy {
         }
     }
 
-    /// Checks until admitted, sleeping each denial's `retry_after`, while the next check
-    /// still falls before the deadline; then the last denial (nothing consumed). Like
-    /// [`RateLimit::wait_timeout`], but through the guard (so a down store gets its policy's
-    /// answer, not a wait) and keeping the last denial for the 429's headers. A fallback's
-    /// answer is final: waiting would not bring the store back; so is a denial that says no
-    /// time to retry after (nothing to wait for: checking again at once would only spin).
-    async fn wait(&self, key: &str, cost: u64, up_to: Duration) -> crate::Result<Guarded> {
-        // `None`: a deadline too far to represent, i.e. none (each turn still sleeps the
-        // denial's `retry_after`, at least 1 ms).
+    /// [`StoreDownGuard::wait_until`] up to `up_to`, keeping the last denial for the 429's
+    /// headers (a fallback's answer is final: waiting would not bring the store back).
+    async fn wait(&self, key: &str, cost: u64, up_to: Duration) -> crate::Result<GuardedDecision> {
+        // `None`: a deadline too far to represent, i.e. none.
         let deadline = Instant::now().checked_add(up_to);
-        loop {
-            // Each check gets at most what is left of the wait (and the store timeout).
-            let g = match deadline {
-                Some(d) => {
-                    let left = d
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1));
-                    self.guard
-                        .check_n_within(&self.limit, key, cost, left)
-                        .await?
-                }
-                None => self.guard.check_n(&self.limit, key, cost).await?,
-            };
-            if g.decision.allowed || matches!(g.source, Source::FailClosed | Source::FailOpen) {
-                return Ok(g);
-            }
-            let Some(retry_after) = g.decision.retry_after else {
-                return Ok(g);
-            };
-            let step = retry_after.max(MIN_WAIT_STEP);
-            match (Instant::now().checked_add(step), deadline) {
-                (Some(wake), Some(deadline)) if wake <= deadline => {
-                    tokio::time::sleep_until(wake).await
-                }
-                (Some(wake), None) => tokio::time::sleep_until(wake).await,
-                _ => return Ok(g),
-            }
-        }
+        let waited = self
+            .guard
+            .wait_until(&self.limit, key, cost, deadline)
+            .await?;
+        // Without a stop future a wait ends with an answer.
+        waited
+            .into_answer()
+            .ok_or_else(|| Error::invalid("the wait was stopped"))
     }
 
     /// The RateLimit fields of a decision the store or the local share made (a fail-open or
     /// fail-closed answer is made up: it gets none).
-    fn fields(&self, g: &Guarded) -> Fields {
+    fn fields(&self, g: &GuardedDecision) -> Fields {
         match (self.headers, g.source) {
-            (Some(names), Source::Store | Source::Local) => {
+            (Some(names), DecisionSource::Store | DecisionSource::Local) => {
                 rate_limit_headers(self.limit.name(), &self.limit.quota(), &g.decision, names)
             }
             _ => Vec::new(),

@@ -3,7 +3,7 @@
 
 use crate::error::Error;
 use crate::rate::Decision;
-use crate::rate_guard::Source;
+use crate::store_down::DecisionSource;
 use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
@@ -21,7 +21,7 @@ pub struct RateLimitInfo {
     /// The decision.
     pub decision: Decision,
     /// Whether the store decided, or a store-down fallback.
-    pub source: Source,
+    pub source: DecisionSource,
 }
 
 /// Why a request through [`ClusterRateLimit`](super::ClusterRateLimit) failed, for services
@@ -44,8 +44,8 @@ pub struct RateLimitInfo {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RateLimitError<E> {
-    /// Denied: the key has spent its quota ([`Source::Store`] or [`Source::Local`]), or the
-    /// store is down and the policy is fail-closed ([`Source::FailClosed`]). In wait mode: no
+    /// Denied: the key has spent its quota ([`DecisionSource::Store`] or [`DecisionSource::Local`]), or the
+    /// store is down and the policy is fail-closed ([`DecisionSource::FailClosed`]). In wait mode: no
     /// admission came before the deadline.
     RateLimited {
         /// Name of the rate limit.
@@ -53,7 +53,7 @@ pub enum RateLimitError<E> {
         /// The (last) denial: `retry_after` says when to try again.
         decision: Decision,
         /// Who decided.
-        source: Source,
+        source: DecisionSource,
     },
     /// The request has no key and [`OnMissingKey::Reject`](super::OnMissingKey::Reject) is set.
     MissingKey {
@@ -123,7 +123,7 @@ impl<E: fmt::Display> fmt::Display for RateLimitError<E> {
         match self {
             RateLimitError::RateLimited {
                 limit,
-                source: Source::FailClosed,
+                source: DecisionSource::FailClosed,
                 ..
             } => write!(
                 f,

@@ -6,7 +6,7 @@ use super::admit::Fields;
 use super::error::{RateLimitError, RateLimitInfo};
 use crate::error::Error;
 use crate::rate::headers::retry_after_secs;
-use crate::rate_guard::Source;
+use crate::store_down::DecisionSource;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 use serde_json::json;
@@ -24,7 +24,7 @@ pub(crate) fn rejection<B: From<String>>(
             decision,
             source,
         } => {
-            let (status, code) = if source == Source::FailClosed {
+            let (status, code) = if source == DecisionSource::FailClosed {
                 (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
             } else {
                 (StatusCode::TOO_MANY_REQUESTS, "rate_limited")

@@ -2,7 +2,7 @@
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
-use super::LimitShared;
+use super::registry::LimitShared;
 use crate::backend::{lock, Current};
 use crate::error::{Error, Result};
 use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};

@@ -3,7 +3,7 @@
 //! the expected version of the next write. Shared by every handle of the Limiter, so checks of
 //! one key from anywhere in the process coalesce (`rate_limit/batch.rs`).
 
-use super::KeyCell;
+use super::cell::KeyCell;
 use crate::backend::lock;
 use crate::rate::Quota;
 use std::collections::HashMap;
@@ -91,4 +91,11 @@ impl LimitShared {
     pub(crate) fn cells(&self) -> usize {
         lock(&self.keys).len()
     }
+}
+
+/// Counts of rate-limit decisions by where they were made.
+#[derive(Debug, Default)]
+pub(crate) struct RateCounts {
+    pub(crate) batches: std::sync::atomic::AtomicU64,
+    pub(crate) local_answers: std::sync::atomic::AtomicU64,
 }

@@ -2,12 +2,12 @@
 //! `memory://` Limiter of this guard's own, opened at the first store failure, holding each
 //! limit at its local share.
 
-use super::StoreDownPolicy;
+use super::policy::StoreDownPolicy;
 use crate::backend::lock;
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::Quota;
-use crate::rate_limit::RateLimit;
+use crate::rate_limit::handle::RateLimit;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::OnceCell;

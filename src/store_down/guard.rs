@@ -2,12 +2,15 @@
 //! while it is known down.
 
 use super::local::{fits, LocalLimits};
-use super::StoreDownPolicy;
+use super::policy::StoreDownPolicy;
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::Decision;
-use crate::rate_limit::{validate_key, Check, RateLimit};
-use crate::store_health::{BreakerStats, Failure, StoreHealth};
+use crate::rate_limit::check_all::KeyCheck;
+use crate::rate_limit::handle::{validate_key, RateLimit};
+use crate::rate_limit::wait::{self, WaitAnswer, Waited};
+use crate::store_down::breaker::{BreakerStats, Failure, StoreHealth};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -16,10 +19,10 @@ use tokio::time::Instant;
 /// asks it again, so exact answers resume within a quarter second of the store's recovery.
 pub const DEFAULT_GUARD_RETRY_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Where a [`Guarded`] decision came from.
+/// Where a [`GuardedDecision`] decision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Source {
+pub enum DecisionSource {
     /// The store decided: exact, cluster-wide.
     Store,
     /// The store was down and [`StoreDownPolicy::FailOpen`] admitted the request uncounted.
@@ -30,14 +33,27 @@ pub enum Source {
     Local,
 }
 
+impl WaitAnswer for GuardedDecision {
+    fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    fn is_final(&self) -> bool {
+        matches!(
+            self.source,
+            DecisionSource::FailOpen | DecisionSource::FailClosed
+        )
+    }
+}
+
 /// A decision and who made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Guarded {
+pub struct GuardedDecision {
     /// The answer to give the caller.
     pub decision: Decision,
     /// Whether the store made it, or which fallback.
-    pub source: Source,
+    pub source: DecisionSource,
 }
 
 /// Checks rate limits through the store while it answers, and applies a [`StoreDownPolicy`]
@@ -54,7 +70,7 @@ pub struct Guarded {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> clusterlimit::Result<()> {
-/// use clusterlimit::{Limiter, Quota, Source, StoreDownGuard, StoreDownPolicy};
+/// use clusterlimit::{Limiter, Quota, DecisionSource, StoreDownGuard, StoreDownPolicy};
 /// use std::time::Duration;
 /// let limiter = Limiter::connect("memory://guard-doc").await?;
 /// let api = limiter.rate_limit("api", Quota::per_second(100)).await?;
@@ -62,7 +78,7 @@ pub struct Guarded {
 ///     .store_timeout(Duration::from_millis(200));
 /// let g = guard.check_n(&api, "user-42", 1).await?;
 /// assert!(g.decision.allowed);
-/// assert_eq!(g.source, Source::Store);
+/// assert_eq!(g.source, DecisionSource::Store);
 /// # Ok(()) }
 /// ```
 ///
@@ -140,7 +156,12 @@ impl StoreDownGuard {
     }
 
     /// [`RateLimit::check_n`] through the store, or the policy's answer if the store is down.
-    pub async fn check_n(&self, limit: &RateLimit, key: &str, cost: u64) -> Result<Guarded> {
+    pub async fn check_n(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        cost: u64,
+    ) -> Result<GuardedDecision> {
         self.check_n_by(limit, key, cost, self.store_timeout).await
     }
 
@@ -154,9 +175,59 @@ impl StoreDownGuard {
         key: &str,
         cost: u64,
         budget: Duration,
-    ) -> Result<Guarded> {
+    ) -> Result<GuardedDecision> {
         let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
         self.check_n_by(limit, key, cost, Some(bound)).await
+    }
+
+    /// [`RateLimit::wait_until`] through the guard: checks until admitted, sleeping each
+    /// denial's `retry_after`, while the next check still falls before `deadline` (`None`:
+    /// none). Each check gets at most what is left of the wait (and the store timeout). A
+    /// store-down answer ends the wait at once: fail open admits, fail closed is
+    /// [`Waited::Denied`] (waiting does not bring the store back); a local share's denial is
+    /// waited on like the store's.
+    ///
+    /// Errors: `InvalidArgument` for a bad key or a cost of 0 or above the quota.
+    /// Cancel-safe: dropping it between checks consumes nothing.
+    pub async fn wait_until(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        cost: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Waited<GuardedDecision>> {
+        self.wait_until_or(limit, key, cost, deadline, std::future::pending())
+            .await
+    }
+
+    /// [`wait_until`](Self::wait_until), ended by `stop` ([`Waited::Stopped`]) if it
+    /// finishes while the wait sleeps between checks: for a server that must answer its
+    /// callers at shutdown without cutting off a check whose write may already count.
+    pub async fn wait_until_or(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        cost: u64,
+        deadline: Option<Instant>,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Waited<GuardedDecision>> {
+        if cost == 0 {
+            return Err(Error::invalid(
+                "a wait needs a cost of at least 1 (cost 0 is a peek: use check_n)",
+            ));
+        }
+        wait::until(deadline, stop, |deadline| async move {
+            match deadline {
+                Some(d) => {
+                    let left = d
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1));
+                    self.check_n_within(limit, key, cost, left).await
+                }
+                None => self.check_n(limit, key, cost).await,
+            }
+        })
+        .await
     }
 
     async fn check_n_by(
@@ -165,16 +236,10 @@ impl StoreDownGuard {
         key: &str,
         cost: u64,
         bound: Option<Duration>,
-    ) -> Result<Guarded> {
+    ) -> Result<GuardedDecision> {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
-        let max = limit.quota().max_cost();
-        if cost > max {
-            return Err(Error::invalid(format!(
-                "cost {cost} is above what rate limit {:?} can ever admit at once ({max})",
-                limit.name()
-            )));
-        }
+        limit.quota().check_cost(limit.name(), cost)?;
         let health = &self.shared.health;
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
@@ -182,9 +247,9 @@ impl StoreDownGuard {
             match limit.check_by(key, cost, deadline).await {
                 Ok(decision) => {
                     health.up(limit.name());
-                    return Ok(Guarded {
+                    return Ok(GuardedDecision {
                         decision,
-                        source: Source::Store,
+                        source: DecisionSource::Store,
                     });
                 }
                 Err(e) => match failure(&e) {
@@ -201,7 +266,11 @@ impl StoreDownGuard {
 
     /// [`Limiter::check_all`] (all or nothing) through the store, or the policy's answer for
     /// every check if the store is down (`Local`: all or nothing among the local shares).
-    pub async fn check_all(&self, limiter: &Limiter, checks: &[Check<'_>]) -> Result<Vec<Guarded>> {
+    pub async fn check_all(
+        &self,
+        limiter: &Limiter,
+        checks: &[KeyCheck<'_>],
+    ) -> Result<Vec<GuardedDecision>> {
         self.check_all_by(limiter, checks, self.store_timeout).await
     }
 
@@ -209,9 +278,9 @@ impl StoreDownGuard {
     pub async fn check_all_within(
         &self,
         limiter: &Limiter,
-        checks: &[Check<'_>],
+        checks: &[KeyCheck<'_>],
         budget: Duration,
-    ) -> Result<Vec<Guarded>> {
+    ) -> Result<Vec<GuardedDecision>> {
         let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
         self.check_all_by(limiter, checks, Some(bound)).await
     }
@@ -219,9 +288,9 @@ impl StoreDownGuard {
     async fn check_all_by(
         &self,
         limiter: &Limiter,
-        checks: &[Check<'_>],
+        checks: &[KeyCheck<'_>],
         bound: Option<Duration>,
-    ) -> Result<Vec<Guarded>> {
+    ) -> Result<Vec<GuardedDecision>> {
         let Some(first) = checks.first() else {
             return Err(Error::invalid("check_all needs at least one check"));
         };
@@ -240,9 +309,9 @@ impl StoreDownGuard {
                     health.up(&name);
                     return Ok(decisions
                         .into_iter()
-                        .map(|decision| Guarded {
+                        .map(|decision| GuardedDecision {
                             decision,
-                            source: Source::Store,
+                            source: DecisionSource::Store,
                         })
                         .collect());
                 }
@@ -256,20 +325,14 @@ impl StoreDownGuard {
         for c in checks {
             let (limit, key, cost) = c.parts();
             validate_key(key)?;
-            let max = limit.quota().max_cost();
-            if cost > max {
-                return Err(Error::invalid(format!(
-                    "cost {cost} is above what rate limit {:?} can ever admit at once ({max})",
-                    limit.name()
-                )));
-            }
+            limit.quota().check_cost(limit.name(), cost)?;
             parts.push((limit, key, cost));
         }
         self.fallback(&parts).await
     }
 
     /// The policy's answers for checks the store could not decide.
-    async fn fallback(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<Guarded>> {
+    async fn fallback(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<GuardedDecision>> {
         let fixed = |allowed: bool| {
             checks
                 .iter()
@@ -293,11 +356,11 @@ impl StoreDownGuard {
                         }
                     };
                     let source = if allowed {
-                        Source::FailOpen
+                        DecisionSource::FailOpen
                     } else {
-                        Source::FailClosed
+                        DecisionSource::FailClosed
                     };
-                    Guarded { decision, source }
+                    GuardedDecision { decision, source }
                 })
                 .collect::<Vec<_>>()
         };
@@ -309,7 +372,7 @@ impl StoreDownGuard {
     }
 
     /// `Local`: the same checks, all or nothing, on this process's shares.
-    async fn local(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<Guarded>> {
+    async fn local(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<GuardedDecision>> {
         let local = &self.shared.local;
         let mut twins = Vec::with_capacity(checks.len());
         for (limit, _, _) in checks {
@@ -335,18 +398,18 @@ impl StoreDownGuard {
         } else if let [(_, key, cost)] = checks {
             vec![twins[0].check_n(key, *cost).await?]
         } else {
-            let local_checks: Vec<Check<'_>> = checks
+            let local_checks: Vec<KeyCheck<'_>> = checks
                 .iter()
                 .zip(&twins)
-                .map(|((_, key, cost), twin)| Check::new(twin, *key, *cost))
+                .map(|((_, key, cost), twin)| KeyCheck::new(twin, *key, *cost))
                 .collect();
             local.limiter().await?.check_all(&local_checks).await?
         };
         Ok(decisions
             .into_iter()
-            .map(|decision| Guarded {
+            .map(|decision| GuardedDecision {
                 decision,
-                source: Source::Local,
+                source: DecisionSource::Local,
             })
             .collect())
     }

@@ -4,7 +4,8 @@
 //! keys costs one store request per batch of requests, not one each (and no conflicts among
 //! this Limiter's own requests).
 
-use super::{KeyCell, LimitShared};
+use super::cell::KeyCell;
+use super::registry::LimitShared;
 use crate::backend::lock;
 use crate::error::Result;
 use crate::rate::Decision;
