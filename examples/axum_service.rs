@@ -24,7 +24,7 @@ use std::time::Duration;
 // The cap is clusterlimit's layer, shared by every replica through the store; tower only
 // stacks the layers (tower's own `ConcurrencyLimitLayer` would cap this process alone).
 use clusterlimit::tower::ClusterRateLimitLayer;
-use clusterlimit::tower::{key, ClusterConcurrencyLimitLayer, Fallback, LimitError};
+use clusterlimit::tower::{key, ClusterConcurrencyLimitLayer, LimitError};
 use clusterlimit::{Limiter, Quota, StoreDownPolicy};
 use std::net::SocketAddr;
 use tower::ServiceBuilder;
@@ -55,7 +55,7 @@ async fn main() -> Result<(), BoxError> {
     let semaphore = limiter.semaphore("report-api", 2).await?;
     let limit = ClusterConcurrencyLimitLayer::builder(semaphore)
         .acquire_timeout(Duration::from_millis(200)) // queue briefly, then shed load
-        .on_store_error(Fallback::Reject) // keep the cap even if the store is down
+        .on_store_error(StoreDownPolicy::FailClosed) // keep the cap even if the store is down
         .retry_after(Duration::from_secs(1))
         .build()?;
 

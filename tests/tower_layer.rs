@@ -5,7 +5,7 @@
 mod support;
 
 use clusterlimit::tower::{ClusterConcurrencyLimitLayer, Fallback, LimitError};
-use clusterlimit::{Error, Limiter, Semaphore};
+use clusterlimit::{Error, Limiter, Semaphore, StoreDownPolicy};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -342,6 +342,38 @@ async fn stopped_store_rejects_then_answers_at_once_and_recovers() {
     assert_eq!(gauge.calls(), 2);
 }
 
+/// One store-down vocabulary for the permit and rate layers: the concurrency layer takes a
+/// `StoreDownPolicy` (or its own `Fallback`), and refuses a local share, which only a rate
+/// limit can apply, before any request.
+#[tokio::test]
+async fn a_local_store_down_policy_is_refused_by_the_concurrency_layer() {
+    let limiter = Limiter::connect("memory://tower-local-policy")
+        .await
+        .unwrap();
+    let sem = limiter.semaphore("api", 2).await.unwrap();
+    let err = ClusterConcurrencyLimitLayer::builder(sem.clone())
+        .on_store_error(StoreDownPolicy::Local { replicas: 3 })
+        .build()
+        .err();
+    let Some(Error::InvalidArgument(why)) = err else {
+        panic!("expected InvalidArgument, got {err:?}");
+    };
+    assert!(
+        why.contains("local:3") && why.contains("fail_open or fail_closed"),
+        "{why}"
+    );
+    for policy in [StoreDownPolicy::FailOpen, StoreDownPolicy::FailClosed] {
+        assert!(ClusterConcurrencyLimitLayer::builder(sem.clone())
+            .on_store_error(policy)
+            .build()
+            .is_ok());
+    }
+    assert!(ClusterConcurrencyLimitLayer::builder(sem)
+        .on_store_error(Fallback::Reject)
+        .build()
+        .is_ok());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_store_fails_open_and_serves_every_request() {
     let mut cluster = EtcdCluster::single();
@@ -351,7 +383,7 @@ async fn stopped_store_fails_open_and_serves_every_request() {
     let gauge = InFlight::default();
     let svc = ClusterConcurrencyLimitLayer::builder(sem)
         .acquire_timeout(Duration::from_millis(500))
-        .on_store_error(Fallback::FailOpen)
+        .on_store_error(StoreDownPolicy::FailOpen)
         .build()
         .unwrap()
         .layer(gauge.service(Duration::ZERO));

@@ -97,3 +97,126 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn denial(retry_after: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 1,
+            remaining: 0,
+            retry_after: Some(retry_after),
+            reset_after: retry_after,
+        }
+    }
+
+    fn admission() -> Decision {
+        Decision {
+            allowed: true,
+            limit: 1,
+            remaining: 0,
+            retry_after: None,
+            reset_after: Duration::from_secs(1),
+        }
+    }
+
+    /// Denied twice, then admitted: the wait sleeps each denial's `retry_after`.
+    #[tokio::test(start_paused = true)]
+    async fn sleeps_each_retry_after_until_admitted() {
+        let calls = AtomicU32::new(0);
+        let started = Instant::now();
+        let waited = until(None, std::future::pending(), |_| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok(if n < 2 {
+                    denial(Duration::from_millis(300))
+                } else {
+                    admission()
+                })
+            }
+        })
+        .await;
+        assert!(matches!(waited, Ok(Waited::Admitted(d)) if d.allowed));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(started.elapsed(), Duration::from_millis(600));
+    }
+
+    /// A next chance past the deadline ends the wait at once with the denial; a denial of a few
+    /// ns still sleeps at least 1 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_next_chance_past_the_deadline_is_denied_at_once() {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(100);
+        let waited = until(Some(deadline), std::future::pending(), |_| async {
+            Ok(denial(Duration::from_millis(101)))
+        })
+        .await;
+        assert!(matches!(waited, Ok(Waited::Denied(d)) if !d.allowed));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+
+        let calls = AtomicU32::new(0);
+        let waited = until(
+            Some(Instant::now() + Duration::from_millis(5)),
+            std::future::pending(),
+            |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Ok(denial(Duration::from_nanos(3))) }
+            },
+        )
+        .await;
+        assert!(matches!(waited, Ok(Waited::Denied(_))));
+        // 1 ms steps within 5 ms: at most 6 checks, not a spin.
+        assert!(calls.load(Ordering::SeqCst) <= 6, "{calls:?}");
+    }
+
+    /// A denial meaning never (the stored quota can not admit the cost) ends the wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_cost_the_quota_never_admits_ends_the_wait() {
+        let waited = until(None, std::future::pending(), |_| async {
+            Ok(denial(Duration::MAX))
+        })
+        .await;
+        assert!(matches!(waited, Ok(Waited::Never(d)) if d.never_admits()));
+    }
+
+    /// `stop` ends a sleeping wait; it is not raced against a check in flight.
+    #[tokio::test(start_paused = true)]
+    async fn stop_ends_the_wait_between_checks_only() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut tx = Some(tx);
+        let calls = AtomicU32::new(0);
+        let waited = until(
+            None,
+            async {
+                let _ = rx.await;
+            },
+            |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                // The stop fires during the first check: the check still completes.
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(());
+                }
+                async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(denial(Duration::from_secs(10)))
+                }
+            },
+        )
+        .await;
+        assert!(matches!(waited, Ok(Waited::Stopped)), "{waited:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// An error of a check is the wait's error.
+    #[tokio::test(start_paused = true)]
+    async fn a_check_error_ends_the_wait() {
+        let waited: Result<Waited> = until(None, std::future::pending(), |_| async {
+            Err(crate::Error::Timeout)
+        })
+        .await;
+        assert!(matches!(waited, Err(crate::Error::Timeout)));
+    }
+}

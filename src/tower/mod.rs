@@ -1,5 +1,7 @@
-//! A [tower](https://docs.rs/tower) layer that caps a service's in-flight requests across the whole cluster
-//! (cargo feature `tower`, on by default).
+//! [Tower](https://docs.rs/tower) layers that cap a service's in-flight requests
+//! ([`concurrency`]) and its request rate per key ([`rate`]) across the whole cluster (cargo
+//! feature `tower`, on by default), laid out like tower's own `limit::{concurrency, rate}`, with
+//! the layers' names at this module's root too.
 //!
 //! [`ClusterConcurrencyLimitLayer`] is tower's `ConcurrencyLimitLayer` with the count kept in a
 //! clusterlimit [`Semaphore`](crate::Semaphore): every request takes a permit, every replica of
@@ -11,7 +13,8 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> clusterlimit::Result<()> {
-//! use clusterlimit::tower::{Fallback, ClusterConcurrencyLimitLayer};
+//! use clusterlimit::tower::ClusterConcurrencyLimitLayer;
+//! use clusterlimit::StoreDownPolicy;
 //! use std::time::Duration;
 //! use tower::{service_fn, Layer, Service, ServiceExt};
 //!
@@ -19,7 +22,7 @@
 //! let semaphore = limiter.semaphore("reports-api", 8).await?; // 8 in flight, cluster-wide
 //! let layer = ClusterConcurrencyLimitLayer::builder(semaphore)
 //!     .acquire_timeout(Duration::from_millis(500)) // then answer LimitError::Timeout
-//!     .on_store_error(Fallback::FailOpen)          // a down store must not take the API down
+//!     .on_store_error(StoreDownPolicy::FailOpen)   // a down store must not take the API down
 //!     .build()?;
 //!
 //! let mut service = layer.layer(service_fn(|name: String| async move {
@@ -65,7 +68,8 @@
 //!   request; [`Fallback::FailOpen`] runs it without a permit.
 //! * **Store down** (an error from the store, or no answer at all: the acquire's deadline plus
 //!   0.5 s passed without a reply): [`on_store_error`](ClusterConcurrencyLimitLayerBuilder::on_store_error)
-//!   decides, [`LimitError::StoreUnavailable`] (default) or fail-open. After such a failure
+//!   decides, in the rate layers' vocabulary ([`StoreDownPolicy`](crate::StoreDownPolicy)):
+//!   fail closed, [`LimitError::StoreUnavailable`] (default), or fail open. After such a failure
 //!   the layer stops asking the store for every request: one request per
 //!   [`store_retry_interval`](ClusterConcurrencyLimitLayerBuilder::store_retry_interval)
 //!   (default 1 s) tries it, the others get the fallback at once, so a down store costs no
@@ -144,28 +148,19 @@
 //!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
 //!   or may not have consumed, one dropped while waiting between checks has not.
 
-mod admit;
-mod classify;
-mod deprecated;
-mod error;
-mod future;
-mod layer;
-mod service;
+pub mod concurrency;
+pub mod rate;
 
-pub use classify::{Classify, DefaultClassifier};
-#[allow(deprecated)]
-pub use deprecated::{
-    GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
-};
-pub use error::LimitError;
-pub use future::ResponseFuture;
-pub use layer::{
-    ClusterConcurrencyLimitLayer, ClusterConcurrencyLimitLayerBuilder, Fallback,
+// The layers' names at the module root too, as tower's `limit` has them.
+pub use concurrency::{
+    Classify, ClusterConcurrencyLimit, ClusterConcurrencyLimitLayer,
+    ClusterConcurrencyLimitLayerBuilder, DefaultClassifier, Fallback, LimitError, ResponseFuture,
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
 };
-pub use service::ClusterConcurrencyLimit;
-
-mod rate;
+#[allow(deprecated)]
+pub use concurrency::{
+    GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
+};
 pub use rate::{
     key, AsErrors, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses, OnLimit,
     OnMissingKey, OnePerRequest, RateLimitError, RateLimitFuture, RateLimitInfo, Respond,

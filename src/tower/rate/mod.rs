@@ -1,4 +1,4 @@
-//! `ClusterRateLimitLayer`: every request checked against a cluster-wide rate limit, per key
+//! [`ClusterRateLimitLayer`]: every request checked against a cluster-wide rate limit, per key
 //! (documented in the [`tower`](crate::tower) module docs, "Rate limits").
 
 mod admit;

@@ -6,6 +6,7 @@ use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
 use crate::store_down::breaker::StoreHealth;
+use crate::store_down::policy::StoreDownPolicy;
 use crate::validate;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,12 @@ pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Default [`retry_after`](ClusterConcurrencyLimitLayerBuilder::retry_after) hint of a rejection.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What to do with a request that got no permit (deadline passed, or the store is down).
+/// What to do with a request that got no permit by its deadline ([`on_timeout`]); also
+/// accepted by [`on_store_error`], whose vocabulary is the rate layers' [`StoreDownPolicy`]
+/// (`Reject` is [`StoreDownPolicy::FailClosed`]).
+///
+/// [`on_timeout`]: ClusterConcurrencyLimitLayerBuilder::on_timeout
+/// [`on_store_error`]: ClusterConcurrencyLimitLayerBuilder::on_store_error
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fallback {
     /// Do not run the request: answer [`LimitError::Timeout`](super::LimitError::Timeout) or
@@ -28,6 +34,15 @@ pub enum Fallback {
     /// Run the request without a permit: availability before the cap. Logged at `debug` per
     /// request, and at `warn` when the store goes down.
     FailOpen,
+}
+
+impl From<Fallback> for StoreDownPolicy {
+    fn from(f: Fallback) -> StoreDownPolicy {
+        match f {
+            Fallback::Reject => StoreDownPolicy::FailClosed,
+            Fallback::FailOpen => StoreDownPolicy::FailOpen,
+        }
+    }
 }
 
 /// A [`tower_layer::Layer`] that wraps a service in [`ClusterConcurrencyLimit`]: every request
@@ -116,12 +131,13 @@ impl<S, C: Clone> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer<C> {
 /// ```
 /// # async fn f(sem: clusterlimit::Semaphore) -> clusterlimit::Result<()> {
 /// use clusterlimit::tower::{Fallback, ClusterConcurrencyLimitLayer};
+/// use clusterlimit::StoreDownPolicy;
 /// use std::time::Duration;
 /// let layer = ClusterConcurrencyLimitLayer::builder(sem)
 ///     .permits_per_request(2)                      // heavy requests: weight 2
 ///     .acquire_timeout(Duration::from_millis(250))
 ///     .on_timeout(Fallback::Reject)                // full: answer "try later"
-///     .on_store_error(Fallback::FailOpen)          // store down: serve anyway
+///     .on_store_error(StoreDownPolicy::FailOpen)   // store down: serve anyway
 ///     .store_retry_interval(Duration::from_secs(2))
 ///     .retry_after(Duration::from_secs(3))         // hint carried by rejections
 ///     .build()?;
@@ -135,7 +151,7 @@ pub struct ClusterConcurrencyLimitLayerBuilder {
     permits: u32,
     acquire_timeout: Option<Duration>,
     on_timeout: Fallback,
-    on_store_error: Fallback,
+    on_store_error: StoreDownPolicy,
     store_retry_interval: Duration,
     retry_after: Duration,
 }
@@ -147,7 +163,7 @@ impl ClusterConcurrencyLimitLayerBuilder {
             permits: 1,
             acquire_timeout: Some(DEFAULT_ACQUIRE_TIMEOUT),
             on_timeout: Fallback::Reject,
-            on_store_error: Fallback::Reject,
+            on_store_error: StoreDownPolicy::FailClosed,
             store_retry_interval: DEFAULT_STORE_RETRY_INTERVAL,
             retry_after: DEFAULT_RETRY_AFTER,
         }
@@ -182,9 +198,14 @@ impl ClusterConcurrencyLimitLayerBuilder {
         self
     }
 
-    /// What to do when the store fails or does not answer (default [`Fallback::Reject`]).
-    pub fn on_store_error(mut self, fallback: Fallback) -> Self {
-        self.on_store_error = fallback;
+    /// What to do when the store fails or does not answer: the rate layers' vocabulary,
+    /// [`StoreDownPolicy::FailClosed`] (default: answer
+    /// [`LimitError::StoreUnavailable`](super::LimitError::StoreUnavailable)) or
+    /// [`StoreDownPolicy::FailOpen`] (run the request without a permit); [`Fallback`] is
+    /// accepted too. A local share ([`StoreDownPolicy::Local`]) is for rate limits only:
+    /// [`build`](Self::build) refuses it.
+    pub fn on_store_error(mut self, policy: impl Into<StoreDownPolicy>) -> Self {
+        self.on_store_error = policy.into();
         self
     }
 
@@ -212,6 +233,15 @@ impl ClusterConcurrencyLimitLayerBuilder {
             return Err(Error::invalid(
                 "acquire timeout must be above zero (use wait_forever() to wait without one)",
             ));
+        }
+        if !matches!(
+            self.on_store_error,
+            StoreDownPolicy::FailOpen | StoreDownPolicy::FailClosed
+        ) {
+            return Err(Error::invalid(format!(
+                "a concurrency layer's store-down policy is fail_open or fail_closed, got {} (a local share is for rate limits only)",
+                self.on_store_error
+            )));
         }
         if self.store_retry_interval.is_zero() {
             return Err(Error::invalid("store retry interval must be above zero"));

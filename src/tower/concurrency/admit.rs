@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
 use crate::store_down::breaker::{Failure, StoreHealth};
+use crate::store_down::policy::StoreDownPolicy;
 use std::convert::Infallible;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -26,7 +27,7 @@ pub(crate) struct Policy {
     pub(crate) permits: u32,
     pub(crate) acquire_timeout: Option<Duration>,
     pub(crate) on_timeout: Fallback,
-    pub(crate) on_store_error: Fallback,
+    pub(crate) on_store_error: StoreDownPolicy,
     pub(crate) retry_after: Duration,
     pub(crate) health: StoreHealth,
 }
@@ -126,11 +127,12 @@ impl Policy {
 
     fn store_fallback(&self, cause: Error) -> Admission {
         match self.on_store_error {
-            Fallback::FailOpen => {
+            StoreDownPolicy::FailOpen => {
                 tracing::debug!(semaphore = %self.semaphore.name(), error = %cause, "store unavailable; running the request without a permit (fail-open)");
                 Ok(None)
             }
-            Fallback::Reject => Err(LimitError::StoreUnavailable {
+            // Fail closed (`build` refuses a local share for permits).
+            _ => Err(LimitError::StoreUnavailable {
                 semaphore: self.semaphore.name().to_string(),
                 source: cause,
                 retry_after: self.retry_after,
