@@ -46,9 +46,9 @@ pub enum Error {
     #[error("rate limit exists with quota {stored}, not {requested}")]
     QuotaMismatch {
         /// Quota stored in the store (boxed: it keeps every `Result` of the crate small).
-        stored: Box<crate::rate::Quota>,
+        stored: Box<crate::rate::quota::Quota>,
         /// Quota the caller asked for.
-        requested: Box<crate::rate::Quota>,
+        requested: Box<crate::rate::quota::Quota>,
     },
     /// No semaphore or rate limit has this name (open one with a capacity or a quota to create
     /// it). Holds the name.

@@ -51,7 +51,6 @@ mod backoff;
 mod clock;
 mod error;
 mod limiter;
-mod limiter_builder;
 mod limiter_inner;
 mod lost;
 mod members;
@@ -64,6 +63,7 @@ mod semaphore;
 mod stats;
 mod status;
 mod store_down;
+mod store_open;
 mod store_url;
 // The contract suite, for backends written outside the crate too (feature `testing`).
 #[cfg(feature = "testing")]
@@ -82,10 +82,9 @@ pub use announce::Announcement;
 pub use clock::Clock;
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
-    CapacityChange, Limiter, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL, MAX_REQUEST_TIMEOUT,
-    MIN_SESSION_TTL,
+    CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
+    MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
 };
-pub use limiter_builder::LimiterBuilder;
 pub use lost::{Deadline, LostSignal};
 pub use members::StoreMember;
 pub use permit::Permit;

@@ -3,11 +3,12 @@
 //! `semaphore.rs`, `adaptive/`, `rate_limit/`).
 
 use crate::adaptive::config::Adaptive;
+use crate::announce::Announcement;
 use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::limiter_builder::LimiterBuilder;
 use crate::limiter_inner::LimiterInner;
+use crate::members::StoreMember;
 use crate::rate::{Decision, Quota};
 use crate::rate_limit::batch::rate_store;
 use crate::rate_limit::check_all::{self, KeyCheck};
@@ -15,7 +16,10 @@ use crate::rate_limit::handle::RateLimit;
 use crate::release::Releaser;
 use crate::semaphore::Semaphore;
 use crate::stats::RequestStats;
+use crate::store_open::{check_credentials_fit, open_store, StoreOptions};
+use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
 use crate::validate;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +59,17 @@ impl Limiter {
 
     /// Starts a builder for options.
     pub fn builder(url: &str) -> LimiterBuilder {
-        LimiterBuilder::new(url)
+        LimiterBuilder {
+            url: url.to_string(),
+            session_ttl: DEFAULT_SESSION_TTL,
+            owner: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: None,
+            tls: None,
+            etcd_user: None,
+            zk_digest_file: None,
+            clock: Clock::system(),
+        }
     }
 
     /// Wraps a custom [`Backend`].
@@ -68,7 +82,7 @@ impl Limiter {
         )
     }
 
-    pub(crate) fn wrap(
+    fn wrap(
         backend: Arc<dyn Backend>,
         owner: String,
         clock: Clock,
@@ -258,7 +272,7 @@ impl Limiter {
     /// flight go together in the next one (decided in arrival order, all or nothing each), so
     /// concurrent calls sharing a hot key cost one request per batch, one more per conflict.
     pub async fn check_all(&self, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
-        check_all::run(self, checks).await
+        check_all::run(&self.inner, checks).await
     }
 
     /// Opens the adaptive semaphore `name`, creating it with `config`'s initial capacity if it
@@ -293,7 +307,90 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub async fn adaptive_semaphore(&self, name: &str, config: Adaptive) -> Result<Semaphore> {
-        crate::adaptive::open::open(self, name, config).await
+        crate::adaptive::open::open(&self.inner, name, config).await
+    }
+
+    /// The store's members, as the store reports them now: etcd's member list with the
+    /// leader marked; ZooKeeper's configuration (`/zookeeper/config`; who leads is not told to
+    /// clients); one `embedded` member for memory://; every cluster's members for a sharded
+    /// store. Empty for a backend that cannot tell. Bounded by the request timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// let limiter = clusterlimit::Limiter::connect("memory://members-doc").await?;
+    /// let members = limiter.store_members().await?;
+    /// assert_eq!(members[0].role, "embedded");
+    /// # Ok(()) }
+    /// ```
+    pub async fn store_members(&self) -> Result<Vec<StoreMember>> {
+        self.inner.check_open()?;
+        let read = self.inner.backend.members().await;
+        self.inner.closed_or_result(read)
+    }
+
+    /// Publishes `value` on `board` under this Limiter's own id (one value per Limiter and
+    /// board; a second call replaces it). Bound to the Limiter's store session: it vanishes when
+    /// the Limiter closes, its process dies (within the session TTL) or its session is lost;
+    /// after a lost session call it again (it is not re-published by itself).
+    ///
+    /// Errors: `InvalidArgument` for a board name the semaphore names' rules refuse or a value
+    /// over [`MAX_ANNOUNCEMENT_BYTES`](crate::validate::MAX_ANNOUNCEMENT_BYTES) (64 KiB),
+    /// checked before any store request.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::Limiter;
+    /// let a = Limiter::connect("memory://announce-doc").await?;
+    /// let b = Limiter::connect("memory://announce-doc").await?;
+    /// a.announce("sidecars", br#"{"permits":3}"#).await?;
+    /// b.announce("sidecars", br#"{"permits":1}"#).await?;
+    /// assert_eq!(b.announcements("sidecars").await?.len(), 2);
+    /// a.close().await?; // a's value goes with its session
+    /// let left = b.announcements("sidecars").await?;
+    /// assert_eq!((left.len(), left[0].id.as_str()), (1, b.announcer_id()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn announce(&self, board: &str, value: &[u8]) -> Result<()> {
+        validate::name(board)?;
+        validate::announcement(value)?;
+        self.inner.check_open()?;
+        let put = self
+            .inner
+            .backend
+            .announce(board, &self.inner.id, value)
+            .await;
+        self.inner.closed_or_result(put)
+    }
+
+    /// Every value on `board` now, one per live announcer, sorted by id (empty for a board
+    /// nobody announced on). `InvalidArgument` for a bad board name.
+    pub async fn announcements(&self, board: &str) -> Result<Vec<Announcement>> {
+        validate::name(board)?;
+        self.inner.check_open()?;
+        let read = self.inner.backend.announcements(board).await;
+        let mut all: Vec<Announcement> = self
+            .inner
+            .closed_or_result(read)?
+            .into_iter()
+            .map(|(id, value)| Announcement { id, value })
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
+    }
+
+    /// Removes this Limiter's value from `board`; absent counts as removed.
+    pub async fn withdraw(&self, board: &str) -> Result<()> {
+        validate::name(board)?;
+        self.inner.check_open()?;
+        let removed = self.inner.backend.withdraw(board, &self.inner.id).await;
+        self.inner.closed_or_result(removed)
+    }
+
+    /// The id this Limiter announces under (the [`Announcement::id`] of its values).
+    pub fn announcer_id(&self) -> &str {
+        &self.inner.id
     }
 
     /// Ends the session: every permit of this Limiter is released at once (one request on
@@ -318,4 +415,164 @@ pub enum CapacityChange {
     /// The semaphore existed (or was just created by another client): its capacity is now the
     /// one given, whether or not it was before.
     Set,
+}
+
+/// Options for [`Limiter::builder`].
+///
+/// URL forms:
+/// * `memory://NAME` — in-process; Limiters on the same NAME share semaphores.
+/// * `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]` — etcd v3 (3.4+); keys live under `PREFIX/`
+///   (default `clusterlimit`).
+/// * `zk://HOST:PORT[,HOST:PORT…][/CHROOT]` — ZooKeeper 3.6+ (persistent recursive watches);
+///   nodes live under `/CHROOT` (default `/clusterlimit`), created if absent.
+/// * `URL;URL[;URL…]` — rate-limit keys spread over several clusters of one kind, each key on
+///   one (consistent hashing; `{tag}` keeps keys together); semaphores on the first. See
+///   `docs/rate-limits.md`, "Sharding".
+///
+/// ```no_run
+/// # async fn f() -> clusterlimit::Result<()> {
+/// use std::time::Duration;
+/// let limiter = clusterlimit::Limiter::builder("etcd://127.0.0.1:2379/myapp")
+///     .session_ttl(Duration::from_secs(10))
+///     .owner("host-a/worker-3")
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LimiterBuilder {
+    url: String,
+    session_ttl: Duration,
+    owner: Option<String>,
+    request_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    tls: Option<TlsFiles>,
+    etcd_user: Option<EtcdUser>,
+    zk_digest_file: Option<PathBuf>,
+    clock: Clock,
+}
+
+impl LimiterBuilder {
+    /// Session TTL (default 10 s, minimum 2 s; etcd rounds up to whole seconds; on ZooKeeper it
+    /// is the session timeout, which the server may move into its own bounds, by default 2–20
+    /// ticks). A dead holder's permits come back within it; a live holder's keepalives go out
+    /// every TTL/3.
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl;
+        self
+    }
+
+    /// Owner label stored with every permit (default `HOSTNAME/PID`).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Bound on each store request (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Bound on [`connect`](Self::connect) as a whole: reaching the store, authenticating and
+    /// starting the session. A store that does not answer within it fails the connect with
+    /// [`Error::Store`]. Without it, connect keeps to the bounds of its requests (about twice
+    /// the request timeout), which leaves room to name a likely cause (e.g. TLS to a
+    /// plain-text server); a refused connection or a host name that does not resolve fails at
+    /// once either way.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// TLS for the store connection. etcd: overrides the URL's `cacert`/`cert`/`key` as a
+    /// whole (files left out fall back to `ETCDCTL_*`) and makes an `etcd://` URL connect as
+    /// `etcds://`. ZooKeeper: connects to the servers' `secureClientPort` (the CA is required;
+    /// feature `zk-tls`). See `docs/security.md`.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
+    /// etcd user authentication (overrides the URL's `user`/`password_file`).
+    pub fn etcd_user(mut self, user: EtcdUser) -> Self {
+        self.etcd_user = Some(user);
+        self
+    }
+
+    /// ZooKeeper digest authentication from a file holding `user:password` (overrides the URL's
+    /// `digest_file`).
+    pub fn zk_digest_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.zk_digest_file = Some(path.into());
+        self
+    }
+
+    /// The wall clock rate limits read (default: the system clock). Rate-limit state holds
+    /// absolute times shared by every client, so clients' clocks should agree: a clock `Δ`
+    /// ahead of the others can admit up to `Δ × limit / period` more on a key (see
+    /// `docs/rate-limits.md`, "Clocks"). Semaphores do not read it.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Connects and starts the session. Fails fast if the store does not answer.
+    ///
+    /// Cancel-safe: a session started by a dropped call is never used and expires by its TTL.
+    pub async fn connect(self) -> Result<Limiter> {
+        if self.session_ttl < MIN_SESSION_TTL {
+            return Err(Error::invalid(format!(
+                "session TTL must be at least {MIN_SESSION_TTL:?}, got {:?}",
+                self.session_ttl
+            )));
+        }
+        if self.request_timeout.is_zero() || self.request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "request timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {:?}",
+                self.request_timeout
+            )));
+        }
+        if let Some(t) = self.connect_timeout {
+            if t.is_zero() || t > MAX_REQUEST_TIMEOUT {
+                return Err(Error::invalid(format!(
+                    "connect timeout must be above zero and at most {MAX_REQUEST_TIMEOUT:?}, got {t:?}"
+                )));
+            }
+        }
+        let url = StoreUrl::parse(&self.url)?;
+        let options = StoreOptions {
+            session_ttl: self.session_ttl,
+            request_timeout: self.request_timeout,
+            tls: self.tls.clone(),
+            etcd_user: self.etcd_user.clone(),
+            zk_digest_file: self.zk_digest_file.clone(),
+        };
+        check_credentials_fit(&url, &options)?;
+        let owner = self.owner.clone().unwrap_or_else(default_owner);
+        validate::owner(&owner)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
+        }
+        let opening = open_store(url, &options);
+        let backend = match self.connect_timeout {
+            None => opening.await?,
+            Some(t) => tokio::time::timeout(t, opening).await.map_err(|_| {
+                Error::store(format!(
+                    "the store did not answer within {t:?} (the connect timeout)"
+                ))
+            })??,
+        };
+        Limiter::wrap(backend, owner, self.clock, self.request_timeout)
+    }
+}
+
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}/{}", std::process::id())
 }

@@ -37,7 +37,7 @@ pub(crate) struct LimiterInner {
     pub(crate) request_timeout: Duration,
     /// Adaptive semaphores open in this Limiter, by name (`adaptive/open.rs`).
     pub(crate) adaptive: std::sync::Mutex<
-        std::collections::HashMap<String, std::sync::Weak<crate::adaptive::Adaptivity>>,
+        std::collections::HashMap<String, std::sync::Weak<crate::adaptive::adaptivity::Adaptivity>>,
     >,
     closed: AtomicBool,
 }

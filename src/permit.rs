@@ -1,7 +1,7 @@
 //! `Permit`: permits held until released, dropped, or lost.
 
 use crate::adaptive::reporter::Held;
-use crate::adaptive::Outcome;
+use crate::adaptive::window::Outcome;
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;

@@ -38,7 +38,7 @@ pub struct Semaphore {
     limiter: Arc<LimiterInner>,
     name: Arc<str>,
     /// Set for an adaptive semaphore: where its permits report their outcomes.
-    adaptive: Option<Arc<crate::adaptive::Adaptivity>>,
+    adaptive: Option<Arc<crate::adaptive::adaptivity::Adaptivity>>,
 }
 
 /// The outcome of an acquire, for callers that must tell a full semaphore from a store that
@@ -135,7 +135,7 @@ impl Semaphore {
     pub(crate) fn adaptive(
         limiter: Arc<LimiterInner>,
         name: &str,
-        adaptive: Arc<crate::adaptive::Adaptivity>,
+        adaptive: Arc<crate::adaptive::adaptivity::Adaptivity>,
     ) -> Self {
         Semaphore {
             adaptive: Some(adaptive),

@@ -1,7 +1,7 @@
 //! `Adaptive`: how an adaptive semaphore adapts (algorithm, bounds, first capacity, window).
 
 use super::algorithm::{Aimd, Algorithm, Bounds, Gradient};
-use super::control::CONTROLLER_SUFFIX;
+use super::names::CONTROLLER_SUFFIX;
 use crate::error::{Error, Result};
 use crate::validate::MAX_CAPACITY;
 use std::time::Duration;

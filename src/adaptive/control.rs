@@ -16,6 +16,7 @@
 
 use super::algorithm::{step, Memory};
 use super::config::Adaptive;
+use super::names::board_of;
 use super::reporter::Reporter;
 use super::window::WindowSummary;
 use crate::error::Error;
@@ -26,19 +27,6 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
-
-/// The board every Limiter of adaptive semaphore `name` announces its summaries on.
-pub(crate) fn board_of(name: &str) -> String {
-    format!("adaptive.{name}")
-}
-
-/// The capacity-1 semaphore whose holder is `name`'s controller.
-pub(crate) fn controller_of(name: &str) -> String {
-    format!("{name}{CONTROLLER_SUFFIX}")
-}
-
-/// Appended to an adaptive semaphore's name to name its controller's semaphore.
-pub(crate) const CONTROLLER_SUFFIX: &str = ".controller";
 
 /// What one Limiter announces each window.
 #[derive(Debug, Clone, Serialize, Deserialize)]

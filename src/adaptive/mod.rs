@@ -5,11 +5,14 @@
 //! the cluster) and the controller's step (`algorithm.rs`: AIMD and a latency gradient with a
 //! protected baseline). The parts with a store: each Limiter's window in progress
 //! (`reporter.rs`), the window task that announces it and, in the one Limiter elected
-//! controller, steps the capacity (`control.rs`), and opening one (`open.rs`).
+//! controller, steps the capacity (`control.rs`), opening one (`open.rs`), what a Limiter
+//! keeps of one it has open (`adaptivity.rs`) and the names of its store objects (`names.rs`).
 
+pub(crate) mod adaptivity;
 pub mod algorithm;
 pub(crate) mod config;
 mod control;
+mod names;
 pub(crate) mod open;
 pub(crate) mod reporter;
 pub mod window;
@@ -19,5 +22,3 @@ pub use config::{Adaptive, MAX_WINDOW, MIN_WINDOW};
 pub use control::Decision;
 pub use open::AdaptiveStatus;
 pub use window::{Outcome, WindowSummary};
-
-pub(crate) use open::Adaptivity;

@@ -1,35 +1,15 @@
 //! Opening an adaptive semaphore (`Limiter::adaptive_semaphore`) and reading how it adapts
 //! (`Semaphore::adaptive_status`).
 
+use super::adaptivity::Adaptivity;
 use super::config::Adaptive;
-use super::control::{self, board_of, controller_of, Decision, Report};
-use super::reporter::{Held, Reporter};
+use super::control::{self, Decision, Report};
+use super::names::{board_of, controller_of};
 use crate::error::{Error, Result};
-use crate::limiter::Limiter;
+use crate::limiter_inner::LimiterInner;
 use crate::semaphore::Semaphore;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// One Limiter's part in an adaptive semaphore, shared by its handles: the window in progress,
-/// and the window task, which stops when the last handle goes.
-#[derive(Debug)]
-pub(crate) struct Adaptivity {
-    reporter: Arc<Reporter>,
-    stop: CancellationToken,
-}
-
-impl Adaptivity {
-    /// Counts a grant of `permits` in flight until the returned share goes.
-    pub(crate) fn granted(&self, permits: u32) -> Held {
-        self.reporter.granted(permits)
-    }
-}
-
-impl Drop for Adaptivity {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
 
 /// How an adaptive semaphore adapts now, as its Limiters announce it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,9 +23,12 @@ pub struct AdaptiveStatus {
 
 /// [`Limiter::adaptive_semaphore`]: the semaphore and its controller seat ensured, and this
 /// Limiter's window task started once per name.
-pub(crate) async fn open(limiter: &Limiter, name: &str, config: Adaptive) -> Result<Semaphore> {
+pub(crate) async fn open(
+    inner: &Arc<LimiterInner>,
+    name: &str,
+    config: Adaptive,
+) -> Result<Semaphore> {
     config.check(name)?;
-    let inner = &limiter.inner;
     inner.check_open()?;
     let opened = match inner.backend.ensure_semaphore(name, None).await {
         Err(Error::NotFound(_)) => {

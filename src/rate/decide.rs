@@ -1,8 +1,11 @@
 //! [`decide`]: one check against one key's state, for every algorithm, with the ban around it.
 
+use super::decision::Decision;
 use super::gcra::{Gcra, GcraMeter};
+use super::quota::{Algorithm, Quota};
+use super::state::{KeyState, Meter, UnixNanos};
+use super::take::{Status, Take};
 use super::window::Window;
-use super::{Algorithm, Decision, KeyState, Meter, Quota, UnixNanos};
 use std::time::Duration;
 
 /// The outcome of [`decide`].
@@ -17,21 +20,6 @@ pub struct Verdict {
     /// more: back to full and not banned. A store may forget the key after this instant.
     pub expires_at: UnixNanos,
 }
-
-/// A meter as it stands at some `now`, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Status {
-    /// How much more it could take now.
-    pub(super) remaining: u64,
-    /// Until it is back to full.
-    pub(super) reset_ns: u128,
-    /// The instant it is worth nothing (may be in the past).
-    pub(super) worthless_at: u128,
-}
-
-/// An algorithm's answer to a check: the new meter, or the nanoseconds until the same check
-/// would be admitted if nothing else happened (`u128::MAX`: never).
-pub(super) type Take<M> = Result<M, u128>;
 
 /// Decides a check of `cost` (0: a peek) on a key whose stored state is `state` (`None`:
 /// absent, i.e. full), at the caller's time `now`, clamped to the state's `stamp` so that time

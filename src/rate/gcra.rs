@@ -33,8 +33,9 @@
 //! A warm key (`c = 0`) is plain GCRA to the nanosecond; every admission still moves `tat` by
 //! at least `T × cost` before the admission test, so the rate never exceeds the plain quota's.
 
-use super::decide::{Status, Take};
-use super::{Meter, Quota, UnixNanos};
+use super::quota::Quota;
+use super::state::{Meter, UnixNanos};
+use super::take::{Status, Take};
 
 /// A quota's GCRA constants, in nanoseconds.
 #[derive(Debug, Clone, Copy)]

@@ -3,7 +3,8 @@
 //! older `X-RateLimit-*` trio many clients still read, and `Retry-After`. Pure formatting, shared
 //! by the sidecar, the RLS answers and the tower layer so they never disagree.
 
-use super::{Algorithm, Decision, Quota};
+use super::decision::Decision;
+use super::quota::{Algorithm, Quota};
 use std::time::Duration;
 
 /// Which names the fields go by.

@@ -2,15 +2,19 @@
 //! [`decide`] maps (quota, stored state, cost, now) to a [`Decision`] and the state to store.
 //! Every backend only reads and compare-and-swaps these states, so all stores mean the same.
 //!
-//! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), and the
-//! ban that wraps each (`decide.rs`).
+//! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
+//! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
+//! `quota.rs` (what can be wrong with one: `quota_checks.rs`), a key's stored state
+//! `state.rs`, the answer `decision.rs`.
 
 mod decide;
 mod decision;
 mod gcra;
 pub mod headers;
-mod quota;
+pub(crate) mod quota;
+mod quota_checks;
 mod state;
+mod take;
 mod window;
 
 pub use decide::{decide, Verdict};

@@ -1,6 +1,5 @@
 //! [`Quota`]: how many per how long, with which algorithm; validated before any store sees it.
 
-use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -177,102 +176,6 @@ impl Quota {
         }
     }
 
-    /// Whether one check of `cost` could ever be admitted (`cost` ≤ [`max_cost`](Self::max_cost)):
-    /// the one cost check every surface makes before asking the store. `InvalidArgument` says
-    /// why not, naming `limit` (the rate limit's name).
-    ///
-    /// ```
-    /// use clusterlimit::Quota;
-    /// let q = Quota::per_second(100).burst(20);
-    /// assert!(q.check_cost("api", 20).is_ok());
-    /// assert!(q.check_cost("api", 21).is_err());
-    /// ```
-    pub fn check_cost(&self, limit: &str, cost: u64) -> Result<()> {
-        if cost <= self.max_cost() {
-            return Ok(());
-        }
-        let what = match self.algorithm {
-            Algorithm::Gcra => "burst",
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => "limit",
-        };
-        Err(Error::invalid(format!(
-            "cost {cost} is above what rate limit {limit:?} can ever admit at once: its {what} {} ({self})",
-            self.max_cost()
-        )))
-    }
-
-    /// Checks every field; `InvalidArgument` names the first that is wrong.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::invalid(format!("quota {self}: {m}")));
-        if self.limit == 0 || self.limit > MAX_RATE {
-            return bad(format!("limit must be 1..={MAX_RATE}, got {}", self.limit));
-        }
-        if self.period < MIN_PERIOD || self.period > MAX_PERIOD {
-            return bad(format!(
-                "period must be {MIN_PERIOD:?}..={MAX_PERIOD:?}, got {:?}",
-                self.period
-            ));
-        }
-        if self.period.as_nanos() < u128::from(self.limit) {
-            return bad("limit must be at most one per nanosecond of the period".into());
-        }
-        if self.ban > MAX_PERIOD {
-            return bad(format!("ban must be at most {MAX_PERIOD:?}"));
-        }
-        match self.algorithm {
-            Algorithm::Gcra => {
-                if self.burst == 0 || self.burst > MAX_RATE {
-                    return bad(format!("burst must be 1..={MAX_RATE}, got {}", self.burst));
-                }
-                if u128::from(self.burst) * self.emission_interval_ns() > MAX_PERIOD.as_nanos() {
-                    return bad(format!(
-                        "burst × period / limit must be at most {MAX_PERIOD:?}"
-                    ));
-                }
-            }
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
-                if self.burst != self.limit {
-                    return bad(format!(
-                        "burst applies to GCRA only ({} counts at most limit per window)",
-                        self.algorithm
-                    ));
-                }
-                if !self.warmup.is_zero() {
-                    return bad(format!(
-                        "warm-up applies to GCRA only ({} has no pace to slow down: it admits \
-                         up to limit at any moment of a window)",
-                        self.algorithm
-                    ));
-                }
-            }
-        }
-        if self.warmup.is_zero() {
-            if self.cold_factor != DEFAULT_COLD_FACTOR {
-                return bad("cold factor applies with a warm-up only".into());
-            }
-            return Ok(());
-        }
-        if !COLD_FACTORS.contains(&self.cold_factor) {
-            return bad(format!(
-                "cold factor must be {}..={}, got {}",
-                COLD_FACTORS.start(),
-                COLD_FACTORS.end(),
-                self.cold_factor
-            ));
-        }
-        if self.warmup > MAX_PERIOD {
-            return bad(format!("warm-up must be at most {MAX_PERIOD:?}"));
-        }
-        if self.warmup < self.min_warmup() {
-            return bad(format!(
-                "warm-up must be at least cold factor × period / limit ({:?}), the time of one \
-                 admission from cold",
-                self.min_warmup()
-            ));
-        }
-        Ok(())
-    }
-
     /// GCRA's emission interval `period / limit` in nanoseconds, rounded up so that rounding
     /// can only admit less, never more. At least 1 for a valid quota.
     pub fn emission_interval_ns(&self) -> u128 {
@@ -280,40 +183,6 @@ impl Quota {
             .as_nanos()
             .div_ceil(u128::from(self.limit.max(1)))
     }
-
-    /// The quota as stored (JSON, versioned by its `v` field): version 1 without a warm-up
-    /// (byte for byte what builds before warm-ups wrote), version 2 with one, so that an older
-    /// build refuses it (a store error naming the version) instead of applying the quota
-    /// without its warm-up.
-    pub fn encode(&self) -> Vec<u8> {
-        let v = if self.warmup.is_zero() { 1 } else { 2 };
-        let stored = Stored { v, quota: *self };
-        serde_json::to_vec(&stored).unwrap_or_default()
-    }
-
-    /// Parses a stored quota; a value we cannot read is a store error, not a panic.
-    pub fn decode(raw: &[u8]) -> Result<Quota> {
-        let stored: Stored = serde_json::from_slice(raw).map_err(|e| {
-            Error::store(format!(
-                "stored quota {:?} is unreadable: {e}",
-                String::from_utf8_lossy(raw)
-            ))
-        })?;
-        if stored.v != 1 && stored.v != 2 {
-            return Err(Error::store(format!(
-                "stored quota has format version {}, this build reads 1 and 2",
-                stored.v
-            )));
-        }
-        Ok(stored.quota)
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    v: u32,
-    #[serde(flatten)]
-    quota: Quota,
 }
 
 impl fmt::Display for Quota {
@@ -339,6 +208,7 @@ impl fmt::Display for Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn constructors_and_builders() {

@@ -1,7 +1,7 @@
 //! [`KeyState`]: what a store keeps per key, and its encoding (short text, readable with
 //! `etcdctl get` or `zkCli get`).
 
-use super::Algorithm;
+use super::quota::Algorithm;
 use crate::error::{Error, Result};
 
 /// Unix time in nanoseconds: the one time unit of rate-limit state, absolute so that every

@@ -7,8 +7,9 @@
 //! The weighted part is computed exactly and rounded up, so rounding never admits more.
 //! All arithmetic is in `u128` and saturating: no input overflows or panics.
 
-use super::decide::{Status, Take};
-use super::{Quota, UnixNanos};
+use super::quota::Quota;
+use super::state::UnixNanos;
+use super::take::{Status, Take};
 
 /// A quota's window constants.
 #[derive(Debug, Clone, Copy)]

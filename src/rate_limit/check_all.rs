@@ -9,7 +9,6 @@ use super::joint::{JointCall, JointGroup};
 use super::registry::LimitShared;
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
-use crate::limiter::Limiter;
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
 use std::sync::atomic::Ordering::Relaxed;
@@ -47,12 +46,15 @@ const JOINT_MAX_OPS: usize = 128;
 
 /// [`Limiter::check_all`]: the checks validated, then a denial the known states prove, or
 /// this Limiter's next joint write.
-pub(crate) async fn run(limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
+pub(crate) async fn run(
+    inner: &Arc<LimiterInner>,
+    checks: &[KeyCheck<'_>],
+) -> Result<Vec<Decision>> {
     if checks.is_empty() {
         return Err(Error::invalid("check_all needs at least one check"));
     }
     for c in checks {
-        if !Arc::ptr_eq(c.limit.inner(), &limiter.inner) {
+        if !Arc::ptr_eq(c.limit.inner(), inner) {
             return Err(Error::invalid(format!(
                 "check_all: rate limit {:?} belongs to another Limiter",
                 c.limit.name()
@@ -61,9 +63,9 @@ pub(crate) async fn run(limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Result<Ve
         validate_key(&c.key)?;
         c.limit.quota().check_cost(c.limit.name(), c.cost)?;
     }
-    limiter.inner.check_open()?;
+    inner.check_open()?;
     // A store spread over clusters commits keys together only within one cluster.
-    let store = rate_store(&limiter.inner)?;
+    let store = rate_store(inner)?;
     let keys: Vec<(&str, &str)> = checks
         .iter()
         .map(|c| (c.limit.name(), c.key.as_str()))
@@ -71,12 +73,8 @@ pub(crate) async fn run(limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Result<Ve
     store.joint_keys(&keys)?;
     let part = keys.first().map_or(0, |(l, k)| store.part_of(l, k));
     let (groups, order) = group(checks);
-    if let Some(denied) = local_denial(&limiter.inner, &groups, &order) {
-        limiter
-            .inner
-            .rate_counts
-            .local_answers
-            .fetch_add(1, Relaxed);
+    if let Some(denied) = local_denial(inner, &groups, &order) {
+        inner.rate_counts.local_answers.fetch_add(1, Relaxed);
         return Ok(denied);
     }
     let (tx, rx) = oneshot::channel();
@@ -87,18 +85,16 @@ pub(crate) async fn run(limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Result<Ve
         arrived: Instant::now(),
         reply: tx,
     };
-    if limiter.inner.joint.push(call) {
+    if inner.joint.push(call) {
         let driver = JointDriver {
-            inner: limiter.inner.clone(),
+            inner: inner.clone(),
             finished: false,
         };
-        limiter.inner.runtime.spawn(driver.run());
+        inner.runtime.spawn(driver.run());
     }
     match rx.await {
-        Ok(result) => result.map_err(|e| limiter.inner.closed_or(e)),
-        Err(_) => Err(limiter
-            .inner
-            .closed_or(Error::store("the rate-limit joint task ended"))),
+        Ok(result) => result.map_err(|e| inner.closed_or(e)),
+        Err(_) => Err(inner.closed_or(Error::store("the rate-limit joint task ended"))),
     }
 }
 

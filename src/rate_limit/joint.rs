@@ -118,7 +118,7 @@ impl JointQueue {
             std::mem::take(&mut s.pending)
         };
         for c in pending {
-            let _ = c.reply.send(Err(crate::Error::store(
+            let _ = c.reply.send(Err(crate::error::Error::store(
                 "the rate-limit joint task ended before deciding",
             )));
         }

@@ -124,7 +124,7 @@ impl StoreHealth {
     }
 
     /// The store failed (`Failure::Error`) or did not answer in time (`Failure::Slow`).
-    pub(crate) fn failed(&self, name: &str, cause: &crate::Error, kind: Failure) {
+    pub(crate) fn failed(&self, name: &str, cause: &crate::error::Error, kind: Failure) {
         if kind == Failure::Slow {
             self.slow.fetch_add(1, Relaxed);
         }

@@ -4,9 +4,8 @@
 //! refused before anything is stored. Run by [`contract_suite!`](crate::contract_suite) with the
 //! semaphore cases.
 
-use super::cases::{connect, open, PROMPT};
-use super::util::{assert_err, wait_status, within, POLL};
-use super::{Harness, LimiterOptions, SHORT_TTL};
+use super::harness::{Harness, LimiterOptions, SHORT_TTL};
+use super::util::{assert_err, connect, open, wait_status, within, POLL, PROMPT};
 use crate::adaptive::{Adaptive, AdaptiveStatus, Aimd, Algorithm, Outcome};
 use crate::{Error, Limiter, Semaphore};
 use std::time::{Duration, Instant};

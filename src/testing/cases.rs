@@ -3,34 +3,18 @@
 //! [`contract_suite!`](crate::contract_suite). They use the public API only, and panic (through
 //! `assert!`) on the first broken promise.
 
+use super::harness::{Harness, LimiterOptions, SHORT_TTL};
 use super::util::{
-    assert_err, assert_still_waiting, join, ms, spawn_acquire, wait_entries, wait_status, within,
-    Rng,
+    assert_err, assert_still_waiting, connect, join, ms, open, spawn_acquire, wait_entries,
+    wait_status, within, Rng, PROMPT,
 };
-use super::{Harness, LimiterOptions, SHORT_TTL};
 use crate::{AcquireOptions, Announcement, Error, Limiter, Permit, Semaphore};
-use std::any::type_name;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-// The adaptive semaphore's cases live in their own file; the suite names every case here.
-pub use super::adaptive_cases::{
-    adaptive_bad_input, adaptive_controller_takeover, adaptive_steps_from_outcomes,
-};
-
-/// Bound on anything that should happen "at once" on a healthy store.
-pub(super) const PROMPT: Duration = Duration::from_secs(5);
 /// Bound on "granted at once" after the blocker went away.
 const ONE_SEC: Duration = Duration::from_secs(1);
-
-/// A Limiter of the harness with `opts`, connected promptly.
-pub(super) async fn connect<H: Harness>(h: &H, opts: LimiterOptions) -> Limiter {
-    let what = format!("connect [{}] with {opts:?}", type_name::<H>());
-    within(&what, PROMPT, h.connect(opts))
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
-}
 
 /// A Limiter with the default session TTL (cases that do not depend on expiry).
 async fn limiter<H: Harness>(h: &H) -> Limiter {
@@ -46,12 +30,6 @@ async fn create(limiter: &Limiter, name: &str, capacity: u32) -> Semaphore {
     within("semaphore()", PROMPT, limiter.semaphore(name, capacity))
         .await
         .unwrap_or_else(|e| panic!("semaphore({name:?}, {capacity}): {e}"))
-}
-
-pub(super) async fn open(limiter: &Limiter, name: &str) -> Semaphore {
-    within("open_semaphore()", PROMPT, limiter.open_semaphore(name))
-        .await
-        .unwrap_or_else(|e| panic!("open_semaphore({name:?}): {e}"))
 }
 
 /// Acquires `permits` that must be granted promptly (nothing in the way).
@@ -1122,7 +1100,7 @@ pub async fn announcements<H: Harness>(h: &H) {
         if last == want && board(&reader, "other").await.is_empty() {
             break;
         }
-        tokio::time::sleep(super::POLL).await;
+        tokio::time::sleep(super::util::POLL).await;
     }
     assert_eq!(
         last, want,
@@ -1137,7 +1115,7 @@ pub async fn announcements<H: Harness>(h: &H) {
     h.revoke_sessions().await;
     let start = Instant::now();
     while start.elapsed() < limit && !board(&reader, "sidecars").await.is_empty() {
-        tokio::time::sleep(super::POLL).await;
+        tokio::time::sleep(super::util::POLL).await;
     }
     assert_eq!(
         board(&reader, "sidecars").await,

@@ -1,6 +1,6 @@
 //! [`DoomedHolder`]: a permit holder that a case kills without giving it a chance to clean up.
 
-use super::util::within;
+use super::within::within;
 use crate::Limiter;
 use futures::future::BoxFuture;
 use std::time::Duration;

@@ -7,9 +7,9 @@
 //! Quotas here are slow (per minute, or windows of a year) so that a loaded CI machine cannot
 //! turn a planned denial into an admission.
 
+use super::harness::{Harness, LimiterOptions};
 use super::rate_history::{assert_gcra_exact, unix_ns, Admitted};
 use super::util::{assert_err, ms};
-use super::{Harness, LimiterOptions};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned};
 use crate::{Algorithm, Error, KeyCheck, Limiter, Quota, RateLimit, RequestStats};
 use std::time::Duration;

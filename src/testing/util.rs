@@ -1,8 +1,10 @@
 //! Bounded waiting helpers: every wait here has a deadline and a cap on iterations, and panics
 //! with a message that says what was awaited and what was seen last.
 
-use super::Harness;
+use super::harness::{Harness, LimiterOptions};
+pub use super::within::within;
 use crate::{Error, Limiter, Permit, Semaphore, Status};
+use std::any::type_name;
 use std::future::Future;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -40,14 +42,6 @@ pub(crate) fn ms(n: u64) -> Duration {
 /// How many polls fit in `limit` (plus slack), so poll loops are bounded in count too.
 fn max_polls(limit: Duration) -> usize {
     usize::try_from(limit.as_millis() / POLL.as_millis()).unwrap_or(usize::MAX / 2) + 3
-}
-
-/// Awaits `fut`; panics if it takes longer than `limit`, naming `what`.
-pub async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: did not complete within {limit:?}"),
-    }
 }
 
 /// Awaits a spawned task within `limit`; re-raises its panic so the test shows the real cause.
@@ -162,4 +156,22 @@ pub async fn entries_via_status(limiter: Limiter, sem: &str) -> usize {
         .await
         .unwrap_or_else(|e| panic!("close the Limiter of queue_entries: {e}"));
     n
+}
+
+/// Bound on anything that should happen "at once" on a healthy store.
+pub(super) const PROMPT: Duration = Duration::from_secs(5);
+
+/// A Limiter of the harness with `opts`, connected promptly.
+pub(super) async fn connect<H: Harness>(h: &H, opts: LimiterOptions) -> Limiter {
+    let what = format!("connect [{}] with {opts:?}", type_name::<H>());
+    within(&what, PROMPT, h.connect(opts))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Opens `name`, which must exist, promptly.
+pub(super) async fn open(limiter: &Limiter, name: &str) -> Semaphore {
+    within("open_semaphore()", PROMPT, limiter.open_semaphore(name))
+        .await
+        .unwrap_or_else(|e| panic!("open_semaphore({name:?}): {e}"))
 }

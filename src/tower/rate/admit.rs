@@ -122,7 +122,12 @@ impl Policy {
 
     /// [`StoreDownGuard::wait_until`] up to `up_to`, keeping the last denial for the 429's
     /// headers (a fallback's answer is final: waiting would not bring the store back).
-    async fn wait(&self, key: &str, cost: u64, up_to: Duration) -> crate::Result<GuardedDecision> {
+    async fn wait(
+        &self,
+        key: &str,
+        cost: u64,
+        up_to: Duration,
+    ) -> crate::error::Result<GuardedDecision> {
         // `None`: a deadline too far to represent, i.e. none.
         let deadline = Instant::now().checked_add(up_to);
         let waited = self

@@ -191,8 +191,8 @@ where
     }
 }
 
-fn polled_after_completion() -> super::RateLimitError<std::convert::Infallible> {
-    super::RateLimitError::Limiter(crate::Error::invalid(
+fn polled_after_completion() -> super::error::RateLimitError<std::convert::Infallible> {
+    super::error::RateLimitError::Limiter(crate::error::Error::invalid(
         "RateLimitFuture polled after it completed",
     ))
 }
