@@ -1,0 +1,486 @@
+//! Hot reload of the RLS rules: the `--rls-config` files and directories are polled, and
+//! `SIGHUP` reloads at once. A new set is loaded and validated whole, its rate limits opened,
+//! and only then put in force ([`Rls::reload`]); a set that fails keeps the old one in force
+//! and says why in the log, the metrics and the health routes.
+//!
+//! Why polling rather than inotify: editors replace a file by renaming another over it, and
+//! Kubernetes swaps a ConfigMap's `..data` symlink; both escape a watch on the old inode, and
+//! a poll of a few small files twice a second sees them all with no dependency.
+
+use super::config::{Loading, Rules};
+use super::service::Rls;
+use crate::common::lock;
+use crate::sidecar::metrics::Metrics;
+use clusterlimit::Error;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// How often the files are looked at. A change is applied once it has been seen unchanged
+/// for one more poll (a file being written is not loaded half way), so within about 1 s.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Bound on opening a new set's rate limits: past it the store counts as failing.
+const STORE_BUDGET: Duration = Duration::from_secs(10);
+/// First wait before a set the store failed to open is tried again; doubles up to the next.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What [`Rls::reload`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reloaded {
+    pub domains: usize,
+    pub rules: usize,
+    /// Rules whose rate limit was opened (new, or counted again).
+    pub opened: usize,
+    /// Rules whose quota was set to the config's new one (their keys' states carry over).
+    pub changed: usize,
+    /// Rules that count as before, untouched.
+    pub unchanged: usize,
+}
+
+/// Why [`Rls::reload`] kept the rules in force.
+#[derive(Debug)]
+pub enum ReloadError {
+    /// The set cannot be served (the message names the file).
+    Invalid(String),
+    /// The store failed while opening a rule's rate limit: worth trying again.
+    Store(Error),
+}
+
+/// How one reload came out (the `result` label of the reload counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Invalid,
+    StoreError,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Invalid => "invalid",
+            Outcome::StoreError => "store_error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// Where an invalid set went wrong.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlaceLabel {
+    file: String,
+    line: String,
+}
+
+/// The last reload as the health routes show it.
+#[derive(Debug, Default)]
+struct Status {
+    /// 0 while the RLS is off; 1 for the set loaded at start, +1 per set put in force.
+    generation: u64,
+    loaded_at: Option<SystemTime>,
+    rules: usize,
+    domains: usize,
+    /// The last reload tried: when, how, and why not.
+    last: Option<(SystemTime, Outcome, Option<String>)>,
+}
+
+/// The reload metrics and the last reload's status, shared by the reloader (which writes
+/// them) and `/metrics`, `/healthz` and `/readyz` (which show them).
+pub struct ReloadReport {
+    reloads: Family<ResultLabel, Counter>,
+    generation: Gauge,
+    loaded_at: Gauge,
+    error: Family<PlaceLabel, Gauge>,
+    status: Mutex<Status>,
+}
+
+impl ReloadReport {
+    /// Registers the reload metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> ReloadReport {
+        let r = ReloadReport {
+            reloads: Family::default(),
+            generation: Gauge::default(),
+            loaded_at: Gauge::default(),
+            error: Family::default(),
+            status: Mutex::new(Status::default()),
+        };
+        registry.register(
+            "clusterlimit_rls_config_reloads",
+            "Reloads of the RLS rules tried, by result: ok, invalid (the old rules stay), \
+             store_error (the old rules stay; tried again)",
+            r.reloads.clone(),
+        );
+        registry.register(
+            "clusterlimit_rls_config_generation",
+            "Generation of the RLS rules in force: 1 for the set loaded at start, +1 per reload \
+             put in force (0: no RLS)",
+            r.generation.clone(),
+        );
+        registry.register(
+            "clusterlimit_rls_config_loaded_timestamp_seconds",
+            "Unix time the RLS rules in force were loaded",
+            r.loaded_at.clone(),
+        );
+        registry.register(
+            "clusterlimit_rls_config_error",
+            "1 while the last reload of the RLS rules was invalid, labelled with the file and \
+             line at fault (line empty when the error has none)",
+            r.error.clone(),
+        );
+        r
+    }
+
+    /// The set loaded at start is in force.
+    fn started(&self, rules: &Rules) {
+        let mut st = lock(&self.status);
+        st.generation = 1;
+        st.loaded_at = Some(SystemTime::now());
+        st.rules = rules.all().count();
+        st.domains = rules.domains.len();
+        self.publish(&st);
+    }
+
+    /// A new set is in force.
+    fn reloaded(&self, done: &Reloaded) {
+        let mut st = lock(&self.status);
+        st.generation += 1;
+        let now = SystemTime::now();
+        st.loaded_at = Some(now);
+        st.rules = done.rules;
+        st.domains = done.domains;
+        st.last = Some((now, Outcome::Ok, None));
+        self.reloads.get_or_create(&result(Outcome::Ok)).inc();
+        self.error.clear();
+        self.publish(&st);
+    }
+
+    /// A reload failed: the set in force stays.
+    fn failed(&self, outcome: Outcome, why: &str) {
+        let mut st = lock(&self.status);
+        st.last = Some((SystemTime::now(), outcome, Some(why.to_string())));
+        self.reloads.get_or_create(&result(outcome)).inc();
+        self.error.clear();
+        if outcome == Outcome::Invalid {
+            let (file, line) = place(why);
+            self.error.get_or_create(&PlaceLabel { file, line }).set(1);
+        }
+    }
+
+    fn publish(&self, st: &Status) {
+        self.generation
+            .set(i64::try_from(st.generation).unwrap_or(i64::MAX));
+        let secs = st
+            .loaded_at
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        self.loaded_at.set(i64::try_from(secs).unwrap_or(i64::MAX));
+    }
+
+    /// Lines for the health routes (none while the RLS is off), each ending in a newline.
+    pub fn health_lines(&self) -> String {
+        let st = lock(&self.status);
+        if st.generation == 0 {
+            return String::new();
+        }
+        let when = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+        let mut out = format!(
+            "rls_config: generation {} in force, loaded {} (domains {}, rules {})\n",
+            st.generation,
+            st.loaded_at.map_or_else(String::new, when),
+            st.domains,
+            st.rules
+        );
+        match &st.last {
+            None => {}
+            Some((at, Outcome::Ok, _)) => {
+                out.push_str(&format!("rls_config: last reload ok at {}\n", when(*at)));
+            }
+            Some((at, outcome, why)) => out.push_str(&format!(
+                "rls_config: last reload {} at {}: {}; generation {} stays in force\n",
+                outcome.label(),
+                when(*at),
+                why.as_deref().unwrap_or(""),
+                st.generation
+            )),
+        }
+        out
+    }
+}
+
+fn result(o: Outcome) -> ResultLabel {
+    ResultLabel {
+        result: o.label().to_string(),
+    }
+}
+
+/// The file and line an error message starts with: `FILE:LINE: why`, `FILE: why`, or
+/// `rls_config FILE: why` (what `Rules::load` and [`Rls::reload`] write).
+fn place(why: &str) -> (String, String) {
+    let head = why.strip_prefix("rls_config ").unwrap_or(why);
+    let head = head.split(": ").next().unwrap_or(head);
+    match head.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
+            (file.to_string(), line.to_string())
+        }
+        _ => (head.to_string(), String::new()),
+    }
+}
+
+/// What the configured paths hold now: each YAML file's path, size, modification time and
+/// content hash (following symlinks), or why it could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint(Vec<(PathBuf, Result<FileState, String>)>);
+
+/// A file's size, modification time and content hash.
+type FileState = (u64, Option<SystemTime>, u64);
+
+impl Fingerprint {
+    /// Reads what `paths` hold now.
+    pub fn take(paths: &[PathBuf]) -> Fingerprint {
+        let mut out = Vec::new();
+        for path in paths {
+            match std::fs::read_dir(path) {
+                // As `Rules::load`: the directory's *.yaml and *.yml files. The `..data`
+                // and `..2024_…` entries of a ConfigMap are directories, skipped; the files'
+                // symlinks through `..data` are followed, so a swap changes what is read.
+                Ok(entries) => {
+                    let mut files: Vec<PathBuf> = entries
+                        .filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| {
+                            matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+                        })
+                        .filter(|p| p.is_file())
+                        .collect();
+                    files.sort();
+                    for f in files {
+                        let seen = file_state(&f);
+                        out.push((f, seen));
+                    }
+                }
+                Err(_) => {
+                    let seen = file_state(path);
+                    out.push((path.clone(), seen));
+                }
+            }
+        }
+        Fingerprint(out)
+    }
+}
+
+fn file_state(path: &Path) -> Result<FileState, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let mtime = std::fs::metadata(path).ok().and_then(|m| m.modified().ok());
+    Ok((bytes.len() as u64, mtime, super::config::fnv1a(&bytes)))
+}
+
+/// The reloader's task: polls `files`, reloads on a settled change or `SIGHUP`, forever.
+/// Every failure is reported and the loop goes on.
+/// `seen`: what the files held when the rules in force were read; `loading`: how they were
+/// loaded (domain merging), the same on every reload.
+pub fn spawn(
+    rls: Arc<Rls>,
+    files: Vec<PathBuf>,
+    loading: Loading,
+    seen: Fingerprint,
+    metrics: Arc<Metrics>,
+) {
+    metrics.rls_reload.started(&rls.rules());
+    // Registered now, before the sidecar says it listens: a SIGHUP from then on reloads
+    // instead of ending the process (its default).
+    let mut hangup = catch_hangup();
+    tokio::spawn(async move {
+        let mut seen = seen;
+        loop {
+            let task = tokio::spawn(watch(
+                rls.clone(),
+                files.clone(),
+                loading,
+                seen,
+                metrics.clone(),
+                hangup.take(),
+            ));
+            // The loop never ends; should a bug make it panic, reloads must not stop quietly.
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "the rls_config reloader failed; restarting it in 1 s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Unknown: the restarted loop loads the files once more.
+            seen = Fingerprint(Vec::new());
+            hangup = catch_hangup();
+        }
+    });
+}
+
+fn catch_hangup() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot catch SIGHUP; the rls_config files are still watched");
+            None
+        }
+    }
+}
+
+async fn watch(
+    rls: Arc<Rls>,
+    files: Vec<PathBuf>,
+    loading: Loading,
+    mut applied: Fingerprint,
+    metrics: Arc<Metrics>,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+) {
+    let report = &metrics.rls_reload;
+    let mut seen = applied.clone();
+    // After a store error: when to try again, and the wait after that.
+    let mut retry: Option<(Instant, Duration)> = None;
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let hup = async {
+            match hangup.as_mut() {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let forced = tokio::select! {
+            _ = tick.tick() => false,
+            got = hup => {
+                if got.is_none() {
+                    hangup = None;
+                    continue;
+                }
+                tracing::info!("SIGHUP: reloading the rls_config rules");
+                true
+            }
+        };
+        let paths = files.clone();
+        let now = match tokio::task::spawn_blocking(move || Fingerprint::take(&paths)).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the rls_config files failed; trying again");
+                continue;
+            }
+        };
+        let settled = now == seen;
+        seen = now.clone();
+        let due = retry.is_some_and(|(at, _)| Instant::now() >= at);
+        if !(forced || (settled && now != applied) || due) {
+            continue;
+        }
+        // Whatever comes of it, this state has been tried: only a change, a SIGHUP or a due
+        // retry tries again.
+        applied = now;
+        match reload_once(&rls, &files, loading).await {
+            Ok(done) => {
+                retry = None;
+                report.reloaded(&done);
+                tracing::info!(
+                    domains = done.domains,
+                    rules = done.rules,
+                    opened = done.opened,
+                    quota_changed = done.changed,
+                    unchanged = done.unchanged,
+                    "rls_config reloaded"
+                );
+            }
+            Err((Outcome::StoreError, why)) => {
+                let wait = retry.map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
+                retry = Some((Instant::now() + wait, wait));
+                report.failed(Outcome::StoreError, &why);
+                tracing::warn!(
+                    error = %why,
+                    retry_in = ?wait,
+                    "rls_config reload: the store failed while opening the new rules' limits; \
+                     the rules in force stay, trying again"
+                );
+            }
+            Err((outcome, why)) => {
+                retry = None;
+                report.failed(outcome, &why);
+                tracing::warn!(
+                    error = %why,
+                    "rls_config reload: the new rules are invalid; the rules in force stay \
+                     (fix the file, it is read again on its next change or on SIGHUP)"
+                );
+            }
+        }
+    }
+}
+
+/// Loads the rules and puts them in force; the outcome and message when it fails.
+async fn reload_once(
+    rls: &Rls,
+    files: &[PathBuf],
+    loading: Loading,
+) -> Result<Reloaded, (Outcome, String)> {
+    let paths = files.to_vec();
+    let loaded = tokio::task::spawn_blocking(move || Rules::load(&paths, loading))
+        .await
+        .map_err(|e| (Outcome::Invalid, format!("loading the rules failed: {e}")))?;
+    let rules = loaded.map_err(|e| (Outcome::Invalid, e))?;
+    match tokio::time::timeout(STORE_BUDGET, rls.reload(rules)).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(ReloadError::Invalid(why))) => Err((Outcome::Invalid, why)),
+        Ok(Err(ReloadError::Store(e))) => Err((
+            Outcome::StoreError,
+            format!("the store failed while opening the new rules' rate limits: {e}"),
+        )),
+        Err(_) => Err((
+            Outcome::StoreError,
+            format!("the store did not open the new rules' rate limits within {STORE_BUDGET:?}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn place_of_an_error() {
+        assert_eq!(
+            place("/etc/rls/web.yaml:7: descriptors[0]: unknown unit"),
+            ("/etc/rls/web.yaml".into(), "7".into())
+        );
+        assert_eq!(
+            place("rls_config /etc/rls: No such file or directory (os error 2)"),
+            ("/etc/rls".into(), String::new())
+        );
+        assert_eq!(
+            place("/etc/rls/web.yaml: domain \"web\" sets store_down local:3"),
+            ("/etc/rls/web.yaml".into(), String::new())
+        );
+    }
+
+    #[test]
+    fn a_directory_swap_changes_the_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // A ConfigMap volume: web.yaml -> ..data/web.yaml, ..data -> ..v1.
+        std::fs::create_dir(d.join("..v1")).unwrap();
+        std::fs::write(d.join("..v1/web.yaml"), "domain: a\n").unwrap();
+        std::os::unix::fs::symlink("..v1", d.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/web.yaml", d.join("web.yaml")).unwrap();
+        let before = Fingerprint::take(&[d.to_path_buf()]);
+        assert_eq!(before.0.len(), 1, "{before:?}");
+        assert!(before.0[0].1.is_ok(), "{before:?}");
+        std::fs::create_dir(d.join("..v2")).unwrap();
+        std::fs::write(d.join("..v2/web.yaml"), "domain: b\n").unwrap();
+        std::os::unix::fs::symlink("..v2", d.join("..tmp")).unwrap();
+        std::fs::rename(d.join("..tmp"), d.join("..data")).unwrap();
+        let after = Fingerprint::take(&[d.to_path_buf()]);
+        assert_ne!(before, after);
+        assert_eq!(after, Fingerprint::take(&[d.to_path_buf()]));
+    }
+}
