@@ -1,7 +1,8 @@
-//! The `clusterlimit` binary: `run`, `status`, `set-capacity` and the `serve` sidecar.
-//! `cli/` parses the command line and runs the one-shot commands, `sidecar/` is the HTTP daemon,
-//! `common/` is what both need from a process (exit codes, connecting, durations).
-//! Dependencies go one way: cli → sidecar → common → the library.
+//! The `clusterlimit` binary: `run`, `status`, `set-capacity`, `rate`, `top` and the `serve`
+//! sidecar. `cli/` parses the command line and runs the one-shot commands, `sidecar/` is the
+//! HTTP/gRPC daemon, `live/` the live view's data that both show, `common/` what both need
+//! from a process (exit codes, connecting, durations, quotas).
+//! Dependencies go one way: cli → sidecar → live → common → the library.
 
 mod cli;
 mod common;

@@ -1,13 +1,13 @@
 //! A rate-limit quota as people write it — the sidecar's `PUT /v1/ratelimits/{name}` body, its
 //! `[[rate_limits]]` config entries, `clusterlimit rate set-quota` flags — checked field by
 //! field so that an error names the field at fault (the library's own check names the quota).
-//! Also the JSON both front ends print for a quota and a decision.
+//! Printed back by `quota_print.rs`.
 
 use super::{format_duration, parse_duration};
 use clusterlimit::rate::{COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
-use clusterlimit::{Algorithm, Decision, Quota};
+use clusterlimit::{Algorithm, Quota};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 
 /// A field of a quota that is wrong, and why.
@@ -273,80 +273,11 @@ pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     })
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A quota for people: `5 per 1s (gcra, burst 5)`, `5 per 400d (fixed_window, ban 10m)`,
-/// `100 per 1s (gcra, burst 100, warm-up 30s ×3)`, its durations as `format_duration` prints
-/// them (the library's `Display` prints seconds).
-pub fn quota_text(quota: &Quota) -> String {
-    let mut s = format!(
-        "{} per {} ({}",
-        quota.limit,
-        format_duration(quota.period),
-        quota.algorithm
-    );
-    if quota.algorithm == Algorithm::Gcra {
-        s.push_str(&format!(", burst {}", quota.burst));
-    }
-    if !quota.ban.is_zero() {
-        s.push_str(&format!(", ban {}", format_duration(quota.ban)));
-    }
-    if !quota.warmup.is_zero() {
-        s.push_str(&format!(
-            ", warm-up {} ×{}",
-            format_duration(quota.warmup),
-            quota.cold_factor
-        ));
-    }
-    s.push(')');
-    s
-}
-
-/// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints;
-/// `warmup`, `warmup_ms` and `cold_factor` only for a quota with a warm-up.
-pub fn quota_json(name: &str, quota: &Quota) -> Value {
-    let mut v = json!({
-        "name": name,
-        "limit": quota.limit,
-        "period": format_duration(quota.period),
-        "period_ms": millis(quota.period),
-        "burst": quota.burst,
-        "algorithm": quota.algorithm.to_string(),
-        "ban_ms": millis(quota.ban),
-    });
-    if !quota.warmup.is_zero() {
-        v["warmup"] = json!(format_duration(quota.warmup));
-        v["warmup_ms"] = json!(millis(quota.warmup));
-        v["cold_factor"] = json!(quota.cold_factor);
-    }
-    v
-}
-
-/// The JSON of one decision on `key` of rate limit `name`, with where it came from.
-pub fn decision_json(name: &str, key: &str, cost: u64, d: &Decision, source: &str) -> Value {
-    json!({
-        "name": name,
-        "key": key,
-        "cost": cost,
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "retry_after_ms": d.retry_after.map(millis_up),
-        "reset_after_ms": millis_up(d.reset_after),
-        "source": source,
-    })
-}
-
-/// Milliseconds rounded up: a client that waits this long is never early.
-fn millis_up(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::quota_print::{quota_json, quota_text};
+    use serde_json::json;
 
     fn field(parts: QuotaParts) -> &'static str {
         parts.to_quota().unwrap_err().field
@@ -390,18 +321,6 @@ mod tests {
         };
         let q = to_window.over(&stored.burst(2)).to_quota().unwrap();
         assert_eq!((q.algorithm, q.burst), (Algorithm::SlidingWindow, 5));
-    }
-
-    #[test]
-    fn quota_text_prints_durations_as_typed() {
-        let q = Quota::new(5, Duration::from_secs(400 * 86_400))
-            .algorithm(Algorithm::FixedWindow)
-            .ban(Duration::from_secs(90));
-        assert_eq!(quota_text(&q), "5 per 400d (fixed_window, ban 1m30s)");
-        assert_eq!(
-            quota_text(&Quota::per_second(5)),
-            "5 per 1s (gcra, burst 5)"
-        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ use super::picture::{
     FleetMember, HealthEvent, HolderView, KeyView, Picture, RateLimitView, SemaphoreView, StoreView,
 };
 use super::recorder::Recorder;
-use crate::common::quota_spec::quota_text;
+use crate::common::lock;
+use crate::common::quota_print::quota_text;
 use clusterlimit::{Limiter, Status};
 use futures::stream::{self, StreamExt};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -67,10 +68,6 @@ struct Memory {
     /// The store's leader at the last picture (etcd).
     leader: Option<String>,
     events: VecDeque<HealthEvent>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Gatherer {

@@ -5,6 +5,7 @@
 
 use super::picture::{KeyView, RecordedLimit, RlsDomainView, RlsRuleView, SeriesPoint};
 use super::top_keys::{Hit, Second, TopKeys, RECENT_SECONDS};
+use crate::common::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -57,10 +58,6 @@ pub struct Recorder {
     limits: Mutex<HashMap<String, LimitCounts>>,
     /// Per (RLS domain, rule): hits and hits over the limit.
     rules: Mutex<BTreeMap<(String, String), (u64, u64)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Recorder {

@@ -1,6 +1,6 @@
 //! Metrics of the adaptive semaphores declared in the config: the stored capacity, the inputs
 //! of the controller's newest step, and the capacity changes seen. Read from the store at each
-//! scrape (`api.rs` bounds the reads by the request timeout).
+//! scrape (`routes/adaptive.rs` bounds the reads by the request timeout).
 
 use super::adaptive_view::DecisionView;
 use super::metrics::SemLabel;

@@ -62,7 +62,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub check_config: bool,
     #[command(flatten)]
-    pub rate: super::rate_config::RateFlags,
+    pub rate: super::rate_settings::RateFlags,
 }
 
 /// Store TLS and authentication: paths of files and a user name, never a secret itself.

@@ -2,32 +2,29 @@
 //! take, keep alive and release permits; Prometheus metrics; graceful shutdown that releases
 //! every permit at once.
 
-mod adaptive_config;
 mod adaptive_metrics;
-mod adaptive_routes;
+mod adaptive_settings;
 pub mod adaptive_view;
-mod api;
 mod auth;
 mod body;
 mod body_words;
-mod config;
 mod flags;
 mod metrics;
 mod path_param;
-mod permits;
 mod problem;
-mod rate_config;
 mod rate_metrics;
-mod rate_routes;
+mod rate_settings;
 mod release_body;
 mod rls;
+mod routes;
+mod settings;
 mod ui;
 mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
 
 use crate::common::{connect, exit, Failure};
-use config::Config;
+use settings::ServeSettings;
 use std::future::IntoFuture as _;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -45,7 +42,7 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// Runs the sidecar until SIGTERM/SIGINT, then releases every permit and returns 0.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let check_only = args.check_config;
-    let cfg = Config::resolve(args)?;
+    let cfg = ServeSettings::resolve(args)?;
     cfg.check()?;
     cfg.check_adaptive()?;
     if check_only {
@@ -89,11 +86,11 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         }
     }
 
-    let rate = rate_routes::RateApi::new(&cfg.rate);
-    for rl in rate_config::declare(&limiter, &cfg.rate_limits).await? {
+    let rate = routes::RateApi::new(&cfg.rate);
+    for rl in rate_settings::declare(&limiter, &cfg.rate_limits).await? {
         rate.remember(rl);
     }
-    let state = api::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
+    let state = routes::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
     // Opened once and kept: the handles keep this sidecar's window task (its outcomes, and
     // its place in the controller's queue) alive.
     for (name, table) in &cfg.adaptive {
@@ -138,7 +135,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         metrics: state.metrics.clone(),
         logins,
     };
-    let app = api::router(state.clone()).merge(ui::router(view)).layer(
+    let app = routes::router(state.clone()).merge(ui::router(view)).layer(
         axum::middleware::from_fn_with_state(access, auth::require_token),
     );
     let listen_err = |what: String, e: std::io::Error| {

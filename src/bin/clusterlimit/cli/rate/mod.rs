@@ -10,7 +10,8 @@ mod wait;
 pub use args::RateArgs;
 
 use super::deadline::Deadline;
-use crate::common::quota_spec::{decision_json, quota_text, QuotaParts};
+use crate::common::quota_print::{decision_json, quota_text};
+use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
 use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit, MAX_KEY_LEN};

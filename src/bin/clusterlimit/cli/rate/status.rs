@@ -3,7 +3,7 @@
 
 use super::args::RateStatusArgs;
 use super::{open_existing, with_limiter};
-use crate::common::quota_spec::{decision_json, quota_json};
+use crate::common::quota_print::{decision_json, quota_json};
 use crate::common::Failure;
 use crate::common::{exit, format_duration, format_wait};
 use clusterlimit::{Algorithm, Quota};

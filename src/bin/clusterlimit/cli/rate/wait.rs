@@ -51,7 +51,7 @@ pub async fn wait(
         let Some(wake) = Instant::now().checked_add(step).filter(|_| step < NEVER) else {
             return Err(Error::invalid(format!(
                 "cost {cost} can never be admitted by the quota now stored ({})",
-                crate::common::quota_spec::quota_text(&rl.quota())
+                crate::common::quota_print::quota_text(&rl.quota())
             )));
         };
         if deadline.is_some_and(|dl| wake > dl) {

@@ -2,7 +2,7 @@
 //! descriptor `code`, `current_limit`, `limit_remaining`, `duration_until_reset`; the overall
 //! code; optionally the RateLimit header fields of the tightest descriptor.
 
-use super::config::{Rule, Unit};
+use super::rules::{Rule, Unit};
 use clusterlimit::rate::headers::{rate_limit_headers, HeaderNames};
 use clusterlimit::{Algorithm, Decision};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;

@@ -3,7 +3,7 @@
 //! characters; the first in file order wins), then `key`; a rule applies only when the
 //! request's LAST entry lands on a node with a rate_limit.
 
-use super::config::{Domain, Level, Rule};
+use super::rules::{Domain, Level, Rule};
 use std::sync::Arc;
 
 /// One entry of a request descriptor.
@@ -83,7 +83,7 @@ pub fn counter_key(entries: &[Entry<'_>]) -> String {
     if key.len() <= max {
         return key;
     }
-    super::config::prefix_and_hash(&key, &key, max, '#')
+    super::rules::prefix_and_hash(&key, &key, max, '#')
 }
 
 /// Appends `s` with a `\` before each `\`, `.` and `_`: the separators stay unambiguous.
@@ -114,7 +114,7 @@ pub fn descriptor_key(entries: &[Entry<'_>]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::config::parse_file;
+    use super::super::parse::parse_file;
     use super::*;
     use std::path::Path;
 
@@ -188,7 +188,7 @@ mod tests {
     /// upstream's `wildcardMatch`, edge by edge.
     #[test]
     fn wildcards_match_as_upstream() {
-        use super::super::config::Wildcard;
+        use super::super::rules::Wildcard;
         for (pattern, value, want) in [
             ("k_ab*", "k_ab", true),
             ("k_ab*", "k_abc", true),

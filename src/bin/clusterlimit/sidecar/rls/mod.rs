@@ -2,12 +2,18 @@
 //! envoyproxy/ratelimit) on the sidecar's Limiter, with envoyproxy's YAML rules.
 
 mod answer;
-mod config;
 mod flags;
+mod grpc;
+mod load;
 mod matcher;
 #[cfg(test)]
 mod parity_tests;
+mod parse;
+#[cfg(test)]
+mod parse_tests;
 mod reload;
+mod request;
+mod rules;
 mod service;
 mod settings;
 mod yaml;
@@ -58,7 +64,7 @@ pub async fn start(
     settings: &Settings,
     limiter: Limiter,
     metrics: Arc<Metrics>,
-) -> Result<service::Service, Failure> {
+) -> Result<grpc::Service, Failure> {
     let behaviour = service::Behaviour {
         store_down: settings.store_down,
         store_timeout: settings.store_timeout,
@@ -76,18 +82,18 @@ pub async fn start(
         settings.files_seen.clone(),
         metrics,
     );
-    Ok(service::Service(rls))
+    Ok(grpc::Service(rls))
 }
 
 /// Serves `svc` on `bound` until `shutdown` completes.
 pub async fn serve(
-    svc: service::Service,
+    svc: grpc::Service,
     bound: Bound,
     token: Option<Token>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let svc = RateLimitServiceServer::with_interceptor(svc, service::require_token(token, metrics));
+    let svc = RateLimitServiceServer::with_interceptor(svc, grpc::require_token(token, metrics));
     let router = tonic::transport::Server::builder().add_service(svc);
     let served = match bound {
         Bound::Tcp(tcp) => {

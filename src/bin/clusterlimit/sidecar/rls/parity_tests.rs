@@ -3,8 +3,8 @@
 //! README there for the commit). Where upstream checks a statsd key (`test-domain.PATH`), we
 //! check the rule's path, which is our metrics label and names the same rule.
 
-use super::config::{Loading, Rule, Rules, Unit};
 use super::matcher::{self, Entry};
+use super::rules::{Loading, Rule, Rules, Unit};
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! Kubernetes swaps a ConfigMap's `..data` symlink; both escape a watch on the old inode, and
 //! a poll of a few small files twice a second sees them all with no dependency.
 
-use super::config::{Loading, Rules};
+use super::rules::{Loading, Rules};
 use super::service::Rls;
 use crate::common::lock;
 use crate::sidecar::metrics::Metrics;
@@ -281,7 +281,7 @@ impl Fingerprint {
 fn file_state(path: &Path) -> Result<FileState, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let mtime = std::fs::metadata(path).ok().and_then(|m| m.modified().ok());
-    Ok((bytes.len() as u64, mtime, super::config::fnv1a(&bytes)))
+    Ok((bytes.len() as u64, mtime, super::rules::fnv1a(&bytes)))
 }
 
 /// The reloader's task: polls `files`, reloads on a settled change or `SIGHUP`, forever.

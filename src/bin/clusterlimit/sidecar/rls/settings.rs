@@ -1,9 +1,9 @@
 //! The RLS settings: flags over the TOML keys over defaults, and the YAML rules they name.
 
 use super::answer::HeaderMode;
-use super::config::{Loading, Rules};
 use super::flags::RlsFlags;
 use super::reload::Fingerprint;
+use super::rules::{Loading, Rules};
 use crate::common::{parse_duration, Failure};
 use clusterlimit::StoreDownPolicy;
 use std::net::SocketAddr;

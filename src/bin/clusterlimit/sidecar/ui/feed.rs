@@ -2,6 +2,7 @@
 //! event stream), shared by every watcher through a `watch` channel, so ten open pages cost
 //! the store what one does.
 
+use crate::common::lock;
 use crate::live::gather::Gatherer;
 use crate::live::picture::{BreakerView, Picture};
 use crate::sidecar::metrics::Metrics;
@@ -51,7 +52,7 @@ impl Feed {
         let mut p = self.gatherer.picture(Some(recorder)).await;
         let breakers = self.metrics.breakers();
         {
-            let mut last = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = lock(&self.breakers);
             for (name, b) in &breakers {
                 let before = last.iter().find(|(n, _)| n == name).map(|(_, o)| *o);
                 if before.is_some_and(|o| o != b.open) {
@@ -78,7 +79,7 @@ impl Feed {
 
     /// This sidecar's permits lost per second on each semaphore since the last picture.
     fn losses_per_second(&self, p: &mut Picture) {
-        let mut last = self.losses.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = lock(&self.losses);
         let elapsed = last
             .0
             .replace(std::time::Instant::now())

@@ -2,6 +2,7 @@
 //! same-site, HTTP-only cookie (so scripts on other sites and in the page cannot read it), and
 //! a CSRF value the page keeps in memory and sends in a header with every state-changing call.
 
+use crate::common::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,10 +26,6 @@ struct Login {
 #[derive(Default)]
 pub struct Logins {
     by_id: Mutex<HashMap<String, Login>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn random() -> String {

@@ -1,10 +1,10 @@
 //! What the routes read of adaptive semaphores: a status with its adaptive state
 //! (`GET /v1/semaphores/{name}`), and the adaptive metrics brought up to date at a scrape.
 
-use super::adaptive_view::{AdaptiveView, StatusView};
-use super::api::AppState;
-use super::problem::Problem;
+use super::state::AppState;
 use crate::common::lock;
+use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
+use crate::sidecar::problem::Problem;
 use futures::future::join_all;
 
 impl AppState {

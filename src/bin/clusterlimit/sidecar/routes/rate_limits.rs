@@ -4,29 +4,24 @@
 //! header fields of the `rate_limit_headers` setting; a denial is a 429 problem naming the limit
 //! and the key, with `Retry-After`.
 
-use super::api::{AppState, DEFAULT_TIMEOUT, MAX_TIMEOUT};
-use super::body::JsonBody;
-use super::path_param::{path_problem, PathParam};
-use super::problem::Problem;
-use super::rate_config::{HeaderMode, RateSettings};
-use crate::common::format_duration;
-use crate::common::lock;
-use crate::common::quota_spec::{decision_json, quota_json, quota_text, QuotaBody};
+use super::rate_state::unknown;
+use super::state::{AppState, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use crate::common::quota_print::{decision_json, quota_json, quota_text};
+use crate::common::quota_spec::QuotaBody;
+use crate::sidecar::body::JsonBody;
+use crate::sidecar::path_param::{path_problem, PathParam};
+use crate::sidecar::problem::Problem;
+use crate::sidecar::rate_settings::HeaderMode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
-use clusterlimit::{
-    validate, Error, Guarded, Limiter, RateLimit, Source, StoreDownGuard, MAX_KEY_LEN,
-};
+use clusterlimit::{validate, Error, Guarded, RateLimit, Source, MAX_KEY_LEN};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
@@ -36,102 +31,6 @@ const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
 /// A denial's `retry_after` this long means never: the quota was lowered (by another client)
 /// to one the cost can never pass. The same bound as `RateLimit::wait`'s.
 const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
-
-/// What the rate routes share: the guard, the header mode, and the limits opened so far.
-pub struct RateApi {
-    guard: StoreDownGuard,
-    headers: HeaderMode,
-    store_timeout: Duration,
-    /// Opened limits, so a check costs no extra "does it exist" request and a limit used once
-    /// is still answered by the policy while the store is down.
-    opened: Mutex<HashMap<String, RateLimit>>,
-}
-
-impl RateApi {
-    /// The rate API with `settings`.
-    pub fn new(settings: &RateSettings) -> RateApi {
-        RateApi {
-            guard: StoreDownGuard::new(settings.store_down).store_timeout(settings.store_timeout),
-            headers: settings.headers,
-            store_timeout: settings.store_timeout,
-            opened: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The guard every check of the HTTP API goes through (its breaker is in `/metrics`).
-    pub fn guard(&self) -> &StoreDownGuard {
-        &self.guard
-    }
-
-    /// Remembers an opened limit (the declared ones at start, each one a request opens).
-    pub fn remember(&self, rl: RateLimit) {
-        lock(&self.opened).insert(rl.name().to_string(), rl);
-    }
-
-    /// Opens `name` (cached). While the store is known down, a limit this sidecar never opened
-    /// answers 503 at once rather than waiting for the store.
-    async fn open(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
-        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
-        if let Some(rl) = lock(&self.opened).get(name).cloned() {
-            return Ok(rl);
-        }
-        if self.guard.store_down() {
-            return Err(Problem::unavailable(
-                "store_unavailable",
-                format!("the store is down and rate limit {name:?} was not used here before"),
-            ));
-        }
-        self.fetch(limiter, name).await
-    }
-
-    /// Opens `name` reading its quota from the store now, so a quota changed by another
-    /// sidecar or `clusterlimit rate set-quota` shows at once (the handles share their quota, so
-    /// the cached one learns it too). The cached handle answers only while the store is known
-    /// down.
-    async fn open_fresh(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
-        validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
-        if self.guard.store_down() {
-            return self.open(limiter, name).await;
-        }
-        self.fetch(limiter, name).await
-    }
-
-    /// Reads `name` from the store within the store timeout, and remembers it.
-    async fn fetch(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
-        let rl = self
-            .bounded(limiter.open_rate_limit(name))
-            .await?
-            .map_err(|e| match e {
-                Error::NotFound(_) => unknown(name),
-                e => Problem::from_lib(e, "name"),
-            })?;
-        self.remember(rl.clone());
-        Ok(rl)
-    }
-
-    /// `call` within the store timeout, else 503 `store_unavailable`.
-    async fn bounded<T>(&self, call: impl Future<Output = T>) -> Result<T, Problem> {
-        tokio::time::timeout(self.store_timeout, call)
-            .await
-            .map_err(|_| {
-                Problem::unavailable(
-                    "store_unavailable",
-                    format!(
-                        "the store did not answer within {}",
-                        format_duration(self.store_timeout)
-                    ),
-                )
-            })
-    }
-}
-
-type Shared = Arc<AppState>;
-
-fn unknown(name: &str) -> Problem {
-    Problem::not_found(format!(
-        "rate limit {name:?} does not exist; PUT /v1/ratelimits/{name} with a quota creates it"
-    ))
-}
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
 /// range for its field.

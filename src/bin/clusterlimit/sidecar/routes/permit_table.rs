@@ -3,9 +3,9 @@
 //! permit comes back even though nobody calls us again), and reports it lost when the store
 //! session ends behind it.
 
-use super::metrics::Metrics;
-use super::release_body::Reported;
 use crate::common::lock;
+use crate::sidecar::metrics::Metrics;
+use crate::sidecar::release_body::Reported;
 use clusterlimit::Permit;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

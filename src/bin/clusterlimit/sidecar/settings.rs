@@ -1,9 +1,9 @@
 //! Sidecar settings: a TOML file (`--config`) overridden by flags, with defaults that need no
 //! servers (`memory://`).
 
-use super::adaptive_config::{self, AdaptiveTables};
+use super::adaptive_settings::{self, AdaptiveTables};
 use super::auth::Token;
-use super::rate_config::{self, DeclaredRate, RateFileKeys, RateSettings};
+use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::ServeArgs;
 use crate::common::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
 use serde::Deserialize;
@@ -86,13 +86,13 @@ struct FileConfig {
     zk_digest_file: Option<PathBuf>,
     #[serde(default)]
     semaphores: Vec<Declared>,
-    // Rate limits (see rate_config.rs).
+    // Rate limits (see rate_settings.rs).
     rate_limit_headers: Option<String>,
     rate_store_down: Option<String>,
     rate_store_timeout: Option<String>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
-    /// Adaptive semaphores (see adaptive_config.rs).
+    /// Adaptive semaphores (see adaptive_settings.rs).
     #[serde(default)]
     adaptive: AdaptiveTables,
     // --- Envoy's rate limit service (src/bin/clusterlimit/sidecar/rls/) ---
@@ -129,7 +129,7 @@ pub struct Declared {
 /// Settings after merging flags over the file over defaults. `Debug` shows no secret: the
 /// token redacts itself and the rest are paths.
 #[derive(Debug)]
-pub struct Config {
+pub struct ServeSettings {
     /// The `--config` file, if any (named in messages).
     pub file: Option<PathBuf>,
     pub listen: SocketAddr,
@@ -160,9 +160,9 @@ pub struct Config {
     pub rls: Option<super::rls::Settings>,
 }
 
-impl Config {
+impl ServeSettings {
     /// Reads `--config` (if any) and applies the flags; errors exit 64.
-    pub fn resolve(args: ServeArgs) -> Result<Config, Failure> {
+    pub fn resolve(args: ServeArgs) -> Result<ServeSettings, Failure> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
@@ -222,10 +222,10 @@ impl Config {
             "permit_ttl",
             DEFAULT_PERMIT_TTL,
         )?;
-        if permit_ttl < super::api::MIN_TTL {
+        if permit_ttl < super::routes::MIN_TTL {
             return Err(bad(format!(
                 "permit TTL must be at least {}",
-                format_duration(super::api::MIN_TTL)
+                format_duration(super::routes::MIN_TTL)
             )));
         }
         let socket_mode = match args.socket_mode.or(file.socket_mode) {
@@ -260,7 +260,7 @@ impl Config {
                 rls_merge_domain_config: file.rls_merge_domain_config,
             },
         )?;
-        Ok(Config {
+        Ok(ServeSettings {
             file: args.config,
             listen,
             unix: args.unix.or(file.unix),
@@ -290,7 +290,7 @@ impl Config {
     }
 }
 
-impl Config {
+impl ServeSettings {
     /// Everything connecting would reject, found without connecting: the store URL, the session
     /// TTL, the owner label, and each declared semaphore (named by its index). Errors exit 64.
     pub fn check(&self) -> Result<(), Failure> {
@@ -344,7 +344,7 @@ impl Config {
                 ));
             }
         }
-        rate_config::check_declared(&self.rate_limits)
+        rate_settings::check_declared(&self.rate_limits)
             .map_err(|(field, why)| at(&field, clusterlimit::Error::InvalidArgument(why)))?;
         if let Some(name) = self
             .adaptive
@@ -361,7 +361,7 @@ impl Config {
 
     /// The `[adaptive.<name>]` tables' settings, checked without the store. Errors exit 64.
     pub fn check_adaptive(&self) -> Result<(), Failure> {
-        adaptive_config::check(&self.adaptive, |field, why| self.refuse(field, why))
+        adaptive_settings::check(&self.adaptive, |field, why| self.refuse(field, why))
     }
 
     /// A usage failure naming `field` and, if there is one, the config file.
@@ -442,7 +442,7 @@ impl Config {
             format_duration(self.timeouts.request),
             format_duration(self.permit_ttl),
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
-            rate_config::describe(&self.rate, &self.rate_limits),
+            rate_settings::describe(&self.rate, &self.rate_limits),
         )
     }
 }

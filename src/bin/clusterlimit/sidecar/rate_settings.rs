@@ -2,7 +2,8 @@
 //! while the store is down (and how long a check may wait for it), and the `[[rate_limits]]`
 //! created at start. Flags override the config file's keys of the same name.
 
-use crate::common::quota_spec::{duration_text, quota_text, FieldError, QuotaParts};
+use crate::common::quota_print::quota_text;
+use crate::common::quota_spec::{duration_text, FieldError, QuotaParts};
 use crate::common::{format_duration, parse_duration, Failure};
 use clap::Args;
 use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, StoreDownPolicy};
