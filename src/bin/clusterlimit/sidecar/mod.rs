@@ -9,6 +9,7 @@ mod auth;
 mod body;
 mod body_words;
 mod flags;
+mod header_mode;
 mod metrics;
 mod path_param;
 mod problem;

@@ -3,6 +3,7 @@
 //! code; optionally the RateLimit header fields of the tightest descriptor.
 
 use super::rules::{Rule, Unit};
+use crate::sidecar::header_mode::HeaderMode;
 use clusterlimit::rate::headers::{rate_limit_headers, HeaderNames};
 use clusterlimit::{Algorithm, Decision};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -12,41 +13,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Which RateLimit fields go in `response_headers_to_add` (`rls_response_headers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HeaderMode {
-    /// None (Envoy's `enable_x_ratelimit_headers` can make its own from the statuses).
-    #[default]
-    Off,
-    /// Ours: the IETF `RateLimit-Policy` and `RateLimit` fields.
-    Ietf,
-    /// envoyproxy's `LIMIT_RESPONSE_HEADERS_ENABLED`: `RateLimit-Limit`,
-    /// `RateLimit-Remaining`, `RateLimit-Reset`.
-    Legacy,
-}
-
-impl std::str::FromStr for HeaderMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "off" => Ok(HeaderMode::Off),
-            "ietf" => Ok(HeaderMode::Ietf),
-            "legacy" => Ok(HeaderMode::Legacy),
-            _ => Err(format!("must be off, ietf or legacy, got {s:?}")),
-        }
-    }
-}
-
-impl std::fmt::Display for HeaderMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            HeaderMode::Off => "off",
-            HeaderMode::Ietf => "ietf",
-            HeaderMode::Legacy => "legacy",
-        })
-    }
-}
 
 /// How one descriptor came out.
 #[derive(Debug, Clone)]
@@ -233,6 +199,12 @@ fn header_fields(
         HeaderMode::Off => Vec::new(),
         HeaderMode::Legacy => legacy_fields(outcomes, statuses),
         HeaderMode::Ietf => ietf_fields(outcomes, statuses),
+        // Refused by `rls_response_headers`; both sets, as the HTTP API's `both`.
+        HeaderMode::Both => {
+            let mut fields = ietf_fields(outcomes, statuses);
+            fields.extend(legacy_fields(outcomes, statuses));
+            fields
+        }
     }
 }
 
@@ -558,7 +530,5 @@ mod tests {
         }
         assert_eq!(from_pb_unit(0), None);
         assert_eq!(from_pb_unit(99), None);
-        assert_eq!("ietf".parse::<HeaderMode>(), Ok(HeaderMode::Ietf));
-        assert!("x".parse::<HeaderMode>().is_err());
     }
 }

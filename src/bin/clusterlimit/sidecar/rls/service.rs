@@ -2,11 +2,12 @@
 //! limits behind them and the requests' `limit` overrides, and one [`StoreDownGuard`] per
 //! store-down policy. A request is answered in `request.rs`, served over gRPC by `grpc.rs`.
 
-use super::answer::{from_pb_unit, HeaderMode};
+use super::answer::from_pb_unit;
 use super::matcher::{self, Entry};
 use super::reload::{ReloadError, Reloaded};
 use super::rules::{limit_name, Domain, Rule, Rules};
 use crate::common::lock;
+use crate::sidecar::header_mode::HeaderMode;
 use crate::sidecar::metrics::Metrics;
 use clusterlimit::{Error, Limiter, Quota, RateLimit, StoreDownGuard, StoreDownPolicy};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;

@@ -1,10 +1,10 @@
 //! The RLS settings: flags over the TOML keys over defaults, and the YAML rules they name.
 
-use super::answer::HeaderMode;
 use super::flags::RlsFlags;
 use super::reload::Fingerprint;
 use super::rules::{Loading, Rules};
 use crate::common::{parse_duration, Failure};
+use crate::sidecar::header_mode::HeaderMode;
 use clusterlimit::StoreDownPolicy;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -110,10 +110,10 @@ impl Settings {
             )));
         }
         let headers = match flags.rls_response_headers.or(file.rls_response_headers) {
-            Some(t) => t
-                .parse::<HeaderMode>()
-                .map_err(|e| bad(format!("rls_response_headers: {e}")))?,
-            None => HeaderMode::Off,
+            Some(t) => {
+                HeaderMode::parse_rls(&t).map_err(|e| bad(format!("rls_response_headers: {e}")))?
+            }
+            None => HeaderMode::RLS_DEFAULT,
         };
         let loading = Loading {
             // A flag can only turn it on; off by default, as envoyproxy's MERGE_DOMAIN_CONFIG.

@@ -3,8 +3,9 @@
 
 use crate::common::format_duration;
 use crate::common::lock;
+use crate::sidecar::header_mode::HeaderMode;
 use crate::sidecar::problem::Problem;
-use crate::sidecar::rate_settings::{HeaderMode, RateSettings};
+use crate::sidecar::rate_settings::RateSettings;
 use clusterlimit::{validate, Error, Limiter, RateLimit, StoreDownGuard};
 use std::collections::HashMap;
 use std::future::Future;
