@@ -1,7 +1,8 @@
 //! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
 
-use crate::common::{exit, parse_duration, StoreSecurity, StoreTimeouts};
-use crate::sidecar::{ServeArgs, StoreSecurityFlags};
+use super::store_arg::StoreArg;
+use crate::common::{exit, parse_duration};
+use crate::sidecar::ServeArgs;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::time::Duration;
@@ -70,50 +71,6 @@ impl Command {
             Command::Top(a) => Some(&a.store.store),
             Command::Serve(_) => None,
         }
-    }
-}
-
-/// The store every one-shot command needs.
-#[derive(Debug, Args)]
-pub struct StoreArg {
-    /// Store URL: memory://NAME, etcd://HOST:PORT[,HOST:PORT…][/PREFIX], zk://HOST:PORT[,…][/CHROOT].
-    #[arg(long, env = "CLUSTERLIMIT_STORE", value_name = "URL")]
-    pub store: String,
-    #[command(flatten)]
-    pub security: StoreSecurityFlags,
-    /// Give up connecting to the store after this long (a refused port or an unknown host
-    /// fails at once).
-    #[arg(long, env = "CLUSTERLIMIT_CONNECT_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
-    pub connect_timeout: Duration,
-    /// Bound on each store request once connected.
-    #[arg(long, env = "CLUSTERLIMIT_REQUEST_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
-    pub request_timeout: Duration,
-}
-
-impl StoreArg {
-    /// The store credential flags, for `common::connect`.
-    pub fn security(&self) -> StoreSecurity {
-        self.security.clone().into()
-    }
-
-    /// `--connect-timeout` and `--request-timeout`.
-    pub fn timeouts(&self) -> StoreTimeouts {
-        StoreTimeouts {
-            connect: self.connect_timeout,
-            request: self.request_timeout,
-        }
-    }
-
-    /// Connects for a one-shot command (`status`, `set-capacity`): default TTL and owner.
-    pub async fn connect_once(&self) -> Result<clusterlimit::Limiter, crate::common::Failure> {
-        crate::common::connect(
-            &self.store,
-            clusterlimit::DEFAULT_SESSION_TTL,
-            None,
-            &self.security(),
-            self.timeouts(),
-        )
-        .await
     }
 }
 

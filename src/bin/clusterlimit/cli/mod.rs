@@ -13,6 +13,7 @@ mod run_adaptive;
 mod set_capacity;
 mod signals;
 mod status;
+mod store_arg;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
 mod top;

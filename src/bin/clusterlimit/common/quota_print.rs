@@ -2,7 +2,7 @@
 //! (`5 per 1s (gcra, burst 5)`), and the JSON of a quota and of a decision that the sidecar
 //! answers and `clusterlimit rate … --json` prints.
 
-use super::format_duration;
+use super::duration::format_duration;
 use clusterlimit::{Algorithm, Decision, Quota};
 use serde_json::{json, Value};
 use std::time::Duration;

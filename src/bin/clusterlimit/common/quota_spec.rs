@@ -3,7 +3,7 @@
 //! field so that an error names the field at fault (the library's own check names the quota).
 //! Printed back by `quota_print.rs`.
 
-use super::{format_duration, parse_duration};
+use super::duration::{format_duration, parse_duration};
 use clusterlimit::rate::{COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
 use clusterlimit::{Algorithm, Quota};
 use serde::Deserialize;

@@ -89,7 +89,7 @@ pub async fn publish_forever(
     let owner = limiter.owner().to_string();
     let mut failing = false;
     loop {
-        let member = summary(&owner, &recorder, super::gather::unix_ms());
+        let member = summary(&owner, &recorder, super::clock::unix_ms());
         match tokio::time::timeout(PUBLISH_EVERY, publish(&limiter, &member)).await {
             Ok(Ok(())) => {
                 if failing {

@@ -3,6 +3,7 @@
 //! process recorded (a sidecar) or nothing (`clusterlimit top`). One gatherer per viewer
 //! process; each call is bounded by the request timeout per store read.
 
+use super::clock::unix_ms;
 use super::fleet;
 use super::picture::{
     FleetMember, HealthEvent, HolderView, KeyView, Picture, RateLimitView, SemaphoreView, StoreView,
@@ -14,7 +15,7 @@ use clusterlimit::{Limiter, Status};
 use futures::stream::{self, StreamExt};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Semaphores whose status one picture reads at most (sorted by name; the rest are counted).
 pub const MAX_SEMAPHORES: usize = 2000;
@@ -26,13 +27,6 @@ const READS_IN_FLIGHT: usize = 32;
 const EVENTS: usize = 20;
 /// Holders and waiters listed per semaphore.
 const SHOWN_PER_QUEUE: usize = 50;
-
-/// Unix milliseconds now.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Who takes the pictures, of what.
 pub struct Viewer {

@@ -3,6 +3,7 @@
 //! serializable [`Picture`](picture::Picture). Shown by the sidecar's web view
 //! (`sidecar/ui/`) and by `clusterlimit top` (`cli/top/`).
 
+pub mod clock;
 pub mod fleet;
 pub mod gather;
 pub mod picture;

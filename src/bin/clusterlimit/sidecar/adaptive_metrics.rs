@@ -3,7 +3,7 @@
 //! scrape (`routes/adaptive.rs` bounds the reads by the request timeout).
 
 use super::adaptive_view::DecisionView;
-use super::metrics::SemLabel;
+use super::sem_label::SemLabel;
 use crate::common::lock;
 use clusterlimit::adaptive::AdaptiveStatus;
 use prometheus_client::encoding::EncodeLabelSet;

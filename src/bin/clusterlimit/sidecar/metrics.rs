@@ -2,7 +2,8 @@
 
 use super::adaptive_metrics::AdaptiveMetrics;
 use super::rate_metrics::RateMetrics;
-use super::rls::ReloadReport;
+use super::rls::reload_report::ReloadReport;
+use super::sem_label::SemLabel;
 use crate::common::lock;
 use clusterlimit::{BreakerStats, RequestStats, StoreDownGuard};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,11 +13,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::Mutex;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SemLabel {
-    pub semaphore: String,
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {

@@ -18,7 +18,9 @@ mod rate_settings;
 mod release_body;
 mod rls;
 mod routes;
+mod sem_label;
 mod settings;
+mod token;
 mod ui;
 mod unix_socket;
 

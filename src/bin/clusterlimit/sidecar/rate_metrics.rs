@@ -138,7 +138,7 @@ impl RateMetrics {
                 remaining: d.remaining,
                 limit: d.limit,
                 reset_ms: d.reset_after.as_millis() as u64,
-                now_ms: crate::live::gather::unix_ms(),
+                now_ms: crate::live::clock::unix_ms(),
             },
         );
     }

@@ -2,9 +2,9 @@
 //! servers (`memory://`).
 
 use super::adaptive_settings::{self, AdaptiveTables};
-use super::auth::Token;
+use super::flags::ServeArgs;
 use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
-use super::ServeArgs;
+use super::token::Token;
 use crate::common::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
 use serde::Deserialize;
 use std::net::SocketAddr;

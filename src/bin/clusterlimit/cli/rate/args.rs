@@ -1,6 +1,6 @@
 //! The grammar of `clusterlimit rate …`.
 
-use crate::cli::args::StoreArg;
+use crate::cli::store_arg::StoreArg;
 use crate::common::parse_duration;
 use crate::common::quota_spec::{parse_algorithm, QuotaParts};
 use clap::{Args, Subcommand};

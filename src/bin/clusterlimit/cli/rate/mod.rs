@@ -4,17 +4,19 @@
 //! 5m && job` is a fleet-wide cap on how often `job` runs.
 
 mod args;
+mod open;
 mod status;
 mod wait;
 
 pub use args::RateArgs;
 
-use super::deadline::Deadline;
+use crate::cli::deadline::Deadline;
 use crate::common::quota_print::{decision_json, quota_text};
 use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
-use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit, MAX_KEY_LEN};
+use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit};
+use open::{check_key, name_error, open_existing, open_stored, with_limiter, with_limiter_by};
 use std::process::ExitCode;
 use wait::Waited;
 
@@ -27,28 +29,6 @@ pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
         RateCommand::SetQuota(a) => set_quota(a).await,
         RateCommand::Reset(a) => reset(a).await,
     }
-}
-
-/// Runs `body` on a one-shot connection, closing it whatever the outcome.
-async fn with_limiter<T>(
-    store: &super::args::StoreArg,
-    body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    with_limiter_by(store, Deadline::after(None), body).await
-}
-
-/// [`with_limiter`], the connect bounded by `deadline` too (`rate wait --timeout`).
-async fn with_limiter_by<T>(
-    store: &super::args::StoreArg,
-    deadline: Deadline,
-    body: impl AsyncFnOnce(&Limiter) -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    let connecting = format!("connecting to {}", clusterlimit::redact(&store.store));
-    let limiter = deadline.bound(&connecting, store.connect_once()).await?;
-    let result = body(&limiter).await;
-    let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
-    super::deadline::close(&limiter, store_failed, store.request_timeout).await;
-    result
 }
 
 /// The quota the flags give, or a usage error naming the flag at fault.
@@ -75,41 +55,6 @@ fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
             ""
         };
         Failure::usage(format!("{flag}: {}{hint}", e.message))
-    })
-}
-
-fn check_key(key: &str) -> Result<(), Failure> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(Failure::usage(format!(
-            "KEY must be 1-{MAX_KEY_LEN} bytes of UTF-8, got {} bytes",
-            key.len()
-        )));
-    }
-    Ok(())
-}
-
-fn name_error(e: Error) -> Failure {
-    match e {
-        Error::InvalidArgument(why) => Failure::usage(format!("NAME: {why}")),
-        e => Failure::from_lib(e),
-    }
-}
-
-/// Opens an existing `name` (`status`, `reset`: they take no quota). Absent: exit 1, as
-/// `status NAME`, with how to create it.
-pub async fn open_existing(limiter: &Limiter, name: &str) -> Result<RateLimit, Failure> {
-    let hint = format!("create it with `clusterlimit rate set-quota {name} --limit N --per DUR`");
-    open_stored(limiter, name, &hint).await
-}
-
-/// Opens `name` as stored; absent: exit 1 with `hint`.
-async fn open_stored(limiter: &Limiter, name: &str, hint: &str) -> Result<RateLimit, Failure> {
-    limiter.open_rate_limit(name).await.map_err(|e| match e {
-        Error::NotFound(_) => Failure::new(
-            exit::FAILURE,
-            format!("rate limit {name:?} does not exist; {hint}"),
-        ),
-        e => name_error(e),
     })
 }
 

@@ -2,7 +2,7 @@
 //! cost 0: nothing consumed); `--json` for scripts.
 
 use super::args::RateStatusArgs;
-use super::{open_existing, with_limiter};
+use super::open::{check_key, open_existing, with_limiter};
 use crate::common::quota_print::{decision_json, quota_json};
 use crate::common::Failure;
 use crate::common::{exit, format_duration, format_wait};
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 /// Runs `rate status`.
 pub async fn status(a: RateStatusArgs) -> Result<ExitCode, Failure> {
     if let Some(key) = &a.key {
-        super::check_key(key)?;
+        check_key(key)?;
     }
     let out = with_limiter(&a.store, async |limiter| match (&a.name, &a.key) {
         (Some(name), Some(key)) => {

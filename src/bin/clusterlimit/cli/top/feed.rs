@@ -131,7 +131,7 @@ fn fatal(f: Failure) -> Feed {
 /// A picture of a store that could not be connected to: nothing but the reason.
 fn unreachable_picture(url: &str, why: String) -> Picture {
     Picture {
-        at_unix_ms: crate::live::gather::unix_ms(),
+        at_unix_ms: crate::live::clock::unix_ms(),
         source: "top".into(),
         store: StoreView {
             url: url.to_string(),

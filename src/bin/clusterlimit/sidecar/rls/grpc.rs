@@ -2,8 +2,8 @@
 //! `grpc-timeout` as the budget of its answer, and the bearer token every call needs.
 
 use super::service::Rls;
-use crate::sidecar::auth::Token;
 use crate::sidecar::metrics::Metrics;
+use crate::sidecar::token::Token;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::sync::Arc;

@@ -12,6 +12,7 @@ mod parse;
 #[cfg(test)]
 mod parse_tests;
 mod reload;
+pub mod reload_report;
 mod request;
 mod rules;
 mod service;
@@ -19,11 +20,10 @@ mod settings;
 mod yaml;
 
 pub use flags::RlsFlags;
-pub use reload::ReloadReport;
 pub use settings::{FileKeys, GrpcListen, Settings};
 
-use super::auth::Token;
 use super::metrics::Metrics;
+use super::token::Token;
 use crate::common::{exit, Failure};
 use clusterlimit::Limiter;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;

@@ -4,7 +4,7 @@
 
 use super::answer::from_pb_unit;
 use super::matcher::{self, Entry};
-use super::reload::{ReloadError, Reloaded};
+use super::reload_report::{ReloadError, Reloaded};
 use super::rules::{limit_name, Domain, Rule, Rules};
 use crate::common::lock;
 use crate::sidecar::header_mode::HeaderMode;

@@ -37,7 +37,7 @@ pub struct Ui {
     pub feed: Arc<Feed>,
     pub logins: Arc<Logins>,
     /// The sidecar's token, if it has one (`None`: the API and the view are open).
-    pub token: Option<super::auth::Token>,
+    pub token: Option<super::token::Token>,
     /// Cancelled at shutdown: event streams end so the server can stop.
     pub shutdown: tokio_util::sync::CancellationToken,
 }
