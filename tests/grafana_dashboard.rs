@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 const DASHBOARD: &str = "deploy/grafana/clusterlimit.json";
 
 /// Families that get a series only after a fault or with RLS shadow rules: each must still be
-/// registered by the sidecar (its name appears, quoted, in `src/sidecar/`).
+/// registered by the sidecar (its name appears, quoted, in `src/bin/clusterlimit/sidecar/`).
 const AFTER_A_FAULT: &[&str] = &[
     "clusterlimit_permits_lost", // a store session ended behind a permit
     "clusterlimit_rate_failure_mode_allowed", // the store down, fail_open
@@ -28,7 +28,8 @@ const AFTER_A_FAULT: &[&str] = &[
 /// The sidecar's sources, to find a family's registration.
 fn sidecar_sources() -> String {
     let mut all = String::new();
-    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sidecar")];
+    let mut dirs =
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/clusterlimit/sidecar")];
     while let Some(d) = dirs.pop() {
         for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
             let path = entry
@@ -157,7 +158,7 @@ async fn the_dashboard_queries_what_the_sidecar_exports_and_all_of_it() {
     for name in AFTER_A_FAULT {
         assert!(
             sources.contains(&format!("\"{name}\"")),
-            "{name} is listed as registered by the sidecar but src/sidecar/ does not name it"
+            "{name} is listed as registered by the sidecar but src/bin/clusterlimit/sidecar/ does not name it"
         );
         exported.insert((*name).to_string());
     }

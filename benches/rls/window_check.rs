@@ -6,7 +6,7 @@
 //! `θ` (here they share a host, but the check does not rely on it), so the window a decision
 //! counted in is bounded with the server's own alignment: every fixed-window answer carries
 //! `duration_until_reset`, the time left in the epoch-aligned window the *answer* was made in
-//! (src/sidecar/rls/answer.rs, `window_left`). So `answer time + until_reset` is a multiple `E`
+//! (src/bin/clusterlimit/sidecar/rls/answer.rs, `window_left`). So `answer time + until_reset` is a multiple `E`
 //! of the period on the sidecar's clock, and that answer time lies in `[sent + θ, received +
 //! θ]`, which bounds `θ` per answer; intersected over every answer of a run, `θ` is known to a
 //! fraction of the calls' latency (valid while `|θ|` plus a call's latency stays under half a

@@ -1,0 +1,191 @@
+//! The grammar of `clusterlimit rate …`.
+
+use crate::cli::store_arg::StoreArg;
+use crate::common::parse_duration;
+use crate::common::quota_spec::{parse_algorithm, QuotaParts};
+use clap::{Args, Subcommand};
+use clusterlimit::Algorithm;
+use std::time::Duration;
+
+/// `clusterlimit rate SUBCOMMAND`.
+#[derive(Debug, Args)]
+pub struct RateArgs {
+    #[command(subcommand)]
+    pub command: RateCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RateCommand {
+    /// Check one request of KEY: exit 0 admitted (and counted), 75 denied (prints when to retry;
+    /// nothing consumed, but on a quota with --ban the denial starts the ban).
+    Check(CheckArgs),
+    /// Wait until a request of KEY is admitted: exit 0 admitted, 75 when --timeout runs out
+    /// (nothing consumed, but on a quota with --ban a denial starts the ban).
+    Wait(WaitArgs),
+    /// Show every rate limit's quota, one limit's, or one key's state (nothing consumed).
+    Status(RateStatusArgs),
+    /// Set a rate limit's quota for every client (creates the limit if absent); prints the old
+    /// quota and the new one.
+    ///
+    /// Creating a limit needs --limit and --per. On an existing limit, the flags not given keep
+    /// their stored values (`--limit 10` alone keeps --per, --algorithm, --ban and a burst set
+    /// on purpose; a burst at its default, equal to the limit, follows the new limit), unless
+    /// --replace: then the flags are the whole quota, as when creating.
+    SetQuota(SetQuotaArgs),
+    /// Forget KEY: its next check starts from a full quota (and any ban ends).
+    Reset(ResetArgs),
+}
+
+impl RateCommand {
+    /// `rate` and the subcommand's name as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RateCommand::Check(_) => "rate check",
+            RateCommand::Wait(_) => "rate wait",
+            RateCommand::Status(_) => "rate status",
+            RateCommand::SetQuota(_) => "rate set-quota",
+            RateCommand::Reset(_) => "rate reset",
+        }
+    }
+
+    /// The store URL given.
+    pub fn store(&self) -> &str {
+        match self {
+            RateCommand::Check(a) => &a.store.store,
+            RateCommand::Wait(a) => &a.check.store.store,
+            RateCommand::Status(a) => &a.store.store,
+            RateCommand::SetQuota(a) => &a.store.store,
+            RateCommand::Reset(a) => &a.store.store,
+        }
+    }
+}
+
+/// A quota on the command line.
+#[derive(Debug, Args, Default)]
+pub struct QuotaFlags {
+    /// Requests admitted per --per, per key.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// The period --limit applies to (e.g. 1s, 1m, 1h).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub per: Option<Duration>,
+    /// GCRA only: how many may pass at once from a full quota [default: --limit].
+    #[arg(long, value_name = "B")]
+    pub burst: Option<u64>,
+    /// gcra, sliding_window or fixed_window [default: gcra].
+    #[arg(long, value_name = "ALGORITHM", value_parser = parse_algorithm)]
+    pub algorithm: Option<Algorithm>,
+    /// After a denial the key stays denied this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ban: Option<Duration>,
+    /// GCRA only: after the key has been idle, ramp its rate from limit / --cold-factor up to
+    /// limit over this long (0: no warm-up) [default: none].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// With --warmup: how much slower a fully cold key goes, 2 to 10 [default: 3].
+    #[arg(long, value_name = "N")]
+    pub cold_factor: Option<u32>,
+}
+
+impl QuotaFlags {
+    /// Whether any quota flag was given.
+    pub fn any(&self) -> bool {
+        self.limit.is_some()
+            || self.per.is_some()
+            || self.burst.is_some()
+            || self.algorithm.is_some()
+            || self.ban.is_some()
+            || self.warmup.is_some()
+            || self.cold_factor.is_some()
+    }
+
+    /// The flags as quota parts (numbers too large for i64 are out of range anyway).
+    pub fn parts(&self) -> QuotaParts {
+        let num = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        QuotaParts {
+            limit: num(self.limit),
+            period: self.per,
+            burst: num(self.burst),
+            algorithm: self.algorithm,
+            ban: self.ban,
+            warmup: self.warmup,
+            cold_factor: self.cold_factor.map(i64::from),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Rate limit to check.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The key counted (a user, a host, a job…): any UTF-8, 1-512 bytes.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// How much this request counts.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cost: u64,
+    /// With --limit and --per: create the limit with this quota if absent (an existing limit
+    /// keeps its stored quota).
+    #[command(flatten)]
+    pub quota: QuotaFlags,
+    /// Print the decision as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    /// Give up after this long (exit 75, nothing consumed; but on a quota with --ban, a denial
+    /// starts the ban); default: wait as long as it takes.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct RateStatusArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Rate limit to show; every limit without it.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// Key whose state to show (a peek: nothing consumed).
+    #[arg(value_name = "KEY", requires = "name")]
+    pub key: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetQuotaArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Rate limit to create or change.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The quota: every flag when creating the limit (--limit and --per required); on an
+    /// existing one, the flags given change those fields and the others keep their values.
+    #[command(flatten)]
+    pub quota: QuotaFlags,
+    /// The flags are the whole quota (--limit and --per required): fields not given take
+    /// their defaults instead of keeping the stored values.
+    #[arg(long, requires_all = ["limit", "per"])]
+    pub replace: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Rate limit of the key.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Key to forget.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+}

@@ -1,0 +1,119 @@
+//! `clusterlimit status`: capacity, usage, waiters and holders, as a table or JSON.
+
+use super::args::StatusArgs;
+use crate::common::{exit, Failure};
+use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
+use clusterlimit::{Holder, Limiter, Status};
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+/// Runs `status`: prints a table or JSON.
+pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
+    let limiter = args.store.connect_once().await?;
+    let result = read(&limiter, args.name.as_deref()).await;
+    let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
+    super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
+    let (statuses, adaptive) = result?;
+    let out = if args.json {
+        let json = match (&args.name, statuses.as_slice()) {
+            (Some(_), [one]) => serde_json::to_string_pretty(&StatusView {
+                status: one.clone(),
+                adaptive: adaptive.clone(),
+            }),
+            _ => serde_json::to_string_pretty(&statuses),
+        };
+        json.map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?
+    } else {
+        match &adaptive {
+            Some(a) => format!("{}\n{}", table(&statuses), super::adaptive_lines::lines(a)),
+            None => table(&statuses),
+        }
+    };
+    println!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Status of `name` with how it adapts (if it does), or of every semaphore in the store.
+async fn read(
+    limiter: &Limiter,
+    name: Option<&str>,
+) -> Result<(Vec<Status>, Option<AdaptiveView>), Failure> {
+    let lib = Failure::from_lib;
+    if let Some(n) = name {
+        let sem = limiter.open_semaphore(n).await.map_err(lib)?;
+        let (status, adaptive) = tokio::join!(sem.status(), sem.adaptive_status());
+        let adaptive = adaptive.map_err(lib)?;
+        return Ok((
+            vec![status.map_err(lib)?],
+            adaptive.as_ref().map(AdaptiveView::from),
+        ));
+    }
+    let names = limiter.semaphores().await.map_err(lib)?;
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let sem = limiter.open_semaphore(&n).await.map_err(lib)?;
+        out.push(sem.status().await.map_err(lib)?);
+    }
+    Ok((out, None))
+}
+
+/// One block per semaphore: a summary line, then one indented row per holder.
+pub fn table(statuses: &[Status]) -> String {
+    let mut s = String::new();
+    if statuses.is_empty() {
+        s.push_str("no semaphores");
+        return s;
+    }
+    let width = statuses
+        .iter()
+        .map(|st| st.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let _ = writeln!(s, "{:<width$}  CAPACITY  USED  WAITING", "SEMAPHORE");
+    for st in statuses {
+        let _ = writeln!(
+            s,
+            "{:<width$}  {:>8}  {:>4}  {:>7}",
+            st.name, st.capacity, st.used, st.waiting
+        );
+        rows(
+            &mut s,
+            ["OWNER", "FENCING TOKEN", "HELD SINCE"],
+            &st.holders,
+        );
+        rows(
+            &mut s,
+            ["WAITER", "QUEUE TOKEN", "WAITING SINCE"],
+            &st.waiters,
+        );
+    }
+    s.truncate(s.trim_end().len());
+    s
+}
+
+/// An indented block of holders or waiters under `titles` (owner, token, since columns).
+fn rows(s: &mut String, titles: [&str; 3], rows: &[Holder]) {
+    if rows.is_empty() {
+        return;
+    }
+    let [owner, token, since] = titles;
+    let owner_w = rows
+        .iter()
+        .map(|h| h.owner.len())
+        .max()
+        .unwrap_or(0)
+        .max(owner.len());
+    let token_w = token.len();
+    let _ = writeln!(s, "  {owner:<owner_w$}  PERMITS  {token}  {since}");
+    for h in rows {
+        let _ = writeln!(
+            s,
+            "  {:<owner_w$}  {:>7}  {:>token_w$}  {}",
+            h.owner,
+            h.permits,
+            h.fencing_token,
+            humantime::format_rfc3339_seconds(h.since())
+        );
+    }
+}

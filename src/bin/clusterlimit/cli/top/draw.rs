@@ -1,0 +1,351 @@
+//! The layout: a header (the store), a Semaphores pane over a Rate limits pane, each a list
+//! on the left and the selected row's details on the right (as the web view lays them out).
+
+use super::feed::Feed;
+use super::keys::{Pane, Selection};
+use crate::live::picture::{HolderView, Picture, RateLimitView, SemaphoreView};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::Frame;
+use std::time::Duration;
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, feed: &Feed, sel: &mut Selection, interval: Duration) {
+    let [header, sems, rates, footer] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Fill(1),
+        Constraint::Fill(1),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    let (picture, age) = match feed {
+        Feed::Shown { picture, at } => (Some(picture.as_ref()), Some(at.elapsed())),
+        _ => (None, None),
+    };
+    let header_text = Paragraph::new(header_lines(feed, picture, age));
+    frame.render_widget(header_text.wrap(Wrap { trim: false }), header);
+    let empty = Picture::default();
+    let p = picture.unwrap_or(&empty);
+    sel.clamp(p.semaphores.len(), p.rate_limits.len());
+    let why_empty = match picture {
+        None => "connecting…",
+        Some(p) if !p.store.reachable => "store unreachable",
+        Some(_) => "",
+    };
+    semaphores(frame, sems, p, sel, why_empty);
+    rate_limits(frame, rates, p, sel, why_empty);
+    let keys = format!(
+        " ↑/↓ or j/k select   Tab switch pane   q quit   (reads the store every {})",
+        crate::common::format_duration(interval)
+    );
+    frame.render_widget(Paragraph::new(keys).dark_gray(), footer);
+}
+
+fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<Line<'static>> {
+    let (Some(p), Some(age)) = (p, age) else {
+        let url = match feed {
+            Feed::Connecting { url } => url.clone(),
+            _ => String::new(),
+        };
+        return vec![Line::from(vec![
+            "clusterlimit top  ".bold(),
+            Span::raw(format!("connecting to {url}…")),
+        ])];
+    };
+    let s = &p.store;
+    let state = match s.latency_ms {
+        Some(ms) if s.reachable => Span::styled(format!("reachable, {ms:.1} ms"), Color::Green),
+        _ if s.reachable => Span::styled("reachable", Color::Green),
+        _ => Span::styled("unreachable", Color::Red),
+    };
+    let mut first = vec![
+        "clusterlimit top  ".bold(),
+        Span::raw(format!("{}  ", s.url)),
+        state,
+    ];
+    // The store's members, the leader marked (etcd says who leads; ZooKeeper does not).
+    if !s.members.is_empty() {
+        let members: Vec<String> = s
+            .members
+            .iter()
+            .map(|m| match m.role.as_str() {
+                "leader" => format!("{}*", m.name),
+                _ => m.name.clone(),
+            })
+            .collect();
+        first.push(Span::raw(format!("   members {}", members.join(" "))).dark_gray());
+    }
+    let first = Line::from(first);
+    let mut stats = format!(
+        "updated {} ago   session TTL {}   {} semaphores",
+        ago(age),
+        ms_text(s.session_ttl_ms),
+        p.semaphores_total
+    );
+    if p.semaphores.len() < p.semaphores_total {
+        stats.push_str(&format!(" ({} shown)", p.semaphores.len()));
+    }
+    stats.push_str(&format!("   {} rate limits", p.rate_limits.len()));
+    // The reason the store is unreachable, else the latest health event.
+    let third = match (&s.error, s.events.last()) {
+        (Some(why), _) => Line::styled(format!("why: {why}"), Color::Red),
+        (None, Some(e)) => Line::raw(format!("last event: {}", e.what)).dark_gray(),
+        (None, None) => Line::raw(""),
+    };
+    vec![first, Line::raw(stats), third]
+}
+
+/// The Semaphores pane: the list, and the selected one's holders and waiters.
+fn semaphores(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_empty: &str) {
+    let [list, detail] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
+    let focused = sel.focus == Pane::Semaphores;
+    let block = pane_block("Semaphores", focused);
+    if p.semaphores.is_empty() {
+        let text = if why_empty.is_empty() {
+            "no semaphores"
+        } else {
+            why_empty
+        };
+        frame.render_widget(Paragraph::new(text).dark_gray().block(block), list);
+        frame.render_widget(Block::bordered().title(" Holders "), detail);
+        return;
+    }
+    let rows = p.semaphores.iter().map(|s| {
+        Row::new(vec![
+            s.name.clone(),
+            gauge(s),
+            s.waiters.len().to_string(),
+            rate(s.grants_per_s),
+        ])
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Min(10),
+            Constraint::Length(18),
+            Constraint::Length(7),
+            Constraint::Length(8),
+        ],
+    )
+    .header(Row::new(["NAME", "USED/CAPACITY", "WAITING", "GRANTS/S"]).bold())
+    .block(block);
+    render_list(frame, list, table, sel.semaphore, focused);
+    if let Some(s) = p.semaphores.get(sel.semaphore) {
+        semaphore_detail(frame, detail, s);
+    }
+}
+
+/// `████░░░░░░ 2/5`: used of capacity.
+fn gauge(s: &SemaphoreView) -> String {
+    if s.error.is_some() {
+        return "unreadable".into();
+    }
+    const WIDTH: u64 = 8;
+    let filled = if s.capacity == 0 {
+        0
+    } else {
+        (u64::from(s.used.min(s.capacity)) * WIDTH).div_ceil(u64::from(s.capacity))
+    };
+    let bar: String = (0..WIDTH)
+        .map(|i| if i < filled { '█' } else { '░' })
+        .collect();
+    format!("{bar} {}/{}", s.used, s.capacity)
+}
+
+fn semaphore_detail(frame: &mut Frame, area: Rect, s: &SemaphoreView) {
+    let [holders, waiters] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
+    if let Some(e) = &s.error {
+        let block = Block::bordered().title(format!(" {} ", s.name));
+        let text = format!("could not read its status: {e}");
+        frame.render_widget(Paragraph::new(text).red().block(block), area);
+        return;
+    }
+    let title = format!(" Holders of {} ", s.name);
+    queue(frame, holders, &title, "HELD FOR", &s.holders, "no holders");
+    let title = format!(" Waiters of {}, in queue order ", s.name);
+    queue(
+        frame,
+        waiters,
+        &title,
+        "WAITING FOR",
+        &s.waiters,
+        "no waiters",
+    );
+}
+
+/// Holders or waiters: owner, permits, token, for how long.
+fn queue(frame: &mut Frame, area: Rect, title: &str, since: &str, rows: &[HolderView], none: &str) {
+    let block = Block::bordered().title(title.to_string());
+    if rows.is_empty() {
+        frame.render_widget(Paragraph::new(none).dark_gray().block(block), area);
+        return;
+    }
+    let rows = rows.iter().map(|h| {
+        Row::new(vec![
+            h.owner.clone(),
+            h.permits.to_string(),
+            h.fencing_token.to_string(),
+            ms_text(h.for_ms),
+        ])
+    });
+    let widths = [
+        Constraint::Fill(1),
+        Constraint::Length(7),
+        Constraint::Length(12),
+        Constraint::Length(12),
+    ];
+    let table = Table::new(rows, widths)
+        .header(Row::new(["OWNER", "PERMITS", "TOKEN", since]).bold())
+        .block(block);
+    frame.render_widget(table, area);
+}
+
+/// The Rate limits pane: the list, and the selected limit's keys limited now.
+fn rate_limits(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_empty: &str) {
+    let [list, detail] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
+    let focused = sel.focus == Pane::RateLimits;
+    let block = pane_block("Rate limits", focused);
+    if p.rate_limits.is_empty() {
+        let text = if why_empty.is_empty() {
+            "no rate limits"
+        } else {
+            why_empty
+        };
+        frame.render_widget(Paragraph::new(text).dark_gray().block(block), list);
+        frame.render_widget(Block::bordered().title(" Keys limited now "), detail);
+        return;
+    }
+    let rows = p.rate_limits.iter().map(|r| {
+        let quota = match &r.error {
+            Some(e) => format!("unreadable: {e}"),
+            None => r.quota.clone(),
+        };
+        Row::new(vec![
+            r.name.clone(),
+            quota,
+            rate(r.fleet_admitted_per_s),
+            rate(r.fleet_denied_per_s),
+        ])
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Fill(1),
+            Constraint::Fill(2),
+            Constraint::Length(10),
+            Constraint::Length(8),
+        ],
+    )
+    .header(Row::new(["NAME", "QUOTA", "ADMITTED/S", "DENIED/S"]).bold())
+    .block(block);
+    render_list(frame, list, table, sel.rate_limit, focused);
+    if let Some(r) = p.rate_limits.get(sel.rate_limit) {
+        limited_keys(frame, detail, r);
+    }
+}
+
+fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
+    let block = Block::bordered().title(format!(" Keys limited now in {}, fleet-wide ", r.name));
+    if r.fleet_limited_now.is_empty() {
+        let text = "no keys limited now (from the sidecars' published summaries)";
+        frame.render_widget(Paragraph::new(text).dark_gray().block(block), area);
+        return;
+    }
+    let rows = r.fleet_limited_now.iter().map(|k| {
+        Row::new(vec![
+            k.key.clone(),
+            rate(k.denied_per_s),
+            rate(k.checks_per_s),
+            format!("{}/{}", k.remaining, k.limit),
+            k.sidecars.join(", "),
+        ])
+    });
+    let widths = [
+        Constraint::Fill(2),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(15),
+        Constraint::Fill(1),
+    ];
+    let table = Table::new(rows, widths)
+        .header(Row::new(["KEY", "DENIED/S", "CHECKS/S", "REMAINING/LIMIT", "SIDECARS"]).bold())
+        .block(block);
+    frame.render_widget(table, area);
+}
+
+/// A pane's border: bright when it has the focus (the one Up/Down move in).
+fn pane_block(title: &str, focused: bool) -> Block<'static> {
+    let style = if focused {
+        Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
+    } else {
+        Style::new()
+    };
+    let mark = if focused { " [focus]" } else { "" };
+    Block::bordered()
+        .border_style(style)
+        .title(format!(" {title}{mark} "))
+}
+
+/// A list with its selected row marked (reversed in the focused pane), scrolled to show it.
+fn render_list(frame: &mut Frame, area: Rect, table: Table, selected: usize, focused: bool) {
+    let style = if focused {
+        Style::new().add_modifier(Modifier::REVERSED)
+    } else {
+        Style::new().add_modifier(Modifier::BOLD)
+    };
+    let table = table.row_highlight_style(style).highlight_symbol("> ");
+    let mut state = TableState::default().with_selected(Some(selected));
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// Per-second figures, as the web view prints them.
+fn rate(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn ago(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// `850 ms`, `12.5 s`, `3 min 20 s`, `1.5 h`.
+fn ms_text(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{} min {} s", ms / 60_000, (ms % 60_000) / 1000)
+    } else {
+        format!("{:.1} h", ms as f64 / 3_600_000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauge_and_durations_read_well() {
+        let s = SemaphoreView {
+            capacity: 5,
+            used: 2,
+            ..SemaphoreView::default()
+        };
+        assert_eq!(gauge(&s), "████░░░░ 2/5");
+        assert_eq!(ms_text(850), "850 ms");
+        assert_eq!(ms_text(12_500), "12.5 s");
+        assert_eq!(ms_text(200_000), "3 min 20 s");
+        assert_eq!(rate(0.5), "0.50");
+    }
+}

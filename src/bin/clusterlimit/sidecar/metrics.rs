@@ -1,0 +1,332 @@
+//! Prometheus metrics of the sidecar (`GET /metrics`, OpenMetrics text).
+
+use super::adaptive_metrics::AdaptiveMetrics;
+use super::rate_metrics::RateMetrics;
+use super::rls::reload_report::ReloadReport;
+use super::sem_label::SemLabel;
+use crate::common::lock;
+use clusterlimit::{BreakerStats, RequestStats, StoreDownGuard};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    /// Which guard: `rls` or `http`, and its store-down policy.
+    guard: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabel {
+    guard: String,
+    to: String,
+}
+
+/// A store-down breaker whose state `/metrics` shows, with its counts at the last scrape.
+struct Watched {
+    label: String,
+    guard: StoreDownGuard,
+    last: BreakerStats,
+}
+
+type HistogramFamily = Family<SemLabel, Histogram, fn() -> Histogram>;
+
+/// Every metric the sidecar exports; cheap to update from any task.
+pub struct Metrics {
+    registry: Registry,
+    held: Family<SemLabel, Gauge>,
+    waiting: Family<SemLabel, Gauge>,
+    acquire_seconds: HistogramFamily,
+    timeouts: Family<SemLabel, Counter>,
+    lost: Family<SemLabel, Counter>,
+    expired: Family<SemLabel, Counter>,
+    store_requests: Family<KindLabel, Counter>,
+    store_up: Gauge,
+    pending_removals: Gauge,
+    removal_session_ends: Counter,
+    unauthorized: Counter,
+    breaker_open: Family<BreakerLabel, Gauge>,
+    breaker_transitions: Family<TransitionLabel, Counter>,
+    slow_answers: Family<BreakerLabel, Counter>,
+    breakers: Mutex<Vec<Watched>>,
+    /// Rate-limit metrics (HTTP API and RLS).
+    pub rate: RateMetrics,
+    /// Adaptive semaphores declared in the config, read at each scrape.
+    pub adaptive: AdaptiveMetrics,
+    /// Reloads of the RLS rules, and the last one's status for the health routes.
+    pub rls_reload: ReloadReport,
+    /// Store counters at the last scrape: the exported counters grow by the difference.
+    last_stats: Mutex<RequestStats>,
+}
+
+fn acquire_histogram() -> Histogram {
+    // 0.25 ms .. ~65 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let held = Family::<SemLabel, Gauge>::default();
+        let waiting = Family::<SemLabel, Gauge>::default();
+        let acquire_seconds: HistogramFamily = Family::new_with_constructor(acquire_histogram);
+        let timeouts = Family::<SemLabel, Counter>::default();
+        let lost = Family::<SemLabel, Counter>::default();
+        let expired = Family::<SemLabel, Counter>::default();
+        let store_requests = Family::<KindLabel, Counter>::default();
+        let store_up = Gauge::default();
+        let pending_removals = Gauge::default();
+        let removal_session_ends = Counter::default();
+        let unauthorized = Counter::default();
+        let breaker_open = Family::<BreakerLabel, Gauge>::default();
+        let breaker_transitions = Family::<TransitionLabel, Counter>::default();
+        let slow_answers = Family::<BreakerLabel, Counter>::default();
+        registry.register(
+            "clusterlimit_store_breaker_open",
+            "1 while the store-down circuit breaker of a rate-limit guard is open (its \
+             store-down policy answers), else 0",
+            breaker_open.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_breaker_transitions",
+            "Times a rate-limit guard's store-down circuit breaker opened or closed",
+            breaker_transitions.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_slow_answers",
+            "Rate-limit checks the store did not decide within the store timeout (each got the \
+             store-down policy's answer)",
+            slow_answers.clone(),
+        );
+        registry.register(
+            "clusterlimit_permits_held",
+            "Permits held through this sidecar",
+            held.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquires_waiting",
+            "Acquire requests waiting in this sidecar",
+            waiting.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquire_duration_seconds",
+            "Time from an acquire request to its grant",
+            acquire_seconds.clone(),
+        );
+        registry.register(
+            "clusterlimit_acquire_timeouts",
+            "Acquire requests that timed out (429)",
+            timeouts.clone(),
+        );
+        registry.register(
+            "clusterlimit_permits_lost",
+            "Held permits lost (store session ended behind them)",
+            lost.clone(),
+        );
+        registry.register(
+            "clusterlimit_permits_expired",
+            "Permits released because their client stopped calling keepalive",
+            expired.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_requests",
+            "Requests sent to the store, by kind",
+            store_requests.clone(),
+        );
+        registry.register(
+            "clusterlimit_store_session_up",
+            "1 if the last store health check succeeded, else 0",
+            store_up.clone(),
+        );
+        registry.register(
+            "clusterlimit_pending_removals",
+            "Queue entries being removed in the background (released, cancelled or failed \
+             requests whose removal the store has not confirmed yet)",
+            pending_removals.clone(),
+        );
+        registry.register(
+            "clusterlimit_removal_session_ends",
+            "Store sessions ended because an entry's removal could not be confirmed within two \
+             session TTLs",
+            removal_session_ends.clone(),
+        );
+        registry.register(
+            "clusterlimit_http_unauthorized",
+            "Requests answered 401: no bearer token or a wrong one",
+            unauthorized.clone(),
+        );
+        let rate = RateMetrics::register(&mut registry);
+        let adaptive = AdaptiveMetrics::register(&mut registry);
+        let rls_reload = ReloadReport::register(&mut registry);
+        Metrics {
+            registry,
+            rate,
+            adaptive,
+            rls_reload,
+            held,
+            waiting,
+            acquire_seconds,
+            timeouts,
+            lost,
+            expired,
+            store_requests,
+            store_up,
+            pending_removals,
+            removal_session_ends,
+            unauthorized,
+            breaker_open,
+            breaker_transitions,
+            slow_answers,
+            breakers: Mutex::new(Vec::new()),
+            last_stats: Mutex::new(RequestStats::default()),
+        }
+    }
+
+    fn label(semaphore: &str) -> SemLabel {
+        SemLabel {
+            semaphore: semaphore.to_string(),
+        }
+    }
+
+    /// Permits held through the sidecar changed by `delta`.
+    pub fn held(&self, semaphore: &str, delta: i64) {
+        self.held
+            .get_or_create(&Self::label(semaphore))
+            .inc_by(delta);
+    }
+
+    /// Waiting acquire requests changed by `delta`.
+    pub fn waiting(&self, semaphore: &str, delta: i64) {
+        self.waiting
+            .get_or_create(&Self::label(semaphore))
+            .inc_by(delta);
+    }
+
+    /// A grant after `seconds` of waiting.
+    pub fn acquired(&self, semaphore: &str, seconds: f64) {
+        self.acquire_seconds
+            .get_or_create(&Self::label(semaphore))
+            .observe(seconds);
+    }
+
+    /// An acquire answered 429.
+    pub fn timed_out(&self, semaphore: &str) {
+        self.timeouts.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A held permit was lost.
+    /// Permits of this sidecar lost so far on `semaphore` (for the live view's rate).
+    pub fn lost_so_far(&self, semaphore: &str) -> u64 {
+        self.lost.get_or_create(&Self::label(semaphore)).get()
+    }
+
+    pub fn lost(&self, semaphore: &str) {
+        self.lost.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A permit was released because its client stopped calling keepalive.
+    pub fn expired(&self, semaphore: &str) {
+        self.expired.get_or_create(&Self::label(semaphore)).inc();
+    }
+
+    /// A request was answered 401.
+    pub fn unauthorized(&self) {
+        self.unauthorized.inc();
+    }
+
+    /// Result of the latest store health check.
+    pub fn store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
+    }
+
+    /// Shows `guard`'s breaker in `/metrics` under the label `label` (e.g. `rls:fail_open`).
+    pub fn watch_breaker(&self, label: &str, guard: StoreDownGuard) {
+        self.breaker_open
+            .get_or_create(&BreakerLabel {
+                guard: label.to_string(),
+            })
+            .set(0);
+        lock(&self.breakers).push(Watched {
+            label: label.to_string(),
+            guard,
+            last: BreakerStats::default(),
+        });
+    }
+
+    /// Each watched breaker's label and counts now (for the live view).
+    pub fn breakers(&self) -> Vec<(String, clusterlimit::BreakerStats)> {
+        lock(&self.breakers)
+            .iter()
+            .map(|w| (w.label.clone(), w.guard.breaker()))
+            .collect()
+    }
+
+    fn render_breakers(&self) {
+        for w in lock(&self.breakers).iter_mut() {
+            let now = w.guard.breaker();
+            let guard = w.label.clone();
+            self.breaker_open
+                .get_or_create(&BreakerLabel {
+                    guard: guard.clone(),
+                })
+                .set(i64::from(now.open));
+            for (to, n) in [
+                ("open", now.opened.saturating_sub(w.last.opened)),
+                ("closed", now.closed.saturating_sub(w.last.closed)),
+            ] {
+                self.breaker_transitions
+                    .get_or_create(&TransitionLabel {
+                        guard: guard.clone(),
+                        to: to.to_string(),
+                    })
+                    .inc_by(n);
+            }
+            self.slow_answers
+                .get_or_create(&BreakerLabel { guard })
+                .inc_by(now.slow.saturating_sub(w.last.slow));
+            w.last = now;
+        }
+    }
+
+    /// Brings the store counters up to `now` and renders every metric.
+    pub fn render(&self, now: RequestStats) -> String {
+        self.render_breakers();
+        let mut last = lock(&self.last_stats);
+        let d = now.since(&last);
+        for (kind, n) in [
+            ("put", d.put),
+            ("txn", d.txn),
+            ("range", d.range),
+            ("delete", d.delete),
+            ("watch", d.watch),
+            ("lease", d.lease),
+        ] {
+            self.store_requests
+                .get_or_create(&KindLabel {
+                    kind: kind.to_string(),
+                })
+                .inc_by(n);
+        }
+        self.removal_session_ends.inc_by(d.removal_session_ends);
+        self.rate.cache_answers.inc_by(d.rate_local_answers);
+        self.pending_removals
+            .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
+        *last = now;
+        drop(last); // encoding reads the registry only
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics");
+        }
+        out
+    }
+}

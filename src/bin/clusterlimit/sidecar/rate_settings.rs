@@ -1,0 +1,248 @@
+//! The sidecar's rate-limit settings: which header fields rate answers carry, what checks answer
+//! while the store is down (and how long a check may wait for it), and the `[[rate_limits]]`
+//! created at start. Flags override the config file's keys of the same name.
+
+use super::header_mode::HeaderMode;
+use crate::common::quota_print::quota_text;
+use crate::common::quota_spec::{duration_text, FieldError, QuotaParts};
+use crate::common::{format_duration, parse_duration, Failure};
+use clap::Args;
+use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, StoreDownPolicy};
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Default bound on one store check of a rate limit: past it the store counts as down and the
+/// store-down policy answers.
+pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The rate-limit flags of `serve`.
+#[derive(Debug, Args, Default)]
+pub struct RateFlags {
+    /// RateLimit header fields on rate answers: ietf, legacy (X-RateLimit-*), both or off
+    /// [default: ietf].
+    #[arg(long, value_name = "MODE", value_parser = HeaderMode::parse_http)]
+    pub rate_limit_headers: Option<HeaderMode>,
+    /// What rate checks answer while the store is down: fail_open, fail_closed or local:N
+    /// (this sidecar counts alone at limit/N) [default: fail_open].
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    pub rate_store_down: Option<StoreDownPolicy>,
+    /// A rate check the store has not answered within this long counts as the store down
+    /// [default: 1s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub rate_store_timeout: Option<Duration>,
+}
+
+fn parse_policy(s: &str) -> Result<StoreDownPolicy, String> {
+    s.parse().map_err(|e: clusterlimit::Error| e.to_string())
+}
+
+/// The config file's rate-limit keys.
+#[derive(Debug, Default)]
+pub struct RateFileKeys {
+    pub rate_limit_headers: Option<String>,
+    pub rate_store_down: Option<String>,
+    pub rate_store_timeout: Option<String>,
+}
+
+/// The rate-limit settings in force.
+#[derive(Debug, Clone)]
+pub struct RateSettings {
+    pub headers: HeaderMode,
+    pub store_down: StoreDownPolicy,
+    pub store_timeout: Duration,
+}
+
+impl RateSettings {
+    /// Flags over the file's keys over the defaults; errors name the key.
+    pub fn resolve(flags: RateFlags, file: RateFileKeys) -> Result<RateSettings, Failure> {
+        let headers = match (flags.rate_limit_headers, file.rate_limit_headers) {
+            (Some(m), _) => m,
+            (None, Some(t)) => HeaderMode::parse_http(&t)
+                .map_err(|e| Failure::usage(format!("config rate_limit_headers: {e}")))?,
+            (None, None) => HeaderMode::HTTP_DEFAULT,
+        };
+        let store_down = match (flags.rate_store_down, file.rate_store_down) {
+            (Some(p), _) => p,
+            (None, Some(t)) => parse_policy(&t)
+                .map_err(|e| Failure::usage(format!("config rate_store_down: {e}")))?,
+            (None, None) => StoreDownPolicy::default(),
+        };
+        let store_timeout = match (flags.rate_store_timeout, file.rate_store_timeout) {
+            (Some(d), _) => d,
+            (None, Some(t)) => duration_text("rate_store_timeout", &t)
+                .map_err(|e| Failure::usage(format!("config {}", e.message)))?,
+            (None, None) => DEFAULT_RATE_STORE_TIMEOUT,
+        };
+        if store_timeout < Duration::from_millis(1)
+            || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
+        {
+            return Err(Failure::usage(format!(
+                "rate_store_timeout must be from 1ms to {}, got {}",
+                format_duration(clusterlimit::MAX_REQUEST_TIMEOUT),
+                format_duration(store_timeout)
+            )));
+        }
+        Ok(RateSettings {
+            headers,
+            store_down,
+            store_timeout,
+        })
+    }
+}
+
+/// A `[[rate_limits]]` entry: created at start if absent; an existing limit keeps its stored
+/// quota (changes are explicit: `PUT`, `rate set-quota`), as `[[semaphores]]` do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredRate {
+    pub name: String,
+    pub limit: i64,
+    pub period: String,
+    pub burst: Option<i64>,
+    pub algorithm: Option<Algorithm>,
+    pub ban: Option<String>,
+    pub warmup: Option<String>,
+    pub cold_factor: Option<i64>,
+}
+
+impl DeclaredRate {
+    /// The declared quota, or the field at fault.
+    pub fn quota(&self) -> Result<Quota, FieldError> {
+        QuotaParts {
+            limit: Some(self.limit),
+            period: Some(duration_text("period", &self.period)?),
+            burst: self.burst,
+            algorithm: self.algorithm,
+            ban: self
+                .ban
+                .as_deref()
+                .map(|b| duration_text("ban", b))
+                .transpose()?,
+            warmup: self
+                .warmup
+                .as_deref()
+                .map(|w| duration_text("warmup", w))
+                .transpose()?,
+            cold_factor: self.cold_factor,
+        }
+        .to_quota()
+    }
+}
+
+/// Checks every declared limit without connecting: `(field, message)` of the first at fault,
+/// e.g. `("rate_limits[1].burst", …)`.
+pub fn check_declared(declared: &[DeclaredRate]) -> Result<(), (String, String)> {
+    for (i, d) in declared.iter().enumerate() {
+        clusterlimit::validate::name(&d.name)
+            .map_err(|e| (format!("rate_limits[{i}].name"), e.to_string()))?;
+        d.quota()
+            .map_err(|e| (format!("rate_limits[{i}].{}", e.field), e.message))?;
+        if declared[..i].iter().any(|o| o.name == d.name) {
+            return Err((
+                format!("rate_limits[{i}].name"),
+                format!("rate limit {:?} is declared twice", d.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One line per declared limit for `serve --check-config`.
+pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
+    let limits = if declared.is_empty() {
+        "-".to_string()
+    } else {
+        declared
+            .iter()
+            .map(|d| match d.quota() {
+                Ok(q) => format!("{} ({q})", d.name),
+                Err(_) => d.name.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "rate_limits  {limits}\n\
+         rate_headers {}\n\
+         rate_store   down: {}, timeout {}\n",
+        settings.headers,
+        settings.store_down,
+        format_duration(settings.store_timeout)
+    )
+}
+
+/// Creates the declared limits that are absent and opens them all. A limit stored with another
+/// quota keeps it (with a warning), as a declared semaphore keeps its stored capacity.
+pub async fn declare(
+    limiter: &Limiter,
+    declared: &[DeclaredRate],
+) -> Result<Vec<RateLimit>, Failure> {
+    let mut out = Vec::with_capacity(declared.len());
+    for d in declared {
+        let quota = d
+            .quota()
+            .map_err(|e| Failure::usage(format!("rate_limits {}: {}", d.name, e.message)))?;
+        let rl = match limiter.rate_limit(&d.name, quota).await {
+            Ok(rl) => {
+                tracing::info!(rate_limit = %d.name, %quota, "declared");
+                rl
+            }
+            Err(clusterlimit::Error::QuotaMismatch { stored, .. }) => {
+                tracing::warn!(
+                    rate_limit = %d.name, stored = %quota_text(&stored), configured = %quota_text(&quota),
+                    "rate limit exists with another quota; keeping the stored one"
+                );
+                limiter
+                    .open_rate_limit(&d.name)
+                    .await
+                    .map_err(Failure::from_lib)?
+            }
+            Err(e) => return Err(Failure::from_lib(e)),
+        };
+        out.push(rl);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_limits_are_checked_by_index() {
+        let parse = |t: &str| -> Vec<DeclaredRate> {
+            #[derive(Deserialize)]
+            struct F {
+                rate_limits: Vec<DeclaredRate>,
+            }
+            toml::from_str::<F>(t).unwrap().rate_limits
+        };
+        let ok = parse(
+            "[[rate_limits]]\nname = \"api\"\nlimit = 5\nperiod = \"1s\"\nburst = 2\n\
+             [[rate_limits]]\nname = \"login\"\nlimit = 5\nperiod = \"1m\"\nalgorithm = \"fixed_window\"\nban = \"10m\"\n",
+        );
+        assert_eq!(check_declared(&ok), Ok(()));
+        let bad = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\n\
+             [[rate_limits]]\nname = \"b\"\nlimit = 5\nperiod = \"1s\"\nalgorithm = \"fixed_window\"\nburst = 2\n",
+        );
+        assert_eq!(check_declared(&bad).unwrap_err().0, "rate_limits[1].burst");
+        let twice = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\n\
+             [[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\n",
+        );
+        assert_eq!(check_declared(&twice).unwrap_err().0, "rate_limits[1].name");
+        let warm = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 4\n",
+        );
+        let q = warm[0].quota().unwrap();
+        assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(30), 4));
+        let cold = parse(
+            "[[rate_limits]]\nname = \"a\"\nlimit = 5\nperiod = \"1s\"\nwarmup = \"30s\"\ncold_factor = 40\n",
+        );
+        assert_eq!(
+            check_declared(&cold).unwrap_err().0,
+            "rate_limits[0].cold_factor"
+        );
+    }
+}

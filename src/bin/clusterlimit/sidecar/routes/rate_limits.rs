@@ -1,0 +1,467 @@
+//! Rate limits over the HTTP/JSON API: list, read and set quotas; check, wait for, peek at and
+//! reset a key. Checks go through a `StoreDownGuard` (the `rate_store_down` policy answers while
+//! the store is down, and the JSON says so in `source`); every decision carries the RateLimit
+//! header fields of the `rate_limit_headers` setting; a denial is a 429 problem naming the limit
+//! and the key, with `Retry-After`.
+
+use super::rate_state::unknown;
+use super::state::{AppState, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use crate::common::quota_print::{decision_json, quota_json, quota_text};
+use crate::common::quota_spec::QuotaBody;
+use crate::sidecar::body::JsonBody;
+use crate::sidecar::header_mode::HeaderMode;
+use crate::sidecar::path_param::{path_problem, PathParam};
+use crate::sidecar::problem::Problem;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
+use clusterlimit::{validate, Error, Guarded, RateLimit, Source, MAX_KEY_LEN};
+use prometheus_client::metrics::gauge::Gauge;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
+const DOMAIN: &str = "http";
+/// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
+const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
+/// A denial's `retry_after` this long means never: the quota was lowered (by another client)
+/// to one the cost can never pass. The same bound as `RateLimit::wait`'s.
+const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
+
+/// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
+/// range for its field.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    key: String,
+    cost: Option<i64>,
+}
+
+/// `POST /v1/ratelimits/{name}/wait`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitBody {
+    key: String,
+    cost: Option<i64>,
+    timeout_ms: Option<i64>,
+}
+
+fn check_key(key: &str) -> Result<(), Problem> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Problem::field(
+            "key",
+            format!(
+                "key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got {} bytes",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The cost (default 1) if the limit could ever admit it at once. A cost above the cached
+/// quota's most is checked again after reading the quota from the store (it may have been
+/// raised elsewhere).
+async fn admissible_cost(st: &AppState, rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
+    let above = cost.is_some_and(|c| u64::try_from(c).is_ok_and(|c| c > rl.quota().max_cost()));
+    if above {
+        st.rate.open_fresh(&st.limiter, rl.name()).await?;
+    }
+    check_cost(rl, cost)
+}
+
+/// The cost (default 1) if the limit's quota as known here could ever admit it at once.
+fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
+    let quota = rl.quota();
+    let max = quota.max_cost();
+    let cost = cost.unwrap_or(1);
+    match u64::try_from(cost) {
+        Ok(c) if (1..=max).contains(&c) => Ok(c),
+        _ => Err(Problem::field(
+            "cost",
+            format!(
+                "cost must be a whole number from 1 to {max} (the most rate limit {:?} admits at once: {}), \
+                 got {cost}",
+                rl.name(),
+                quota_text(&quota)
+            ),
+        )),
+    }
+}
+
+/// 400 on `cost` when the denial `g` says the cost can never be admitted (`retry_after` is
+/// "never"), as the library's wait answers, rather than a 429 with a meaningless Retry-After.
+fn never_admitted(rl: &RateLimit, g: &Guarded, cost: u64) -> Result<(), Problem> {
+    if g.decision.allowed || g.decision.retry_after.is_none_or(|r| r < NEVER) {
+        return Ok(());
+    }
+    Err(Problem::field(
+        "cost",
+        format!(
+            "cost {cost} can never be admitted by the quota now stored for rate limit {:?} ({})",
+            rl.name(),
+            rl.quota()
+        ),
+    ))
+}
+
+fn source_name(s: Source) -> &'static str {
+    match s {
+        Source::Store => "store",
+        Source::FailOpen => "fail_open",
+        Source::FailClosed => "fail_closed",
+        Source::Local => "local",
+        _ => "other",
+    }
+}
+
+/// One guarded check, and how long it took; with a `deadline` (a wait's `timeout_ms`), the
+/// store gets at most what is left of it (and at most the store timeout).
+async fn guarded(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    cost: u64,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(Guarded, Duration), Problem> {
+    let started = tokio::time::Instant::now();
+    let guard = &st.rate.guard;
+    let g = match deadline {
+        None => guard.check_n(rl, key, cost).await,
+        Some(d) => {
+            let left = d
+                .saturating_duration_since(started)
+                .max(Duration::from_millis(1));
+            guard.check_n_within(rl, key, cost, left).await
+        }
+    }
+    .map_err(|e| lib_problem(e, rl.name()))?;
+    Ok((g, started.elapsed()))
+}
+
+/// Counts one answered request in the metrics (a wait counts once, by its last check).
+fn record(st: &AppState, rl: &RateLimit, key: &str, g: &Guarded, cost: u64, took: Duration) {
+    let m = &st.metrics.rate;
+    m.record(DOMAIN, rl.name(), g, cost, false, Some(took));
+    m.record_key(rl.name(), key, g, cost);
+    m.keys_cached(rl.name(), rl.cached_keys());
+}
+
+fn lib_problem(e: Error, name: &str) -> Problem {
+    match e {
+        Error::NotFound(_) => unknown(name),
+        Error::InvalidArgument(_) => Problem::from_lib(e, "cost"),
+        e => Problem::from_lib(e, "name"),
+    }
+}
+
+/// Adds the RateLimit fields of `g` to `resp` in the configured naming.
+fn add_fields(st: &AppState, rl: &RateLimit, g: &Guarded, resp: &mut Response) {
+    let sets: &[HeaderNames] = match st.rate.headers {
+        HeaderMode::Ietf => &[HeaderNames::Ietf],
+        HeaderMode::Legacy => &[HeaderNames::Legacy],
+        HeaderMode::Both => &[HeaderNames::Ietf, HeaderNames::Legacy],
+        HeaderMode::Off => &[],
+    };
+    let quota = rl.quota();
+    for names in sets {
+        for (name, value) in rate_limit_headers(rl.name(), &quota, &g.decision, *names) {
+            if let Ok(v) = HeaderValue::try_from(value) {
+                resp.headers_mut().insert(HeaderName::from_static(name), v);
+            }
+        }
+    }
+}
+
+/// 200 with the decision, or (`deny_429`) a 429 problem naming the limit and key when denied
+/// (503 `store_unavailable` when the fail_closed policy denied it).
+fn answer(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    cost: u64,
+    g: &Guarded,
+    deny_429: bool,
+    why: Option<String>,
+) -> Response {
+    let d = &g.decision;
+    let mut body = decision_json(rl.name(), key, cost, d, source_name(g.source));
+    let mut resp = if d.allowed || !deny_429 {
+        (StatusCode::OK, Json(body)).into_response()
+    } else {
+        // fail_closed denies because the store is down, not because of the limit: a 503 as the
+        // tower layer answers, still with Retry-After.
+        let (status, code, detail) = if g.source == Source::FailClosed {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!(
+                    "the store is down and the rate_store_down policy is fail_closed: rate limit \
+                     {:?} denies key {key:?} (cost {cost}) until it is back",
+                    rl.name()
+                ),
+            )
+        } else {
+            let detail = why.unwrap_or_else(|| {
+                format!(
+                    "rate limit {:?} denies key {key:?} (cost {cost}) for now",
+                    rl.name()
+                )
+            });
+            (StatusCode::TOO_MANY_REQUESTS, "rate_limited", detail)
+        };
+        if let Value::Object(map) = &mut body {
+            for (k, v) in [
+                ("type", json!("about:blank")),
+                ("title", json!(status.canonical_reason().unwrap_or("Error"))),
+                ("status", json!(status.as_u16())),
+                ("code", json!(code)),
+                ("detail", json!(detail)),
+            ] {
+                map.insert(k.to_string(), v);
+            }
+        }
+        let mut resp = (status, Json(body)).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(secs) = retry_after_secs(d) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    };
+    add_fields(st, rl, g, &mut resp);
+    resp
+}
+
+/// `GET /v1/ratelimits`: every limit's quota.
+pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem> {
+    let names = st
+        .rate
+        .bounded(st.limiter.rate_limits())
+        .await?
+        .map_err(|e| Problem::from_lib(e, "name"))?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let rl = st.rate.open_fresh(&st.limiter, &name).await?;
+        out.push(quota_json(&name, &rl.quota()));
+    }
+    Ok(Json(out))
+}
+
+/// `GET /v1/ratelimits/{name}`: its quota.
+pub async fn quota(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+) -> Result<Json<Value>, Problem> {
+    let rl = st.rate.open_fresh(&st.limiter, &name).await?;
+    Ok(Json(quota_json(&name, &rl.quota())))
+}
+
+/// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota.
+pub async fn set_quota(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<Json<Value>, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let quota = body
+        .parts()
+        .and_then(|p| p.to_quota())
+        .map_err(|e| Problem::field(e.field, e.message))?;
+    let create_or_change = async {
+        match st.limiter.rate_limit(&name, quota).await {
+            Ok(rl) => Ok(rl),
+            Err(Error::QuotaMismatch { .. }) => {
+                let rl = st
+                    .limiter
+                    .open_rate_limit(&name)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "name"))?;
+                rl.set_quota(quota)
+                    .await
+                    .map_err(|e| Problem::from_lib(e, "limit"))?;
+                Ok(rl)
+            }
+            Err(e) => Err(Problem::from_lib(e, "limit")),
+        }
+    };
+    let rl = st.rate.bounded(create_or_change).await??;
+    st.rate.remember(rl);
+    Ok(Json(quota_json(&name, &quota)))
+}
+
+/// `POST /v1/ratelimits/{name}/preview` with a quota (the body of a PUT): what it would
+/// have denied of the last minutes' checks of the busiest and most denied keys, replayed from
+/// this sidecar's per-second counts (`live/replay.rs`), against the current quota. Changes
+/// nothing.
+pub async fn preview(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<Json<Value>, Problem> {
+    let proposed = body
+        .parts()
+        .and_then(|p| p.to_quota())
+        .map_err(|e| Problem::field(e.field, e.message))?;
+    let rl = st.rate.open_fresh(&st.limiter, &name).await?;
+    let current = rl.quota();
+    let keys = st.metrics.rate.live.key_seconds(&name);
+    let preview = crate::live::replay::preview(&current, &proposed, &keys);
+    Ok(Json(json!({
+        "name": name,
+        "current": quota_text(&current),
+        "proposed": quota_text(&proposed),
+        "preview": preview,
+    })))
+}
+
+/// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
+pub async fn check(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<CheckBody>,
+) -> Result<Response, Problem> {
+    check_key(&body.key)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
+    let (g, took) = guarded(&st, &rl, &body.key, cost, None).await?;
+    never_admitted(&rl, &g, cost)?;
+    record(&st, &rl, &body.key, &g, cost, took);
+    Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
+}
+
+/// `POST /v1/ratelimits/{name}/wait`: checks, and after a denial sleeps its `retry_after`,
+/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed; on a quota with a
+/// ban, the denial starts the ban); 503 at shutdown.
+pub async fn wait(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<WaitBody>,
+) -> Result<Response, Problem> {
+    check_key(&body.key)?;
+    let max = i64::try_from(MAX_TIMEOUT.as_millis()).unwrap_or(i64::MAX);
+    let timeout_ms = body
+        .timeout_ms
+        .unwrap_or(i64::try_from(DEFAULT_TIMEOUT.as_millis()).unwrap_or(0));
+    if !(0..=max).contains(&timeout_ms) {
+        return Err(Problem::field(
+            "timeout_ms",
+            format!("timeout_ms must be between 0 and {max}, got {timeout_ms}"),
+        ));
+    }
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let cost = admissible_cost(&st, &rl, body.cost).await?;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let _in_flight = InFlight::new(st.metrics.rate.waits_in_flight(rl.name()));
+    // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
+    // Only the sleep races shutdown: a check cut off mid-write could consume and answer 503.
+    loop {
+        if st.shutdown.is_cancelled() {
+            return Err(shutting_down());
+        }
+        let (g, took) = guarded(&st, &rl, &body.key, cost, Some(deadline)).await?;
+        if g.decision.allowed {
+            record(&st, &rl, &body.key, &g, cost, took);
+            return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
+        }
+        never_admitted(&rl, &g, cost)?;
+        let step = g
+            .decision
+            .retry_after
+            .unwrap_or(MIN_WAIT_STEP)
+            .max(MIN_WAIT_STEP);
+        let wake = tokio::time::Instant::now().checked_add(step);
+        if wake.is_none_or(|w| w > deadline) {
+            let ban = rl.quota().ban;
+            let why = format!(
+                "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
+                 nothing was consumed{}",
+                body.key,
+                if ban.is_zero() {
+                    String::new()
+                } else {
+                    format!(", but the denial started the quota's ban of {} ms", ban.as_millis())
+                }
+            );
+            record(&st, &rl, &body.key, &g, cost, took);
+            return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(wake.unwrap_or(deadline)) => {}
+            () = st.shutdown.cancelled() => return Err(shutting_down()),
+        }
+    }
+}
+
+/// Counts a wait in flight in `clusterlimit_rate_waits_in_flight` until dropped, however the
+/// wait ends.
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn new(gauge: Gauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn shutting_down() -> Problem {
+    Problem::unavailable("shutting_down", "the sidecar is shutting down")
+}
+
+/// The `{name}` and (percent-decoded) `{*key}` of a key route.
+fn key_path(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(String, String), Problem> {
+    let Path((name, key)) = path.map_err(path_problem)?;
+    check_key(&key)?;
+    Ok((name, key))
+}
+
+/// `GET /v1/ratelimits/{name}/keys/{key}`: the key's state (a check of cost 0: nothing
+/// consumed); `allowed` tells whether a request of 1 would pass now. Always 200.
+pub async fn peek(
+    State(st): State<Shared>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, Problem> {
+    let (name, key) = key_path(path)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    let (g, _) = guarded(&st, &rl, &key, 0, None).await?;
+    Ok(answer(&st, &rl, &key, 0, &g, false, None))
+}
+
+/// `DELETE /v1/ratelimits/{name}/keys/{key}`: forgets the key (full bucket, empty window, no
+/// ban). 204.
+pub async fn reset(
+    State(st): State<Shared>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<StatusCode, Problem> {
+    let (name, key) = key_path(path)?;
+    let rl = st.rate.open(&st.limiter, &name).await?;
+    st.rate
+        .bounded(rl.reset(&key))
+        .await?
+        .map_err(|e| lib_problem(e, &name))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `/v1/ratelimits/{name}/keys/` with no key.
+pub async fn empty_key() -> Problem {
+    Problem::field(
+        "key",
+        format!("key must be 1-{MAX_KEY_LEN} bytes of UTF-8, got 0 bytes"),
+    )
+}

@@ -1,0 +1,284 @@
+//! Semaphores and their permits over the HTTP/JSON API: list, read and set a capacity; take a
+//! permit, keep it alive, release it.
+
+use super::permit_table::KeepAlive;
+use super::state::{
+    bounded_by, store_silent, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MAX_TTL, MIN_TTL,
+};
+use crate::sidecar::adaptive_view::StatusView;
+use crate::sidecar::body::JsonBody;
+use crate::sidecar::metrics::Metrics;
+use crate::sidecar::path_param::PathParam;
+use crate::sidecar::problem::Problem;
+use crate::sidecar::release_body::ReleaseBody;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use clusterlimit::{validate, AcquireOptions, Error, Status, MAX_CAPACITY};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How long past its deadline an acquire may take to answer on its own (the library's bound
+/// is 40 ms) before the sidecar answers 503 for it.
+const ACQUIRE_GRACE: Duration = Duration::from_millis(60);
+
+/// `POST /v1/semaphores/{name}/permits`. Numbers are read as i64 so that a negative one is
+/// reported as out of range for its field, not as a type error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    permits: Option<i64>,
+    timeout_ms: Option<i64>,
+    ttl_ms: Option<i64>,
+    owner: Option<String>,
+    capacity: Option<i64>,
+}
+
+/// 201 answer of an acquire.
+#[derive(Debug, Serialize)]
+pub struct Granted {
+    id: String,
+    semaphore: String,
+    permits: u32,
+    fencing_token: u64,
+    ttl_ms: u64,
+}
+
+/// `PUT /v1/semaphores/{name}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityBody {
+    capacity: i64,
+}
+
+/// `value` (or `default`) if within `min..=max`, else a 400 naming `field`.
+fn in_range(
+    field: &str,
+    value: Option<i64>,
+    min: i64,
+    max: i64,
+    default: i64,
+) -> Result<i64, Problem> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(Problem::field(
+            field,
+            format!("{field} must be between {min} and {max}, got {v}"),
+        ));
+    }
+    Ok(v)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Counts a waiting request in the metrics for as long as it lives (also when cancelled).
+struct Waiting<'a> {
+    metrics: &'a Metrics,
+    semaphore: &'a str,
+}
+
+impl<'a> Waiting<'a> {
+    fn start(metrics: &'a Metrics, semaphore: &'a str) -> Self {
+        metrics.waiting(semaphore, 1);
+        Waiting { metrics, semaphore }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.metrics.waiting(self.semaphore, -1);
+    }
+}
+
+pub async fn acquire(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<AcquireBody>,
+) -> Result<Response, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let max = i64::from(MAX_CAPACITY);
+    let permits = in_range("permits", body.permits, 1, max, 1)?;
+    let timeout_ms = in_range(
+        "timeout_ms",
+        body.timeout_ms,
+        0,
+        millis(MAX_TIMEOUT),
+        millis(DEFAULT_TIMEOUT),
+    )?;
+    let ttl_ms = in_range(
+        "ttl_ms",
+        body.ttl_ms,
+        millis(MIN_TTL),
+        millis(MAX_TTL),
+        millis(st.permit_ttl),
+    )?;
+    let capacity = match body.capacity {
+        Some(c) => Some(in_range("capacity", Some(c), 1, max, 1)?),
+        None => None,
+    };
+    let mut opts = AcquireOptions::new().permits(u32::try_from(permits).unwrap_or(u32::MAX));
+    if let Some(owner) = body.owner {
+        validate::owner(&owner).map_err(|e| Problem::from_lib(e, "owner"))?;
+        opts = opts.owner(owner);
+    }
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    // One deadline for the whole request: opening the semaphore (a store read the first time)
+    // and the wait. Without a wait, the store timeout bounds it.
+    let started = tokio::time::Instant::now();
+    let budget = if timeout.is_zero() {
+        st.store_timeout
+    } else {
+        timeout
+    };
+    let deadline = started + budget;
+    let capacity = capacity.and_then(|c| u32::try_from(c).ok());
+    let sem = bounded_by(deadline, budget, st.semaphore(&name, capacity)).await?;
+    opts = if timeout.is_zero() {
+        opts.no_wait()
+    } else {
+        // A store silent until the deadline is 503 store_unavailable, not a 429 "no permit".
+        opts.timeout(deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .silent_store_is_error()
+    };
+
+    let waiting = Waiting::start(&st.metrics, &name);
+    let acquiring = async { Ok(sem.acquire_with(opts).await) };
+    // The library keeps to the deadline itself (within 40 ms, its queue entry removed, a
+    // silent store told from a full semaphore); this is only the net under it.
+    let net = deadline + ACQUIRE_GRACE;
+    let outcome = tokio::select! {
+        r = bounded_by(net, budget, acquiring) => r?,
+        () = st.shutdown.cancelled() => Err(Error::Closed),
+    };
+    drop(waiting);
+    let permit = match outcome {
+        Ok(p) => p,
+        Err(Error::Timeout | Error::NoPermits) => {
+            st.metrics.timed_out(&name);
+            return Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "timeout",
+                format!("no {permits} permit(s) of {name:?} within {timeout_ms} ms"),
+            )
+            .retry_after(1));
+        }
+        // The store stayed silent until the deadline (`silent_store_is_error`).
+        Err(Error::Store(_)) if tokio::time::Instant::now() >= deadline => {
+            return Err(store_silent(budget))
+        }
+        Err(e) => return Err(Problem::from_lib(e, "permits")),
+    };
+    st.metrics.acquired(&name, started.elapsed().as_secs_f64());
+    let granted = Granted {
+        id: String::new(),
+        semaphore: name.clone(),
+        permits: permit.permits(),
+        fencing_token: permit.fencing_token(),
+        ttl_ms: u64::try_from(ttl_ms).unwrap_or(0),
+    };
+    let id = st
+        .table
+        .insert(permit, Duration::from_millis(granted.ttl_ms));
+    tracing::debug!(%id, semaphore = %name, permits, token = granted.fencing_token, "acquired");
+    let location = HeaderValue::try_from(format!("/v1/permits/{id}")).ok();
+    let mut resp = (StatusCode::CREATED, Json(Granted { id, ..granted })).into_response();
+    if let Some(loc) = location {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+pub async fn keepalive(
+    State(st): State<Shared>,
+    PathParam(id): PathParam,
+) -> Result<Response, Problem> {
+    match st.table.keepalive(&id) {
+        KeepAlive::Extended(ttl) => Ok(Json(serde_json::json!({
+            "id": id,
+            "ttl_ms": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        }))
+        .into_response()),
+        KeepAlive::Lost => Err(Problem::new(
+            StatusCode::GONE,
+            "permit_lost",
+            "the permit was lost (the store session ended): stop the guarded work",
+        )),
+        KeepAlive::Unknown => Err(unknown_permit(&id)),
+    }
+}
+
+/// `DELETE /v1/permits/{id}`, with the work's outcome in an optional body (checked before
+/// anything is released).
+pub async fn release(
+    State(st): State<Shared>,
+    PathParam(id): PathParam,
+    JsonBody(body): JsonBody<ReleaseBody>,
+) -> Result<StatusCode, Problem> {
+    let outcome = body.check()?;
+    match st.table.release(&id, outcome).await {
+        Some(Ok(())) => Ok(StatusCode::NO_CONTENT),
+        Some(Err(e)) => {
+            // The library keeps retrying in the background and the session is the backstop.
+            tracing::warn!(%id, error = %e, "release did not reach the store yet");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(unknown_permit(&id)),
+    }
+}
+
+fn unknown_permit(id: &str) -> Problem {
+    Problem::not_found(format!(
+        "no permit {id:?} (never granted, released, or expired)"
+    ))
+}
+
+pub async fn status(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+) -> Result<Json<StatusView>, Problem> {
+    st.status_view(&name).await.map(Json)
+}
+
+pub async fn set_capacity(
+    State(st): State<Shared>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<CapacityBody>,
+) -> Result<Json<Status>, Problem> {
+    validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
+    let cap = in_range(
+        "capacity",
+        Some(body.capacity),
+        1,
+        i64::from(MAX_CAPACITY),
+        1,
+    )?;
+    let cap = u32::try_from(cap).unwrap_or(MAX_CAPACITY);
+    let change = async {
+        st.limiter
+            .set_capacity(&name, cap)
+            .await
+            .map_err(|e| Problem::from_lib(e, "capacity"))
+    };
+    st.bounded(change).await?;
+    st.status_of(&name).await.map(Json)
+}
+
+pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
+    // Each store call within the store timeout: a long list on a busy store still answers,
+    // a silent store fails at its first call.
+    let names = async {
+        st.limiter
+            .semaphores()
+            .await
+            .map_err(|e| Problem::from_lib(e, "name"))
+    };
+    let names = st.bounded(names).await?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        out.push(st.status_of(&name).await?);
+    }
+    Ok(Json(out))
+}

@@ -1,0 +1,494 @@
+//! Sidecar settings: a TOML file (`--config`) overridden by flags, with defaults that need no
+//! servers (`memory://`).
+
+use super::adaptive_settings::{self, AdaptiveTables};
+use super::flags::ServeArgs;
+use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
+use super::token::Token;
+use crate::common::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default TCP address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Default store: in-process, so the sidecar runs with no servers.
+pub const DEFAULT_STORE: &str = "memory://";
+/// Default client TTL of an HTTP permit.
+pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_secs(15);
+/// Default permissions of the Unix socket: owner and group may connect.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+
+/// The config file. Durations are strings like `"10s"`.
+///
+/// ```toml
+/// listen = "127.0.0.1:7878"
+/// unix = "/run/clusterlimit.sock"
+/// store = "etcd://10.0.0.1:2379/myapp"
+/// session_ttl = "10s"
+/// connect_timeout = "5s"                          # to reach the store at start
+/// request_timeout = "5s"                          # each store request; also bounds reads
+/// permit_ttl = "15s"
+/// owner = "host-a/sidecar"
+/// socket_mode = "0660"
+/// token_file = "/run/secrets/clusterlimit-token"
+/// metrics_without_token = false
+/// insecure_allow_remote = false
+/// etcd_cacert = "/etc/clusterlimit/etcd/ca.crt"   # also etcd_cert, etcd_key,
+/// etcd_user = "clusterlimit"                      # etcd_password_file, zk_digest_file
+/// grpc_listen = "127.0.0.1:8081"                  # Envoy's RLS, with rls_config = [..],
+/// rls_config = ["/etc/clusterlimit/rls"]          # rls_store_down, rls_store_timeout,
+///                                                 # rls_shadow_mode, rls_response_headers,
+///                                                 # rls_merge_domain_config
+///
+/// rate_limit_headers = "ietf"        # legacy, both, off
+/// rate_store_down = "fail_open"      # fail_closed, local:N
+/// rate_store_timeout = "1s"
+///
+/// [[semaphores]]
+/// name = "nightly-export"
+/// capacity = 4
+///
+/// [[rate_limits]]
+/// name = "api"
+/// limit = 100
+/// period = "1s"                      # also burst, algorithm, ban
+///
+/// [adaptive.payments-api]            # capacity set from the outcomes clients report
+/// algorithm = "gradient"             # or "aimd"
+/// min = 2
+/// max = 200
+/// initial = 20
+/// window = "1s"
+/// max_step = 0.5
+/// ```
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    unix: Option<PathBuf>,
+    store: Option<String>,
+    session_ttl: Option<String>,
+    connect_timeout: Option<String>,
+    request_timeout: Option<String>,
+    permit_ttl: Option<String>,
+    owner: Option<String>,
+    socket_mode: Option<String>,
+    token_file: Option<PathBuf>,
+    metrics_without_token: Option<bool>,
+    insecure_allow_remote: Option<bool>,
+    etcd_cacert: Option<PathBuf>,
+    etcd_cert: Option<PathBuf>,
+    etcd_key: Option<PathBuf>,
+    etcd_user: Option<String>,
+    etcd_password_file: Option<PathBuf>,
+    zk_digest_file: Option<PathBuf>,
+    #[serde(default)]
+    semaphores: Vec<Declared>,
+    // Rate limits (see rate_settings.rs).
+    rate_limit_headers: Option<String>,
+    rate_store_down: Option<String>,
+    rate_store_timeout: Option<String>,
+    #[serde(default)]
+    rate_limits: Vec<DeclaredRate>,
+    /// Adaptive semaphores (see adaptive_settings.rs).
+    #[serde(default)]
+    adaptive: AdaptiveTables,
+    // --- Envoy's rate limit service (src/bin/clusterlimit/sidecar/rls/) ---
+    grpc_listen: Option<String>,
+    rls_config: Option<Vec<PathBuf>>,
+    rls_store_down: Option<String>,
+    rls_store_timeout: Option<String>,
+    rls_shadow_mode: Option<bool>,
+    rls_response_headers: Option<String>,
+    rls_merge_domain_config: Option<bool>,
+}
+
+impl FileConfig {
+    fn security(&self) -> StoreSecurity {
+        StoreSecurity {
+            etcd_cacert: self.etcd_cacert.clone(),
+            etcd_cert: self.etcd_cert.clone(),
+            etcd_key: self.etcd_key.clone(),
+            etcd_user: self.etcd_user.clone(),
+            etcd_password_file: self.etcd_password_file.clone(),
+            zk_digest_file: self.zk_digest_file.clone(),
+        }
+    }
+}
+
+/// A semaphore created at start-up if absent (an existing one keeps its stored capacity).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
+    pub name: String,
+    pub capacity: u32,
+}
+
+/// Settings after merging flags over the file over defaults. `Debug` shows no secret: the
+/// token redacts itself and the rest are paths.
+#[derive(Debug)]
+pub struct ServeSettings {
+    /// The `--config` file, if any (named in messages).
+    pub file: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub unix: Option<PathBuf>,
+    /// Permissions the Unix socket is given after it is created.
+    pub socket_mode: u32,
+    pub token_file: Option<PathBuf>,
+    /// Read from `token_file` at start.
+    pub token: Option<Token>,
+    pub metrics_without_token: bool,
+    pub insecure_allow_remote: bool,
+    /// The store URL as given; print it only through `clusterlimit::redact`.
+    pub store: String,
+    pub security: StoreSecurity,
+    pub session_ttl: Duration,
+    /// Bounds on connecting and on each store request (also on every read route).
+    pub timeouts: StoreTimeouts,
+    pub permit_ttl: Duration,
+    pub owner: Option<String>,
+    pub semaphores: Vec<Declared>,
+    /// Rate-limit headers and store-down policy.
+    pub rate: RateSettings,
+    /// `[[rate_limits]]` created at start.
+    pub rate_limits: Vec<DeclaredRate>,
+    /// `[adaptive.<name>]` semaphores opened at start.
+    pub adaptive: AdaptiveTables,
+    /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
+    pub rls: Option<super::rls::Settings>,
+}
+
+impl ServeSettings {
+    /// Reads `--config` (if any) and applies the flags; errors exit 64.
+    pub fn resolve(args: ServeArgs) -> Result<ServeSettings, Failure> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let file_security = file.security();
+        let listen_text = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen = listen_text.parse().map_err(|e| {
+            bad(format!(
+                "listen address {listen_text:?}: {e} (expected IP:PORT)"
+            ))
+        })?;
+        let duration =
+            |flag: Option<Duration>, text: Option<String>, key: &str, default| match (flag, text) {
+                (Some(d), _) => Ok(d),
+                (None, Some(t)) => {
+                    parse_duration(&t).map_err(|e| bad(format!("config {key} = {t:?}: {e}")))
+                }
+                (None, None) => Ok(default),
+            };
+        let session_ttl = duration(
+            args.session_ttl,
+            file.session_ttl,
+            "session_ttl",
+            clusterlimit::DEFAULT_SESSION_TTL,
+        )?;
+        let timeouts = StoreTimeouts {
+            connect: duration(
+                args.connect_timeout,
+                file.connect_timeout,
+                "connect_timeout",
+                StoreTimeouts::default().connect,
+            )?,
+            request: duration(
+                args.request_timeout,
+                file.request_timeout,
+                "request_timeout",
+                StoreTimeouts::default().request,
+            )?,
+        };
+        for (key, d) in [
+            ("connect_timeout", timeouts.connect),
+            ("request_timeout", timeouts.request),
+        ] {
+            if d.is_zero() || d > clusterlimit::MAX_REQUEST_TIMEOUT {
+                return Err(bad(format!(
+                    "{key} must be above zero and at most {:?}, got {d:?}",
+                    clusterlimit::MAX_REQUEST_TIMEOUT
+                )));
+            }
+        }
+        let permit_ttl = duration(
+            args.permit_ttl,
+            file.permit_ttl,
+            "permit_ttl",
+            DEFAULT_PERMIT_TTL,
+        )?;
+        if permit_ttl < super::routes::MIN_TTL {
+            return Err(bad(format!(
+                "permit TTL must be at least {}",
+                format_duration(super::routes::MIN_TTL)
+            )));
+        }
+        let socket_mode = match args.socket_mode.or(file.socket_mode) {
+            Some(text) => {
+                parse_mode(&text).map_err(|e| bad(format!("socket_mode {text:?}: {e}")))?
+            }
+            None => DEFAULT_SOCKET_MODE,
+        };
+        let token_file = args.token_file.or(file.token_file);
+        let token = match &token_file {
+            Some(path) => Some(Token::read(path).map_err(bad)?),
+            None => None,
+        };
+        let security = StoreSecurity::from(args.security).or(file_security);
+        let rate = RateSettings::resolve(
+            args.rate,
+            RateFileKeys {
+                rate_limit_headers: file.rate_limit_headers,
+                rate_store_down: file.rate_store_down,
+                rate_store_timeout: file.rate_store_timeout,
+            },
+        )?;
+        let rls = super::rls::Settings::resolve(
+            args.rls,
+            super::rls::FileKeys {
+                grpc_listen: file.grpc_listen,
+                rls_config: file.rls_config,
+                rls_store_down: file.rls_store_down,
+                rls_store_timeout: file.rls_store_timeout,
+                rls_shadow_mode: file.rls_shadow_mode,
+                rls_response_headers: file.rls_response_headers,
+                rls_merge_domain_config: file.rls_merge_domain_config,
+            },
+        )?;
+        Ok(ServeSettings {
+            file: args.config,
+            listen,
+            unix: args.unix.or(file.unix),
+            socket_mode,
+            token_file,
+            token,
+            // A flag can only turn these on: a file's `true` stays unless the file changes.
+            metrics_without_token: args.metrics_without_token
+                || file.metrics_without_token.unwrap_or(false),
+            insecure_allow_remote: args.insecure_allow_remote
+                || file.insecure_allow_remote.unwrap_or(false),
+            security,
+            store: args
+                .store
+                .or(file.store)
+                .unwrap_or_else(|| DEFAULT_STORE.to_string()),
+            session_ttl,
+            timeouts,
+            permit_ttl,
+            owner: args.owner.or(file.owner),
+            semaphores: file.semaphores,
+            rate,
+            rate_limits: file.rate_limits,
+            adaptive: file.adaptive,
+            rls,
+        })
+    }
+}
+
+impl ServeSettings {
+    /// Everything connecting would reject, found without connecting: the store URL, the session
+    /// TTL, the owner label, and each declared semaphore (named by its index). Errors exit 64.
+    pub fn check(&self) -> Result<(), Failure> {
+        let at = |field: &str, e: clusterlimit::Error| {
+            let e = match e {
+                clusterlimit::Error::InvalidArgument(why) => why,
+                e => e.to_string(),
+            };
+            self.refuse(field, e)
+        };
+        crate::common::refuse_userinfo(&self.store)?;
+        clusterlimit::StoreUrl::parse(&self.store).map_err(|e| at("store", e))?;
+        self.security.check(&self.store)?;
+        if self.token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_allow_remote {
+            return Err(bad(format!(
+                "refusing to listen on {} without a token: anyone who can reach that address \
+                 could take, release and resize permits. Give a token (--token-file PATH, or \
+                 token_file in the config), or accept an open API with --insecure-allow-remote \
+                 (insecure_allow_remote = true)",
+                self.listen
+            )));
+        }
+        if let Some(rls) = &self.rls {
+            rls.check_access(self.token.is_some(), self.insecure_allow_remote)?;
+        }
+        if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
+            return Err(at(
+                "session_ttl",
+                clusterlimit::Error::InvalidArgument(format!(
+                    "must be at least {:?}, got {:?}",
+                    clusterlimit::MIN_SESSION_TTL,
+                    self.session_ttl
+                )),
+            ));
+        }
+        if let Some(owner) = &self.owner {
+            clusterlimit::validate::owner(owner).map_err(|e| at("owner", e))?;
+        }
+        for (i, d) in self.semaphores.iter().enumerate() {
+            clusterlimit::validate::name(&d.name)
+                .map_err(|e| at(&format!("semaphores[{i}].name"), e))?;
+            clusterlimit::validate::capacity(d.capacity)
+                .map_err(|e| at(&format!("semaphores[{i}].capacity"), e))?;
+            if self.semaphores[..i].iter().any(|o| o.name == d.name) {
+                return Err(at(
+                    &format!("semaphores[{i}].name"),
+                    clusterlimit::Error::InvalidArgument(format!(
+                        "semaphore {:?} is declared twice",
+                        d.name
+                    )),
+                ));
+            }
+        }
+        rate_settings::check_declared(&self.rate_limits)
+            .map_err(|(field, why)| at(&field, clusterlimit::Error::InvalidArgument(why)))?;
+        if let Some(name) = self
+            .adaptive
+            .keys()
+            .find(|n| self.semaphores.iter().any(|d| &d.name == *n))
+        {
+            return Err(self.refuse(
+                &format!("adaptive.{name}"),
+                format!("{name:?} is also declared in [[semaphores]]; declare it once"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `[adaptive.<name>]` tables' settings, checked without the store. Errors exit 64.
+    pub fn check_adaptive(&self) -> Result<(), Failure> {
+        adaptive_settings::check(&self.adaptive, |field, why| self.refuse(field, why))
+    }
+
+    /// A usage failure naming `field` and, if there is one, the config file.
+    fn refuse(&self, field: &str, why: String) -> Failure {
+        match &self.file {
+            Some(path) => bad(format!(
+                "{field}: {why} (settings from config {} and flags)",
+                path.display()
+            )),
+            None => bad(format!("{field}: {why}")),
+        }
+    }
+
+    /// The settings in force, one per line, as `serve --check-config` prints them.
+    pub fn describe(&self) -> String {
+        let file = self
+            .file
+            .as_ref()
+            .map_or("(no file: flags and defaults)".to_string(), |p| {
+                p.display().to_string()
+            });
+        let unix = self
+            .unix
+            .as_ref()
+            .map_or("-".to_string(), |p| p.display().to_string());
+        let semaphores = if self.semaphores.is_empty() {
+            "-".to_string()
+        } else {
+            self.semaphores
+                .iter()
+                .map(|d| format!("{} (capacity {})", d.name, d.capacity))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // The token file's path only, never the token.
+        let access = match &self.token_file {
+            Some(p) => format!(
+                "bearer token from {}{}",
+                p.display(),
+                if self.metrics_without_token {
+                    " (/metrics open)"
+                } else {
+                    ""
+                }
+            ),
+            None if self.insecure_allow_remote => "none (insecure_allow_remote)".to_string(),
+            None => "none (loopback only)".to_string(),
+        };
+        let adaptive = if self.adaptive.is_empty() {
+            "-".to_string()
+        } else {
+            self.adaptive
+                .iter()
+                .map(|(name, t)| t.describe(name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let rls = self.rls.as_ref().map_or(String::new(), |r| r.describe());
+        format!(
+            "config ok: {file}\n\
+             listen       {}\n\
+             unix         {unix} (mode {:04o})\n\
+             access       {access}\n\
+             store        {}\n\
+             store_auth   {}\n\
+             session_ttl  {}\n\
+             timeouts     connect {}, request {}\n\
+             permit_ttl   {}\n\
+             owner        {}\n\
+             semaphores   {semaphores}\n\
+             adaptive     {adaptive}\n{}{rls}",
+            self.listen,
+            self.socket_mode,
+            clusterlimit::redact(&self.store),
+            self.security.describe(),
+            format_duration(self.session_ttl),
+            format_duration(self.timeouts.connect),
+            format_duration(self.timeouts.request),
+            format_duration(self.permit_ttl),
+            self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
+            rate_settings::describe(&self.rate, &self.rate_limits),
+        )
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("cannot read config {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| bad(format!("config {}: {e}", path.display())))
+}
+
+/// An octal permission mode: `0660`, `660` or `0o660`; at most `0777`.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.trim().trim_start_matches("0o");
+    let mode = u32::from_str_radix(digits, 8)
+        .map_err(|_| "expected an octal mode like 0660 or 0600".to_string())?;
+    if mode > 0o777 {
+        return Err("permission bits only (at most 0777)".to_string());
+    }
+    Ok(mode)
+}
+
+fn bad(message: String) -> Failure {
+    Failure::usage(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_parses_and_rejects_unknown_keys() {
+        let ok: FileConfig = toml::from_str(
+            "store = \"memory://x\"\nsession_ttl = \"3s\"\n[[semaphores]]\nname = \"a\"\ncapacity = 2\n",
+        )
+        .unwrap();
+        assert_eq!(ok.semaphores.len(), 1);
+        assert!(toml::from_str::<FileConfig>("stor = \"x\"").is_err());
+    }
+
+    #[test]
+    fn socket_modes() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o640"), Ok(0o640));
+        assert!(parse_mode("0888").is_err());
+        assert!(parse_mode("01777").is_err());
+        assert!(parse_mode("rw").is_err());
+    }
+}

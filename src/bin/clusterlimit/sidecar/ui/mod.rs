@@ -1,0 +1,190 @@
+//! The web view (`GET /ui`): a page shipped inside the binary (no CDN, no build step) that
+//! shows the live picture (`live/`) as server-sent events, once a second, and offers the
+//! API's changes (capacity, quota with a preview, key reset) behind the same token.
+//!
+//! Routes: `/ui`, `/ui/app.js`, `/ui/app.css` and `POST /ui/login` are open (they hold no
+//! data); `GET /ui/session`, `POST /ui/logout`, `GET /v1/live` and `GET /v1/live/events` need
+//! the token or a login (see `auth.rs`).
+
+mod feed;
+pub mod logins;
+
+pub use feed::Feed;
+pub use logins::Logins;
+
+use super::body::JsonBody;
+use super::problem::Problem;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("app.js");
+const STYLE: &str = include_str!("app.css");
+
+/// What the view's routes share.
+#[derive(Clone)]
+pub struct Ui {
+    pub feed: Arc<Feed>,
+    pub logins: Arc<Logins>,
+    /// The sidecar's token, if it has one (`None`: the API and the view are open).
+    pub token: Option<super::token::Token>,
+    /// Cancelled at shutdown: event streams end so the server can stop.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Whether `path` is one of the view's open routes.
+pub fn is_open(path: &str) -> bool {
+    matches!(
+        path,
+        "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css" | "/ui/login"
+    )
+}
+
+/// The view's routes.
+pub fn router(ui: Ui) -> Router {
+    Router::new()
+        .route("/ui", get(page))
+        .route("/ui/", get(page))
+        .route("/ui/app.js", get(script))
+        .route("/ui/app.css", get(style))
+        .route("/ui/login", post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/session", get(session))
+        .route("/v1/live", get(live))
+        .route("/v1/live/events", get(events))
+        .with_state(ui)
+}
+
+/// The page's own files: no other origin, no inline script.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn page() -> Response {
+    asset("text/html; charset=utf-8", PAGE)
+}
+
+async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE)
+}
+
+/// `POST /ui/login` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginBody {
+    #[serde(default)]
+    token: String,
+}
+
+fn cookie_header(value: &str, max_age: Duration) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!(
+        "{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        logins::COOKIE,
+        max_age.as_secs()
+    ))
+    .ok()
+}
+
+/// Trades the token for a login: a cookie, and the CSRF value in the answer.
+async fn login(State(ui): State<Ui>, JsonBody(body): JsonBody<LoginBody>) -> Response {
+    let Some(token) = &ui.token else {
+        return Json(json!({"csrf": "", "token_required": false})).into_response();
+    };
+    if !token.matches(body.token.trim().as_bytes()) {
+        return Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "that is not this sidecar's token (the content of its token_file)",
+        )
+        .into_response();
+    }
+    let (id, csrf) = ui.logins.start();
+    let mut r = Json(json!({"csrf": csrf, "token_required": true})).into_response();
+    if let Some(c) = cookie_header(&id, logins::LOGIN_LIFETIME) {
+        r.headers_mut().insert(header::SET_COOKIE, c);
+    }
+    r
+}
+
+fn login_id(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| logins::cookie(v, logins::COOKIE))
+        .map(str::to_string)
+}
+
+/// Ends the login and clears the cookie.
+async fn logout(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+    if let Some(id) = login_id(&headers) {
+        ui.logins.end(&id);
+    }
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    if let Some(c) = cookie_header("", Duration::ZERO) {
+        r.headers_mut().insert(header::SET_COOKIE, c);
+    }
+    r
+}
+
+/// The login's CSRF value (after a reload the page asks again; the cookie survives it).
+async fn session(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+    let csrf = login_id(&headers)
+        .and_then(|id| ui.logins.csrf(&id))
+        .unwrap_or_default();
+    Json(json!({"csrf": csrf, "token_required": ui.token.is_some()})).into_response()
+}
+
+/// `GET /v1/live`: one picture, taken now.
+async fn live(State(ui): State<Ui>) -> Response {
+    Json(ui.feed.picture().await).into_response()
+}
+
+/// `GET /v1/live/events`: a `picture` event a second while the client listens.
+async fn events(State(ui): State<Ui>) -> Response {
+    let mut rx = ui.feed.subscribe();
+    // The current picture first, if there is one.
+    rx.mark_changed();
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            let json = rx.borrow_and_update().clone();
+            if !json.is_empty() {
+                let event = Event::default().event("picture").data(&*json);
+                return Some((Ok::<_, Infallible>(event), rx));
+            }
+        }
+    })
+    .take_until(ui.shutdown.cancelled_owned());
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
