@@ -15,7 +15,9 @@
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
 
-use super::{get_kvs, kv, EtcdBackend, Until};
+use super::attempt::Until;
+use super::client::{get_kvs, kv};
+use super::EtcdBackend;
 use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
     Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,

@@ -21,8 +21,8 @@
 //! `scan.rs`, from the `\n@<expires_at>` suffix every stored state carries. The sweeper stops
 //! with the backend (`close` does not wait for future expiries).
 
+use super::client::kv;
 use super::endpoints::Endpoints;
-use super::kv;
 use super::rate::most_nested;
 use crate::backend::due_queue::DueQueue;
 use crate::backend::expiry::{due, nanos, unix_nanos_now};
