@@ -1,5 +1,5 @@
-//! What every etcd request shares: the KV client that accepts large replies, and how a Txn's
-//! replies are read.
+//! What every etcd request shares: the KV client that accepts large replies, how many
+//! operations a Txn may carry, and how a Txn's replies are read.
 
 use etcd_client::{Client, TxnOpResponse};
 
@@ -20,4 +20,15 @@ pub(super) fn get_kvs(resp: Option<&TxnOpResponse>) -> &[etcd_client::KeyValue] 
         Some(TxnOpResponse::Get(g)) => g.kvs(),
         _ => &[],
     }
+}
+
+/// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
+/// may hold.
+pub(super) const MAX_TXN_OPS: usize = 128;
+
+/// The most nested Txns one Txn may carry when each holds `inner_ops` compares or ops (the
+/// larger of its compares, success ops and failure ops): etcd checks a nested Txn against what
+/// the outer one leaves of [`MAX_TXN_OPS`] (`checkTxnRequest` in etcd's v3rpc/key.go).
+pub(super) const fn most_nested(inner_ops: usize) -> usize {
+    MAX_TXN_OPS - inner_ops
 }

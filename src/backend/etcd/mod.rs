@@ -31,6 +31,7 @@ mod security;
 mod semaphore;
 mod session;
 mod strays;
+mod sweep_state;
 mod sweeper;
 mod tls_probe;
 mod view;

@@ -12,8 +12,7 @@
 //! the suffix (written with a lease by an older version, or by something else) are left alone.
 
 use super::client::kv;
-use super::sweeper::Shared;
-use super::sweeper::PER_TXN;
+use super::sweep_state::{Shared, PER_TXN};
 use crate::backend::expiry::{nanos, split_expiry, unix_nanos_now};
 use crate::stats::RequestKind;
 use etcd_client::GetOptions;
