@@ -36,6 +36,7 @@ mod rate;
 mod scan;
 mod semaphore;
 mod session;
+mod sweep_state;
 mod sweeper;
 mod tls;
 mod tracked;
