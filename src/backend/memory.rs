@@ -355,9 +355,9 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
         self.stop.check()?;
-        Ok(vec![crate::StoreMember {
+        Ok(vec![crate::members::StoreMember {
             name: "memory".to_string(),
             address: "this process".to_string(),
             role: "embedded".to_string(),

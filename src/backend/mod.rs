@@ -1,4 +1,4 @@
-//! The store interface. [`Limiter`](crate::Limiter) talks to stores only through [`Backend`].
+//! The store interface. [`Limiter`](crate::limiter::Limiter) talks to stores only through [`Backend`].
 //!
 //! A backend stores, per semaphore, a capacity (with the `floor` of [`crate::queue`]) and a
 //! queue of entries, each with a weight, an owner label and a store-assigned token that orders
@@ -47,8 +47,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What the default announcement methods of [`Backend`] answer.
-fn no_boards(board: &str) -> crate::Error {
-    crate::Error::invalid(format!(
+fn no_boards(board: &str) -> crate::error::Error {
+    crate::error::Error::invalid(format!(
         "this store keeps no announcements (board {board:?})"
     ))
 }
@@ -165,9 +165,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Err(no_boards(board))
     }
 
-    /// The store's servers as it reports them now (see [`Limiter::store_members`](crate::Limiter::store_members));
+    /// The store's servers as it reports them now (see [`Limiter::store_members`](crate::limiter::Limiter::store_members));
     /// empty by default: a backend that cannot tell says nothing.
-    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
         Ok(Vec::new())
     }
 

@@ -8,8 +8,8 @@
 //! variables, so a shell set up for etcdctl works as is), and `CLUSTERLIMIT_ETCD_PASSWORD` for a
 //! user without a password file. A plain-text `etcd://` connection never reads `ETCDCTL_*`.
 //!
-//! [`LimiterBuilder::tls`]: crate::LimiterBuilder::tls
-//! [`LimiterBuilder::etcd_user`]: crate::LimiterBuilder::etcd_user
+//! [`LimiterBuilder::tls`]: crate::limiter::LimiterBuilder::tls
+//! [`LimiterBuilder::etcd_user`]: crate::limiter::LimiterBuilder::etcd_user
 
 use super::describe::chain;
 use super::tls_probe::TlsMaterial;
