@@ -25,6 +25,7 @@ pub mod memory;
 pub(crate) mod outage;
 mod rate_store;
 pub(crate) mod reach;
+mod request;
 pub(crate) mod retry;
 mod session_slot;
 pub mod sharded;
@@ -36,6 +37,7 @@ pub(crate) mod waiters;
 /// The trait macro `Backend` is written with, for backends outside the crate.
 pub use async_trait::async_trait;
 pub use rate_store::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
+pub use request::{Enqueued, EntryRequest};
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
 pub use waiters::{outcome, Outcome, QueueView, Waiters};
@@ -58,34 +60,6 @@ fn no_boards(board: &str) -> crate::error::Error {
 /// request id, the session's loss signal). The Limiter removes it like a dropped permit: see
 /// `release.rs`.
 pub type OrphanSink = std::sync::Arc<dyn Fn(&str, &str, LostSignal) + Send + Sync>;
-
-/// One acquire request, as handed to [`Backend::enqueue`].
-#[derive(Debug, Clone)]
-pub struct EntryRequest {
-    /// Semaphore name (validated).
-    pub name: String,
-    /// Weight (validated, at least 1).
-    pub permits: u32,
-    /// Owner label shown in status.
-    pub owner: String,
-    /// Unique id chosen by the caller before the first attempt, so a retried enqueue whose
-    /// reply was lost finds its entry again instead of queuing twice.
-    pub id: String,
-    /// Whether the caller waits when the entry does not hold at once (`false` for
-    /// `try_acquire`): a backend may prepare for waiting (start a watch) only then.
-    pub wait: bool,
-}
-
-/// The result of [`Backend::enqueue`].
-#[derive(Debug, Clone)]
-pub struct Enqueued {
-    /// Store-assigned token: queue position and fencing token.
-    pub token: u64,
-    /// Whether the entry holds its permits already (no wait needed).
-    pub granted: bool,
-    /// Fires when this entry can no longer be trusted.
-    pub lost: LostSignal,
-}
 
 /// A store that keeps semaphores. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
