@@ -14,6 +14,12 @@
 //! * Rate limits (`rate.rs`): one Txn per compare-and-swap write, whose else branch returns
 //!   the current state; idle keys are deleted by their writer once expired, many per Txn
 //!   (`sweeper.rs`), and those of dead writers by a slow paced scan (`scan.rs`).
+//!
+//! Where the code is: `connect.rs` (connecting, the lease sessions), `calls.rs` (every request,
+//! retried within the bounds of `attempt.rs`; `client.rs`: what every request shares),
+//! `semaphore.rs` (capacity, status, names), `entries.rs` (enqueue, removal, the watches that
+//! feed the views), `board.rs` (announcements), `config.rs` (the settings); this file holds the
+//! backend's state and its [`Backend`] impl.
 
 mod attempt;
 mod board;

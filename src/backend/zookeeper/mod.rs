@@ -24,6 +24,12 @@
 //!
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
+//!
+//! Where the code is: `connect.rs` (connecting, the sessions and their reaper of abandoned
+//! nodes), `calls.rs` (every request, bounded, or retried across sessions), `semaphore.rs`
+//! (node, capacity, status, names), `entries.rs` (enqueue, removal; `tracked.rs`: this
+//! Limiter's entries), `board.rs` (announcements), `config.rs` (the settings); this file holds
+//! the backend's state and its [`Backend`] impl.
 
 mod auth;
 mod board;
