@@ -24,12 +24,12 @@ fn registry() -> &'static Registry {
 
 mod board;
 mod rate;
-pub use rate::rate_key_count;
+mod rate_table;
 
 #[derive(Debug, Default)]
 struct Store {
     state: Mutex<State>,
-    rates: Mutex<rate::Rates>,
+    rates: Mutex<rate_table::Rates>,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +158,15 @@ pub fn expire_sessions(name: &str) -> usize {
         st.end_session(id);
     }
     ids.len()
+}
+
+/// Key states held by the in-process store `name` now (0 if no Limiter has it open): for
+/// tests that idle keys are swept.
+pub fn rate_key_count(name: &str) -> usize {
+    let store = lock(registry())
+        .get(name)
+        .and_then(std::sync::Weak::upgrade);
+    store.map_or(0, |s| lock(&s.rates).key_count())
 }
 
 /// The `memory://` backend: one session in one in-process store.
@@ -355,9 +364,9 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
         self.stop.check()?;
-        Ok(vec![crate::StoreMember {
+        Ok(vec![crate::members::StoreMember {
             name: "memory".to_string(),
             address: "this process".to_string(),
             role: "embedded".to_string(),

@@ -1,4 +1,4 @@
-//! The store interface. [`Limiter`](crate::Limiter) talks to stores only through [`Backend`].
+//! The store interface. [`Limiter`](crate::limiter::Limiter) talks to stores only through [`Backend`].
 //!
 //! A backend stores, per semaphore, a capacity (with the `floor` of [`crate::queue`]) and a
 //! queue of entries, each with a weight, an owner label and a store-assigned token that orders
@@ -25,6 +25,7 @@ pub mod memory;
 pub(crate) mod outage;
 mod rate_store;
 pub(crate) mod reach;
+mod request;
 pub(crate) mod retry;
 mod session_slot;
 pub mod sharded;
@@ -36,6 +37,7 @@ pub(crate) mod waiters;
 /// The trait macro `Backend` is written with, for backends outside the crate.
 pub use async_trait::async_trait;
 pub use rate_store::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
+pub use request::{Enqueued, EntryRequest};
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
 pub use waiters::{outcome, Outcome, QueueView, Waiters};
@@ -47,8 +49,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What the default announcement methods of [`Backend`] answer.
-fn no_boards(board: &str) -> crate::Error {
-    crate::Error::invalid(format!(
+fn no_boards(board: &str) -> crate::error::Error {
+    crate::error::Error::invalid(format!(
         "this store keeps no announcements (board {board:?})"
     ))
 }
@@ -58,34 +60,6 @@ fn no_boards(board: &str) -> crate::Error {
 /// request id, the session's loss signal). The Limiter removes it like a dropped permit: see
 /// `release.rs`.
 pub type OrphanSink = std::sync::Arc<dyn Fn(&str, &str, LostSignal) + Send + Sync>;
-
-/// One acquire request, as handed to [`Backend::enqueue`].
-#[derive(Debug, Clone)]
-pub struct EntryRequest {
-    /// Semaphore name (validated).
-    pub name: String,
-    /// Weight (validated, at least 1).
-    pub permits: u32,
-    /// Owner label shown in status.
-    pub owner: String,
-    /// Unique id chosen by the caller before the first attempt, so a retried enqueue whose
-    /// reply was lost finds its entry again instead of queuing twice.
-    pub id: String,
-    /// Whether the caller waits when the entry does not hold at once (`false` for
-    /// `try_acquire`): a backend may prepare for waiting (start a watch) only then.
-    pub wait: bool,
-}
-
-/// The result of [`Backend::enqueue`].
-#[derive(Debug, Clone)]
-pub struct Enqueued {
-    /// Store-assigned token: queue position and fencing token.
-    pub token: u64,
-    /// Whether the entry holds its permits already (no wait needed).
-    pub granted: bool,
-    /// Fires when this entry can no longer be trusted.
-    pub lost: LostSignal,
-}
 
 /// A store that keeps semaphores. Implemented by `memory://`, `etcd://` and `zk://`.
 ///
@@ -165,9 +139,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Err(no_boards(board))
     }
 
-    /// The store's servers as it reports them now (see [`Limiter::store_members`](crate::Limiter::store_members));
+    /// The store's servers as it reports them now (see [`Limiter::store_members`](crate::limiter::Limiter::store_members));
     /// empty by default: a backend that cannot tell says nothing.
-    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
         Ok(Vec::new())
     }
 

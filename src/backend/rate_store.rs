@@ -75,13 +75,15 @@ impl KeyOutcome {
                 .first()
                 .copied()
                 .map(KeyOutcome::Written)
-                .ok_or_else(|| crate::Error::store("a write applied without a version")),
+                .ok_or_else(|| crate::error::Error::store("a write applied without a version")),
             WriteOutcome::Conflict(found) => found
                 .into_iter()
                 .next()
                 .map(KeyOutcome::Conflict)
                 .ok_or_else(|| {
-                    crate::Error::store("the store reported a conflict without the current state")
+                    crate::error::Error::store(
+                        "the store reported a conflict without the current state",
+                    )
                 }),
         }
     }

@@ -7,7 +7,7 @@
 //! bound (a hung or firewalled host, which the client's own timeouts then govern), lets the
 //! connect go on. One TCP connection per address, closed at once; nothing is sent.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::time::Duration;
 use tokio::net::TcpStream;
 

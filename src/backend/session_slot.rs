@@ -2,7 +2,7 @@
 //! lost, taken out to end it. Both etcd (a lease) and ZooKeeper (a session) keep theirs here, so
 //! "which session is current" and "end it only if it is still the current one" are written once.
 
-use super::Stop;
+use super::stop::Stop;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use std::future::Future;

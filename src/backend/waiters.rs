@@ -4,7 +4,7 @@
 //! change, calls [`Waiters::resolve`] once: it finds the holder boundary once and tells exactly
 //! the waiters whose fate is now decided. Nobody else wakes up.
 
-use crate::backend::EntryRequest;
+use super::request::EntryRequest;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::queue;

@@ -2,7 +2,9 @@
 //! the session's lease, so revoking or expiring the lease deletes it; a board is read with one
 //! range read of its prefix.
 
-use super::{kv, EtcdBackend, Session};
+use super::client::kv;
+use super::session::Session;
+use super::EtcdBackend;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use etcd_client::{GetOptions, PutOptions};

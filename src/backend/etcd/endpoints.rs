@@ -100,7 +100,7 @@ impl Endpoints {
                 match connected {
                     Ok(client) => clients[i] = Some(client),
                     // Unreachable or no leader now: tried again below or in the background.
-                    Err(e) if authenticates && super::is_transient(&e) && !refused(&e) => {
+                    Err(e) if authenticates && super::attempt::is_transient(&e) && !refused(&e) => {
                         last_error = Some(e);
                     }
                     Err(e) => return Err(e),

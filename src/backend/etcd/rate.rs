@@ -15,7 +15,9 @@
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
 
-use super::{get_kvs, kv, EtcdBackend, Until};
+use super::attempt::Until;
+use super::client::{get_kvs, kv, most_nested, MAX_TXN_OPS};
+use super::EtcdBackend;
 use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
     Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
@@ -25,17 +27,6 @@ use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-
-/// etcd's default `--max-txn-ops`: the most compares, or success ops, or failure ops, one Txn
-/// may hold.
-pub(super) const MAX_TXN_OPS: usize = 128;
-
-/// The most nested Txns one Txn may carry when each holds `inner_ops` compares or ops (the
-/// larger of its compares, success ops and failure ops): etcd checks a nested Txn against what
-/// the outer one leaves of [`MAX_TXN_OPS`] (`checkTxnRequest` in etcd's v3rpc/key.go).
-pub(super) const fn most_nested(inner_ops: usize) -> usize {
-    MAX_TXN_OPS - inner_ops
-}
 
 /// A nested write's compare (its key's version), put and else-get.
 const NESTED_WRITE_OPS: usize = 1;

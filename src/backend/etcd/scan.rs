@@ -11,9 +11,8 @@
 //! the write time is unknown here, and a key left a few seconds longer costs nothing. Keys without
 //! the suffix (written with a lease by an older version, or by something else) are left alone.
 
-use super::kv;
-use super::sweeper::Shared;
-use super::sweeper::PER_TXN;
+use super::client::kv;
+use super::sweep_state::{Shared, PER_TXN};
 use crate::backend::expiry::{nanos, split_expiry, unix_nanos_now};
 use crate::stats::RequestKind;
 use etcd_client::GetOptions;

@@ -8,12 +8,13 @@
 //! variables, so a shell set up for etcdctl works as is), and `CLUSTERLIMIT_ETCD_PASSWORD` for a
 //! user without a password file. A plain-text `etcd://` connection never reads `ETCDCTL_*`.
 //!
-//! [`LimiterBuilder::tls`]: crate::LimiterBuilder::tls
-//! [`LimiterBuilder::etcd_user`]: crate::LimiterBuilder::etcd_user
+//! [`LimiterBuilder::tls`]: crate::limiter::LimiterBuilder::tls
+//! [`LimiterBuilder::etcd_user`]: crate::limiter::LimiterBuilder::etcd_user
 
+use super::describe::chain;
 use super::tls_probe::TlsMaterial;
 use crate::error::{Error, Result};
-use crate::{EtcdUser, TlsFiles};
+use crate::store_url::{EtcdUser, TlsFiles};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -330,21 +331,6 @@ fn alert(text: &str) -> Option<&str> {
         .find(|c: char| !c.is_ascii_alphanumeric())
         .unwrap_or(name.len());
     Some(&name[..end]).filter(|n| !n.is_empty())
-}
-
-/// An error and its sources, joined: "a: b: c".
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! per key (the latest write; `DueQueue`), and once due (`expires_at` plus the margin of
 //! `crate::backend::expiry`, and [`GATHER`] more so a round finds many keys due) deletes up to
 //! [`PER_TXN`] (127) keys in one Txn of nested Txns,
-//! each `mod_revision == ours → delete`, at most [`CONCURRENCY`] Txns in flight. So expiry
+//! each `mod_revision == ours → delete`, at most
+//! [`CONCURRENCY`](super::sweep_state::CONCURRENCY) Txns in flight. So expiry
 //! costs a bounded number of requests per second (one per 127 keys), never sits on a check's
 //! path, and a key written since by anyone (a newer revision) is left to its writer. etcd
 //! never reuses a revision, so a repeated delete (a lost reply) is harmless, and a failed
@@ -22,23 +23,16 @@
 //! with the backend (`close` does not wait for future expiries).
 
 use super::endpoints::Endpoints;
-use super::kv;
-use super::rate::most_nested;
+use super::sweep_state::{Shared, PER_TXN};
 use crate::backend::due_queue::DueQueue;
 use crate::backend::expiry::{due, nanos, unix_nanos_now};
 use crate::backend::lock;
 use crate::backend::start_once::StartOnce;
-use crate::stats::{RequestCounters, RequestKind};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use futures::StreamExt;
+use crate::stats::RequestCounters;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Most keys deleted by one Txn (each nested Txn holds one compare and one delete).
-pub(super) const PER_TXN: usize = most_nested(1);
-/// Most delete Txns in flight at once.
-pub(super) const CONCURRENCY: usize = 2;
 /// Most keys taken per round (between two looks at the clock and the stop token).
 const ROUND: usize = 16 * PER_TXN;
 /// Longest sleep of the task.
@@ -56,94 +50,6 @@ pub(super) const RETRY: Duration = Duration::from_secs(1);
 pub(super) struct Sweeper {
     shared: Arc<Shared>,
     started: StartOnce,
-}
-
-/// What the sweep and the scan share.
-pub(super) struct Shared {
-    /// The keys we wrote, each with the revision to delete at.
-    queue: Mutex<DueQueue<i64>>,
-    pub(super) endpoints: Arc<Endpoints>,
-    pub(super) stop: CancellationToken,
-    pub(super) stats: Arc<RequestCounters>,
-    pub(super) request_timeout: Duration,
-    /// Prefix of every rate-limit key (`<root>/rk/`).
-    pub(super) prefix: String,
-}
-
-impl Shared {
-    /// Whether the sweep will remove `key` (then the scan leaves it).
-    pub(super) fn is_ours(&self, key: &str) -> bool {
-        lock(&self.queue).contains(key)
-    }
-
-    /// Deletes each (key, revision) still at that revision, [`PER_TXN`] per Txn, at most
-    /// [`CONCURRENCY`] at once. Returns how many were deleted and the keys of the batches that
-    /// failed (their outcome unknown).
-    pub(super) async fn delete_at(
-        &self,
-        targets: Vec<(String, i64)>,
-    ) -> (usize, Vec<(String, i64)>) {
-        let batches: Vec<Vec<(String, i64)>> = targets
-            .chunks(PER_TXN)
-            .map(<[(String, i64)]>::to_vec)
-            .collect();
-        let mut sent = futures::stream::iter(batches)
-            .map(|batch| async move {
-                let r = self.delete_batch(&batch).await;
-                (batch, r)
-            })
-            .buffer_unordered(CONCURRENCY);
-        let (mut deleted, mut failed) = (0, Vec::new());
-        while let Some((batch, r)) = sent.next().await {
-            match r {
-                Some(n) => deleted += n,
-                None => failed.extend(batch),
-            }
-        }
-        (deleted, failed)
-    }
-
-    /// One Txn of nested `mod_revision == rev → delete`; `None` if it failed or timed out.
-    async fn delete_batch(&self, batch: &[(String, i64)]) -> Option<usize> {
-        let nested: Vec<TxnOp> = batch
-            .iter()
-            .map(|(key, rev)| {
-                TxnOp::txn(
-                    Txn::new()
-                        .when([Compare::mod_revision(key.clone(), CompareOp::Equal, *rev)])
-                        .and_then([TxnOp::delete(key.clone(), None)]),
-                )
-            })
-            .collect();
-        self.stats.count(RequestKind::Delete);
-        let (member, client) = self.endpoints.pick();
-        let sent = tokio::time::timeout(
-            self.request_timeout,
-            kv(&client).txn(Txn::new().and_then(nested)),
-        )
-        .await;
-        match sent {
-            Ok(Ok(resp)) => Some(
-                resp.op_responses()
-                    .iter()
-                    .filter(|op| matches!(op, TxnOpResponse::Txn(t) if t.succeeded()))
-                    .count(),
-            ),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, keys = batch.len(), "deleting expired rate-limit keys failed; retrying later");
-                self.endpoints.failed(member);
-                None
-            }
-            Err(_) => {
-                tracing::debug!(
-                    keys = batch.len(),
-                    "deleting expired rate-limit keys timed out; retrying later"
-                );
-                self.endpoints.failed(member);
-                None
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for Sweeper {

@@ -7,6 +7,7 @@
 //! by one read sees the alert every time. Used at most once per call, only for a TLS
 //! connection that etcd closed.
 
+use super::describe::chain;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ async fn probe(url: &str, tls: &TlsMaterial) -> Option<String> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let mut stream = match connector.connect(name, tcp).await {
         Ok(s) => s,
-        Err(e) => return Some(super::security::chain(&e)),
+        Err(e) => return Some(chain(&e)),
     };
     let mut buf = [0u8; 64];
     let read = poll_fn(|cx| {
@@ -61,7 +62,7 @@ async fn probe(url: &str, tls: &TlsMaterial) -> Option<String> {
     .await;
     match read {
         Ok(_) => None,
-        Err(e) => Some(super::security::chain(&e)),
+        Err(e) => Some(chain(&e)),
     }
 }
 

@@ -432,7 +432,7 @@ impl SemWatch {
         let (_, client) = cfg.endpoints.pick();
         let resp = tokio::time::timeout(
             cfg.request_timeout,
-            super::kv(&client).get(cfg.sem_prefix.clone(), Some(opts)),
+            super::client::kv(&client).get(cfg.sem_prefix.clone(), Some(opts)),
         )
         .await
         .map_err(|_| etcd_client::Error::WatchError("re-read timed out".into()))??;

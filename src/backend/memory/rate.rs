@@ -3,66 +3,13 @@
 //! whose `expires_at` has passed is swept by a later call (at most once a second, never before
 //! its `expires_at`): an in-process store has no clock of its own to do it sooner.
 
-use super::{lock, MemoryBackend};
+use super::rate_table::{Rates, Stored};
+use super::MemoryBackend;
+use crate::backend::lock;
 use crate::backend::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// How often expired keys are swept: amortised, so a call stays O(1) on average.
-const SWEEP_EVERY_NS: u64 = 1_000_000_000;
-
-#[derive(Debug, Default)]
-pub(super) struct Rates {
-    limits: BTreeMap<String, Versioned>,
-    keys: HashMap<(String, String), Stored>,
-    version: u64,
-    next_sweep: u64,
-}
-
-#[derive(Debug)]
-struct Stored {
-    value: Versioned,
-    expires_at: u64,
-}
-
-fn unix_ns_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-impl Rates {
-    fn next_version(&mut self) -> u64 {
-        self.version += 1;
-        self.version
-    }
-
-    fn current(&self, limit: &str, key: &str) -> Current {
-        Current {
-            quota: self.limits.get(limit).cloned(),
-            key: self
-                .keys
-                .get(&(limit.to_string(), key.to_string()))
-                .map(|s| s.value.clone()),
-        }
-    }
-
-    fn sweep(&mut self) {
-        let now = unix_ns_now();
-        if now >= self.next_sweep {
-            self.keys.retain(|_, s| s.expires_at > now);
-            self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
-        }
-    }
-
-    /// Number of key states held (for tests of the sweep).
-    pub(super) fn key_count(&self) -> usize {
-        self.keys.len()
-    }
-}
 
 impl MemoryBackend {
     fn rates(&self) -> std::sync::MutexGuard<'_, Rates> {
@@ -166,13 +113,4 @@ impl RateStore for MemoryBackend {
             .remove(&(limit.to_string(), key.to_string()));
         Ok(())
     }
-}
-
-/// Key states held by the in-process store `name` now (0 if no Limiter has it open): for
-/// tests that idle keys are swept.
-pub fn rate_key_count(name: &str) -> usize {
-    let store = lock(super::registry())
-        .get(name)
-        .and_then(std::sync::Weak::upgrade);
-    store.map_or(0, |s| lock(&s.rates).key_count())
 }

@@ -35,7 +35,7 @@ pub(crate) mod ring;
 pub struct Shard {
     /// What places the cluster on the ring: keys move when it changes. `URL;URL;…` uses the
     /// part's `shard=NAME` setting, else its scheme, sorted endpoints and prefix (see
-    /// [`StoreUrl::ring_id`](crate::StoreUrl::ring_id)).
+    /// [`StoreUrl::ring_id`](crate::store_url::StoreUrl::ring_id)).
     pub id: String,
     /// How messages name the cluster (its URL, redacted).
     pub name: String,
@@ -166,7 +166,7 @@ impl Backend for ShardedBackend {
     }
 
     /// Every cluster's members, each name prefixed with its cluster's.
-    async fn members(&self) -> Result<Vec<crate::StoreMember>> {
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
         let mut all = Vec::new();
         for (i, shard) in self.shards.iter().enumerate() {
             let members = shard.backend.members().await.map_err(|e| self.at(i, e))?;

@@ -7,7 +7,7 @@
 //! only from servers that refuse the scheme itself (e.g. `enforce.auth.schemes=sasl`).
 
 use crate::error::{Error, Result};
-use crate::ZkAcl;
+use crate::store_url::ZkAcl;
 use std::path::Path;
 use zookeeper_client::{Acl, Acls, Permission};
 

@@ -211,8 +211,8 @@ mod tests {
 /// wildcard; the peer host alone when the client port is configured apart, as `clientPort`),
 /// the role if given (default `participant`). A configuration without servers (a
 /// standalone server) gives one member at `hosts`, the addresses the client was given.
-pub(super) fn ensemble(config: &str, hosts: &str) -> Vec<crate::StoreMember> {
-    let mut members: Vec<crate::StoreMember> = config
+pub(super) fn ensemble(config: &str, hosts: &str) -> Vec<crate::members::StoreMember> {
+    let mut members: Vec<crate::members::StoreMember> = config
         .lines()
         .filter_map(|line| {
             let (key, value) = line.trim().split_once('=')?;
@@ -226,7 +226,7 @@ pub(super) fn ensemble(config: &str, hosts: &str) -> Vec<crate::StoreMember> {
                 Some(_) => client.to_string(),
                 None => peer_host.to_string(),
             };
-            Some(crate::StoreMember {
+            Some(crate::members::StoreMember {
                 name,
                 address,
                 role,
@@ -234,7 +234,7 @@ pub(super) fn ensemble(config: &str, hosts: &str) -> Vec<crate::StoreMember> {
         })
         .collect();
     if members.is_empty() {
-        members.push(crate::StoreMember {
+        members.push(crate::members::StoreMember {
             name: "standalone".to_string(),
             address: hosts.to_string(),
             role: "standalone".to_string(),

@@ -20,7 +20,6 @@
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
 
 use super::sweeper::Sweeper;
-use super::view::{is_connection_error, is_terminal};
 use super::ZkBackend;
 use crate::backend::expiry::{split_expiry, unix_nanos_now, with_expiry, MIN_MARGIN};
 use crate::backend::retry::Attempts;
@@ -149,72 +148,6 @@ impl ZkBackend {
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
         self.session_call(kind, what, true, op).await
-    }
-
-    /// [`rate_call`](Self::rate_call) for any request run in the live session (started if
-    /// needed); `sweeps`: the client is handed to the rate-limit sweeper too.
-    pub(super) async fn session_call<T, F, Fut>(
-        &self,
-        kind: RequestKind,
-        what: &str,
-        sweeps: bool,
-        mut op: F,
-    ) -> Result<T>
-    where
-        F: FnMut(zk::Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, zk::Error>>,
-    {
-        let mut attempts = Attempts::new(self.config.request_timeout);
-        loop {
-            let session = match self.session().await {
-                Ok(s) => s,
-                Err(Error::Closed) => return Err(Error::Closed),
-                Err(e) => {
-                    if attempts.again(true).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-            };
-            let client = match session.client() {
-                Ok(c) => c,
-                // Ended just now: the next turn starts a new session.
-                Err(e) => {
-                    if attempts.again(false).await {
-                        continue;
-                    }
-                    return Err(e);
-                }
-            };
-            if sweeps {
-                self.sweeper().use_client(&client, session.stop_token());
-            }
-            self.stats.count(kind);
-            let bound = tokio::time::Instant::now() + self.config.request_timeout;
-            let r = tokio::time::timeout_at(bound.min(attempts.deadline()), op(client)).await;
-            let e = match r {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => e,
-                Err(_) => {
-                    return Err(Error::store(format!(
-                        "ZooKeeper did not answer in time ({what})"
-                    )))
-                }
-            };
-            match &e {
-                zk::Error::NoAuth => return Err(self.identity.denied(what)),
-                zk::Error::AuthFailed => return Err(self.identity.rejected()),
-                // Gone for good: end it here (the keeper may not have noticed yet), retry on
-                // a new one.
-                e if is_terminal(e) => session.end(),
-                e if is_connection_error(e) => {}
-                _ => return Err(self.map_error(e)),
-            }
-            tracing::debug!(error = %e, what, "ZooKeeper request failed; retrying");
-            if !attempts.again(true).await {
-                return Err(self.map_error(e));
-            }
-        }
     }
 
     /// Reads each (limit, key): one multi-read, counted as a read.

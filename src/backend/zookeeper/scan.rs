@@ -14,7 +14,7 @@
 //! A delete here is as safe as the sweep's: the state at the read version has expired for
 //! every writer within the margin, and a node written since fails the version check.
 
-use super::sweeper::Shared;
+use super::sweep_state::Shared;
 use crate::backend::expiry::{due, split_expiry, unix_nanos_now};
 use crate::stats::RequestKind;
 use std::sync::Arc;

@@ -1,11 +1,11 @@
 //! TLS to ZooKeeper's secure client port (`secureClientPort`, ZooKeeper 3.5+), with
-//! [`crate::TlsFiles`] given to the Limiter: the CA that signed the servers' certificates
+//! [`TlsFiles`] given to the Limiter: the CA that signed the servers' certificates
 //! (required: zookeeper-client has no system roots) and optionally a client certificate and key
 //! for servers with `ssl.clientAuth=need`. Server host names (or IPs) are verified. Needs the
 //! `zk-tls` feature (on by default); without it a TLS setting is refused, never ignored.
 
 use crate::error::{Error, Result};
-use crate::TlsFiles;
+use crate::store_url::TlsFiles;
 use zookeeper_client as zk;
 
 /// TLS settings read from the files, ready for every connection. `Debug` shows no key.

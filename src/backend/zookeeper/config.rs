@@ -1,0 +1,26 @@
+//! Settings of the ZooKeeper backend, as the Limiter hands them over at connect.
+
+use crate::store_url::{TlsFiles, ZkAcl};
+use std::time::Duration;
+
+/// Settings of the ZooKeeper backend.
+#[derive(Debug, Clone)]
+pub struct ZkConfig {
+    /// `host:port` servers.
+    pub hosts: Vec<String>,
+    /// Absolute path of the root node (created if absent).
+    pub root: String,
+    /// Requested session timeout (the server may negotiate it into its own bounds).
+    pub session_timeout: Duration,
+    /// Bound on each call's store requests.
+    pub request_timeout: Duration,
+    /// TLS to the servers' `secureClientPort` (the CA is required); `None` for plain text.
+    /// Needs the `zk-tls` feature.
+    pub tls: Option<TlsFiles>,
+    /// File holding `user:password` for digest authentication; `None`: the
+    /// `CLUSTERLIMIT_ZK_DIGEST` environment variable if set, else no authentication.
+    pub digest_file: Option<std::path::PathBuf>,
+    /// ACL of the nodes this backend creates (`None`: creator-all + anyone-read with
+    /// credentials, anyone-all without). Nodes that already exist keep theirs.
+    pub acl: Option<ZkAcl>,
+}

@@ -1,0 +1,288 @@
+//! Queue entries: the enqueue (one create, decided from the session's view of the semaphore),
+//! a create whose reply was lost found again or abandoned, and the removal.
+
+use super::calls::is_zk;
+use super::nodes::{EntryData, EntryName};
+use super::session::ZkSession;
+use super::tracked::LiveEntry;
+use super::view::{self, SemView, ViewConfig};
+use super::ZkBackend;
+use crate::backend::retry::Attempts;
+use crate::backend::waiters::{self, Outcome};
+use crate::backend::{lock, Enqueued, EntryRequest};
+use crate::error::{Error, Result};
+use crate::stats::RequestKind;
+use crate::status::unix_ms_now;
+use std::sync::Arc;
+use tokio::time::Instant;
+use zookeeper_client::{self as zk, CreateMode};
+
+/// How one create attempt ended.
+enum Created {
+    Node {
+        token: u64,
+        node: String,
+    },
+    /// The connection dropped: the create may or may not have been applied.
+    InDoubt,
+}
+
+impl ZkBackend {
+    /// The session's view of `name`, set up on first use (3 requests: watch, children, data).
+    pub(super) async fn view(&self, session: &ZkSession, name: &str) -> Result<Arc<SemView>> {
+        let mut views = session.views.lock().await;
+        if let Some(v) = views.get(name) {
+            if v.is_live() {
+                return Ok(v.clone());
+            }
+        }
+        let cfg = ViewConfig {
+            client: session.client()?,
+            name: name.to_string(),
+            path: self.paths.semaphore(name),
+            stats: self.stats.clone(),
+            events: self.entries.clone(),
+        };
+        let start = SemView::start(cfg, session.stop_token().child_token());
+        let view = match tokio::time::timeout(self.config.request_timeout, start).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(self.map_error(e)),
+            Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
+        };
+        views.insert(name.to_string(), view.clone());
+        Ok(view)
+    }
+
+    /// The enqueue of `req` failed, and nobody will ask for its id again: a create of it
+    /// whose outcome is unknown (timed out, reply lost) may still apply, late (a member that
+    /// was hung commits it when it resumes). Delete its node if it shows up, or now if the view
+    /// shows it already.
+    fn abandon_in_doubt(&self, view: &SemView, req: &EntryRequest) {
+        if !lock(&self.entries.in_doubt).remove(&req.id) {
+            return;
+        }
+        lock(&self.entries.abandoned).insert(req.id.clone());
+        let shown = view.nodes_of(&req.id);
+        if shown.is_empty() {
+            return;
+        }
+        lock(&self.entries.abandoned).remove(&req.id);
+        if let Some(reap) = lock(&self.entries.reaper).clone() {
+            for node in shown {
+                tracing::debug!(semaphore = %req.name, %node, "deleting the node of a failed enqueue");
+                reap(format!("{}/{node}", req.name));
+            }
+        }
+    }
+
+    /// Sends the create of `req`'s node once.
+    async fn create_once(
+        &self,
+        client: &zk::Client,
+        req: &EntryRequest,
+        deadline: Instant,
+    ) -> Result<Created> {
+        let prefix = self.paths.entry_prefix(&req.name, req.permits, &req.id);
+        let data = EntryData {
+            owner: req.owner.clone(),
+            since_unix_ms: unix_ms_now(),
+        }
+        .encode();
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
+        self.stats.count(RequestKind::Put);
+        lock(&self.entries.in_doubt).insert(req.id.clone());
+        let settled = |e: &Self| lock(&e.entries.in_doubt).remove(&req.id);
+        match tokio::time::timeout_at(deadline, client.create(&prefix, &data, &options)).await {
+            Ok(Ok((_, seq))) => {
+                settled(self);
+                let token = u64::try_from(seq.into_i64())
+                    .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?
+                    + 1;
+                let node = EntryName::node(req.permits, &req.id, token);
+                Ok(Created::Node { token, node })
+            }
+            Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
+            Ok(Err(zk::Error::NoNode)) => {
+                settled(self);
+                Err(Error::NotFound(req.name.clone()))
+            }
+            Ok(Err(e)) => {
+                settled(self);
+                Err(self.denied_as(self.map_error(e), || {
+                    format!("adding an entry to semaphore {:?}", req.name)
+                }))
+            }
+            // Still queued or in flight: it stays in doubt, so a late node is deleted.
+            Err(_) => Err(Error::store("ZooKeeper did not answer the create in time")),
+        }
+    }
+
+    /// Creates `req`'s node, retrying across reconnects; a create whose reply was lost is found
+    /// again in the view by its request id. Returns `(token, node)`.
+    async fn create_entry(
+        &self,
+        session: &ZkSession,
+        view: &SemView,
+        req: &EntryRequest,
+    ) -> Result<(u64, String)> {
+        let client = session.client()?;
+        let deadline = Attempts::new(self.config.request_timeout).deadline();
+        loop {
+            let snapshots = view.snapshots();
+            match self.create_once(&client, req, deadline).await? {
+                Created::Node { token, node } => return Ok((token, node)),
+                Created::InDoubt => {
+                    tracing::debug!(semaphore = %req.name, id = %req.id, "create reply lost; looking for the node after the reconnect");
+                    // A snapshot taken after the loss shows the node if the create was applied.
+                    let resynced = view.wait_progress(deadline, |(_, n)| n > snapshots).await;
+                    if session.lost().is_lost() {
+                        return Err(Error::SessionLost);
+                    }
+                    if !resynced {
+                        return Err(Error::store("ZooKeeper connection lost during the create"));
+                    }
+                    if let Some((token, permits)) = view.find(&req.id) {
+                        lock(&self.entries.in_doubt).remove(&req.id);
+                        return Ok((token, EntryName::node(permits, &req.id, token)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends `req`'s entry to the queue (see [`Backend::enqueue`](crate::backend::Backend::enqueue)).
+    pub(super) async fn enqueue_entry(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let session = self.session().await?;
+        let view = self.view(&session, &req.name).await?;
+        // The weight is checked once the view has applied every change made before our entry
+        // (below): a capacity changed just now may not be in the view yet.
+        if view.capacity().is_none() {
+            return Err(Error::NotFound(req.name.clone()));
+        }
+        let (token, node) = match self.create_entry(&session, &view, req).await {
+            Ok(created) => created,
+            Err(e) => {
+                self.abandon_in_doubt(&view, req);
+                return Err(e);
+            }
+        };
+        let lost = session.lost().child();
+        lock(&self.entries.live).insert(
+            req.id.clone(),
+            LiveEntry {
+                node: node.clone(),
+                lost: lost.clone(),
+            },
+        );
+        // A create retried after a lost reply may have applied twice, the first one late. A
+        // second node of ours that the view showed while our create was in doubt was left
+        // alone then (it could have been the one we would keep): delete it now. One that
+        // shows up from here on is caught by `appeared`, as `live` knows which node is ours.
+        let extra: Vec<String> = view
+            .nodes_of(&req.id)
+            .into_iter()
+            .filter(|n| *n != node)
+            .collect();
+        if !extra.is_empty() {
+            if let Some(reap) = lock(&self.entries.reaper).clone() {
+                for other in extra {
+                    tracing::debug!(semaphore = %req.name, node = %other, "deleting a second node of one request (a create applied late)");
+                    reap(format!("{}/{other}", req.name));
+                }
+            }
+        }
+        // Our node's creation event precedes the create's reply; the view applies it promptly.
+        let limit = Instant::now() + self.config.request_timeout;
+        if !view.wait_progress(limit, |(seen, _)| seen > token).await {
+            return Err(if session.lost().is_lost() {
+                Error::SessionLost
+            } else {
+                Error::store("the semaphore watch did not report our own entry in time")
+            });
+        }
+        let granted = match view.outcome(token, req.permits) {
+            Some(Outcome::Granted) => true,
+            Some(Outcome::TooHeavy(cap)) => return Err(waiters::over_capacity(req, cap)),
+            Some(other) => {
+                return Err(other
+                    .into_result(req, &lost)
+                    .err()
+                    .unwrap_or(Error::SessionLost))
+            }
+            None => false,
+        };
+        Ok(Enqueued {
+            token,
+            granted,
+            lost,
+        })
+    }
+
+    /// Removes an entry (release or cancel); removing an absent entry succeeds.
+    pub(super) async fn remove_entry(&self, name: &str, id: &str) -> Result<()> {
+        // Forget it first: our own delete must not look like a node deleted behind our back.
+        let live = lock(&self.entries.live).remove(id);
+        if self.stop.is_stopped() {
+            return Ok(()); // close() ended the session, and every node of it
+        }
+        if live.as_ref().is_some_and(|l| l.lost.is_lost()) {
+            return Ok(()); // its session is gone, and the node with it
+        }
+        let session = self.session().await?;
+        let node = match live {
+            Some(l) => Some(l.node),
+            None => {
+                let known = session.views.lock().await.get(name).cloned();
+                let shown = || {
+                    known
+                        .as_ref()
+                        .and_then(|v| v.find(id))
+                        .map(|(token, permits)| EntryName::node(permits, id, token))
+                };
+                match shown() {
+                    Some(node) => Some(node),
+                    // Created by a request whose reply never came: delete that node if it ever
+                    // shows up; if the view showed it between the look above and the mark,
+                    // `appeared` did not know it was abandoned then: delete it here.
+                    None if lock(&self.entries.in_doubt).remove(id) => {
+                        lock(&self.entries.abandoned).insert(id.to_string());
+                        let late = shown();
+                        if late.is_some() {
+                            lock(&self.entries.abandoned).remove(id);
+                        }
+                        late
+                    }
+                    None => None,
+                }
+            }
+        };
+        let Some(node) = node else {
+            return Ok(()); // never created, or abandoned until it shows up
+        };
+        let client = session.client()?;
+        let path = self.paths.entry(name, &node);
+        // A delete is idempotent (NoNode: done), so a connection broken under it (a failover,
+        // a blip) is retried on the reconnected client, within the call's deadline and while
+        // the session lives.
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
+            let e = match self
+                .call(RequestKind::Delete, client.delete(&path, None))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_zk(&e, &zk::Error::NoNode) => return Ok(()),
+                Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
+                    return Err(self.denied_as(e, || format!("deleting the entry node {path}")))
+                }
+                Err(e) => e,
+            };
+            let broken = matches!(&e, Error::Store(inner)
+                if inner.downcast_ref::<zk::Error>().is_some_and(view::is_connection_error));
+            if !broken || session.lost().is_lost() || !attempts.again(true).await {
+                return Err(e);
+            }
+            tracing::debug!(%path, error = %e, "release interrupted by a connection error; retrying");
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! A semaphore's own records: its node and capacity (created, opened, resized), its queue read
+//! for a status, and the names of all semaphores.
+
+use super::calls::{is_zk, not_found_as};
+use super::nodes::{EntryData, EntryName};
+use super::ZkBackend;
+use crate::backend::capacity::CapValue;
+use crate::backend::retry::Attempts;
+use crate::error::{Error, Result};
+use crate::queue;
+use crate::stats::RequestKind;
+use crate::status::{Holder, Status};
+use std::collections::HashMap;
+use tokio::time::Instant;
+use zookeeper_client::{self as zk, CreateMode};
+
+impl ZkBackend {
+    /// Creates the semaphore with `capacity` if absent, or opens it (see
+    /// [`Backend::ensure_semaphore`](crate::backend::Backend::ensure_semaphore)).
+    pub(super) async fn open_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        let session = self.session().await?;
+        let known = {
+            let views = session.views.lock().await;
+            views.get(name).filter(|v| v.is_live()).cloned()
+        };
+        let view = match known {
+            // The watch keeps it current: no request.
+            Some(v) if v.capacity().is_some() => v,
+            _ => {
+                let mut denied = None;
+                if let Some(c) = capacity {
+                    let client = session.client()?;
+                    let path = self.paths.semaphore(name);
+                    let data = CapValue::new(c).encode();
+                    let created = self
+                        .call(
+                            RequestKind::Put,
+                            client.create(
+                                &path,
+                                &data,
+                                &CreateMode::Persistent.with_acls(self.acls),
+                            ),
+                        )
+                        .await;
+                    match created {
+                        Ok(_) => {}
+                        Err(e) if is_zk(&e, &zk::Error::NodeExists) => {
+                            self.warn_if_open(&client, &path).await;
+                        }
+                        // It may exist (ZooKeeper checks the ACL first): the view tells.
+                        Err(e) if is_zk(&e, &zk::Error::NoAuth) => denied = Some(e),
+                        Err(e) => return Err(e),
+                    }
+                }
+                let view = self.view(&session, name).await?;
+                if let (Some(e), None) = (denied, view.capacity()) {
+                    return Err(self.denied_as(e, || format!("creating semaphore {name:?}")));
+                }
+                if capacity.is_some() && view.capacity().is_none() {
+                    // A view that watched the absent semaphore learns of our create from its
+                    // event, which precedes the create's reply: wait for it to be applied.
+                    let limit = Instant::now() + self.config.request_timeout;
+                    view.wait_progress(limit, |_| view.capacity().is_some())
+                        .await;
+                }
+                view
+            }
+        };
+        let stored = view
+            .capacity()
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        match capacity {
+            Some(c) if c != stored => Err(Error::CapacityMismatch {
+                stored,
+                requested: c,
+            }),
+            _ => Ok(stored),
+        }
+    }
+
+    /// The semaphore's holders and waiters: its queue, its capacity, and the owners of its
+    /// entries in one multi-read.
+    pub(super) async fn read_status(&self, name: &str) -> Result<Status> {
+        let session = self.session().await?;
+        let client = session.client()?;
+        // The queue first, then the capacity: never a capacity older than the queue.
+        let (entries, nodes) = self.read_queue(&client, name).await?;
+        let (cap, _) = self.read_capacity(&client, name).await?;
+        let n = queue::holders(entries.iter().copied(), cap.capacity, cap.floor);
+        // Owners of the holders and waiters, in one multi-read.
+        let mut reader = client.new_multi_reader();
+        for e in &entries {
+            let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
+            reader
+                .add_get_data(&self.paths.entry(name, node))
+                .map_err(Error::store)?;
+        }
+        let data = if entries.is_empty() {
+            Vec::new()
+        } else {
+            self.call(RequestKind::Range, reader.commit()).await?
+        };
+        let mut holders = Vec::with_capacity(n);
+        let mut waiters = Vec::with_capacity(entries.len().saturating_sub(n));
+        for (i, (e, d)) in entries.iter().zip(data).enumerate() {
+            // An entry released or withdrawn since the listing is no longer there.
+            let zk::MultiReadResult::Data { data, stat } = d else {
+                continue;
+            };
+            let v = EntryData::parse(&data);
+            let row = if i < n { &mut holders } else { &mut waiters };
+            row.push(Holder {
+                owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
+                permits: e.permits,
+                fencing_token: e.token,
+                since_unix_ms: v
+                    .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
+            });
+        }
+        Ok(Status::from_queue(name, cap.capacity, holders, waiters))
+    }
+
+    /// Changes the capacity for every client; shrinking keeps current holders.
+    pub(super) async fn resize(&self, name: &str, capacity: u32) -> Result<()> {
+        let session = self.session().await?;
+        let client = session.client()?;
+        let path = self.paths.semaphore(name);
+        // Read, compute, compare-and-set (on the data version); a write that lost a race reads
+        // again.
+        let mut attempts = Attempts::new(self.config.request_timeout);
+        loop {
+            let (old, version) = self.read_capacity(&client, name).await?;
+            let mut writer = client.new_multi_writer();
+            let mut floor = old.floor;
+            if capacity < old.capacity {
+                // Shrinking grandfathers the holders of now. The write checks that the capacity
+                // and every one of them are unchanged, so no waiter was granted in between.
+                let (entries, nodes) = self.read_queue(&client, name).await?;
+                floor = queue::floor_after_resize(&entries, old.capacity, capacity, old.floor);
+                if floor != old.floor {
+                    let n = queue::holders(entries.iter().copied(), old.capacity, old.floor);
+                    for e in &entries[..n] {
+                        let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
+                        writer
+                            .add_check_version(&self.paths.entry(name, node), 0)
+                            .map_err(Error::store)?;
+                    }
+                }
+            }
+            writer
+                .add_set_data(&path, &CapValue { capacity, floor }.encode(), Some(version))
+                .map_err(Error::store)?;
+            let commit = writer.commit();
+            let written = self
+                .call(RequestKind::Txn, async {
+                    commit.await.map_err(zk::Error::from)
+                })
+                .await;
+            match written {
+                Ok(_) => return Ok(()),
+                // Something changed since the read (or a holder left): read again.
+                Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
+                Err(e) => {
+                    let e = self.denied_as(e, || format!("setting the capacity of {name:?}"));
+                    return Err(not_found_as(e, name));
+                }
+            }
+            if !attempts.again(true).await {
+                return Err(Error::store(format!(
+                    "semaphore {name:?} kept changing; capacity not set, try again"
+                )));
+            }
+        }
+    }
+
+    /// Names of all semaphores, sorted.
+    pub(super) async fn list_names(&self) -> Result<Vec<String>> {
+        let session = self.session().await?;
+        let client = session.client()?;
+        let dir = self.paths.semaphores();
+        let mut names = match self
+            .call(RequestKind::Range, client.list_children(&dir))
+            .await
+        {
+            Ok(names) => names,
+            Err(e) if is_zk(&e, &zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    /// Reads the semaphore's children: `(entries in order, node names by token)`.
+    async fn read_queue(
+        &self,
+        client: &zk::Client,
+        name: &str,
+    ) -> Result<(Vec<queue::Entry>, HashMap<u64, String>)> {
+        let path = self.paths.semaphore(name);
+        let (children, _) = self
+            .call(RequestKind::Range, client.get_children(&path))
+            .await
+            .map_err(|e| not_found_as(e, name))?;
+        let mut entries = Vec::new();
+        let mut nodes = HashMap::new();
+        for node in children {
+            if let Some(e) = EntryName::parse(&node) {
+                entries.push(queue::Entry {
+                    token: e.token(),
+                    permits: e.permits,
+                });
+                nodes.insert(e.token(), node);
+            }
+        }
+        entries.sort_by_key(|e| e.token);
+        Ok((entries, nodes))
+    }
+
+    /// Reads the capacity record and its data version.
+    async fn read_capacity(&self, client: &zk::Client, name: &str) -> Result<(CapValue, i32)> {
+        let path = self.paths.semaphore(name);
+        let (data, stat) = self
+            .call(RequestKind::Range, client.get_data(&path))
+            .await
+            .map_err(|e| not_found_as(e, name))?;
+        let cap = CapValue::parse(&data)
+            .ok_or_else(|| Error::store(format!("unreadable capacity at {path}")))?;
+        Ok((cap, stat.version))
+    }
+}
