@@ -10,9 +10,9 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::cell::{learn, Enqueued, KeyCell};
+use super::cell::{Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
-use super::registry::LimitShared;
+use super::registry::{learn, LimitShared};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;

@@ -2,8 +2,7 @@
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
-use super::registry::LimitShared;
-use crate::backend::{lock, Current};
+use crate::backend::lock;
 use crate::error::{Error, Result};
 use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
 use std::sync::Mutex;
@@ -303,31 +302,6 @@ impl KeyCell {
         (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
             .then_some(verdict.decision)
     }
-}
-
-/// Updates the limit's quota and the key's known state from what a store returned.
-pub(crate) fn learn(
-    limit: &LimitShared,
-    cell: &KeyCell,
-    current: Current,
-    now: UnixNanos,
-) -> Result<()> {
-    let quota = current
-        .quota
-        .ok_or_else(|| Error::NotFound(limit.name.clone()))?;
-    limit.learn_quota(Quota::decode(&quota.value)?, quota.version);
-    let (quota, _) = limit.quota();
-    match current.key {
-        None => cell.set_known(None, None, now, now),
-        // A reset key some stores keep (see `RateStore::delete_key`): absent, at a version.
-        Some(k) if k.value.is_empty() => cell.set_known(None, Some(k.version), now, now),
-        Some(k) => {
-            let state = KeyState::decode(&k.value)?;
-            let expires_at = decide(&quota, Some(&state), 0, now).expires_at;
-            cell.set_known(Some(state), Some(k.version), expires_at, now);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

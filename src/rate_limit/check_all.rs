@@ -3,10 +3,10 @@
 //! write (`joint.rs`) and are decided together, in arrival order.
 
 use super::batch::{by, pause_after_conflict, rate_store};
-use super::cell::{learn, KeyCell, Start};
+use super::cell::{KeyCell, Start};
 use super::handle::{validate_key, RateLimit};
 use super::joint::{JointCall, JointGroup};
-use super::registry::LimitShared;
+use super::registry::{learn, LimitShared};
 use crate::backend::{KeyWrite, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// One check of a [`Limiter::check_all`]: `cost` for `key` on a rate limit.
+/// One check of a [`Limiter::check_all`](crate::Limiter::check_all): `cost` for `key` on a rate limit.
 #[derive(Debug, Clone)]
 pub struct KeyCheck<'a> {
     limit: &'a RateLimit,

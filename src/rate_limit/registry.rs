@@ -5,7 +5,9 @@
 
 use super::cell::KeyCell;
 use crate::backend::lock;
-use crate::rate::Quota;
+use crate::backend::Current;
+use crate::error::{Error, Result};
+use crate::rate::{decide, KeyState, Quota, UnixNanos};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -91,6 +93,31 @@ impl LimitShared {
     pub(crate) fn cells(&self) -> usize {
         lock(&self.keys).len()
     }
+}
+
+/// Updates the limit's quota and the key's known state from what a store returned.
+pub(crate) fn learn(
+    limit: &LimitShared,
+    cell: &KeyCell,
+    current: Current,
+    now: UnixNanos,
+) -> Result<()> {
+    let quota = current
+        .quota
+        .ok_or_else(|| Error::NotFound(limit.name.clone()))?;
+    limit.learn_quota(Quota::decode(&quota.value)?, quota.version);
+    let (quota, _) = limit.quota();
+    match current.key {
+        None => cell.set_known(None, None, now, now),
+        // A reset key some stores keep (see `RateStore::delete_key`): absent, at a version.
+        Some(k) if k.value.is_empty() => cell.set_known(None, Some(k.version), now, now),
+        Some(k) => {
+            let state = KeyState::decode(&k.value)?;
+            let expires_at = decide(&quota, Some(&state), 0, now).expires_at;
+            cell.set_known(Some(state), Some(k.version), expires_at, now);
+        }
+    }
+    Ok(())
 }
 
 /// Counts of rate-limit decisions by where they were made.

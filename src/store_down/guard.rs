@@ -54,6 +54,8 @@ pub struct GuardedDecision {
     pub decision: Decision,
     /// Whether the store made it, or which fallback.
     pub source: DecisionSource,
+    /// How long the store took to answer (for a latency metric), when it made the decision.
+    pub store_latency: Option<Duration>,
 }
 
 /// Checks rate limits through the store while it answers, and applies a [`StoreDownPolicy`]
@@ -243,13 +245,15 @@ impl StoreDownGuard {
         let health = &self.shared.health;
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
-            let deadline = bound.and_then(|t| Instant::now().checked_add(t));
+            let started = Instant::now();
+            let deadline = bound.and_then(|t| started.checked_add(t));
             match limit.check_by(key, cost, deadline).await {
                 Ok(decision) => {
                     health.up(limit.name());
                     return Ok(GuardedDecision {
                         decision,
                         source: DecisionSource::Store,
+                        store_latency: Some(started.elapsed()),
                     });
                 }
                 Err(e) => match failure(&e) {
@@ -297,6 +301,7 @@ impl StoreDownGuard {
         let name = first.parts().0.name().to_string();
         let health = &self.shared.health;
         if health.may_try() {
+            let started = Instant::now();
             let call = limiter.check_all(checks);
             let answered = match bound {
                 None => call.await,
@@ -312,6 +317,7 @@ impl StoreDownGuard {
                         .map(|decision| GuardedDecision {
                             decision,
                             source: DecisionSource::Store,
+                            store_latency: Some(started.elapsed()),
                         })
                         .collect());
                 }
@@ -360,7 +366,11 @@ impl StoreDownGuard {
                     } else {
                         DecisionSource::FailClosed
                     };
-                    GuardedDecision { decision, source }
+                    GuardedDecision {
+                        decision,
+                        source,
+                        store_latency: None,
+                    }
                 })
                 .collect::<Vec<_>>()
         };
@@ -410,6 +420,7 @@ impl StoreDownGuard {
             .map(|decision| GuardedDecision {
                 decision,
                 source: DecisionSource::Local,
+                store_latency: None,
             })
             .collect())
     }

@@ -5,7 +5,6 @@ use super::harness::{Harness, LimiterOptions};
 pub use super::within::within;
 use crate::{Error, Limiter, Permit, Semaphore, Status};
 use std::any::type_name;
-use std::future::Future;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 

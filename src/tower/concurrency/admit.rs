@@ -1,7 +1,7 @@
 //! Admission of one request: take the permit, or decide what a missing permit means.
 
 use super::error::LimitError;
-use super::layer::Fallback;
+use super::fallback::Fallback;
 use crate::error::Error;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};

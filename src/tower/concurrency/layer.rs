@@ -2,6 +2,7 @@
 
 use super::admit::Policy;
 use super::classify::DefaultClassifier;
+use super::fallback::Fallback;
 use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
@@ -18,32 +19,6 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Default [`retry_after`](ClusterConcurrencyLimitLayerBuilder::retry_after) hint of a rejection.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// What to do with a request that got no permit by its deadline ([`on_timeout`]); also
-/// accepted by [`on_store_error`], whose vocabulary is the rate layers' [`StoreDownPolicy`]
-/// (`Reject` is [`StoreDownPolicy::FailClosed`]).
-///
-/// [`on_timeout`]: ClusterConcurrencyLimitLayerBuilder::on_timeout
-/// [`on_store_error`]: ClusterConcurrencyLimitLayerBuilder::on_store_error
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fallback {
-    /// Do not run the request: answer [`LimitError::Timeout`](super::LimitError::Timeout) or
-    /// [`LimitError::StoreUnavailable`](super::LimitError::StoreUnavailable). Keeps the cap.
-    #[default]
-    Reject,
-    /// Run the request without a permit: availability before the cap. Logged at `debug` per
-    /// request, and at `warn` when the store goes down.
-    FailOpen,
-}
-
-impl From<Fallback> for StoreDownPolicy {
-    fn from(f: Fallback) -> StoreDownPolicy {
-        match f {
-            Fallback::Reject => StoreDownPolicy::FailClosed,
-            Fallback::FailOpen => StoreDownPolicy::FailOpen,
-        }
-    }
-}
 
 /// A [`tower_layer::Layer`] that wraps a service in [`ClusterConcurrencyLimit`]: every request
 /// holds permits of one cluster-wide [`Semaphore`] while it runs. See the [module

@@ -8,6 +8,7 @@ mod admit;
 mod classify;
 mod deprecated;
 mod error;
+mod fallback;
 mod future;
 mod layer;
 mod service;
@@ -18,9 +19,10 @@ pub use deprecated::{
     GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
 };
 pub use error::LimitError;
+pub use fallback::Fallback;
 pub use future::ResponseFuture;
 pub use layer::{
-    ClusterConcurrencyLimitLayer, ClusterConcurrencyLimitLayerBuilder, Fallback,
-    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
+    ClusterConcurrencyLimitLayer, ClusterConcurrencyLimitLayerBuilder, DEFAULT_ACQUIRE_TIMEOUT,
+    DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
 };
 pub use service::ClusterConcurrencyLimit;

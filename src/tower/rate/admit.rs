@@ -2,7 +2,7 @@
 //! or waiting up to a deadline.
 
 use super::error::{RateLimitError, RateLimitInfo};
-use super::layer::{OnLimit, OnMissingKey};
+use super::options::{OnLimit, OnMissingKey};
 use crate::error::Error;
 use crate::rate::headers::{rate_limit_headers, HeaderNames};
 use crate::rate_limit::handle::{validate_key, RateLimit};

@@ -3,7 +3,7 @@
 
 use super::admit::{Admission, Fields, Plan, Policy};
 use super::error::RateLimitInfo;
-use super::layer::OnLimit;
+use super::options::OnLimit;
 use super::respond::Respond;
 use futures::future::BoxFuture;
 use std::future::Future;

@@ -8,12 +8,14 @@ mod future;
 mod http_answer;
 pub mod key;
 mod layer;
+mod options;
 mod respond;
 mod service;
 
 pub use cost::{CostFn, OnePerRequest};
 pub use error::{RateLimitError, RateLimitInfo};
 pub use future::RateLimitFuture;
-pub use layer::{ClusterRateLimitLayer, OnLimit, OnMissingKey, DEFAULT_RATE_STORE_TIMEOUT};
+pub use layer::{ClusterRateLimitLayer, DEFAULT_RATE_STORE_TIMEOUT};
+pub use options::{OnLimit, OnMissingKey};
 pub use respond::{AsErrors, HttpResponses, Respond};
 pub use service::ClusterRateLimit;

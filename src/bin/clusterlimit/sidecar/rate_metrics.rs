@@ -2,7 +2,7 @@
 //! (domain, limit) what envoyproxy/ratelimit reports (total hits, over limit, near limit,
 //! shadow mode, failure mode allowed), the store's latency, and the keys cached.
 
-use clusterlimit::{Guarded, Source};
+use clusterlimit::{DecisionSource, GuardedDecision};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -127,7 +127,7 @@ impl RateMetrics {
     }
 
     /// One answered check of `key` on rate limit `limit` for the live view.
-    pub fn record_key(&self, limit: &str, key: &str, g: &Guarded, cost: u64) {
+    pub fn record_key(&self, limit: &str, key: &str, g: &GuardedDecision, cost: u64) {
         let d = &g.decision;
         self.live.record(
             limit,
@@ -150,13 +150,13 @@ impl RateMetrics {
         &self,
         domain: &str,
         limit: &str,
-        g: &Guarded,
+        g: &GuardedDecision,
         cost: u64,
         shadow: bool,
         store_latency: Option<Duration>,
     ) {
         let d = &g.decision;
-        let from_store = g.source == Source::Store;
+        let from_store = g.source == DecisionSource::Store;
         self.record_answer(domain, limit, d.allowed, !from_store, cost, shadow);
         if d.allowed {
             let used = d.limit.saturating_sub(d.remaining);

@@ -15,10 +15,10 @@ use crate::common::quota_print::{decision_json, quota_text};
 use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
+use clusterlimit::Waited;
 use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit};
 use open::{check_key, name_error, open_existing, open_stored, with_limiter, with_limiter_by};
 use std::process::ExitCode;
-use wait::Waited;
 
 /// Runs one `rate` subcommand.
 pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
@@ -156,7 +156,8 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             .map_err(Failure::from_lib)?;
         match waited {
             Waited::Admitted(d) => Ok(admitted(a, &d)),
-            Waited::TimedOut(d) => {
+            // (A never-admitted cost is an error of wait.rs; a plain wait is never stopped.)
+            Waited::Denied(d) | Waited::Never(d) => {
                 if a.json {
                     println!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
                 }
@@ -172,6 +173,9 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
                     ),
                 ))
             }
+            _ => Err(Failure::from_lib(Error::store(
+                "the wait ended without an answer",
+            ))),
         }
     })
     .await

@@ -6,7 +6,9 @@ use super::answer::{self, Outcome};
 use super::matcher::{self, Entry};
 use super::rules::Rule;
 use super::service::{Rls, MAX_DESCRIPTORS};
-use clusterlimit::{Check, Error, Guarded, RateLimit, Source, StoreDownGuard, StoreDownPolicy};
+use clusterlimit::{
+    DecisionSource, Error, GuardedDecision, KeyCheck, RateLimit, StoreDownGuard, StoreDownPolicy,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -233,7 +235,7 @@ impl Rls {
                         rule,
                         decision: Some(c.guarded.decision),
                         over,
-                        store: c.guarded.source == Source::Store,
+                        store: c.guarded.source == DecisionSource::Store,
                     }
                 }
             });
@@ -276,7 +278,7 @@ impl Rls {
                     alone.push((i, limit, key.as_str(), *cost));
                 } else {
                     enforced.push((i, *cost));
-                    checks.push(Check::new(
+                    checks.push(KeyCheck::new(
                         limit,
                         key.clone(),
                         if over_anyway { 0 } else { *cost },
@@ -378,7 +380,7 @@ fn counted_alone(rule: &Arc<Rule>) -> Arc<Rule> {
 /// How one checked descriptor came out.
 #[derive(Clone, Copy)]
 struct Checked {
-    guarded: Guarded,
+    guarded: GuardedDecision,
     /// This descriptor is over its limit.
     over: bool,
     /// The hits actually counted for it.

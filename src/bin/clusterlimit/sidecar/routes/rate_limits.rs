@@ -18,7 +18,9 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
-use clusterlimit::{validate, Error, Guarded, RateLimit, Source, MAX_KEY_LEN};
+use clusterlimit::{
+    validate, DecisionSource, Error, GuardedDecision, RateLimit, Waited, MAX_KEY_LEN,
+};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -26,11 +28,6 @@ use std::time::Duration;
 
 /// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
 const DOMAIN: &str = "http";
-/// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
-const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
-/// A denial's `retry_after` this long means never: the quota was lowered (by another client)
-/// to one the cost can never pass. The same bound as `RateLimit::wait`'s.
-const NEVER: Duration = Duration::from_secs(1000 * 24 * 3600);
 
 /// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
 /// range for its field.
@@ -93,60 +90,48 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
     }
 }
 
-/// 400 on `cost` when the denial `g` says the cost can never be admitted (`retry_after` is
-/// "never"), as the library's wait answers, rather than a 429 with a meaningless Retry-After.
-fn never_admitted(rl: &RateLimit, g: &Guarded, cost: u64) -> Result<(), Problem> {
-    if g.decision.allowed || g.decision.retry_after.is_none_or(|r| r < NEVER) {
-        return Ok(());
-    }
-    Err(Problem::field(
+/// 400 on `cost` when a denial says the cost can never be admitted
+/// ([`Decision::never_admits`](clusterlimit::Decision::never_admits): the quota was lowered
+/// by another client), rather than a 429 with a meaningless Retry-After.
+fn never_admitted(rl: &RateLimit, cost: u64) -> Problem {
+    Problem::field(
         "cost",
         format!(
             "cost {cost} can never be admitted by the quota now stored for rate limit {:?} ({})",
             rl.name(),
             rl.quota()
         ),
-    ))
+    )
 }
 
-fn source_name(s: Source) -> &'static str {
+fn source_name(s: DecisionSource) -> &'static str {
     match s {
-        Source::Store => "store",
-        Source::FailOpen => "fail_open",
-        Source::FailClosed => "fail_closed",
-        Source::Local => "local",
+        DecisionSource::Store => "store",
+        DecisionSource::FailOpen => "fail_open",
+        DecisionSource::FailClosed => "fail_closed",
+        DecisionSource::Local => "local",
         _ => "other",
     }
 }
 
-/// One guarded check, and how long it took; with a `deadline` (a wait's `timeout_ms`), the
-/// store gets at most what is left of it (and at most the store timeout).
+/// One guarded check (the store gets at most the store timeout).
 async fn guarded(
     st: &AppState,
     rl: &RateLimit,
     key: &str,
     cost: u64,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<(Guarded, Duration), Problem> {
-    let started = tokio::time::Instant::now();
-    let guard = &st.rate.guard;
-    let g = match deadline {
-        None => guard.check_n(rl, key, cost).await,
-        Some(d) => {
-            let left = d
-                .saturating_duration_since(started)
-                .max(Duration::from_millis(1));
-            guard.check_n_within(rl, key, cost, left).await
-        }
-    }
-    .map_err(|e| lib_problem(e, rl.name()))?;
-    Ok((g, started.elapsed()))
+) -> Result<GuardedDecision, Problem> {
+    st.rate
+        .guard
+        .check_n(rl, key, cost)
+        .await
+        .map_err(|e| lib_problem(e, rl.name()))
 }
 
 /// Counts one answered request in the metrics (a wait counts once, by its last check).
-fn record(st: &AppState, rl: &RateLimit, key: &str, g: &Guarded, cost: u64, took: Duration) {
+fn record(st: &AppState, rl: &RateLimit, key: &str, g: &GuardedDecision, cost: u64) {
     let m = &st.metrics.rate;
-    m.record(DOMAIN, rl.name(), g, cost, false, Some(took));
+    m.record(DOMAIN, rl.name(), g, cost, false, g.store_latency);
     m.record_key(rl.name(), key, g, cost);
     m.keys_cached(rl.name(), rl.cached_keys());
 }
@@ -160,7 +145,7 @@ fn lib_problem(e: Error, name: &str) -> Problem {
 }
 
 /// Adds the RateLimit fields of `g` to `resp` in the configured naming.
-fn add_fields(st: &AppState, rl: &RateLimit, g: &Guarded, resp: &mut Response) {
+fn add_fields(st: &AppState, rl: &RateLimit, g: &GuardedDecision, resp: &mut Response) {
     let sets: &[HeaderNames] = match st.rate.headers {
         HeaderMode::Ietf => &[HeaderNames::Ietf],
         HeaderMode::Legacy => &[HeaderNames::Legacy],
@@ -184,7 +169,7 @@ fn answer(
     rl: &RateLimit,
     key: &str,
     cost: u64,
-    g: &Guarded,
+    g: &GuardedDecision,
     deny_429: bool,
     why: Option<String>,
 ) -> Response {
@@ -195,7 +180,7 @@ fn answer(
     } else {
         // fail_closed denies because the store is down, not because of the limit: a 503 as the
         // tower layer answers, still with Retry-After.
-        let (status, code, detail) = if g.source == Source::FailClosed {
+        let (status, code, detail) = if g.source == DecisionSource::FailClosed {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
@@ -331,9 +316,11 @@ pub async fn check(
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
-    let (g, took) = guarded(&st, &rl, &body.key, cost, None).await?;
-    never_admitted(&rl, &g, cost)?;
-    record(&st, &rl, &body.key, &g, cost, took);
+    let g = guarded(&st, &rl, &body.key, cost).await?;
+    if g.decision.never_admits() {
+        return Err(never_admitted(&rl, cost));
+    }
+    record(&st, &rl, &body.key, &g, cost);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
@@ -361,44 +348,48 @@ pub async fn wait(
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     let _in_flight = InFlight::new(st.metrics.rate.waits_in_flight(rl.name()));
-    // Bounded by the deadline: each round sleeps until a denial's retry_after, at least 1 ms.
-    // Only the sleep races shutdown: a check cut off mid-write could consume and answer 503.
-    loop {
-        if st.shutdown.is_cancelled() {
-            return Err(shutting_down());
-        }
-        let (g, took) = guarded(&st, &rl, &body.key, cost, Some(deadline)).await?;
-        if g.decision.allowed {
-            record(&st, &rl, &body.key, &g, cost, took);
+    if st.shutdown.is_cancelled() {
+        return Err(shutting_down());
+    }
+    // The library's one wait; shutdown ends it only while it sleeps (a check cut off
+    // mid-write could consume and still answer 503).
+    let waited = st
+        .rate
+        .guard
+        .wait_until_or(
+            &rl,
+            &body.key,
+            cost,
+            Some(deadline),
+            st.shutdown.cancelled(),
+        )
+        .await
+        .map_err(|e| lib_problem(e, rl.name()))?;
+    let g = match waited {
+        Waited::Admitted(g) => {
+            record(&st, &rl, &body.key, &g, cost);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
-        never_admitted(&rl, &g, cost)?;
-        let step = g
-            .decision
-            .retry_after
-            .unwrap_or(MIN_WAIT_STEP)
-            .max(MIN_WAIT_STEP);
-        let wake = tokio::time::Instant::now().checked_add(step);
-        if wake.is_none_or(|w| w > deadline) {
-            let ban = rl.quota().ban;
-            let why = format!(
-                "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
-                 nothing was consumed{}",
-                body.key,
-                if ban.is_zero() {
-                    String::new()
-                } else {
-                    format!(", but the denial started the quota's ban of {} ms", ban.as_millis())
-                }
-            );
-            record(&st, &rl, &body.key, &g, cost, took);
-            return Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)));
+        Waited::Never(_) => return Err(never_admitted(&rl, cost)),
+        Waited::Denied(g) => g,
+        _ => return Err(shutting_down()),
+    };
+    let ban = rl.quota().ban;
+    let why = format!(
+        "rate limit {name:?} would not admit key {:?} (cost {cost}) within {timeout_ms} ms; \
+         nothing was consumed{}",
+        body.key,
+        if ban.is_zero() {
+            String::new()
+        } else {
+            format!(
+                ", but the denial started the quota's ban of {} ms",
+                ban.as_millis()
+            )
         }
-        tokio::select! {
-            () = tokio::time::sleep_until(wake.unwrap_or(deadline)) => {}
-            () = st.shutdown.cancelled() => return Err(shutting_down()),
-        }
-    }
+    );
+    record(&st, &rl, &body.key, &g, cost);
+    Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)))
 }
 
 /// Counts a wait in flight in `clusterlimit_rate_waits_in_flight` until dropped, however the
@@ -439,7 +430,7 @@ pub async fn peek(
 ) -> Result<Response, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let (g, _) = guarded(&st, &rl, &key, 0, None).await?;
+    let g = guarded(&st, &rl, &key, 0).await?;
     Ok(answer(&st, &rl, &key, 0, &g, false, None))
 }
 
