@@ -1,6 +1,7 @@
 //! Root names that were renamed, kept for one release: each is an alias that warns when used.
 //! (The tower layer's old names are in `tower/deprecated.rs`.)
 
+use crate::lost::SessionDeadline;
 use crate::rate_limit::check_all::KeyCheck;
 use crate::store_down::guard::{DecisionSource, GuardedDecision};
 
@@ -31,3 +32,13 @@ pub type Guarded = GuardedDecision;
 /// ```
 #[deprecated(since = "0.2.0", note = "renamed to `DecisionSource`")]
 pub type Source = DecisionSource;
+
+/// Old name of [`SessionDeadline`] (the instant a session could expire, which a
+/// [`LostSignal`](crate::LostSignal) watches); using it warns.
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _ = clusterlimit::Deadline::none();
+/// ```
+#[deprecated(since = "0.2.0", note = "renamed to `SessionDeadline`")]
+pub type Deadline = SessionDeadline;

@@ -76,7 +76,7 @@ pub mod validate;
 // Names before issue 29's renames, kept for one release (each warns when used).
 mod deprecated;
 #[allow(deprecated)]
-pub use deprecated::{Check, Guarded, Source};
+pub use deprecated::{Check, Deadline, Guarded, Source};
 
 pub use announce::Announcement;
 pub use clock::Clock;
@@ -85,7 +85,7 @@ pub use limiter::{
     CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
     MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
 };
-pub use lost::{Deadline, LostSignal};
+pub use lost::{LostSignal, SessionDeadline};
 pub use members::StoreMember;
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};

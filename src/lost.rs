@@ -12,23 +12,25 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Moves forward with every acknowledged keepalive; `None` means "no deadline" (memory store).
+/// The instant a session could expire, the earliest moment the store could hand its permits to
+/// someone else: it moves forward with every acknowledged keepalive; `None` means "no
+/// deadline" (memory store).
 #[derive(Debug, Clone)]
-pub struct Deadline {
+pub struct SessionDeadline {
     tx: Arc<watch::Sender<Option<Instant>>>,
 }
 
-impl Deadline {
+impl SessionDeadline {
     /// A deadline that never passes.
     pub fn none() -> Self {
-        Deadline {
+        SessionDeadline {
             tx: Arc::new(watch::Sender::new(None)),
         }
     }
 
     /// A deadline at `at`.
     pub fn at(at: Instant) -> Self {
-        Deadline {
+        SessionDeadline {
             tx: Arc::new(watch::Sender::new(Some(at))),
         }
     }
@@ -85,12 +87,12 @@ impl Deadline {
 #[derive(Debug, Clone)]
 pub struct LostSignal {
     token: CancellationToken,
-    deadline: Deadline,
+    deadline: SessionDeadline,
 }
 
 impl LostSignal {
     /// A signal for a new session with the given deadline.
-    pub fn new(deadline: Deadline) -> Self {
+    pub fn new(deadline: SessionDeadline) -> Self {
         LostSignal {
             token: CancellationToken::new(),
             deadline,
@@ -130,7 +132,7 @@ impl LostSignal {
     }
 
     /// The session deadline behind this signal.
-    pub fn deadline(&self) -> &Deadline {
+    pub fn deadline(&self) -> &SessionDeadline {
         &self.deadline
     }
 }
@@ -142,7 +144,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_moves_and_fires() {
-        let d = Deadline::at(Instant::now() + Duration::from_secs(3));
+        let d = SessionDeadline::at(Instant::now() + Duration::from_secs(3));
         let s = LostSignal::new(d.clone());
         let child = s.child();
         d.extend(Instant::now() + Duration::from_secs(5));
@@ -160,7 +162,7 @@ mod tests {
     /// ended, and with it the node nobody deletes any more).
     #[tokio::test(start_paused = true)]
     async fn a_passed_deadline_stays_passed() {
-        let d = Deadline::at(Instant::now() + Duration::from_secs(3));
+        let d = SessionDeadline::at(Instant::now() + Duration::from_secs(3));
         let s = LostSignal::new(d.clone());
         let permit = s.child();
         tokio::time::sleep(Duration::from_millis(3001)).await;
@@ -174,7 +176,7 @@ mod tests {
 
     #[tokio::test]
     async fn child_fires_alone() {
-        let s = LostSignal::new(Deadline::none());
+        let s = LostSignal::new(SessionDeadline::none());
         let a = s.child();
         let b = s.child();
         a.fire();

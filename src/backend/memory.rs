@@ -6,7 +6,7 @@
 use super::{lock, Backend, Enqueued, EntryRequest, Stop};
 use crate::backend::waiters::{self, Outcome, QueueView, Waiters};
 use crate::error::{Error, Result};
-use crate::lost::{Deadline, LostSignal};
+use crate::lost::{LostSignal, SessionDeadline};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind, RequestStats};
 use crate::status::{unix_ms_now, Holder, Status};
@@ -118,7 +118,7 @@ impl State {
 
     fn new_session(&mut self) -> (u64, LostSignal) {
         self.next_session += 1;
-        let lost = LostSignal::new(Deadline::none());
+        let lost = LostSignal::new(SessionDeadline::none());
         self.sessions.insert(self.next_session, lost.clone());
         (self.next_session, lost)
     }

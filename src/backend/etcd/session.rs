@@ -1,7 +1,7 @@
 //! One etcd lease per Limiter, kept alive in the background about every TTL/3.
 //!
 //! The lease may be gone from the moment `send time of the last acknowledged keepalive + TTL`
-//! passes, so that instant is the session's [`Deadline`]: permits report lost then at the
+//! passes, so that instant is the session's [`SessionDeadline`]: permits report lost then at the
 //! latest, before etcd could expire the lease and give their permits away. The lease is also
 //! reported lost when etcd answers a keepalive with TTL 0 or "lease not found" (revoked or
 //! expired behind our back). A lost session is never revived: the backend grants a new lease
@@ -13,7 +13,7 @@
 
 use super::endpoints::Endpoints;
 use crate::backend::outage::Outage;
-use crate::lost::{Deadline, LostSignal};
+use crate::lost::{LostSignal, SessionDeadline};
 use crate::stats::{RequestCounters, RequestKind};
 use etcd_client::{LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ impl Session {
         let granted_ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let session = Arc::new(Session {
             lease: granted.id(),
-            lost: LostSignal::new(Deadline::at(sent + granted_ttl)),
+            lost: LostSignal::new(SessionDeadline::at(sent + granted_ttl)),
             stop: CancellationToken::new(),
         });
         let keeper = Keeper {

@@ -230,7 +230,7 @@ impl Strays {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lost::Deadline;
+    use crate::lost::SessionDeadline;
 
     #[test]
     fn removed_keys_are_forgotten_oldest_first_by_age_and_by_count() {
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn only_untracked_entries_of_other_revisions_are_strays() {
         let t = Tracked::default();
-        let lost = LostSignal::new(Deadline::none());
+        let lost = LostSignal::new(SessionDeadline::none());
         let sending = t.sending(b"a".to_vec());
         assert!(!t.claim_stray(b"a", 5), "in flight");
         sending.enqueued(5, lost.child());

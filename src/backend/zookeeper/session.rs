@@ -3,7 +3,7 @@
 //! The server expires a session `T` (the negotiated timeout) after it last heard from the
 //! client. A probe (`exists` on the root) every `T/3` gives a lower bound on that moment: when a
 //! probe sent at `s` is answered, the server heard from us at or after `s`, so it cannot expire
-//! the session before `s + T`. That instant is the session's [`Deadline`]: while disconnected no
+//! the session before `s + T`. That instant is the session's [`SessionDeadline`]: while disconnected no
 //! probe is answered, the deadline stays put, and `lost()` fires at the latest just before the
 //! server could hand the permits to someone else — whatever the client library's own reconnect
 //! timers do. A reconnect in time extends the deadline again: permits and waits stay intact.
@@ -17,7 +17,7 @@
 use super::view::SemView;
 use crate::backend::outage::Outage;
 use crate::error::{Error, Result};
-use crate::lost::{Deadline, LostSignal};
+use crate::lost::{LostSignal, SessionDeadline};
 use crate::stats::{RequestCounters, RequestKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -104,7 +104,7 @@ impl ZkSession {
         let negotiated = client.session_timeout();
         let shared = Arc::new(Shared {
             client: Mutex::new(Some(client.clone())),
-            lost: LostSignal::new(Deadline::at(sent + negotiated)),
+            lost: LostSignal::new(SessionDeadline::at(sent + negotiated)),
             stop: CancellationToken::new(),
             id: client.session_id().to_string(),
         });
