@@ -2,6 +2,9 @@
 //! an async function generic over the [`Harness`] and run on every backend by
 //! [`contract_suite!`](crate::contract_suite). They use the public API only, and panic (through
 //! `assert!`) on the first broken promise.
+//!
+//! Over 600 lines by choice: it is a catalogue of independent cases (each readable alone, none
+//! calling another) that a backend author reads as one contract.
 
 use super::harness::{Harness, LimiterOptions, SHORT_TTL};
 use super::util::{

@@ -3,6 +3,8 @@
 //! on each backend that keeps rate limits. The algorithms' arithmetic is tested without a store
 //! (`src/rate`, `tests/rate_model.rs`); these cases check what the store and the generic layer
 //! add: sharing between Limiters, atomicity, quota storage and changes, costs, and bad input.
+//! Over 600 lines by choice, like `cases.rs`: a catalogue of independent cases read as one
+//! contract.
 //!
 //! Quotas here are slow (per minute, or windows of a year) so that a loaded CI machine cannot
 //! turn a planned denial into an admission.
