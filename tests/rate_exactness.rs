@@ -6,7 +6,7 @@
 //! Each run prints its figures (decisions/s, admitted/s, requests per admitted decision,
 //! batches, local answers, latency p50/p99, worst excess). Runs are serial (the 2 cores).
 //!
-//! Many keys at once (the write combiner, `rate_known/combine.rs`), on etcd: 512 concurrent
+//! Many keys at once (the write combiner, `src/rate_limit/combine.rs`), on etcd: 512 concurrent
 //! checks of distinct keys through one Limiter, round after round, are all admitted with the
 //! right `remaining`, take fewer store requests than checks (the ratio is printed), and leave
 //! the states another Limiter reads back; the same while a hot key hammered from two Limiters

@@ -717,7 +717,7 @@ async fn inner_errors_pass_through_unchanged() {
 }
 
 /// The names before 0.2.0 still build a working service (for one release, with a deprecation
-/// warning: see `src/tower/deprecated.rs`, whose doctests fail to compile under
+/// warning: see `src/tower/concurrency/deprecated.rs`, whose doctests fail to compile under
 /// `deny(deprecated)`).
 #[tokio::test]
 #[allow(deprecated)]
