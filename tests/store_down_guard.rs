@@ -293,3 +293,84 @@ async fn a_closed_limiter_is_an_error_not_a_fallback() {
     assert!(matches!(e, Error::Closed), "{e}");
     assert!(!g.store_down());
 }
+
+/// The one wait through the guard: a store-down answer ends it at once (waiting would not bring
+/// the store back), a local share's denial is waited on like the store's, and `stop` ends a wait
+/// between checks without consuming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_wait_ends_at_a_fallback_and_waits_on_a_local_share() {
+    use clusterlimit::Waited;
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-wait")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_second(4).burst(1))
+        .await
+        .unwrap();
+    let closed = guard(StoreDownPolicy::FailClosed);
+    let local = guard(StoreDownPolicy::Local { replicas: 1 });
+
+    // Store up: the second of two waits sleeps about one emission interval (250 ms).
+    let soon = || Some(Instant::now() + Duration::from_secs(2));
+    let first = closed.wait_until(&rl, "k", 1, soon()).await.unwrap();
+    assert!(matches!(first, Waited::Admitted(g) if g.source == DecisionSource::Store));
+    let t = Instant::now();
+    let second = closed.wait_until(&rl, "k", 1, soon()).await.unwrap();
+    assert!(matches!(second, Waited::Admitted(_)), "{second:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // Stopped while it sleeps (no deadline, the next chance a minute away).
+    let slow = limiter
+        .rate_limit("slow", Quota::per_minute(1))
+        .await
+        .unwrap();
+    assert!(
+        closed
+            .check_n(&slow, "k", 1)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let stopped = closed
+        .wait_until_or(&slow, "k", 1, None, async {})
+        .await
+        .unwrap();
+    assert!(matches!(stopped, Waited::Stopped), "{stopped:?}");
+    // A cost of 0 is a peek, not a wait.
+    let zero = closed.wait_until(&rl, "k", 0, soon()).await;
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+
+    cluster.kill(0);
+    first_after_death(&closed, &rl, "down").await;
+    let t = Instant::now();
+    let w = closed.wait_until(&rl, "k", 1, soon()).await.unwrap();
+    assert!(
+        matches!(w, Waited::Denied(g) if g.source == DecisionSource::FailClosed),
+        "{w:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // The local share (1 per 250 ms here) denies the second check, and the wait sleeps it out.
+    first_after_death(&local, &rl, "down").await;
+    let admitted = local.wait_until(&rl, "w", 1, soon()).await.unwrap();
+    assert!(matches!(admitted, Waited::Admitted(g) if g.source == DecisionSource::Local));
+    let t = Instant::now();
+    let again = local.wait_until(&rl, "w", 1, soon()).await.unwrap();
+    assert!(
+        matches!(again, Waited::Admitted(g) if g.source == DecisionSource::Local),
+        "{again:?}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+}
