@@ -134,51 +134,87 @@ impl EtcdBackend {
     }
 
     /// Changes the capacity for every client; shrinking keeps current holders.
+    ///
+    /// The write compares the capacity key alone, so acquires and releases never make it fail:
+    /// only another capacity write does (docs/design.md §7b). On a shrink the floor written is
+    /// the one of the read, which can only be too low (entries granted since the read are not
+    /// grandfathered yet, never a waiter); the same Txn reads the queue at the write's revision,
+    /// and if that shows more holders, one more compare-and-set on the capacity key raises it.
     pub(super) async fn resize(&self, name: &str, capacity: u32) -> Result<()> {
         let cap_key = self.keys.cap(name);
         let queue_prefix = self.keys.queue_prefix(name);
-        // Read, compute, compare-and-set; a write that lost a race reads again (a retried
-        // write whose first attempt was applied finds its own capacity and writes it again).
         let mut attempts = Attempts::new(self.config.request_timeout);
         loop {
-            let (revision, kvs) = self.read_semaphore(name).await?;
+            let (_, kvs) = self.read_semaphore(name).await?;
             let Some(cap_kv) = kvs.iter().find(|kv| kv.key() == cap_key.as_bytes()) else {
                 return Err(Error::NotFound(name.to_string()));
             };
             let old = CapValue::parse(cap_kv.value())
                 .ok_or_else(|| Error::store(format!("unreadable capacity at {cap_key}")))?;
-            let entries: Vec<_> = queue_of(&queue_prefix, &kvs).collect();
-            let queue: Vec<queue::Entry> = entries.iter().map(|(e, _)| *e).collect();
-            let floor = queue::floor_after_resize(&queue, old.capacity, capacity, old.floor);
-            // Apply only if nothing that decides who holds changed since the read: the
-            // capacity, no new entry, and (on a shrink, to grandfather exactly the holders
-            // read) every holder and the first waiter still there.
-            let mut when = vec![
-                Compare::mod_revision(cap_key.clone(), CompareOp::Equal, cap_kv.mod_revision()),
-                Compare::create_revision(queue_prefix.clone(), CompareOp::Less, revision + 1)
-                    .with_prefix(),
-            ];
-            if floor != old.floor {
-                let n = queue::holders(queue.iter().copied(), old.capacity, old.floor);
-                // etcd allows 128 compares per Txn; past that the grandfathering is best effort.
-                when.extend(entries.iter().take((n + 1).min(120)).map(|(e, kv)| {
-                    Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, e.token as i64)
-                }));
+            if old.capacity == capacity {
+                // Already so (also a retry whose first write was applied): nothing to change.
+                return Ok(());
             }
-            let txn = Txn::new().when(when).and_then([TxnOp::put(
+            let queue: Vec<queue::Entry> =
+                queue_of(&queue_prefix, &kvs).map(|(e, _)| e).collect();
+            let floor = queue::floor_after_resize(&queue, old.capacity, capacity, old.floor);
+            let shrink = capacity < old.capacity;
+            let mut then = vec![TxnOp::put(
                 cap_key.clone(),
                 CapValue { capacity, floor }.encode(),
                 None,
-            )]);
+            )];
+            if shrink {
+                then.push(TxnOp::get(queue_prefix.clone(), Some(sorted_prefix())));
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    cap_key.clone(),
+                    CompareOp::Equal,
+                    cap_kv.mod_revision(),
+                )])
+                .and_then(then);
             let resp = self.txn(txn).await?;
             if resp.succeeded() {
+                if shrink {
+                    let written = resp.header().map_or(0, |h| h.revision());
+                    let at_write: Vec<queue::Entry> =
+                        queue_of(&queue_prefix, get_kvs(resp.op_responses().get(1)))
+                            .map(|(e, _)| e)
+                            .collect();
+                    let exact =
+                        queue::floor_after_resize(&at_write, old.capacity, capacity, old.floor);
+                    if exact > floor {
+                        self.raise_floor(name, CapValue { capacity, floor: exact }, written)
+                            .await;
+                    }
+                }
                 return Ok(());
             }
+            // Another capacity write came first: read it and decide again.
             if !attempts.again(true).await {
                 return Err(Error::store(format!(
-                    "semaphore {name:?} kept changing; capacity not set, try again"
+                    "the capacity of semaphore {name:?} kept being changed by other writers; \
+                     capacity not set, try again"
                 )));
             }
+        }
+    }
+
+    /// Writes the exact floor of a shrink written at revision `written`, unless the capacity
+    /// changed since (that writer read our floor and decided from it). Best effort: the floor
+    /// already stored is safe, it only reports some holders as waiters until they leave.
+    async fn raise_floor(&self, name: &str, exact: CapValue, written: i64) {
+        let cap_key = self.keys.cap(name);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                cap_key.clone(),
+                CompareOp::Equal,
+                written,
+            )])
+            .and_then([TxnOp::put(cap_key, exact.encode(), None)]);
+        if let Err(e) = self.txn(txn).await {
+            tracing::debug!(semaphore = %name, error = %e, "raising the floor of a shrink failed; the stored floor stays (safe, lower)");
         }
     }
 }

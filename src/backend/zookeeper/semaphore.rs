@@ -121,45 +121,43 @@ impl ZkBackend {
     }
 
     /// Changes the capacity for every client; shrinking keeps current holders.
+    ///
+    /// The write checks the capacity's data version alone, so acquires and releases never make
+    /// it fail: only another capacity write does (docs/design.md §7b). On a shrink the floor
+    /// written is the one of the read, which can only be too low; this session's view applies
+    /// the change in order with the queue's events, knows the exact floor, and one more
+    /// versioned write raises it.
     pub(super) async fn resize(&self, name: &str, capacity: u32) -> Result<()> {
         let session = self.session().await?;
         let client = session.client()?;
         let path = self.paths.semaphore(name);
-        // Read, compute, compare-and-set (on the data version); a write that lost a race reads
-        // again.
         let mut attempts = Attempts::new(self.config.request_timeout);
         loop {
             let (old, version) = self.read_capacity(&client, name).await?;
-            let mut writer = client.new_multi_writer();
-            let mut floor = old.floor;
-            if capacity < old.capacity {
-                // Shrinking grandfathers the holders of now. The write checks that the capacity
-                // and every one of them are unchanged, so no waiter was granted in between.
-                let (entries, nodes) = self.read_queue(&client, name).await?;
-                floor = queue::floor_after_resize(&entries, old.capacity, capacity, old.floor);
-                if floor != old.floor {
-                    let n = queue::holders(entries.iter().copied(), old.capacity, old.floor);
-                    for e in &entries[..n] {
-                        let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
-                        writer
-                            .add_check_version(&self.paths.entry(name, node), 0)
-                            .map_err(Error::store)?;
-                    }
-                }
+            if old.capacity == capacity {
+                // Already so (also a retry whose first write was applied): nothing to change.
+                return Ok(());
             }
-            writer
-                .add_set_data(&path, &CapValue { capacity, floor }.encode(), Some(version))
-                .map_err(Error::store)?;
-            let commit = writer.commit();
+            let shrink = capacity < old.capacity;
+            let mut floor = old.floor;
+            if shrink {
+                let (entries, _) = self.read_queue(&client, name).await?;
+                floor = queue::floor_after_resize(&entries, old.capacity, capacity, old.floor);
+            }
+            let data = CapValue { capacity, floor }.encode();
             let written = self
-                .call(RequestKind::Txn, async {
-                    commit.await.map_err(zk::Error::from)
-                })
+                .call(RequestKind::Put, client.set_data(&path, &data, Some(version)))
                 .await;
             match written {
-                Ok(_) => return Ok(()),
-                // Something changed since the read (or a holder left): read again.
-                Err(e) if is_zk(&e, &zk::Error::BadVersion) || is_zk(&e, &zk::Error::NoNode) => {}
+                Ok(stat) => {
+                    if shrink {
+                        self.raise_floor(name, CapValue { capacity, floor }, stat.version)
+                            .await;
+                    }
+                    return Ok(());
+                }
+                // Another capacity write came first: read it and decide again.
+                Err(e) if is_zk(&e, &zk::Error::BadVersion) => {}
                 Err(e) => {
                     let e = self.denied_as(e, || format!("setting the capacity of {name:?}"));
                     return Err(not_found_as(e, name));
@@ -167,9 +165,44 @@ impl ZkBackend {
             }
             if !attempts.again(true).await {
                 return Err(Error::store(format!(
-                    "semaphore {name:?} kept changing; capacity not set, try again"
+                    "the capacity of semaphore {name:?} kept being changed by other writers; \
+                     capacity not set, try again"
                 )));
             }
+        }
+    }
+
+    /// Stores the exact floor of the shrink written as data `version` once this session's view
+    /// has applied it (bounded by the request timeout), unless the capacity changed since.
+    /// Best effort: the floor already stored is safe, it only reports some holders as waiters
+    /// until they leave.
+    async fn raise_floor(&self, name: &str, written: CapValue, version: i32) {
+        let Ok(session) = self.session().await else {
+            return;
+        };
+        let Some(view) = session.views.lock().await.get(name).cloned() else {
+            return;
+        };
+        let limit = Instant::now() + self.config.request_timeout;
+        view.wait_progress(limit, |_| view.capacity_version() >= version)
+            .await;
+        let Some(exact) = view.shrink_floor(version).filter(|f| *f > written.floor) else {
+            return;
+        };
+        let Ok(client) = session.client() else {
+            return;
+        };
+        let data = CapValue {
+            floor: exact,
+            ..written
+        }
+        .encode();
+        let path = self.paths.semaphore(name);
+        if let Err(e) = self
+            .call(RequestKind::Put, client.set_data(&path, &data, Some(version)))
+            .await
+        {
+            tracing::debug!(semaphore = %name, error = %e, "raising the floor of a shrink failed; the stored floor stays (safe, lower)");
         }
     }
 

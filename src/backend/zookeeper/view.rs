@@ -47,6 +47,9 @@ struct Queue {
     entries: BTreeMap<u64, (u32, String)>,
     /// The creation of every entry with a token below this has been applied.
     seen: u64,
+    /// The last shrink this view applied in order: `(data version, floor)`, the floor being
+    /// exact (the holders of the moment the shrink was written), for the writer to store.
+    shrink_floor: Option<(i32, u64)>,
 }
 
 impl QueueView for Queue {
@@ -167,6 +170,21 @@ impl SemView {
             .filter(|(_, (_, i))| i == id)
             .map(|(&token, &(permits, _))| EntryName::node(permits, id, token))
             .collect()
+    }
+
+    /// Data version of the capacity the view holds (-1: none).
+    pub(super) fn capacity_version(&self) -> i32 {
+        self.lock().queue.cap_version
+    }
+
+    /// The exact floor of the shrink written as data `version`, if this view applied that
+    /// change right after the one before it (so its queue was the queue of that moment).
+    pub(super) fn shrink_floor(&self, version: i32) -> Option<u64> {
+        self.lock()
+            .queue
+            .shrink_floor
+            .filter(|(v, _)| *v == version)
+            .map(|(_, floor)| floor)
     }
 
     /// Number of snapshots read so far (to wait for one taken after some moment).
@@ -352,10 +370,14 @@ impl SemView {
         }
     }
 
-    /// Reads the capacity and installs it if newer than the one held.
+    /// Reads the capacity and installs it if newer than the one held. Called for a data change
+    /// event, before any later event is applied: the queue is the queue of that change.
     async fn read_capacity(&self, cfg: &ViewConfig) -> Result<(), zk::Error> {
         let cap = self.fetch_capacity(cfg).await?;
         let mut st = self.lock();
+        if !st.stale {
+            note_shrink(&mut st.queue, cap);
+        }
         install_capacity(&mut st.queue, cap);
         self.publish(&mut st);
         Ok(())
@@ -447,6 +469,19 @@ impl SemView {
                 }
             }
         }
+    }
+}
+
+/// If `read` is the very next version after the capacity held and shrinks it, remembers the
+/// floor that grandfathers exactly the holders of now (see [`SemView::shrink_floor`]).
+fn note_shrink(q: &mut Queue, read: Option<(Option<CapValue>, i32)>) {
+    let (Some(old), Some((Some(new), version))) = (q.cap, read) else {
+        return;
+    };
+    if version == q.cap_version + 1 && new.capacity < old.capacity {
+        let entries: Vec<queue::Entry> = q.entries().collect();
+        let floor = queue::floor_after_resize(&entries, old.capacity, new.capacity, old.floor);
+        q.shrink_floor = Some((version, floor));
     }
 }
 
