@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 pub mod adaptive;
+mod admission;
 mod announce;
 pub mod backend;
 mod backoff;

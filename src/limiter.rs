@@ -194,6 +194,7 @@ impl Limiter {
             removal_session_ends: removals.sessions_ended(),
             rate_batches: self.inner.rate_counts.batches.load(Relaxed),
             rate_local_answers: self.inner.rate_counts.local_answers.load(Relaxed),
+            acquires_refused_store_busy: self.inner.admission.refused(),
             ..self.inner.backend.stats()
         }
     }

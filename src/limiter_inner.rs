@@ -1,6 +1,7 @@
 //! What every handle of one Limiter shares (its `Semaphore`s and `Permit`s hold it too): the
 //! backend, the background releaser, the owner label, the runtime, and the one "closed" flag.
 
+use crate::admission::Admission;
 use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -17,6 +18,8 @@ use std::time::Duration;
 pub(crate) struct LimiterInner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) releaser: Releaser,
+    /// How many acquire requests may be at the store at once, and refusals past that.
+    pub(crate) admission: Arc<Admission>,
     pub(crate) owner: String,
     /// This Limiter's id on announcement boards (`announce.rs`): unique per Limiter.
     pub(crate) id: String,
@@ -55,6 +58,7 @@ impl LimiterInner {
         LimiterInner {
             backend,
             releaser,
+            admission: Arc::default(),
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
             runtime,

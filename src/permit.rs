@@ -37,6 +37,12 @@ impl EntryGuard {
         self.session = Some(session);
     }
 
+    /// Leaves the entry to the enqueue task, which removes it once its request ends: the
+    /// caller left before the store answered (see `Semaphore::enqueue_to_completion`).
+    pub(crate) fn hand_to_enqueue(mut self) {
+        self.armed = false;
+    }
+
     /// Removes the entry now; on failure hands it to the background releaser and reports.
     /// Cancel-safe in effect: the guard stays armed until the store confirmed the removal, so
     /// if this future is dropped mid-request, `Drop` hands the entry to the releaser.

@@ -2,7 +2,9 @@
 
 use crate::backend::{Enqueued, EntryRequest, Outcome};
 use crate::error::{Error, Result};
+use crate::admission::Slot;
 use crate::limiter_inner::LimiterInner;
+use crate::lost::LostSignal;
 use crate::permit::{EntryGuard, Permit};
 use crate::status::Status;
 use crate::validate;
@@ -236,13 +238,28 @@ impl Semaphore {
         req: EntryRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Acquired {
+        // At most a few requests of this Limiter at the store at once; refused here, before
+        // anything is sent, when the deadline would pass first (src/admission.rs).
+        let slot = match self.limiter.admission.enter(&self.name, deadline).await {
+            Ok(slot) => slot,
+            Err(refused) => {
+                return Acquired {
+                    result: Err(self.limiter.closed_or(Error::Timeout)),
+                    // A busy store answers: its callers must not take it for a down one.
+                    store_answered: refused.store_answering,
+                }
+            }
+        };
         // Armed before the first request: if this future is dropped while the enqueue is in
         // flight, the entry (which may or may not exist) is still removed, in the background.
         let mut guard = EntryGuard::new(self.limiter.clone(), self.name.clone(), req.id.clone());
+        let mut answered = false;
         let mut enqueued = false;
         let backend = &self.limiter.backend;
         let attempt = async {
-            let enq = self.enqueue_to_completion(&req).await?;
+            let enq = self.enqueue_to_completion(&req, slot).await;
+            answered = true;
+            let enq = enq?;
             enqueued = true;
             guard.written_under(enq.lost.clone());
             if !enq.granted {
@@ -273,9 +290,18 @@ impl Semaphore {
                     store_answered: true,
                 }
             }
-            // On every failure the entry is removed before returning (within the deadline's
-            // bound; else in the background), so a caller that got Timeout or NoPermits blocks
-            // nobody.
+            // Left before the enqueue answered: the enqueue task removes the entry, one
+            // request, so the call returns at its deadline and the store sees one removal.
+            Err(e) if !answered => {
+                guard.hand_to_enqueue();
+                Acquired {
+                    result: Err(self.limiter.closed_or(e)),
+                    store_answered: false,
+                }
+            }
+            // On every other failure the entry is removed before returning (within the
+            // deadline's bound; else in the background), so a caller that got Timeout or
+            // NoPermits blocks nobody.
             Err(e) => Acquired {
                 result: Err(self.limiter.closed_or(guard.fail(e, deadline).await)),
                 store_answered: enqueued,
@@ -283,33 +309,45 @@ impl Semaphore {
         }
     }
 
-    /// Sends the enqueue in a task of its own, which hands the entry to the releaser if nobody
-    /// takes the result any more (the caller timed out or was dropped); it stops retrying then.
-    /// An attempt the store applies after its removal (a request buffered by a hung member,
-    /// or one whose client-side attempt timed out) is found by the backend as an entry of the
-    /// live session that no request owns, and removed the same way.
-    async fn enqueue_to_completion(&self, req: &EntryRequest) -> Result<Enqueued> {
+    /// Sends the enqueue in a task of its own, holding `slot` (this acquire's place at the
+    /// store) until the task ends. If the caller is gone before the store answered (timed out,
+    /// dropped), the task stops retrying and removes the entry, which may or may not exist:
+    /// one request while it still holds the slot, else the releaser's. An attempt the store
+    /// applies after its removal (a request buffered by a hung member, or one whose
+    /// client-side attempt timed out) is found by the backend as an entry of the live session
+    /// that no request owns, and removed the same way.
+    async fn enqueue_to_completion(&self, req: &EntryRequest, slot: Slot) -> Result<Enqueued> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let backend = self.limiter.backend.clone();
-        let releaser = self.limiter.releaser.clone();
+        let limiter = self.limiter.clone();
         let name = self.name.clone();
         let req = req.clone();
         self.limiter.runtime.spawn(async move {
+            let _slot = slot;
             let mut tx = tx;
+            let started = tokio::time::Instant::now();
             // Once the caller is gone, retrying the enqueue only writes an entry nobody wants
-            // (and may write it again after its removal): stop. An attempt the store applies
-            // after this is an orphan its backend finds and hands to the releaser.
+            // (and may write it again after its removal): stop.
             let result = tokio::select! {
-                r = backend.enqueue(&req) => Some(r),
+                r = limiter.backend.enqueue(&req) => Some(r),
                 _ = tx.closed() => None,
             };
+            if let Some(Ok(_)) = &result {
+                limiter.admission.answered(started.elapsed());
+            }
             let unanswered = match result {
                 Some(r) => tx.send(r).err(),
                 None => Some(Err(Error::Timeout)),
             };
             if let Some(unanswered) = unanswered {
                 let session = unanswered.ok().map(|enq| enq.lost);
-                releaser.remove_later(name, req.id, session);
+                if session.as_ref().is_some_and(LostSignal::is_lost) {
+                    return; // gone with its session
+                }
+                let removal = limiter.backend.remove(&name, &req.id);
+                let removed = tokio::time::timeout(limiter.request_timeout, removal).await;
+                if !matches!(removed, Ok(Ok(()))) {
+                    limiter.releaser.remove_later(name, req.id, session);
+                }
             }
         });
         rx.await

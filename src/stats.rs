@@ -107,6 +107,10 @@ pub struct RequestStats {
     /// etcd: acquires whose grant was decided from the Limiter's watch-fed view of the
     /// semaphore, with no read (not a request: their one request is counted as a `txn`).
     pub view_decisions: u64,
+    /// Acquires refused before reaching the store because their deadline would pass before it
+    /// could answer: the store, not the capacity, was the limit (src/admission.rs). Costs no
+    /// request.
+    pub acquires_refused_store_busy: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -124,6 +128,8 @@ impl std::ops::Add for RequestStats {
             rate_batches: self.rate_batches + o.rate_batches,
             rate_local_answers: self.rate_local_answers + o.rate_local_answers,
             view_decisions: self.view_decisions + o.view_decisions,
+            acquires_refused_store_busy: self.acquires_refused_store_busy
+                + o.acquires_refused_store_busy,
         }
     }
 }
@@ -165,6 +171,9 @@ impl RequestStats {
                 .rate_local_answers
                 .saturating_sub(earlier.rate_local_answers),
             view_decisions: self.view_decisions.saturating_sub(earlier.view_decisions),
+            acquires_refused_store_busy: self
+                .acquires_refused_store_busy
+                .saturating_sub(earlier.acquires_refused_store_busy),
         }
     }
 }

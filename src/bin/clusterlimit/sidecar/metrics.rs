@@ -53,6 +53,7 @@ pub struct Metrics {
     store_up: Gauge,
     pending_removals: Gauge,
     removal_session_ends: Counter,
+    store_busy_refusals: Counter,
     unauthorized: Counter,
     breaker_open: Family<BreakerLabel, Gauge>,
     breaker_transitions: Family<TransitionLabel, Counter>,
@@ -160,6 +161,13 @@ impl Metrics {
              session TTLs",
             removal_session_ends.clone(),
         );
+        let store_busy_refusals = Counter::default();
+        registry.register(
+            "clusterlimit_acquires_refused_store_busy",
+            "Acquires refused before reaching the store because their timeout would pass before \
+             it could answer: the store, not the capacity, is the limit while this grows",
+            store_busy_refusals.clone(),
+        );
         registry.register(
             "clusterlimit_http_unauthorized",
             "Requests answered 401: no bearer token or a wrong one",
@@ -183,6 +191,7 @@ impl Metrics {
             store_up,
             pending_removals,
             removal_session_ends,
+            store_busy_refusals,
             unauthorized,
             breaker_open,
             breaker_transitions,
@@ -318,6 +327,8 @@ impl Metrics {
                 .inc_by(n);
         }
         self.removal_session_ends.inc_by(d.removal_session_ends);
+        self.store_busy_refusals
+            .inc_by(d.acquires_refused_store_busy);
         self.rate.cache_answers.inc_by(d.rate_local_answers);
         self.pending_removals
             .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
