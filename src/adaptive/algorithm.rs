@@ -149,9 +149,13 @@ pub struct Step {
 
 /// How fast the baseline follows a higher latency in a window that may teach it.
 const BASELINE_RISE: f64 = 0.2;
-/// How far the baseline falls towards a lower latency: halfway, so one lucky window does not
-/// set it (medians of windows scatter below the true one as often as above).
-const BASELINE_FALL: f64 = 0.5;
+/// How far the baseline falls towards a lower latency: a quarter of the way, so lucky windows
+/// do not set it (medians of windows scatter below the true one as often as above, and a
+/// baseline that only follows the low ones ends below the truth).
+const BASELINE_FALL: f64 = 0.25;
+/// The gradient grows only while the latency is within this share of the tolerance above
+/// the baseline (the rest holds: growing on would overshoot before the latency shows it).
+const GROW_SHARE: f64 = 0.5;
 /// While learning a first baseline with the pool full: the share of the pool kept per shrink.
 const CALIBRATION_SHRINK: f64 = 0.5;
 /// The throughput of a halved pool clearly "fell" under this share of the larger pools' mean
@@ -399,12 +403,12 @@ fn gradient(
         );
         return clamp(bounds, current, c, reason);
     }
-    // Within the tolerance but past its middle: a small queue, as much as is wanted; growing
+    // Within the tolerance but past most of it: a small queue, as much as is wanted; growing
     // on would overshoot before the latency shows it (a window late).
-    let grow_below = baseline.mul_f64((1.0 + g.tolerance) / 2.0);
+    let grow_below = baseline.mul_f64(1.0 + (g.tolerance - 1.0) * GROW_SHARE);
     if latency > grow_below {
         let reason = format!(
-            "{seen}: over {} (halfway to the tolerance), hold",
+            "{seen}: over {} (most of the tolerance), hold",
             ms(grow_below)
         );
         return clamp(bounds, current, c, reason);

@@ -390,3 +390,39 @@ fn the_simulated_dependency_behaves_like_one() {
         }
     }
 }
+
+/// Not a gate: the same grid over 8 other seeds each, printing the worst windows to converge
+/// (99 = not in the band at the end) and how many baselines from a 10× start missed 1.5× of
+/// S. `cargo test --lib sweep_seeds -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn sweep_seeds() {
+    let mut worst = Vec::new();
+    for (i, s) in scenarios().iter().enumerate() {
+        let mut max1 = 0;
+        let mut max2 = 0;
+        let mut bad_base = 0;
+        for seed in 0..8u64 {
+            let run = simulate(s, seed * 7919 + i as u64 * 104_729 + 1);
+            max1 = max1.max(converged_after(&run.first, s.k).unwrap_or(99));
+            max2 = max2.max(converged_after(&run.second, s.k2).unwrap_or(99));
+            let mean = s.service.as_secs_f64();
+            if s.start > s.k
+                && !run
+                    .baseline
+                    .is_some_and(|b| (mean / 1.5..=mean * 1.5).contains(&b.as_secs_f64()))
+            {
+                bad_base += 1;
+            }
+        }
+        worst.push(format!(
+            "{} {:?} K{} q{} start{} -> {max1} / {max2} bad_base {bad_base}",
+            name(&s.algorithm),
+            s.service,
+            s.k,
+            s.queue,
+            s.start
+        ));
+    }
+    println!("{}", worst.join("\n"));
+}
