@@ -6,11 +6,12 @@
 //!   learnt baseline (or over `latency_limit` when set), multiplies the capacity by `backoff`;
 //!   a window that used at least half the capacity adds `increase`.
 //! - **Gradient**: the ratio of a baseline latency to the window's latency sets the capacity.
-//!   With `gradient = min(1, tolerance × baseline / latency)` (at least 0.5): a queue
-//!   (gradient < 1) makes it `capacity × gradient`, at once; drops make it at most
-//!   `capacity × 0.9` and at least one permit less; nothing queueing, no drops and the pool in
-//!   use grow it by `smoothing × √capacity` (at least one permit). No growth term is added to a
-//!   decrease, so a decrease always lands below the current capacity.
+//!   With `gradient = tolerance × baseline / latency` (at least 0.5): a queue (gradient < 1)
+//!   makes it `capacity × gradient`, at once; drops make it at most 0.9 × the permits used at
+//!   the window's peak, and at least one permit less; a latency within half the tolerance
+//!   (`(1 + tolerance) / 2 × baseline`), no drops and the pool in use grow it by
+//!   `smoothing × √capacity` (at least one permit); in between it holds. No growth term is
+//!   added to a decrease, so a decrease always lands below the current capacity.
 //!
 //! Both hold when the window has no samples, and do not grow a capacity the traffic does not
 //! use (fewer than half the permits held at the window's peak): a pool nobody fills says
@@ -18,16 +19,18 @@
 //! `max_step` of the capacity (at least 1).
 //!
 //! The **baseline** (the dependency's unloaded latency; the gradient's reference and AIMD's
-//! default latency limit) is protected from self-poisoning: it falls halfway towards any lower
-//! latency seen, and rises only from windows where this pool cannot be the cause of queueing
-//! (at most half of it used, or it is at its minimum); a window with fewer than
-//! [`MIN_SAMPLES_TO_TEACH`] successes teaches it nothing.
+//! default latency limit) is protected from self-poisoning: it falls a quarter of the way
+//! towards any lower latency seen, and rises only from windows where this pool cannot be the cause of queueing
+//! (at most half of it used, or it is at its minimum); latencies are judged on at least
+//! [`MIN_SAMPLES_TO_TEACH`] successes (windows with fewer are summed with the next ones at the
+//! same capacity, holding meanwhile).
 //!
 //! A **first baseline** is never learnt from a full pool: its latency may be mostly queue (a
 //! first capacity guessed too high under overload). It is judged on **throughput**, over as
 //! many windows as a slow dependency needs: the pool is halved while the successes per window
-//! stay within 20% of the larger pool's (calls/s unchanged while the pool shrinks: the pool was
-//! only queue). A smaller pool is judged only once the larger one's excess has drained (its
+//! hold at the larger pools' mean (calls/s unchanged while the pool shrinks: the pool was only
+//! queue; at least 85% holds, under 65% fell, in between is measured twice as long and split
+//! at 75%). A smaller pool is judged only once the larger one's excess has drained (its
 //! peak in flight within the pool, or the excess over the throughput in windows, by Little's
 //! law) and on at least [`MIN_SAMPLES_TO_JUDGE`] successes, however many windows that takes.
 //! When the throughput falls, the pool now limits it and nothing queues: the controller waits
@@ -273,9 +276,7 @@ fn aimd(
         }
     }
     // A decrease is at least one permit: 9 × 0.9 rounded towards 9 would never go below 9.
-    // It starts from the permits actually held (a pool the dependency refuses calls from is
-    // rarely full: refused calls come back at once).
-    let backed_off = (c.min(w.peak_in_flight as f64) * a.backoff).min(c - 1.0);
+    let backed_off = (c * a.backoff).min(c - 1.0);
     if w.drop_ratio() > a.drop_threshold {
         memory.pending = None;
         let reason = format!(
@@ -366,7 +367,7 @@ fn gradient(
         );
         return clamp(bounds, current, (used * gradient).min(c - 1.0), reason);
     }
-    // The baseline: falls halfway to a lower latency; rises only where this pool cannot be
+    // The baseline: falls part of the way to a lower latency; rises only where this pool cannot be
     // queueing; and only from windows (summed if need be) with enough successes for their
     // median to mean something.
     let Some((sum, windows)) = judged(memory, current, w) else {
@@ -944,8 +945,8 @@ mod tests {
         assert!((8..=16).contains(&c), "settles near the workers: {seen:?}");
     }
 
-    /// One lucky window does not set the baseline: few successes teach nothing, and a lower
-    /// median moves it halfway.
+    /// One lucky window does not set the baseline: few successes teach nothing (until summed
+    /// with the next windows), and a lower median moves it part of the way (a quarter).
     #[test]
     fn the_baseline_ignores_small_windows_and_falls_halfway() {
         let g = Algorithm::Gradient(Gradient::default());
