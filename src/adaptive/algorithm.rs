@@ -2,29 +2,45 @@
 //! window of outcomes. Pure: no store, no clock; the same inputs give the same step.
 //!
 //! Two algorithms, as Netflix's concurrency-limits names them:
-//! - **AIMD**: a window with drops (or, if set, a latency over the limit) multiplies the
-//!   capacity by `backoff`; a window that used at least half the capacity adds `increase`.
-//! - **Gradient**: the ratio of a baseline latency to the window's latency sets the capacity
-//!   (`capacity × min(1, tolerance × baseline / latency) + √capacity`, the square root being
-//!   room for a small queue): as the dependency queues, latency rises and the capacity falls
-//!   in proportion; decreases apply at once, increases are smoothed (at least one permit a
-//!   window while nothing queues).
+//! - **AIMD**: a window with drops, or with a median latency over `latency_tolerance` × the
+//!   learnt baseline (or over `latency_limit` when set), multiplies the capacity by `backoff`;
+//!   a window that used at least half the capacity adds `increase`.
+//! - **Gradient**: the ratio of a baseline latency to the window's latency sets the capacity.
+//!   With `gradient = tolerance × baseline / latency` (at least 0.5): a queue (gradient < 1)
+//!   makes it `capacity × gradient`, at once; drops make it at most 0.9 × the permits used at
+//!   the window's peak, and at least one permit less; a latency within half the tolerance
+//!   (`(1 + tolerance) / 2 × baseline`), no drops and the pool in use grow it by
+//!   `smoothing × √capacity` (at least one permit); in between it holds. No growth term is
+//!   added to a decrease, so a decrease always lands below the current capacity.
 //!
 //! Both hold when the window has no samples, and do not grow a capacity the traffic does not
 //! use (fewer than half the permits held at the window's peak): a pool nobody fills says
 //! nothing about the dependency. Every step is clamped to `[min, max]` and to at most
 //! `max_step` of the capacity (at least 1).
 //!
-//! The gradient's **baseline** is protected from self-poisoning: it falls halfway towards any
-//! lower latency seen, and rises only from windows where this pool cannot be the cause of
-//! queueing (at most half of it used, or it is at its minimum); a window with fewer than
-//! [`MIN_SAMPLES_TO_TEACH`] successes teaches it nothing. A first baseline is never learnt from
-//! a full pool: its latency may be mostly queue (a first capacity guessed too high under
-//! overload), so the pool shrinks by a quarter every other window (one to drain) until calls
-//! stop getting faster, and the baseline is the latency there. Once, at the start: a controller that takes over starts
-//! from its predecessor's baseline. Sustained overload therefore never teaches it
-//! that a slow dependency is normal; a dependency that really became slower is learnt as soon
-//! as the pool stops saturating it. Nothing pins the pool down to measure it.
+//! The **baseline** (the dependency's unloaded latency; the gradient's reference and AIMD's
+//! default latency limit) is protected from self-poisoning: it falls a quarter of the way
+//! towards any lower latency seen, and rises only from windows where this pool cannot be the cause of queueing
+//! (at most half of it used, or it is at its minimum); latencies are judged on at least
+//! [`MIN_SAMPLES_TO_TEACH`] successes (windows with fewer are summed with the next ones at the
+//! same capacity, holding meanwhile).
+//!
+//! A **first baseline** is never learnt from a full pool: its latency may be mostly queue (a
+//! first capacity guessed too high under overload). It is judged on **throughput**, over as
+//! many windows as a slow dependency needs: the pool is halved while the successes per window
+//! hold at the larger pools' mean (calls/s unchanged while the pool shrinks: the pool was only
+//! queue; at least 85% holds, under 65% fell, in between is measured twice as long and split
+//! at 75%). A smaller pool is judged only once the larger one's excess has drained (its
+//! peak in flight within the pool, or the excess over the throughput in windows, by Little's
+//! law) and on at least [`MIN_SAMPLES_TO_JUDGE`] successes, however many windows that takes.
+//! When the throughput falls, the pool now limits it and nothing queues: the controller waits
+//! until the calls queued by the larger pools have left (their latency in windows, again by
+//! Little's law: the pool over the throughput), learns the median latency there (or the lowest
+//! median measured during the calibration, if lower) and goes back to the smallest pool that
+//! kept the throughput. Once, at the start: a controller that takes over starts from its
+//! predecessor's baseline. Sustained overload therefore never teaches it that a slow
+//! dependency is normal; a dependency that really became slower is learnt as soon as the pool
+//! stops saturating it. Nothing pins the pool down to measure it.
 
 use super::window::WindowSummary;
 use std::time::Duration;
@@ -49,7 +65,12 @@ pub struct Aimd {
     pub increase: u32,
     /// Share of drops above which a window is overloaded (default 0.01).
     pub drop_threshold: f64,
-    /// A median latency above this also makes a window overloaded (`None`: drops only).
+    /// A median latency above this multiple of the learnt baseline (the dependency's unloaded
+    /// latency, learnt as the gradient's is) also makes a window overloaded (default 1.5;
+    /// `None`: drops only, no baseline learnt). Ignored when `latency_limit` is set.
+    pub latency_tolerance: Option<f64>,
+    /// A median latency above this makes a window overloaded, instead of the learnt baseline ×
+    /// `latency_tolerance` (default `None`: the learnt one).
     pub latency_limit: Option<Duration>,
 }
 
@@ -59,6 +80,7 @@ impl Default for Aimd {
             backoff: 0.9,
             increase: 1,
             drop_threshold: 0.01,
+            latency_tolerance: Some(1.5),
             latency_limit: None,
         }
     }
@@ -69,7 +91,8 @@ impl Default for Aimd {
 pub struct Gradient {
     /// Latency up to `tolerance × baseline` counts as unloaded (default 1.5).
     pub tolerance: f64,
-    /// Share of an increase applied per window (decreases apply fully; default 0.2).
+    /// Share of `√capacity` added per window while nothing queues (decreases apply fully;
+    /// default 0.2).
     pub smoothing: f64,
     /// Which latency quantile is compared (default 0.5, the median).
     pub quantile: f64,
@@ -88,30 +111,23 @@ impl Default for Gradient {
 /// Which algorithm, with its settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Algorithm {
-    /// Additive increase, multiplicative decrease on drops.
+    /// Additive increase, multiplicative decrease on drops and on latency over the baseline.
     Aimd(Aimd),
     /// Latency gradient against a protected baseline.
     Gradient(Gradient),
 }
 
-/// What the controller remembers between windows (the gradient's baseline).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// What the controller remembers between windows (the baseline, and a first calibration in
+/// progress).
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Memory {
     /// The latency the dependency has when nothing queues, as learnt so far.
     pub baseline: Option<Duration>,
-    /// While there is no baseline yet and the pool is full: the last shrink, to tell whether
-    /// a smaller pool still makes calls faster.
-    calibrating: Option<Calibration>,
-}
-
-/// One shrink of a first calibration: the capacity and median latency before it, and whether
-/// a window has passed since (the queue of the larger pool drains first).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Calibration {
-    before: u32,
-    was: Duration,
-    drained: bool,
+    /// While a first baseline is learnt with the pool full: what the shrinking pools did.
+    calibrating: Option<Box<Calibration>>,
+    /// Windows at the current capacity with too few successes to judge yet.
+    pending: Option<Box<Pending>>,
 }
 
 impl Memory {
@@ -120,6 +136,7 @@ impl Memory {
         Memory {
             baseline,
             calibrating: None,
+            pending: None,
         }
     }
 }
@@ -135,13 +152,31 @@ pub struct Step {
 
 /// How fast the baseline follows a higher latency in a window that may teach it.
 const BASELINE_RISE: f64 = 0.2;
-/// How far the baseline falls towards a lower latency: halfway, so one lucky window does not
-/// set it (medians of windows scatter below the true one as often as above).
-const BASELINE_FALL: f64 = 0.5;
-/// While learning a first baseline with the pool full: the share of the pool kept per window.
-const CALIBRATION_SHRINK: f64 = 0.75;
-/// Successes a window needs before its median may move the baseline.
+/// How far the baseline falls towards a lower latency: a quarter of the way, so lucky windows
+/// do not set it (medians of windows scatter below the true one as often as above, and a
+/// baseline that only follows the low ones ends below the truth).
+const BASELINE_FALL: f64 = 0.25;
+/// The gradient grows only while the latency is within this share of the tolerance above
+/// the baseline (the rest holds: growing on would overshoot before the latency shows it).
+const GROW_SHARE: f64 = 0.5;
+/// While learning a first baseline with the pool full: the share of the pool kept per shrink.
+const CALIBRATION_SHRINK: f64 = 0.5;
+/// The throughput of a halved pool clearly "fell" under this share of the larger pools' mean
+/// successes per window, and clearly "held" at or above [`THROUGHPUT_HELD`]; in between the
+/// pool is measured twice as long and judged at the middle. [`MIN_SAMPLES_TO_JUDGE`]
+/// successes of a dependency whose service times scatter (a coefficient of variation of 0.5)
+/// count within about ±10% (one standard deviation): a false "fell" would learn a queue's
+/// latency, a false "held" halves once more.
+const THROUGHPUT_FELL: f64 = 0.65;
+/// See [`THROUGHPUT_FELL`].
+const THROUGHPUT_HELD: f64 = 0.85;
+/// Successes a latency is judged on: a window with fewer is summed with the next ones at the
+/// same capacity (holding meanwhile) until they reach this; only then may its median move the
+/// baseline or the capacity. Drops act at once.
 pub const MIN_SAMPLES_TO_TEACH: u64 = 10;
+/// Successes a first calibration sums (over as many windows as it takes) before it compares a
+/// pool's throughput with the larger pool's.
+pub const MIN_SAMPLES_TO_JUDGE: u64 = 30;
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
@@ -166,20 +201,84 @@ pub fn step(
     }
     let used_half = window.peak_in_flight.saturating_mul(2) >= u64::from(current);
     match algorithm {
-        Algorithm::Aimd(a) => aimd(a, bounds, current, window, used_half),
+        Algorithm::Aimd(a) => aimd(a, bounds, memory, current, window, used_half),
         Algorithm::Gradient(g) => gradient(g, bounds, memory, current, window, used_half),
     }
 }
 
-fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: bool) -> Step {
-    let slow = match (a.latency_limit, w.latency_quantile(0.5)) {
-        (Some(limit), Some(p50)) if p50 > limit => Some((p50, limit)),
-        _ => None,
+/// Windows at one capacity summed until they hold [`MIN_SAMPLES_TO_TEACH`] successes: a slow
+/// dependency's window may hold too few for its median to mean anything.
+#[derive(Debug, Clone, PartialEq)]
+struct Pending {
+    capacity: u32,
+    sum: WindowSummary,
+    windows: u32,
+}
+
+/// Adds `w` to the windows summed at `current` (a different capacity starts a new sum); the
+/// sum once it has enough successes to be judged, and how many windows it spans.
+fn judged(memory: &mut Memory, current: u32, w: &WindowSummary) -> Option<(WindowSummary, u32)> {
+    let pending = match &mut memory.pending {
+        Some(p) if p.capacity == current => p,
+        slot => slot.insert(Box::new(Pending {
+            capacity: current,
+            sum: WindowSummary::default(),
+            windows: 0,
+        })),
     };
+    let peak = pending.sum.peak_in_flight.max(w.peak_in_flight);
+    pending.sum.merge(w);
+    pending.sum.peak_in_flight = peak;
+    pending.windows += 1;
+    if pending.sum.ok < MIN_SAMPLES_TO_TEACH {
+        return None;
+    }
+    memory.pending.take().map(|p| (p.sum, p.windows))
+}
+
+/// "`n` successes: too few …, hold".
+fn too_few(bounds: &Bounds, current: u32, memory: &Memory) -> Step {
+    let (ok, windows) = memory
+        .pending
+        .as_ref()
+        .map_or((0, 0), |p| (p.sum.ok, p.windows));
+    let reason = format!(
+        "{ok} successes in {windows} window(s): too few to judge the latency from ({MIN_SAMPLES_TO_TEACH} needed), hold"
+    );
+    clamp(bounds, current, f64::from(current), reason)
+}
+
+/// Moves the baseline with a judged latency (see the module's doc); the baseline to use.
+fn learn(memory: &mut Memory, latency: Duration, may_rise: bool) -> Duration {
+    let baseline = match memory.baseline {
+        None => latency,
+        Some(b) if latency < b => b - (b - latency).mul_f64(BASELINE_FALL),
+        Some(b) if may_rise => b.mul_f64(1.0 - BASELINE_RISE) + latency.mul_f64(BASELINE_RISE),
+        Some(b) => b,
+    };
+    memory.baseline = Some(baseline);
+    baseline
+}
+
+fn aimd(
+    a: &Aimd,
+    bounds: &Bounds,
+    memory: &mut Memory,
+    current: u32,
+    w: &WindowSummary,
+    used_half: bool,
+) -> Step {
     let c = f64::from(current);
+    let learns = a.latency_limit.is_none() && a.latency_tolerance.is_some();
+    if learns {
+        if let Some(s) = calibrate(bounds, memory, current, w, used_half, 0.5) {
+            return s;
+        }
+    }
     // A decrease is at least one permit: 9 × 0.9 rounded towards 9 would never go below 9.
     let backed_off = (c * a.backoff).min(c - 1.0);
     if w.drop_ratio() > a.drop_threshold {
+        memory.pending = None;
         let reason = format!(
             "{:.1}% of {} calls dropped: × {}",
             w.drop_ratio() * 100.0,
@@ -188,14 +287,30 @@ fn aimd(a: &Aimd, bounds: &Bounds, current: u32, w: &WindowSummary, used_half: b
         );
         return clamp(bounds, current, backed_off, reason);
     }
-    if let Some((p50, limit)) = slow {
-        let reason = format!(
-            "median latency {} over the limit {}: × {}",
-            ms(p50),
-            ms(limit),
-            a.backoff
-        );
-        return clamp(bounds, current, backed_off, reason);
+    // The latency limit: the one set, else the learnt baseline × tolerance (learnt as the
+    // gradient's: a first one by calibration, never from a full pool), judged on windows summed
+    // until they hold enough successes.
+    if a.latency_limit.is_some() || learns {
+        let Some((sum, _)) = judged(memory, current, w) else {
+            return too_few(bounds, current, memory);
+        };
+        let may_rise = !used_half || current <= bounds.min.max(1);
+        let limit = match (
+            a.latency_limit,
+            a.latency_tolerance,
+            sum.latency_quantile(0.5),
+        ) {
+            (Some(limit), _, Some(p50)) => Some((p50, limit, format!("the limit {}", ms(limit)))),
+            (None, Some(t), Some(p50)) => {
+                let b = learn(memory, p50, may_rise);
+                Some((p50, b.mul_f64(t), format!("{t} × the baseline {}", ms(b))))
+            }
+            _ => None,
+        };
+        if let Some((p50, _, over)) = limit.filter(|(p50, limit, _)| p50 > limit) {
+            let reason = format!("median latency {} over {over}: × {}", ms(p50), a.backoff);
+            return clamp(bounds, current, backed_off, reason);
+        }
     }
     if !used_half {
         return clamp(
@@ -221,107 +336,335 @@ fn gradient(
     used_half: bool,
 ) -> Step {
     let c = f64::from(current);
-    let Some(latency) = w.latency_quantile(g.quantile) else {
+    let Some(now) = w.latency_quantile(g.quantile) else {
         // Only drops: the dependency refuses everything.
+        memory.pending = None;
         let reason = format!("{} calls, all dropped: × 0.5", w.dropped);
         return clamp(bounds, current, (c * 0.5).min(c - 1.0), reason);
     };
-    // The baseline: falls halfway to a lower latency; rises only where this pool cannot be
-    // queueing; and only from windows with enough successes for their median to mean something.
-    let enough = w.ok >= MIN_SAMPLES_TO_TEACH;
-    let may_rise = !used_half || current <= bounds.min.max(1);
-    if memory.baseline.is_none() && enough && !may_rise {
-        // No baseline yet and the pool is full: its latency may be mostly queue (a first
-        // capacity guessed too high under overload), and learning it would make that queue
-        // the norm. Shrink until calls stop getting faster, then learn.
-        match memory.calibrating {
-            // One window for the larger pool's queue to drain before judging the smaller one.
-            Some(cal) if !cal.drained => {
-                memory.calibrating = Some(Calibration {
-                    drained: true,
-                    ..cal
-                });
-                let reason = format!(
-                    "learning the unloaded latency: a window for the pool of {current} to drain, hold"
-                );
-                return clamp(bounds, current, c, reason);
-            }
-            // Calls did not get faster with a smaller pool (or it cannot shrink): no queue.
-            Some(cal)
-                if current >= cal.before
-                    || latency.as_secs_f64() >= cal.was.as_secs_f64() * 0.9 =>
-            {
-                memory.baseline = Some(latency.min(cal.was));
-                memory.calibrating = None;
-            }
-            _ => {
-                memory.calibrating = Some(Calibration {
-                    before: current,
-                    was: latency,
-                    drained: false,
-                });
-                let reason = format!(
-                    "learning the unloaded latency: {} with the pool full at {current}; × {CALIBRATION_SHRINK} until calls stop getting faster",
-                    ms(latency)
-                );
-                let shrunk = (c * CALIBRATION_SHRINK).min(c - 1.0);
-                return clamp(bounds, current, shrunk, reason);
-            }
-        }
+    if let Some(s) = calibrate(bounds, memory, current, w, used_half, g.quantile) {
+        return s;
     }
-    let baseline = match memory.baseline {
-        None if enough => latency,
-        None => {
-            let reason = format!(
-                "{} successes: too few to learn the baseline latency from, hold",
-                w.ok
-            );
-            return clamp(bounds, current, c, reason);
-        }
-        Some(b) if !enough => b,
-        Some(b) if latency < b => b - (b - latency).mul_f64(BASELINE_FALL),
-        Some(b) if may_rise => b.mul_f64(1.0 - BASELINE_RISE) + latency.mul_f64(BASELINE_RISE),
-        Some(b) => b,
+    let ratio = |baseline: Duration, latency: Duration| {
+        (g.tolerance * baseline.as_secs_f64() / latency.as_secs_f64().max(1e-9)).clamp(0.5, 1.0)
     };
-    memory.baseline = Some(baseline);
-    let ratio = g.tolerance * baseline.as_secs_f64() / latency.as_secs_f64().max(1e-9);
-    let mut gradient = ratio.clamp(0.5, 1.0);
-    let dropped = w.dropped > 0;
-    if dropped {
-        gradient = gradient.min(0.9);
-    }
-    if gradient >= 1.0 && !used_half {
+    if w.dropped > 0 {
+        // Drops: down at once, at least one permit and by at least 10%, whatever the latency
+        // (no growth term: it would undo the decrease).
+        memory.pending = None;
+        // From the permits actually held when the dependency refused (a pool it refuses
+        // calls from is rarely full: refused calls come back at once).
+        let gradient = memory.baseline.map_or(0.9, |b| ratio(b, now).min(0.9));
+        let used = c.min(w.peak_in_flight as f64);
         let reason = format!(
-            "latency {} (baseline {}), at most {} of {current} used: hold",
-            ms(latency),
-            ms(baseline),
+            "{} dropped, latency {}{}, at most {} of {current} used: × {gradient:.2}",
+            w.dropped,
+            ms(now),
+            memory
+                .baseline
+                .map_or(String::new(), |b| format!(" against baseline {}", ms(b))),
+            w.peak_in_flight,
+        );
+        return clamp(bounds, current, (used * gradient).min(c - 1.0), reason);
+    }
+    // The baseline: falls part of the way to a lower latency; rises only where this pool cannot be
+    // queueing; and only from windows (summed if need be) with enough successes for their
+    // median to mean something.
+    let Some((sum, windows)) = judged(memory, current, w) else {
+        return too_few(bounds, current, memory);
+    };
+    let latency = sum.latency_quantile(g.quantile).unwrap_or(now);
+    let may_rise = !used_half || current <= bounds.min.max(1);
+    let baseline = learn(memory, latency, may_rise);
+    let gradient = ratio(baseline, latency);
+    let seen = format!(
+        "latency {}{} against baseline {} (tolerance {})",
+        ms(latency),
+        if windows > 1 {
+            format!(" over {windows} windows")
+        } else {
+            String::new()
+        },
+        ms(baseline),
+        g.tolerance,
+    );
+    if gradient < 1.0 {
+        // A queue: the decrease applies fully, with no growth term.
+        return clamp(
+            bounds,
+            current,
+            c * gradient,
+            format!("{seen}: × {gradient:.2}"),
+        );
+    }
+    if !used_half {
+        let reason = format!(
+            "{seen}, at most {} of {current} used: hold",
             w.peak_in_flight
         );
         return clamp(bounds, current, c, reason);
     }
-    let target = c * gradient + c.sqrt();
-    let next = if target < c {
-        target
-    } else if gradient >= 1.0 {
-        // No queueing and the pool in use: at least one permit more per window, so a small
-        // pool grows too (√c × smoothing alone is under one permit below 25).
-        c + ((target - c) * g.smoothing).max(1.0)
-    } else {
-        c + (target - c) * g.smoothing
+    // Within the tolerance but past most of it: a small queue, as much as is wanted; growing
+    // on would overshoot before the latency shows it (a window late).
+    let grow_below = baseline.mul_f64(1.0 + (g.tolerance - 1.0) * GROW_SHARE);
+    if latency > grow_below {
+        let reason = format!(
+            "{seen}: over {} (most of the tolerance), hold",
+            ms(grow_below)
+        );
+        return clamp(bounds, current, c, reason);
+    }
+    // No queueing and the pool in use: at least one permit more per window, so a small pool
+    // grows too (√c × smoothing alone is under one permit below 25).
+    let grow = (c.sqrt() * g.smoothing).max(1.0);
+    clamp(
+        bounds,
+        current,
+        c + grow,
+        format!("{seen}: + {grow:.1} (√{current} × {})", g.smoothing),
+    )
+}
+
+/// What one pool of a first calibration did: its size, successes per window, median latency.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Measure {
+    pool: u32,
+    per_window: f64,
+    latency: Duration,
+}
+
+/// A first calibration in progress (see the module's doc).
+#[derive(Debug, Clone, PartialEq)]
+struct Calibration {
+    /// The pool measured now (the capacity when the last decision was taken).
+    pool: u32,
+    /// Windows seen since the capacity became `pool`.
+    since: u32,
+    /// Until this many windows have passed, a window whose peak in flight exceeds the pool is
+    /// still draining the larger pool (Little's law: the excess over the throughput).
+    drained_after: u32,
+    /// Windows after which the calls queued by the larger pool have left, so a median is this
+    /// pool's (Little's law: the larger pool over the throughput is its latency in windows).
+    settled_after: u32,
+    /// The drained windows at `pool`, summed, and how many they are.
+    sum: WindowSummary,
+    windows: u32,
+    /// The windows in `sum` that came after `settled_after`, summed.
+    settled: WindowSummary,
+    /// The smallest pool so far whose throughput held.
+    kept: Option<Measure>,
+    /// The successes per window of every pool whose throughput held, summed, and how many:
+    /// their mean is the throughput a smaller pool is compared with.
+    kept_per_window: f64,
+    kept_count: u32,
+    /// The lowest median measured.
+    lowest: Option<Duration>,
+    /// The throughput fell at `pool` (or it cannot shrink): measuring its latency to finish.
+    finishing: bool,
+}
+
+impl Calibration {
+    /// Starts measuring `pool`, drained `drained_after` and settled `settled_after` windows
+    /// after the change.
+    fn measure(&mut self, pool: u32, drained_after: u32, settled_after: u32) {
+        self.pool = pool;
+        self.since = 0;
+        self.drained_after = drained_after;
+        self.settled_after = settled_after;
+        self.restart();
+    }
+
+    /// Forgets the windows summed so far at this pool.
+    fn restart(&mut self) {
+        self.sum = WindowSummary::default();
+        self.windows = 0;
+        self.settled = WindowSummary::default();
+    }
+}
+
+/// While no baseline has been learnt and the pool is full: one window of the first
+/// calibration, `Some` step while it lasts (and the one that ends it); `None` when there is
+/// nothing to calibrate (a baseline, a pool not full, or at its minimum).
+fn calibrate(
+    bounds: &Bounds,
+    memory: &mut Memory,
+    current: u32,
+    w: &WindowSummary,
+    used_half: bool,
+    quantile: f64,
+) -> Option<Step> {
+    const LEARNING: &str = "learning the unloaded latency";
+    let min = bounds.min.max(1);
+    if memory.baseline.is_some() {
+        memory.calibrating = None;
+        return None;
+    }
+    let c = f64::from(current);
+    let cal = match &mut memory.calibrating {
+        Some(cal) => cal,
+        None if used_half && current > min && w.ok > 0 => {
+            memory.calibrating.insert(Box::new(Calibration {
+                pool: current,
+                since: 0,
+                drained_after: 0,
+                settled_after: 0,
+                sum: WindowSummary::default(),
+                windows: 0,
+                settled: WindowSummary::default(),
+                kept: None,
+                kept_per_window: 0.0,
+                kept_count: 0,
+                lowest: None,
+                finishing: false,
+            }))
+        }
+        None => return None,
     };
+    if cal.pool != current {
+        // Moved by someone else (or a write failed): measure this pool, after a drain.
+        cal.measure(current, 2, 2);
+    }
+    cal.since += 1;
+    let drained = cal.since > cal.drained_after || w.peak_in_flight <= u64::from(current);
+    if !drained {
+        let reason = format!(
+            "{LEARNING}: {} in flight draining to the pool of {current}, hold",
+            w.peak_in_flight
+        );
+        return Some(clamp(bounds, current, c, reason));
+    }
+    if !used_half && !cal.finishing {
+        // The traffic no longer fills the pool: it queues nothing; its latency is unloaded.
+        cal.finishing = true;
+        cal.restart();
+    }
+    let settled = cal.since > cal.settled_after;
+    if settled {
+        cal.settled.merge(w);
+    }
+    // The latency of this pool once the calls queued by a larger one have left.
+    let settled_latency = cal
+        .settled
+        .latency_quantile(quantile)
+        .filter(|_| cal.settled.ok >= MIN_SAMPLES_TO_TEACH);
+    if cal.finishing {
+        return Some(match settled_latency {
+            Some(latency) => finish(bounds, memory, current, latency),
+            None if !settled => {
+                let reason = format!(
+                    "{LEARNING}: waiting {} window(s) for the calls queued by a larger pool to leave, hold",
+                    cal.settled_after + 1 - cal.since
+                );
+                clamp(bounds, current, c, reason)
+            }
+            None => {
+                let reason = format!(
+                    "{LEARNING}: {} successes at a pool of {current} so far, too few to learn from ({MIN_SAMPLES_TO_TEACH} needed), hold",
+                    cal.settled.ok
+                );
+                clamp(bounds, current, c, reason)
+            }
+        });
+    }
+    if current <= min {
+        // Cannot shrink further: the floor's latency, once settled, is the baseline.
+        cal.finishing = true;
+        cal.restart();
+        let reason = format!("{LEARNING}: at the minimum {current}; measuring its latency, hold");
+        return Some(clamp(bounds, current, c, reason));
+    }
+    cal.sum.merge(w);
+    cal.windows += 1;
+    let (Some(latency), true) = (
+        cal.sum.latency_quantile(quantile),
+        cal.sum.ok >= MIN_SAMPLES_TO_JUDGE,
+    ) else {
+        let reason = format!(
+            "{LEARNING}: {} successes at a pool of {current} so far, too few to judge its throughput ({MIN_SAMPLES_TO_JUDGE} needed), hold",
+            cal.sum.ok
+        );
+        return Some(clamp(bounds, current, c, reason));
+    };
+    let now = Measure {
+        pool: current,
+        per_window: cal.sum.ok as f64 / f64::from(cal.windows.max(1)),
+        latency,
+    };
+    cal.lowest = Some(cal.lowest.map_or(latency, |l| l.min(latency)));
+    let reference = cal.kept_per_window / f64::from(cal.kept_count.max(1));
+    let share = now.per_window / reference.max(1e-9);
+    let fell = cal.kept_count > 0
+        && match share {
+            s if s < THROUGHPUT_FELL => true,
+            s if s >= THROUGHPUT_HELD => false,
+            // Neither clearly: measure longer (twice the successes), then split the difference.
+            _ if cal.sum.ok < 2 * MIN_SAMPLES_TO_JUDGE => {
+                let reason = format!(
+                    "{LEARNING}: {:.1} successes a window at {current}, {:.0}% of the larger pools' {reference:.1}: measuring longer, hold",
+                    now.per_window,
+                    share * 100.0
+                );
+                return Some(clamp(bounds, current, c, reason));
+            }
+            s => s < (THROUGHPUT_FELL + THROUGHPUT_HELD) / 2.0,
+        };
+    if fell {
+        // The throughput fell: the pool limits it now and nothing queues; its latency, once
+        // settled, is the baseline.
+        if let Some(latency) = settled_latency {
+            return Some(finish(bounds, memory, current, latency));
+        }
+        let reason = format!(
+            "{LEARNING}: {:.1} successes a window at {current}, under the larger pools' {reference:.1}: the pool limits the throughput now; measuring its latency, hold",
+            now.per_window,
+        );
+        cal.finishing = true;
+        return Some(clamp(bounds, current, c, reason));
+    }
+    let first = cal.kept.is_none();
+    cal.kept = Some(now);
+    cal.kept_per_window += now.per_window;
+    cal.kept_count += 1;
+    let next = clamp(bounds, current, c * CALIBRATION_SHRINK, String::new()).capacity;
+    let excess = f64::from(current.saturating_sub(next));
+    let per_window = now.per_window.max(1.0);
+    // Little's law: the excess leaves at the throughput; the larger pool's calls, queued behind
+    // each other, take the pool over the throughput (windows) to leave.
+    let drained_after = 1 + (excess / per_window).floor().min(50.0) as u32;
+    let settled_after = 1 + (c / per_window).ceil().min(50.0) as u32;
+    cal.measure(next, drained_after, settled_after);
     let reason = format!(
-        "latency {} against baseline {} (tolerance {}){}: × {:.2} + √{current}",
+        "{LEARNING}: {:.1} successes a window with the pool full at {current} (median {}){}; × {CALIBRATION_SHRINK} while the throughput holds",
+        now.per_window,
         ms(latency),
-        ms(baseline),
-        g.tolerance,
-        if dropped {
-            format!(", {} dropped", w.dropped)
-        } else {
-            String::new()
-        },
-        gradient
+        if first { "" } else { ", as many as the larger pool's: only queue" },
     );
-    clamp(bounds, current, next, reason)
+    Some(Step {
+        capacity: next,
+        reason,
+    })
+}
+
+/// Ends a first calibration at `current`, whose settled median is `latency`: the baseline is
+/// that (or the lowest median measured, if lower); back to the smallest pool that kept the
+/// throughput.
+fn finish(bounds: &Bounds, memory: &mut Memory, current: u32, latency: Duration) -> Step {
+    let cal = memory.calibrating.take();
+    let kept = cal.as_ref().and_then(|cal| cal.kept);
+    let baseline = cal
+        .and_then(|cal| cal.lowest)
+        .map_or(latency, |l| l.min(latency));
+    memory.baseline = Some(baseline);
+    let back = kept.map_or(current, |k| k.pool.max(current));
+    let reason = format!(
+        "learnt the unloaded latency {} at a pool of {current}{}: back to {back}",
+        ms(baseline),
+        kept.map_or(String::new(), |k| format!(
+            " ({:.1} successes a window at {}, the smallest pool that kept them)",
+            k.per_window, k.pool
+        )),
+    );
+    clamp(bounds, current, f64::from(back), reason)
 }
 
 /// `wanted`, limited to one step from `current` and to the bounds.
@@ -364,11 +707,13 @@ mod tests {
         w
     }
 
+    /// With a baseline learnt (AIMD learns one first, as the gradient does: see
+    /// `aimd_learns_a_baseline_first_and_backs_off_on_latency`).
     #[test]
     fn aimd_backs_off_on_drops_and_grows_when_used() {
         let a = Algorithm::Aimd(Aimd::default());
-        let mut m = Memory::default();
         let ms10 = Duration::from_millis(10);
+        let mut m = Memory::with_baseline(Some(ms10));
         let s = step(&a, &BOUNDS, &mut m, 100, &window(90, 10, ms10, 100));
         assert_eq!(s.capacity, 90);
         assert!(s.reason.contains("dropped"), "{}", s.reason);
@@ -392,7 +737,7 @@ mod tests {
     #[test]
     fn aimd_backs_off_below_ten() {
         let a = Algorithm::Aimd(Aimd::default());
-        let mut m = Memory::default();
+        let mut m = Memory::with_baseline(Some(Duration::from_millis(5)));
         let mut c = 12;
         for _ in 0..20 {
             c = step(
@@ -405,6 +750,105 @@ mod tests {
             .capacity;
         }
         assert_eq!(c, BOUNDS.min);
+    }
+
+    /// AIMD's default: a first baseline learnt by calibration (a full pool halves while its
+    /// throughput holds), then a median over 1.5 × the baseline backs off like drops do;
+    /// `latency_limit` overrides it; `latency_tolerance: None` is drops only, as before.
+    #[test]
+    fn aimd_learns_a_baseline_first_and_backs_off_on_latency() {
+        let a = Algorithm::Aimd(Aimd::default());
+        let mut m = Memory::default();
+        let ms10 = Duration::from_millis(10);
+        let s = step(&a, &BOUNDS, &mut m, 100, &window(100, 0, ms10 * 4, 100));
+        assert_eq!(s.capacity, 50, "{s:?}");
+        assert!(s.reason.contains("learning the unloaded latency"), "{s:?}");
+        assert_eq!(m.baseline, None);
+        // Half the pool, as many calls: still only queue.
+        let s = step(&a, &BOUNDS, &mut m, 50, &window(100, 0, ms10 * 2, 50));
+        assert_eq!(s.capacity, 25, "{s:?}");
+        // A quarter: the throughput falls; its latency, once the queue left, is the baseline.
+        let mut c = 25;
+        for _ in 0..10 {
+            c = step(&a, &BOUNDS, &mut m, c, &window(50, 0, ms10, 25)).capacity;
+            if m.baseline.is_some() {
+                break;
+            }
+        }
+        let learnt = m.baseline.map_or(0, |b| b.as_micros());
+        assert!((8_750..=11_250).contains(&learnt), "{learnt} µs");
+        assert_eq!(
+            c, 37,
+            "back towards 50, the smallest pool that kept the throughput"
+        );
+        // Over 1.5 × the baseline: × 0.9; under: + 1.
+        let s = step(&a, &BOUNDS, &mut m, 50, &window(100, 0, ms10 * 2, 50));
+        assert_eq!(s.capacity, 45, "{s:?}");
+        assert!(s.reason.contains("over 1.5 × the baseline"), "{s:?}");
+        assert_eq!(
+            step(&a, &BOUNDS, &mut m, 50, &window(100, 0, ms10, 50)).capacity,
+            51
+        );
+        // An explicit limit wins over the learnt one.
+        let limited = Algorithm::Aimd(Aimd {
+            latency_limit: Some(ms10 * 3),
+            ..Aimd::default()
+        });
+        let mut fresh = Memory::default();
+        let s = step(
+            &limited,
+            &BOUNDS,
+            &mut fresh,
+            50,
+            &window(100, 0, ms10 * 2, 50),
+        );
+        assert_eq!((s.capacity, fresh.baseline), (51, None), "{s:?}");
+        let s = step(
+            &limited,
+            &BOUNDS,
+            &mut fresh,
+            50,
+            &window(100, 0, ms10 * 4, 50),
+        );
+        assert_eq!(s.capacity, 45, "{s:?}");
+        assert!(s.reason.contains("over the limit"), "{s:?}");
+        // Drops only: no calibration, latency says nothing.
+        let drops_only = Algorithm::Aimd(Aimd {
+            latency_tolerance: None,
+            ..Aimd::default()
+        });
+        let mut fresh = Memory::default();
+        let s = step(
+            &drops_only,
+            &BOUNDS,
+            &mut fresh,
+            100,
+            &window(100, 0, ms10 * 9, 100),
+        );
+        assert_eq!((s.capacity, fresh.baseline), (101, None), "{s:?}");
+    }
+
+    /// With drops the gradient's target is below the capacity whatever its size: no √c term
+    /// is added to a decrease (0.9 × 30 + √30 was 32.5, above 30).
+    #[test]
+    fn gradient_decreases_under_drops_at_any_size() {
+        let g = Algorithm::Gradient(Gradient::default());
+        let base = Duration::from_millis(10);
+        for c in [3u32, 5, 9, 10, 30, 100, 500] {
+            let mut m = Memory::with_baseline(Some(base));
+            let s = step(&g, &BOUNDS, &mut m, c, &window(100, 5, base, u64::from(c)));
+            assert!(s.capacity < c, "{c}: {s:?}");
+            assert!(s.reason.contains("dropped"), "{s:?}");
+            // A queue with no drops: also strictly down (no growth term).
+            let s = step(
+                &g,
+                &BOUNDS,
+                &mut m,
+                c,
+                &window(100, 0, base * 3, u64::from(c)),
+            );
+            assert!(s.capacity < c || c <= BOUNDS.min, "{c}: {s:?}");
+        }
     }
 
     #[test]
@@ -501,8 +945,8 @@ mod tests {
         assert!((8..=16).contains(&c), "settles near the workers: {seen:?}");
     }
 
-    /// One lucky window does not set the baseline: few successes teach nothing, and a lower
-    /// median moves it halfway.
+    /// One lucky window does not set the baseline: few successes teach nothing (until summed
+    /// with the next windows), and a lower median moves it part of the way (a quarter).
     #[test]
     fn the_baseline_ignores_small_windows_and_falls_halfway() {
         let g = Algorithm::Gradient(Gradient::default());

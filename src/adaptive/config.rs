@@ -36,7 +36,8 @@ impl Adaptive {
     }
 
     /// AIMD: grows by one permit per window that used at least half the capacity, shrinks by
-    /// 10% per window with more than 1% of drops.
+    /// 10% per window with more than 1% of drops or a median latency over 1.5 × the
+    /// dependency's unloaded latency (learnt as the gradient's baseline is).
     pub fn aimd() -> Self {
         Self::with(Algorithm::Aimd(Aimd::default()))
     }
@@ -163,6 +164,13 @@ impl Adaptive {
                         a.drop_threshold
                     )));
                 }
+                if let Some(t) = a.latency_tolerance {
+                    if !(t >= 1.0 && t.is_finite()) {
+                        return Err(Error::invalid(format!(
+                            "AIMD latency tolerance must be at least 1, got {t}"
+                        )));
+                    }
+                }
             }
             Algorithm::Gradient(g) => {
                 if !(g.tolerance >= 1.0 && g.tolerance.is_finite()) {
@@ -201,6 +209,13 @@ mod tests {
             (Adaptive::gradient().min(0), "adaptive min"),
             (Adaptive::gradient().min(5).max(4), "adaptive max"),
             (Adaptive::gradient().max_step(0.0), "max_step"),
+            (
+                Adaptive::with(Algorithm::Aimd(Aimd {
+                    latency_tolerance: Some(0.5),
+                    ..Aimd::default()
+                })),
+                "latency tolerance",
+            ),
             (Adaptive::gradient().max(10).initial(11), "initial capacity"),
             (
                 Adaptive::gradient().window(Duration::from_millis(10)),

@@ -15,6 +15,8 @@ mod control;
 mod names;
 pub(crate) mod open;
 pub(crate) mod reporter;
+#[cfg(test)]
+mod simulation;
 pub mod window;
 
 pub use algorithm::{step, Aimd, Algorithm, Bounds, Gradient, Memory, Step};
