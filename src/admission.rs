@@ -83,7 +83,10 @@ impl Control {
     /// free slots taken away and slots still out marked to be forgotten when they come back.
     fn answered(&mut self, took: Duration, now: Instant, slots: &Semaphore) {
         self.answer = Some(match self.answer {
-            Some((old, _)) => (old.mul_f64(1.0 - NEW_WEIGHT) + took.mul_f64(NEW_WEIGHT), now),
+            Some((old, _)) => (
+                old.mul_f64(1.0 - NEW_WEIGHT) + took.mul_f64(NEW_WEIGHT),
+                now,
+            ),
             None => (took, now),
         });
         if now.duration_since(self.fastest.2) >= FASTEST_SPAN {
@@ -203,9 +206,15 @@ impl Admission {
             admission: self.clone(),
         };
         let Some(deadline) = deadline else {
-            return self.slots.clone().acquire_owned().await.map(slot).map_err(|_| Refused {
-                store_answering: false,
-            });
+            return self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map(slot)
+                .map_err(|_| Refused {
+                    store_answering: false,
+                });
         };
         // The latest moment a request may leave and still be answered in time, and whether
         // the callers already waiting for a slot leave one free by then.
@@ -264,11 +273,9 @@ impl Admission {
         let since = warned.1.map_or(String::new(), |at| {
             format!(" in the last {} s", at.elapsed().as_secs())
         });
-        let answer = self
-            .expected()
-            .map_or("no answer lately".to_string(), |d| {
-                format!("answers in {:.1} ms", ms(d))
-            });
+        let answer = self.expected().map_or("no answer lately".to_string(), |d| {
+            format!("answers in {:.1} ms", ms(d))
+        });
         tracing::warn!(
             semaphore = %semaphore,
             "the store, not the capacity, is the limit now: {} acquire(s){since} refused before reaching it, their timeout would pass first (the store {answer}; this process keeps {} acquire requests at it); counted in acquires_refused_store_busy",
@@ -365,7 +372,11 @@ mod tests {
             b.answered(Duration::from_millis(20));
         }
         drop(held);
-        assert_eq!(b.slots.available_permits(), 1, "one slot wanted, seven forgotten");
+        assert_eq!(
+            b.slots.available_permits(),
+            1,
+            "one slot wanted, seven forgotten"
+        );
         // Fast again: about one slot more per round of answers.
         for _ in 0..60 {
             a.answered(Duration::from_millis(1));
@@ -386,7 +397,9 @@ mod tests {
         let mut queued = Vec::new();
         for _ in 0..10 {
             let a = a.clone();
-            queued.push(tokio::spawn(async move { a.enter("s", Some(long)).await.is_ok() }));
+            queued.push(tokio::spawn(async move {
+                a.enter("s", Some(long)).await.is_ok()
+            }));
         }
         tokio::task::yield_now().await;
         let started = Instant::now();

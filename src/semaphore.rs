@@ -1,8 +1,8 @@
 //! `Semaphore`: acquire permits from one named semaphore.
 
+use crate::admission::Slot;
 use crate::backend::{Enqueued, EntryRequest, Outcome};
 use crate::error::{Error, Result};
-use crate::admission::Slot;
 use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;
 use crate::permit::{EntryGuard, Permit};
@@ -247,7 +247,7 @@ impl Semaphore {
                     result: Err(self.limiter.closed_or(Error::Timeout)),
                     // A busy store answers: its callers must not take it for a down one.
                     store_answered: refused.store_answering,
-                }
+                };
             }
         };
         // Armed before the first request: if this future is dropped while the enqueue is in

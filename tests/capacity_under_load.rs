@@ -44,7 +44,9 @@ async fn work(sem: Semaphore, load: Arc<Load>, seed: u64) {
         let now = load.in_use.fetch_add(1, SeqCst) + 1;
         load.most_in_use.fetch_max(now, SeqCst);
         load.acquired.fetch_add(1, SeqCst);
-        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        n = n
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         tokio::time::sleep(Duration::from_micros((n >> 33) % 2_000)).await;
         if permit.is_lost() {
             load.lost.fetch_add(1, SeqCst);
@@ -80,8 +82,13 @@ async fn changes_land_under_load(url: &str) {
         let set = tokio::time::timeout(ONE_CHANGE * 5, sem.set_capacity(capacity)).await;
         let took = t.elapsed();
         slowest = slowest.max(took);
-        set.unwrap_or_else(|_| panic!("change {i} to {capacity}: no answer in {:?}", ONE_CHANGE * 5))
-            .unwrap_or_else(|e| panic!("change {i} to {capacity}: {e}"));
+        set.unwrap_or_else(|_| {
+            panic!(
+                "change {i} to {capacity}: no answer in {:?}",
+                ONE_CHANGE * 5
+            )
+        })
+        .unwrap_or_else(|e| panic!("change {i} to {capacity}: {e}"));
         assert!(took <= ONE_CHANGE, "change {i} to {capacity} took {took:?}");
         let stored = sem.status().await.expect("status").capacity;
         assert_eq!(stored, capacity, "change {i}: stored capacity");
@@ -101,10 +108,20 @@ async fn changes_land_under_load(url: &str) {
         load.most_in_use.load(SeqCst)
     );
     // The load was real: the changes raced with acquires and releases all along.
-    assert!(acquires >= 200, "only {acquires} acquires during the changes");
-    assert_eq!(load.lost.load(SeqCst), 0, "a change made a holder lose its permit");
+    assert!(
+        acquires >= 200,
+        "only {acquires} acquires during the changes"
+    );
+    assert_eq!(
+        load.lost.load(SeqCst),
+        0,
+        "a change made a holder lose its permit"
+    );
     let most = load.most_in_use.load(SeqCst);
-    assert!(most <= first, "{most} permits in use, above every capacity set");
+    assert!(
+        most <= first,
+        "{most} permits in use, above every capacity set"
+    );
     for l in limiters {
         l.close().await.expect("close");
     }

@@ -624,6 +624,11 @@ async fn timeout_ms_holds_against_a_stopped_store() {
         Some(0.0),
         "a short pause ends no session"
     );
+    assert_eq!(
+        sample(&m, "clusterlimit_acquires_refused_store_busy_total"),
+        Some(0.0),
+        "a paused store is silent, not busy: nothing refused as store-busy"
+    );
     // The stopped member may still apply the timed-out enqueue after SIGCONT (it was buffered
     // there), even after its removal; the sidecar's Limiter then finds that entry and removes
     // it too, with nothing else to make it look: removing an enqueue that never answered

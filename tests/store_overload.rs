@@ -52,7 +52,10 @@ async fn store_pairs_per_s(endpoints: &[String], connections: usize, for_: Durat
                 let key = format!("/ceiling/{c}/{w}");
                 let opts = etcd_client::PutOptions::new().with_lease(lease);
                 while Instant::now() < until {
-                    client.put(key.clone(), "x", Some(opts.clone())).await.expect("put");
+                    client
+                        .put(key.clone(), "x", Some(opts.clone()))
+                        .await
+                        .expect("put");
                     client.delete(key.clone(), None).await.expect("delete");
                     done.fetch_add(1, Relaxed);
                 }
@@ -129,7 +132,10 @@ async fn acquire_latency(sem: &Semaphore, n: usize) -> Duration {
     let mut took = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
-        let p = sem.acquire_timeout(Duration::from_secs(5)).await.expect("acquire");
+        let p = sem
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .expect("acquire");
         took.push(t.elapsed());
         p.release().await.expect("release");
     }
@@ -182,7 +188,10 @@ async fn past_the_store_s_speed_it_grants_refuses_fast_and_stays_small() {
     );
     // Far more was offered than the store can take: the excess was refused, and before
     // anything was sent for most of it.
-    assert!(stats.acquires_refused_store_busy > 0, "nothing refused early");
+    assert!(
+        stats.acquires_refused_store_busy > 0,
+        "nothing refused early"
+    );
     assert!(
         slowest <= TIMEOUT + Duration::from_millis(100),
         "an acquire answered after {slowest:?} (timeout {TIMEOUT:?})"

@@ -155,8 +155,7 @@ impl EtcdBackend {
                 // Already so (also a retry whose first write was applied): nothing to change.
                 return Ok(());
             }
-            let queue: Vec<queue::Entry> =
-                queue_of(&queue_prefix, &kvs).map(|(e, _)| e).collect();
+            let queue: Vec<queue::Entry> = queue_of(&queue_prefix, &kvs).map(|(e, _)| e).collect();
             let floor = queue::floor_after_resize(&queue, old.capacity, capacity, old.floor);
             let shrink = capacity < old.capacity;
             let mut then = vec![TxnOp::put(
@@ -185,8 +184,15 @@ impl EtcdBackend {
                     let exact =
                         queue::floor_after_resize(&at_write, old.capacity, capacity, old.floor);
                     if exact > floor {
-                        self.raise_floor(name, CapValue { capacity, floor: exact }, written)
-                            .await;
+                        self.raise_floor(
+                            name,
+                            CapValue {
+                                capacity,
+                                floor: exact,
+                            },
+                            written,
+                        )
+                        .await;
                     }
                 }
                 return Ok(());

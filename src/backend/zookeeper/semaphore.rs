@@ -146,7 +146,10 @@ impl ZkBackend {
             }
             let data = CapValue { capacity, floor }.encode();
             let written = self
-                .call(RequestKind::Put, client.set_data(&path, &data, Some(version)))
+                .call(
+                    RequestKind::Put,
+                    client.set_data(&path, &data, Some(version)),
+                )
                 .await;
             match written {
                 Ok(stat) => {
@@ -199,7 +202,10 @@ impl ZkBackend {
         .encode();
         let path = self.paths.semaphore(name);
         if let Err(e) = self
-            .call(RequestKind::Put, client.set_data(&path, &data, Some(version)))
+            .call(
+                RequestKind::Put,
+                client.set_data(&path, &data, Some(version)),
+            )
             .await
         {
             tracing::debug!(semaphore = %name, error = %e, "raising the floor of a shrink failed; the stored floor stays (safe, lower)");
