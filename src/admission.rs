@@ -9,9 +9,10 @@
 //!   removal of an entry whose caller left while it was being written); the others wait for a
 //!   slot, in arrival order, in their callers' own futures;
 //! * how many follows the store's answer time, as TCP follows a path's round trip: one more
-//!   slot per round of answers within twice the fastest answer seen lately, half a slot fewer
-//!   per slower answer ([`Control`]), between 1 and [`MAX_SLOTS`]. A store that queues is
-//!   given fewer requests, so its answers stay fast and what it serves is served in time;
+//!   slot per round of answers within twice the fastest answer seen lately (plus a few ms of
+//!   queue, less if the callers' timeouts are short), about a quarter fewer per round of
+//!   slower ones ([`Control`]), between 1 and [`MAX_SLOTS`]. A store that queues is given fewer
+//!   requests, so its answers stay fast and what it serves is served in time;
 //! * an acquire with a deadline waits for a slot only while the store could still answer in
 //!   time (its recent answer time, [`Admission::expected`]), and is refused before anything is
 //!   sent otherwise; one that the callers already waiting would keep from a slot until too late
@@ -41,6 +42,10 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 /// An answer time older than this is not trusted to refuse: the next acquire is sent anyway,
 /// so a store that became fast again is seen.
 const STALE_AFTER: Duration = Duration::from_secs(1);
+/// How much queueing at the store still counts as fast, at most (see `Control::target`).
+const QUEUE_ALLOWANCE: Duration = Duration::from_millis(2);
+/// Slots taken away per slow answer: about a quarter of them per round of slow answers.
+const SLOWER: f64 = 0.3;
 /// Weight of the newest answer time in the moving average.
 const NEW_WEIGHT: f64 = 0.2;
 /// The fastest answer is remembered over two spans of this: a store that became slower for
@@ -69,9 +74,31 @@ struct Control {
     answer: Option<(Duration, Instant)>,
     /// The fastest answer in this span and in the one before, and when this span began.
     fastest: (Option<Duration>, Option<Duration>, Instant),
+    /// Moving average of the time callers with a deadline have left when they ask.
+    budget: Option<Duration>,
 }
 
 impl Control {
+    /// The longest answer time that still counts as fast: a store answering within it serves
+    /// more with more requests out. Twice the fastest answer at least; up to
+    /// [`QUEUE_ALLOWANCE`] more (a few requests queued at the store keep it busy, which is
+    /// where it serves the most), but at most half of what the callers' timeouts leave them
+    /// (a queue their timeouts cannot wait through serves nobody).
+    fn target(&self, fastest: Duration) -> Duration {
+        let allowance = self
+            .budget
+            .map_or(QUEUE_ALLOWANCE, |b| QUEUE_ALLOWANCE.min(b / 2));
+        (fastest * 2).max(fastest + allowance)
+    }
+
+    /// Takes in the time a caller with a deadline has left when it asks for a slot.
+    fn budget(&mut self, left: Duration) {
+        self.budget = Some(match self.budget {
+            Some(old) => old.mul_f64(1.0 - NEW_WEIGHT) + left.mul_f64(NEW_WEIGHT),
+            None => left,
+        });
+    }
+
     fn fastest(&self) -> Option<Duration> {
         match (self.fastest.0, self.fastest.1) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -94,10 +121,9 @@ impl Control {
         }
         self.fastest.0 = Some(self.fastest.0.map_or(took, |f| f.min(took)));
         let fastest = self.fastest().unwrap_or(took);
-        // Twice the fastest answer, and a millisecond of scheduling noise, is not queueing.
-        let queueing = took > fastest * 2 + Duration::from_millis(1);
+        let queueing = took > self.target(fastest);
         self.limit = if queueing {
-            (self.limit - 0.5).max(1.0)
+            (self.limit - SLOWER).max(1.0)
         } else {
             (self.limit + 1.0 / self.limit).min(MAX_SLOTS as f64)
         };
@@ -186,6 +212,7 @@ impl Admission {
                 to_forget: 0,
                 answer: None,
                 fastest: (None, None, Instant::now()),
+                budget: None,
             }),
             refused: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
@@ -216,6 +243,8 @@ impl Admission {
                     store_answering: false,
                 });
         };
+        crate::backend::lock(&self.control)
+            .budget(deadline.saturating_duration_since(Instant::now()));
         // The latest moment a request may leave and still be answered in time, and whether
         // the callers already waiting for a slot leave one free by then.
         let answer = self.expected().unwrap_or_default();
@@ -355,7 +384,7 @@ mod tests {
         for _ in 0..20 {
             a.answered(Duration::from_millis(1));
         }
-        // Slow answers (queueing): half a slot fewer each, down to one.
+        // Slow answers (queueing): 0.3 slot fewer each, down to one.
         for _ in 0..100 {
             a.answered(Duration::from_millis(20));
         }
