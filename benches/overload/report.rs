@@ -233,17 +233,18 @@ fn footnotes(plan: &Plan, rows: &[Row]) -> String {
     let mut md = String::new();
     for row in rows {
         let s = &row.summary;
-        if s.errors.0 == 0 && s.abandoned == 0 {
+        if s.errors.0 == 0 && s.abandoned == 0 && s.not_sent_per_s == 0.0 {
             continue;
         }
         let _ = writeln!(
             md,
-            "- {} R = {} {}: {} errors (store or transport), {} calls abandoned at the end; first: {}",
+            "- {} R = {} {}: {} errors (store or transport), {} calls abandoned at the end, {:.1} calls/s not sent (harness behind or at its bound); first: {}",
             plan.scenarios[row.scenario].name,
             row.replicas,
             row.contender.name(),
             s.errors.0,
             s.abandoned,
+            s.not_sent_per_s,
             s.errors.1.join(" / ")
         );
     }
