@@ -172,9 +172,9 @@ async fn measure_ceiling(plan: &Plan, etcd: &EtcdCluster) -> anyhow::Result<ceil
         "overload bench: the store's ceiling (raw put + delete pairs, {:.1} s)",
         plan.saturation.ceiling_for.as_secs_f64()
     );
-    let c = ceiling::measure(
+    let c = ceiling::best_of(
         &etcd.endpoints(),
-        "overload-ceiling",
+        plan.saturation.ceiling_rounds,
         plan.saturation.ceiling_for,
     )
     .await?;

@@ -302,7 +302,12 @@ async fn run_row(
     let figures = match data {
         Err(_) => Err(format!("the row did not end within {} s", limit.as_secs())),
         Ok(Err(e)) => Err(format!("{e:#}")),
-        Ok(Ok(data)) => Ok(figures(&row_plan, &scenario, &grid.times, unloaded, &data)),
+        Ok(Ok(data)) => {
+            if plan.series {
+                print_series(&row_plan, &scenario, row, unloaded, &data);
+            }
+            Ok(figures(&row_plan, &scenario, &grid.times, unloaded, &data))
+        }
     };
     GridResult {
         row: *row,
@@ -311,4 +316,24 @@ async fn run_row(
         memory,
         cores,
     }
+}
+
+/// `--series`: the row's per-second figures and the controller's steps as read (stderr).
+fn print_series(
+    plan: &Plan,
+    scenario: &Scenario,
+    row: &GridRow,
+    unloaded: &Unloaded,
+    data: &load::RunData,
+) {
+    let summary = crate::record::summarise(plan, scenario, unloaded, data);
+    let contender = row.contender();
+    let text = crate::report::series(
+        scenario,
+        plan.grid.replicas,
+        contender,
+        &summary,
+        &data.decisions,
+    );
+    eprint!("{text}");
 }

@@ -38,8 +38,7 @@ pub fn markdown(
 fn about(grid: &GridPlan, unloaded: &[(Duration, Unloaded)], ceiling: &Ceiling) -> String {
     let t = &grid.times;
     let mut md = format!(
-        "#### Grid (issue 37): ours from far-off starts, the capacity halving and coming back\n\n\
-         - each row: a fresh dependency (as above: a FIFO queue of 128, lognormal service times \
+        "- each row: a fresh dependency (as above: a FIFO queue of 128, lognormal service times \
          σ 0.5) of W workers and the row's mean service time; R = {r} replicas, each with its \
          own `Limiter` on the 1-node etcd, offering {x}× the true capacity (W ÷ mean service \
          time) as open-loop Poisson arrivals; ours created at the row's first capacity (× W), \
@@ -63,8 +62,8 @@ fn about(grid: &GridPlan, unloaded: &[(Duration, Unloaded)], ceiling: &Ceiling) 
          - not sent: arrivals the harness did not send (past their deadline before it could, or \
          over its bound of outstanding calls per replica, or over its memory guard of {guard} \
          MB): the store-saturated rows' symptom, never a healthy one's\n\
-         - ceiling: the store's raw enqueue + remove pairs/s measured in this run ({pairs:.0}/s, \
-         see the saturation rows); a row offering more calls/s than that (each call is one \
+         - ceiling: the store's raw enqueue + remove pairs/s measured just before the grid \
+         ({pairs:.0}/s; measured as the saturation rows' ceiling is); a row offering more calls/s than that (each call is one \
          acquire and one release, i.e. one pair) is **store-saturated**: it measures the \
          semaphore past the store's write rate, not the controller alone\n\
          - peak MB: this process's resident set (VmRSS, sampled every 20 ms) during the row, \
@@ -142,7 +141,7 @@ fn table_row(
         p99(f, unloaded),
         capacity(f, row),
         settles(f),
-        f.violations(),
+        violations(f),
         steps(f),
         f.not_sent_per_s,
         f.errors.0 + f.abandoned,
@@ -181,6 +180,18 @@ fn settles(f: &GridFigures) -> String {
         .map(|s| s.map_or("never".to_string(), |t| format!("{t:.0} s")))
         .collect::<Vec<_>>()
         .join(" / ")
+}
+
+fn violations(f: &GridFigures) -> String {
+    let i = &f.in_flight;
+    if i.over == 0 && i.unchecked == 0 {
+        "0".to_string()
+    } else {
+        format!(
+            "**{} over** (worst {:.2}×), {} not between two reads",
+            i.over, i.worst_ratio, i.unchecked
+        )
+    }
 }
 
 fn steps(f: &GridFigures) -> String {

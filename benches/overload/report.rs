@@ -278,7 +278,8 @@ pub fn series(
             |us: Option<u64>| us.map_or("-".to_string(), |us| format!("{:.1}", us as f64 / 1e3));
         let _ = writeln!(
             out,
-            "  step read at {at:.1} s: {} → {} ({}); ok {}, dropped {}, p50 {} ms, baseline {} ms, peak {}, {} reporters",
+            "  step of window {} read at {at:.1} s: {} → {} ({}); ok {}, dropped {}, p50 {} ms, baseline {} ms, peak {}, {} reporters",
+            d.window,
             d.from,
             d.to,
             d.reason,

@@ -36,8 +36,9 @@ pub struct SatPlan {
     pub before: Duration,
     pub overload: Duration,
     pub after: Duration,
-    /// How long the ceiling is measured.
+    /// How long each round of the ceiling's measurement lasts, and how many (the best counts).
     pub ceiling_for: Duration,
+    pub ceiling_rounds: usize,
     pub limiters: usize,
     pub capacity: u32,
     pub hold: Duration,
@@ -57,18 +58,19 @@ impl SatPlan {
             times_ceiling,
             timeout: ms(timeout),
         };
-        let (rows, before, overload, after, ceiling_for) = if quick {
-            (vec![row(2.0, 20)], ms(1000), ms(3000), ms(2000), ms(1500))
+        let (rows, before, overload, after, ceiling_rounds) = if quick {
+            (vec![row(2.0, 20)], ms(1000), ms(3000), ms(2000), 1)
         } else {
             let rows = vec![row(2.0, 20), row(4.0, 20), row(2.0, 2)];
-            (rows, ms(2000), ms(10_000), ms(5000), ms(3000))
+            (rows, ms(2000), ms(10_000), ms(5000), 2)
         };
         SatPlan {
             rows,
             before,
             overload,
             after,
-            ceiling_for,
+            ceiling_for: if quick { ms(1500) } else { ms(3000) },
+            ceiling_rounds,
             limiters: crate::ceiling::CONNECTIONS,
             capacity: 32,
             hold: ms(1),
