@@ -22,7 +22,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// Beyond a call's deadline, how long the end of a run waits for its release.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// Calls one replica may have outstanding, as a multiple of what its arrival rate puts in
-/// flight over a call's deadline plus a second of release: a healthy run stays far below it;
+/// flight over a call's deadline: a healthy run stays far below it (its releases take
+/// milliseconds);
 /// a library that stops answering (a store past its write rate) would otherwise make the
 /// harness's own tasks and memory grow without bound.
 const OUTSTANDING_MARGIN: f64 = 4.0;
@@ -253,7 +254,7 @@ struct ReplicaLoad {
 /// The most calls one replica offering `rate` calls/s keeps outstanding (see
 /// `OUTSTANDING_MARGIN`).
 fn outstanding_bound(rate: f64, client_timeout: Duration) -> usize {
-    let in_flight = rate * (client_timeout + Duration::from_secs(1)).as_secs_f64();
+    let in_flight = rate * client_timeout.as_secs_f64();
     ((in_flight * OUTSTANDING_MARGIN) as usize).max(OUTSTANDING_FLOOR)
 }
 
