@@ -24,7 +24,7 @@ pub fn markdown(
 ) -> String {
     let mut md = about(grid, unloaded, ceiling);
     md.push_str(
-        "\n| row | offered/s (÷ ceiling) | steady goodput | steady p99 ms (× unloaded) | capacity, steady (in [0.5×, 2×]?) | settle after ×0.5 / ×2 | in-flight violations | steps / windows | not sent/s | errors | peak MB | CPU cores | targets |\n\
+        "\n| row | offered/s (÷ ceiling) | steady goodput | steady p99 ms (× unloaded) | stored capacity: steady of W (in [0.5×, 2×]?); whole row | settle after ×0.5 / ×2 | in-flight violations | steps / windows | not sent/s | errors | peak MB | CPU cores | targets |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
@@ -162,13 +162,16 @@ fn p99(f: &GridFigures, u: &Unloaded) -> String {
 fn capacity(f: &GridFigures, row: &GridRow) -> String {
     match f.steady_capacity {
         Some((lo, hi)) => format!(
-            "{lo}–{hi} of {} ({})",
+            "{lo}–{hi} of {} ({}); whole row {}",
             row.workers,
             if f.steady_capacity_ok(row.workers) {
                 "yes"
             } else {
                 "**no**"
-            }
+            },
+            f.in_flight
+                .stored
+                .map_or("?".to_string(), |(lo, hi)| format!("{lo}–{hi}"))
         ),
         None => "no read".to_string(),
     }
