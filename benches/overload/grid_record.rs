@@ -8,7 +8,7 @@
 //!   goodput is ≥ 90% of it; looked for until the next step or the end;
 //! * in-flight violations: record.rs's check of each admission against the capacity in force;
 //! * controller steps: the distinct windows whose step was read back (`adaptive_status()`'s
-//!   `last`, polled every 200 ms by load.rs's monitor; the library announces a step only once
+//!   `last`, polled every 100 ms by load.rs's monitor; the library announces a step only once
 //!   its capacity write landed, or when it held) ÷ the windows wholly inside the run, less the
 //!   last one (its step may come after the monitor's last read).
 

@@ -56,8 +56,8 @@ fn about(grid: &GridPlan, unloaded: &[(Duration, Unloaded)], ceiling: &Ceiling) 
          stored capacity in force allowed, plus those not between two capacity reads \
          (target 0)\n\
          - steps / windows: the distinct 500 ms windows whose controller step was read back with \
-         `Semaphore::adaptive_status()` (`last.window`, polled every 200 ms from a monitoring \
-         Limiter; a step is announced only once its capacity write landed, or when it held) ÷ \
+         `Semaphore::adaptive_status()` (`last.window`, polled every 100 ms from a monitoring \
+         Limiter, apart from its capacity reads; a step is announced only once its capacity write landed, or when it held) ÷ \
          the windows wholly inside the row less the last (target ≥ 95%)\n\
          - not sent: arrivals the harness did not send (past their deadline before it could, or \
          over its bound of outstanding calls per replica, or over its memory guard of {guard} \

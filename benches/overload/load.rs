@@ -355,10 +355,11 @@ struct Monitor {
     adaptive: bool,
 }
 
-/// Reads of the capacity per read of the adaptive controller's last step: every 200 ms, so
-/// every step of a 500 ms window is seen before the next one replaces it (the grid counts the
-/// windows that got a step).
-const DECISION_EVERY: usize = 2;
+/// How often the adaptive controller's last step is read, in a loop of its own (a slow status
+/// read does not delay it): every step of a 500 ms window is seen several times before the
+/// next one replaces it, so the grid's count of windows that got a step is the library's, not
+/// the monitor's.
+const DECISION_EVERY: Duration = Duration::from_millis(100);
 
 impl Monitor {
     /// Opened once the replicas there from the start have opened the semaphore.
@@ -405,14 +406,34 @@ impl Monitor {
         errors: &ErrorLog,
     ) -> anyhow::Result<(Vec<CapacitySample>, Vec<(f64, Decision)>)> {
         let end = start + spec.scenario.run_for + spec.unloaded.admission() + SAMPLE_EVERY * 3;
+        let (capacity, decisions) = tokio::join!(
+            self.capacities(start, end, first, errors),
+            self.decisions(start, end, errors)
+        );
+        self.limiter
+            .close()
+            .await
+            .context("close the monitor's Limiter")?;
+        Ok((capacity, decisions))
+    }
+}
+
+impl Monitor {
+    /// The stored capacity every `SAMPLE_EVERY` until `end` (one read per tick).
+    async fn capacities(
+        &self,
+        start: Instant,
+        end: Instant,
+        first: CapacitySample,
+        errors: &ErrorLog,
+    ) -> Vec<CapacitySample> {
         let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
-        let (mut capacity, mut decisions) = (vec![first], Vec::<(f64, Decision)>::new());
+        let mut capacity = vec![first];
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
-        // Bounded by `end`: one read per tick.
-        for n in 0.. {
+        loop {
             tick.tick().await;
             if Instant::now() >= end {
-                break;
+                return capacity;
             }
             let asked = Instant::now();
             match self.sem.status().await {
@@ -423,24 +444,38 @@ impl Monitor {
                 }),
                 Err(e) => errors.add(format!("monitor: read the semaphore's status: {e}")),
             }
-            if self.adaptive && n % DECISION_EVERY == 0 {
-                match self.sem.adaptive_status().await {
-                    Ok(read) => {
-                        if let Some(d) = read.and_then(|s| s.last) {
-                            if decisions.last().is_none_or(|(_, p)| p.window != d.window) {
-                                decisions.push((secs(Instant::now()), d));
-                            }
+        }
+    }
+
+    /// Ours: each new step of the controller (by window) as read every `DECISION_EVERY`.
+    async fn decisions(
+        &self,
+        start: Instant,
+        end: Instant,
+        errors: &ErrorLog,
+    ) -> Vec<(f64, Decision)> {
+        let mut decisions: Vec<(f64, Decision)> = Vec::new();
+        if !self.adaptive {
+            return decisions;
+        }
+        let mut tick = tokio::time::interval(DECISION_EVERY);
+        loop {
+            tick.tick().await;
+            if Instant::now() >= end {
+                return decisions;
+            }
+            match self.sem.adaptive_status().await {
+                Ok(read) => {
+                    if let Some(d) = read.and_then(|s| s.last) {
+                        if decisions.last().is_none_or(|(_, p)| p.window != d.window) {
+                            let at = Instant::now().saturating_duration_since(start);
+                            decisions.push((at.as_secs_f64(), d));
                         }
                     }
-                    Err(e) => errors.add(format!("monitor: read the adaptive status: {e}")),
                 }
+                Err(e) => errors.add(format!("monitor: read the adaptive status: {e}")),
             }
         }
-        self.limiter
-            .close()
-            .await
-            .context("close the monitor's Limiter")?;
-        Ok((capacity, decisions))
     }
 }
 

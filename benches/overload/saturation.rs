@@ -138,8 +138,11 @@ struct Messages(Mutex<BTreeMap<String, usize>>);
 
 impl Messages {
     fn add(&self, what: &str, e: &Error) {
+        self.add_text(format!("{what}: {e}"));
+    }
+
+    fn add_text(&self, mut text: String) {
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut text = format!("{what}: {e}");
         text.truncate(200);
         if !m.contains_key(&text) && m.len() >= MESSAGES_KEPT {
             text = "other".to_string();
@@ -211,7 +214,10 @@ async fn close(sems: &[(Limiter, Semaphore)], messages: &Messages) {
         match tokio::time::timeout(SETUP_BOUND, limiter.close()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => messages.add("close", &e),
-            Err(_) => messages.add("close", &Error::Timeout),
+            Err(_) => messages.add_text(format!(
+                "close: no answer within {} s",
+                SETUP_BOUND.as_secs()
+            )),
         }
     }
 }
@@ -313,7 +319,10 @@ impl Generator {
                 match tokio::time::timeout(HUNG_AFTER, permit.release()).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => self.messages.add("release", &e),
-                    Err(_) => self.messages.add("release", &Error::Timeout),
+                    Err(_) => self.messages.add_text(format!(
+                        "release: no answer within {} s (cut off)",
+                        HUNG_AFTER.as_secs()
+                    )),
                 }
                 End::Granted
             }
