@@ -57,7 +57,8 @@ fn about(plan: &SatPlan, ceiling: &Ceiling) -> String {
          the process was over its memory guard of {guard} MB (the bench's own bounds, so it \
          survives a library that stops answering)\n\
          - peak MB: this process's resident set (VmRSS every 20 ms) during the row over its \
-         value at the row's start; target ≤ {mem:.0} MB for the {n} Limiters\n\
+         value at the row's start, the bench's own share included (a record of 32 bytes per \
+         arrival, its outstanding calls' tasks); target ≤ {mem:.0} MB for the {n} Limiters\n\
          - recovery: from the overload's end until every 200 ms bucket's p99 (by arrival; a \
          failed, hung or unsent call counts as infinite) stays within 2× the unloaded p99 to the \
          row's end; target ≤ {rec:.0} s; `never` = not within the {a} s\n",
