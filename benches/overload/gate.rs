@@ -27,21 +27,43 @@ pub enum Contender {
     },
     /// tower-acc's default algorithm (Vegas), one limiter per replica.
     TowerAcc,
-    /// clusterlimit's adaptive semaphore (the latency gradient), one Limiter per replica,
-    /// created with this capacity (a guess it has to correct).
+    /// clusterlimit's adaptive semaphore, one Limiter per replica, created with capacity
+    /// `initial` (a guess it has to correct) and bounded by `max`.
     Ours {
         initial: u32,
         label: &'static str,
+        algo: Algo,
+        max: u32,
     },
 }
 
-/// Ours: the settings issue 31's benchmark was specified with, from a first capacity.
-fn adaptive(initial: u32) -> Adaptive {
-    Adaptive::gradient()
-        .min(1)
-        .max(256)
-        .initial(initial)
-        .window(Duration::from_millis(500))
+/// Which of the library's adaptive algorithms ours runs (each with its default settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    Gradient,
+    Aimd,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Gradient => "gradient",
+            Algo::Aimd => "AIMD",
+        }
+    }
+}
+
+/// The window issue 31's benchmark was specified with (the grid keeps it).
+pub const WINDOW: Duration = Duration::from_millis(500);
+
+/// Ours: the settings issue 31's benchmark was specified with (min 1, the 500 ms window), from
+/// a first capacity, up to `max`.
+fn adaptive(algo: Algo, initial: u32, max: u32) -> Adaptive {
+    let base = match algo {
+        Algo::Gradient => Adaptive::gradient(),
+        Algo::Aimd => Adaptive::aimd(),
+    };
+    base.min(1).max(max).initial(initial).window(WINDOW)
 }
 
 impl Contender {
@@ -67,10 +89,14 @@ impl Contender {
             Contender::Ours {
                 initial: (w / 4).max(1),
                 label: "4× too low",
+                algo: Algo::Gradient,
+                max: 256,
             },
             Contender::Ours {
                 initial: w * 4,
                 label: "4× too high",
+                algo: Algo::Gradient,
+                max: 256,
             },
         ]
     }
@@ -80,8 +106,13 @@ impl Contender {
             Contender::NoLimit => "no limit".to_string(),
             Contender::Fixed { capacity, label } => format!("fixed {capacity} ({label})"),
             Contender::TowerAcc => "tower-acc Vegas per replica".to_string(),
-            Contender::Ours { initial, label } => {
-                format!("ours: adaptive gradient from {initial} ({label})")
+            Contender::Ours {
+                initial,
+                label,
+                algo,
+                ..
+            } => {
+                format!("ours: adaptive {} from {initial} ({label})", algo.name())
             }
         }
     }
@@ -92,7 +123,10 @@ impl Contender {
             Contender::NoLimit => "none".to_string(),
             Contender::Fixed { capacity, .. } => format!("fixed-{capacity}"),
             Contender::TowerAcc => "tower-acc".to_string(),
-            Contender::Ours { initial, .. } => format!("ours-{initial}"),
+            Contender::Ours { initial, algo, .. } => match algo {
+                Algo::Gradient => format!("ours-{initial}"),
+                Algo::Aimd => format!("ours-aimd-{initial}"),
+            },
         }
     }
 
@@ -118,6 +152,10 @@ pub enum Kind {
     TimedOut,
     /// Anything else: a transport or store error (should not happen; logged in `ErrorLog`).
     Failed,
+    /// Never sent: the harness was past the call's deadline before it could start it, or it
+    /// already had its bound of calls outstanding (a library that does not answer must not
+    /// make the bench itself grow without bound).
+    NotSent,
 }
 
 /// The store and transport errors of a run: each counted once, the first few kept word for
@@ -129,7 +167,7 @@ pub struct ErrorLog(Mutex<(usize, Vec<String>)>);
 const ERRORS_KEPT: usize = 3;
 
 impl ErrorLog {
-    fn add(&self, what: String) {
+    pub fn add(&self, what: String) {
         let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
         e.0 += 1;
         if e.1.len() < ERRORS_KEPT {
@@ -199,10 +237,12 @@ impl Opening {
                     .context("open the fixed semaphore")?;
                 Gate::Cluster { limiter, sem }
             }
-            Contender::Ours { initial, .. } => {
+            Contender::Ours {
+                initial, algo, max, ..
+            } => {
                 let limiter = crate::stores::limiter(&self.etcd_url, &owner).await?;
                 let sem = limiter
-                    .adaptive_semaphore(SEMAPHORE, adaptive(initial))
+                    .adaptive_semaphore(SEMAPHORE, adaptive(algo, initial, max))
                     .await
                     .context("open the adaptive semaphore")?;
                 Gate::Cluster { limiter, sem }
@@ -273,7 +313,7 @@ impl Replica {
                 let outcome = match kind {
                     Kind::Success => Outcome::Success(answered - sent),
                     Kind::Refused | Kind::TimedOut => Outcome::Dropped,
-                    Kind::Rejected | Kind::Failed => Outcome::Ignore,
+                    Kind::Rejected | Kind::Failed | Kind::NotSent => Outcome::Ignore,
                 };
                 if let Err(e) = permit.release_with(outcome).await {
                     self.errors.add(format!("release: {e}"));

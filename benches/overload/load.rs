@@ -20,7 +20,15 @@ use tokio::time::Instant;
 /// How often the monitor samples the stored capacity and the per-replica limits.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// Beyond a call's deadline, how long the end of a run waits for its release.
-const RELEASE_GRACE: Duration = Duration::from_secs(5);
+pub const RELEASE_GRACE: Duration = Duration::from_secs(5);
+/// Calls one replica may have outstanding, as a multiple of what its arrival rate puts in
+/// flight over a call's deadline: a healthy run stays far below it (its releases take
+/// milliseconds);
+/// a library that stops answering (a store past its write rate) would otherwise make the
+/// harness's own tasks and memory grow without bound.
+const OUTSTANDING_MARGIN: f64 = 4.0;
+/// The bound is never below this many calls per replica.
+const OUTSTANDING_FLOOR: usize = 256;
 
 /// The unloaded latency, which sets the latency objective and the timeouts.
 #[derive(Debug, Clone)]
@@ -118,6 +126,8 @@ pub struct RunData {
     pub store: RequestStats,
     /// Calls still unanswered when the run gave up waiting for them.
     pub abandoned: usize,
+    /// The run's start on the wall clock (Unix ms): the adaptive windows are aligned on it.
+    pub start_unix_ms: u64,
 }
 
 /// What a run needs besides the plan.
@@ -160,6 +170,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
         None => None,
     };
     let start = Instant::now();
+    let start_unix_ms = unix_ms();
     let setup = Arc::new(CallSetup {
         url: dep.url.clone(),
         client_timeout: spec.unloaded.client_timeout(),
@@ -178,6 +189,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
             from: spec.scenario.start_of(i, spec.replicas),
             until: spec.scenario.run_for,
             rate,
+            most_outstanding: outstanding_bound(rate, spec.unloaded.client_timeout()),
             seed: spec.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         };
         replicas.spawn(load.run(replica));
@@ -185,7 +197,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
     let changes = change_capacity(&dep, spec.scenario, start);
     let watch = async {
         match (monitor, first) {
-            (Some(m), Some(first)) => m.run(spec, start, first).await,
+            (Some(m), Some(first)) => m.run(spec, start, first, &opening.errors).await,
             _ => Ok((Vec::new(), Vec::new())),
         }
     };
@@ -200,6 +212,7 @@ pub async fn run(spec: &RunSpec<'_>) -> anyhow::Result<RunData> {
         errors: (0, Vec::new()),
         store: RequestStats::default(),
         abandoned: 0,
+        start_unix_ms,
     };
     let mut closing = Vec::new();
     while let Some(done) = replicas.join_next().await {
@@ -233,7 +246,23 @@ struct ReplicaLoad {
     until: Duration,
     /// Calls per second (Poisson).
     rate: f64,
+    /// Calls this replica may have outstanding; beyond it an arrival is not sent.
+    most_outstanding: usize,
     seed: u64,
+}
+
+/// The most calls one replica offering `rate` calls/s keeps outstanding (see
+/// `OUTSTANDING_MARGIN`).
+fn outstanding_bound(rate: f64, client_timeout: Duration) -> usize {
+    let in_flight = rate * client_timeout.as_secs_f64();
+    ((in_flight * OUTSTANDING_MARGIN) as usize).max(OUTSTANDING_FLOOR)
+}
+
+/// Milliseconds since the Unix epoch, by the wall clock.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl ReplicaLoad {
@@ -265,6 +294,15 @@ impl ReplicaLoad {
             while let Some(r) = calls.try_join_next() {
                 records.push(r.context("a call's task panicked")?);
             }
+            if !self.may_send(scheduled, calls.len()) {
+                let at = self.setup.flight.secs(scheduled);
+                records.push(Record {
+                    scheduled: at,
+                    done: at,
+                    kind: Kind::NotSent,
+                });
+                continue;
+            }
             let (replica, setup) = (replica.clone(), self.setup.clone());
             calls.spawn(async move {
                 let (kind, done) = replica.call(&setup, scheduled).await;
@@ -290,6 +328,17 @@ impl ReplicaLoad {
     }
 }
 
+impl ReplicaLoad {
+    /// Whether the call scheduled at `scheduled` is sent: not when the harness is already past
+    /// its deadline (it would only be counted as timed out), when `outstanding` calls reach the
+    /// bound, or when the process is over its memory guard (memory.rs).
+    fn may_send(&self, scheduled: Instant, outstanding: usize) -> bool {
+        Instant::now() < scheduled + self.setup.client_timeout
+            && outstanding < self.most_outstanding
+            && !crate::memory::over_guard()
+    }
+}
+
 /// Applies the scenario's worker changes at their times.
 async fn change_capacity(dep: &Dependency, scenario: &Scenario, start: Instant) {
     for (at, workers) in &scenario.worker_changes {
@@ -306,8 +355,11 @@ struct Monitor {
     adaptive: bool,
 }
 
-/// Reads of the capacity per read of the adaptive controller's last step.
-const DECISION_EVERY: usize = 5;
+/// How often the adaptive controller's last step is read, in a loop of its own (a slow status
+/// read does not delay it): every step of a 500 ms window is seen several times before the
+/// next one replaces it, so the grid's count of windows that got a step is the library's, not
+/// the monitor's.
+const DECISION_EVERY: Duration = Duration::from_millis(100);
 
 impl Monitor {
     /// Opened once the replicas there from the start have opened the semaphore.
@@ -344,50 +396,86 @@ impl Monitor {
     /// Reads from `start` until a little past the run's end: the last calls are admitted up
     /// to an admission timeout late, and each admission is checked between two reads
     /// (record.rs).
+    /// A read that fails is logged in `errors` (a failed run for issue 31's scenarios, a
+    /// figure for the grid's store-saturated rows) and skipped.
     async fn run(
         self,
         spec: &RunSpec<'_>,
         start: Instant,
         first: CapacitySample,
+        errors: &ErrorLog,
     ) -> anyhow::Result<(Vec<CapacitySample>, Vec<(f64, Decision)>)> {
         let end = start + spec.scenario.run_for + spec.unloaded.admission() + SAMPLE_EVERY * 3;
-        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
-        let (mut capacity, mut decisions) = (vec![first], Vec::<(f64, Decision)>::new());
-        let mut tick = tokio::time::interval(SAMPLE_EVERY);
-        // Bounded by `end`: one read per tick.
-        for n in 0.. {
-            tick.tick().await;
-            if Instant::now() >= end {
-                break;
-            }
-            let asked = Instant::now();
-            let status = self
-                .sem
-                .status()
-                .await
-                .context("read the semaphore's status")?;
-            capacity.push(CapacitySample {
-                asked: secs(asked),
-                at: secs(Instant::now()),
-                capacity: status.capacity,
-            });
-            if self.adaptive && n % DECISION_EVERY == 0 {
-                let read = self.sem.adaptive_status().await;
-                let last = read
-                    .context("read the adaptive status")?
-                    .and_then(|s| s.last);
-                if let Some(d) = last {
-                    if decisions.last().is_none_or(|(_, p)| p.window != d.window) {
-                        decisions.push((secs(Instant::now()), d));
-                    }
-                }
-            }
-        }
+        let (capacity, decisions) = tokio::join!(
+            self.capacities(start, end, first, errors),
+            self.decisions(start, end, errors)
+        );
         self.limiter
             .close()
             .await
             .context("close the monitor's Limiter")?;
         Ok((capacity, decisions))
+    }
+}
+
+impl Monitor {
+    /// The stored capacity every `SAMPLE_EVERY` until `end` (one read per tick).
+    async fn capacities(
+        &self,
+        start: Instant,
+        end: Instant,
+        first: CapacitySample,
+        errors: &ErrorLog,
+    ) -> Vec<CapacitySample> {
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        let mut capacity = vec![first];
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        loop {
+            tick.tick().await;
+            if Instant::now() >= end {
+                return capacity;
+            }
+            let asked = Instant::now();
+            match self.sem.status().await {
+                Ok(status) => capacity.push(CapacitySample {
+                    asked: secs(asked),
+                    at: secs(Instant::now()),
+                    capacity: status.capacity,
+                }),
+                Err(e) => errors.add(format!("monitor: read the semaphore's status: {e}")),
+            }
+        }
+    }
+
+    /// Ours: each new step of the controller (by window) as read every `DECISION_EVERY`.
+    async fn decisions(
+        &self,
+        start: Instant,
+        end: Instant,
+        errors: &ErrorLog,
+    ) -> Vec<(f64, Decision)> {
+        let mut decisions: Vec<(f64, Decision)> = Vec::new();
+        if !self.adaptive {
+            return decisions;
+        }
+        let mut tick = tokio::time::interval(DECISION_EVERY);
+        loop {
+            tick.tick().await;
+            if Instant::now() >= end {
+                return decisions;
+            }
+            match self.sem.adaptive_status().await {
+                Ok(read) => {
+                    if let Some(d) = read.and_then(|s| s.last) {
+                        if decisions.last().is_none_or(|(_, p)| p.window != d.window) {
+                            let at = Instant::now().saturating_duration_since(start);
+                            decisions.push((at.as_secs_f64(), d));
+                        }
+                    }
+                }
+                Err(e) => errors.add(format!("monitor: read the adaptive status: {e}")),
+            }
+        }
     }
 }
 

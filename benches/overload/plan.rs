@@ -6,6 +6,8 @@
 //! * `cargo bench --bench overload -- --quick`: R = 4 only, every time scaled down; prints only.
 //! * `cargo test --all-targets` runs this binary without `--bench`: the quick mode too.
 
+use crate::grid::GridPlan;
+use crate::saturation::SatPlan;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,11 +16,15 @@ pub use crate::common::args::Parsed;
 /// Name a `cargo test` filter is matched against.
 const NAME: &str = "overload";
 
-const USAGE: &str = "usage: cargo bench --bench overload [-- [--quick] [--series] [--out PATH]]
-  --quick     R = 4 only, scenarios a few seconds long (a smoke run, under 3 minutes); prints
-              the tables, writes no file unless --out is given
-  --series    also print each run's per-second figures (stderr)
-  --out PATH  markdown file to update (default for a full run: BENCHMARKS.md)";
+const USAGE: &str = "usage: cargo bench --bench overload [-- [--quick] [--grid] [--saturation] [--series] [--out PATH]]
+  --quick       R = 4 only, scenarios a few seconds long, one grid row, one saturation row (a
+                smoke run, under 4 minutes); prints the tables, writes no file unless --out is
+                given
+  --grid        only issue 37's grid (and the store's ceiling it is marked against)
+  --saturation  only issue 37's store-saturation rows (with their ceiling); with --grid: both
+  --series      also print each run's per-second figures (stderr)
+  --out PATH    markdown file to update (default for a full run: BENCHMARKS.md; a run writes
+                only the blocks of the parts it ran)";
 
 /// The simulated dependency: `workers` calls served at once, `queue` more waiting (then 503),
 /// service times lognormal with this mean and shape. Its true capacity is `workers` concurrent
@@ -72,14 +78,48 @@ pub struct Plan {
     pub settle_hold: Duration,
     /// Steady, capacity halves, replicas join (the order of the report).
     pub scenarios: Vec<Scenario>,
+    pub parts: Parts,
+    pub grid: GridPlan,
+    pub saturation: SatPlan,
+}
+
+/// Which parts a run measures: issue 31's scenarios, issue 37's grid, its saturation rows.
+/// Without `--grid` or `--saturation`, all three.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts {
+    pub scenarios: bool,
+    pub grid: bool,
+    pub saturation: bool,
+}
+
+impl Parts {
+    fn from_flags(flags: &[String]) -> Parts {
+        let has = |f: &str| flags.iter().any(|g| g == f);
+        let (grid, saturation) = (has("--grid"), has("--saturation"));
+        if grid || saturation {
+            Parts {
+                scenarios: false,
+                grid,
+                saturation,
+            }
+        } else {
+            Parts {
+                scenarios: true,
+                grid: true,
+                saturation: true,
+            }
+        }
+    }
 }
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
     Ok(
-        crate::common::args::parse(NAME, USAGE, &["--series"], args)?.map(|args| {
-            let series = args.flags.iter().any(|f| f == "--series");
-            Plan::new(args.quick, args.out, series)
-        }),
+        crate::common::args::parse(NAME, USAGE, &["--series", "--grid", "--saturation"], args)?
+            .map(|args| {
+                let series = args.flags.iter().any(|f| f == "--series");
+                let parts = Parts::from_flags(&args.flags);
+                Plan::new(args.quick, args.out, series, parts)
+            }),
     )
 }
 
@@ -111,7 +151,7 @@ struct Times {
 impl Plan {
     /// The full run: R = 4 and 8, the issue's times. `quick`: every scenario at about a fifth
     /// of its length, R = 4 only (under 3 minutes).
-    fn new(quick: bool, out: Option<PathBuf>, series: bool) -> Plan {
+    fn new(quick: bool, out: Option<PathBuf>, series: bool, parts: Parts) -> Plan {
         let (replicas, unloaded_calls, settle_hold, times) = if quick {
             let times = Times {
                 steady: s(4),
@@ -139,6 +179,9 @@ impl Plan {
             unloaded_calls,
             settle_hold,
             scenarios: scenarios(times),
+            parts,
+            grid: GridPlan::new(quick),
+            saturation: SatPlan::new(quick),
         }
     }
 }

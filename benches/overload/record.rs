@@ -32,6 +32,8 @@ pub struct Summary {
     pub rejected_per_s: f64,
     /// Refused (503) or timed out.
     pub dropped_per_s: f64,
+    /// Never sent by the harness (see `Kind::NotSent`): none in a healthy run.
+    pub not_sent_per_s: f64,
     pub errors: (usize, Vec<String>),
     pub abandoned: usize,
     /// After each change (capacity halved / back, replicas joined): its name, and the seconds
@@ -83,6 +85,7 @@ pub fn summarise(plan: &Plan, scenario: &Scenario, unloaded: &Unloaded, data: &R
         latency: latencies(measured.iter().copied()),
         rejected_per_s: count(Kind::Rejected) / span,
         dropped_per_s: (count(Kind::Refused) + count(Kind::TimedOut)) / span,
+        not_sent_per_s: count(Kind::NotSent) / span,
         errors: data.errors.clone(),
         abandoned: data.abandoned,
         settles: settles(plan, scenario, &series),

@@ -233,17 +233,18 @@ fn footnotes(plan: &Plan, rows: &[Row]) -> String {
     let mut md = String::new();
     for row in rows {
         let s = &row.summary;
-        if s.errors.0 == 0 && s.abandoned == 0 {
+        if s.errors.0 == 0 && s.abandoned == 0 && s.not_sent_per_s == 0.0 {
             continue;
         }
         let _ = writeln!(
             md,
-            "- {} R = {} {}: {} errors (store or transport), {} calls abandoned at the end; first: {}",
+            "- {} R = {} {}: {} errors (store or transport), {} calls abandoned at the end, {:.1} calls/s not sent (harness behind or at its bound); first: {}",
             plan.scenarios[row.scenario].name,
             row.replicas,
             row.contender.name(),
             s.errors.0,
             s.abandoned,
+            s.not_sent_per_s,
             s.errors.1.join(" / ")
         );
     }
@@ -277,7 +278,8 @@ pub fn series(
             |us: Option<u64>| us.map_or("-".to_string(), |us| format!("{:.1}", us as f64 / 1e3));
         let _ = writeln!(
             out,
-            "  step read at {at:.1} s: {} → {} ({}); ok {}, dropped {}, p50 {} ms, baseline {} ms, peak {}, {} reporters",
+            "  step of window {} read at {at:.1} s: {} → {} ({}); ok {}, dropped {}, p50 {} ms, baseline {} ms, peak {}, {} reporters",
+            d.window,
             d.from,
             d.to,
             d.reason,
