@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 use zookeeper_client::{self as zk, CreateMode};
 
+/// The longest a shrink waits for this session's view to apply it before raising its floor.
+const RAISE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl ZkBackend {
     /// Creates the semaphore with `capacity` if absent, or opens it (see
     /// [`Backend::ensure_semaphore`](crate::backend::Backend::ensure_semaphore)).
@@ -186,7 +189,9 @@ impl ZkBackend {
         let Some(view) = session.views.lock().await.get(name).cloned() else {
             return;
         };
-        let limit = Instant::now() + self.config.request_timeout;
+        // The view applies the change a round trip after the write; a view that lags longer
+        // (reconnecting) leaves the safe floor in place rather than hold the caller.
+        let limit = Instant::now() + self.config.request_timeout.min(RAISE_WAIT);
         view.wait_progress(limit, |_| view.capacity_version() >= version)
             .await;
         let Some(exact) = view.shrink_floor(version).filter(|f| *f > written.floor) else {
