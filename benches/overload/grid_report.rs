@@ -6,7 +6,8 @@ use crate::ceiling::Ceiling;
 use crate::grid::{GridPlan, GridResult, GridRow};
 use crate::grid_record::GridFigures;
 use crate::load::Unloaded;
-use crate::stats::{ms, verdict};
+use crate::report::verdicts;
+use crate::stats::ms;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -224,16 +225,7 @@ fn targets(f: &GridFigures, u: &Unloaded) -> String {
         ("in flight", f.violations() == 0),
         ("steps", steps_met(f)),
     ];
-    let missed: Vec<&str> = checks
-        .iter()
-        .filter(|(_, met)| !met)
-        .map(|(what, _)| *what)
-        .collect();
-    if missed.is_empty() {
-        verdict(true).to_string()
-    } else {
-        format!("{}: {}", verdict(false), missed.join(", "))
-    }
+    verdicts(&checks)
 }
 
 /// The first errors of each row that had some.

@@ -293,3 +293,17 @@ pub fn series(
     }
     out
 }
+
+/// A row's targets in one cell: "met", or "**not met**: " and the names of those missed.
+pub fn verdicts(checks: &[(&str, bool)]) -> String {
+    let missed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, met)| !met)
+        .map(|(what, _)| *what)
+        .collect();
+    if missed.is_empty() {
+        verdict(true).to_string()
+    } else {
+        format!("{}: {}", verdict(false), missed.join(", "))
+    }
+}

@@ -2,9 +2,10 @@
 //! with issue 37's targets marked, and each row's errors by message under it.
 
 use crate::ceiling::Ceiling;
+use crate::report::verdicts;
 use crate::saturation::{SatData, SatPlan, SatRow, HUNG_AFTER, OUTSTANDING};
 use crate::saturation_record::{row_name, SatFigures};
-use crate::stats::{ms, verdict};
+use crate::stats::ms;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -140,16 +141,7 @@ fn targets(row: SatRow, ceiling: &Ceiling, data: &SatData, f: &SatFigures) -> St
         ("memory", data.memory.growth_mb() <= MEMORY_MB),
         ("recovery", f.recovery.is_some_and(|t| t <= RECOVERY_S)),
     ];
-    let missed: Vec<&str> = checks
-        .iter()
-        .filter(|(_, met)| !met)
-        .map(|(what, _)| *what)
-        .collect();
-    if missed.is_empty() {
-        verdict(true).to_string()
-    } else {
-        format!("{}: {}", verdict(false), missed.join(", "))
-    }
+    verdicts(&checks)
 }
 
 /// Each row's errors by message, and the calls abandoned at its end.
