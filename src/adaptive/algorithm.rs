@@ -161,6 +161,8 @@ const BASELINE_FALL: f64 = 0.25;
 const GROW_SHARE: f64 = 0.5;
 /// While learning a first baseline with the pool full: the share of the pool kept per shrink.
 const CALIBRATION_SHRINK: f64 = 0.5;
+/// Latency up to this × the baseline is no queue at all: the gradient grows by √c a window.
+const FAST_GROWTH_BELOW: f64 = 1.1;
 /// The throughput of a halved pool clearly "fell" under this share of the larger pools' mean
 /// successes per window, and clearly "held" at or above [`THROUGHPUT_HELD`]; in between the
 /// pool is measured twice as long and judged at the middle. [`MIN_SAMPLES_TO_JUDGE`]
@@ -415,8 +417,15 @@ fn gradient(
         return clamp(bounds, current, c, reason);
     }
     // No queueing and the pool in use: at least one permit more per window, so a small pool
-    // grows too (√c × smoothing alone is under one permit below 25).
-    let grow = (c.sqrt() * g.smoothing).max(1.0);
+    // grows too (√c × smoothing alone is under one permit below 25); √c while calls are as
+    // fast as the baseline (nothing queues anywhere yet: a pool started far too low catches
+    // up in a few windows, not dozens).
+    let fast = latency <= baseline.mul_f64(FAST_GROWTH_BELOW);
+    let grow = if fast {
+        c.sqrt().max(1.0)
+    } else {
+        (c.sqrt() * g.smoothing).max(1.0)
+    };
     clamp(
         bounds,
         current,

@@ -183,8 +183,17 @@ fn gradient_follows_queueing_latency_down_and_up() {
     let learnt = m.baseline;
     let _ = step(&g, &BOUNDS, &mut m, 60, &window(100, 0, base * 4, 60));
     assert_eq!(m.baseline, learnt);
-    // Back at the baseline and saturated: grows, smoothly.
+    // Back at the baseline and saturated: grows by √c (nothing queues), not more.
     let s = step(&g, &BOUNDS, &mut m, 60, &window(100, 0, base, 60));
+    assert!(s.capacity > 60 && s.capacity <= 68, "{s:?}");
+    // Within the tolerance but not at the baseline: grows smoothly (√c × 0.2).
+    let s = step(
+        &g,
+        &BOUNDS,
+        &mut m,
+        60,
+        &window(100, 0, base.mul_f64(1.2), 60),
+    );
     assert!(s.capacity > 60 && s.capacity <= 62, "{s:?}");
 }
 
@@ -208,8 +217,9 @@ fn a_slower_dependency_is_learnt_once_the_pool_stops_saturating_it() {
     );
 }
 
-/// A small pool at its baseline latency and in use grows by a permit a window (√8 × 0.2
-/// alone would round to nothing), and stops growing once latency shows a queue.
+/// A small pool at its baseline latency and in use grows by √c a window (at least a permit:
+/// a pool started far too low catches up in a few windows), and stops growing once latency
+/// shows a queue.
 #[test]
 fn a_small_pool_grows_until_latency_rises() {
     let g = Algorithm::Gradient(Gradient::default());
@@ -219,7 +229,7 @@ fn a_small_pool_grows_until_latency_rises() {
     for _ in 0..4 {
         c = step(&g, &BOUNDS, &mut m, c, &window(50, 0, base, u64::from(c))).capacity;
     }
-    assert_eq!(c, 8, "one permit a window from 4");
+    assert_eq!(c, 13, "√c a window from 4: 6, 8, 11, 13 (rounded)");
     let s = step(
         &g,
         &BOUNDS,
