@@ -43,6 +43,9 @@
 //! adds `clusterlimit::testing`, the contract suite, to run on a backend of your own.
 //! `default-features = false` gives the library alone. The design is in `docs/design.md`.
 #![warn(missing_docs)]
+// The tower rate layer's response future nests the guard's, the rate layer's and a boxed
+// store call: its layout is deeper than the default limit of 128 queries.
+#![recursion_limit = "256"]
 
 pub mod adaptive;
 mod admission;
@@ -50,6 +53,7 @@ mod announce;
 pub mod backend;
 mod backoff;
 mod clock;
+mod clusters;
 mod error;
 mod limiter;
 mod limiter_inner;
@@ -81,6 +85,7 @@ pub use deprecated::{Check, Deadline, Guarded, Source};
 
 pub use announce::Announcement;
 pub use clock::Clock;
+pub use clusters::{ClusterHealth, StoreCluster};
 pub use error::{BoxError, Error, Result};
 pub use limiter::{
     CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
@@ -95,7 +100,7 @@ pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
 pub use store_down::{
-    BreakerStats, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
+    BreakerStats, ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
     DEFAULT_GUARD_RETRY_INTERVAL, SLOW_OPEN_AFTER, SLOW_TO_OPEN,
 };
 pub use store_url::{redact, EtcdUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};

@@ -548,6 +548,8 @@ impl LimiterBuilder {
             tls: self.tls.clone(),
             etcd_user: self.etcd_user.clone(),
             zk_digest_file: self.zk_digest_file.clone(),
+            connect_timeout: self.connect_timeout,
+            rate_only: false,
         };
         check_credentials_fit(&url, &options)?;
         let owner = self.owner.clone().unwrap_or_else(default_owner);
@@ -555,8 +557,10 @@ impl LimiterBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid("clusterlimit needs a Tokio runtime"));
         }
+        // A sharded store bounds its opening itself, naming the cluster that did not answer.
+        let bounded_here = !matches!(url, StoreUrl::Sharded { .. });
         let opening = open_store(url, &options);
-        let backend = match self.connect_timeout {
+        let backend = match self.connect_timeout.filter(|_| bounded_here) {
             None => opening.await?,
             Some(t) => tokio::time::timeout(t, opening).await.map_err(|_| {
                 Error::store(format!(

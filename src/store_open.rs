@@ -3,6 +3,7 @@
 
 use crate::backend::etcd::{EtcdBackend, EtcdConfig};
 use crate::backend::memory::MemoryBackend;
+use crate::backend::sharded::lazy::{LazyBackend, Opener};
 use crate::backend::sharded::{Shard, ShardedBackend};
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::Backend;
@@ -20,6 +21,10 @@ pub(crate) struct StoreOptions {
     pub(crate) tls: Option<TlsFiles>,
     pub(crate) etcd_user: Option<EtcdUser>,
     pub(crate) zk_digest_file: Option<PathBuf>,
+    /// Bound on opening the store (`None`: the backends' own, about a request timeout).
+    pub(crate) connect_timeout: Option<Duration>,
+    /// A cluster that keeps rate-limit keys alone (a sharded store's after the first).
+    pub(crate) rate_only: bool,
 }
 
 /// Opens the backend of `url`: a sharded URL opens its clusters together.
@@ -31,25 +36,28 @@ pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dy
             prefix,
             tls,
             user,
-        } => Arc::new(
-            EtcdBackend::connect(EtcdConfig {
+        } => {
+            let config = EtcdConfig {
                 endpoints,
                 prefix,
                 session_ttl: o.session_ttl,
                 request_timeout: o.request_timeout,
                 tls: o.tls.clone().or(tls),
                 user: o.etcd_user.clone().or(user),
+            };
+            Arc::new(match o.rate_only {
+                true => EtcdBackend::connect_rate_only(config).await?,
+                false => EtcdBackend::connect(config).await?,
             })
-            .await?,
-        ),
+        }
         StoreUrl::ZooKeeper {
             hosts,
             root,
             digest_file,
             acl,
             tls,
-        } => Arc::new(
-            ZkBackend::connect(ZkConfig {
+        } => {
+            let config = ZkConfig {
                 hosts,
                 root,
                 session_timeout: o.session_ttl,
@@ -57,27 +65,86 @@ pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dy
                 tls: o.tls.clone().or(tls),
                 digest_file: o.zk_digest_file.clone().or(digest_file),
                 acl,
+            };
+            Arc::new(match o.rate_only {
+                true => ZkBackend::connect_rate_only(config).await?,
+                false => ZkBackend::connect(config).await?,
             })
-            .await?,
-        ),
+        }
         StoreUrl::Sharded { clusters } => {
-            let opened = clusters.into_iter().map(|c| async move {
-                let shown = c.shown.clone();
-                let backend = Box::pin(open_store(c.url, o)).await.map_err(|e| match e {
-                    Error::Store(s) => Error::store(format!("cluster {shown}: {s}")),
-                    other => other,
-                })?;
-                Ok::<_, Error>(Shard {
-                    id: c.id,
-                    name: shown,
-                    backend,
-                })
-            });
-            let shards = futures::future::try_join_all(opened).await?;
+            let count = clusters.len();
+            let mut clusters = clusters.into_iter();
+            let Some(first) = clusters.next() else {
+                return Err(Error::invalid("a sharded store needs at least one cluster"));
+            };
+            // Only the first cluster is needed to open (semaphores, the session, the
+            // reference quotas); the others connect in the background (`lazy.rs`), started
+            // now so they connect alongside the first.
+            let later: Vec<_> = clusters
+                .map(|c| (c.id, c.shown.clone(), lazy_cluster(c.url, c.shown, o)))
+                .collect();
+            // The connect timeout is applied here, per cluster, so its message names the one
+            // that did not answer (the builder leaves a sharded URL's to this).
+            let started = tokio::time::Instant::now();
+            let bound = o.connect_timeout.unwrap_or(Duration::MAX);
+            let named = |s: String| {
+                Error::store(format!(
+                    "cluster 1 of {count} ({}), which the sharded store needs to open: {s}",
+                    first.shown
+                ))
+            };
+            let opened = match tokio::time::timeout(bound, Box::pin(open_store(first.url, o))).await
+            {
+                Err(_) => Err(named(format!(
+                    "no answer within {bound:?} (the connect timeout)"
+                ))),
+                Ok(Err(Error::Store(s))) => Err(named(s.to_string())),
+                Ok(r) => r,
+            }?;
+            let settle = SETTLE.min(bound.saturating_sub(started.elapsed()));
+            futures::future::join_all(later.iter().map(|(_, _, l)| l.settle(settle))).await;
+            let mut shards = vec![Shard {
+                id: first.id,
+                name: first.shown,
+                backend: opened,
+            }];
+            shards.extend(later.into_iter().map(|(id, name, lazy)| Shard {
+                id,
+                name,
+                backend: lazy as Arc<dyn Backend>,
+            }));
             ShardedBackend::new(shards)?
         }
     };
     Ok(backend)
+}
+
+/// How long opening a sharded store waits, once its first cluster is open, for the others'
+/// connections: a cluster that answers is connected when the Limiter is returned, one that
+/// does not delays opening by this much at most.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// A cluster after the first of a sharded store: connected in the background and on use,
+/// keeping rate-limit keys alone.
+fn lazy_cluster(url: StoreUrl, shown: String, o: &StoreOptions) -> Arc<LazyBackend> {
+    let version_life = match url {
+        StoreUrl::ZooKeeper { .. } => crate::backend::zookeeper::rate::version_life(),
+        _ => Duration::MAX,
+    };
+    let options = StoreOptions {
+        rate_only: true,
+        ..o.clone()
+    };
+    let bound = o.connect_timeout.unwrap_or(o.request_timeout);
+    let open: Opener = Arc::new(move || {
+        let (url, options) = (url.clone(), options.clone());
+        Box::pin(async move {
+            tokio::time::timeout(bound, open_store(url, &options))
+                .await
+                .map_err(|_| Error::store(format!("no answer within {} ms", bound.as_millis())))?
+        })
+    });
+    LazyBackend::start(shown, open, version_life, o.session_ttl)
 }
 
 /// Credentials given through the builder must be for the store the URL names: a mistake

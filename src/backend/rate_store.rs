@@ -137,6 +137,23 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
         0
     }
 
+    /// How many parts the store has (see [`part_of`](Self::part_of)).
+    fn parts(&self) -> usize {
+        1
+    }
+
+    /// One small read of part `part` alone (bounded by the request timeout), to tell whether
+    /// it answers now. The default lists the limits.
+    async fn ping_part(&self, _part: usize) -> Result<()> {
+        self.limits().await.map(|_| ())
+    }
+
+    /// How messages name part `part` (see [`part_of`](Self::part_of)); `None` for a store
+    /// of one part, which is just "the store".
+    fn part_name(&self, _part: usize) -> Option<String> {
+        None
+    }
+
     /// Refuses (limit, key) pairs that one [`write_keys`](Self::write_keys) cannot carry
     /// (keys of several parts) with `InvalidArgument` naming them, before anything is decided.
     /// The default accepts any.

@@ -82,9 +82,22 @@ pub(crate) async fn check(
         },
     };
     match answer {
-        Ok(result) => result,
+        Ok(result) => result.map_err(|e| at_cluster(inner, &limit.name, key, e)),
         // The batch task was dropped: the runtime is shutting down.
         Err(_) => Err(inner.closed_or(Error::store("the rate-limit batch task ended"))),
+    }
+}
+
+/// A store error of `key`'s check, naming the cluster that keeps the key when the store has
+/// several (a sharded store) and the error does not name it yet.
+pub(crate) fn at_cluster(inner: &LimiterInner, limit: &str, key: &str, e: Error) -> Error {
+    let Error::Store(s) = &e else { return e };
+    let Some(store) = inner.backend.rate_store() else {
+        return e;
+    };
+    match store.part_name(store.part_of(limit, key)) {
+        Some(name) if !s.to_string().contains(&name) => Error::store(format!("{name}: {s}")),
+        _ => e,
     }
 }
 
@@ -282,9 +295,6 @@ pub(crate) async fn by<T>(
 /// The backend's rate-limit storage, or a clear error for one that has none.
 pub(crate) fn rate_store(inner: &LimiterInner) -> Result<&dyn RateStore> {
     inner.backend.rate_store().ok_or_else(|| {
-        Error::invalid(format!(
-            "this store ({:?}) does not keep rate limits",
-            inner.backend
-        ))
+        Error::invalid("this store does not keep rate limits (memory://, etcd:// and zk:// do)")
     })
 }

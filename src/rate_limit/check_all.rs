@@ -92,8 +92,11 @@ pub(crate) async fn run(
         };
         inner.runtime.spawn(driver.run());
     }
+    let (limit, key) = keys[0];
     match rx.await {
-        Ok(result) => result.map_err(|e| inner.closed_or(e)),
+        Ok(result) => {
+            result.map_err(|e| inner.closed_or(super::batch::at_cluster(inner, limit, key, e)))
+        }
         Err(_) => Err(inner.closed_or(Error::store("the rate-limit joint task ended"))),
     }
 }

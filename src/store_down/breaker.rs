@@ -52,6 +52,8 @@ pub struct BreakerStats {
 
 #[derive(Debug)]
 pub(crate) struct StoreHealth {
+    /// The cluster it stands for, named in its logs (`None`: a store of one cluster).
+    cluster: Option<String>,
     interval: Duration,
     state: Mutex<State>,
     opened: AtomicU64,
@@ -69,7 +71,13 @@ enum State {
 
 impl StoreHealth {
     pub(crate) fn new(interval: Duration) -> Self {
+        Self::for_cluster(interval, None)
+    }
+
+    /// The breaker of one cluster of a sharded store (`cluster`: how logs name it).
+    pub(crate) fn for_cluster(interval: Duration, cluster: Option<String>) -> Self {
         StoreHealth {
+            cluster,
             interval,
             state: Mutex::new(State::Closed {
                 slow: 0,
@@ -118,6 +126,7 @@ impl StoreHealth {
             self.closed.fetch_add(1, Relaxed);
             tracing::info!(
                 name,
+                cluster = self.cluster(),
                 "store answers again; circuit breaker closed, requests ask it again"
             );
         }
@@ -165,10 +174,19 @@ impl StoreHealth {
                 Failure::Slow => "the store has not answered in time for a while",
             };
             tracing::warn!(
-                name, error = %cause, retry_every = ?self.interval,
+                name, cluster = self.cluster(), error = %cause, retry_every = ?self.interval,
                 "{why}; circuit breaker open: requests get the store-down fallback until a probe succeeds"
             );
         }
+    }
+
+    /// The cluster it stands for (`None`: a store of one cluster).
+    pub(crate) fn cluster_name(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
+    fn cluster(&self) -> &str {
+        self.cluster.as_deref().unwrap_or("the store")
     }
 
     pub(crate) fn stats(&self) -> BreakerStats {

@@ -3,6 +3,7 @@
 
 use super::local::{fits, LocalLimits};
 use super::policy::StoreDownPolicy;
+use crate::backend::{lock, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::Decision;
@@ -11,7 +12,7 @@ use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::wait::{self, WaitAnswer, Waited};
 use crate::store_down::breaker::{BreakerStats, Failure, StoreHealth};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -98,8 +99,23 @@ pub struct StoreDownGuard {
 
 #[derive(Debug)]
 struct Shared {
-    health: StoreHealth,
+    /// One breaker per cluster of the store, by the cluster's place (a store of one cluster
+    /// has one): a sharded store's down cluster fails over its own keys alone.
+    breakers: Mutex<Vec<Arc<StoreHealth>>>,
     local: LocalLimits,
+}
+
+/// The breaker of one cluster of the store behind a [`StoreDownGuard`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterBreaker {
+    /// The cluster's place in a sharded store's URL (0: the first, or the only cluster).
+    pub position: usize,
+    /// How messages name it (`cluster 2 of 3 (etcd://…)`); `None` for a store of one
+    /// cluster.
+    pub cluster: Option<String>,
+    /// Its state and transitions.
+    pub stats: BreakerStats,
 }
 
 impl StoreDownGuard {
@@ -123,7 +139,7 @@ impl StoreDownGuard {
             retry_interval,
             store_timeout,
             shared: Arc::new(Shared {
-                health: StoreHealth::new(retry_interval),
+                breakers: Mutex::new(Vec::new()),
                 local: LocalLimits::new(replicas),
             }),
         }
@@ -146,15 +162,64 @@ impl StoreDownGuard {
         self.policy
     }
 
-    /// Whether the store is known to be down right now (the breaker is open: a check failed,
-    /// and none has succeeded since).
+    /// Whether the store, or any cluster of a sharded store, is known to be down right now
+    /// (its breaker is open: a check failed, and none has succeeded since).
     pub fn store_down(&self) -> bool {
-        self.shared.health.is_down()
+        lock(&self.shared.breakers).iter().any(|b| b.is_down())
     }
 
-    /// The breaker's state and how often it opened and closed (shared by clones).
+    /// Whether the cluster at `position` (0: the first, which also keeps every quota) is
+    /// known to be down right now.
+    pub fn cluster_down(&self, position: usize) -> bool {
+        lock(&self.shared.breakers)
+            .get(position)
+            .is_some_and(|b| b.is_down())
+    }
+
+    /// The breakers' state and transitions summed over the clusters (shared by clones):
+    /// open if any cluster's is. See [`breakers`](Self::breakers) for each cluster's.
     pub fn breaker(&self) -> BreakerStats {
-        self.shared.health.stats()
+        self.breakers()
+            .iter()
+            .fold(BreakerStats::default(), |sum, b| BreakerStats {
+                open: sum.open || b.stats.open,
+                opened: sum.opened + b.stats.opened,
+                closed: sum.closed + b.stats.closed,
+                slow: sum.slow + b.stats.slow,
+            })
+    }
+
+    /// Each cluster's breaker, in the clusters' order, for the clusters checked so far.
+    pub fn breakers(&self) -> Vec<ClusterBreaker> {
+        lock(&self.shared.breakers)
+            .iter()
+            .enumerate()
+            .map(|(position, b)| ClusterBreaker {
+                position,
+                cluster: b.cluster_name().map(str::to_string),
+                stats: b.stats(),
+            })
+            .collect()
+    }
+
+    /// The breaker of the cluster at `position`, made on first use (named by `store`).
+    fn health(&self, store: Option<&dyn RateStore>, position: usize) -> Arc<StoreHealth> {
+        let mut breakers = lock(&self.shared.breakers);
+        while breakers.len() <= position {
+            let name = store.and_then(|s| s.part_name(breakers.len()));
+            breakers.push(Arc::new(StoreHealth::for_cluster(
+                self.retry_interval,
+                name,
+            )));
+        }
+        breakers[position].clone()
+    }
+
+    /// The breaker of the cluster that keeps `key` of `limit`.
+    fn health_of(&self, limit: &RateLimit, key: &str) -> Arc<StoreHealth> {
+        let store = limit.inner().backend.rate_store();
+        let position = store.map_or(0, |s| s.part_of(limit.name(), key));
+        self.health(store, position)
     }
 
     /// [`RateLimit::check_n`] through the store, or the policy's answer if the store is down.
@@ -242,7 +307,7 @@ impl StoreDownGuard {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
         limit.quota().check_cost(limit.name(), cost)?;
-        let health = &self.shared.health;
+        let health = self.health_of(limit, key);
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
             let started = Instant::now();
@@ -299,8 +364,8 @@ impl StoreDownGuard {
             return Err(Error::invalid("check_all needs at least one check"));
         };
         let name = first.parts().0.name().to_string();
-        let health = &self.shared.health;
-        if health.may_try() {
+        let health = self.joint_health(limiter, checks);
+        if health.as_ref().is_none_or(|h| h.may_try()) {
             let started = Instant::now();
             let call = limiter.check_all(checks);
             let answered = match bound {
@@ -311,7 +376,9 @@ impl StoreDownGuard {
             };
             match answered {
                 Ok(decisions) => {
-                    health.up(&name);
+                    if let Some(h) = &health {
+                        h.up(&name);
+                    }
                     return Ok(decisions
                         .into_iter()
                         .map(|decision| GuardedDecision {
@@ -321,9 +388,9 @@ impl StoreDownGuard {
                         })
                         .collect());
                 }
-                Err(e) => match failure(&e) {
-                    Some(kind) => health.failed(&name, &cause(e, bound), kind),
-                    None => return Err(e),
+                Err(e) => match (failure(&e), &health) {
+                    (Some(kind), Some(h)) => h.failed(&name, &cause(e, bound), kind),
+                    _ => return Err(e),
                 },
             }
         }
@@ -335,6 +402,20 @@ impl StoreDownGuard {
             parts.push((limit, key, cost));
         }
         self.fallback(&parts).await
+    }
+
+    /// The breaker of the one cluster that keeps every key of `checks`; `None` when they are
+    /// on different clusters (the store refuses that `check_all`, and the error is returned).
+    fn joint_health(&self, limiter: &Limiter, checks: &[KeyCheck<'_>]) -> Option<Arc<StoreHealth>> {
+        let store = limiter.inner.backend.rate_store();
+        let mut positions = checks.iter().map(|c| {
+            let (limit, key, _) = c.parts();
+            store.map_or(0, |s| s.part_of(limit.name(), key))
+        });
+        let first = positions.next().unwrap_or(0);
+        positions
+            .all(|p| p == first)
+            .then(|| self.health(store, first))
     }
 
     /// The policy's answers for checks the store could not decide.

@@ -17,5 +17,7 @@ mod local;
 pub(crate) mod policy;
 
 pub use breaker::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
-pub use guard::{DecisionSource, GuardedDecision, StoreDownGuard, DEFAULT_GUARD_RETRY_INTERVAL};
+pub use guard::{
+    ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, DEFAULT_GUARD_RETRY_INTERVAL,
+};
 pub use policy::StoreDownPolicy;

@@ -29,6 +29,17 @@ impl EtcdBackend {
     /// rejected certificate, wrong password, no permission on the prefix) is a `Store` error
     /// naming the cause, returned without retrying.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
+        let backend = Self::connect_rate_only(config).await?;
+        backend.session().await?;
+        Ok(backend)
+    }
+
+    /// [`connect`](Self::connect) without the session lease, for a cluster that keeps
+    /// rate-limit keys alone (a sharded store's clusters after the first): rate-limit keys
+    /// are bound to no lease, so none is granted (and none can be reported lost) until a
+    /// semaphore or an announcement needs one. Connects the members (and authenticates)
+    /// but sends no request.
+    pub async fn connect_rate_only(config: EtcdConfig) -> Result<EtcdBackend> {
         // No HTTP/2 pings (see endpoints.rs): a hung member is found by the bounded attempts,
         // keepalive rounds and watch progress checks, which then move on to the next member.
         let opts = ConnectOptions::new()
@@ -95,7 +106,6 @@ impl EtcdBackend {
             stop,
             sweeper,
         };
-        backend.session().await?;
         Ok(backend)
     }
 

@@ -136,6 +136,7 @@ impl Keeper {
                 Ok(Ok(_)) => {
                     tracing::warn!(
                         lease,
+                        member = self.endpoints.url(member),
                         "etcd lease expired or revoked; permits of this session are lost"
                     );
                     self.session.lost.fire();
@@ -143,7 +144,7 @@ impl Keeper {
                 }
                 Ok(Err(e)) => {
                     if is_lease_not_found(&e) {
-                        tracing::warn!(lease, error = %e, "etcd lease not found; permits of this session are lost");
+                        tracing::warn!(lease, member = self.endpoints.url(member), error = %e, "etcd lease not found; permits of this session are lost");
                         self.session.lost.fire();
                         return;
                     }
@@ -164,6 +165,7 @@ impl Keeper {
         // Revoke in case the lease is in fact alive, so its permits come back now.
         tracing::warn!(
             lease,
+            member = self.endpoints.url(member),
             "no lease keepalive acknowledged within the TTL; permits of this session are lost"
         );
         self.session.lost.fire();

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+pub(crate) mod lazy;
 mod quotas;
 mod rate;
 pub(crate) mod ring;
@@ -114,10 +115,20 @@ impl ShardedBackend {
         self.shards[0].backend.as_ref()
     }
 
+    /// How messages name cluster `cluster`: its place in the URL and its URL.
+    pub(crate) fn describe(&self, cluster: usize) -> String {
+        format!(
+            "cluster {} of {} ({})",
+            cluster + 1,
+            self.shards.len(),
+            self.shards[cluster].name
+        )
+    }
+
     /// `e` with the cluster named, when it is the store's failure.
     fn at(&self, cluster: usize, e: Error) -> Error {
         match e {
-            Error::Store(s) => Error::store(format!("cluster {}: {s}", self.shards[cluster].name)),
+            Error::Store(s) => Error::store(format!("{}: {s}", self.describe(cluster))),
             other => other,
         }
     }

@@ -16,6 +16,12 @@ use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteO
 use crate::error::{Error, Result};
 use async_trait::async_trait;
 use futures::future::join_all;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// How long opening a limit waits for its quota copies on the clusters after the first (they
+/// go on in the background past it).
+const COPY_GRACE: Duration = Duration::from_millis(250);
 
 /// Most keys a refused `write_keys` names.
 const NAMED_KEYS: usize = 8;
@@ -151,6 +157,29 @@ impl ShardedBackend {
         });
     }
 
+    /// Copies `limit`'s quota to every cluster after the first in tasks of their own, so the
+    /// first check of each cluster's keys costs one write; a cluster that does not answer
+    /// delays nothing here and gets its copy at the first check of one of its keys.
+    fn copy_in_background(&self, limit: &str, quota: &[u8]) -> Vec<JoinHandle<()>> {
+        let (Some(me), Ok(runtime)) = (self.me.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return Vec::new();
+        };
+        (1..self.shards.len())
+            .map(|c| {
+                let (me, limit, quota) = (me.clone(), limit.to_string(), quota.to_vec());
+                runtime.spawn(async move {
+                    if let Err(e) = me.copy_quota(&limit, c, &quota).await {
+                        tracing::debug!(
+                            limit, error = %e,
+                            "could not copy the quota to a cluster now; its keys get it at their next check"
+                        );
+                    }
+                })
+            })
+            .collect()
+    }
+
     /// The conflict a stale write meets: the quota now and the key as it is on `cluster`.
     async fn stale(
         &self,
@@ -252,19 +281,10 @@ impl RateStore for ShardedBackend {
             .await
             .map_err(|e| self.at(0, e))?;
         self.known.learn(name, 0, &first);
-        // Copies now, so the first check of each cluster's keys costs one write; a cluster
-        // that does not answer gets its copy at the first check of one of its keys.
-        let copies = (1..self.shards.len()).map(|c| self.copy_quota(name, c, &first.value));
-        for (c, r) in join_all(copies).await.into_iter().enumerate() {
-            if let Err(e) = r {
-                tracing::warn!(
-                    limit = name,
-                    cluster = %self.shards[c + 1].name,
-                    error = %e,
-                    "could not copy the quota to a cluster now; its keys will get it at their next check"
-                );
-            }
-        }
+        let copies = self.copy_in_background(name, &first.value);
+        // Answering clusters get their copy before this returns; one that does not answer
+        // delays it by COPY_GRACE at most.
+        let _ = tokio::time::timeout(COPY_GRACE, join_all(copies)).await;
         Ok(present(&first))
     }
 
@@ -306,21 +326,10 @@ impl RateStore for ShardedBackend {
         Ok(shown(quota))
     }
 
+    /// The first cluster's: every limit is created there first (`ensure_limit`, `put_limit`),
+    /// so the others' lists add nothing, and a down cluster after the first hides none.
     async fn limits(&self) -> Result<Vec<String>> {
-        let all = join_all(self.shards.iter().map(|s| async move {
-            match s.backend.rate_store() {
-                Some(store) => store.limits().await,
-                None => Ok(Vec::new()),
-            }
-        }))
-        .await;
-        let mut names = Vec::new();
-        for (c, r) in all.into_iter().enumerate() {
-            names.extend(r.map_err(|e| self.at(c, e))?);
-        }
-        names.sort();
-        names.dedup();
-        Ok(names)
+        self.store(0)?.limits().await.map_err(|e| self.at(0, e))
     }
 
     async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
@@ -416,6 +425,23 @@ impl RateStore for ShardedBackend {
 
     fn part_of(&self, limit: &str, key: &str) -> usize {
         self.ring.cluster(limit, key)
+    }
+
+    fn parts(&self) -> usize {
+        self.shards.len()
+    }
+
+    async fn ping_part(&self, part: usize) -> Result<()> {
+        let store = self.store(part.min(self.shards.len() - 1))?;
+        store
+            .limits()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.at(part, e))
+    }
+
+    fn part_name(&self, part: usize) -> Option<String> {
+        (part < self.shards.len()).then(|| self.describe(part))
     }
 
     fn joint_keys(&self, keys: &[(&str, &str)]) -> Result<()> {

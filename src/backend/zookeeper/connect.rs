@@ -23,6 +23,17 @@ impl ZkBackend {
     /// Connects the session and creates the root nodes if absent. Fails fast if no server
     /// answers.
     pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
+        Self::open(config, false).await
+    }
+
+    /// [`connect`](Self::connect) for a cluster that keeps rate-limit keys alone (a sharded
+    /// store's clusters after the first): no semaphore lives in its sessions, and its logs
+    /// say that the loss of one costs nothing.
+    pub async fn connect_rate_only(config: ZkConfig) -> Result<ZkBackend> {
+        Self::open(config, true).await
+    }
+
+    async fn open(config: ZkConfig, rate_only: bool) -> Result<ZkBackend> {
         let tls = config.tls.as_ref().map(tls::Tls::load).transpose()?;
         let digest = Digest::load(config.digest_file.as_deref())?;
         let acls = auth::node_acls(config.acl, digest.as_ref())?;
@@ -38,6 +49,7 @@ impl ZkBackend {
             hosts: config.hosts.join(","),
             paths: Paths::new(&config.root),
             config,
+            rate_only,
             stats,
             session: SessionSlot::default(),
             entries: Arc::new(Entries::default()),
@@ -114,6 +126,11 @@ impl ZkBackend {
                     session_timeout: self.config.session_timeout,
                     request_timeout: self.config.request_timeout,
                     stats: self.stats.clone(),
+                    loss: if self.rate_only {
+                        super::session::LOSES_NOTHING
+                    } else {
+                        super::session::LOSES_PERMITS
+                    },
                 })
                 .await?;
                 *lock(&self.entries.reaper) = Some(self.reaper(&s)?);

@@ -38,7 +38,7 @@ mod config;
 mod connect;
 mod entries;
 mod nodes;
-mod rate;
+pub(crate) mod rate;
 mod scan;
 mod semaphore;
 mod session;
@@ -69,6 +69,8 @@ use zookeeper_client::Acls;
 /// The `zk://` backend: one session, one watch per semaphore in use.
 pub struct ZkBackend {
     config: ZkConfig,
+    /// Keeps rate-limit keys alone (see [`ZkBackend::connect_rate_only`]).
+    rate_only: bool,
     hosts: String,
     paths: Paths,
     stats: Arc<RequestCounters>,

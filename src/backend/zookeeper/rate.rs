@@ -485,7 +485,7 @@ impl RateStore for ZkBackend {
     /// deleted an expired key: it never does before `expires_at` + `MIN_MARGIN` (on the
     /// writer's clock), so half of that leaves room for clock skew between hosts.
     fn version_life(&self) -> std::time::Duration {
-        MIN_MARGIN / 2
+        version_life()
     }
 
     /// A reset does not delete the node: it writes an empty value (which means "absent" to
@@ -537,4 +537,10 @@ impl RateStore for ZkBackend {
             }
         }
     }
+}
+
+/// [`RateStore::version_life`] of every ZooKeeper store (known before one is connected, see
+/// `sharded/lazy.rs`).
+pub(crate) fn version_life() -> std::time::Duration {
+    MIN_MARGIN / 2
 }

@@ -73,7 +73,17 @@ pub(super) struct SessionConfig<'a> {
     pub session_timeout: Duration,
     pub request_timeout: Duration,
     pub stats: Arc<RequestCounters>,
+    /// What the loss of a session costs, for its log lines ([`LOSES_PERMITS`] or
+    /// [`LOSES_NOTHING`]).
+    pub loss: &'static str,
 }
+
+/// A session's loss, said of a store that keeps semaphores and announcements in it.
+pub(super) const LOSES_PERMITS: &str = "its permits are lost";
+/// A session's loss, said of a cluster of a sharded store that keeps rate-limit keys alone
+/// (persistent nodes, not bound to a session).
+pub(super) const LOSES_NOTHING: &str = "this cluster keeps rate-limit keys only, so nothing \
+     is lost; its next request starts a new session";
 
 impl ZkSession {
     /// Connects a new session (fails fast when no server answers) and starts its keeper.
@@ -112,9 +122,11 @@ impl ZkSession {
             shared: shared.clone(),
             client,
             probe_path: cfg.probe_path.to_string(),
+            hosts: cfg.hosts.to_string(),
             timeout: negotiated,
             request_timeout: cfg.request_timeout,
             stats: cfg.stats,
+            loss: cfg.loss,
         };
         tokio::spawn(keeper.run());
         tracing::debug!(session = %shared.id, timeout = ?negotiated, "ZooKeeper session started");
@@ -193,9 +205,12 @@ struct Keeper {
     shared: Arc<Shared>,
     client: zk::Client,
     probe_path: String,
+    /// The servers, named in its log lines.
+    hosts: String,
     timeout: Duration,
     request_timeout: Duration,
     stats: Arc<RequestCounters>,
+    loss: &'static str,
 }
 
 impl Keeper {
@@ -214,13 +229,13 @@ impl Keeper {
                     if !self.shared.lost.deadline().passed() {
                         break; // marked lost by whoever noticed it
                     }
-                    tracing::warn!(session = %self.client.session_id(), "ZooKeeper session may have expired (no answer within the session timeout); its permits are lost");
+                    tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, "ZooKeeper session may have expired (no answer within the session timeout); {}", self.loss);
                     break;
                 }
                 state = states.changed() => {
                     match state {
                         SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                            tracing::warn!(session = %self.client.session_id(), ?state, "ZooKeeper session ended; its permits are lost");
+                            tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, ?state, "ZooKeeper session ended; {}", self.loss);
                             break;
                         }
                         _ => continue,
@@ -238,7 +253,7 @@ impl Keeper {
                     outage.ok("ZooKeeper session probe");
                 }
                 Ok(Err(e)) if super::view::is_terminal(&e) => {
-                    tracing::warn!(error = %e, "ZooKeeper session ended; its permits are lost");
+                    tracing::warn!(error = %e, servers = %self.hosts, "ZooKeeper session ended; {}", self.loss);
                     break;
                 }
                 Ok(Err(e)) => {

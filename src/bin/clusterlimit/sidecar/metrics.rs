@@ -23,19 +23,24 @@ struct KindLabel {
 struct BreakerLabel {
     /// Which guard: `rls` or `http`, and its store-down policy.
     guard: String,
+    /// Which cluster of the store: its place in the store URL, from 1 (a store of one
+    /// cluster: 1).
+    cluster: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabel {
     guard: String,
+    cluster: String,
     to: String,
 }
 
-/// A store-down breaker whose state `/metrics` shows, with its counts at the last scrape.
+/// A guard whose store-down breakers (one per cluster) `/metrics` shows, with each one's
+/// counts at the last scrape.
 struct Watched {
     label: String,
     guard: StoreDownGuard,
-    last: BreakerStats,
+    last: Vec<BreakerStats>,
 }
 
 type HistogramFamily = Family<SemLabel, Histogram, fn() -> Histogram>;
@@ -258,52 +263,71 @@ impl Metrics {
         self.store_up.set(i64::from(up));
     }
 
-    /// Shows `guard`'s breaker in `/metrics` under the label `label` (e.g. `rls:fail_open`).
-    pub fn watch_breaker(&self, label: &str, guard: StoreDownGuard) {
-        self.breaker_open
-            .get_or_create(&BreakerLabel {
-                guard: label.to_string(),
-            })
-            .set(0);
+    /// Shows `guard`'s breakers in `/metrics` under the label `label` (e.g. `rls:fail_open`),
+    /// one per cluster of a store of `clusters` clusters (each shown closed from the start).
+    pub fn watch_breaker(&self, label: &str, guard: StoreDownGuard, clusters: usize) {
+        for position in 0..clusters.max(1) {
+            self.breaker_open
+                .get_or_create(&BreakerLabel {
+                    guard: label.to_string(),
+                    cluster: (position + 1).to_string(),
+                })
+                .set(0);
+        }
         lock(&self.breakers).push(Watched {
             label: label.to_string(),
             guard,
-            last: BreakerStats::default(),
+            last: Vec::new(),
         });
     }
 
-    /// Each watched breaker's label and counts now (for the live view).
+    /// Each watched breaker's name (its guard's label, and its cluster for a store of
+    /// several) and counts now (for the live view).
     pub fn breakers(&self) -> Vec<(String, clusterlimit::BreakerStats)> {
-        lock(&self.breakers)
-            .iter()
-            .map(|w| (w.label.clone(), w.guard.breaker()))
-            .collect()
+        let mut out = Vec::new();
+        for w in lock(&self.breakers).iter() {
+            let each = w.guard.breakers();
+            let several = each.len() > 1;
+            out.extend(each.into_iter().map(|b| {
+                let name = match (&b.cluster, several) {
+                    (Some(c), true) => format!("{} on {c}", w.label),
+                    _ => w.label.clone(),
+                };
+                (name, b.stats)
+            }));
+        }
+        out
     }
 
     fn render_breakers(&self) {
         for w in lock(&self.breakers).iter_mut() {
-            let now = w.guard.breaker();
-            let guard = w.label.clone();
-            self.breaker_open
-                .get_or_create(&BreakerLabel {
-                    guard: guard.clone(),
-                })
-                .set(i64::from(now.open));
-            for (to, n) in [
-                ("open", now.opened.saturating_sub(w.last.opened)),
-                ("closed", now.closed.saturating_sub(w.last.closed)),
-            ] {
-                self.breaker_transitions
-                    .get_or_create(&TransitionLabel {
+            let now = w.guard.breakers();
+            w.last.resize(now.len(), BreakerStats::default());
+            for (b, last) in now.iter().zip(w.last.iter_mut()) {
+                let (guard, cluster) = (w.label.clone(), (b.position + 1).to_string());
+                self.breaker_open
+                    .get_or_create(&BreakerLabel {
                         guard: guard.clone(),
-                        to: to.to_string(),
+                        cluster: cluster.clone(),
                     })
-                    .inc_by(n);
+                    .set(i64::from(b.stats.open));
+                for (to, n) in [
+                    ("open", b.stats.opened.saturating_sub(last.opened)),
+                    ("closed", b.stats.closed.saturating_sub(last.closed)),
+                ] {
+                    self.breaker_transitions
+                        .get_or_create(&TransitionLabel {
+                            guard: guard.clone(),
+                            cluster: cluster.clone(),
+                            to: to.to_string(),
+                        })
+                        .inc_by(n);
+                }
+                self.slow_answers
+                    .get_or_create(&BreakerLabel { guard, cluster })
+                    .inc_by(b.stats.slow.saturating_sub(last.slow));
+                *last = b.stats;
             }
-            self.slow_answers
-                .get_or_create(&BreakerLabel { guard })
-                .inc_by(now.slow.saturating_sub(w.last.slow));
-            w.last = now;
         }
     }
 

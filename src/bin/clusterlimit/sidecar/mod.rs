@@ -108,6 +108,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     state.metrics.watch_breaker(
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),
+        limiter.clusters().len(),
     );
     // The web view (ui/): its pictures are taken only while a page or `top` watches.
     let gatherer = crate::live::gather::Gatherer::new(

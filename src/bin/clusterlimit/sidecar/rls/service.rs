@@ -81,7 +81,7 @@ impl Rls {
             .into_iter()
             .map(|p| {
                 let guard = StoreDownGuard::new(p).store_timeout(behaviour.store_timeout);
-                metrics.watch_breaker(&format!("rls:{p}"), guard.clone());
+                metrics.watch_breaker(&format!("rls:{p}"), guard.clone(), limiter.clusters().len());
                 (p, guard)
             })
             .collect();

@@ -43,14 +43,15 @@ impl RateApi {
         lock(&self.opened).insert(rl.name().to_string(), rl);
     }
 
-    /// Opens `name` (cached). While the store is known down, a limit this sidecar never opened
-    /// answers 503 at once rather than waiting for the store.
+    /// Opens `name` (cached). While the store (a sharded store's first cluster, which keeps
+    /// every quota) is known down, a limit this sidecar never opened answers 503 at once
+    /// rather than waiting for the store.
     pub(super) async fn open(&self, limiter: &Limiter, name: &str) -> Result<RateLimit, Problem> {
         validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
         if let Some(rl) = lock(&self.opened).get(name).cloned() {
             return Ok(rl);
         }
-        if self.guard.store_down() {
+        if self.guard.cluster_down(0) {
             return Err(Problem::unavailable(
                 "store_unavailable",
                 format!("the store is down and rate limit {name:?} was not used here before"),
@@ -69,7 +70,7 @@ impl RateApi {
         name: &str,
     ) -> Result<RateLimit, Problem> {
         validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
-        if self.guard.store_down() {
+        if self.guard.cluster_down(0) {
             return self.open(limiter, name).await;
         }
         self.fetch(limiter, name).await
