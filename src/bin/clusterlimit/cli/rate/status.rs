@@ -3,6 +3,7 @@
 
 use super::args::RateStatusArgs;
 use super::open::{check_key, open_existing, with_limiter};
+use crate::common::out::out_line;
 use crate::common::quota_print::{decision_json, quota_json};
 use crate::common::Failure;
 use crate::common::{exit, format_duration, format_wait};
@@ -62,7 +63,7 @@ pub async fn status(a: RateStatusArgs) -> Result<ExitCode, Failure> {
         }
     })
     .await?;
-    println!("{out}");
+    out_line!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
