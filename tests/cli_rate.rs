@@ -490,7 +490,7 @@ async fn bad_input_exits_64_naming_the_flag() {
         (set_q(&["--warmup", "soon"]), "--warmup"),
         (
             set_q(&["--warmup", "1h", "--cold-factor", "11"]),
-            "--cold-factor: cold_factor must be a whole number from 2 to 10, got 11",
+            "--cold-factor must be a whole number from 2 to 10, got 11",
         ),
         (
             set_q(&["--cold-factor", "5"]),

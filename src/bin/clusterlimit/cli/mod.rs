@@ -7,6 +7,8 @@ mod child;
 mod deadline;
 mod logging;
 mod memory_store;
+mod names;
+mod numbers;
 mod rate;
 mod run;
 mod run_adaptive;
