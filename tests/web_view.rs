@@ -254,6 +254,14 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
         "web view: limited key shown {} ms after the checks",
         seen.as_millis()
     );
+    // Named for what it lists: recent denials, not keys over their limit now.
+    shows(
+        &b,
+        "[data-rate-limit=api] .limited-now",
+        "Denied in the last 10 s (this sidecar)",
+        SHOWN_WITHIN,
+    )
+    .await;
 
     // Set a capacity through the page: the store changes.
     let set = b
