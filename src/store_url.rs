@@ -429,9 +429,10 @@ fn parse_sharded(url: &str) -> Result<StoreUrl> {
         if let Some(first) = clusters.first() {
             if first.url.kind() != parsed.kind() {
                 return Err(bad(format!(
-                    "is a {} store, the first a {} one; every cluster of a sharded store is of                      one kind (one set of credentials and one failure behaviour)",
-                    parsed.kind(),
-                    first.url.kind()
+                    "is {} store but cluster 1 is {} store; every cluster of a sharded store \
+                     must be of one kind (one set of credentials and one failure behaviour)",
+                    a_kind(parsed.kind()),
+                    a_kind(first.url.kind())
                 )));
             }
         }
@@ -454,6 +455,12 @@ fn parse_sharded(url: &str) -> Result<StoreUrl> {
         )));
     }
     Ok(StoreUrl::Sharded { clusters })
+}
+
+/// A store kind with its article: `an etcd`, `a ZooKeeper`, `a memory`.
+fn a_kind(kind: &str) -> String {
+    let vowel = kind.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {kind}", if vowel { "an" } else { "a" })
 }
 
 /// `part` without its `shard=NAME` setting, and the name.

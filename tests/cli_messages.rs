@@ -415,12 +415,111 @@ async fn bad_input_messages_are_for_humans() {
             "rate set-quota nosuch --limit N --per DUR",
         ),
         (vec!["--log", "loud", "status", "--store", e], 64, "--log"),
+        (
+            vec!["run", "--store", e, "--semaphore", "", "--", "true"],
+            64,
+            "for '--semaphore <NAME>': name must be 1-128 characters, got 0",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                e,
+                "--semaphore",
+                "s",
+                "--timeout",
+                "0",
+                "--",
+                "true",
+            ],
+            64,
+            "a timeout of 0 is not allowed: give how long to wait for the permits",
+        ),
+        (
+            vec!["status", "--store", e, "--request-timeout", "0"],
+            64,
+            "a timeout of 0 is not allowed: give how long to wait for the store",
+        ),
+        (
+            vec!["status", "--store", "etcd://h:1/p;zk://h:2/r"],
+            64,
+            "cluster 2 (zk://h:2/r) is a ZooKeeper store but cluster 1 is an etcd store; \
+             every cluster of a sharded store must be of one kind",
+        ),
+        // Whole numbers: the flag, its range and what was typed; never clap's `-- -3` tip.
+        (
+            vec![
+                "run",
+                "--store",
+                e,
+                "--semaphore",
+                "s",
+                "--capacity",
+                "-3",
+                "--",
+                "true",
+            ],
+            64,
+            "--capacity must be a whole number from 1 to 1000000, got -3",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                e,
+                "--semaphore",
+                "s",
+                "--capacity",
+                "99999999999999999999",
+                "--",
+                "true",
+            ],
+            64,
+            "--capacity must be a whole number from 1 to 1000000, got 99999999999999999999",
+        ),
+        (
+            vec!["set-capacity", "--store", e, "s", "-3"],
+            64,
+            "<N> must be a whole number from 1 to 1000000, got -3",
+        ),
+        (
+            vec!["rate", "check", "--store", e, "r", "k", "--cost", "-1"],
+            64,
+            "--cost must be a whole number from 1 to 1000000000, got -1",
+        ),
+        (
+            vec![
+                "rate",
+                "set-quota",
+                "--store",
+                e,
+                "new",
+                "--limit",
+                "10/sec",
+            ],
+            64,
+            "give the period with --per, e.g. --limit 10 --per 1s",
+        ),
+        (
+            vec![
+                "rate",
+                "set-quota",
+                "--store",
+                e,
+                "r",
+                "--cold-factor",
+                "-2",
+            ],
+            64,
+            "--cold-factor must be a whole number from 2 to 10, got -2",
+        ),
     ];
     for (args, code, want) in cases {
         let out = output(cmd(&args), LIMIT).await;
         let all = format!("{}{}", out.stdout, out.stderr);
         assert_eq!(out.code, Some(code), "{args:?}: {all}");
         assert!(out.stderr.contains(want), "{args:?}: {want:?} in {all}");
+        assert!(!all.contains("-- -"), "{args:?}: clap's tip in {all}");
         // (Unless the input itself holds it, as an IPv6 address holds `::`.)
         for bad in NOT_FOR_HUMANS
             .iter()
@@ -429,4 +528,41 @@ async fn bad_input_messages_are_for_humans() {
             assert!(!all.contains(bad), "{args:?}: {bad:?} in {all}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_level_help_starts_a_new_user() {
+    let out = output(cmd(&["--help"]), LIMIT).await;
+    ok(&out);
+    for want in [
+        "permits and rate limits",
+        "Examples:",
+        "clusterlimit run --semaphore backups --capacity 2 -- ./backup.sh",
+        "clusterlimit rate wait deploys ci --limit 10 --per 1m",
+        "CLUSTERLIMIT_STORE",
+        "etcd://HOST:PORT[,HOST:PORT…][/PREFIX]",
+        "zk://HOST:PORT",
+        "URL;URL[;URL…]",
+        "Exit codes:",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} in {}", out.stdout);
+    }
+    // The examples are commands the binary accepts (up to the store it is given).
+    let out = output(
+        cmd(&[
+            "rate",
+            "wait",
+            "--store",
+            "memory://",
+            "deploys",
+            "ci",
+            "--limit",
+            "10",
+            "--per",
+            "1m",
+        ]),
+        LIMIT,
+    )
+    .await;
+    ok(&out);
 }

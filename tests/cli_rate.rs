@@ -184,6 +184,36 @@ async fn every_subcommand(url: &str) {
     let out = rate(url, &["status", "--json"]).await;
     assert_eq!(listed_names(&out), ["login", "nightly"]);
 
+    assert!(lines[0].ends_with("BAN       WARM-UP"), "{}", out.stdout);
+    assert!(lines[2].ends_with("  -"), "no warm-up: {}", out.stdout);
+
+    // A warm-up quota: its column, and a key line that says what a cold key admits.
+    rate_ok(
+        url,
+        &[
+            "set-quota",
+            "warm",
+            "--limit",
+            "10",
+            "--per",
+            "1s",
+            "--warmup",
+            "10s",
+        ],
+    )
+    .await;
+    let out = rate_ok(url, &["status", "warm"]).await;
+    assert!(out.stdout.contains("10s ×3"), "{}", out.stdout);
+    let out = rate_ok(url, &["status", "warm", "cold-key"]).await;
+    assert_eq!(
+        out.stdout.trim(),
+        "warm \"cold-key\": one check of up to 10 (of 10) would pass now, full again in 0s; \
+         a request of 1 would be admitted now; warm-up 10s ×3: a key idle 10s is cold and \
+         admits requests one by one at 3.3 per 1s, rising to 10 per 1s over 10s of traffic \
+         (the key's warmth is not shown)"
+    );
+    rate_ok(url, &["reset", "warm", "cold-key"]).await;
+
     // reset: the key is full again.
     rate_ok(url, &["reset", "nightly", odd]).await;
     let out = rate(url, &["status", "nightly", odd, "--json"]).await;
@@ -490,7 +520,7 @@ async fn bad_input_exits_64_naming_the_flag() {
         (set_q(&["--warmup", "soon"]), "--warmup"),
         (
             set_q(&["--warmup", "1h", "--cold-factor", "11"]),
-            "--cold-factor: cold_factor must be a whole number from 2 to 10, got 11",
+            "--cold-factor must be a whole number from 2 to 10, got 11",
         ),
         (
             set_q(&["--cold-factor", "5"]),

@@ -191,7 +191,17 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
         screen.contains("api") && screen.contains("batch"),
         "{screen}"
     );
-    assert!(screen.contains("Keys limited now in api"), "{screen}");
+    assert!(
+        screen.contains("Keys denied in the last 10 s in api"),
+        "{screen}"
+    );
+    // Checked by no sidecar: the rates are unknown, not 0, and the pane says so.
+    assert!(screen.contains("Rate limits (sidecar rates)"), "{screen}");
+    assert!(screen.contains("—"), "{screen}");
+    assert!(
+        screen.contains("not published: no sidecar checks this limit"),
+        "{screen}"
+    );
     assert!(!screen.contains("holder-of-beta"), "{screen}");
     assert_eq!(drawn_width(&screen), 160, "{screen}");
 
@@ -208,13 +218,13 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
     // Tab moves the focus to the rate limits, where j selects the next one.
     top.keys(&["Tab"]);
     top.until("the focus on rate limits", LIMIT, |s| {
-        s.contains("Rate limits [focus]")
+        s.contains("Rate limits (sidecar rates) [focus]")
     })
     .await;
     top.keys(&["j"]);
     let screen = top
         .until("batch's keys after j", LIMIT, |s| {
-            s.contains("Keys limited now in batch")
+            s.contains("Keys denied in the last 10 s in batch")
         })
         .await;
     // The semaphore selection stayed.
@@ -228,10 +238,12 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
             drawn_width(s) == 100
                 && s.lines().count() <= 30
                 && s.contains("q quit")
-                && s.contains("Rate limits [focus]")
+                && s.contains("Rate limits (sidecar rates) [focus]")
         })
         .await;
     assert!(screen.contains("Holders of beta"), "{screen}");
+    // What no longer fits its column is cut with an ellipsis.
+    assert!(screen.contains("5 per 1s (gc…"), "{screen}");
 
     top.keys(&["q"]);
     eventually("top to exit on q", Duration::from_secs(5), || async {
@@ -333,7 +345,7 @@ async fn a_store_that_stops_answering_is_shown_while_keys_still_work() {
     let pressed = Instant::now();
     top.keys(&["Tab"]);
     top.until("Tab answered", Duration::from_secs(1), |s| {
-        s.contains("Rate limits [focus]")
+        s.contains("Rate limits (sidecar rates) [focus]")
     })
     .await;
     assert!(pressed.elapsed() < Duration::from_secs(1));
@@ -406,7 +418,12 @@ async fn shows_a_key_limited_now_through_a_sidecar_of_the_fleet() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert!(screen.contains("Keys limited now in api"), "{screen}");
+    assert!(
+        screen.contains("Keys denied in the last 10 s in api"),
+        "{screen}"
+    );
+    // Reported by a sidecar: its rates, not the dash of an unpublished limit.
+    assert!(!screen.contains("not published"), "{screen}");
     top.keys(&["q"]);
     eventually("top to exit on q", Duration::from_secs(5), || async {
         (!top.alive()).then_some(())

@@ -254,6 +254,14 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
         "web view: limited key shown {} ms after the checks",
         seen.as_millis()
     );
+    // Named for what it lists: recent denials, not keys over their limit now.
+    shows(
+        &b,
+        "[data-rate-limit=api] .limited-now",
+        "Denied in the last 10 s (this sidecar)",
+        SHOWN_WITHIN,
+    )
+    .await;
 
     // Set a capacity through the page: the store changes.
     let set = b
@@ -493,8 +501,28 @@ async fn a_login_cookie_reads_but_changes_only_with_its_csrf_value() {
         }
         r.send()
     };
-    assert_eq!(status(put(None).await.expect("PUT")), 401);
-    assert_eq!(status(put(Some("0000")).await.expect("PUT")), 401);
+    // Each refusal says what is missing and what to do: the CSRF header by name.
+    let refused = |r: reqwest::Response| async move {
+        assert_eq!(r.status().as_u16(), 401);
+        r.json::<serde_json::Value>().await.expect("a problem body")
+    };
+    let missing = refused(put(None).await.expect("PUT")).await;
+    assert_eq!(missing["code"], "csrf_missing", "{missing}");
+    let detail = missing["detail"].as_str().unwrap_or_default();
+    for want in [
+        "`x-csrf-token` header",
+        "reload the page",
+        "Authorization: Bearer",
+    ] {
+        assert!(detail.contains(want), "{want:?} in {detail}");
+    }
+    let mismatch = refused(put(Some("0000")).await.expect("PUT")).await;
+    assert_eq!(mismatch["code"], "csrf_mismatch", "{mismatch}");
+    let detail = mismatch["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("`x-csrf-token` header is not this login's CSRF value"),
+        "{detail}"
+    );
     let listed = get_json(&http, &sidecar.url, "/v1/semaphores").await;
     assert_eq!(listed, json!([]), "a refused change must change nothing");
     assert_eq!(status(put(Some(&csrf)).await.expect("PUT")), 200);
@@ -513,7 +541,27 @@ async fn a_login_cookie_reads_but_changes_only_with_its_csrf_value() {
         .send()
         .await
         .expect("GET");
-    assert_eq!(status(read), 401);
+    let ended = refused(read).await;
+    assert_eq!(ended["code"], "login_ended", "{ended}");
+    // A login body that is not the JSON asked for is answered without repeating it: it may be
+    // the token itself, pasted raw.
+    for raw in [TOKEN.to_string(), "1234567890abcdef".to_string()] {
+        let r = http
+            .post(url("/ui/login"))
+            .header("content-type", "application/json")
+            .body(raw.clone())
+            .send()
+            .await
+            .expect("login");
+        assert_eq!(r.status(), 400);
+        let body = r.text().await.expect("a body");
+        assert!(body.contains("{\\\"token\\\": \\\"…\\\"}"), "{body}");
+        assert!(
+            !body.contains(&raw[..6]),
+            "the body echoes what was sent: {body}"
+        );
+        assert!(!body.contains("12345"), "{body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

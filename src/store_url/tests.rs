@@ -258,7 +258,12 @@ fn sharded() {
         other => panic!("{url}: {other:?}"),
     };
     assert!(why("etcd://h:1/p;").contains("cluster 2 () is empty"));
-    assert!(why("etcd://h:1/p;zk://h:2/r").contains("one kind"));
+    assert_eq!(
+        why("etcd://h:1/p;zk://h:2/r"),
+        "sharded store URL etcd://h:1/p;zk://h:2/r: cluster 2 (zk://h:2/r) is a ZooKeeper store \
+         but cluster 1 is an etcd store; every cluster of a sharded store must be of one kind \
+         (one set of credentials and one failure behaviour)"
+    );
     assert!(why("memory://a;memory://a").contains("same cluster as cluster 1"));
     assert!(why("etcd://h:1/p;etcd://h:1/p?shard=x&shard=y").contains("twice"));
     assert!(why("etcd://h:1/p;etcd://h").contains("cluster 2 (etcd://h) is not a store URL"));

@@ -1,5 +1,6 @@
 //! Command-line grammar (clap derive). Parsing errors exit 64 (see `cli::main`).
 
+use super::names::semaphore_name;
 use super::store_arg::StoreArg;
 use crate::common::{exit, parse_duration};
 use crate::sidecar::ServeArgs;
@@ -7,9 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::time::Duration;
 
-/// Cluster-wide concurrency permits from the command line.
+/// Cluster-wide concurrency permits and rate limits from the command line.
 #[derive(Debug, Parser)]
-#[command(name = "clusterlimit", version, after_help = exit::HELP)]
+#[command(name = "clusterlimit", version, after_help = top_help())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -17,6 +18,29 @@ pub struct Cli {
     /// default: warn for one-shot commands, info for serve. RUST_LOG, if set, overrides it.
     #[arg(long, global = true, env = "CLUSTERLIMIT_LOG", value_name = "LEVEL")]
     pub log: Option<super::logging::LogLevel>,
+}
+
+/// First examples, the store and its URL forms, then the exit codes: the end of the top-level
+/// `--help`.
+fn top_help() -> String {
+    format!(
+        "\
+Examples:
+  export CLUSTERLIMIT_STORE=etcd://127.0.0.1:2379
+  clusterlimit run --semaphore backups --capacity 2 -- ./backup.sh   # at most 2 at once
+  clusterlimit rate wait deploys ci --limit 10 --per 1m              # at most 10 a minute
+  clusterlimit status                                                # who holds what
+
+Store (--store URL, or CLUSTERLIMIT_STORE):
+  etcd://HOST:PORT[,HOST:PORT…][/PREFIX]     etcds://… for TLS
+  zk://HOST:PORT[,HOST:PORT…][/CHROOT]       zks://… for TLS
+  memory://NAME                              this process only (tests)
+  URL;URL[;URL…]                             rate-limit keys spread over clusters of one kind
+  (credentials and TLS settings: docs/operations.md, \"Store URLs\")
+
+{}",
+        exit::HELP
+    )
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,16 +103,16 @@ pub struct RunArgs {
     #[command(flatten)]
     pub store: StoreArg,
     /// Semaphore to take permits from.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = semaphore_name)]
     pub semaphore: String,
     /// Create the semaphore with this capacity if absent (without it, an absent semaphore is an error).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    #[arg(long, value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub capacity: Option<u32>,
     /// Permits to hold while CMD runs.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub permits: u32,
     /// Give up waiting after this long (e.g. 30s, 5m) and exit 75; default: wait forever.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_wait_timeout)]
     pub timeout: Option<Duration>,
     /// SIGKILL CMD's process group this long after a SIGTERM that did not end it (a lost permit,
     /// SIGTERM or SIGINT to `run`, processes CMD left behind when it exited).
@@ -116,7 +140,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub store: StoreArg,
     /// Semaphore to show; all semaphores without it.
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", value_parser = semaphore_name)]
     pub name: Option<String>,
     /// Print JSON (one object with NAME, else an array) instead of a table.
     #[arg(long)]
@@ -128,10 +152,10 @@ pub struct SetCapacityArgs {
     #[command(flatten)]
     pub store: StoreArg,
     /// Semaphore to change.
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", value_parser = semaphore_name)]
     pub name: String,
     /// New capacity.
-    #[arg(value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(clusterlimit::MAX_CAPACITY)))]
+    #[arg(value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub capacity: u32,
 }
 
@@ -142,6 +166,20 @@ pub struct TopArgs {
     /// How often to read the store (100ms to 60s).
     #[arg(long, value_name = "DUR", value_parser = parse_interval, default_value = "1s")]
     pub interval: Duration,
+}
+
+/// `run --timeout`: a duration longer than 0 (0 would give up before the store could answer,
+/// and blame it).
+fn parse_wait_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(
+            "a timeout of 0 is not allowed: give how long to wait for the permits, \
+                    e.g. 30s (without --timeout, run waits as long as it takes)"
+                .to_string(),
+        );
+    }
+    Ok(d)
 }
 
 /// `--interval`: a duration from 100ms to 60s (faster would load the store for nothing a

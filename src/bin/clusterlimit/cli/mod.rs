@@ -7,6 +7,8 @@ mod child;
 mod deadline;
 mod logging;
 mod memory_store;
+mod names;
+mod numbers;
 mod rate;
 mod run;
 mod run_adaptive;
@@ -19,9 +21,11 @@ pub mod supervisor;
 mod top;
 mod wait_notice;
 
+use crate::common::out::err_line;
 use crate::common::{exit, Failure};
 use args::{Cli, Command};
 use clap::{CommandFactory, Parser};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ pub fn main() -> ExitCode {
     let serve = matches!(cli.command, Command::Serve(_));
     logging::init(cli.log, serve);
     if let Some(warning) = cli.command.one_shot_store().and_then(memory_store::warning) {
-        eprintln!("{warning}");
+        err_line!("{warning}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -60,19 +64,29 @@ pub fn main() -> ExitCode {
     });
     // Background work (keepalives, releases of a closed session) must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_millis(500));
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(failure) => failure.report(|| usage_of(sub)),
-    }
+    };
+    crate::common::out::exit_code(code)
 }
 
 /// clap errors exit 64 (EX_USAGE) with clap's message and usage; `--help`/`--version` exit 0.
 fn parse_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    let _ = e.print();
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        // Help and version go to stdout: clap's own printing (in colour) on a terminal, else
+        // plain text through `out` (a closed reader ends it quietly).
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            if std::io::stdout().is_terminal() {
+                let _ = e.print();
+            } else {
+                crate::common::out::text(e.render());
+            }
+            crate::common::out::exit_code(ExitCode::SUCCESS)
+        }
         _ => {
+            let _ = e.print();
             // Value errors (e.g. `--permits 0`) carry no usage line: add the subcommand's.
             if !e.render().to_string().contains("Usage:") {
                 // The subcommand and, under `rate`, its own (a word usage_of cannot resolve is
@@ -82,7 +96,7 @@ fn parse_error(e: clap::Error) -> ExitCode {
                     .take(2)
                     .collect::<Vec<_>>()
                     .join(" ");
-                eprintln!("\n{}", usage_of(&sub));
+                err_line!("\n{}", usage_of(&sub));
             }
             ExitCode::from(exit::USAGE)
         }

@@ -32,13 +32,13 @@ pub struct AdaptiveArgs {
     #[arg(long, value_name = "ALGORITHM", conflicts_with = "capacity")]
     pub adaptive: Option<Algorithm>,
     /// Adaptive: never fewer permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1)]
+    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub min: u32,
     /// Adaptive: never more permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1000)]
+    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1000, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub max: u32,
     /// Adaptive: the capacity to create the semaphore with if absent (default: --min).
-    #[arg(long, value_name = "N", requires = "adaptive")]
+    #[arg(long, value_name = "N", requires = "adaptive", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub initial: Option<u32>,
     /// Adaptive: how often outcomes are summed and the capacity reconsidered (100ms to 10m).
     #[arg(long, value_name = "DUR", requires = "adaptive", value_parser = parse_duration, default_value = "1s")]
@@ -49,7 +49,8 @@ pub struct AdaptiveArgs {
         long,
         value_name = "SHARE",
         requires = "adaptive",
-        default_value_t = 0.5
+        default_value_t = 0.5,
+        allow_negative_numbers = true
     )]
     pub max_step: f64,
     /// Adaptive: exit codes of the command that mean the dependency was overloaded (reported
@@ -59,7 +60,9 @@ pub struct AdaptiveArgs {
         value_name = "CODES",
         requires = "adaptive",
         value_delimiter = ',',
-        default_value = "75,124"
+        default_value = "75,124",
+        value_parser = super::numbers::whole::<i32>(0, 255),
+        allow_negative_numbers = true
     )]
     pub overload_exit_codes: Vec<i32>,
 }

@@ -1,6 +1,7 @@
 //! `clusterlimit set-capacity`: change a semaphore's capacity (create it if absent).
 
 use super::args::SetCapacityArgs;
+use crate::common::out::out_line;
 use crate::common::Failure;
 use clusterlimit::CapacityChange;
 use std::process::ExitCode;
@@ -16,8 +17,8 @@ pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
     super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
     let (name, capacity) = (&args.name, args.capacity);
     match result.map_err(Failure::from_lib)? {
-        CapacityChange::Created => println!("{name}: created with capacity {capacity}"),
-        CapacityChange::Set => println!("{name}: capacity set to {capacity}"),
+        CapacityChange::Created => out_line!("{name}: created with capacity {capacity}"),
+        CapacityChange::Set => out_line!("{name}: capacity set to {capacity}"),
     }
     Ok(ExitCode::SUCCESS)
 }

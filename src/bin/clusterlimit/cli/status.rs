@@ -1,6 +1,7 @@
 //! `clusterlimit status`: capacity, usage, waiters and holders, as a table or JSON.
 
 use super::args::StatusArgs;
+use crate::common::out::out_line;
 use crate::common::{exit, Failure};
 use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
 use clusterlimit::{Holder, Limiter, Status};
@@ -29,7 +30,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
             None => table(&statuses),
         }
     };
-    println!("{out}");
+    out_line!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 

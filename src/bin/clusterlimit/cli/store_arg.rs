@@ -15,11 +15,24 @@ pub struct StoreArg {
     pub security: StoreSecurityFlags,
     /// Give up connecting to the store after this long (a refused port or an unknown host
     /// fails at once).
-    #[arg(long, env = "CLUSTERLIMIT_CONNECT_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, env = "CLUSTERLIMIT_CONNECT_TIMEOUT", value_name = "DUR", value_parser = parse_store_timeout, default_value = "5s")]
     pub connect_timeout: Duration,
     /// Bound on each store request once connected.
-    #[arg(long, env = "CLUSTERLIMIT_REQUEST_TIMEOUT", value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, env = "CLUSTERLIMIT_REQUEST_TIMEOUT", value_name = "DUR", value_parser = parse_store_timeout, default_value = "5s")]
     pub request_timeout: Duration,
+}
+
+/// `--connect-timeout`, `--request-timeout`: longer than 0 (0 would blame the store for a
+/// timeout it was never given).
+fn parse_store_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(
+            "a timeout of 0 is not allowed: give how long to wait for the store, e.g. 5s"
+                .to_string(),
+        );
+    }
+    Ok(d)
 }
 
 impl StoreArg {

@@ -9,6 +9,7 @@
 //! as its exit code: CMD's code, or 128+N for a death by signal N (which `run` passes on
 //! unchanged, as it would CMD's own status).
 
+use crate::common::out::err_line;
 use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgrp, getppid, Pid};
@@ -49,7 +50,7 @@ pub fn main_if_asked() -> Option<ExitCode> {
     let command: Vec<OsString> = argv.collect();
     let (Some(parent), Some(true), false) = (parent, dashes.map(|d| d == "--"), command.is_empty())
     else {
-        eprintln!(
+        err_line!(
             "clusterlimit: {SUBCOMMAND} is started by `clusterlimit run`, as \
              `{SUBCOMMAND} PARENT_PID -- CMD [ARGS...]`; use `clusterlimit run`"
         );
@@ -64,11 +65,11 @@ fn supervise(parent: Pid, command: &[OsString]) -> u8 {
     // back between fork and exec: std's spawn keeps the mask).
     let all = SigSet::all();
     if let Err(e) = all.thread_block() {
-        eprintln!("clusterlimit: supervising the command: cannot block signals: {e}");
+        err_line!("clusterlimit: supervising the command: cannot block signals: {e}");
         return exit::SOFTWARE;
     }
     if let Err(e) = nix::sys::prctl::set_pdeathsig(PARENT_DIED) {
-        eprintln!(
+        err_line!(
             "clusterlimit: supervising the command: cannot ask for the parent-death signal: {e}"
         );
         return exit::SOFTWARE;
@@ -95,7 +96,7 @@ fn supervise(parent: Pid, command: &[OsString]) -> u8 {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("clusterlimit: cannot run {program:?}: {e}");
+            err_line!("clusterlimit: cannot run {program:?}: {e}");
             return match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
@@ -125,7 +126,7 @@ fn supervise(parent: Pid, command: &[OsString]) -> u8 {
                 // Stopped, continued, or not CMD: keep waiting.
                 Ok(_) => {}
                 Err(e) => {
-                    eprintln!("clusterlimit: waiting for the command: {e}");
+                    err_line!("clusterlimit: waiting for the command: {e}");
                     return exit::SOFTWARE;
                 }
             },

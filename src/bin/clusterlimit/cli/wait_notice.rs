@@ -5,6 +5,7 @@
 //! or an exit, and it is dropped with them), bounded by the request timeout; a failed or slow
 //! read prints nothing.
 
+use crate::common::out::err_line;
 use clusterlimit::{Semaphore, Status, DEFAULT_REQUEST_TIMEOUT};
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ pub const AFTER: Duration = Duration::from_millis(200);
 pub async fn announce(sem: &Semaphore) -> std::convert::Infallible {
     tokio::time::sleep(AFTER).await;
     match tokio::time::timeout(DEFAULT_REQUEST_TIMEOUT, sem.status()).await {
-        Ok(Ok(status)) => eprintln!("clusterlimit: {}", line(&status)),
+        Ok(Ok(status)) => err_line!("clusterlimit: {}", line(&status)),
         Ok(Err(e)) => tracing::debug!(error = %e, "reading the status for the waiting line"),
         Err(_) => tracing::debug!("the status for the waiting line took too long"),
     }

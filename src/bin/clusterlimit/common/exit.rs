@@ -6,6 +6,8 @@ pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 /// Something that should not happen, e.g. waiting for the child failed (EX_SOFTWARE).
 pub const SOFTWARE: u8 = 70;
+/// Standard output could not be written (other than a reader that closed early) (EX_IOERR).
+pub const IO_ERROR: u8 = 74;
 /// `--timeout` ran out before the permits were granted (EX_TEMPFAIL: try again later).
 pub const TIMEOUT: u8 = 75;
 /// The permit was lost while the command ran; the command was stopped.
@@ -24,6 +26,8 @@ Exit codes:
   1        `status NAME`: the semaphore does not exist (`rate …`: the rate limit, given no quota)
   64       bad arguments or options (also `run` on an absent semaphore without --capacity)
   69       store unreachable, or its session lost before the command started
+  74       the output could not be written (a reader that closes early, as `| head`
+           does, is not an error: the output just stops)
   75       `run`: --timeout ran out before the permits were granted; `rate check`: denied;
            `rate wait`: --timeout ran out (nothing consumed)
   76       `run`: the permit was lost while the command ran; its process group got SIGTERM

@@ -1,6 +1,7 @@
 //! The error a front end returns to `main`: a message and an exit code.
 
 use super::exit;
+use crate::common::out::err_line;
 use std::process::ExitCode;
 
 /// A failed command: the message printed to stderr and the process exit code.
@@ -45,9 +46,9 @@ impl Failure {
     /// Prints the message (and, for a usage error, the line `usage` renders) to stderr and
     /// returns the exit code.
     pub fn report(self, usage: impl FnOnce() -> String) -> ExitCode {
-        eprintln!("clusterlimit: {}", self.message);
+        err_line!("clusterlimit: {}", self.message);
         if self.show_usage {
-            eprintln!("\n{}", usage());
+            err_line!("\n{}", usage());
         }
         ExitCode::from(self.code)
     }

@@ -13,6 +13,8 @@ mod duration;
 pub mod exit;
 mod failure;
 mod lock;
+// Writing stdout and stderr without panicking on a closed reader.
+pub mod out;
 // Rate-limit quotas and decisions as the sidecar and `clusterlimit rate` read them, and print.
 pub mod quota_print;
 pub mod quota_spec;

@@ -312,6 +312,7 @@ fn merge_fleet(v: &mut RateLimitView, fleet: &[FleetMember]) {
     let mut keys: HashMap<String, KeyView> = HashMap::new();
     for m in fleet {
         for l in m.limits.iter().filter(|l| l.name == v.name) {
+            v.fleet_reporters += 1;
             v.fleet_admitted_per_s += l.admitted_per_s;
             v.fleet_denied_per_s += l.denied_per_s;
             for k in &l.limited_now {
@@ -381,6 +382,7 @@ mod tests {
         ];
         merge_fleet(&mut v, &fleet);
         assert_eq!(v.fleet_admitted_per_s, 15.0);
+        assert_eq!(v.fleet_reporters, 2);
         assert_eq!(v.fleet_denied_per_s, 6.0);
         assert_eq!(v.fleet_limited_now[0].key, "k1");
         assert_eq!(v.fleet_limited_now[0].denied_per_s, 5.0);

@@ -102,7 +102,11 @@ pub struct RateLimitView {
     /// Over every sidecar's summary (this one's included).
     pub fleet_admitted_per_s: f64,
     pub fleet_denied_per_s: f64,
-    /// Keys limited now anywhere in the fleet, merged.
+    /// How many sidecars published rates of this limit: only sidecars do, so with none the
+    /// fleet rates above are unknown (checks by the CLI or the library are not seen), not 0.
+    #[serde(default)]
+    pub fleet_reporters: usize,
+    /// Keys denied recently (the last 10 s) anywhere in the fleet, merged.
     pub fleet_limited_now: Vec<KeyView>,
     /// Why its quota could not be read, if it could not.
     pub error: Option<String>,

@@ -32,8 +32,9 @@ impl Access {
             || super::ui::is_open(path)
     }
 
-    /// Whether the request carries a live web view login, and for a change, its CSRF value.
-    fn logged_in(&self, req: &Request) -> bool {
+    /// Whether the request carries a live web view login, and for a change, its CSRF value;
+    /// if not, why.
+    fn login(&self, req: &Request) -> Result<(), Refusal> {
         let Some(id) = req
             .headers()
             .get_all(header::COOKIE)
@@ -41,31 +42,87 @@ impl Access {
             .filter_map(|v| v.to_str().ok())
             .find_map(|v| super::ui::logins::cookie(v, super::ui::logins::COOKIE))
         else {
-            return false;
+            return Err(Refusal::NoToken);
         };
         let Some(csrf) = self.logins.csrf(id) else {
-            return false;
+            return Err(Refusal::LoginEnded);
         };
         if req.method().is_safe() {
-            return true;
+            return Ok(());
         }
-        req.headers()
-            .get(super::ui::logins::CSRF_HEADER)
-            .is_some_and(|v| Token::from_bytes(csrf.as_bytes()).matches(v.as_bytes()))
+        match req.headers().get(super::ui::logins::CSRF_HEADER) {
+            None => Err(Refusal::CsrfMissing),
+            Some(v) if Token::from_bytes(csrf.as_bytes()).matches(v.as_bytes()) => Ok(()),
+            Some(_) => Err(Refusal::CsrfWrong),
+        }
     }
 
-    fn allows(&self, req: &Request) -> bool {
+    /// Passes a request with the token or a login; says why not otherwise.
+    fn allows(&self, req: &Request) -> Result<(), Refusal> {
         let Some(token) = &self.token else {
-            return true;
+            return Ok(());
         };
         if self.is_open(req.uri().path()) {
-            return true;
+            return Ok(());
         }
-        req.headers()
-            .get(header::AUTHORIZATION)
+        let presented = req.headers().get(header::AUTHORIZATION);
+        if presented
             .and_then(|v| bearer(v.as_bytes()))
-            .is_some_and(|presented| token.matches(presented))
-            || self.logged_in(req)
+            .is_some_and(|p| token.matches(p))
+        {
+            return Ok(());
+        }
+        match self.login(req) {
+            Ok(()) => Ok(()),
+            // A token was sent and is wrong: that, rather than what the cookie lacks.
+            Err(_) if presented.is_some() => Err(Refusal::WrongToken),
+            Err(why) => Err(why),
+        }
+    }
+}
+
+/// Why a request is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Neither a token nor a login cookie.
+    NoToken,
+    /// `Authorization: Bearer` with another token.
+    WrongToken,
+    /// A login cookie the sidecar does not know (any more).
+    LoginEnded,
+    /// A change with a login cookie, without the CSRF header.
+    CsrfMissing,
+    /// A change with a login cookie, its CSRF header not the login's.
+    CsrfWrong,
+}
+
+impl Refusal {
+    /// The problem's code and detail: what failed and what to do.
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Refusal::NoToken => (
+                "unauthorized",
+                "this sidecar requires `Authorization: Bearer <token>`",
+            ),
+            Refusal::WrongToken => ("invalid_token", "the bearer token is not the sidecar's"),
+            Refusal::LoginEnded => (
+                "login_ended",
+                "the web view login of this cookie has ended (logged out, older than 12 h, or \
+                 the sidecar restarted): log in again, or send `Authorization: Bearer <token>`",
+            ),
+            Refusal::CsrfMissing => (
+                "csrf_missing",
+                "a change made with the web view's login cookie must carry the login's CSRF \
+                 value in the `x-csrf-token` header (the page sends it: reload the page), or \
+                 send `Authorization: Bearer <token>` instead of the cookie",
+            ),
+            Refusal::CsrfWrong => (
+                "csrf_mismatch",
+                "the `x-csrf-token` header is not this login's CSRF value: reload the page \
+                 (it asks for the value again), or send `Authorization: Bearer <token>` \
+                 instead of the cookie",
+            ),
+        }
     }
 }
 
@@ -83,23 +140,16 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 /// The middleware: passes the request on, or answers 401 with a problem body and
 /// `WWW-Authenticate: Bearer`.
 pub async fn require_token(State(access): State<Access>, req: Request, next: Next) -> Response {
-    if access.allows(&req) {
-        return next.run(req).await;
-    }
-    access.metrics.unauthorized();
-    let presented = req.headers().contains_key(header::AUTHORIZATION);
-    // The path only: never the header's value.
-    tracing::debug!(path = %req.uri().path(), presented, "request without a valid token");
-    let (code, detail) = if presented {
-        ("invalid_token", "the bearer token is not the sidecar's")
-    } else {
-        (
-            "unauthorized",
-            "this sidecar requires `Authorization: Bearer <token>`",
-        )
+    let refusal = match access.allows(&req) {
+        Ok(()) => return next.run(req).await,
+        Err(why) => why,
     };
+    access.metrics.unauthorized();
+    // The path only: never the header's value.
+    tracing::debug!(path = %req.uri().path(), ?refusal, "request without a valid token or login");
+    let (code, detail) = refusal.words();
     let mut resp = Problem::new(StatusCode::UNAUTHORIZED, code, detail).into_response();
-    let challenge = if presented {
+    let challenge = if refusal == Refusal::WrongToken {
         "Bearer realm=\"clusterlimit\", error=\"invalid_token\""
     } else {
         "Bearer realm=\"clusterlimit\""

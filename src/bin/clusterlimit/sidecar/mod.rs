@@ -26,6 +26,7 @@ mod unix_socket;
 
 pub use flags::{ServeArgs, StoreSecurityFlags};
 
+use crate::common::out::out_line;
 use crate::common::{connect, exit, Failure};
 use settings::ServeSettings;
 use std::future::IntoFuture as _;
@@ -49,7 +50,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     cfg.check()?;
     cfg.check_adaptive()?;
     if check_only {
-        print!("{}", cfg.describe());
+        crate::common::out::text(cfg.describe());
         return Ok(ExitCode::SUCCESS);
     }
     let sig = |kind| {
@@ -167,7 +168,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         None => None,
     };
     // Printed on stdout so scripts (and tests) can learn a port picked with :0.
-    println!("clusterlimit serve: listening on http://{addr} (store {store})");
+    out_line!("clusterlimit serve: listening on http://{addr} (store {store})");
     let mut servers = tokio::task::JoinSet::new();
     servers.spawn(
         axum::serve(tcp, app.clone())
@@ -175,7 +176,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
             .into_future(),
     );
     if let (Some(unix), Some(path)) = (unix, &cfg.unix) {
-        println!("clusterlimit serve: listening on unix:{}", path.display());
+        out_line!("clusterlimit serve: listening on unix:{}", path.display());
         servers.spawn(
             axum::serve(unix, app)
                 .with_graceful_shutdown(state.shutdown.clone().cancelled_owned())
@@ -183,7 +184,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         );
     }
     if let Some((svc, bound, shown)) = rls {
-        println!("clusterlimit serve: rls listening on {shown}");
+        out_line!("clusterlimit serve: rls listening on {shown}");
         servers.spawn(rls::serve(
             svc,
             bound,

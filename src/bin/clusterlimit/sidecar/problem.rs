@@ -35,6 +35,11 @@ impl Problem {
         }
     }
 
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
     /// 400 naming the field at fault.
     pub fn field(field: impl Into<String>, detail: impl Into<String>) -> Self {
         let mut p = Problem::new(StatusCode::BAD_REQUEST, "invalid_field", detail);

@@ -1,9 +1,11 @@
 //! The grammar of `clusterlimit rate …`.
 
+use crate::cli::numbers::whole;
 use crate::cli::store_arg::StoreArg;
 use crate::common::parse_duration;
 use crate::common::quota_spec::{parse_algorithm, QuotaParts};
 use clap::{Args, Subcommand};
+use clusterlimit::rate::{COLD_FACTORS, MAX_RATE};
 use clusterlimit::Algorithm;
 use std::time::Duration;
 
@@ -64,13 +66,13 @@ impl RateCommand {
 #[derive(Debug, Args, Default)]
 pub struct QuotaFlags {
     /// Requests admitted per --per, per key.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<u64>(1, MAX_RATE).per_hint(), allow_negative_numbers = true)]
     pub limit: Option<u64>,
     /// The period --limit applies to (e.g. 1s, 1m, 1h).
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub per: Option<Duration>,
     /// GCRA only: how many may pass at once from a full quota [default: --limit].
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", value_parser = whole::<u64>(1, MAX_RATE), allow_negative_numbers = true)]
     pub burst: Option<u64>,
     /// gcra, sliding_window or fixed_window [default: gcra].
     #[arg(long, value_name = "ALGORITHM", value_parser = parse_algorithm)]
@@ -83,7 +85,7 @@ pub struct QuotaFlags {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub warmup: Option<Duration>,
     /// With --warmup: how much slower a fully cold key goes, 2 to 10 [default: 3].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<u32>(u64::from(*COLD_FACTORS.start()), u64::from(*COLD_FACTORS.end())), allow_negative_numbers = true)]
     pub cold_factor: Option<u32>,
 }
 
@@ -125,7 +127,7 @@ pub struct CheckArgs {
     #[arg(value_name = "KEY")]
     pub key: String,
     /// How much this request counts.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u64>(1, MAX_RATE), allow_negative_numbers = true)]
     pub cost: u64,
     /// With --limit and --per: create the limit with this quota if absent (an existing limit
     /// keeps its stored quota).

@@ -11,6 +11,7 @@ mod wait;
 pub use args::RateArgs;
 
 use crate::cli::deadline::Deadline;
+use crate::common::out::{err_line, out_line};
 use crate::common::quota_print::{decision_json, quota_text};
 use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
@@ -74,7 +75,7 @@ pub async fn open(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<R
     match limiter.rate_limit(name, quota).await {
         Ok(rl) => Ok(rl),
         Err(Error::QuotaMismatch { stored, .. }) => {
-            eprintln!(
+            err_line!(
                 "clusterlimit: rate limit {name:?} exists with quota {}; keeping it \
                  (change it with `clusterlimit rate set-quota`)",
                 quota_text(&stored)
@@ -101,11 +102,15 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
 /// Prints an admission (JSON or a line) and returns exit 0.
 fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
     if a.json {
-        println!("{}", decision_json(&a.name, &a.key, a.cost, d, "store"));
+        out_line!("{}", decision_json(&a.name, &a.key, a.cost, d, "store"));
     } else {
-        println!(
+        out_line!(
             "admitted: {} {:?} (cost {}), {} of {} left",
-            a.name, a.key, a.cost, d.remaining, d.limit
+            a.name,
+            a.key,
+            a.cost,
+            d.remaining,
+            d.limit
         );
     }
     ExitCode::SUCCESS
@@ -125,9 +130,9 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
         }
         let retry = d.retry_after.unwrap_or_default();
         if a.json {
-            println!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+            out_line!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
         } else {
-            println!(
+            out_line!(
                 "denied: {} {:?} (cost {}), retry after {}",
                 a.name,
                 a.key,
@@ -159,7 +164,7 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             // (A never-admitted cost is an error of wait.rs; a plain wait is never stopped.)
             Waited::Denied(d) | Waited::Never(d) => {
                 if a.json {
-                    println!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+                    out_line!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
                 }
                 Err(Failure::new(
                     exit::TIMEOUT,
@@ -212,9 +217,9 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
     .await?;
     let new_text = quota_text(&new);
     match old {
-        None => println!("{name}: created with quota {new_text}"),
-        Some(old) if old == new => println!("{name}: quota unchanged: {new_text}"),
-        Some(old) => println!("{name}: {} → {new_text}", quota_text(&old)),
+        None => out_line!("{name}: created with quota {new_text}"),
+        Some(old) if old == new => out_line!("{name}: quota unchanged: {new_text}"),
+        Some(old) => out_line!("{name}: {} → {new_text}", quota_text(&old)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -251,7 +256,7 @@ async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
     with_limiter(&a.store, async |limiter| {
         let rl = open_existing(limiter, &a.name).await?;
         rl.reset(&a.key).await.map_err(Failure::from_lib)?;
-        println!("{} {:?}: reset", a.name, a.key);
+        out_line!("{} {:?}: reset", a.name, a.key);
         Ok(ExitCode::SUCCESS)
     })
     .await

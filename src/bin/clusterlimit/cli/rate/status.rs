@@ -3,10 +3,11 @@
 
 use super::args::RateStatusArgs;
 use super::open::{check_key, open_existing, with_limiter};
+use crate::common::out::out_line;
 use crate::common::quota_print::{decision_json, quota_json};
 use crate::common::Failure;
 use crate::common::{exit, format_duration, format_wait};
-use clusterlimit::{Algorithm, Quota};
+use clusterlimit::{Algorithm, Decision, Quota};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -22,20 +23,7 @@ pub async fn status(a: RateStatusArgs) -> Result<ExitCode, Failure> {
             if a.json {
                 return Ok(decision_json(name, key, 0, &d, "store").to_string());
             }
-            let next = if d.allowed {
-                "a request of 1 would be admitted now".to_string()
-            } else {
-                format!(
-                    "a request of 1 would be denied (retry after {})",
-                    format_wait(d.retry_after.unwrap_or_default())
-                )
-            };
-            Ok(format!(
-                "{name} {key:?}: {} of {} left, full again in {}; {next}",
-                d.remaining,
-                d.limit,
-                format_wait(d.reset_after)
-            ))
+            Ok(key_line(name, key, &rl.quota(), &d))
         }
         (Some(name), None) => {
             let rl = open_existing(limiter, name).await?;
@@ -62,8 +50,48 @@ pub async fn status(a: RateStatusArgs) -> Result<ExitCode, Failure> {
         }
     })
     .await?;
-    println!("{out}");
+    out_line!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// One key's state for people. With a warm-up, `remaining` is the largest single check that
+/// passes, not how many requests of 1 would: a cold key paces them slower, as said.
+fn key_line(name: &str, key: &str, quota: &Quota, d: &Decision) -> String {
+    let full = format_wait(d.reset_after);
+    let next = if d.allowed {
+        "a request of 1 would be admitted now".to_string()
+    } else {
+        format!(
+            "a request of 1 would be denied (retry after {})",
+            format_wait(d.retry_after.unwrap_or_default())
+        )
+    };
+    if quota.warmup.is_zero() {
+        return format!(
+            "{name} {key:?}: {} of {} left, full again in {full}; {next}",
+            d.remaining, d.limit
+        );
+    }
+    format!(
+        "{name} {key:?}: one check of up to {} (of {}) would pass now, full again in {full}; \
+         {next}; {}",
+        d.remaining,
+        d.limit,
+        warmup_text(quota)
+    )
+}
+
+/// What a warm-up does to a key, in the quota's numbers.
+fn warmup_text(q: &Quota) -> String {
+    let cold = q.limit as f64 / f64::from(q.cold_factor.max(1));
+    let cold = format!("{cold:.1}");
+    let cold = cold.strip_suffix(".0").unwrap_or(&cold);
+    let (w, per) = (format_duration(q.warmup), format_duration(q.period));
+    format!(
+        "warm-up {w} ×{}: a key idle {w} is cold and admits requests one by one at {cold} per \
+         {per}, rising to {} per {per} over {w} of traffic (the key's warmth is not shown)",
+        q.cold_factor, q.limit
+    )
 }
 
 /// One row per rate limit.
@@ -80,8 +108,8 @@ fn table(quotas: &[(String, Quota)]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<width$}  {:>10}  {:>8}  {:>10}  {:<14}  BAN",
-        "RATE LIMIT", "LIMIT", "PER", "BURST", "ALGORITHM"
+        "{:<width$}  {:>10}  {:>8}  {:>10}  {:<14}  {:<8}  WARM-UP",
+        "RATE LIMIT", "LIMIT", "PER", "BURST", "ALGORITHM", "BAN"
     );
     for (name, q) in quotas {
         let burst = if q.algorithm == Algorithm::Gcra {
@@ -94,9 +122,14 @@ fn table(quotas: &[(String, Quota)]) -> String {
         } else {
             format_duration(q.ban)
         };
+        let warm = if q.warmup.is_zero() {
+            "-".to_string()
+        } else {
+            format!("{} ×{}", format_duration(q.warmup), q.cold_factor)
+        };
         let _ = writeln!(
             s,
-            "{name:<width$}  {:>10}  {:>8}  {burst:>10}  {:<14}  {ban}",
+            "{name:<width$}  {:>10}  {:>8}  {burst:>10}  {:<14}  {ban:<8}  {warm}",
             q.limit,
             format_duration(q.period),
             q.algorithm.to_string(),

@@ -113,9 +113,11 @@ fn semaphores(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_e
         frame.render_widget(Block::bordered().title(" Holders "), detail);
         return;
     }
+    // The name column: what the fixed ones, the borders and the marker leave.
+    let name_w = usize::from(list.width).saturating_sub(2 + 2 + 18 + 7 + 8 + 3);
     let rows = p.semaphores.iter().map(|s| {
         Row::new(vec![
-            s.name.clone(),
+            fit(&s.name, name_w),
             gauge(s),
             s.waiters.len().to_string(),
             rate(s.grants_per_s),
@@ -204,12 +206,16 @@ fn queue(frame: &mut Frame, area: Rect, title: &str, since: &str, rows: &[Holder
     frame.render_widget(table, area);
 }
 
-/// The Rate limits pane: the list, and the selected limit's keys limited now.
+/// The detail pane's title with no limit selected.
+const DENIED_TITLE: &str = " Keys denied in the last 10 s ";
+
+/// The Rate limits pane: the list, and the selected limit's keys denied recently.
 fn rate_limits(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_empty: &str) {
     let [list, detail] =
         Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
     let focused = sel.focus == Pane::RateLimits;
-    let block = pane_block("Rate limits", focused);
+    // Only sidecars publish rates: checks by the CLI or the library are not in them.
+    let block = pane_block("Rate limits (sidecar rates)", focused);
     if p.rate_limits.is_empty() {
         let text = if why_empty.is_empty() {
             "no rate limits"
@@ -217,19 +223,23 @@ fn rate_limits(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_
             why_empty
         };
         frame.render_widget(Paragraph::new(text).dark_gray().block(block), list);
-        frame.render_widget(Block::bordered().title(" Keys limited now "), detail);
+        frame.render_widget(Block::bordered().title(DENIED_TITLE), detail);
         return;
     }
+    // NAME gets one third of what the fixed columns, the borders and the marker leave, QUOTA
+    // two thirds.
+    let rest = usize::from(list.width).saturating_sub(2 + 2 + 10 + 8 + 3);
+    let (name_w, quota_w) = (rest / 3, rest * 2 / 3);
     let rows = p.rate_limits.iter().map(|r| {
         let quota = match &r.error {
             Some(e) => format!("unreadable: {e}"),
             None => r.quota.clone(),
         };
         Row::new(vec![
-            r.name.clone(),
-            quota,
-            rate(r.fleet_admitted_per_s),
-            rate(r.fleet_denied_per_s),
+            fit(&r.name, name_w),
+            fit(&quota, quota_w),
+            seen_rate(r.fleet_admitted_per_s, r.fleet_reporters),
+            seen_rate(r.fleet_denied_per_s, r.fleet_reporters),
         ])
     });
     let table = Table::new(
@@ -250,9 +260,17 @@ fn rate_limits(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_
 }
 
 fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
-    let block = Block::bordered().title(format!(" Keys limited now in {}, fleet-wide ", r.name));
+    let block = Block::bordered().title(format!(
+        " Keys denied in the last 10 s in {}, fleet-wide ",
+        r.name
+    ));
     if r.fleet_limited_now.is_empty() {
-        let text = "no keys limited now (from the sidecars' published summaries)";
+        let text = if r.fleet_reporters == 0 {
+            "not published: no sidecar checks this limit (the CLI and the library publish no \
+             rates or denials)"
+        } else {
+            "no key denied in the last 10 s (from the sidecars' published summaries)"
+        };
         frame.render_widget(Paragraph::new(text).dark_gray().block(block), area);
         return;
     }
@@ -303,6 +321,24 @@ fn render_list(frame: &mut Frame, area: Rect, table: Table, selected: usize, foc
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// `text` cut to `width` characters, its end an ellipsis when cut.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{kept}…")
+}
+
+/// A fleet rate, or "—" when no sidecar reports the limit (unknown, not 0).
+fn seen_rate(x: f64, reporters: usize) -> String {
+    if reporters == 0 {
+        "—".to_string()
+    } else {
+        rate(x)
+    }
+}
+
 /// Per-second figures, as the web view prints them.
 fn rate(x: f64) -> String {
     if x >= 100.0 {
@@ -334,6 +370,15 @@ fn ms_text(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_names_end_in_an_ellipsis_and_unseen_rates_are_a_dash() {
+        assert_eq!(fit("payments", 8), "payments");
+        assert_eq!(fit("payments.controller", 8), "payment…");
+        assert_eq!(fit("x", 0), "…");
+        assert_eq!(seen_rate(0.0, 0), "—");
+        assert_eq!(seen_rate(0.0, 1), "0.00");
+    }
 
     #[test]
     fn gauge_and_durations_read_well() {

@@ -224,17 +224,20 @@ function renderRateLimit(r) {
       el("code", {}, r.quota),
       el("span", {}, "this sidecar: ", el("span", { class: "ok" }, rate(r.admitted_per_s) + " admitted/s"), ", ",
         el("span", { class: r.denied_per_s > 0 ? "bad" : "" }, rate(r.denied_per_s) + " denied/s")),
-      el("span", { class: "muted" }, "fleet: " + rate(r.fleet_admitted_per_s) + " admitted/s, " + rate(r.fleet_denied_per_s) + " denied/s"),
+      // Only sidecars publish rates: with none reporting this limit they are unknown, not 0.
+      el("span", { class: "muted fleet-rates" }, r.fleet_reporters > 0
+        ? "fleet (as " + r.fleet_reporters + " sidecar(s) report it): " + rate(r.fleet_admitted_per_s) + " admitted/s, " + rate(r.fleet_denied_per_s) + " denied/s"
+        : "fleet: — (not published: only sidecars report rates; checks by the CLI or the library are not seen)"),
       el("button", { class: "small", onclick: () => setQuota(r) }, "Set quota…")),
     chart(r.series, last ? last.at_unix_ms : Date.now()),
     el("div", { class: "grid" },
-      el("div", { class: "limited-now" }, el("h3", {}, "Limited now (this sidecar)"),
+      el("div", { class: "limited-now" }, el("h3", {}, "Denied in the last 10 s (this sidecar)"),
         table([H("key"), H("denied/s", 1), H("checks/s", 1), H("left", 1), H("full in", 1), H("")],
           r.limited_now.map(keyRow), "no key denied in the last 10 s")),
       el("div", {}, el("h3", {}, "Near the limit"),
         table([H("key"), H("denied/s", 1), H("checks/s", 1), H("left", 1), H("full in", 1), H("")],
           r.near_limit.map(keyRow), "no key near its limit")),
-      el("div", {}, el("h3", {}, "Limited now (fleet)"),
+      el("div", {}, el("h3", {}, "Denied in the last 10 s (fleet)"),
         table([H("key"), H("denied/s", 1), H("checks/s", 1), H("sidecars")],
           r.fleet_limited_now.map(fleetRow), "no key denied anywhere in the last 10 s"))));
 }

@@ -104,6 +104,19 @@ struct LoginBody {
     token: String,
 }
 
+/// The answer to a login body that cannot be read: what it must be, never what it was (a
+/// token sent raw would be echoed back by the JSON parser's message).
+fn unreadable_login(p: Problem) -> Response {
+    if p.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return p.into_response();
+    }
+    Problem::malformed(
+        "the body must be JSON: {\"token\": \"…\"} with the sidecar's token (the content of its \
+         token_file); what was sent is not repeated here, as it may be the token",
+    )
+    .into_response()
+}
+
 fn cookie_header(value: &str, max_age: Duration) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!(
         "{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
@@ -114,7 +127,11 @@ fn cookie_header(value: &str, max_age: Duration) -> Option<HeaderValue> {
 }
 
 /// Trades the token for a login: a cookie, and the CSRF value in the answer.
-async fn login(State(ui): State<Ui>, JsonBody(body): JsonBody<LoginBody>) -> Response {
+async fn login(State(ui): State<Ui>, body: Result<JsonBody<LoginBody>, Problem>) -> Response {
+    let body = match body {
+        Ok(JsonBody(body)) => body,
+        Err(p) => return unreadable_login(p),
+    };
     let Some(token) = &ui.token else {
         return Json(json!({"csrf": "", "token_required": false})).into_response();
     };
