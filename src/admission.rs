@@ -302,9 +302,11 @@ impl Admission {
         let since = warned.1.map_or(String::new(), |at| {
             format!(" in the last {} s", at.elapsed().as_secs())
         });
-        let answer = self.expected().map_or("no answer lately".to_string(), |d| {
-            format!("answers in {:.1} ms", ms(d))
-        });
+        let answer = self
+            .expected()
+            .map_or("has not answered lately".to_string(), |d| {
+                format!("answers in {:.1} ms", ms(d))
+            });
         tracing::warn!(
             semaphore = %semaphore,
             "the store, not the capacity, is the limit now: {} acquire(s){since} refused before reaching it, their timeout would pass first (the store {answer}; this process keeps {} acquire requests at it); counted in acquires_refused_store_busy",

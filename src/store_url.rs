@@ -439,7 +439,8 @@ fn parse_sharded(url: &str) -> Result<StoreUrl> {
         let id = name.unwrap_or_else(|| parsed.ring_id());
         if let Some(twin) = clusters.iter().position(|c| c.id == id) {
             return Err(bad(format!(
-                "is the same cluster as cluster {} (identity {id:?}); list each cluster once, or                  give distinct shard=NAME settings",
+                "is the same cluster as cluster {} (identity {id:?}); list each cluster once, or \
+                 give distinct shard=NAME settings",
                 twin + 1
             )));
         }
