@@ -4,7 +4,7 @@
 //! store-down policy, the tower layer, the sidecar's HTTP routes and its RLS; only the down
 //! cluster's keys get the policy's answer, each breaker and metric naming its cluster. A
 //! Limiter (and the CLI) opens the store while the second cluster is down, and no session
-//! lease is ever granted on it.
+//! lease is ever granted on it. The library's cases run on two ZooKeeper clusters too.
 
 mod binary;
 mod support;
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use support::EtcdCluster;
+use support::{EtcdCluster, Pausable, ZkCluster};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -83,16 +83,27 @@ async fn counted(guard: &StoreDownGuard, rl: &RateLimit, key: &str, what: &str) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_down_cluster_fails_over_alone_in_the_library_and_the_tower_layer() {
+async fn a_down_etcd_cluster_fails_over_alone_in_the_library_and_the_tower_layer() {
     let (_a, mut b, url) = two_clusters();
-    let limiter = connect(&url).await;
+    fails_over_alone(&mut b, &url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_zookeeper_cluster_fails_over_alone_in_the_library_and_the_tower_layer() {
+    let (a, mut b) = (ZkCluster::single(), ZkCluster::single());
+    let url = format!("{};{}", Pausable::url(&a, "p"), Pausable::url(&b, "p"));
+    fails_over_alone(&mut b, &url).await;
+}
+
+/// The second cluster `b` of the sharded store `url` SIGSTOPped, then SIGKILLed: the guard
+/// under every policy and the tower layer answer its keys by their policy and count the
+/// first cluster's.
+async fn fails_over_alone(b: &mut impl Pausable, url: &str) {
+    let limiter = connect(url).await;
     let clusters = limiter.clusters();
     assert_eq!(clusters.len(), 2, "{clusters:?}");
     let second = clusters[1].describe().to_string();
-    assert!(
-        second.starts_with("cluster 2 of 2 (") && second.contains(&b.endpoints()[0]),
-        "{second}"
-    );
+    assert!(second.starts_with("cluster 2 of 2 ("), "{second}");
     let rl = limiter
         .rate_limit("api", Quota::per_day(10_000))
         .await
@@ -155,11 +166,11 @@ async fn a_down_cluster_fails_over_alone_in_the_library_and_the_tower_layer() {
         assert_eq!(send(k.clone()).await.status(), 200);
     }
 
-    b.pause(0);
+    b.pause();
     for (phase, down) in ["stopped", "killed"].into_iter().enumerate() {
         if phase == 1 {
             // Fresh breakers meet the killed cluster (refused connections, not silence).
-            b.kill(0);
+            b.kill();
             guards = new_guards();
         }
         for ((g, p), (on_a, on_b)) in guards.iter().zip(&policies).zip(&keys) {
@@ -213,11 +224,37 @@ async fn a_down_cluster_fails_over_alone_in_the_library_and_the_tower_layer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_opens_with_a_later_cluster_down_and_holds_no_session_there() {
+async fn an_etcd_store_opens_with_a_later_cluster_down_and_holds_no_lease_there() {
     let (a, mut b, url) = two_clusters();
-    b.pause(0);
+    let limiter = opens_with_a_later_cluster_down(&mut b, &url).await;
+    // No lease on cluster 2 (nothing there is bound to a session); cluster 1 holds one.
+    let leases = |endpoints: Vec<String>| async move {
+        let mut c = support::connect(&endpoints).await;
+        c.leases().await.expect("list leases").leases().len()
+    };
+    assert_eq!(leases(b.endpoints()).await, 0, "a lease on cluster 2");
+    assert!(
+        leases(a.endpoints()).await >= 1,
+        "no session lease on cluster 1"
+    );
+    limiter.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_store_opens_with_a_later_cluster_down() {
+    let (a, mut b) = (ZkCluster::single(), ZkCluster::single());
+    let url = format!("{};{}", Pausable::url(&a, "p"), Pausable::url(&b, "p"));
+    let limiter = opens_with_a_later_cluster_down(&mut b, &url).await;
+    limiter.close().await.expect("close");
+}
+
+/// Opens the sharded store `url` while its second cluster `b` is SIGSTOPped: semaphores and
+/// the first cluster's keys work, the second's fail naming it, then answer once it is
+/// resumed. Returns the Limiter, open.
+async fn opens_with_a_later_cluster_down(b: &mut impl Pausable, url: &str) -> Limiter {
+    b.pause();
     let t = Instant::now();
-    let limiter = connect(&url).await;
+    let limiter = connect(url).await;
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "opening waited for the stopped cluster: {:?}",
@@ -249,25 +286,15 @@ async fn a_store_opens_with_a_later_cluster_down_and_holds_no_session_there() {
         }
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
-    b.resume(0);
+    b.resume();
     let back = eventually("cluster 2's keys answer again", LIMIT, || {
         let (rl, k) = (rl.clone(), on_b.clone());
         async move { rl.check(&k).await.ok() }
     })
     .await;
     assert!(back.allowed);
-    // No lease on cluster 2 (nothing there is bound to a session); cluster 1 holds one.
-    let leases = |endpoints: Vec<String>| async move {
-        let mut c = support::connect(&endpoints).await;
-        c.leases().await.expect("list leases").leases().len()
-    };
-    assert_eq!(leases(b.endpoints()).await, 0, "a lease on cluster 2");
-    assert!(
-        leases(a.endpoints()).await >= 1,
-        "no session lease on cluster 1"
-    );
     permit.release().await.expect("release");
-    limiter.close().await.expect("close");
+    limiter
 }
 
 /// `serve` with HTTP and the RLS on; both addresses read from its stdout.
@@ -470,5 +497,28 @@ async fn the_sidecar_and_the_cli_count_the_healthy_cluster() {
     .await;
     assert_eq!(out.code, Some(69), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("cluster 2 of 2"), "{}", out.stderr);
+    // What lives on the first cluster answers: the semaphores' and rate limits' lists, a
+    // limit's quota and a key of cluster 1.
+    for args in [
+        vec!["status", "--store", &url],
+        vec!["rate", "status", "--store", &url],
+        vec!["rate", "status", "--store", &url, "api"],
+        vec!["rate", "status", "--store", &url, "api", &on_a],
+    ] {
+        let t = Instant::now();
+        let out = output(cmd(&args), LIMIT).await;
+        assert_eq!(
+            out.code,
+            Some(0),
+            "{args:?}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{args:?}: {:?}",
+            t.elapsed()
+        );
+    }
     limiter.close().await.expect("close");
 }

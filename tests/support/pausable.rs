@@ -8,6 +8,8 @@ pub trait Pausable {
     fn pause(&mut self);
     /// SIGCONTs it.
     fn resume(&mut self);
+    /// SIGKILLs it.
+    fn kill(&mut self);
     /// A store URL under `namespace` (an etcd prefix, a ZooKeeper chroot).
     fn url(&self, namespace: &str) -> String;
 }
@@ -18,6 +20,9 @@ impl Pausable for EtcdCluster {
     }
     fn resume(&mut self) {
         EtcdCluster::resume(self, 0)
+    }
+    fn kill(&mut self) {
+        EtcdCluster::kill(self, 0)
     }
     fn url(&self, namespace: &str) -> String {
         EtcdCluster::url(self, namespace)
@@ -30,6 +35,9 @@ impl Pausable for ZkCluster {
     }
     fn resume(&mut self) {
         ZkCluster::resume(self, 0)
+    }
+    fn kill(&mut self) {
+        ZkCluster::kill(self, 0)
     }
     fn url(&self, namespace: &str) -> String {
         ZkCluster::url(self, &format!("/{namespace}"))
