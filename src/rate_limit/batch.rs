@@ -287,7 +287,7 @@ pub(crate) async fn by<T>(
         .await
         .unwrap_or_else(|_| {
             Err(Error::store(
-                "no decision within twice the request timeout of the oldest check",
+                "the store did not answer in time (a check is decided within twice the request timeout, or fails)",
             ))
         })
 }
