@@ -12,7 +12,7 @@ use crate::store_down::guard::{DecisionSource, GuardedDecision};
 /// #![deny(deprecated)]
 /// let _: Option<clusterlimit::Check<'static>> = None;
 /// ```
-#[deprecated(since = "0.2.0", note = "renamed to `KeyCheck`")]
+#[deprecated(since = "0.1.0", note = "renamed to `KeyCheck`")]
 pub type Check<'a> = KeyCheck<'a>;
 
 /// Old name of [`GuardedDecision`]; using it warns.
@@ -21,7 +21,7 @@ pub type Check<'a> = KeyCheck<'a>;
 /// #![deny(deprecated)]
 /// let _: Option<clusterlimit::Guarded> = None;
 /// ```
-#[deprecated(since = "0.2.0", note = "renamed to `GuardedDecision`")]
+#[deprecated(since = "0.1.0", note = "renamed to `GuardedDecision`")]
 pub type Guarded = GuardedDecision;
 
 /// Old name of [`DecisionSource`]; using it warns.
@@ -30,7 +30,7 @@ pub type Guarded = GuardedDecision;
 /// #![deny(deprecated)]
 /// let _: Option<clusterlimit::Source> = None;
 /// ```
-#[deprecated(since = "0.2.0", note = "renamed to `DecisionSource`")]
+#[deprecated(since = "0.1.0", note = "renamed to `DecisionSource`")]
 pub type Source = DecisionSource;
 
 /// Old name of [`SessionDeadline`] (the instant a session could expire, which a
@@ -40,5 +40,5 @@ pub type Source = DecisionSource;
 /// #![deny(deprecated)]
 /// let _ = clusterlimit::Deadline::none();
 /// ```
-#[deprecated(since = "0.2.0", note = "renamed to `SessionDeadline`")]
+#[deprecated(since = "0.1.0", note = "renamed to `SessionDeadline`")]
 pub type Deadline = SessionDeadline;
