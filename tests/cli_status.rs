@@ -140,3 +140,67 @@ async fn unreachable_store_exits_69() {
     let out = output(cmd(&["status", "--store", &url]), LIMIT).await;
     assert_eq!(out.code, Some(69), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_semaphores_controller_seat_is_shown_under_it() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("seats");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let config = clusterlimit::adaptive::Adaptive::aimd()
+        .min(1)
+        .max(10)
+        .initial(4);
+    let _db = limiter.adaptive_semaphore("db", config).await.unwrap();
+    // A seat whose semaphore is absent stays an entry of its own.
+    limiter.semaphore("lone.controller", 1).await.unwrap();
+    let seat = limiter.open_semaphore("db.controller").await.unwrap();
+    let controller = eventually("a controller in the seat", LIMIT, || async {
+        seat.status().await.ok()?.holders.first().cloned()
+    })
+    .await;
+
+    let out = output(cmd(&["status", "--store", &url, "--json"]), LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let names: Vec<_> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(names, ["db", "lone.controller"], "{v}");
+    assert_eq!(v[0]["capacity"], 4, "{v}");
+    assert_eq!(
+        v[0]["controller"]["holder"]["owner"], controller.owner,
+        "{v}"
+    );
+    assert_eq!(v[0]["controller"]["waiting"], 0, "{v}");
+    assert!(v[1].get("controller").is_none(), "{v}");
+
+    let out = output(cmd(&["status", "--store", &url]), LIMIT).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("db.controller")),
+        "{}",
+        out.stdout
+    );
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("db "))
+        .expect("db row");
+    let expected = format!(
+        "  controller: held by {} (fencing token {})",
+        controller.owner, controller.fencing_token
+    );
+    assert!(
+        lines[at + 1..].contains(&expected.as_str()),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("lone.controller")),
+        "{}",
+        out.stdout
+    );
+}

@@ -278,7 +278,8 @@ async fn an_unreachable_store_is_shown_not_waited_for() {
         .await;
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(screen.contains(&url), "{screen}");
-    assert!(screen.contains("why:"), "{screen}");
+    // The reason, on the store's line.
+    assert!(screen.contains("unreachable, because"), "{screen}");
     assert!(top.alternate_screen(), "top draws on the alternate screen");
     // Still answering keys; the terminal given back as it was.
     top.keys(&["Escape"]);
@@ -340,7 +341,8 @@ async fn a_store_that_stops_answering_is_shown_while_keys_still_work() {
             s.contains("unreachable")
         })
         .await;
-    assert!(screen.contains("did not answer"), "{screen}");
+    assert!(screen.contains("unreachable since"), "{screen}");
+    assert!(screen.contains("UTC, because "), "{screen}");
     // Keys are answered at once while the store hangs.
     let pressed = Instant::now();
     top.keys(&["Tab"]);
@@ -466,4 +468,108 @@ async fn a_closed_terminal_ends_top_instead_of_leaving_it_running() {
         || async { (!process_with(&store)).then_some(()) },
     )
     .await;
+}
+
+/// Semaphore `sem` held by `owner`, and a rate limit `api`, made through `url`.
+async fn holder_and_limit(url: &str, sem: &str, owner: &str) -> (Limiter, clusterlimit::Permit) {
+    let limiter = Limiter::connect(url).await.unwrap();
+    let s = limiter.semaphore(sem, 2).await.unwrap();
+    let permit = s
+        .acquire_with(AcquireOptions::new().owner(owner))
+        .await
+        .unwrap();
+    limiter
+        .rate_limit("api", Quota::per_second(5))
+        .await
+        .unwrap();
+    (limiter, permit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_second_cluster_is_shown_alone_with_since_and_why() {
+    let (a, mut b) = (EtcdCluster::single(), EtcdCluster::single());
+    let url = format!("{};{}", a.url("p"), b.url("p"));
+    let (_limiter, _permit) = holder_and_limit(&url, "delta", "holder-of-delta").await;
+    let args = ["top", "--store", &url, "--request-timeout", "1s"];
+    let top = Tmux::start("sharded", &args, 200, 45);
+    top.until("both clusters reachable and the holder", LIMIT, |s| {
+        s.contains("holder-of-delta") && s.matches("reachable, ").count() >= 2
+    })
+    .await;
+
+    b.pause(0);
+    let screen = top
+        .until("cluster 2 unreachable", Duration::from_secs(10), |s| {
+            s.contains("cluster 2 of 2") && s.contains("unreachable since")
+        })
+        .await;
+    let line = |needle: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle}: {screen}"))
+            .to_string()
+    };
+    let second = line("cluster 2 of 2");
+    assert!(second.contains(&b.endpoints()[0]), "{screen}");
+    assert!(
+        second.contains("unreachable since")
+            && second.contains("UTC, because ")
+            && second.contains("answer within"),
+        "{screen}"
+    );
+    assert!(line("cluster 1 of 2").contains("reachable, "), "{screen}");
+    assert!(!line("cluster 1 of 2").contains("unreachable"), "{screen}");
+    assert!(screen.contains("1 of 2 clusters unreachable"), "{screen}");
+    // Semaphores and quotas live on the first cluster: the panes are read as before.
+    assert!(screen.contains("holder-of-delta"), "{screen}");
+    assert!(screen.contains("5 per 1s"), "{screen}");
+    assert!(!screen.contains("as of "), "{screen}");
+    b.resume(0);
+    top.until("cluster 2 answering again", LIMIT, |s| {
+        !s.contains("unreachable since") && s.contains("is answering again")
+    })
+    .await;
+    top.keys(&["q"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_store_keeps_the_last_panes_marked_stale_with_the_reason() {
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("stale");
+    let (_limiter, _permit) = holder_and_limit(&url, "epsilon", "holder-of-epsilon").await;
+    let args = ["top", "--store", &url, "--request-timeout", "1s"];
+    let top = Tmux::start("stale", &args, 160, 40);
+    top.until("the holder and the limit", LIMIT, |s| {
+        s.contains("holder-of-epsilon") && s.contains("5 per 1s")
+    })
+    .await;
+
+    cluster.pause(0);
+    let screen = top
+        .until("the panes marked stale", Duration::from_secs(10), |s| {
+            s.contains("store unreachable") && s.contains("as of ")
+        })
+        .await;
+    assert!(screen.contains("unreachable since"), "{screen}");
+    assert!(screen.contains("UTC, because"), "{screen}");
+    assert!(
+        screen.contains("the panes below are the last read, as of"),
+        "{screen}"
+    );
+    // Both panes' titles say so.
+    assert!(screen.contains("Semaphores [focus] — as of"), "{screen}");
+    assert!(
+        screen.contains("Rate limits (sidecar rates) — as of"),
+        "{screen}"
+    );
+    // The last picture, not an empty one.
+    assert!(screen.contains("holder-of-epsilon"), "{screen}");
+    assert!(screen.contains("5 per 1s"), "{screen}");
+    cluster.resume(0);
+    top.until("fresh panes again", LIMIT, |s| {
+        s.contains("reachable, ") && !s.contains("as of ") && s.contains("holder-of-epsilon")
+    })
+    .await;
+    top.keys(&["q"]);
 }

@@ -144,8 +144,9 @@ async fn save_screenshot(b: &Client, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
-    let etcd = EtcdCluster::single();
-    let store = etcd.url("/webview");
+    // A sharded store of two clusters: the second is SIGSTOPped at the end.
+    let (etcd, mut second) = (EtcdCluster::single(), EtcdCluster::single());
+    let store = format!("{};{}", etcd.url("/webview"), second.url("/webview"));
     let dir = tempfile::tempdir().expect("temp dir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
@@ -157,6 +158,8 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
         &token_path,
         "--owner",
         "sidecar-a",
+        "--request-timeout",
+        "1s",
     ])
     .await;
     let http = reqwest::Client::new();
@@ -314,6 +317,65 @@ async fn the_web_view_shows_holders_and_limited_keys_and_changes_the_store() {
 
     // The screenshot of the live view, for the docs.
     save_screenshot(&b, "web-view.png").await;
+
+    // An adaptive semaphore's controller seat shows on its semaphore's card, not as a card.
+    api(reqwest::Method::PUT, "/v1/semaphores/exports.controller")
+        .json(&json!({"capacity": 1}))
+        .send()
+        .await
+        .expect("create the seat");
+    api(
+        reqwest::Method::POST,
+        "/v1/semaphores/exports.controller/permits",
+    )
+    .json(&json!({"owner": "controller-x"}))
+    .send()
+    .await
+    .expect("take the seat");
+    shows(
+        &b,
+        "[data-semaphore=exports]",
+        "controller: held by controller-x",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        b.find(Locator::Css("[data-semaphore='exports.controller']"))
+            .await
+            .is_err(),
+        "the seat has a card of its own"
+    );
+
+    // Each cluster on a line; the second stopped: unreachable since when, and why, alone.
+    shows(
+        &b,
+        "#clusters [data-cluster='1']",
+        "reachable, ",
+        SHOWN_WITHIN,
+    )
+    .await;
+    second.pause(0);
+    shows(
+        &b,
+        "#clusters [data-cluster='2']",
+        "unreachable since",
+        Duration::from_secs(10),
+    )
+    .await;
+    let line = text(&b, "#clusters [data-cluster='2']").await;
+    assert!(line.starts_with("cluster 2 of 2 (etcd://"), "{line}");
+    assert!(line.contains(", because "), "{line}");
+    assert!(
+        !text(&b, "#clusters [data-cluster='1']")
+            .await
+            .contains("unreachable"),
+        "cluster 1 answers"
+    );
+    shows(&b, "#store", "1 of 2 clusters unreachable", SHOWN_WITHIN).await;
+    // Semaphores live on the first cluster: read as before, not marked stale.
+    shows(&b, "[data-semaphore=exports]", "2 of 7 used", SHOWN_WITHIN).await;
+    assert!(text(&b, "#stale").await.is_empty(), "marked stale");
+    second.resume(0);
 
     // Logging out ends the login: the page asks for the token again, the stream is refused.
     click(&b, "#logout").await;

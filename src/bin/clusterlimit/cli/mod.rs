@@ -15,6 +15,7 @@ mod run_adaptive;
 mod set_capacity;
 mod signals;
 mod status;
+mod status_rows;
 mod store_arg;
 #[cfg(target_os = "linux")]
 pub mod supervisor;

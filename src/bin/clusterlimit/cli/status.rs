@@ -21,7 +21,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
                 status: one.clone(),
                 adaptive: adaptive.clone(),
             }),
-            _ => serde_json::to_string_pretty(&statuses),
+            _ => serde_json::to_string_pretty(&super::status_rows::rows(statuses.clone())),
         };
         json.map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?
     } else {
@@ -58,21 +58,24 @@ async fn read(
     Ok((out, None))
 }
 
-/// One block per semaphore: a summary line, then one indented row per holder.
+/// One block per semaphore: a summary line, then one indented row per holder (and, for an
+/// adaptive semaphore, one for its controller).
 pub fn table(statuses: &[Status]) -> String {
+    let grouped = super::status_rows::rows(statuses.to_vec());
     let mut s = String::new();
     if statuses.is_empty() {
         s.push_str("no semaphores");
         return s;
     }
-    let width = statuses
+    let width = grouped
         .iter()
-        .map(|st| st.name.len())
+        .map(|r| r.status.name.len())
         .max()
         .unwrap_or(0)
         .max(9);
     let _ = writeln!(s, "{:<width$}  CAPACITY  USED  WAITING", "SEMAPHORE");
-    for st in statuses {
+    for row in &grouped {
+        let st = &row.status;
         let _ = writeln!(
             s,
             "{:<width$}  {:>8}  {:>4}  {:>7}",
@@ -88,6 +91,9 @@ pub fn table(statuses: &[Status]) -> String {
             ["WAITER", "QUEUE TOKEN", "WAITING SINCE"],
             &st.waiters,
         );
+        if let Some(c) = &row.controller {
+            super::status_rows::controller_line(&mut s, c);
+        }
     }
     s.truncate(s.trim_end().len());
     s

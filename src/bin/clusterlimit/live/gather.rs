@@ -4,11 +4,15 @@
 //! process; each call is bounded by the request timeout per store read.
 
 use super::clock::unix_ms;
+use super::clusters::ClusterMemory;
 use super::fleet;
+use super::kept::{KeptPanes, SemaphoresPane, Staleness};
 use super::picture::{
-    FleetMember, HealthEvent, HolderView, KeyView, Picture, RateLimitView, SemaphoreView, StoreView,
+    ClusterView, ControllerView, FleetMember, HealthEvent, HolderView, KeyView, Picture,
+    RateLimitView, SemaphoreView, StaleView, StoreView,
 };
 use super::recorder::Recorder;
+use super::seats;
 use crate::common::lock;
 use crate::common::quota_print::quota_text;
 use clusterlimit::{Limiter, Status};
@@ -40,6 +44,26 @@ pub struct Viewer {
     pub session_ttl: Duration,
 }
 
+/// The panes of one picture read from the store (the rate limits: why they could not be
+/// listed, if they could not).
+struct Panes {
+    semaphores: SemaphoresPane,
+    rate_limits: Result<Vec<RateLimitView>, String>,
+    members: Vec<clusterlimit::StoreMember>,
+    fleet: Vec<FleetMember>,
+}
+
+/// The panes a picture shows (read now or kept): semaphores, how many in the store, rate
+/// limits, members, fleet, and the stale mark if some were kept.
+type ShownPanes = (
+    Vec<SemaphoreView>,
+    usize,
+    Vec<RateLimitView>,
+    Vec<clusterlimit::StoreMember>,
+    Vec<FleetMember>,
+    Option<StaleView>,
+);
+
 /// Takes pictures for one viewer process.
 pub struct Gatherer {
     limiter: Limiter,
@@ -53,12 +77,15 @@ pub struct Gatherer {
 }
 
 /// What one picture remembers for the next: tokens seen (grants and releases between
-/// pictures), reachability (health events).
+/// pictures), each cluster's reachability (health events, since when), the last panes read.
 #[derive(Default)]
 struct Memory {
     tokens: HashMap<String, HashSet<u64>>,
     at: Option<Instant>,
-    reachable: Option<bool>,
+    /// Each cluster's state and since when (health events, "unreachable since").
+    clusters: ClusterMemory,
+    /// The last panes read, shown (marked stale) while the store does not answer.
+    kept: KeptPanes,
     /// The store's leader at the last picture (etcd).
     leader: Option<String>,
     events: VecDeque<HealthEvent>,
@@ -95,81 +122,135 @@ impl Gatherer {
         lock(&self.memory).events.iter().cloned().collect()
     }
 
-    /// One picture. `local`: what this process recorded of its rate checks.
+    /// One picture. `local`: what this process recorded of its rate checks. Panes that cannot
+    /// be read now are the last ones read, and the picture says so (`stale`).
     pub async fn picture(&self, local: Option<&Recorder>) -> Picture {
         let now_ms = unix_ms();
-        let started = Instant::now();
-        let names = tokio::time::timeout(self.timeout, self.limiter.semaphores()).await;
-        let latency = started.elapsed();
-        let (names, error) = match names {
-            Ok(Ok(n)) => (n, None),
-            Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
-            Err(_) => (
-                Vec::new(),
-                Some(format!(
-                    "the store did not answer within {} ms",
-                    self.timeout.as_millis()
-                )),
-            ),
+        let (listed, health) = tokio::join!(
+            self.list_semaphores(),
+            self.limiter.cluster_health(self.timeout)
+        );
+        let (names, latency, error) = listed;
+        let clusters = self.note_clusters(health.unwrap_or_default(), error.as_deref(), now_ms);
+        let fresh = match &names {
+            Some(names) => Some(self.read_panes(names, local, now_ms).await),
+            None => None,
         };
-        self.note_reachability(error.as_deref());
-        let reachable = error.is_none();
-        let semaphores_total = names.len();
-        let semaphores = if reachable {
-            self.semaphores(&names, now_ms).await
-        } else {
-            Vec::new()
-        };
-        let members = if reachable {
-            match tokio::time::timeout(self.timeout, self.limiter.store_members()).await {
-                Ok(Ok(m)) => m,
-                _ => Vec::new(),
-            }
-        } else {
-            Vec::new()
-        };
-        self.note_leader(&members);
-        let fleet = if reachable {
-            fleet::read(&self.limiter, self.timeout).await
-        } else {
-            Vec::new()
-        };
-        let rate_limits = if reachable {
-            self.rate_limits(local, &fleet, now_ms).await
-        } else {
-            Vec::new()
-        };
-        let events = lock(&self.memory).events.iter().cloned().collect();
+        let why = error.clone().unwrap_or_default();
+        let (semaphores, semaphores_total, rate_limits, members, fleet, stale) =
+            self.fresh_or_kept(fresh, now_ms, &why);
+        let unreachable = clusters.iter().find(|c| !c.reachable);
+        let store_error = error.or_else(|| {
+            unreachable.map(|c| format!("{}: {}", c.name, c.error.clone().unwrap_or_default()))
+        });
+        let reachable = store_error.is_none();
         Picture {
             at_unix_ms: now_ms,
             source: self.source.clone(),
             store: StoreView {
                 url: self.store_url.clone(),
                 reachable,
-                latency_ms: reachable.then_some(latency.as_secs_f64() * 1000.0),
-                error,
+                latency_ms: names.is_some().then_some(latency.as_secs_f64() * 1000.0),
+                error: store_error,
                 session_ttl_ms: self.session_ttl.as_millis() as u64,
                 members,
                 breakers: Vec::new(),
-                events,
+                events: self.events(),
+                clusters,
             },
             semaphores,
             semaphores_total,
             rate_limits,
             rls: Vec::new(),
             fleet,
+            stale,
         }
     }
 
-    fn note_reachability(&self, error: Option<&str>) {
-        let now = error.is_none();
-        let before = lock(&self.memory).reachable.replace(now);
-        if before != Some(now) && (before.is_some() || !now) {
-            self.event(match error {
-                None => "store answers again".to_string(),
-                Some(e) => format!("store unreachable: {e}"),
-            });
+    /// The semaphores' names (`None` if the store did not list them), how long the list
+    /// took, and why it failed.
+    async fn list_semaphores(&self) -> (Option<Vec<String>>, Duration, Option<String>) {
+        let started = Instant::now();
+        let names = tokio::time::timeout(self.timeout, self.limiter.semaphores()).await;
+        let latency = started.elapsed();
+        match names {
+            Ok(Ok(n)) => (Some(n), latency, None),
+            Ok(Err(e)) => (None, latency, Some(e.to_string())),
+            Err(_) => (
+                None,
+                latency,
+                Some(format!(
+                    "the store did not answer within {} ms",
+                    self.timeout.as_millis()
+                )),
+            ),
         }
+    }
+
+    /// Each cluster's view, the first cluster unreachable too when it did not list the
+    /// semaphores (they live there); a health event per cluster that changed state.
+    fn note_clusters(
+        &self,
+        mut health: Vec<clusterlimit::ClusterHealth>,
+        list_error: Option<&str>,
+        now_ms: u64,
+    ) -> Vec<ClusterView> {
+        if let (Some(first), Some(e)) = (health.first_mut(), list_error) {
+            if first.error.is_none() {
+                first.error = Some(e.to_string());
+                first.answered_in = None;
+            }
+        }
+        let (views, events) = lock(&self.memory).clusters.note(&health, now_ms);
+        for e in events {
+            self.event(e);
+        }
+        views
+    }
+
+    /// Every pane read now, from the store that listed `names`.
+    async fn read_panes(&self, names: &[String], local: Option<&Recorder>, now_ms: u64) -> Panes {
+        let semaphores = self.semaphores(names, now_ms).await;
+        let total = names.len() - seats::grouped_seats(names);
+        let members = match tokio::time::timeout(self.timeout, self.limiter.store_members()).await {
+            Ok(Ok(m)) => m,
+            _ => Vec::new(),
+        };
+        self.note_leader(&members);
+        let fleet = fleet::read(&self.limiter, self.timeout).await;
+        let rate_limits = self.rate_limits(local, &fleet, now_ms).await;
+        Panes {
+            semaphores: (semaphores, total),
+            rate_limits,
+            members,
+            fleet,
+        }
+    }
+
+    /// The panes read now, or, for those not read, the last ones read, marked stale.
+    fn fresh_or_kept(&self, fresh: Option<Panes>, now_ms: u64, why: &str) -> ShownPanes {
+        let mut m = lock(&self.memory);
+        let kept = &mut m.kept;
+        let mut stale = Staleness::default();
+        let (sems, rates, members, fleet) = match fresh {
+            Some(p) => (
+                Some(p.semaphores),
+                Some(p.rate_limits),
+                Some(p.members),
+                Some(p.fleet),
+            ),
+            None => (None, None, None, None),
+        };
+        let rates_why = match &rates {
+            Some(Err(e)) => format!("the rate limits could not be listed: {e}"),
+            _ => why.to_string(),
+        };
+        let (semaphores, total) = stale.fresh_or_kept(&mut kept.semaphores, sems, now_ms, why);
+        let rates = rates.and_then(Result::ok);
+        let rate_limits = stale.fresh_or_kept(&mut kept.rate_limits, rates, now_ms, &rates_why);
+        let members = stale.fresh_or_kept(&mut kept.members, members, now_ms, why);
+        let fleet = stale.fresh_or_kept(&mut kept.fleet, fleet, now_ms, why);
+        (semaphores, total, rate_limits, members, fleet, stale.view())
     }
 
     /// Notes a change of the store's leader as a health event (a failover).
@@ -252,13 +333,21 @@ impl Gatherer {
                 releases_per_s,
                 losses_per_s: 0.0,
                 error: None,
+                controller: None,
             });
         }
         // Forget semaphores that went away.
         let live: HashSet<&str> = out.iter().map(|s| s.name.as_str()).collect();
         mem.tokens.retain(|k, _| live.contains(k.as_str()));
         lock(&self.opened).retain(|k, _| live.contains(k.as_str()));
-        out
+        // Controller seats go under their semaphores.
+        seats::group(out, |s| s.name.as_str())
+            .into_iter()
+            .map(|(mut s, seat)| {
+                s.controller = seat.map(controller_view);
+                s
+            })
+            .collect()
     }
 
     async fn rate_limits(
@@ -266,13 +355,17 @@ impl Gatherer {
         local: Option<&Recorder>,
         fleet: &[FleetMember],
         now_ms: u64,
-    ) -> Vec<RateLimitView> {
+    ) -> Result<Vec<RateLimitView>, String> {
         let names = match tokio::time::timeout(self.timeout, self.limiter.rate_limits()).await {
             Ok(Ok(n)) => n,
-            _ => Vec::new(),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => {
+                let ms = self.timeout.as_millis();
+                return Err(format!("the store did not answer within {ms} ms"));
+            }
         };
         let shown = &names[..names.len().min(MAX_RATE_LIMITS)];
-        stream::iter(shown.to_vec())
+        let views = stream::iter(shown.to_vec())
             .map(|name: String| async move {
                 let opened =
                     tokio::time::timeout(self.timeout, self.limiter.open_rate_limit(&name)).await;
@@ -300,7 +393,16 @@ impl Gatherer {
             })
             .buffered(READS_IN_FLIGHT)
             .collect()
-            .await
+            .await;
+        Ok(views)
+    }
+}
+
+/// Who holds a controller seat (its one permit), and who waits to take over.
+fn controller_view(seat: SemaphoreView) -> ControllerView {
+    ControllerView {
+        waiting: seat.waiters.len(),
+        holder: seat.holders.into_iter().next(),
     }
 }
 

@@ -4,9 +4,12 @@
 //! (`sidecar/ui/`) and by `clusterlimit top` (`cli/top/`).
 
 pub mod clock;
+pub mod clusters;
 pub mod fleet;
 pub mod gather;
+pub mod kept;
 pub mod picture;
 pub mod recorder;
 pub mod replay;
+pub mod seats;
 pub mod top_keys;

@@ -19,6 +19,36 @@ pub struct Picture {
     pub rls: Vec<RlsDomainView>,
     /// Every live sidecar's published summary (this one's included), by id.
     pub fleet: Vec<FleetMember>,
+    /// Set when the panes above (semaphores, rate limits, members, fleet) could not be read
+    /// now and are the last ones read: as of when, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<StaleView>,
+}
+
+/// Why and since when a picture's panes are the last ones read, not read now.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StaleView {
+    /// When the oldest of the kept panes was read.
+    pub as_of_unix_ms: u64,
+    /// Why they could not be read now (the store's answer, for people).
+    pub why: String,
+}
+
+/// One cluster of the store (a store of one cluster has one) and whether it answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClusterView {
+    /// Its place in the store URL, from 0.
+    pub position: usize,
+    /// How messages name it: `cluster 2 of 2 (etcd://…)`, or `the store` for a store of one.
+    pub name: String,
+    /// Whether it answered the last probe.
+    pub reachable: bool,
+    /// How long its answer took.
+    pub latency_ms: Option<f64>,
+    /// Why it did not answer.
+    pub error: Option<String>,
+    /// Since when it has been in this state (reachable or not), as far as this viewer saw.
+    pub since_unix_ms: u64,
 }
 
 /// The store and this process's link to it.
@@ -39,6 +69,9 @@ pub struct StoreView {
     pub breakers: Vec<BreakerView>,
     /// Recent health events, newest last (probe failures and recoveries, breaker moves).
     pub events: Vec<HealthEvent>,
+    /// Each cluster of the store, in the URL's order: one for a store of one cluster.
+    #[serde(default)]
+    pub clusters: Vec<ClusterView>,
 }
 
 /// One breaker.
@@ -74,6 +107,19 @@ pub struct SemaphoreView {
     pub losses_per_s: f64,
     /// Why its status could not be read, if it could not.
     pub error: Option<String>,
+    /// An adaptive semaphore's controller seat (`NAME.controller`), shown here instead of as
+    /// a semaphore of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<ControllerView>,
+}
+
+/// Who controls an adaptive semaphore: the holder of its controller seat.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ControllerView {
+    /// The seat's holder: the controller; `None` while nobody holds it.
+    pub holder: Option<HolderView>,
+    /// Limiters queued to take over.
+    pub waiting: usize,
 }
 
 /// A holder or a waiter.

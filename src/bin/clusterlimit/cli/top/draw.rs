@@ -3,6 +3,7 @@
 
 use super::feed::Feed;
 use super::keys::{Pane, Selection};
+use super::store_lines;
 use crate::live::picture::{HolderView, Picture, RateLimitView, SemaphoreView};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
@@ -13,18 +14,20 @@ use std::time::Duration;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, feed: &Feed, sel: &mut Selection, interval: Duration) {
+    let (picture, age) = match feed {
+        Feed::Shown { picture, at } => (Some(picture.as_ref()), Some(at.elapsed())),
+        _ => (None, None),
+    };
+    let header_text = header_lines(feed, picture, age);
+    let header_height = u16::try_from(header_text.len().max(3)).unwrap_or(3);
     let [header, sems, rates, footer] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(header_height),
         Constraint::Fill(1),
         Constraint::Fill(1),
         Constraint::Length(1),
     ])
     .areas(frame.area());
-    let (picture, age) = match feed {
-        Feed::Shown { picture, at } => (Some(picture.as_ref()), Some(at.elapsed())),
-        _ => (None, None),
-    };
-    let header_text = Paragraph::new(header_lines(feed, picture, age));
+    let header_text = Paragraph::new(header_text);
     frame.render_widget(header_text.wrap(Wrap { trim: false }), header);
     let empty = Picture::default();
     let p = picture.unwrap_or(&empty);
@@ -34,8 +37,9 @@ pub fn draw(frame: &mut Frame, feed: &Feed, sel: &mut Selection, interval: Durat
         Some(p) if !p.store.reachable => "store unreachable",
         Some(_) => "",
     };
-    semaphores(frame, sems, p, sel, why_empty);
-    rate_limits(frame, rates, p, sel, why_empty);
+    let stale = store_lines::stale_mark(p);
+    semaphores(frame, sems, p, sel, why_empty, stale.as_deref());
+    rate_limits(frame, rates, p, sel, why_empty, stale.as_deref());
     let keys = format!(
         " ↑/↓ or j/k select   Tab switch pane   q quit   (reads the store every {})",
         crate::common::format_duration(interval)
@@ -55,11 +59,7 @@ fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<
         ])];
     };
     let s = &p.store;
-    let state = match s.latency_ms {
-        Some(ms) if s.reachable => Span::styled(format!("reachable, {ms:.1} ms"), Color::Green),
-        _ if s.reachable => Span::styled("reachable", Color::Green),
-        _ => Span::styled("unreachable", Color::Red),
-    };
+    let state = store_lines::store_state(s);
     let mut first = vec![
         "clusterlimit top  ".bold(),
         Span::raw(format!("{}  ", s.url)),
@@ -88,21 +88,31 @@ fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<
         stats.push_str(&format!(" ({} shown)", p.semaphores.len()));
     }
     stats.push_str(&format!("   {} rate limits", p.rate_limits.len()));
-    // The reason the store is unreachable, else the latest health event.
-    let third = match (&s.error, s.events.last()) {
-        (Some(why), _) => Line::styled(format!("why: {why}"), Color::Red),
+    // The panes' staleness, else the latest health event.
+    let last = match (store_lines::stale_line(p), s.events.last()) {
+        (Some(stale), _) => stale,
         (None, Some(e)) => Line::raw(format!("last event: {}", e.what)).dark_gray(),
         (None, None) => Line::raw(""),
     };
-    vec![first, Line::raw(stats), third]
+    let mut lines = vec![first];
+    lines.extend(store_lines::cluster_lines(s));
+    lines.extend([Line::raw(stats), last]);
+    lines
 }
 
 /// The Semaphores pane: the list, and the selected one's holders and waiters.
-fn semaphores(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_empty: &str) {
+fn semaphores(
+    frame: &mut Frame,
+    area: Rect,
+    p: &Picture,
+    sel: &Selection,
+    why_empty: &str,
+    stale: Option<&str>,
+) {
     let [list, detail] =
         Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
     let focused = sel.focus == Pane::Semaphores;
-    let block = pane_block("Semaphores", focused);
+    let block = pane_block("Semaphores", focused, stale);
     if p.semaphores.is_empty() {
         let text = if why_empty.is_empty() {
             "no semaphores"
@@ -166,7 +176,7 @@ fn semaphore_detail(frame: &mut Frame, area: Rect, s: &SemaphoreView) {
         frame.render_widget(Paragraph::new(text).red().block(block), area);
         return;
     }
-    let title = format!(" Holders of {} ", s.name);
+    let title = format!(" Holders of {}{} ", s.name, controller_text(s));
     queue(frame, holders, &title, "HELD FOR", &s.holders, "no holders");
     let title = format!(" Waiters of {}, in queue order ", s.name);
     queue(
@@ -177,6 +187,21 @@ fn semaphore_detail(frame: &mut Frame, area: Rect, s: &SemaphoreView) {
         &s.waiters,
         "no waiters",
     );
+}
+
+/// `, controller: held by host-a/1`: an adaptive semaphore's controller seat, if it has one.
+fn controller_text(s: &SemaphoreView) -> String {
+    let Some(c) = &s.controller else {
+        return String::new();
+    };
+    let holder = match &c.holder {
+        Some(h) => format!("held by {}", h.owner),
+        None => "nobody holds it".to_string(),
+    };
+    match c.waiting {
+        0 => format!(", controller: {holder}"),
+        n => format!(", controller: {holder} ({n} waiting to take over)"),
+    }
 }
 
 /// Holders or waiters: owner, permits, token, for how long.
@@ -210,12 +235,19 @@ fn queue(frame: &mut Frame, area: Rect, title: &str, since: &str, rows: &[Holder
 const DENIED_TITLE: &str = " Keys denied in the last 10 s ";
 
 /// The Rate limits pane: the list, and the selected limit's keys denied recently.
-fn rate_limits(frame: &mut Frame, area: Rect, p: &Picture, sel: &Selection, why_empty: &str) {
+fn rate_limits(
+    frame: &mut Frame,
+    area: Rect,
+    p: &Picture,
+    sel: &Selection,
+    why_empty: &str,
+    stale: Option<&str>,
+) {
     let [list, detail] =
         Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
     let focused = sel.focus == Pane::RateLimits;
     // Only sidecars publish rates: checks by the CLI or the library are not in them.
-    let block = pane_block("Rate limits (sidecar rates)", focused);
+    let block = pane_block("Rate limits (sidecar rates)", focused, stale);
     if p.rate_limits.is_empty() {
         let text = if why_empty.is_empty() {
             "no rate limits"
@@ -296,17 +328,19 @@ fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
     frame.render_widget(table, area);
 }
 
-/// A pane's border: bright when it has the focus (the one Up/Down move in).
-fn pane_block(title: &str, focused: bool) -> Block<'static> {
+/// A pane's border: bright when it has the focus (the one Up/Down move in), its title marked
+/// when the pane is kept from an earlier picture (`stale`).
+fn pane_block(title: &str, focused: bool, stale: Option<&str>) -> Block<'static> {
     let style = if focused {
         Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
     } else {
         Style::new()
     };
     let mark = if focused { " [focus]" } else { "" };
+    let stale = stale.map(|s| format!(" — {s}")).unwrap_or_default();
     Block::bordered()
         .border_style(style)
-        .title(format!(" {title}{mark} "))
+        .title(format!(" {title}{mark}{stale} "))
 }
 
 /// A list with its selected row marked (reversed in the focused pane), scrolled to show it.

@@ -6,6 +6,7 @@ mod draw;
 mod feed;
 mod keys;
 mod screen;
+mod store_lines;
 mod terminal;
 
 use super::args::TopArgs;

@@ -122,6 +122,8 @@ function render(p) {
   $("source").textContent = "— " + p.source;
   $("status").textContent = "updated just now";
   $("store").replaceChildren(renderStore(p.store));
+  $("stale").textContent = staleText(p);
+  $("stale").hidden = !p.stale;
   const filter = $("filter").value.trim().toLowerCase();
   const match = (x) => !filter || x.name.toLowerCase().includes(filter);
   // The busiest first; at most SHOWN cards each, so a store with thousands stays responsive.
@@ -145,12 +147,31 @@ function render(p) {
   $("fleet").replaceChildren(renderFleet(p.fleet));
 }
 
-function renderStore(s) {
-  const state = s.reachable
-    ? el("span", { class: "ok" }, "reachable, " + s.latency_ms.toFixed(1) + " ms")
+// "reachable, 0.7 ms", or "unreachable since 14:02:11, because …" (one cluster, or the store).
+function clusterState(c) {
+  if (c.reachable) {
+    return el("span", { class: "ok" }, "reachable" + (c.latency_ms == null ? "" : ", " + c.latency_ms.toFixed(1) + " ms"));
+  }
+  return el("span", { class: "bad" }, "unreachable since " + new Date(c.since_unix_ms).toLocaleTimeString() +
+    (c.error ? ", because " + c.error : ""));
+}
+
+function storeState(s) {
+  const clusters = s.clusters || [];
+  if (clusters.length === 1) return clusterState(clusters[0]);
+  const down = clusters.filter((c) => !c.reachable).length;
+  if (down) return el("span", { class: "bad" }, down + " of " + clusters.length + " clusters unreachable");
+  return s.reachable
+    ? el("span", { class: "ok" }, "reachable" + (s.latency_ms == null ? "" : ", " + s.latency_ms.toFixed(1) + " ms"))
     : el("span", { class: "bad" }, "unreachable: " + (s.error || "no answer"));
+}
+
+function renderStore(s) {
+  const clusters = s.clusters || [];
   return el("div", {},
-    el("p", {}, el("code", {}, s.url), " — ", state, " — session TTL " + dur(s.session_ttl_ms)),
+    el("p", {}, el("code", {}, s.url), " — ", storeState(s), " — session TTL " + dur(s.session_ttl_ms)),
+    clusters.length > 1 ? el("ul", { id: "clusters" },
+      clusters.map((c) => el("li", { "data-cluster": String(c.position + 1) }, c.name + ": ", clusterState(c)))) : null,
     s.members.length ? table([H("member"), H("address"), H("role")],
       s.members.map((m) => [m.name, m.address, m.role === "leader" ? el("b", {}, "leader") : m.role]), "") : null,
     table([H("breaker"), H("state"), H("opened", 1), H("closed", 1)],
@@ -158,6 +179,19 @@ function renderStore(s) {
       "no store-down breakers"),
     s.events.length ? table([H("when"), H("event")],
       s.events.slice().reverse().map((e) => [new Date(e.at_unix_ms).toLocaleTimeString(), e.what]), "") : null);
+}
+
+// "as of 14:02:09, store unreachable": the panes are the last ones read, not read now.
+function staleText(p) {
+  if (!p.stale) return "";
+  const why = p.store.reachable ? "not read now: " + p.stale.why : "store unreachable";
+  return "The panes below are the last read, as of " + new Date(p.stale.as_of_unix_ms).toLocaleTimeString() + ", " + why;
+}
+
+// ", controller: held by host-a/1": an adaptive semaphore's controller seat.
+function controllerText(c) {
+  const holder = c.holder ? "held by " + c.holder.owner : "nobody holds it";
+  return "controller: " + holder + (c.waiting ? " (" + c.waiting + " waiting to take over)" : "");
 }
 
 function renderSemaphore(s) {
@@ -175,6 +209,7 @@ function renderSemaphore(s) {
       el("span", { class: "used" }, s.used + " of " + s.capacity + " used"),
       el("span", { class: "muted" }, s.waiters.length + " waiting"),
       el("span", { class: "muted" }, rate(s.grants_per_s) + " grants/s, " + rate(s.releases_per_s) + " releases/s"),
+      s.controller ? el("span", { class: "controller" }, controllerText(s.controller)) : null,
       s.losses_per_s > 0 ? el("span", { class: "bad" }, rate(s.losses_per_s) + " lost/s") : null,
       el("button", { class: "small", onclick: () => setCapacity(s) }, "Set capacity…")),
     idle ? el("p", { class: "muted" }, "nobody holds a permit, nobody waits") : el("div", { class: "grid" },
