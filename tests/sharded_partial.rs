@@ -286,6 +286,15 @@ async fn opens_with_a_later_cluster_down(b: &mut impl Pausable, url: &str) -> Li
         }
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
+    // The members: cluster 1's, and cluster 2 as one unreachable entry (not an error).
+    let members = within("the members", LIMIT, limiter.store_members())
+        .await
+        .expect("members with cluster 2 stopped");
+    assert!(
+        members.iter().any(|m| m.role == "unreachable")
+            && members.iter().any(|m| m.role != "unreachable"),
+        "{members:?}"
+    );
     b.resume();
     let back = eventually("cluster 2's keys answer again", LIMIT, || {
         let (rl, k) = (rl.clone(), on_b.clone());

@@ -176,17 +176,33 @@ impl Backend for ShardedBackend {
         self.first().withdraw(board, id).await
     }
 
-    /// Every cluster's members, each name prefixed with its cluster's.
+    /// Every cluster's members, each name prefixed with its cluster's, asked all at once; a
+    /// cluster that does not answer is one member of role `unreachable` (its members are
+    /// unknown), so one down cluster hides no other's. An error only when none answers.
     async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
+        let asked = futures::future::join_all(self.shards.iter().map(|s| s.backend.members()));
         let mut all = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            let members = shard.backend.members().await.map_err(|e| self.at(i, e))?;
-            all.extend(members.into_iter().map(|mut m| {
-                m.name = format!("{}/{}", shard.name, m.name);
-                m
-            }));
+        let mut first_error = None;
+        for ((i, shard), answer) in self.shards.iter().enumerate().zip(asked.await) {
+            match answer {
+                Ok(members) => all.extend(members.into_iter().map(|mut m| {
+                    m.name = format!("{}/{}", shard.name, m.name);
+                    m
+                })),
+                Err(e) => {
+                    all.push(crate::members::StoreMember {
+                        name: shard.name.clone(),
+                        address: String::new(),
+                        role: "unreachable".to_string(),
+                    });
+                    first_error.get_or_insert(self.at(i, e));
+                }
+            }
         }
-        Ok(all)
+        match first_error {
+            Some(e) if all.iter().all(|m| m.role == "unreachable") => Err(e),
+            _ => Ok(all),
+        }
     }
 
     fn stats(&self) -> RequestStats {
