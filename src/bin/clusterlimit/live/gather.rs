@@ -126,16 +126,20 @@ impl Gatherer {
     /// be read now are the last ones read, and the picture says so (`stale`).
     pub async fn picture(&self, local: Option<&Recorder>) -> Picture {
         let now_ms = unix_ms();
-        let (listed, health) = tokio::join!(
-            self.list_semaphores(),
-            self.limiter.cluster_health(self.timeout)
-        );
+        // The clusters' probes go beside the panes' reads: a cluster that does not answer
+        // costs the picture one timeout, not one per step.
+        let panes = async {
+            let listed = self.list_semaphores().await;
+            let fresh = match &listed.0 {
+                Some(names) => Some(self.read_panes(names, local, now_ms).await),
+                None => None,
+            };
+            (listed, fresh)
+        };
+        let ((listed, fresh), health) =
+            tokio::join!(panes, self.limiter.cluster_health(self.timeout));
         let (names, latency, error) = listed;
         let clusters = self.note_clusters(health.unwrap_or_default(), error.as_deref(), now_ms);
-        let fresh = match &names {
-            Some(names) => Some(self.read_panes(names, local, now_ms).await),
-            None => None,
-        };
         let why = error.clone().unwrap_or_default();
         let (semaphores, semaphores_total, rate_limits, members, fleet, stale) =
             self.fresh_or_kept(fresh, now_ms, &why);
@@ -210,15 +214,21 @@ impl Gatherer {
 
     /// Every pane read now, from the store that listed `names`.
     async fn read_panes(&self, names: &[String], local: Option<&Recorder>, now_ms: u64) -> Panes {
-        let semaphores = self.semaphores(names, now_ms).await;
-        let total = names.len() - seats::grouped_seats(names);
-        let members = match tokio::time::timeout(self.timeout, self.limiter.store_members()).await {
-            Ok(Ok(m)) => m,
-            _ => Vec::new(),
+        let members = async {
+            match tokio::time::timeout(self.timeout, self.limiter.store_members()).await {
+                Ok(Ok(m)) => m,
+                _ => Vec::new(),
+            }
         };
+        // Each read is bounded by the timeout; together they take the longest one's time.
+        let (semaphores, members, (fleet, rate_limits)) =
+            tokio::join!(self.semaphores(names, now_ms), members, async {
+                let fleet = fleet::read(&self.limiter, self.timeout).await;
+                let rate_limits = self.rate_limits(local, &fleet, now_ms).await;
+                (fleet, rate_limits)
+            });
+        let total = names.len() - seats::grouped_seats(names);
         self.note_leader(&members);
-        let fleet = fleet::read(&self.limiter, self.timeout).await;
-        let rate_limits = self.rate_limits(local, &fleet, now_ms).await;
         Panes {
             semaphores: (semaphores, total),
             rate_limits,
