@@ -11,6 +11,7 @@
 //! out marks that member failed, and the next round opens the stream on the next member. That
 //! is how a hung member is left well within the TTL, without HTTP/2 pings.
 
+use super::describe::failure;
 use super::endpoints::Endpoints;
 use crate::backend::outage::Outage;
 use crate::lost::{LostSignal, SessionDeadline};
@@ -144,11 +145,11 @@ impl Keeper {
                 }
                 Ok(Err(e)) => {
                     if is_lease_not_found(&e) {
-                        tracing::warn!(lease, member = self.endpoints.url(member), error = %e, "etcd lease not found; permits of this session are lost");
+                        tracing::warn!(lease, member = self.endpoints.url(member), error = %failure(&e), "etcd lease not found; permits of this session are lost");
                         self.session.lost.fire();
                         return;
                     }
-                    outage.failed("etcd lease keepalive", &e);
+                    outage.failed("etcd lease keepalive", &failure(&e));
                     stream = None;
                     self.endpoints.failed(member);
                     pause = RETRY_PAUSE;
