@@ -418,29 +418,32 @@ async fn until_decided_from_the_view(limiter: &Limiter, sem: &Semaphore) {
 async fn lagging_view_falls_back_to_a_read_and_never_grants_from_it() {
     let cluster = EtcdCluster::single();
     let (p1, p2, url) = two_ways(&cluster, "lag");
-    // The view must be on the first way in when it is held, and requests too. A loaded machine
-    // can time out a short first attempt and move a new Limiter to the second way before that
-    // (then the hold lags nothing and the view, live on the second way, rightly decides): such
-    // a Limiter is closed and a fresh one tried, a bounded number of times.
-    let mut on_first_way = None;
+    // The view and the requests must be on one way in when it is held. A Limiter starts on
+    // either way (a fleet spreads over the members), and a loaded machine can time out a short
+    // attempt and move it to the other way while its view is set up (then the hold might lag
+    // nothing): such a Limiter is closed and a fresh one tried, a bounded number of times.
+    let mut on_one_way = None;
     for _ in 0..5 {
         let w = Limiter::connect(&url).await.unwrap();
         let ws = w.semaphore("s", 1).await.unwrap();
-        let second_before = p2.client_bytes();
+        let before = (p1.client_bytes(), p2.client_bytes());
         until_decided_from_the_view(&w, &ws).await;
-        if p2.client_bytes() == second_before {
-            on_first_way = Some((w, ws));
+        let used = (p1.client_bytes() > before.0, p2.client_bytes() > before.1);
+        if used.0 != used.1 {
+            let (in_use, other_way) = if used.0 { (&p1, &p2) } else { (&p2, &p1) };
+            on_one_way = Some((w, ws, in_use, other_way));
             break;
         }
-        println!("the Limiter moved to the second way in before the hold; a fresh one");
+        println!("the Limiter used both ways in while its view was set up; a fresh one");
         w.close().await.unwrap();
     }
-    let (w, ws) = on_first_way.expect("a Limiter that stays on the first way in (5 tries)");
-    let second_before = p2.client_bytes();
+    let (w, ws, in_use, other_way) =
+        on_one_way.expect("a Limiter that stays on one way in (5 tries)");
+    let other_before = other_way.client_bytes();
 
-    // Nothing through the first way in, the connection kept open: the watch gets no events
+    // Nothing through the way in use, the connection kept open: the watch gets no events
     // and sees no error.
-    p1.hold();
+    in_use.hold();
     let other = Limiter::connect(&cluster.url("lag")).await.unwrap();
     let held = other
         .semaphore("s", 1)
@@ -461,7 +464,7 @@ async fn lagging_view_falls_back_to_a_read_and_never_grants_from_it() {
         "the lagging view made the enqueue read: {cost:?}"
     );
     assert!(
-        p2.client_bytes() > second_before,
+        other_way.client_bytes() > other_before,
         "requests moved to the other way in"
     );
 
@@ -472,9 +475,9 @@ async fn lagging_view_falls_back_to_a_read_and_never_grants_from_it() {
         .expect("granted once the other permit is released");
     assert!(!p.is_lost());
     p.release().await.unwrap();
-    // The watch resumed on the second way in: acquires decide from the view again.
+    // The watch resumed on the other way in: acquires decide from the view again.
     until_decided_from_the_view(&w, &ws).await;
-    p1.pass();
+    in_use.pass();
     other.close().await.unwrap();
     w.close().await.unwrap();
 }
