@@ -21,6 +21,7 @@ mod capacity;
 mod due_queue;
 pub mod etcd;
 mod expiry;
+pub(crate) mod key_hash;
 pub mod memory;
 pub(crate) mod outage;
 mod rate_store;

@@ -8,7 +8,7 @@
 //! Equal bytes are the same quota, so two versions that only differ in number mean nothing
 //! to the rate layer: a state computed under quota Q is right under Q whenever it is stored.
 
-use super::ring::hash;
+use crate::backend::key_hash::hash;
 use crate::backend::{lock, Versioned};
 use std::collections::HashMap;
 use std::sync::Mutex;
