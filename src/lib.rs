@@ -103,7 +103,7 @@ pub use store_down::{
     BreakerStats, ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
     DEFAULT_GUARD_RETRY_INTERVAL, SLOW_OPEN_AFTER, SLOW_TO_OPEN,
 };
-pub use store_url::{redact, EtcdUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
+pub use store_url::{redact, EtcdUser, RedisMode, RedisUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
 pub use validate::{MAX_ANNOUNCEMENT_BYTES, MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use crate::backend::etcd::{EtcdBackend, EtcdConfig};
 use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{RedisBackend, RedisConfig};
 use crate::backend::sharded::lazy::{LazyBackend, Opener};
 use crate::backend::sharded::{Shard, ShardedBackend};
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
@@ -71,6 +72,19 @@ pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dy
                 false => ZkBackend::connect(config).await?,
             })
         }
+        StoreUrl::Redis {
+            mode,
+            prefix,
+            tls,
+            user,
+        } => {
+            let mut config = RedisConfig::new(mode, prefix);
+            config.tls = o.tls.clone().or(tls);
+            config.user = user;
+            config.request_timeout = o.request_timeout;
+            config.session_ttl = o.session_ttl;
+            Arc::new(RedisBackend::connect(config).await?)
+        }
         StoreUrl::Sharded { clusters } => {
             let count = clusters.len();
             let mut clusters = clusters.into_iter();
@@ -129,6 +143,7 @@ const SETTLE: Duration = Duration::from_millis(500);
 fn lazy_cluster(url: StoreUrl, shown: String, o: &StoreOptions) -> Arc<LazyBackend> {
     let version_life = match url {
         StoreUrl::ZooKeeper { .. } => crate::backend::zookeeper::rate::version_life(),
+        StoreUrl::Redis { .. } => crate::backend::redis::VERSION_LIFE,
         _ => Duration::MAX,
     };
     let options = StoreOptions {
@@ -170,6 +185,8 @@ pub(crate) fn check_credentials_fit(url: &StoreUrl, o: &StoreOptions) -> Result<
             .etcd_user
             .is_some()
             .then_some("an etcd user was given for a ZooKeeper store"),
+        StoreUrl::Redis { .. } => (o.etcd_user.is_some() || o.zk_digest_file.is_some())
+            .then_some("etcd or ZooKeeper credentials were given for a Redis store"),
         StoreUrl::Sharded { .. } => None,
     };
     misplaced.map_or(Ok(()), |m| Err(Error::invalid(m)))

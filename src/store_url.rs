@@ -27,6 +27,42 @@ pub struct EtcdUser {
     pub password_file: Option<PathBuf>,
 }
 
+/// Redis authentication: an ACL user (or the `default` user) and where its password is read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct RedisUser {
+    /// ACL user name (`None`: Redis's `default` user, as with `requirepass`).
+    pub name: Option<String>,
+    /// File holding the password (trailing newline ignored); `None`: the
+    /// `CLUSTERLIMIT_REDIS_PASSWORD` environment variable, if set.
+    pub password_file: Option<PathBuf>,
+}
+
+/// How a Redis deployment is reached (the part of a `redis…://` URL before the prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisMode {
+    /// `redis://HOST:PORT`: one server (a primary).
+    Single {
+        /// `host:port`.
+        host: String,
+    },
+    /// `redis+sentinel://S1:P1,S2:P2/SERVICE`: the primary of `service`, found through the
+    /// sentinels and followed when they fail it over.
+    Sentinel {
+        /// The sentinels' `host:port`.
+        sentinels: Vec<String>,
+        /// The name the sentinels monitor the primary under.
+        service: String,
+    },
+    /// `redis+cluster://N1:P1,N2:P2`: a Redis Cluster, found from these seed nodes; keys are
+    /// routed by hash slot.
+    Cluster {
+        /// Seed nodes' `host:port`.
+        seeds: Vec<String>,
+    },
+}
+
 /// Who may change the ZooKeeper nodes clusterlimit creates (`zk://…?acl=creator|open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZkAcl {
@@ -75,6 +111,19 @@ pub enum StoreUrl {
         /// TLS settings (`zks://`, to the servers' `secureClientPort`; the CA is required),
         /// `None` for plain text.
         tls: Option<TlsFiles>,
+    },
+    /// `redis://HOST:PORT/prefix`, `redis+sentinel://S1:P1,S2:P2/SERVICE/prefix` or
+    /// `redis+cluster://N1:P1,N2:P2/prefix`; `rediss…://` with `?cacert=PATH&cert=PATH&key=PATH`
+    /// for TLS; `?user=NAME&password_file=PATH` for authentication on any.
+    Redis {
+        /// Which servers, and how they are found.
+        mode: RedisMode,
+        /// Key prefix (`clusterlimit` when empty).
+        prefix: String,
+        /// TLS settings (`rediss…://`), `None` for plain text.
+        tls: Option<TlsFiles>,
+        /// Authentication, if any (a password from the environment counts without it).
+        user: Option<RedisUser>,
     },
     /// `URL;URL;…`: rate-limit keys spread over several clusters of one kind (see
     /// `docs/rate-limits.md`, "Sharding"); semaphores live on the first.
@@ -261,6 +310,7 @@ impl StoreUrl {
             StoreUrl::Memory { .. } => "memory",
             StoreUrl::Etcd { .. } => "etcd",
             StoreUrl::ZooKeeper { .. } => "ZooKeeper",
+            StoreUrl::Redis { .. } => "Redis",
             StoreUrl::Sharded { .. } => "sharded",
         }
     }
@@ -284,6 +334,15 @@ impl StoreUrl {
                 endpoints, prefix, ..
             } => format!("etcd://{}/{prefix}", sorted(endpoints)),
             StoreUrl::ZooKeeper { hosts, root, .. } => format!("zk://{}{root}", sorted(hosts)),
+            StoreUrl::Redis { mode, prefix, .. } => match mode {
+                RedisMode::Single { host } => format!("redis://{host}/{prefix}"),
+                RedisMode::Sentinel { service, .. } => {
+                    format!("redis+sentinel://{service}/{prefix}")
+                }
+                RedisMode::Cluster { seeds } => {
+                    format!("redis+cluster://{}/{prefix}", sorted(seeds))
+                }
+            },
             StoreUrl::Sharded { clusters } => clusters
                 .iter()
                 .map(|c| c.id.as_str())
@@ -295,7 +354,7 @@ impl StoreUrl {
     fn parse_one(url: &str) -> Result<StoreUrl> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::invalid(format!(
-                "store URL {} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX or zk://HOST:PORT[,HOST:PORT]/CHROOT",
+                "store URL {} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX, zk://HOST:PORT[,HOST:PORT]/CHROOT or redis://HOST:PORT/PREFIX",
                 redact(url)
             ))
         })?;
@@ -311,7 +370,7 @@ impl StoreUrl {
             .is_some_and(|hosts| hosts.contains('@'))
         {
             return Err(Error::invalid(format!(
-                "store URL {url}: credentials are never put in a URL (USER:PASSWORD@); give user= and password_file= (etcd) or digest_file= (ZooKeeper)"
+                "store URL {url}: credentials are never put in a URL (USER:PASSWORD@); give user= and password_file= (etcd, Redis) or digest_file= (ZooKeeper)"
             )));
         }
         match scheme {
@@ -396,11 +455,78 @@ impl StoreUrl {
                     tls,
                 })
             }
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => parse_redis(url, scheme, rest, settings),
             other => Err(Error::invalid(format!(
-                "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds://, zk:// or zks://"
+                "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds://, zk://, zks://, redis://, rediss://, redis+sentinel:// or redis+cluster://"
             ))),
         }
     }
+}
+
+/// The rest of a `redis…://` URL (see [`StoreUrl::Redis`]); `url` is already redacted.
+fn parse_redis(
+    url: &str,
+    scheme: &str,
+    rest: &str,
+    mut settings: Settings<'_>,
+) -> Result<StoreUrl> {
+    let secure = scheme.starts_with("rediss");
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = hosts
+        .split(',')
+        .map(|h| endpoint(url, h.trim()))
+        .collect::<Result<Vec<_>>>()?;
+    let (mode, path) = if scheme.ends_with("+sentinel") {
+        let (service, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if service.is_empty() || service.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(Error::invalid(format!(
+                "store URL {url}: name the primary the sentinels monitor after the hosts: {scheme}://HOST:PORT[,HOST:PORT]/SERVICE[/PREFIX]"
+            )));
+        }
+        let mode = RedisMode::Sentinel {
+            sentinels: hosts,
+            service: service.to_string(),
+        };
+        (mode, prefix)
+    } else if scheme.ends_with("+cluster") {
+        (RedisMode::Cluster { seeds: hosts }, path)
+    } else {
+        let [host] = <[String; 1]>::try_from(hosts).map_err(|_| {
+            Error::invalid(format!(
+                "store URL {url}: {scheme}:// takes one server; for several use redis+cluster:// (a Redis Cluster's seed nodes) or redis+sentinel:// (sentinels)"
+            ))
+        })?;
+        (RedisMode::Single { host }, path)
+    };
+    let tls = settings.tls(secure, "rediss://")?;
+    let name = settings.take("user")?.map(str::to_string);
+    let password_file = settings.take_path("password_file")?;
+    let user = (name.is_some() || password_file.is_some()).then_some(RedisUser {
+        name,
+        password_file,
+    });
+    settings.finish("cacert, cert, key (rediss://), user, password_file")?;
+    let prefix = path.trim_matches('/');
+    if prefix
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '?' | '#' | '{' | '}'))
+    {
+        return Err(Error::invalid(format!(
+            "store URL {url}: bad key prefix {prefix:?} (no spaces, braces, ? or #)"
+        )));
+    }
+    let prefix = if prefix.is_empty() {
+        "clusterlimit"
+    } else {
+        prefix
+    };
+    Ok(StoreUrl::Redis {
+        mode,
+        prefix: prefix.to_string(),
+        tls,
+        user,
+    })
 }
 
 /// `URL;URL;…`: each part an ordinary store URL of the same kind, with an optional

@@ -43,4 +43,3 @@ pub(crate) fn hash(bytes: &[u8]) -> u64 {
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
 }
-

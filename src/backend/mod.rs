@@ -26,6 +26,7 @@ pub mod memory;
 pub(crate) mod outage;
 mod rate_store;
 pub(crate) mod reach;
+pub mod redis;
 mod request;
 pub(crate) mod retry;
 mod session_slot;

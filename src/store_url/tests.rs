@@ -68,7 +68,7 @@ fn parses() {
         "etcd://h:0",
         "etcd://h:99999",
         "etcd://h:1,/p",
-        "redis://h:1",
+        "consul://h:1",
         "etcd://h:1/a\nb",
         "etcd://a b:1",
         "etcd://h:1/p?cacert=/ca.pem",
@@ -283,5 +283,69 @@ fn sharded() {
         "etcd://h:1/p?shard=a;etcd://h:1/p?shard=b",
     ] {
         assert!(StoreUrl::parse(ok).is_ok(), "{ok}");
+    }
+}
+
+#[test]
+fn redis_urls() {
+    use crate::store_url::{RedisMode, RedisUser};
+    assert_eq!(
+        StoreUrl::parse("redis://10.0.0.1:6379/app").unwrap(),
+        StoreUrl::Redis {
+            mode: RedisMode::Single {
+                host: "10.0.0.1:6379".into()
+            },
+            prefix: "app".into(),
+            tls: None,
+            user: None,
+        }
+    );
+    let StoreUrl::Redis { mode, prefix, .. } =
+        StoreUrl::parse("redis+sentinel://s1:26379,s2:26379/mymaster/app").unwrap()
+    else {
+        panic!("not Redis");
+    };
+    assert_eq!(
+        mode,
+        RedisMode::Sentinel {
+            sentinels: vec!["s1:26379".into(), "s2:26379".into()],
+            service: "mymaster".into()
+        }
+    );
+    assert_eq!(prefix, "app");
+    let StoreUrl::Redis {
+        mode,
+        prefix,
+        tls,
+        user,
+        ..
+    } = StoreUrl::parse(
+        "rediss+cluster://n1:7000,n2:7000?cacert=/ca.pem&user=limiter&password_file=/pw",
+    )
+    .unwrap()
+    else {
+        panic!("not Redis");
+    };
+    assert_eq!(
+        mode,
+        RedisMode::Cluster {
+            seeds: vec!["n1:7000".into(), "n2:7000".into()]
+        }
+    );
+    assert_eq!(prefix, "clusterlimit");
+    assert_eq!(tls.unwrap().ca_cert.unwrap().to_str(), Some("/ca.pem"));
+    let user: RedisUser = user.unwrap();
+    assert_eq!(user.name.as_deref(), Some("limiter"));
+    for (bad, says) in [
+        ("redis://a:1,b:2/p", "redis+cluster://"),
+        ("redis+sentinel://s:1", "SERVICE"),
+        ("redis://h:1/p?password=x", "never put in a URL"),
+        ("redis://u:pw@h:1/p", "never put in a URL"),
+        ("redis://h:1/a{b}", "bad key prefix"),
+        ("redis://h:1/p?cacert=/ca", "rediss://"),
+        ("redis://h/p", "HOST:PORT"),
+    ] {
+        let err = StoreUrl::parse(bad).unwrap_err().to_string();
+        assert!(err.contains(says), "{bad}: {err}");
     }
 }

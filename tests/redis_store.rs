@@ -1,0 +1,272 @@
+//! Rate limits on Redis: the shared rate-limit contract (`clusterlimit::testing::rate_cases`)
+//! on one real Redis, a 3-primary Redis Cluster and a Sentinel-watched primary, then what is
+//! Redis's own: slots and hash tags, foreign values, a read-only replica, a flushed script
+//! cache, an unreachable server, and keys expired by Redis itself.
+//!
+//! Each deployment is started once per test binary; every test uses a prefix of its own.
+
+mod support;
+
+use clusterlimit::testing::{DoomedHolder, Harness, LimiterOptions};
+use clusterlimit::{Error, KeyCheck, Limiter, Quota, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer};
+
+fn single() -> &'static RedisServer {
+    static S: OnceLock<RedisServer> = OnceLock::new();
+    S.get_or_init(RedisServer::start)
+}
+
+fn cluster() -> &'static RedisCluster {
+    static C: OnceLock<RedisCluster> = OnceLock::new();
+    C.get_or_init(|| RedisCluster::start(3))
+}
+
+fn sentinel() -> &'static RedisSentinel {
+    static S: OnceLock<RedisSentinel> = OnceLock::new();
+    S.get_or_init(RedisSentinel::start)
+}
+
+/// A prefix no other test of this binary uses.
+fn unique_prefix() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "t{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The rate-limit cases need a store and Limiters on it; a Redis store keeps no permits, so
+/// the permit hooks of [`Harness`] are never called by them (and say so if they were).
+macro_rules! redis_harness {
+    ($name:ident, $url:expr) => {
+        struct $name {
+            url: String,
+        }
+
+        impl Harness for $name {
+            const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(15);
+
+            async fn start() -> Self {
+                let url = tokio::task::spawn_blocking(|| $url(&unique_prefix()))
+                    .await
+                    .expect("start Redis");
+                $name { url }
+            }
+
+            async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
+                opts.builder(&self.url).connect().await
+            }
+
+            async fn revoke_sessions(&self) {
+                panic!("the rate-limit cases end no sessions; Redis keeps no permits yet");
+            }
+
+            async fn queue_entries(&self, _sem: &str) -> usize {
+                panic!("the rate-limit cases read no queues; Redis keeps no permits yet");
+            }
+
+            async fn spawn_holder(&self, _sem: &str) -> DoomedHolder {
+                panic!("the rate-limit cases hold no permits; Redis keeps no permits yet");
+            }
+        }
+    };
+}
+
+redis_harness!(SingleHarness, |p: &str| single().url(p));
+redis_harness!(ClusterHarness, |p: &str| cluster().url(p));
+redis_harness!(SentinelHarness, |p: &str| sentinel().url(p));
+
+clusterlimit::rate_contract_suite!(redis_single, SingleHarness);
+clusterlimit::rate_contract_suite!(redis_cluster, ClusterHarness);
+clusterlimit::rate_contract_suite!(redis_sentinel, SentinelHarness);
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    clusterlimit::testing::block_on(f)
+}
+
+/// On a Redis Cluster, a joint check of keys in different slots is refused before anything is
+/// counted, naming the keys and the fix; keys sharing a `{tag}` are checked all-or-nothing.
+#[test]
+fn cluster_joint_checks_need_one_slot() {
+    let url = cluster().url(&unique_prefix());
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let a = l.rate_limit("per-ip", Quota::per_minute(2)).await.unwrap();
+        let b = l
+            .rate_limit("per-path", Quota::per_minute(1))
+            .await
+            .unwrap();
+        // Probe pairs until one is refused (pairs in one slot are simply counted).
+        let mut apart = None;
+        for i in 0..50 {
+            let (x, y) = (format!("x{i}"), format!("y{i}"));
+            let checks = [
+                KeyCheck::new(&a, x.as_str(), 1),
+                KeyCheck::new(&b, y.as_str(), 1),
+            ];
+            match l.check_all(&checks).await {
+                Err(err) => {
+                    apart = Some((x, err));
+                    break;
+                }
+                Ok(_) => continue,
+            }
+        }
+        let (x, err) = apart.expect("some pair of keys lands in two slots");
+        let text = err.to_string();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(
+            text.contains("hash tag") && text.contains("Redis Cluster"),
+            "{text}"
+        );
+        // Nothing was counted: x still has its whole burst.
+        assert!(a.check(&x).await.unwrap().allowed);
+        assert!(a.check(&x).await.unwrap().allowed);
+
+        let both = [
+            KeyCheck::new(&a, "{user1}:ip", 1),
+            KeyCheck::new(&b, "{user1}:path", 1),
+        ];
+        let first = l.check_all(&both).await.unwrap();
+        assert!(first.iter().all(|d| d.allowed), "{first:?}");
+        // b's quota is spent, so the pair is refused as a whole and a's key keeps its count.
+        let second = l.check_all(&both).await.unwrap();
+        assert!(!second.iter().all(|d| d.allowed), "{second:?}");
+        assert!(
+            a.check("{user1}:ip").await.unwrap().allowed,
+            "a kept its second unit"
+        );
+        l.close().await.unwrap();
+    });
+}
+
+/// A key under the prefix holding a value clusterlimit did not write is an error naming the
+/// key, never a miscount; a key of another type too.
+#[test]
+fn foreign_values_are_refused_by_name() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let rl = l.rate_limit("api", Quota::per_minute(5)).await.unwrap();
+        let key = format!("{{{prefix}:b0}}:k:api:alice");
+        server.cli(&["set", &key, "not ours"]);
+        let err = rl.check("alice").await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("clusterlimit did not write") && text.contains("alice"),
+            "{text}"
+        );
+        server.cli(&["del", &key]);
+        server.cli(&["hset", &key, "f", "v"]);
+        let text = rl.check("alice").await.unwrap_err().to_string();
+        assert!(text.contains("another type of value"), "{text}");
+        server.cli(&["del", &key]);
+        assert!(rl.check("alice").await.unwrap().allowed);
+        l.close().await.unwrap();
+    });
+}
+
+/// A flushed script cache (a restart, `SCRIPT FLUSH`) is reloaded transparently.
+#[test]
+fn a_flushed_script_cache_is_reloaded() {
+    let server = single();
+    let url = server.url(&unique_prefix());
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let rl = l.rate_limit("api", Quota::per_minute(3)).await.unwrap();
+        assert!(rl.check("k").await.unwrap().allowed);
+        server.cli(&["script", "flush"]);
+        assert!(rl.check("k").await.unwrap().allowed);
+        assert!(rl.check("k").await.unwrap().allowed);
+        assert!(
+            !rl.check("k").await.unwrap().allowed,
+            "exactly three admitted"
+        );
+        l.close().await.unwrap();
+    });
+}
+
+/// A URL naming a replica gets a message that says so and what to use instead.
+#[test]
+fn a_read_only_replica_is_named() {
+    let s = sentinel();
+    let url = format!("redis://{}/{}", s.replica.host(), unique_prefix());
+    run(async move {
+        let err = match Limiter::connect(&url).await {
+            Ok(l) => l.rate_limit("api", Quota::per_minute(3)).await.unwrap_err(),
+            Err(e) => e,
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("read-only replica") && text.contains("redis+sentinel://"),
+            "{text}"
+        );
+    });
+}
+
+/// Nothing listening: connecting fails within the request timeout (plus a margin), naming the
+/// server.
+#[test]
+fn an_unreachable_server_fails_in_time_by_name() {
+    let port = support::process::free_ports(1)[0];
+    let url = format!("redis://127.0.0.1:{port}/x");
+    run(async move {
+        let started = Instant::now();
+        let err = Limiter::builder(&url)
+            .request_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(600),
+            "{:?}",
+            started.elapsed()
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("Redis at 127.0.0.1:{port}")),
+            "{text}"
+        );
+        assert!(!text.contains("Io") && !text.contains("Error {"), "{text}");
+    });
+}
+
+/// Permits are refused with a message that says where to keep them; the store lists none.
+#[test]
+fn permits_are_refused_with_the_way_out() {
+    let url = single().url(&unique_prefix());
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let text = l.semaphore("jobs", 2).await.unwrap_err().to_string();
+        assert!(text.contains("etcd or ZooKeeper"), "{text}");
+        assert!(l.semaphores().await.unwrap().is_empty());
+        l.close().await.unwrap();
+    });
+}
+
+/// Redis expires a key by itself, GRACE after its state is worth nothing.
+#[test]
+fn keys_expire_in_redis() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let rl = l.rate_limit("api", Quota::per_second(10)).await.unwrap();
+        assert!(rl.check("k").await.unwrap().allowed);
+        let ttl: i64 = server
+            .cli(&["pttl", &format!("{{{prefix}:b0}}:k:api:k")])
+            .trim()
+            .parse()
+            .unwrap();
+        // The state is worth nothing after 0.1 s; Redis keeps it 10 s longer.
+        assert!((9_000..=10_200).contains(&ttl), "pttl {ttl}");
+        l.close().await.unwrap();
+    });
+}
