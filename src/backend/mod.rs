@@ -33,6 +33,7 @@ mod session_slot;
 pub mod sharded;
 mod start_once;
 mod stop;
+mod sweeper;
 pub mod zookeeper;
 
 pub(crate) mod waiters;

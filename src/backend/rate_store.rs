@@ -3,10 +3,14 @@
 //! business; a store only keeps them.
 //!
 //! A [`Backend`](super::Backend) that keeps rate limits returns itself from
-//! [`Backend::rate_store`](super::Backend::rate_store).
+//! [`Backend::rate_store`](super::Backend::rate_store). What every store checks and answers
+//! the same way (a key written twice in a batch, an empty batch, a read of an absent limit)
+//! is written once at the end of this file ([`before_write`], [`before_write_each`],
+//! [`limit_found`]), for every store to call.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use async_trait::async_trait;
+use std::collections::HashSet;
 
 /// A stored value and its version. Versions of one key only grow while it exists (etcd's
 /// `mod_revision` and memory's are never reused at all; ZooKeeper's restart when a node is
@@ -75,15 +79,13 @@ impl KeyOutcome {
                 .first()
                 .copied()
                 .map(KeyOutcome::Written)
-                .ok_or_else(|| crate::error::Error::store("a write applied without a version")),
+                .ok_or_else(|| Error::store("a write applied without a version")),
             WriteOutcome::Conflict(found) => found
                 .into_iter()
                 .next()
                 .map(KeyOutcome::Conflict)
                 .ok_or_else(|| {
-                    crate::error::Error::store(
-                        "the store reported a conflict without the current state",
-                    )
+                    Error::store("the store reported a conflict without the current state")
                 }),
         }
     }
@@ -112,7 +114,9 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Applies every write, or none if any condition (key version, quota version) fails:
     /// atomically, in one request where the store allows it. At most one write per
-    /// (limit, key). An empty slice is `Written(vec![])` without a request.
+    /// (limit, key) (else `InvalidArgument`, before any request). An empty slice is
+    /// `Written(vec![])` without a request. (The crate's stores share these checks:
+    /// [`before_write`].)
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
 
     /// Applies each write on its own: each applies if its own conditions hold, whatever
@@ -123,6 +127,9 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// store that can carry independent conditional writes in one request overrides it (etcd:
     /// one Txn of nested Txns), which moves many keys per round trip.
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        if let Some(settled) = before_write_each(writes) {
+            return settled;
+        }
         let each = writes.iter().map(|w| async move {
             KeyOutcome::of_one(self.write_keys(std::slice::from_ref(w)).await?)
         });
@@ -176,4 +183,98 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// does this, and deletes the key later, once its old state has expired). Forgetting an
     /// absent key succeeds.
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()>;
+}
+
+// What every store checks and answers the same way, whatever it stores in (memory, etcd,
+// ZooKeeper, sharded, and any new store): written once so that they cannot drift apart on what
+// the trait promises.
+
+/// Before [`write_keys`](RateStore::write_keys) sends anything: `Ok(Some(outcome))` is
+/// the answer without a request (an empty batch is `Written(vec![])`), `Err` a batch refused
+/// (see [`one_write_per_key`]), `Ok(None)` a batch to send.
+pub(crate) fn before_write(writes: &[KeyWrite]) -> Result<Option<WriteOutcome>> {
+    if writes.is_empty() {
+        return Ok(Some(WriteOutcome::Written(Vec::new())));
+    }
+    one_write_per_key(writes)?;
+    Ok(None)
+}
+
+/// Before [`write_each`](RateStore::write_each) sends anything: `Some(outcomes)` is the
+/// answer without a request (none for an empty batch; the same refusal for every write of a
+/// batch that writes a key twice), `None` a batch to send.
+pub(crate) fn before_write_each(writes: &[KeyWrite]) -> Option<Vec<Result<KeyOutcome>>> {
+    match before_write(writes) {
+        Ok(None) => None,
+        Ok(Some(_)) => Some(Vec::new()),
+        Err(e) => Some(writes.iter().map(|_| Err(e.copy())).collect()),
+    }
+}
+
+/// `InvalidArgument` naming the first key written twice in one batch: two conditions on one
+/// key in one request would contradict each other (and stores answer that differently), so
+/// no store is asked.
+pub(crate) fn one_write_per_key(writes: &[KeyWrite]) -> Result<()> {
+    let mut seen = HashSet::new();
+    match writes.iter().find(|w| !seen.insert((&w.limit, &w.key))) {
+        Some(w) => Err(Error::invalid(format!(
+            "key {:?} of rate limit {:?} is written twice in one batch",
+            w.key, w.limit
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// What [`read_key`](RateStore::read_key) returns from what the store read: `NotFound`
+/// naming `limit` when its quota is absent.
+pub(crate) fn limit_found(limit: &str, current: Current) -> Result<Current> {
+    if current.quota.is_none() {
+        return Err(Error::NotFound(limit.to_string()));
+    }
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(limit: &str, key: &str) -> KeyWrite {
+        KeyWrite {
+            limit: limit.into(),
+            quota_version: 1,
+            key: key.into(),
+            expected: None,
+            value: Vec::new(),
+            expires_at: 0,
+        }
+    }
+
+    #[test]
+    fn an_empty_batch_is_settled_and_a_key_written_twice_refused() {
+        assert_eq!(
+            before_write(&[]).unwrap(),
+            Some(WriteOutcome::Written(vec![]))
+        );
+        assert_eq!(before_write(&[w("a", "k"), w("b", "k")]).unwrap(), None);
+        let twice = [w("a", "k"), w("b", "k"), w("a", "k")];
+        assert!(
+            matches!(before_write(&twice), Err(Error::InvalidArgument(m)) if m.contains("twice"))
+        );
+        assert!(before_write_each(&[]).is_some_and(|o| o.is_empty()));
+        let refused = before_write_each(&twice).expect("refused");
+        assert_eq!(refused.len(), 3);
+        assert!(refused
+            .iter()
+            .all(|o| matches!(o, Err(Error::InvalidArgument(_)))));
+        assert!(before_write_each(&[w("a", "k")]).is_none());
+    }
+
+    #[test]
+    fn a_read_without_a_quota_is_not_found() {
+        let absent = Current {
+            quota: None,
+            key: None,
+        };
+        assert!(matches!(limit_found("api", absent), Err(Error::NotFound(n)) if n == "api"));
+    }
 }

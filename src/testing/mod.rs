@@ -77,6 +77,7 @@ mod harness;
 mod holder;
 pub mod rate_cases;
 pub mod rate_history;
+pub mod rate_store_cases;
 mod util;
 mod within;
 
@@ -88,7 +89,8 @@ pub use util::{
 };
 
 /// `rate_contract_suite!(module, HarnessType)`: every rate-limit case of
-/// [`testing::rate_cases`](crate::testing::rate_cases) on one backend, as
+/// [`testing::rate_cases`](crate::testing::rate_cases) and every store case of
+/// [`testing::rate_store_cases`](crate::testing::rate_store_cases) on one backend, as
 /// [`contract_suite!`](crate::contract_suite) does for semaphores (same [`Harness`]; the
 /// backend must keep rate limits, see [`Backend::rate_store`](crate::backend::Backend::rate_store)).
 ///
@@ -116,7 +118,16 @@ macro_rules! rate_contract_suite {
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
-        $crate::contract_suite!(@run $module, $harness; $(rate_cases::$case),*);
+        $crate::contract_suite!(@run $module, $harness;
+            $(rate_cases::$case,)*
+            rate_store_cases::store_limits,
+            rate_store_cases::store_compare_and_swap,
+            rate_store_cases::store_quota_versions,
+            rate_store_cases::store_batches_all_or_nothing,
+            rate_store_cases::store_keys_kept_as_given_and_reset,
+            rate_store_cases::store_idle_keys_vanish,
+            rate_store_cases::store_rewritten_keys_stay,
+        );
     };
 }
 

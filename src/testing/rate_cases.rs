@@ -11,6 +11,7 @@
 
 use super::harness::{Harness, LimiterOptions};
 use super::rate_history::{assert_gcra_exact, unix_ns, Admitted};
+use super::rate_store_cases::{key_write, store_of};
 use super::util::{assert_err, ms};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned};
 use crate::{Algorithm, Error, KeyCheck, Limiter, Quota, RateLimit, RequestStats};
@@ -560,32 +561,6 @@ pub async fn rate_exact_under_contention(h: &impl Harness) {
         "only {} admitted in {run:?} at 100/s",
         events.len()
     );
-}
-
-/// The store of `l`, as the rate-limit layer writes to it (`RateStore` is the backend's).
-fn store_of(l: &Limiter) -> &dyn RateStore {
-    l.inner
-        .backend
-        .rate_store()
-        .expect("the backend keeps rate limits")
-}
-
-/// A write of `value` to `key` of `limit`, expiring in a minute.
-fn key_write(
-    limit: &str,
-    quota_version: u64,
-    key: &str,
-    expected: Option<u64>,
-    value: &str,
-) -> KeyWrite {
-    KeyWrite {
-        limit: limit.to_string(),
-        quota_version,
-        key: key.to_string(),
-        expected,
-        value: value.as_bytes().to_vec(),
-        expires_at: unix_ns() + 60_000_000_000,
-    }
 }
 
 /// Each outcome of `write_each`, or a panic naming the write that failed.

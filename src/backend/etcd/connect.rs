@@ -8,6 +8,7 @@ use super::keys::Keys;
 use super::security::{self, Security};
 use super::session::Session;
 use super::strays::Strays;
+use super::sweep_state::EtcdSweep;
 use super::sweeper::Sweeper;
 use super::{describe, tls_probe, EtcdBackend};
 use crate::backend::{lock, reach, SessionSlot, Stop};
@@ -86,13 +87,13 @@ impl EtcdBackend {
         let stop = Stop::default();
         let keys = Keys::new(&config.prefix);
         let stats = Arc::new(RequestCounters::default());
-        let sweeper = Sweeper::new(
-            endpoints.clone(),
-            stop.child_token(),
-            stats.clone(),
-            config.request_timeout,
-            keys.rate_keys_prefix(),
-        );
+        let sweep = EtcdSweep {
+            endpoints: endpoints.clone(),
+            stats: stats.clone(),
+            request_timeout: config.request_timeout,
+            prefix: keys.rate_keys_prefix(),
+        };
+        let sweeper = Sweeper::new(sweep, stop.child_token());
         let backend = EtcdBackend {
             endpoints,
             security,

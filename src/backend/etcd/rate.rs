@@ -20,7 +20,8 @@ use super::client::{get_kvs, kv, most_nested, MAX_TXN_OPS};
 use super::EtcdBackend;
 use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
-    Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome,
+    before_write, before_write_each, limit_found, Current, KeyOutcome, KeyWrite, RateStore,
+    Versioned, WriteOutcome,
 };
 use crate::backend::retry::CALL_TIMEOUTS;
 use crate::error::{Error, Result};
@@ -53,15 +54,8 @@ fn limits_of(writes: &[KeyWrite]) -> Vec<&str> {
     out
 }
 
-/// A batch etcd can take in one Txn, with one write per (limit, key), else `InvalidArgument`.
+/// A batch etcd can take in one Txn (its operation limit), else `InvalidArgument`.
 fn check_batch(writes: &[KeyWrite]) -> Result<()> {
-    let mut seen = std::collections::HashSet::new();
-    if let Some(w) = writes.iter().find(|w| !seen.insert((&w.limit, &w.key))) {
-        return Err(Error::invalid(format!(
-            "key {:?} of rate limit {:?} is written twice in one batch",
-            w.key, w.limit
-        )));
-    }
     let limits = limits_of(writes).len();
     let ops = writes.len() + quota_checks(writes).len().max(limits);
     if ops > MAX_TXN_OPS {
@@ -356,19 +350,16 @@ impl RateStore for EtcdBackend {
             })
             .await?;
         let ops = resp.op_responses();
-        let quota = get_kvs(ops.get(1)).first().map(versioned);
-        if quota.is_none() {
-            return Err(Error::NotFound(limit.to_string()));
-        }
-        Ok(Current {
-            quota,
+        let current = Current {
+            quota: get_kvs(ops.get(1)).first().map(versioned),
             key: get_kvs(ops.first()).first().map(versioned_key),
-        })
+        };
+        limit_found(limit, current)
     }
 
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
-        if writes.is_empty() {
-            return Ok(WriteOutcome::Written(Vec::new()));
+        if let Some(settled) = before_write(writes)? {
+            return Ok(settled);
         }
         check_batch(writes)?;
         let bound = self.config.request_timeout * CALL_TIMEOUTS;
@@ -378,8 +369,8 @@ impl RateStore for EtcdBackend {
     }
 
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
-        if writes.is_empty() {
-            return Vec::new();
+        if let Some(settled) = before_write_each(writes) {
+            return settled;
         }
         let fits = check_batch(writes).and_then(|()| {
             // The outer Txn holds a group per (limit, quota version), each a nested Txn per
@@ -446,8 +437,6 @@ mod tests {
 
     #[test]
     fn batches_etcd_cannot_take_are_refused() {
-        let dup = [w("a", 1), w("b", 1), w("a", 2)];
-        assert!(matches!(check_batch(&dup), Err(Error::InvalidArgument(m)) if m.contains("twice")));
         let keyed = |n: usize| -> Vec<KeyWrite> {
             (0..n)
                 .map(|i| KeyWrite {

@@ -1,9 +1,11 @@
-//! The slow scan: finds expired rate-limit keys that no live sweeper remembers (their writer
-//! died or closed before the expiry, or remembered too many) and deletes them, with the same
-//! revision check as the sweep.
+//! One pass of the slow scan (its schedule is the crate's sweeper's,
+//! [`crate::backend::sweeper`]): finds expired rate-limit keys that no live sweeper remembers
+//! (their writer died or closed before the expiry, or remembered too many) and deletes them,
+//! with the same revision check as the sweep.
 //!
-//! [`FIRST_SCAN`] after this backend's first rate-limit write (so a restarted process cleans
-//! up after its previous life soon), then every [`SCAN_INTERVAL`]: every key under
+//! [`FIRST_SCAN`](crate::backend::sweeper::scan::FIRST_SCAN) after this backend's first rate-limit
+//! write (so a restarted process cleans up after its previous life soon), then every
+//! [`SCAN_INTERVAL`](crate::backend::sweeper::SCAN_INTERVAL): every key under
 //! `<root>/rk/` is read in pages of [`PAGE`] (serializable reads: any member answers, no
 //! consensus round), paced at [`PAGES_PER_SEC`], so a scan is a steady trickle, never a
 //! burst. A key whose stored `\n@<expires_at>` plus [`SCAN_MARGIN`] has passed is deleted at
@@ -12,41 +14,19 @@
 //! the suffix (written with a lease by an older version, or by something else) are left alone.
 
 use super::client::kv;
-use super::sweep_state::{Shared, PER_TXN};
+use super::sweep_state::{EtcdSweep, PER_TXN};
 use crate::backend::expiry::{nanos, split_expiry, unix_nanos_now};
+use crate::backend::sweeper::Remembered;
 use crate::stats::RequestKind;
 use etcd_client::GetOptions;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::{Instant, MissedTickBehavior};
 
-/// Delay of the first scan after the first write.
-pub(super) const FIRST_SCAN: Duration = Duration::from_secs(5);
-/// Pause between the end of a scan and the next.
-pub(super) const SCAN_INTERVAL: Duration = Duration::from_secs(300);
 /// Keys per read.
 pub(super) const PAGE: i64 = 512;
 /// Most scan requests (reads and deletes) per second.
 pub(super) const PAGES_PER_SEC: u32 = 5;
 /// Wait past a key's `expires_at` before the scan deletes it.
 pub(super) const SCAN_MARGIN: Duration = Duration::from_secs(10);
-
-pub(super) async fn run(shared: Arc<Shared>) {
-    let mut next = Instant::now() + FIRST_SCAN;
-    let mut pace = tokio::time::interval(Duration::from_secs(1) / PAGES_PER_SEC);
-    pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep_until(next) => {}
-        }
-        tokio::select! {
-            _ = shared.stop.cancelled() => return,
-            () = scan(&shared, &mut pace) => {}
-        }
-        next = Instant::now() + SCAN_INTERVAL;
-    }
-}
 
 /// The first key after every key that starts with `prefix` (etcd's range end of a prefix).
 fn prefix_end(prefix: &str) -> Vec<u8> {
@@ -60,9 +40,14 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0] // every key
 }
 
-async fn scan(shared: &Shared, pace: &mut tokio::time::Interval) {
-    let end = prefix_end(&shared.prefix);
-    let mut from = shared.prefix.as_bytes().to_vec();
+/// One pass over every key under the prefix; `remembered` keys are the sweep's.
+pub(super) async fn scan(
+    etcd: &EtcdSweep,
+    remembered: &Remembered<i64>,
+    pace: &mut tokio::time::Interval,
+) {
+    let end = prefix_end(&etcd.prefix);
+    let mut from = etcd.prefix.as_bytes().to_vec();
     let (mut read, mut deleted) = (0usize, 0usize);
     loop {
         pace.tick().await;
@@ -70,17 +55,17 @@ async fn scan(shared: &Shared, pace: &mut tokio::time::Interval) {
             .with_range(end.clone())
             .with_limit(PAGE)
             .with_serializable();
-        shared.stats.count(RequestKind::Range);
-        let (member, client) = shared.endpoints.pick();
+        etcd.stats.count(RequestKind::Range);
+        let (member, client) = etcd.endpoints.pick();
         let page = tokio::time::timeout(
-            shared.request_timeout,
+            etcd.request_timeout,
             kv(&client).get(from.clone(), Some(opts)),
         )
         .await;
         let resp = match page {
             Ok(Ok(resp)) => resp,
             other => {
-                shared.endpoints.failed(member);
+                etcd.endpoints.failed(member);
                 let error = match other {
                     Ok(Err(e)) => e.to_string(),
                     _ => "timed out".to_string(),
@@ -96,7 +81,7 @@ async fn scan(shared: &Shared, pace: &mut tokio::time::Interval) {
             let Ok(key) = std::str::from_utf8(kv.key()) else {
                 continue;
             };
-            if shared.is_ours(key) {
+            if remembered.contains(key) {
                 continue; // the sweep removes it
             }
             let (_, Some(expires_at)) = split_expiry(kv.value().to_vec()) else {
@@ -108,7 +93,7 @@ async fn scan(shared: &Shared, pace: &mut tokio::time::Interval) {
         }
         for batch in stale.chunks(PER_TXN) {
             pace.tick().await;
-            deleted += shared.delete_at(batch.to_vec()).await.0;
+            deleted += etcd.delete_at(batch.to_vec()).await.0;
         }
         match resp.kvs().last() {
             Some(last) if resp.more() => {

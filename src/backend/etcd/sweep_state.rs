@@ -1,40 +1,29 @@
-//! What the sweep (`sweeper.rs`) and the slow scan (`scan.rs`) share: the keys this backend
-//! wrote and remembers, and the revision-checked delete of expired keys, [`PER_TXN`] per Txn.
+//! etcd's part of the sweeper (`sweeper.rs`) and the slow scan (`scan.rs`): what they reach
+//! etcd with, and the revision-checked delete of expired keys, [`PER_TXN`] per Txn.
 
 use super::client::{kv, most_nested};
 use super::endpoints::Endpoints;
-use crate::backend::due_queue::DueQueue;
-use crate::backend::lock;
 use crate::stats::{RequestCounters, RequestKind};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use futures::StreamExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Most keys deleted by one Txn (each nested Txn holds one compare and one delete).
 pub(super) const PER_TXN: usize = most_nested(1);
 /// Most delete Txns in flight at once.
 pub(super) const CONCURRENCY: usize = 2;
 
-/// What the sweep and the scan share.
-pub(super) struct Shared {
-    /// The keys we wrote, each with the revision to delete at.
-    pub(super) queue: Mutex<DueQueue<i64>>,
+/// What the sweep and the scan reach etcd with.
+pub(super) struct EtcdSweep {
     pub(super) endpoints: Arc<Endpoints>,
-    pub(super) stop: CancellationToken,
     pub(super) stats: Arc<RequestCounters>,
     pub(super) request_timeout: Duration,
     /// Prefix of every rate-limit key (`<root>/rk/`).
     pub(super) prefix: String,
 }
 
-impl Shared {
-    /// Whether the sweep will remove `key` (then the scan leaves it).
-    pub(super) fn is_ours(&self, key: &str) -> bool {
-        lock(&self.queue).contains(key)
-    }
-
+impl EtcdSweep {
     /// Deletes each (key, revision) still at that revision, [`PER_TXN`] per Txn, at most
     /// [`CONCURRENCY`] at once. Returns how many were deleted and the keys of the batches that
     /// failed (their outcome unknown).

@@ -13,7 +13,11 @@
 //! costs a bounded number of requests per second (one per 127 keys), never sits on a check's
 //! path, and a key written since by anyone (a newer revision) is left to its writer. etcd
 //! never reuses a revision, so a repeated delete (a lost reply) is harmless, and a failed
-//! batch is simply tried again [`RETRY`] later.
+//! batch is simply tried again [`RETRY`](crate::backend::sweeper::remembered::RETRY) later.
+//!
+//! The records, the schedule and the loops are the crate's one sweeper
+//! ([`crate::backend::sweeper`]); this file is etcd's side of it: what a write hands over, and
+//! the [`SweepStore`] calls (`sweep_state.rs` deletes, `scan.rs` scans).
 //!
 //! Memory: a record is about 160 bytes and lives until its key is due; keys due beyond
 //! [`HORIZON`] (long quota windows) are not remembered at all. Those, keys written by a
@@ -22,128 +26,68 @@
 //! `scan.rs`, from the `\n@<expires_at>` suffix every stored state carries. The sweeper stops
 //! with the backend (`close` does not wait for future expiries).
 
-use super::endpoints::Endpoints;
-use super::sweep_state::{Shared, PER_TXN};
-use crate::backend::due_queue::DueQueue;
+use super::sweep_state::{EtcdSweep, PER_TXN};
 use crate::backend::expiry::{due, nanos, unix_nanos_now};
-use crate::backend::lock;
-use crate::backend::start_once::StartOnce;
-use crate::stats::RequestCounters;
-use std::sync::{Arc, Mutex};
+use crate::backend::sweeper::{self, Remembered, SweepStore, SCAN_INTERVAL};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use tokio::time::Interval;
 
 /// Most keys taken per round (between two looks at the clock and the stop token).
 const ROUND: usize = 16 * PER_TXN;
-/// Longest sleep of the task.
-const IDLE: Duration = Duration::from_secs(1);
 /// A round starts this long after its earliest key is due, so keys written over that time
 /// share its Txns (at most one round per GATHER: a bounded number of requests per second).
-pub(super) const GATHER: Duration = Duration::from_millis(250);
+const GATHER: Duration = Duration::from_millis(250);
 /// Keys due later than this are not remembered: the slow scan, which passes at least this
 /// often, deletes them (so a long quota window costs no memory per key here).
-pub(super) const HORIZON: Duration = super::scan::SCAN_INTERVAL;
-/// Pause before keys whose delete failed are tried again.
-pub(super) const RETRY: Duration = Duration::from_secs(1);
+const HORIZON: Duration = SCAN_INTERVAL;
 
-/// The sweeper of one backend; its tasks (the sweep, the scan) start with the first write.
-pub(super) struct Sweeper {
-    shared: Arc<Shared>,
-    started: StartOnce,
-}
-
-impl std::fmt::Debug for Sweeper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sweeper")
-            .field("records", &lock(&self.shared.queue).len())
-            .finish()
-    }
-}
+/// The sweeper of one etcd backend; its tasks (the sweep, the scan) start with the first write.
+pub(super) type Sweeper = sweeper::Sweeper<EtcdSweep>;
 
 impl Sweeper {
-    /// `stop`: cancelled when the backend stops.
-    pub(super) fn new(
-        endpoints: Arc<Endpoints>,
-        stop: CancellationToken,
-        stats: Arc<RequestCounters>,
-        request_timeout: Duration,
-        prefix: String,
-    ) -> Sweeper {
-        Sweeper {
-            shared: Arc::new(Shared {
-                queue: Mutex::new(DueQueue::default()),
-                endpoints,
-                stop,
-                stats,
-                request_timeout,
-                prefix,
-            }),
-            started: StartOnce::default(),
-        }
-    }
-
     /// We wrote each `(key, expires_at)` at `revision` (one Txn: one revision).
     pub(super) fn wrote<'a>(
         &self,
         revision: i64,
         written: impl IntoIterator<Item = (&'a str, u64)>,
     ) {
-        if self.shared.stop.is_cancelled() {
+        if self.stopped() {
             return;
         }
         let now = unix_nanos_now();
         let horizon = now.saturating_add(nanos(HORIZON));
-        {
-            let mut queue = lock(&self.shared.queue);
-            for (key, expires_at) in written {
-                let due = due(now, expires_at);
-                if due <= horizon {
-                    queue.insert(key, revision, due);
-                }
-            }
-        }
-        self.start();
-    }
-
-    fn start(&self) {
-        self.started.start(|h| {
-            h.spawn(run(self.shared.clone()));
-            h.spawn(super::scan::run(self.shared.clone()));
-        });
+        self.remember(
+            written
+                .into_iter()
+                .map(|(key, expires_at)| (key, revision, due(now, expires_at)))
+                .filter(|&(_, _, due)| due <= horizon),
+        );
     }
 }
 
-async fn run(shared: Arc<Shared>) {
-    loop {
-        let next = lock(&shared.queue).next_due();
-        let now = unix_nanos_now();
-        let pause = next.map_or(IDLE, |d| {
-            let start = d.saturating_add(nanos(GATHER));
-            Duration::from_nanos(start.saturating_sub(now)).min(IDLE)
-        });
-        tokio::select! {
-            biased;
-            _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep(pause) => {}
+#[async_trait::async_trait]
+impl SweepStore for EtcdSweep {
+    /// The revision we wrote the key at.
+    type Target = i64;
+    /// Each batch picks its member.
+    type Conn = ();
+
+    const ROUND: usize = ROUND;
+    const GATHER: Duration = GATHER;
+    const SCAN_REQUESTS_PER_SEC: u32 = super::scan::PAGES_PER_SEC;
+
+    fn connection(&self) -> Option<()> {
+        Some(())
+    }
+
+    async fn delete(&self, (): (), due: Vec<(String, i64)>, remembered: &Remembered<i64>) {
+        let (_, failed) = self.delete_at(due).await;
+        for (key, rev) in failed {
+            remembered.again(&key, rev);
         }
-        let due = lock(&shared.queue).take_due(unix_nanos_now(), ROUND);
-        if due.is_empty() {
-            continue;
-        }
-        let (_, failed) = tokio::select! {
-            biased;
-            _ = shared.stop.cancelled() => return,
-            done = shared.delete_at(due) => done,
-        };
-        if !failed.is_empty() {
-            let again = unix_nanos_now().saturating_add(nanos(RETRY));
-            let mut queue = lock(&shared.queue);
-            for (key, rev) in failed {
-                // Written again meanwhile: that record supersedes this one.
-                if !queue.contains(&key) {
-                    queue.insert(&key, rev, again);
-                }
-            }
-        }
+    }
+
+    async fn scan(&self, remembered: &Remembered<i64>, pace: &mut Interval) {
+        super::scan::scan(self, remembered, pace).await;
     }
 }

@@ -6,6 +6,7 @@
 use super::rate_table::{Rates, Stored};
 use super::MemoryBackend;
 use crate::backend::lock;
+use crate::backend::rate_store::{before_write, limit_found};
 use crate::backend::{Current, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
@@ -59,16 +60,12 @@ impl RateStore for MemoryBackend {
         self.stats.count(RequestKind::Range);
         let mut r = self.rates();
         r.sweep();
-        let current = r.current(limit, key);
-        if current.quota.is_none() {
-            return Err(Error::NotFound(limit.to_string()));
-        }
-        Ok(current)
+        limit_found(limit, r.current(limit, key))
     }
 
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
-        if writes.is_empty() {
-            return Ok(WriteOutcome::Written(Vec::new()));
+        if let Some(settled) = before_write(writes)? {
+            return Ok(settled);
         }
         self.stats.count(RequestKind::Txn);
         let mut r = self.rates();

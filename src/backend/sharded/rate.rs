@@ -12,6 +12,7 @@
 
 use super::quotas::{present, shown};
 use super::ShardedBackend;
+use crate::backend::rate_store::{before_write, before_write_each, limit_found};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
 use async_trait::async_trait;
@@ -344,16 +345,12 @@ impl RateStore for ShardedBackend {
             r => r,
         }
         .map_err(|e| self.at(c, e))?;
-        let current = self.shown_current(limit, c, current).await?;
-        if current.quota.is_none() {
-            return Err(Error::NotFound(limit.to_string()));
-        }
-        Ok(current)
+        limit_found(limit, self.shown_current(limit, c, current).await?)
     }
 
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
-        if writes.is_empty() {
-            return Ok(WriteOutcome::Written(Vec::new()));
+        if let Some(settled) = before_write(writes)? {
+            return Ok(settled);
         }
         let keys: Vec<(&str, &str)> = writes
             .iter()
@@ -404,6 +401,9 @@ impl RateStore for ShardedBackend {
     }
 
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        if let Some(settled) = before_write_each(writes) {
+            return settled;
+        }
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
         for (i, w) in writes.iter().enumerate() {
             groups[self.ring.cluster(&w.limit, &w.key)].push(i);

@@ -6,6 +6,7 @@ use super::calls::is_zk;
 use super::config::ZkConfig;
 use super::nodes::Paths;
 use super::session::{SessionConfig, ZkSession};
+use super::sweep_state::ZkSweep;
 use super::sweeper::Sweeper;
 use super::tracked::{Entries, Reaper};
 use super::{tls, view, ZkBackend};
@@ -41,7 +42,10 @@ impl ZkBackend {
         let stop = Stop::default();
         let stats = Arc::new(RequestCounters::default());
         let backend = ZkBackend {
-            sweeper: Sweeper::new(stop.child_token(), stats.clone(), config.request_timeout),
+            sweeper: Sweeper::new(
+                ZkSweep::new(stats.clone(), config.request_timeout),
+                stop.child_token(),
+            ),
             identity: Identity::of(digest.as_ref()),
             digest,
             tls,

@@ -22,6 +22,7 @@
 use super::sweeper::Sweeper;
 use super::ZkBackend;
 use crate::backend::expiry::{split_expiry, unix_nanos_now, with_expiry, MIN_MARGIN};
+use crate::backend::rate_store::{before_write, before_write_each, limit_found};
 use crate::backend::retry::Attempts;
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
@@ -412,15 +413,12 @@ impl RateStore for ZkBackend {
             .await?
             .pop()
             .ok_or_else(|| Error::store("ZooKeeper answered a multi-read with no result"))?;
-        if current.quota.is_none() {
-            return Err(Error::NotFound(limit.to_string()));
-        }
-        Ok(current)
+        limit_found(limit, current)
     }
 
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
-        if writes.is_empty() {
-            return Ok(WriteOutcome::Written(Vec::new()));
+        if let Some(settled) = before_write(writes)? {
+            return Ok(settled);
         }
         let ops = self.ops(writes);
         if ops.iter().all(Op::possible) {
@@ -437,6 +435,9 @@ impl RateStore for ZkBackend {
     /// operation and applies none, so that write is taken out and the multi sent again
     /// without it: k conflicts cost k + 1 multis (and one multi-read for what they found).
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        if let Some(settled) = before_write_each(writes) {
+            return settled;
+        }
         let ops = self.ops(writes);
         let (mut live, mut lost): (Vec<usize>, Vec<usize>) =
             (0..ops.len()).partition(|&i| ops[i].possible());

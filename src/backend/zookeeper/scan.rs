@@ -1,9 +1,12 @@
-//! The slow scan: finds expired keys that no live sweeper remembers (their writer died or
-//! closed before the expiry) and deletes them, with the same version check as the sweep.
+//! One pass of the slow scan (its schedule is the crate's sweeper's,
+//! [`crate::backend::sweeper`]): finds expired keys that no live sweeper remembers (their
+//! writer died or closed before the expiry) and deletes them, with the same version check as
+//! the sweep.
 //!
-//! It visits every limit this backend has written keys of: [`FIRST_SCAN`] after the first
-//! write (so a restarted process cleans up after its previous life soon), then every
-//! [`SCAN_INTERVAL`]. Per limit: one `getChildren`, then one `getData` per key this backend
+//! It visits every limit this backend has written keys of:
+//! [`FIRST_SCAN`](crate::backend::sweeper::scan::FIRST_SCAN) after the first write (so a restarted
+//! process cleans up after its previous life soon), then every
+//! [`SCAN_INTERVAL`](crate::backend::sweeper::SCAN_INTERVAL). Per limit: one `getChildren`, then one `getData` per key this backend
 //! does not remember itself, and a delete at the read version when the stored expiry (the
 //! node's `\n@<expires_at>` suffix, see `nodes.rs`) plus the sweep's margin has passed, the
 //! node's modification time standing in for the write time. Requests are paced at
@@ -14,50 +17,39 @@
 //! A delete here is as safe as the sweep's: the state at the read version has expired for
 //! every writer within the margin, and a node written since fails the version check.
 
-use super::sweep_state::Shared;
+use super::sweep_state::{Target, ZkSweep};
 use crate::backend::expiry::{due, split_expiry, unix_nanos_now};
+use crate::backend::sweeper::Remembered;
 use crate::stats::RequestKind;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Interval;
 use zookeeper_client as zk;
 
-/// Delay of the first scan after the first write.
-pub(super) const FIRST_SCAN: Duration = Duration::from_secs(5);
-/// Pause between the end of a scan and the next.
-pub(super) const SCAN_INTERVAL: Duration = Duration::from_secs(300);
 /// Most scan requests per second.
 pub(super) const READS_PER_SEC: u32 = 50;
 
-pub(super) async fn run(shared: Arc<Shared>) {
-    let mut next = Instant::now() + FIRST_SCAN;
-    let mut pace = tokio::time::interval(Duration::from_secs(1) / READS_PER_SEC);
-    pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep_until(next) => {}
-        }
-        for limit in shared.limits() {
-            tokio::select! {
-                _ = shared.stop.cancelled() => return,
-                _ = scan_limit(&shared, &limit, &mut pace) => {}
-            }
-            shared.scan_ended();
-        }
-        next = Instant::now() + SCAN_INTERVAL;
+/// One pass over every limit this backend has written keys of; `remembered` keys are the
+/// sweep's.
+pub(super) async fn scan(shared: &ZkSweep, remembered: &Remembered<Target>, pace: &mut Interval) {
+    for limit in shared.limits() {
+        scan_limit(shared, remembered, &limit, pace).await;
+        shared.scan_ended();
     }
 }
 
 /// A request bounded by the request timeout; `None` on timeout.
 async fn bounded<T>(
-    shared: &Shared,
+    shared: &ZkSweep,
     f: impl std::future::Future<Output = Result<T, zk::Error>>,
 ) -> Option<Result<T, zk::Error>> {
     tokio::time::timeout(shared.request_timeout, f).await.ok()
 }
 
-async fn scan_limit(shared: &Shared, limit: &str, pace: &mut tokio::time::Interval) {
+async fn scan_limit(
+    shared: &ZkSweep,
+    remembered: &Remembered<Target>,
+    limit: &str,
+    pace: &mut Interval,
+) {
     pace.tick().await;
     // The client is taken anew for each request: none is held past its session's end.
     let Some(client) = shared.client() else {
@@ -81,7 +73,7 @@ async fn scan_limit(shared: &Shared, limit: &str, pace: &mut tokio::time::Interv
     let (mut read, mut deleted) = (0usize, 0usize);
     for child in children {
         let path = format!("{limit}/{child}");
-        if shared.is_ours(&path) {
+        if shared.is_ours(&path, remembered) {
             continue; // the sweep removes it
         }
         pace.tick().await;
