@@ -268,12 +268,14 @@ impl Limiter {
     /// `retry_after` of the denials. Checks of the same key are decided in order, in one write.
     ///
     /// Errors: `InvalidArgument` for no checks, a bad key or cost, or a limit of another
-    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a denial the known states prove
-    /// takes no request; calls made while this Limiter's previous `check_all` write is in
-    /// flight go together in the next one (decided in arrival order, all or nothing each), so
-    /// concurrent calls sharing a hot key cost one request per batch, one more per conflict.
+    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a call of one check is that check's
+    /// [`RateLimit::check_n`] (coalesced with the key's concurrent checks, paced), so a caller
+    /// need not choose; for several, a denial the known states prove takes no request, and
+    /// calls made while this Limiter's previous joint write is in flight go together in the
+    /// next one (decided in arrival order, all or nothing each), so concurrent calls sharing a
+    /// hot key cost one request per batch, one more per conflict.
     pub async fn check_all(&self, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
-        check_all::run(&self.inner, checks).await
+        check_all::run(&self.inner, checks, None).await
     }
 
     /// Opens the adaptive semaphore `name`, creating it with `config`'s initial capacity if it

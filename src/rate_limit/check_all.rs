@@ -44,12 +44,25 @@ impl<'a> KeyCheck<'a> {
 /// each key is a compare and a put, each limit a quota compare).
 const JOINT_MAX_OPS: usize = 128;
 
-/// [`Limiter::check_all`]: the checks validated, then a denial the known states prove, or
-/// this Limiter's next joint write.
+/// [`Limiter::check_all`]: the checks validated; one check alone is `check_n`'s (coalesced
+/// with the key's concurrent checks, paced), several a denial the known states prove or this
+/// Limiter's next joint write. `deadline` bounds a lone check (the joint write keeps to the
+/// request timeout; a caller with a budget wraps it).
 pub(crate) async fn run(
     inner: &Arc<LimiterInner>,
     checks: &[KeyCheck<'_>],
+    deadline: Option<Instant>,
 ) -> Result<Vec<Decision>> {
+    validate(inner, checks)?;
+    if let [only] = checks {
+        return Ok(vec![only.limit.check_by(&only.key, only.cost, deadline).await?]);
+    }
+    joint(inner, checks).await
+}
+
+/// Bad input is an error before any store request: no checks, a limit of another Limiter,
+/// a bad key or cost.
+pub(crate) fn validate(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<()> {
     if checks.is_empty() {
         return Err(Error::invalid("check_all needs at least one check"));
     }
@@ -63,6 +76,11 @@ pub(crate) async fn run(
         validate_key(&c.key)?;
         c.limit.quota().check_cost(c.limit.name(), c.cost)?;
     }
+    Ok(())
+}
+
+/// Several checks: a denial the known states prove, or this Limiter's next joint write.
+async fn joint(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
     inner.check_open()?;
     // A store spread over clusters commits keys together only within one cluster.
     let store = rate_store(inner)?;
