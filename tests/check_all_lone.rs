@@ -38,11 +38,19 @@ async fn a_lone_check_shares_the_keys_state_with_check_n() {
         .await
         .expect("connect");
     let g = guard
-        .check_all_within(&other, &[KeyCheck::new(&rl, "k2", 1)], Duration::from_secs(1))
+        .check_all_within(
+            &other,
+            &[KeyCheck::new(&rl, "k2", 1)],
+            Duration::from_secs(1),
+        )
         .await;
     assert!(matches!(g, Err(Error::InvalidArgument(_))), "{g:?}");
     let g = guard
-        .check_all_within(&limiter, &[KeyCheck::new(&rl, "k2", 1)], Duration::from_secs(1))
+        .check_all_within(
+            &limiter,
+            &[KeyCheck::new(&rl, "k2", 1)],
+            Duration::from_secs(1),
+        )
         .await
         .expect("guarded");
     assert_eq!(g.len(), 1);

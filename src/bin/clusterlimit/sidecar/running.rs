@@ -1,8 +1,8 @@
 //! The steps of `serve` (mod.rs) once bound: the servers started, run until a signal, then
 //! drained and the session closed.
 
-use super::routes::Shared;
 use super::rls;
+use super::routes::Shared;
 use super::settings::ServeSettings;
 use super::startup::Listeners;
 use crate::common::out::out_line;

@@ -72,7 +72,9 @@ impl Rls {
                 } else {
                     enforced.asked.push((i, *cost));
                     let counted = if over_anyway { 0 } else { *cost };
-                    enforced.checks.push(KeyCheck::new(limit, key.clone(), counted));
+                    enforced
+                        .checks
+                        .push(KeyCheck::new(limit, key.clone(), counted));
                 }
             }
         }
