@@ -20,7 +20,6 @@ use crate::store_open::{check_credentials_fit, open_store, StoreOptions};
 use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
 use crate::validate;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,11 +188,12 @@ impl Limiter {
     /// Requests sent to the store so far, by kind, and the state of background removals.
     pub fn stats(&self) -> RequestStats {
         let removals = self.inner.releaser.counters();
+        let (rate_batches, rate_local_answers) = self.inner.rates.counted();
         RequestStats {
             pending_removals: removals.pending(),
             removal_session_ends: removals.sessions_ended(),
-            rate_batches: self.inner.rate_counts.batches.load(Relaxed),
-            rate_local_answers: self.inner.rate_counts.local_answers.load(Relaxed),
+            rate_batches,
+            rate_local_answers,
             acquires_refused_store_busy: self.inner.admission.refused(),
             ..self.inner.backend.stats()
         }
