@@ -20,7 +20,6 @@ use crate::store_open::{check_credentials_fit, open_store, StoreOptions};
 use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
 use crate::validate;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,11 +188,12 @@ impl Limiter {
     /// Requests sent to the store so far, by kind, and the state of background removals.
     pub fn stats(&self) -> RequestStats {
         let removals = self.inner.releaser.counters();
+        let (rate_batches, rate_local_answers) = self.inner.rates.counted();
         RequestStats {
             pending_removals: removals.pending(),
             removal_session_ends: removals.sessions_ended(),
-            rate_batches: self.inner.rate_counts.batches.load(Relaxed),
-            rate_local_answers: self.inner.rate_counts.local_answers.load(Relaxed),
+            rate_batches,
+            rate_local_answers,
             acquires_refused_store_busy: self.inner.admission.refused(),
             ..self.inner.backend.stats()
         }
@@ -268,12 +268,14 @@ impl Limiter {
     /// `retry_after` of the denials. Checks of the same key are decided in order, in one write.
     ///
     /// Errors: `InvalidArgument` for no checks, a bad key or cost, or a limit of another
-    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a denial the known states prove
-    /// takes no request; calls made while this Limiter's previous `check_all` write is in
-    /// flight go together in the next one (decided in arrival order, all or nothing each), so
-    /// concurrent calls sharing a hot key cost one request per batch, one more per conflict.
+    /// Limiter; the rest as [`RateLimit::check_n`]. Costs: a call of one check is that check's
+    /// [`RateLimit::check_n`] (coalesced with the key's concurrent checks, paced), so a caller
+    /// need not choose; for several, a denial the known states prove takes no request, and
+    /// calls made while this Limiter's previous joint write is in flight go together in the
+    /// next one (decided in arrival order, all or nothing each), so concurrent calls sharing a
+    /// hot key cost one request per batch, one more per conflict.
     pub async fn check_all(&self, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
-        check_all::run(&self.inner, checks).await
+        check_all::run(&self.inner, checks, None).await
     }
 
     /// Opens the adaptive semaphore `name`, creating it with `config`'s initial capacity if it

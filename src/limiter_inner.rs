@@ -6,9 +6,8 @@ use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::rate::UnixNanos;
-use crate::rate_limit::combine::{Combiner, Sender as WriteSender};
-use crate::rate_limit::joint::JointQueue;
-use crate::rate_limit::registry::{RateCounts, RateRegistry};
+use crate::rate_limit::combine::Sender as WriteSender;
+use crate::rate_limit::rates::Rates;
 use crate::release::Releaser;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,14 +25,9 @@ pub(crate) struct LimiterInner {
     /// The runtime the Limiter was made on: background work is spawned there, so calls made
     /// from outside a Tokio context cannot panic on a missing runtime.
     pub(crate) runtime: tokio::runtime::Handle,
-    /// What this Limiter knows of its rate limits (quotas, last seen key states).
-    pub(crate) rates: RateRegistry,
-    /// Rate-limit decisions by where they were made (see `RequestStats`).
-    pub(crate) rate_counts: RateCounts,
-    /// Writes of different rate-limit keys ready together share one store request.
-    pub(crate) rate_writes: Arc<Combiner>,
-    /// `check_all` calls waiting for the next joint write.
-    pub(crate) joint: JointQueue,
+    /// The rate limits' internals (known limits and key states, combined writes, joint
+    /// calls, counts), owned by `rate_limit/`.
+    pub(crate) rates: Rates,
     /// The clock rate limits read.
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
@@ -62,10 +56,7 @@ impl LimiterInner {
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
             runtime,
-            rates: RateRegistry::default(),
-            rate_counts: RateCounts::default(),
-            rate_writes: Arc::default(),
-            joint: JointQueue::default(),
+            rates: Rates::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             adaptive: Default::default(),

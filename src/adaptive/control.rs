@@ -144,7 +144,9 @@ async fn campaign(
 }
 
 /// The window task of adaptive semaphore `name` in the Limiter `limiter`; ends when `stop`
-/// fires or the Limiter closes.
+/// fires or the Limiter closes. Each window: wait for its end, announce this Limiter's
+/// summary, give the others a grace to announce theirs, read the board, and, while this
+/// Limiter controls, take one step.
 pub(crate) async fn run(
     limiter: Arc<LimiterInner>,
     name: String,
@@ -154,114 +156,211 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let election = Arc::new(Election::default());
-    let window_ms = u64::try_from(config.window.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
     limiter.runtime.spawn(campaign(
         controller,
         election.clone(),
         stop.clone(),
         config.window,
     ));
-    let board = board_of(&name);
-    // The controller reads the board this long after a window ends: time for every Limiter's
-    // announcement to land.
-    let grace = (config.window / 5).min(Duration::from_millis(250));
-    let mut memory = Memory::default();
-    let mut newest_seen: Option<Decision> = None;
-    let mut controlling = false;
-    let mut my_decision: Option<Decision> = None;
+    let mut task = Task::new(limiter, name, config, reporter, election);
     loop {
-        let now = unix_ms();
-        let window = now / window_ms;
-        let until_end = Duration::from_millis((window + 1) * window_ms - now);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(until_end) => {}
-        }
-        if limiter.is_closed() {
+        let Some(window) = task.until_window_end(&stop).await else {
             break;
-        }
-        let report = Report {
-            window,
-            window_ms,
-            summary: reporter.take(),
-            decision: my_decision.clone(),
         };
-        announce(&limiter, &board, &report).await;
+        let report = task.report(window);
+        announce(&task.limiter, &task.board, &report).await;
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(grace) => {}
+            _ = tokio::time::sleep(task.grace) => {}
         }
-        let reports = match limiter.backend.announcements(&board).await {
-            Ok(values) => values
-                .into_iter()
-                .filter_map(|(_, v)| serde_json::from_slice::<Report>(&v).ok())
-                .collect::<Vec<_>>(),
-            Err(e) => {
-                tracing::debug!(semaphore = %name, error = %e, "reading the adaptive board failed; skipping this window");
-                continue;
-            }
+        let Some(reports) = task.read_board().await else {
+            continue;
         };
-        for d in reports.iter().filter_map(|r| r.decision.as_ref()) {
-            if newest_seen.as_ref().is_none_or(|n| d.window > n.window) {
-                newest_seen = Some(d.clone());
-            }
-        }
-        if !election.holds() {
-            controlling = false;
-            my_decision = None;
+        task.note_decisions(&reports);
+        if !task.take_control() {
             continue;
         }
-        if !controlling {
-            // Take over where the last controller left: its baseline, not a fresh one that
-            // the current (possibly overloaded) latency would poison.
-            memory = Memory::with_baseline(
-                newest_seen
-                    .as_ref()
-                    .and_then(|d| d.baseline_us)
-                    .map(Duration::from_micros),
-            );
-            controlling = true;
+        if let Some(decision) = task.step(window, &reports).await {
+            // Shown at once (status reads the board), not only with the next window's summary.
+            let shown = Report {
+                decision: Some(decision.clone()),
+                ..report
+            };
+            announce(&task.limiter, &task.board, &shown).await;
+            task.newest_seen = Some(decision.clone());
+            task.my_decision = Some(decision);
         }
+    }
+    task.election.set(None);
+    if !task.limiter.is_closed() {
+        let _ = task
+            .limiter
+            .backend
+            .withdraw(&task.board, &task.limiter.id)
+            .await;
+    }
+}
+
+/// The window task's state from one window to the next.
+struct Task {
+    limiter: Arc<LimiterInner>,
+    name: String,
+    config: Adaptive,
+    reporter: Arc<Reporter>,
+    election: Arc<Election>,
+    board: String,
+    window_ms: u64,
+    /// The controller reads the board this long after a window ends: time for every
+    /// Limiter's announcement to land.
+    grace: Duration,
+    /// The algorithm's memory while this Limiter controls.
+    memory: Memory,
+    /// The newest step seen on the board (this Limiter's or another controller's).
+    newest_seen: Option<Decision>,
+    controlling: bool,
+    /// This Limiter's latest step, announced with its next summary.
+    my_decision: Option<Decision>,
+}
+
+impl Task {
+    fn new(
+        limiter: Arc<LimiterInner>,
+        name: String,
+        config: Adaptive,
+        reporter: Arc<Reporter>,
+        election: Arc<Election>,
+    ) -> Task {
+        let window_ms = u64::try_from(config.window.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let grace = (config.window / 5).min(Duration::from_millis(250));
+        Task {
+            board: board_of(&name),
+            limiter,
+            name,
+            config,
+            reporter,
+            election,
+            window_ms,
+            grace,
+            memory: Memory::default(),
+            newest_seen: None,
+            controlling: false,
+            my_decision: None,
+        }
+    }
+
+    /// Sleeps to the end of the current window and returns it; `None` when `stop` fires or
+    /// the Limiter closes.
+    async fn until_window_end(&self, stop: &CancellationToken) -> Option<u64> {
+        let now = unix_ms();
+        let window = now / self.window_ms;
+        let until_end = Duration::from_millis((window + 1) * self.window_ms - now);
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(until_end) => {}
+        }
+        (!self.limiter.is_closed()).then_some(window)
+    }
+
+    /// This Limiter's report of `window`: its outcomes, and its latest step.
+    fn report(&self, window: u64) -> Report {
+        Report {
+            window,
+            window_ms: self.window_ms,
+            summary: self.reporter.take(),
+            decision: self.my_decision.clone(),
+        }
+    }
+
+    /// Every Limiter's report on the board; `None` (this window skipped) if it cannot be read.
+    async fn read_board(&self) -> Option<Vec<Report>> {
+        match self.limiter.backend.announcements(&self.board).await {
+            Ok(values) => Some(
+                values
+                    .into_iter()
+                    .filter_map(|(_, v)| serde_json::from_slice::<Report>(&v).ok())
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(semaphore = %self.name, error = %e, "reading the adaptive board failed; skipping this window");
+                None
+            }
+        }
+    }
+
+    /// Keeps the newest step the reports show.
+    fn note_decisions(&mut self, reports: &[Report]) {
+        for d in reports.iter().filter_map(|r| r.decision.as_ref()) {
+            if self
+                .newest_seen
+                .as_ref()
+                .is_none_or(|n| d.window > n.window)
+            {
+                self.newest_seen = Some(d.clone());
+            }
+        }
+    }
+
+    /// Whether this Limiter controls now; taking over starts from the last controller's
+    /// baseline, not a fresh one that the current (possibly overloaded) latency would poison.
+    fn take_control(&mut self) -> bool {
+        if !self.election.holds() {
+            self.controlling = false;
+            self.my_decision = None;
+            return false;
+        }
+        if !self.controlling {
+            let baseline = self.newest_seen.as_ref().and_then(|d| d.baseline_us);
+            self.memory = Memory::with_baseline(baseline.map(Duration::from_micros));
+            self.controlling = true;
+        }
+        true
+    }
+
+    /// One step on `window`'s merged reports: the new capacity stored if it changed. `None`
+    /// when the capacity could not be read or stored, or control was lost meanwhile.
+    async fn step(&mut self, window: u64, reports: &[Report]) -> Option<Decision> {
         let mut merged = WindowSummary::default();
         let mut reporters = 0;
         for r in reports
             .iter()
-            .filter(|r| r.window == window && r.window_ms == window_ms)
+            .filter(|r| r.window == window && r.window_ms == self.window_ms)
         {
             merged.merge(&r.summary);
             reporters += 1;
         }
-        let current = match limiter.backend.ensure_semaphore(&name, None).await {
+        let backend = &self.limiter.backend;
+        let current = match backend.ensure_semaphore(&self.name, None).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(semaphore = %name, error = %e, "reading the capacity failed; skipping this window");
-                continue;
+                tracing::debug!(semaphore = %self.name, error = %e, "reading the capacity failed; skipping this window");
+                return None;
             }
         };
+        let config = &self.config;
         let next = step(
             &config.algorithm,
             &config.bounds,
-            &mut memory,
+            &mut self.memory,
             current,
             &merged,
         );
         if next.capacity != current {
             // A controller that may have lost its permit must not write: another may be in
             // control already.
-            if !election.holds() {
-                continue;
+            if !self.election.holds() {
+                return None;
             }
-            if let Err(e) = limiter.backend.set_capacity(&name, next.capacity).await {
-                tracing::warn!(semaphore = %name, error = %e, "storing the adaptive capacity failed; trying again next window");
-                continue;
+            if let Err(e) = backend.set_capacity(&self.name, next.capacity).await {
+                tracing::warn!(semaphore = %self.name, error = %e, "storing the adaptive capacity failed; trying again next window");
+                return None;
             }
-            tracing::info!(semaphore = %name, from = current, to = next.capacity, reason = %next.reason, "adaptive capacity changed");
+            tracing::info!(semaphore = %self.name, from = current, to = next.capacity, reason = %next.reason, "adaptive capacity changed");
         } else {
-            tracing::debug!(semaphore = %name, capacity = current, reason = %next.reason, "adaptive capacity held");
+            tracing::debug!(semaphore = %self.name, capacity = current, reason = %next.reason, "adaptive capacity held");
         }
-        let decision = Decision {
+        Some(Decision {
             window,
             at_unix_ms: unix_ms(),
             from: current,
@@ -271,22 +370,10 @@ pub(crate) async fn run(
             dropped: merged.dropped,
             p50_us: merged.latency_quantile(0.5).map(micros),
             peak_in_flight: merged.peak_in_flight,
-            baseline_us: memory.baseline.map(micros),
+            baseline_us: self.memory.baseline.map(micros),
             reporters,
-            controller: limiter.owner.clone(),
-        };
-        // Shown at once (status reads the board), not only with the next window's summary.
-        let shown = Report {
-            decision: Some(decision.clone()),
-            ..report
-        };
-        announce(&limiter, &board, &shown).await;
-        newest_seen = Some(decision.clone());
-        my_decision = Some(decision);
-    }
-    election.set(None);
-    if !limiter.is_closed() {
-        let _ = limiter.backend.withdraw(&board, &limiter.id).await;
+            controller: self.limiter.owner.clone(),
+        })
     }
 }
 

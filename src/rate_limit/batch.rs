@@ -18,7 +18,6 @@ use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::decide;
 use crate::rate::{Decision, UnixNanos};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -50,7 +49,7 @@ pub(crate) async fn check(
     let rx = {
         let life = rate_store(inner)?.version_life();
         if let Some(d) = cell.local_answer(&quota, cost, now, life) {
-            inner.rate_counts.local_answers.fetch_add(1, Relaxed);
+            inner.rates.count_local_answer();
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
@@ -68,7 +67,7 @@ pub(crate) async fn check(
             }
             Enqueued::Joined => {}
             Enqueued::TurnedAway(d) => {
-                inner.rate_counts.local_answers.fetch_add(1, Relaxed);
+                inner.rates.count_local_answer();
                 return Ok(d);
             }
         }
@@ -136,7 +135,7 @@ impl Driver {
             };
             self.cell.sent();
             let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
-            self.inner.rate_counts.batches.fetch_add(1, Relaxed);
+            self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
             // not get a whole new bound on top.
             let oldest = batch.iter().map(|p| p.arrived).min();
@@ -217,7 +216,7 @@ impl Driver {
             // here, the retry the conflict causes is.)
             requests += 1;
             // Other keys' writes ready now go in the same request (`combine.rs`).
-            let written = self.inner.rate_writes.write(&self.sender, write);
+            let written = self.inner.rates.write(&self.sender, write);
             match by(deadline, written).await {
                 Ok(KeyOutcome::Written(version)) => {
                     self.cell

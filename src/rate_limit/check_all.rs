@@ -7,11 +7,10 @@ use super::cell::{KeyCell, Start};
 use super::handle::{validate_key, RateLimit};
 use super::joint::{JointCall, JointGroup};
 use super::registry::{learn, LimitShared};
-use crate::backend::{KeyWrite, WriteOutcome};
+use crate::backend::{KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -44,12 +43,27 @@ impl<'a> KeyCheck<'a> {
 /// each key is a compare and a put, each limit a quota compare).
 const JOINT_MAX_OPS: usize = 128;
 
-/// [`Limiter::check_all`]: the checks validated, then a denial the known states prove, or
-/// this Limiter's next joint write.
+/// [`Limiter::check_all`]: the checks validated; one check alone is `check_n`'s (coalesced
+/// with the key's concurrent checks, paced), several a denial the known states prove or this
+/// Limiter's next joint write. `deadline` bounds a lone check (the joint write keeps to the
+/// request timeout; a caller with a budget wraps it).
 pub(crate) async fn run(
     inner: &Arc<LimiterInner>,
     checks: &[KeyCheck<'_>],
+    deadline: Option<Instant>,
 ) -> Result<Vec<Decision>> {
+    validate(inner, checks)?;
+    if let [only] = checks {
+        return Ok(vec![
+            only.limit.check_by(&only.key, only.cost, deadline).await?,
+        ]);
+    }
+    joint(inner, checks).await
+}
+
+/// Bad input is an error before any store request: no checks, a limit of another Limiter,
+/// a bad key or cost.
+pub(crate) fn validate(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<()> {
     if checks.is_empty() {
         return Err(Error::invalid("check_all needs at least one check"));
     }
@@ -63,6 +77,11 @@ pub(crate) async fn run(
         validate_key(&c.key)?;
         c.limit.quota().check_cost(c.limit.name(), c.cost)?;
     }
+    Ok(())
+}
+
+/// Several checks: a denial the known states prove, or this Limiter's next joint write.
+async fn joint(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<Vec<Decision>> {
     inner.check_open()?;
     // A store spread over clusters commits keys together only within one cluster.
     let store = rate_store(inner)?;
@@ -74,7 +93,7 @@ pub(crate) async fn run(
     let part = keys.first().map_or(0, |(l, k)| store.part_of(l, k));
     let (groups, order) = group(checks);
     if let Some(denied) = local_denial(inner, &groups, &order) {
-        inner.rate_counts.local_answers.fetch_add(1, Relaxed);
+        inner.rates.count_local_answer();
         return Ok(denied);
     }
     let (tx, rx) = oneshot::channel();
@@ -85,7 +104,7 @@ pub(crate) async fn run(
         arrived: Instant::now(),
         reply: tx,
     };
-    if inner.joint.push(call) {
+    if inner.rates.joint().push(call) {
         let driver = JointDriver {
             inner: inner.clone(),
             finished: false,
@@ -153,15 +172,15 @@ struct JointDriver {
 impl Drop for JointDriver {
     fn drop(&mut self) {
         if !self.finished {
-            self.inner.joint.abandon();
+            self.inner.rates.joint().abandon();
         }
     }
 }
 
 impl JointDriver {
     async fn run(mut self) {
-        while let Some(batch) = self.inner.joint.take(JOINT_MAX_OPS) {
-            self.inner.rate_counts.batches.fetch_add(1, Relaxed);
+        while let Some(batch) = self.inner.rates.joint().take(JOINT_MAX_OPS) {
+            self.inner.rates.count_batch();
             match decide_joint(&self.inner, &batch).await {
                 Ok(decided) => {
                     for (call, d) in batch.into_iter().zip(decided) {
@@ -194,10 +213,32 @@ async fn decide_joint(inner: &LimiterInner, batch: &[JointCall]) -> Result<Vec<V
     inner.check_open()?;
     let store = rate_store(inner)?;
     let oldest = batch.iter().map(|c| c.arrived).min();
-    let deadline = oldest.unwrap_or_else(Instant::now) + inner.request_timeout * 2;
-    let began = Instant::now();
+    let (slots, slot_of) = slots_of(batch);
+    let joint = Joint {
+        inner,
+        store,
+        slots,
+        deadline: oldest.unwrap_or_else(Instant::now) + inner.request_timeout * 2,
+        began: Instant::now(),
+    };
+    let mut conflicts = 0u32;
+    loop {
+        let now = inner.now_ns();
+        let pass = joint.pass(batch, &slot_of, now);
+        if !pass.to_read.is_empty() {
+            joint.read(&pass.to_read, now).await?;
+            continue;
+        }
+        if joint.write(&pass, now, &mut conflicts).await? {
+            return Ok(pass.decided);
+        }
+    }
+}
+
+/// The distinct (limit, key) pairs of a batch, and each call's groups as slots.
+fn slots_of(batch: &[JointCall]) -> (Vec<Slot>, Vec<Vec<usize>>) {
     let mut slots: Vec<Slot> = Vec::new();
-    let slot_of: Vec<Vec<usize>> = batch
+    let slot_of = batch
         .iter()
         .map(|call| {
             call.groups
@@ -216,23 +257,51 @@ async fn decide_joint(inner: &LimiterInner, batch: &[JointCall]) -> Result<Vec<V
                 .collect()
         })
         .collect();
-    let mut conflicts = 0u32;
-    loop {
-        let now = inner.now_ns();
-        let starts: Vec<Start> = slots
+    (slots, slot_of)
+}
+
+/// One joint batch being decided: its slots, and the deadline of its store requests.
+struct Joint<'a> {
+    inner: &'a LimiterInner,
+    store: &'a dyn RateStore,
+    slots: Vec<Slot>,
+    deadline: Instant,
+    /// States confirmed since then count as fresh.
+    began: Instant,
+}
+
+/// The batch decided once against the slots' known states.
+struct JointPass {
+    starts: Vec<Start>,
+    quotas: Vec<(Quota, u64)>,
+    /// Each slot's state after the admitted calls.
+    work: Vec<Option<KeyState>>,
+    /// The expiry of each slot a call changed.
+    written: Vec<Option<u64>>,
+    /// Slots to read before deciding again: a denial from a state the store has not
+    /// confirmed lately.
+    to_read: Vec<usize>,
+    decided: Vec<Vec<Decision>>,
+}
+
+impl Joint<'_> {
+    /// Decides every call of `batch` in order, each on the states the calls before it left.
+    fn pass(&self, batch: &[JointCall], slot_of: &[Vec<usize>], now: u64) -> JointPass {
+        let life = self.store.version_life();
+        let starts: Vec<Start> = self
+            .slots
             .iter()
-            .map(|s| s.cell.start(now, began, store.version_life()))
+            .map(|s| s.cell.start(now, self.began, life))
             .collect();
-        let quotas: Vec<(Quota, u64)> = slots.iter().map(|s| s.limit.quota()).collect();
+        let quotas: Vec<(Quota, u64)> = self.slots.iter().map(|s| s.limit.quota()).collect();
         let mut work: Vec<Option<KeyState>> = starts.iter().map(|s| s.state).collect();
-        let mut written: Vec<Option<u64>> = vec![None; slots.len()];
+        let mut written: Vec<Option<u64>> = vec![None; self.slots.len()];
         let mut to_read = Vec::new();
         let mut decided = Vec::with_capacity(batch.len());
-        for (call, mine) in batch.iter().zip(&slot_of) {
+        for (call, mine) in batch.iter().zip(slot_of) {
             let call_quotas: Vec<Quota> = mine.iter().map(|&s| quotas[s].0).collect();
             let states: Vec<Option<KeyState>> = mine.iter().map(|&s| work[s]).collect();
             let pass = decide_call(&call.checks, &call_quotas, &states, now);
-            // A denial from a state the store has not confirmed lately: read it first.
             to_read.extend(
                 pass.denied_groups
                     .iter()
@@ -245,81 +314,96 @@ async fn decide_joint(inner: &LimiterInner, batch: &[JointCall]) -> Result<Vec<V
             }
             decided.push(pass.decisions);
         }
-        if !to_read.is_empty() {
-            to_read.sort_unstable();
-            to_read.dedup();
-            for s in to_read {
-                let current = by(
-                    deadline,
-                    store.read_key(&slots[s].limit.name, &slots[s].key),
-                )
-                .await?;
-                learn(&slots[s].limit, &slots[s].cell, current, now)?;
-            }
-            continue;
+        to_read.sort_unstable();
+        to_read.dedup();
+        JointPass {
+            starts,
+            quotas,
+            work,
+            written,
+            to_read,
+            decided,
         }
-        let mut changed = Vec::new();
-        for (s, expires_at) in written.iter().enumerate() {
-            if let (Some(expires_at), Some(state)) = (expires_at, work[s]) {
-                changed.push((s, tagged(state), *expires_at));
-            }
+    }
+
+    /// Reads the current states of `slots` from the store into their cells.
+    async fn read(&self, slots: &[usize], now: u64) -> Result<()> {
+        for &s in slots {
+            let slot = &self.slots[s];
+            let current = by(
+                self.deadline,
+                self.store.read_key(&slot.limit.name, &slot.key),
+            )
+            .await?;
+            learn(&slot.limit, &slot.cell, current, now)?;
         }
+        Ok(())
+    }
+
+    /// Writes what `pass` changed in one all-or-nothing write: true when it is stored (or
+    /// nothing changed); false after a conflict, whose states the cells then know.
+    async fn write(&self, pass: &JointPass, now: u64, conflicts: &mut u32) -> Result<bool> {
+        let changed: Vec<(usize, KeyState, u64)> = pass
+            .written
+            .iter()
+            .enumerate()
+            .filter_map(|(s, exp)| {
+                let expires_at = (*exp)?;
+                Some((s, tagged(pass.work[s]?), expires_at))
+            })
+            .collect();
         if changed.is_empty() {
-            return Ok(decided);
+            return Ok(true);
         }
         let writes: Vec<KeyWrite> = changed
             .iter()
             .map(|&(s, state, expires_at)| KeyWrite {
-                limit: slots[s].limit.name.clone(),
-                quota_version: quotas[s].1,
-                key: slots[s].key.clone(),
-                expected: starts[s].version,
+                limit: self.slots[s].limit.name.clone(),
+                quota_version: pass.quotas[s].1,
+                key: self.slots[s].key.clone(),
+                expected: pass.starts[s].version,
                 value: state.encode(),
                 expires_at,
             })
             .collect();
-        match by(deadline, store.write_keys(&writes)).await? {
+        let found = match by(self.deadline, self.store.write_keys(&writes)).await? {
             WriteOutcome::Written(versions) => {
                 for (&(s, state, expires_at), v) in changed.iter().zip(versions) {
-                    slots[s]
+                    self.slots[s]
                         .cell
                         .set_known(Some(state), Some(v), expires_at, now);
                 }
-                return Ok(decided);
+                return Ok(true);
             }
-            WriteOutcome::Conflict(found) => {
-                let ours = found.len() == writes.len()
-                    && found
-                        .iter()
-                        .zip(&writes)
-                        .all(|(f, w)| f.key.as_ref().is_some_and(|k| k.value == w.value));
-                if ours {
-                    // A retried request of ours applied after all.
-                    for (&(s, state, expires_at), f) in changed.iter().zip(&found) {
-                        let v = f.key.as_ref().map(|k| k.version);
-                        slots[s].cell.set_known(Some(state), v, expires_at, now);
-                    }
-                    return Ok(decided);
-                }
-                for (&(s, _, _), f) in changed.iter().zip(found) {
-                    learn(&slots[s].limit, &slots[s].cell, f, now)?;
-                }
-                conflicts += 1;
-                if pause_after_conflict(conflicts, deadline).await? {
-                    // What the conflict brought is as old as the pause: read afresh (as the
-                    // per-key batch does).
-                    let now = inner.now_ns();
-                    for &(s, _, _) in &changed {
-                        let current = by(
-                            deadline,
-                            store.read_key(&slots[s].limit.name, &slots[s].key),
-                        )
-                        .await?;
-                        learn(&slots[s].limit, &slots[s].cell, current, now)?;
-                    }
-                }
+            WriteOutcome::Conflict(found) => found,
+        };
+        let ours = found.len() == writes.len()
+            && found
+                .iter()
+                .zip(&writes)
+                .all(|(f, w)| f.key.as_ref().is_some_and(|k| k.value == w.value));
+        if ours {
+            // A retried request of ours applied after all.
+            for (&(s, state, expires_at), f) in changed.iter().zip(&found) {
+                let v = f.key.as_ref().map(|k| k.version);
+                self.slots[s]
+                    .cell
+                    .set_known(Some(state), v, expires_at, now);
             }
+            return Ok(true);
         }
+        for (&(s, _, _), f) in changed.iter().zip(found) {
+            learn(&self.slots[s].limit, &self.slots[s].cell, f, now)?;
+        }
+        *conflicts += 1;
+        if pause_after_conflict(*conflicts, self.deadline).await? {
+            // What the conflict brought is as old as the pause: read afresh (as the per-key
+            // batch does).
+            let now = self.inner.now_ns();
+            let slots: Vec<usize> = changed.iter().map(|&(s, _, _)| s).collect();
+            self.read(&slots, now).await?;
+        }
+        Ok(false)
     }
 }
 

@@ -2,7 +2,7 @@
 //! wait loop (`wait.rs`), the coalescing of concurrent checks of a key into one write (`batch.rs`, paced
 //! by `pace.rs`), what the Limiter last saw of each key (`cell.rs`, in `registry.rs`), writes of
 //! many keys sharing one request (`combine.rs`), and `check_all`'s joint writes (`joint.rs`,
-//! decided in `check_all.rs`). The meaning of a rate limit is pure code in [`crate::rate`]; the
+//! decided in `check_all.rs`); a Limiter keeps them in one [`Rates`](rates::Rates) (`rates.rs`). The meaning of a rate limit is pure code in [`crate::rate`]; the
 //! storage is behind [`RateStore`](crate::backend::RateStore).
 //!
 //! Files name each other directly (never through this file), so imports run one way.
@@ -14,6 +14,7 @@ pub(crate) mod combine;
 pub(crate) mod handle;
 pub(crate) mod joint;
 pub(crate) mod pace;
+pub(crate) mod rates;
 pub(crate) mod registry;
 pub(crate) mod wait;
 

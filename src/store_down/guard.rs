@@ -7,7 +7,7 @@ use crate::backend::{lock, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::Decision;
-use crate::rate_limit::check_all::KeyCheck;
+use crate::rate_limit::check_all::{self, KeyCheck};
 use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::wait::{self, WaitAnswer, Waited};
 use crate::store_down::breaker::{BreakerStats, Failure, StoreHealth};
@@ -334,7 +334,8 @@ impl StoreDownGuard {
     }
 
     /// [`Limiter::check_all`] (all or nothing) through the store, or the policy's answer for
-    /// every check if the store is down (`Local`: all or nothing among the local shares).
+    /// every check if the store is down (`Local`: all or nothing among the local shares). One
+    /// check is [`check_n`](Self::check_n)'s, so a caller with one or many need not choose.
     pub async fn check_all(
         &self,
         limiter: &Limiter,
@@ -363,6 +364,13 @@ impl StoreDownGuard {
         let Some(first) = checks.first() else {
             return Err(Error::invalid("check_all needs at least one check"));
         };
+        if let [only] = checks {
+            // One check: `check_n`'s path, with the deadline inside the check so that
+            // coalescing and pacing keep to it (as `Limiter::check_all` chooses).
+            check_all::validate(&limiter.inner, checks)?;
+            let (limit, key, cost) = only.parts();
+            return Ok(vec![self.check_n_by(limit, key, cost, bound).await?]);
+        }
         let name = first.parts().0.name().to_string();
         let health = self.joint_health(limiter, checks);
         if health.as_ref().is_none_or(|h| h.may_try()) {

@@ -2,8 +2,10 @@
 //! envoyproxy/ratelimit) on the sidecar's Limiter, with envoyproxy's YAML rules.
 
 mod answer;
+mod count;
 mod flags;
 mod grpc;
+mod lib_error;
 mod load;
 mod matcher;
 #[cfg(test)]
@@ -11,6 +13,7 @@ mod parity_tests;
 mod parse;
 #[cfg(test)]
 mod parse_tests;
+mod plan;
 mod reload;
 pub mod reload_report;
 mod request;
@@ -20,6 +23,7 @@ mod settings;
 mod yaml;
 
 pub use flags::RlsFlags;
+pub use grpc::Service;
 pub use settings::{FileKeys, GrpcListen, Settings};
 
 use super::metrics::Metrics;

@@ -170,15 +170,12 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
         rules: Vec::new(),
     };
     let mut rules = Vec::new();
-    load_level(
-        &cx,
-        &domain.name,
-        &mut domain.root,
-        "",
-        descriptors,
-        &mut rules,
-        0,
-    )?;
+    let top = Place {
+        domain: &domain.name,
+        parent: "",
+        depth: 0,
+    };
+    load_level(&cx, &top, &mut domain.root, descriptors, &mut rules)?;
     domain.rules = rules;
     Ok(domain)
 }
@@ -202,17 +199,51 @@ const DESCRIPTOR_KEYS: &[&str] = &[
 ];
 const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
+/// A mapping's fields as read by [`Ctx::fields`]: (key, value, line of the key).
+struct Fields<'n>(Vec<(&'n str, &'n Node, usize)>);
+
+impl<'n> Fields<'n> {
+    /// Field `k`'s value and the line of its key.
+    fn get(&self, k: &str) -> Option<(&'n Node, usize)> {
+        self.0
+            .iter()
+            .find(|(n, _, _)| *n == k)
+            .map(|(_, v, l)| (*v, *l))
+    }
+
+    /// Field `k` as a boolean, false when absent.
+    fn flag(&self, cx: &Ctx<'_>, k: &str) -> Result<bool, String> {
+        match self.get(k) {
+            Some((v, _)) => cx.bool(v, k),
+            None => Ok(false),
+        }
+    }
+
+    /// Field `k` as a string, empty when absent.
+    fn text(&self, cx: &Ctx<'_>, k: &str) -> Result<String, String> {
+        match self.get(k) {
+            Some((v, _)) => cx.string(v, k),
+            None => Ok(String::new()),
+        }
+    }
+}
+
+/// Where a level of descriptors is loaded: its domain, the path above it and its depth.
+struct Place<'a> {
+    domain: &'a str,
+    parent: &'a str,
+    depth: usize,
+}
+
 /// envoyproxy's `loadDescriptors`: one level of descriptors into `level`.
 fn load_level(
     cx: &Ctx<'_>,
-    domain: &str,
+    at: &Place<'_>,
     level: &mut Level,
-    parent: &str,
     descriptors: &[Node],
     rules: &mut Vec<Arc<Rule>>,
-    depth: usize,
 ) -> Result<(), String> {
-    if depth >= MAX_DEPTH {
+    if at.depth >= MAX_DEPTH {
         let line = descriptors.first().map_or(1, |d| d.line);
         return Err(cx.err(
             line,
@@ -220,139 +251,151 @@ fn load_level(
         ));
     }
     for d in descriptors {
-        let fields = cx.fields(d, "a descriptor", DESCRIPTOR_KEYS)?;
-        let get = |k: &str| {
-            fields
-                .iter()
-                .find(|(n, _, _)| *n == k)
-                .map(|(_, v, l)| (*v, *l))
-        };
-        let key = match get("key") {
-            Some((v, _)) => cx.string(v, "key")?,
-            None => String::new(),
-        };
-        if key.is_empty() {
-            return Err(cx.err(d.line, "descriptor has an empty key"));
+        load_descriptor(cx, at, level, d, rules)?;
+    }
+    Ok(())
+}
+
+/// One descriptor (its rule, then its own level below) into `level`.
+fn load_descriptor(
+    cx: &Ctx<'_>,
+    at: &Place<'_>,
+    level: &mut Level,
+    d: &Node,
+    rules: &mut Vec<Arc<Rule>>,
+) -> Result<(), String> {
+    let fields = Fields(cx.fields(d, "a descriptor", DESCRIPTOR_KEYS)?);
+    let final_key = composite_key(cx, d, &fields)?;
+    let path = format!("{}{final_key}", at.parent);
+    if level.children.contains_key(&final_key) {
+        return Err(cx.err(
+            d.line,
+            format!("duplicate descriptor composite key {}.{path}", at.domain),
+        ));
+    }
+    let settings = rule_settings(cx, &fields, &final_key)?;
+    let mut child = Level {
+        share_threshold: settings.share_threshold,
+        origin: format!("{}:{}", cx.file.display(), d.line),
+        line: d.line,
+        ..Level::default()
+    };
+    match fields.get("rate_limit") {
+        Some((node, line)) => {
+            let declared = Declared { node, line };
+            let rule = Arc::new(parse_rule(cx, at.domain, &path, declared, &settings)?);
+            rules.push(rule.clone());
+            child.rule = Some(rule);
         }
-        let value = match get("value") {
-            Some((v, _)) => cx.string(v, "value")?,
-            None => String::new(),
-        };
-        let final_key = if value.is_empty() {
-            key.clone()
-        } else {
-            format!("{key}_{value}")
-        };
-        let path = format!("{parent}{final_key}");
-        if level.children.contains_key(&final_key) {
-            return Err(cx.err(
-                d.line,
-                format!("duplicate descriptor composite key {domain}.{path}"),
-            ));
-        }
-        let shadow = match get("shadow_mode") {
-            Some((v, _)) => cx.bool(v, "shadow_mode")?,
-            None => false,
-        };
-        let quota_mode = match get("quota_mode") {
-            Some((v, _)) => cx.bool(v, "quota_mode")?,
-            None => false,
-        };
-        let detailed_metric = match get("detailed_metric") {
-            Some((v, _)) => cx.bool(v, "detailed_metric")?,
-            None => false,
-        };
-        // Loaded for compatibility; it only shapes envoyproxy's statsd names (see
-        // docs/envoy-ratelimit-parity.md).
-        if let Some((v, _)) = get("value_to_metric") {
-            cx.bool(v, "value_to_metric")?;
-        }
-        // Only sent in envoyproxy's dynamic metadata, which we do not produce.
-        if let Some((v, _)) = get("metadata") {
-            if !matches!(v.value, Value::Map(_) | Value::Null) {
+        None => {
+            let tuning = settings.algorithm.map(|(_, l)| l);
+            if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
                 return Err(cx.err(
-                    v.line,
-                    format!("metadata must be a mapping, got {}", v.value.kind()),
+                    line,
+                    "algorithm and burst apply to a descriptor with a rate_limit",
                 ));
             }
         }
-        let share_threshold = match get("share_threshold") {
-            Some((v, line)) => {
-                let on = cx.bool(v, "share_threshold")?;
-                if on && !final_key.contains('*') {
-                    return Err(cx.err(
-                        line,
-                        format!(
-                            "share_threshold applies to wildcard values (with a '*') only, \
-                             but the descriptor's key is {final_key:?}: add a '*' to the value \
-                             or drop share_threshold"
-                        ),
-                    ));
-                }
-                on
-            }
-            None => false,
-        };
-        let algorithm = match get("algorithm") {
-            Some((v, line)) => Some((parse_algorithm(cx, v)?, line)),
-            None => None,
-        };
-        let burst = match get("burst") {
-            Some((v, line)) => Some((cx.number::<u64>(v, "burst", "(1 or more)")?, line)),
-            None => None,
-        };
-        let mut child = Level {
-            share_threshold,
-            origin: format!("{}:{}", cx.file.display(), d.line),
-            line: d.line,
-            ..Level::default()
-        };
-        match get("rate_limit") {
-            Some((rl, line)) => {
-                let at = Declared { node: rl, line };
-                let rule = parse_rule(
-                    cx,
-                    domain,
-                    &path,
-                    at,
-                    shadow,
-                    quota_mode,
-                    detailed_metric,
-                    algorithm,
-                    burst,
-                )?;
-                let rule = Arc::new(rule);
-                rules.push(rule.clone());
-                child.rule = Some(rule);
-            }
-            None => {
-                if let Some((_, line)) = algorithm.or(burst.map(|(_, l)| (Algorithm::Gcra, l))) {
-                    return Err(cx.err(
-                        line,
-                        "algorithm and burst apply to a descriptor with a rate_limit",
-                    ));
-                }
-            }
-        }
-        if let Some((v, _)) = get("descriptors") {
-            let inner = cx.list(v, "descriptors")?;
-            load_level(
-                cx,
-                domain,
-                &mut child,
-                &format!("{path}."),
-                inner,
-                rules,
-                depth + 1,
-            )?;
-        }
-        // envoyproxy: a `*` anywhere in `key_value` makes it a wildcard.
-        if final_key.contains('*') {
-            level.wildcards.push(Wildcard::new(&final_key));
-        }
-        level.children.insert(final_key, child);
     }
+    if let Some((v, _)) = fields.get("descriptors") {
+        let below = Place {
+            domain: at.domain,
+            parent: &format!("{path}."),
+            depth: at.depth + 1,
+        };
+        load_level(cx, &below, &mut child, cx.list(v, "descriptors")?, rules)?;
+    }
+    // envoyproxy: a `*` anywhere in `key_value` makes it a wildcard.
+    if final_key.contains('*') {
+        level.wildcards.push(Wildcard::new(&final_key));
+    }
+    level.children.insert(final_key, child);
     Ok(())
+}
+
+/// envoyproxy's composite key of a descriptor: `key`, or `key_value` when it has a value.
+fn composite_key(cx: &Ctx<'_>, d: &Node, fields: &Fields<'_>) -> Result<String, String> {
+    let key = fields.text(cx, "key")?;
+    if key.is_empty() {
+        return Err(cx.err(d.line, "descriptor has an empty key"));
+    }
+    let value = fields.text(cx, "value")?;
+    Ok(if value.is_empty() {
+        key
+    } else {
+        format!("{key}_{value}")
+    })
+}
+
+/// A descriptor's settings beside its `rate_limit` mapping (the algorithm and burst with the
+/// line of their keys): all shape its rule but `share_threshold`, its level's.
+struct RuleSettings {
+    shadow: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+    share_threshold: bool,
+    algorithm: Option<(Algorithm, usize)>,
+    burst: Option<(u64, usize)>,
+}
+
+/// The descriptor's settings (in envoyproxy's order of checks); the fields loaded only for
+/// compatibility are checked.
+fn rule_settings(
+    cx: &Ctx<'_>,
+    fields: &Fields<'_>,
+    final_key: &str,
+) -> Result<RuleSettings, String> {
+    let shadow = fields.flag(cx, "shadow_mode")?;
+    let quota_mode = fields.flag(cx, "quota_mode")?;
+    let detailed_metric = fields.flag(cx, "detailed_metric")?;
+    // Loaded for compatibility; it only shapes envoyproxy's statsd names (see
+    // docs/envoy-ratelimit-parity.md).
+    fields.flag(cx, "value_to_metric")?;
+    // Only sent in envoyproxy's dynamic metadata, which we do not produce.
+    if let Some((v, _)) = fields.get("metadata") {
+        if !matches!(v.value, Value::Map(_) | Value::Null) {
+            return Err(cx.err(
+                v.line,
+                format!("metadata must be a mapping, got {}", v.value.kind()),
+            ));
+        }
+    }
+    let share_threshold = share_threshold(cx, fields, final_key)?;
+    let algorithm = match fields.get("algorithm") {
+        Some((v, line)) => Some((parse_algorithm(cx, v)?, line)),
+        None => None,
+    };
+    let burst = match fields.get("burst") {
+        Some((v, line)) => Some((cx.number::<u64>(v, "burst", "(1 or more)")?, line)),
+        None => None,
+    };
+    Ok(RuleSettings {
+        shadow,
+        quota_mode,
+        detailed_metric,
+        share_threshold,
+        algorithm,
+        burst,
+    })
+}
+
+/// `share_threshold`, which applies to a wildcard descriptor only.
+fn share_threshold(cx: &Ctx<'_>, fields: &Fields<'_>, final_key: &str) -> Result<bool, String> {
+    let Some((v, line)) = fields.get("share_threshold") else {
+        return Ok(false);
+    };
+    let on = cx.bool(v, "share_threshold")?;
+    if on && !final_key.contains('*') {
+        return Err(cx.err(
+            line,
+            format!(
+                "share_threshold applies to wildcard values (with a '*') only, \
+                 but the descriptor's key is {final_key:?}: add a '*' to the value \
+                 or drop share_threshold"
+            ),
+        ));
+    }
+    Ok(on)
 }
 
 fn parse_algorithm(cx: &Ctx<'_>, v: &Node) -> Result<Algorithm, String> {
@@ -373,133 +416,124 @@ struct Declared<'n> {
     line: usize,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A descriptor's rule: its `rate_limit` mapping read with the descriptor's `settings`.
 fn parse_rule(
     cx: &Ctx<'_>,
     domain: &str,
     path: &str,
     at: Declared<'_>,
-    shadow: bool,
-    quota_mode: bool,
-    detailed_metric: bool,
-    algorithm: Option<(Algorithm, usize)>,
-    burst: Option<(u64, usize)>,
+    settings: &RuleSettings,
 ) -> Result<Rule, String> {
-    let node = at.node;
-    let fields = cx.fields(node, "rate_limit", RATE_LIMIT_KEYS)?;
-    let get = |k: &str| {
-        fields
-            .iter()
-            .find(|(n, _, _)| *n == k)
-            .map(|(_, v, l)| (*v, *l))
+    let fields = Fields(cx.fields(at.node, "rate_limit", RATE_LIMIT_KEYS)?);
+    let unlimited = fields.flag(cx, "unlimited")?;
+    let name = fields.text(cx, "name")?;
+    let replaces = read_replaces(cx, &fields, &name)?;
+    let unit = fields.get("unit");
+    let rpu = fields.get("requests_per_unit");
+    let rule = Rule {
+        domain: domain.to_string(),
+        path: path.to_string(),
+        name,
+        unit: Unit::Second,
+        requests_per_unit: 0,
+        unlimited,
+        shadow: settings.shadow,
+        quota_mode: settings.quota_mode,
+        detailed_metric: settings.detailed_metric,
+        replaces,
+        quota: None,
+        limit_name: limit_name(domain, path),
+        origin: format!("{}:{}", cx.file.display(), at.line),
     };
-    let unlimited = match get("unlimited") {
-        Some((v, _)) => cx.bool(v, "unlimited")?,
-        None => false,
-    };
-    let name = match get("name") {
-        Some((v, _)) => cx.string(v, "name")?,
-        None => String::new(),
-    };
-    let mut replaces = Vec::new();
-    if let Some((v, _)) = get("replaces") {
-        for r in cx.list(v, "replaces")? {
-            let f = cx.fields(r, "a replaces entry", &["name"])?;
-            let n = match f.first() {
-                Some((_, v, _)) => cx.string(v, "replaces name")?,
-                None => String::new(),
-            };
-            if n.is_empty() {
-                return Err(cx.err(r.line, "should not have an empty replaces entry"));
-            }
-            if n == name {
-                return Err(cx.err(
-                    r.line,
-                    "replaces should not contain the name of the same descriptor",
-                ));
-            }
-            replaces.push(n);
-        }
-    }
-    let unit = get("unit");
-    let rpu = get("requests_per_unit");
-    let origin = format!("{}:{}", cx.file.display(), at.line);
-    let limit_name = limit_name(domain, path);
     if unlimited {
         if let Some((_, line)) = unit.or(rpu) {
             return Err(cx.err(line, "unlimited: true takes no unit or requests_per_unit"));
         }
-        if let Some((_, line)) = algorithm
-            .map(|(_, l)| ((), l))
-            .or(burst.map(|(_, l)| ((), l)))
-        {
+        let tuning = settings.algorithm.map(|(_, l)| l);
+        if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
             return Err(cx.err(line, "unlimited: true takes no algorithm or burst"));
         }
-        return Ok(Rule {
-            domain: domain.to_string(),
-            path: path.to_string(),
-            name,
-            unit: Unit::Second,
-            requests_per_unit: 0,
-            unlimited,
-            shadow,
-            quota_mode,
-            detailed_metric,
-            replaces,
-            quota: None,
-            limit_name,
-            origin,
-        });
+        return Ok(rule);
     }
     let unit = match unit {
-        Some((v, _)) => {
-            let text = cx.string(v, "unit")?;
-            Unit::parse(&text).ok_or_else(|| {
-                cx.err(
-                    v.line,
-                    format!(
-                        "invalid rate limit unit {text:?} (second, minute, hour, day, week, month or year)"
-                    ),
-                )
-            })?
-        }
+        Some((v, _)) => read_unit(cx, v)?,
         None => return Err(cx.err(at.line, "rate_limit needs a unit (or unlimited: true)")),
     };
     let requests_per_unit = match rpu {
         Some((v, _)) => cx.number::<u32>(v, "requests_per_unit", "(0 to 4294967295)")?,
         None => 0,
     };
-    let algorithm_used = algorithm.map_or(Algorithm::FixedWindow, |(a, _)| a);
-    if let Some((_, line)) = burst {
-        if algorithm_used != Algorithm::Gcra {
+    Ok(Rule {
+        unit,
+        requests_per_unit,
+        quota: quota_of(cx, at.line, unit, requests_per_unit, settings)?,
+        ..rule
+    })
+}
+
+/// The `replaces` entries of the rule `name`.
+fn read_replaces(cx: &Ctx<'_>, fields: &Fields<'_>, name: &str) -> Result<Vec<String>, String> {
+    let mut replaces = Vec::new();
+    let Some((v, _)) = fields.get("replaces") else {
+        return Ok(replaces);
+    };
+    for r in cx.list(v, "replaces")? {
+        let f = cx.fields(r, "a replaces entry", &["name"])?;
+        let n = match f.first() {
+            Some((_, v, _)) => cx.string(v, "replaces name")?,
+            None => String::new(),
+        };
+        if n.is_empty() {
+            return Err(cx.err(r.line, "should not have an empty replaces entry"));
+        }
+        if n == name {
+            return Err(cx.err(
+                r.line,
+                "replaces should not contain the name of the same descriptor",
+            ));
+        }
+        replaces.push(n);
+    }
+    Ok(replaces)
+}
+
+fn read_unit(cx: &Ctx<'_>, v: &Node) -> Result<Unit, String> {
+    let text = cx.string(v, "unit")?;
+    Unit::parse(&text).ok_or_else(|| {
+        cx.err(
+            v.line,
+            format!(
+                "invalid rate limit unit {text:?} (second, minute, hour, day, week, month or year)"
+            ),
+        )
+    })
+}
+
+/// How a rule of `requests_per_unit` per `unit` counts (`None`: 0, nothing counted), its
+/// algorithm and burst checked; errors at the burst's line, else the rule's (`line`).
+fn quota_of(
+    cx: &Ctx<'_>,
+    line: usize,
+    unit: Unit,
+    requests_per_unit: u32,
+    settings: &RuleSettings,
+) -> Result<Option<Quota>, String> {
+    let algorithm = settings
+        .algorithm
+        .map_or(Algorithm::FixedWindow, |(a, _)| a);
+    if let Some((_, line)) = settings.burst {
+        if algorithm != Algorithm::Gcra {
             return Err(cx.err(line, "burst applies to algorithm: gcra only"));
         }
     }
-    let quota = if requests_per_unit == 0 {
-        None
-    } else {
-        let mut q =
-            Quota::new(u64::from(requests_per_unit), unit.period()).algorithm(algorithm_used);
-        if let Some((b, _)) = burst {
-            q = q.burst(b);
-        }
-        q.validate()
-            .map_err(|e| cx.err(burst.map_or(at.line, |(_, l)| l), e.to_string()))?;
-        Some(q)
-    };
-    Ok(Rule {
-        domain: domain.to_string(),
-        path: path.to_string(),
-        name,
-        unit,
-        requests_per_unit,
-        unlimited,
-        shadow,
-        quota_mode,
-        detailed_metric,
-        replaces,
-        quota,
-        limit_name,
-        origin,
-    })
+    if requests_per_unit == 0 {
+        return Ok(None);
+    }
+    let mut q = Quota::new(u64::from(requests_per_unit), unit.period()).algorithm(algorithm);
+    if let Some((b, _)) = settings.burst {
+        q = q.burst(b);
+    }
+    q.validate()
+        .map_err(|e| cx.err(settings.burst.map_or(line, |(_, l)| l), e.to_string()))?;
+    Ok(Some(q))
 }

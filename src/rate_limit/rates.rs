@@ -1,0 +1,61 @@
+//! [`Rates`]: what one Limiter keeps for its rate limits, in one place owned by this module:
+//! the limits it knows and their keys' last seen states (`registry.rs`), the combiner of
+//! different keys' writes (`combine.rs`), the queue of `check_all` calls (`joint.rs`), and
+//! the counts `Limiter::stats` reports. Other modules call its methods.
+
+use super::combine::{Combiner, Sender};
+use super::joint::JointQueue;
+use super::registry::{LimitShared, RateCounts, RateRegistry};
+use crate::backend::{KeyOutcome, KeyWrite};
+use crate::error::Result;
+use crate::rate::Quota;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// A Limiter's rate-limit internals.
+#[derive(Debug, Default)]
+pub(crate) struct Rates {
+    /// What this Limiter knows of its rate limits (quotas, last seen key states).
+    registry: RateRegistry,
+    /// Decisions by where they were made (see `RequestStats`).
+    counts: RateCounts,
+    /// Writes of different keys ready together share one store request.
+    writes: Arc<Combiner>,
+    /// `check_all` calls waiting for the next joint write.
+    joint: JointQueue,
+}
+
+impl Rates {
+    /// The shared state of limit `name` (see [`RateRegistry::limit`]).
+    pub(crate) fn limit(&self, name: &str, quota: Quota, version: u64) -> Arc<LimitShared> {
+        self.registry.limit(name, quota, version)
+    }
+
+    /// Sends one key's `write`, combined with other keys' writes ready now.
+    pub(crate) async fn write(&self, sender: &Sender, write: KeyWrite) -> Result<KeyOutcome> {
+        self.writes.write(sender, write).await
+    }
+
+    /// The queue of `check_all` calls.
+    pub(crate) fn joint(&self) -> &JointQueue {
+        &self.joint
+    }
+
+    /// Counts a decision made from what the Limiter knew, without a store request.
+    pub(crate) fn count_local_answer(&self) {
+        self.counts.local_answers.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a batch of checks sent to the store.
+    pub(crate) fn count_batch(&self) {
+        self.counts.batches.fetch_add(1, Relaxed);
+    }
+
+    /// (batches, local answers) so far.
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        (
+            self.counts.batches.load(Relaxed),
+            self.counts.local_answers.load(Relaxed),
+        )
+    }
+}
