@@ -80,9 +80,9 @@ redis_harness!(SingleHarness, |p: &str| single().url(p));
 redis_harness!(ClusterHarness, |p: &str| cluster().url(p));
 redis_harness!(SentinelHarness, |p: &str| sentinel().url(p));
 
-clusterlimit::rate_contract_suite!(redis_single, SingleHarness);
-clusterlimit::rate_contract_suite!(redis_cluster, ClusterHarness);
-clusterlimit::rate_contract_suite!(redis_sentinel, SentinelHarness);
+clusterlimit::rate_contract_suite!(redis_single, SingleHarness, rate_only);
+clusterlimit::rate_contract_suite!(redis_cluster, ClusterHarness, rate_only);
+clusterlimit::rate_contract_suite!(redis_sentinel, SentinelHarness, rate_only);
 
 fn run<F: std::future::Future>(f: F) -> F::Output {
     clusterlimit::testing::block_on(f)

@@ -88,7 +88,8 @@ pub use util::{
     within, POLL,
 };
 
-/// `rate_contract_suite!(module, HarnessType)`: every rate-limit case of
+/// `rate_contract_suite!(module, HarnessType)` (or `…, HarnessType, rate_only)` for a store
+/// without semaphores): every rate-limit case of
 /// [`testing::rate_cases`](crate::testing::rate_cases) and every store case of
 /// [`testing::rate_store_cases`](crate::testing::rate_store_cases) on one backend, as
 /// [`contract_suite!`](crate::contract_suite) does for semaphores (same [`Harness`]; the
@@ -98,28 +99,33 @@ pub use util::{
 #[macro_export]
 macro_rules! rate_contract_suite {
     ($module:ident, $harness:ty $(,)?) => {
-        $crate::rate_contract_suite!(@cases $module, $harness;
-            rate_gcra_decisions,
-            rate_shared_between_limiters,
-            rate_costs,
-            rate_windows,
-            rate_ban,
-            rate_quota_storage,
-            rate_warm_up,
-            rate_set_quota_is_live,
-            rate_reset,
-            rate_wait,
-            rate_check_all,
-            rate_bad_input,
-            rate_request_counts,
-            rate_closed,
-            rate_exact_under_contention,
-            rate_write_each,
+        $crate::rate_contract_suite!(@all $module, $harness;
+            rate_store_cases::store_limits_beside_semaphores,
         );
     };
-    (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
+    // A store that keeps rate limits and no semaphores (Redis, for now): every case but the
+    // one that opens semaphores beside rate limits.
+    ($module:ident, $harness:ty, rate_only $(,)?) => {
+        $crate::rate_contract_suite!(@all $module, $harness;);
+    };
+    (@all $module:ident, $harness:ty; $($xset:ident :: $xcase:ident,)*) => {
         $crate::contract_suite!(@run $module, $harness;
-            $(rate_cases::$case,)*
+            rate_cases::rate_gcra_decisions,
+            rate_cases::rate_shared_between_limiters,
+            rate_cases::rate_costs,
+            rate_cases::rate_windows,
+            rate_cases::rate_ban,
+            rate_cases::rate_quota_storage,
+            rate_cases::rate_warm_up,
+            rate_cases::rate_set_quota_is_live,
+            rate_cases::rate_reset,
+            rate_cases::rate_wait,
+            rate_cases::rate_check_all,
+            rate_cases::rate_bad_input,
+            rate_cases::rate_request_counts,
+            rate_cases::rate_closed,
+            rate_cases::rate_exact_under_contention,
+            rate_cases::rate_write_each,
             rate_store_cases::store_limits,
             rate_store_cases::store_compare_and_swap,
             rate_store_cases::store_quota_versions,
@@ -127,6 +133,7 @@ macro_rules! rate_contract_suite {
             rate_store_cases::store_keys_kept_as_given_and_reset,
             rate_store_cases::store_idle_keys_vanish,
             rate_store_cases::store_rewritten_keys_stay,
+            $($xset::$xcase,)*
         );
     };
 }

@@ -164,17 +164,22 @@ pub async fn store_limits(h: &impl Harness) {
         s.ensure_limit("other", None).await.expect("open"),
         v("q3", other)
     );
+    assert_eq!(s.limits().await.expect("limits"), vec!["api", "other"]);
+    l.close().await.expect("close");
+}
 
-    // A semaphore of the same name is another thing: no collision either way.
+/// A semaphore of the same name as a rate limit is another thing: no collision either way
+/// (for stores that keep both).
+pub async fn store_limits_beside_semaphores(h: &impl Harness) {
+    let l = limiter(h).await;
+    let s = store_of(&l);
+    let stored = ensure(s, "api", "q1").await;
     l.semaphore("api", 2).await.expect("semaphore api");
     l.semaphore("sem-only", 1)
         .await
         .expect("semaphore sem-only");
-    assert_eq!(s.limits().await.expect("limits"), vec!["api", "other"]);
-    assert_eq!(
-        s.ensure_limit("api", None).await.expect("open"),
-        v("q2", v2)
-    );
+    assert_eq!(s.limits().await.expect("limits"), vec!["api"]);
+    assert_eq!(s.ensure_limit("api", None).await.expect("open"), stored);
     not_found(s.ensure_limit("sem-only", None).await, "sem-only");
     l.close().await.expect("close");
 }
@@ -299,8 +304,9 @@ pub async fn store_quota_versions(h: &impl Harness) {
     l.close().await.expect("close");
 }
 
-/// Keys `limit`/`key` of `candidates` that the store keeps in the same part as `first`, so one
-/// batch may join them (a sharded store commits together only keys of one cluster).
+/// Keys `limit`/`key` of `candidates` that the store keeps in the same part as `first` and
+/// lets join it in one batch (a sharded store commits together only keys of one cluster, a
+/// Redis Cluster only keys of one slot).
 fn same_part<'a>(
     s: &dyn RateStore,
     first: (&str, &str),
@@ -310,7 +316,7 @@ fn same_part<'a>(
 ) -> Vec<(&'a str, String)> {
     let part = s.part_of(first.0, first.1);
     let keys: Vec<(&str, String)> = candidates
-        .filter(|k| s.part_of(limit, k) == part)
+        .filter(|k| s.part_of(limit, k) == part && s.joint_keys(&[first, (limit, k)]).is_ok())
         .take(n)
         .map(|k| (limit, k))
         .collect();

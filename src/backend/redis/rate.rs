@@ -10,6 +10,7 @@
 use super::keys::GRACE;
 use super::reply::{self, Found};
 use super::RedisBackend;
+use crate::backend::rate_store::{before_write, before_write_each};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
@@ -238,6 +239,9 @@ impl RateStore for RedisBackend {
     }
 
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
+        if let Some(answer) = before_write(writes)? {
+            return Ok(answer);
+        }
         let buckets = self.by_bucket(writes);
         let mut buckets = buckets.into_iter();
         let Some((bucket, first)) = buckets.next() else {
@@ -254,6 +258,9 @@ impl RateStore for RedisBackend {
     }
 
     async fn write_each(&self, writes: &[KeyWrite]) -> Vec<Result<KeyOutcome>> {
+        if let Some(answer) = before_write_each(writes) {
+            return answer;
+        }
         let buckets = self.by_bucket(writes);
         let sent = buckets.iter().map(|(bucket, ws)| async move {
             let only: Vec<&KeyWrite> = ws.iter().map(|(_, w)| *w).collect();
