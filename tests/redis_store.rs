@@ -270,3 +270,58 @@ fn keys_expire_in_redis() {
         l.close().await.unwrap();
     });
 }
+
+/// Announcements (the sidecars' fleet view): one value per Limiter and board, replaced by a
+/// second announce, removed by withdraw and by close, and lapsing within a session TTL once a
+/// Limiter stops refreshing them (its process died); kept alive while it lives.
+#[test]
+fn announcements_live_as_long_as_their_limiter() {
+    let url = cluster().url(&unique_prefix());
+    run(async move {
+        let ttl = Duration::from_secs(2);
+        let connect = || Limiter::builder(&url).session_ttl(ttl).connect();
+        let (a, b, reader) = (
+            connect().await.unwrap(),
+            connect().await.unwrap(),
+            connect().await.unwrap(),
+        );
+        let board = |l: &Limiter| {
+            let l = l.clone();
+            async move {
+                l.announcements("fleet")
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| (x.id, x.value))
+                    .collect::<Vec<_>>()
+            }
+        };
+        a.announce("fleet", b"a1").await.unwrap();
+        b.announce("fleet", b"b1").await.unwrap();
+        a.announce("fleet", b"a2").await.unwrap();
+        let mut want = vec![
+            (a.announcer_id().to_string(), b"a2".to_vec()),
+            (b.announcer_id().to_string(), b"b1".to_vec()),
+        ];
+        want.sort();
+        assert_eq!(board(&reader).await, want);
+        // Alive well past the TTL: refreshed.
+        tokio::time::sleep(ttl * 3).await;
+        assert_eq!(board(&reader).await, want);
+        b.withdraw("fleet").await.unwrap();
+        b.withdraw("fleet").await.unwrap();
+        assert_eq!(board(&reader).await.len(), 1);
+        b.announce("fleet", b"b2").await.unwrap();
+        a.close().await.unwrap();
+        assert_eq!(
+            board(&reader).await,
+            vec![(b.announcer_id().to_string(), b"b2".to_vec())]
+        );
+        // A Limiter that stops refreshing (dropped without close, as a killed process): its
+        // value lapses within one TTL.
+        drop(b);
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        assert_eq!(board(&reader).await, vec![]);
+        reader.close().await.unwrap();
+    });
+}

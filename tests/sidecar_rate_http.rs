@@ -383,6 +383,15 @@ async fn every_route_on_zookeeper() {
     every_route(&sc.url, "zookeeper").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_on_redis() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    let sc = Sidecar::start(&["--store", &redis.url("rate-routes")]).await;
+    every_route(&sc.url, "redis").await;
+}
+
 /// Two sidecars on one store, hammered at once: together never over the limit. fail_closed and
 /// a long store timeout, so a slow write on a loaded machine is waited for (and a timed-out
 /// one denies, uncounted) rather than admitted by the policy: every answer must come from the
@@ -439,6 +448,14 @@ async fn two_sidecars_on_one_etcd_never_go_over_the_limit() {
 async fn two_sidecars_on_one_zookeeper_never_go_over_the_limit() {
     let zk = ZkCluster::single();
     two_sidecars_share_the_limit(&zk.url("/rate-two")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_share_the_limit_on_redis_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| support::redis::RedisCluster::start(3))
+        .await
+        .unwrap();
+    two_sidecars_share_the_limit(&cluster.url("rate-two")).await;
 }
 
 /// A quota changed through sidecar A, seen by sidecar B which opened the limit before.

@@ -68,7 +68,7 @@ fn io_text(e: &RedisError) -> String {
     let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
     match io {
         Some(io) => io.to_string(),
-        None => e.detail().unwrap_or("the connection failed").to_string(),
+        None => e.detail().map_or_else(|| e.to_string(), str::to_string),
     }
 }
 

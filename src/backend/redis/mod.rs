@@ -8,8 +8,10 @@
 //! matters (see `docs/stores.md`).
 //!
 //! Permits (semaphores) are not kept on Redis yet: their calls fail with `InvalidArgument`
-//! saying so, and the store lists no semaphores.
+//! saying so, and the store lists no semaphores. Announcements (the fleet view) are kept
+//! (`board.rs`).
 
+mod board;
 mod config;
 mod describe;
 mod keys;
@@ -27,15 +29,18 @@ use crate::lost::LostSignal;
 use crate::stats::RequestStats;
 use crate::status::Status;
 use async_trait::async_trait;
+use board::Board;
 use keys::{Keys, CLUSTER_BUCKETS};
 use link::Link;
 use scripts::Scripts;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A connection to a Redis deployment that keeps rate limits.
 #[derive(Debug)]
 pub struct RedisBackend {
-    link: Link,
+    link: Arc<Link>,
+    board: Arc<Board>,
     keys: Keys,
     scripts: Scripts,
     session_ttl: Duration,
@@ -47,13 +52,14 @@ impl RedisBackend {
     pub async fn connect(config: RedisConfig) -> Result<RedisBackend> {
         let session_ttl = config.session_ttl;
         let prefix = config.prefix.clone();
-        let link = Link::connect(config).await?;
+        let link = Arc::new(Link::connect(config).await?);
         let buckets = if link.is_cluster() {
             CLUSTER_BUCKETS
         } else {
             1
         };
         Ok(RedisBackend {
+            board: Board::new(&link, &prefix, session_ttl),
             keys: Keys::new(&prefix, buckets),
             link,
             scripts: Scripts::new(),
@@ -114,15 +120,30 @@ impl Backend for RedisBackend {
 
     async fn end_session(&self, _session: &LostSignal) {}
 
+    async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        self.board.announce(board, id, value).await
+    }
+
+    async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.board.read(board).await
+    }
+
+    async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        self.board.withdraw(board, id).await
+    }
+
     fn rate_store(&self) -> Option<&dyn RateStore> {
         Some(self)
     }
 
     async fn close(&self) -> Result<()> {
+        self.board.close().await;
         Ok(())
     }
 
-    fn shutdown(&self) {}
+    fn shutdown(&self) {
+        self.board.stop();
+    }
 }
 
 /// What a Redis store's [`RateStore::version_life`] answers (needed before it is connected,
