@@ -77,8 +77,10 @@ pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dy
             prefix,
             tls,
             user,
+            wait_replicas,
         } => {
             let mut config = RedisConfig::new(mode, prefix);
+            config.wait_replicas = wait_replicas;
             config.tls = o.tls.clone().or(tls);
             config.user = user;
             config.request_timeout = o.request_timeout;

@@ -124,6 +124,9 @@ pub enum StoreUrl {
         tls: Option<TlsFiles>,
         /// Authentication, if any (a password from the environment counts without it).
         user: Option<RedisUser>,
+        /// `?wait_replicas=N`: a rate-limit write counts only once N replicas acknowledged it
+        /// (Redis `WAIT`), so a failover to one of them loses no admitted request (0: off).
+        wait_replicas: u32,
     },
     /// `URL;URL;…`: rate-limit keys spread over several clusters of one kind (see
     /// `docs/rate-limits.md`, "Sharding"); semaphores live on the first.
@@ -500,6 +503,19 @@ fn parse_redis(
         (RedisMode::Single { host }, path)
     };
     let tls = settings.tls(secure, "rediss://")?;
+    let wait_replicas = match settings.take("wait_replicas")? {
+        None => 0,
+        Some(n) => n.parse::<u32>().ok().filter(|n| *n <= 16).ok_or_else(|| {
+            Error::invalid(format!(
+                "store URL {url}: wait_replicas={n:?} is not a number of replicas from 0 to 16"
+            ))
+        })?,
+    };
+    if wait_replicas > 0 && matches!(mode, RedisMode::Cluster { .. }) {
+        return Err(Error::invalid(format!(
+            "store URL {url}: wait_replicas= is for redis:// and redis+sentinel:// (a Redis Cluster's replicas are not waited for yet)"
+        )));
+    }
     let name = settings.take("user")?.map(str::to_string);
     let password_file = settings.take_path("password_file")?;
     let user = (name.is_some() || password_file.is_some()).then_some(RedisUser {
@@ -526,6 +542,7 @@ fn parse_redis(
         prefix: prefix.to_string(),
         tls,
         user,
+        wait_replicas,
     })
 }
 

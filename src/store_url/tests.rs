@@ -298,6 +298,7 @@ fn redis_urls() {
             prefix: "app".into(),
             tls: None,
             user: None,
+            wait_replicas: 0,
         }
     );
     let StoreUrl::Redis { mode, prefix, .. } =
@@ -344,6 +345,8 @@ fn redis_urls() {
         ("redis://h:1/a{b}", "bad key prefix"),
         ("redis://h:1/p?cacert=/ca", "rediss://"),
         ("redis://h/p", "HOST:PORT"),
+        ("redis://h:1/p?wait_replicas=x", "wait_replicas"),
+        ("redis+cluster://h:1/p?wait_replicas=1", "Redis Cluster"),
     ] {
         let err = StoreUrl::parse(bad).unwrap_err().to_string();
         assert!(err.contains(says), "{bad}: {err}");

@@ -178,10 +178,10 @@ impl RedisCluster {
     }
 }
 
-/// A primary, a replica of it, and one sentinel (quorum 1) watching them as `service`.
+/// A primary, replicas of it, and one sentinel (quorum 1) watching them as `service`.
 pub struct RedisSentinel {
     pub primary: RedisServer,
-    pub replica: RedisServer,
+    pub replicas: Vec<RedisServer>,
     pub sentinel_port: u16,
     sentinel: ServerProcess,
 }
@@ -189,10 +189,17 @@ pub struct RedisSentinel {
 impl RedisSentinel {
     pub const SERVICE: &'static str = "clusterlimit";
 
+    /// With one replica.
     pub fn start() -> RedisSentinel {
+        Self::start_with_replicas(1)
+    }
+
+    pub fn start_with_replicas(n: usize) -> RedisSentinel {
         let primary = RedisServer::start();
-        let replica = RedisServer::start_with(&[]);
-        replica.cli(&["replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let replicas: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+        for r in &replicas {
+            r.cli(&["replicaof", "127.0.0.1", &primary.port.to_string()]);
+        }
         let sentinel_port = free_ports(1)[0];
         let mut sentinel =
             ServerProcess::new("redis-sentinel", "clusterlimit-sentinel-", "sentinel.log");
@@ -216,9 +223,30 @@ impl RedisSentinel {
             .spawn(&mut cmd, &format!("redis-sentinel on port {sentinel_port}"))
             .unwrap_or_else(|e| panic!("cannot start redis-sentinel: {e}; {INSTALL_HINT}"));
         wait_for_pong(&mut sentinel, sentinel_port);
+        // A failover needs replicas in sync that the sentinel knows of (it learns replicas
+        // from the primary's INFO, every 10 s at first): wait for all.
+        let until = Instant::now() + Duration::from_secs(30);
+        while !replicas.iter().all(|r| {
+            let synced = r
+                .cli(&["info", "replication"])
+                .contains("master_link_status:up");
+            let known = Command::new(binary("redis-cli"))
+                .args(["-p", &sentinel_port.to_string()])
+                .args(["sentinel", "replicas", Self::SERVICE])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&r.port.to_string()));
+            synced && known
+        }) {
+            assert!(
+                Instant::now() < until,
+                "the sentinel did not learn of the synced replicas within 30 s:\n{}",
+                sentinel.log_tail(20)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         RedisSentinel {
             primary,
-            replica,
+            replicas,
             sentinel_port,
             sentinel,
         }

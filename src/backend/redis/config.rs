@@ -18,8 +18,10 @@ pub struct RedisConfig {
     pub user: Option<RedisUser>,
     /// Bound on each request, retries included.
     pub request_timeout: Duration,
-    /// Reported as the session TTL (Redis keeps no sessions for rate limits).
+    /// Reported as the session TTL, and how long an announcement outlives its last refresh.
     pub session_ttl: Duration,
+    /// Replicas that must acknowledge each rate-limit write (`WAIT`) before it counts; 0: off.
+    pub wait_replicas: u32,
 }
 
 impl RedisConfig {
@@ -32,6 +34,7 @@ impl RedisConfig {
             user: None,
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             session_ttl: crate::timing::DEFAULT_SESSION_TTL,
+            wait_replicas: 0,
         }
     }
 

@@ -110,6 +110,11 @@ impl Link {
         self.config.request_timeout
     }
 
+    /// Replicas each rate-limit write waits for (`WAIT`); 0: none.
+    pub(super) fn wait_replicas(&self) -> u32 {
+        self.config.wait_replicas
+    }
+
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self.config.mode, RedisMode::Cluster { .. })
     }

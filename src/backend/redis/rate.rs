@@ -34,9 +34,11 @@ impl RedisBackend {
         let quotas = self.keys.bucket_quotas(bucket);
         let mode = if joint { "joint" } else { "each" };
         let grace = GRACE.as_millis() as u64;
-        let value: redis::Value = self
+        let deadline = self.deadline();
+        let wait = self.link.wait_replicas();
+        let (value, acked): (redis::Value, i64) = self
             .link
-            .run(RequestKind::Txn, self.deadline(), |mut c| {
+            .run(RequestKind::Txn, deadline, |mut c| {
                 let mut inv = self.scripts.write.prepare_invoke();
                 inv.key(&quotas).arg(mode).arg(grace);
                 for w in writes {
@@ -47,10 +49,31 @@ impl RedisBackend {
                         .arg(&w.value[..])
                         .arg(w.expires_at.div_ceil(1_000_000));
                 }
-                async move { inv.invoke_async(&mut c).await }
+                async move {
+                    let value = inv.invoke_async(&mut c).await?;
+                    if wait == 0 {
+                        return Ok((value, 0));
+                    }
+                    // The replicas' acknowledgement of everything this connection wrote,
+                    // within what is left of the request's time.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let acked = redis::cmd("WAIT")
+                        .arg(wait)
+                        .arg(left.as_millis().max(1) as u64)
+                        .query_async(&mut c)
+                        .await?;
+                    Ok((value, acked))
+                }
             })
             .await?;
-        reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))
+        let found = reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))?;
+        if acked < i64::from(wait) && found.iter().any(|f| matches!(f, Found::Written(_))) {
+            return Err(Error::store(format!(
+                "{}: the write is on the primary but only {acked} of {wait} replicas acknowledged it in time; it does not count as admitted (a failover could lose it)",
+                self.link.shown()
+            )));
+        }
+        Ok(found)
     }
 
     /// Writes to `bucket`, bringing its quota copies up to date and sending once more if a
