@@ -485,3 +485,54 @@ fn sentinel_failover_losses_with_and_without_wait() {
         waited.over_admitted()
     );
 }
+
+/// `rediss://` with the CA that signed the server and an ACL user whose password is in a file:
+/// checks are counted; a wrong password, an unknown CA and a missing password file each fail
+/// with a message that says which.
+#[test]
+fn tls_and_acl_users() {
+    let pki = support::certs::TestPki::new();
+    let (server, tls_port) =
+        RedisServer::start_tls(&pki, &["--user", "limiter", "on", ">s3cret", "~*", "+@all"]);
+    let dir = pki.dir().to_path_buf();
+    let good = dir.join("password");
+    let bad = dir.join("wrong");
+    std::fs::write(&good, "s3cret\n").unwrap();
+    std::fs::write(&bad, "nope\n").unwrap();
+    let url = |ca: &std::path::Path, pw: &std::path::Path| {
+        format!(
+            "rediss://127.0.0.1:{tls_port}/tls?cacert={}&user=limiter&password_file={}",
+            ca.display(),
+            pw.display()
+        )
+    };
+    let (ok, wrong_pw, wrong_ca, no_file) = (
+        url(&pki.ca, &good),
+        url(&pki.ca, &bad),
+        url(&pki.other_ca, &good),
+        url(&pki.ca, &dir.join("absent")),
+    );
+    run(async move {
+        let l = Limiter::connect(&ok).await.unwrap();
+        let rl = l.rate_limit("api", Quota::per_minute(2)).await.unwrap();
+        assert!(rl.check("k").await.unwrap().allowed);
+        assert!(rl.check("k").await.unwrap().allowed);
+        assert!(!rl.check("k").await.unwrap().allowed);
+        l.close().await.unwrap();
+
+        let text = Limiter::connect(&wrong_pw).await.unwrap_err().to_string();
+        assert!(text.contains("authentication failed"), "{text}");
+        assert!(!text.contains("s3cret") && !text.contains("nope"), "{text}");
+        let text = Limiter::builder(&wrong_ca)
+            .request_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(text.to_lowercase().contains("certificate"), "{text}");
+        let err = Limiter::connect(&no_file).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(err.to_string().contains("password file"), "{err}");
+    });
+    drop(server);
+}

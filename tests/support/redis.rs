@@ -89,6 +89,32 @@ impl RedisServer {
         wait_for_pong(&mut self.server, self.port);
     }
 
+    /// A server that also listens for TLS (certificates of `pki`, client certificates
+    /// optional) on the returned port, with `extra` arguments.
+    pub fn start_tls(pki: &super::certs::TestPki, extra: &[&str]) -> (RedisServer, u16) {
+        let tls_port = free_ports(1)[0].to_string();
+        let (cert, key, ca) = (
+            pki.server.cert.display().to_string(),
+            pki.server.key.display().to_string(),
+            pki.ca.display().to_string(),
+        );
+        let mut args = vec![
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "optional",
+        ];
+        args.extend_from_slice(extra);
+        let server = RedisServer::start_with(&args);
+        (server, tls_port.parse().expect("port"))
+    }
+
     /// `redis://127.0.0.1:PORT/prefix`.
     pub fn url(&self, prefix: &str) -> String {
         format!("redis://127.0.0.1:{}/{prefix}", self.port)
