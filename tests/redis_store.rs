@@ -536,3 +536,35 @@ fn tls_and_acl_users() {
     });
     drop(server);
 }
+
+/// The members the views list: Sentinel's primary and its replica, a cluster's three primaries.
+#[test]
+fn members_name_primaries_and_replicas() {
+    let (s, c) = (sentinel(), cluster());
+    let (surl, curl) = (s.url(&unique_prefix()), c.url(&unique_prefix()));
+    let (primary, replica) = (s.primary.host(), s.replicas[0].host());
+    let nodes: Vec<String> = c.nodes.iter().map(RedisServer::host).collect();
+    run(async move {
+        let l = Limiter::connect(&surl).await.unwrap();
+        let m = l.store_members().await.unwrap();
+        let roles: Vec<(&str, &str)> = m
+            .iter()
+            .map(|m| (m.address.as_str(), m.role.as_str()))
+            .collect();
+        assert_eq!(
+            roles,
+            vec![(primary.as_str(), "primary"), (replica.as_str(), "replica")]
+        );
+        l.close().await.unwrap();
+        let l = Limiter::connect(&curl).await.unwrap();
+        let m = l.store_members().await.unwrap();
+        let mut want = nodes.clone();
+        want.sort();
+        assert_eq!(
+            m.iter().map(|m| m.address.clone()).collect::<Vec<_>>(),
+            want
+        );
+        assert!(m.iter().all(|m| m.role == "primary"), "{m:?}");
+        l.close().await.unwrap();
+    });
+}

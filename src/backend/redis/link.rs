@@ -72,6 +72,9 @@ pub(super) struct Link {
     password: Option<String>,
     shown: String,
     current: Mutex<Option<Conn>>,
+    /// `HOST:PORT` of the server the current connection reaches (one Redis, Sentinel's
+    /// primary); `None` on a Redis Cluster or before connecting.
+    server: std::sync::Mutex<Option<String>>,
     pub(super) stats: RequestCounters,
 }
 
@@ -91,6 +94,7 @@ impl Link {
             password,
             config,
             current: Mutex::new(None),
+            server: std::sync::Mutex::new(None),
             stats: RequestCounters::default(),
         };
         let deadline = Instant::now() + link.config.request_timeout;
@@ -113,6 +117,11 @@ impl Link {
     /// Replicas each rate-limit write waits for (`WAIT`); 0: none.
     pub(super) fn wait_replicas(&self) -> u32 {
         self.config.wait_replicas
+    }
+
+    /// `HOST:PORT` of the server connected to now (one Redis or Sentinel's primary).
+    pub(super) fn server(&self) -> Option<String> {
+        crate::backend::lock(&self.server).clone()
     }
 
     pub(super) fn is_cluster(&self) -> bool {
@@ -183,6 +192,7 @@ impl Link {
         match &self.config.mode {
             RedisMode::Single { host } => {
                 let client = self.client(host)?;
+                *crate::backend::lock(&self.server) = Some(host.clone());
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None);
@@ -214,6 +224,8 @@ impl Link {
                         .set_client_to_redis_certificates(self.certificates()?);
                 }
                 let client = builder.build()?.async_get_client().await?;
+                *crate::backend::lock(&self.server) =
+                    Some(client.get_connection_info().addr().to_string());
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
                     .set_response_timeout(None);

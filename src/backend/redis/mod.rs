@@ -16,6 +16,7 @@ mod config;
 mod describe;
 mod keys;
 mod link;
+mod members;
 mod rate;
 mod reply;
 mod scripts;
@@ -130,6 +131,36 @@ impl Backend for RedisBackend {
 
     async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
         self.board.withdraw(board, id).await
+    }
+
+    async fn members(&self) -> Result<Vec<crate::members::StoreMember>> {
+        let deadline = tokio::time::Instant::now() + self.link.request_timeout();
+        let cluster = self.link.is_cluster();
+        let text: String = self
+            .link
+            .run(
+                crate::stats::RequestKind::Range,
+                deadline,
+                |mut c| async move {
+                    match cluster {
+                        true => redis::cmd("CLUSTER").arg("NODES").query_async(&mut c).await,
+                        false => {
+                            redis::cmd("INFO")
+                                .arg("replication")
+                                .query_async(&mut c)
+                                .await
+                        }
+                    }
+                },
+            )
+            .await?;
+        Ok(match (cluster, self.link.server()) {
+            (true, _) => members::from_cluster_nodes(&text),
+            (false, server) => members::from_replication(
+                &server.unwrap_or_else(|| self.link.shown().to_string()),
+                &text,
+            ),
+        })
     }
 
     fn rate_store(&self) -> Option<&dyn RateStore> {
