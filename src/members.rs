@@ -9,7 +9,8 @@ pub struct StoreMember {
     /// Where clients reach it (its first client URL or address), if the store says.
     pub address: String,
     /// `leader`, `follower`, `participant`/`observer` (ZooKeeper, which does not say who
-    /// leads to a client), `embedded` (memory://), or `unreachable` (a cluster of a sharded
-    /// store that did not answer: named by its URL, its members unknown).
+    /// leads to a client), `primary`/`replica` (Redis; `(failing)` or a replication state may
+    /// follow), `embedded` (memory://), or `unreachable` (a cluster of a sharded store that
+    /// did not answer: named by its URL, its members unknown).
     pub role: String,
 }
