@@ -29,6 +29,7 @@ pub struct EtcdUser {
 
 /// Who may change the ZooKeeper nodes clusterlimit creates (`zk://…?acl=creator|open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ZkAcl {
     /// Only the digest identity that created a node may change or delete it (and what is
     /// under it); anyone may read. The default when digest credentials are given; needs them.
@@ -40,6 +41,7 @@ pub enum ZkAcl {
 
 /// A parsed store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreUrl {
     /// `memory://NAME`: in-process store shared by every Limiter opened on the same NAME.
     Memory {

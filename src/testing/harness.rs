@@ -91,11 +91,11 @@ impl LimiterOptions {
         }
         if self
             .request_timeout
-            .is_some_and(|t| t.is_zero() || t > crate::MAX_REQUEST_TIMEOUT)
+            .is_some_and(|t| t.is_zero() || t > crate::Limiter::MAX_REQUEST_TIMEOUT)
         {
             return Err(Error::invalid(format!(
                 "request timeout must be above zero and at most {:?}",
-                crate::MAX_REQUEST_TIMEOUT
+                crate::Limiter::MAX_REQUEST_TIMEOUT
             )));
         }
         Ok(())
