@@ -212,7 +212,8 @@ impl Backend for EtcdBackend {
         };
         self.strays.tracked.forget_lost();
         if let Err(e) = self.revoke(&session, Until::Deadline).await {
-            tracing::warn!(lease = session.lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
+            let store = self.endpoints.all_urls();
+            tracing::warn!(lease = session.lease, %store, "revoking the lease of an ended session at etcd {store} failed: {e}; etcd expires it within the session TTL");
         }
     }
 

@@ -283,7 +283,11 @@ impl SemWatch {
         while !self.stop.is_cancelled() {
             match self.watch_once(&cfg, &mut pause).await {
                 Ok(()) => outage.ok("etcd semaphore watch"),
-                Err(e) => outage.failed("etcd semaphore watch", &super::describe::failure(&e)),
+                Err(e) => outage.failed(
+                    "etcd semaphore watch",
+                    &cfg.endpoints.all_urls(),
+                    &super::describe::failure(&e),
+                ),
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return,

@@ -213,7 +213,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        Some(r) = servers.join_next() => tracing::error!(result = ?r, "server stopped unexpectedly"),
+        Some(r) = servers.join_next() => match r {
+            Ok(Ok(())) => tracing::error!("a listener (HTTP, Unix socket or RLS) stopped by itself; shutting down"),
+            Ok(Err(e)) => tracing::error!("a listener (HTTP, Unix socket or RLS) failed: {e}; shutting down"),
+            Err(e) if e.is_panic() => tracing::error!("a listener (HTTP, Unix socket or RLS) panicked; shutting down"),
+            Err(_) => tracing::error!("a listener (HTTP, Unix socket or RLS) was cancelled; shutting down"),
+        },
     }
     // Stop accepting; long-polls answer 503; then revoke the session, which releases every
     // permit at once.
@@ -227,7 +232,10 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     .await
     .is_err()
     {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing anyway");
+        tracing::warn!(
+            "connections still open after {}; closing anyway",
+            humantime::format_duration(DRAIN_TIMEOUT)
+        );
         servers.abort_all();
     }
     match tokio::time::timeout(CLOSE_TIMEOUT, limiter.close()).await {
