@@ -6,8 +6,10 @@
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 
-/// Certificate files for a TLS connection to etcd (PEM).
+/// Certificate files for a TLS connection to etcd or ZooKeeper (PEM). Built with
+/// [`TlsFiles::new`] or `TlsFiles::default()` and its fields (it may gain settings).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TlsFiles {
     /// CA bundle that signed the servers' certificates (`None`: the system's roots).
     pub ca_cert: Option<PathBuf>,
@@ -17,14 +19,35 @@ pub struct TlsFiles {
     pub key: Option<PathBuf>,
 }
 
-/// etcd user authentication: the user name and where its password is read from.
+/// etcd user authentication: the user name and where its password is read from. Built with
+/// [`EtcdUser::new`] (it may gain settings).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EtcdUser {
     /// etcd user name.
     pub name: String,
     /// File holding the password (trailing newline ignored); `None`: the
     /// `CLUSTERLIMIT_ETCD_PASSWORD` environment variable.
     pub password_file: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// The CA bundle (`None`: the system's roots) and the client certificate and its key (both
+    /// or neither).
+    pub fn new(ca_cert: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Self {
+        TlsFiles { ca_cert, cert, key }
+    }
+}
+
+impl EtcdUser {
+    /// The user `name`, its password read from `password_file` (`None`: the
+    /// `CLUSTERLIMIT_ETCD_PASSWORD` environment variable).
+    pub fn new(name: impl Into<String>, password_file: Option<PathBuf>) -> Self {
+        EtcdUser {
+            name: name.into(),
+            password_file,
+        }
+    }
 }
 
 /// Who may change the ZooKeeper nodes clusterlimit creates (`zk://…?acl=creator|open`).

@@ -762,10 +762,7 @@ async fn refusals_are_named_and_not_retried() {
         session_ttl: Duration::from_secs(600),
         request_timeout: Duration::from_secs(2),
         tls: None,
-        user: Some(clusterlimit::EtcdUser {
-            name: name.into(),
-            password_file: Some(password.clone()),
-        }),
+        user: Some(clusterlimit::EtcdUser::new(name, Some(password.clone()))),
     };
     let denied = |r: &clusterlimit::Result<()>, what: &str| {
         let text = match r {
