@@ -92,27 +92,20 @@ impl Store {
     async fn backend(&self, namespace: &str) -> Arc<dyn Backend> {
         match self {
             Store::Etcd(c) => Arc::new(
-                EtcdBackend::connect(EtcdConfig {
-                    endpoints: c.endpoints(),
-                    prefix: namespace.to_string(),
-                    session_ttl: TTL,
-                    request_timeout: Duration::from_secs(2),
-                    tls: None,
-                    user: None,
-                })
+                EtcdBackend::connect(
+                    EtcdConfig::new(c.endpoints(), namespace)
+                        .session_ttl(TTL)
+                        .request_timeout(Duration::from_secs(2)),
+                )
                 .await
                 .unwrap(),
             ),
             Store::Zk(c) => Arc::new(
-                ZkBackend::connect(ZkConfig {
-                    hosts: vec![c.connect_string()],
-                    root: format!("/{namespace}"),
-                    session_timeout: TTL,
-                    request_timeout: Duration::from_secs(2),
-                    tls: None,
-                    digest_file: None,
-                    acl: None,
-                })
+                ZkBackend::connect(
+                    ZkConfig::new(vec![c.connect_string()], format!("/{namespace}"))
+                        .session_timeout(TTL)
+                        .request_timeout(Duration::from_secs(2)),
+                )
                 .await
                 .unwrap(),
             ),
