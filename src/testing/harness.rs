@@ -80,7 +80,8 @@ impl LimiterOptions {
     }
 
     /// `InvalidArgument` for what [`LimiterBuilder::connect`] refuses (a session TTL below
-    /// [`MIN_SESSION_TTL`], a zero request timeout; a bad owner is refused by
+    /// [`Limiter::MIN_SESSION_TTL`](crate::Limiter::MIN_SESSION_TTL), a zero request timeout;
+    /// a bad owner is refused by
     /// [`Limiter::from_backend`] itself). A harness that builds Limiters with
     /// `Limiter::from_backend` calls it first, so the `bad_input` case holds for it too.
     pub fn check(&self) -> Result<()> {
