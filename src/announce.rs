@@ -4,6 +4,7 @@
 
 /// One value on a board: who announced it and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Announcement {
     /// The announcing Limiter's id (unique per Limiter, see [`Limiter::announcer_id`](crate::Limiter::announcer_id)).
     pub id: String,

@@ -62,8 +62,24 @@ pub enum Error {
     #[error("limiter is closed")]
     Closed,
     /// The store failed or could not be reached in time.
-    #[error("store error: {0}")]
+    #[error("store error: {}", chain(.0.as_ref()))]
     Store(#[source] BoxError),
+}
+
+/// `e`'s text followed by its sources' (each once): "a: b: c". Logs and messages show an error
+/// this way, never as a debug dump.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
 }
 
 impl Error {

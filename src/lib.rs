@@ -57,6 +57,7 @@ mod clusters;
 mod error;
 mod limiter;
 mod limiter_inner;
+mod limits;
 mod lost;
 mod members;
 mod permit;
@@ -82,29 +83,32 @@ pub mod validate;
 mod deprecated;
 #[allow(deprecated)]
 pub use deprecated::{Check, Deadline, Guarded, Source};
+// The limits and defaults that were root constants, now associated constants of the types they
+// describe (src/limits.rs).
+#[allow(deprecated)]
+pub use deprecated::{
+    DEFAULT_GUARD_RETRY_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
+    MAX_ANNOUNCEMENT_BYTES, MAX_CAPACITY, MAX_KEY_LEN, MAX_NAME_LEN, MAX_OWNER_LEN,
+    MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL, SLOW_OPEN_AFTER, SLOW_TO_OPEN,
+};
 
 pub use announce::Announcement;
 pub use clock::Clock;
 pub use clusters::{ClusterHealth, StoreCluster};
 pub use error::{BoxError, Error, Result};
-pub use limiter::{
-    CapacityChange, Limiter, LimiterBuilder, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
-    MAX_REQUEST_TIMEOUT, MIN_SESSION_TTL,
-};
+pub use limiter::{CapacityChange, Limiter, LimiterBuilder};
 pub use lost::{LostSignal, SessionDeadline};
 pub use members::StoreMember;
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota};
-pub use rate_limit::{KeyCheck, RateLimit, Waited, MAX_KEY_LEN};
+pub use rate_limit::{KeyCheck, RateLimit, Waited};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{Holder, Status};
 pub use store_down::{
     BreakerStats, ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
-    DEFAULT_GUARD_RETRY_INTERVAL, SLOW_OPEN_AFTER, SLOW_TO_OPEN,
 };
 pub use store_url::{redact, EtcdUser, RedisMode, RedisUser, ShardUrl, StoreUrl, TlsFiles, ZkAcl};
-pub use validate::{MAX_ANNOUNCEMENT_BYTES, MAX_CAPACITY, MAX_NAME_LEN, MAX_OWNER_LEN};
 
 #[cfg(test)]
 mod api_tests {

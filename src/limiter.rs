@@ -292,7 +292,7 @@ impl Limiter {
     /// dropped or the Limiter closes.
     ///
     /// Errors: `InvalidArgument` for a bad name (at most
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) − 11 characters, room for `.controller`) or
+    /// [`MAX_NAME_LEN`](crate::Limiter::MAX_NAME_LEN) − 11 characters, room for `.controller`) or
     /// setting, checked before any store request.
     ///
     /// ```
@@ -412,6 +412,7 @@ impl Limiter {
 
 /// What [`Limiter::set_capacity`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CapacityChange {
     /// The semaphore was absent: it was created with the capacity given.
     Created,

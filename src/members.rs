@@ -3,6 +3,7 @@
 
 /// One server of the store.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct StoreMember {
     /// The member's name (etcd's member name, ZooKeeper's `server.N`).
     pub name: String,

@@ -152,7 +152,14 @@ async fn remove_until_done(
     if failed {
         let still_failing = counters.failing.fetch_sub(1, Relaxed) - 1;
         if still_failing == 0 {
-            tracing::warn!(outcome = ?done, "background removals: none failing any more");
+            let last = match done {
+                Done::Removed => "the last was confirmed by the store",
+                Done::SessionGone => "the last went with its session",
+                Done::SessionEnded => {
+                    "the last was not confirmed in time, so its session was ended"
+                }
+            };
+            tracing::warn!(semaphore = %removal.name, id = %removal.id, "background removals of queue entries: none failing any more ({last})");
         }
     }
     counters.pending.fetch_sub(1, Relaxed);

@@ -1,7 +1,7 @@
 //! `Semaphore`: acquire permits from one named semaphore.
 
 use crate::admission::Slot;
-use crate::backend::{Enqueued, EntryRequest, Outcome};
+use crate::backend::{Enqueued, EntryRequest, WaitOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;
@@ -269,7 +269,7 @@ impl Semaphore {
                 // The store's decision, or the session's loss, whichever comes first.
                 let outcome = tokio::select! {
                     o = backend.wait_outcome(&req, &enq) => o?,
-                    _ = enq.lost.lost() => Outcome::Gone,
+                    _ = enq.lost.lost() => WaitOutcome::Gone,
                 };
                 outcome.into_result(&req, &enq.lost)?;
             }

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Kinds of store requests that are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestKind {
     /// A plain write.
     Put,
@@ -77,6 +78,7 @@ impl RequestCounters {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct RequestStats {
     /// Plain writes.
     pub put: u64,

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Status {
     /// Semaphore name.
     pub name: String,
@@ -36,6 +37,7 @@ pub struct Status {
 
 /// One holder of permits, or one request waiting for them (in [`Status::waiters`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Holder {
     /// Owner label given by the holder's [`Limiter`](crate::Limiter) or acquire call.
     pub owner: String,
@@ -48,6 +50,16 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// A holder (or waiting request) as a backend reports it, for [`Status::from_queue`].
+    pub fn new(owner: &str, permits: u32, fencing_token: u64, since_unix_ms: u64) -> Holder {
+        Holder {
+            owner: owner.to_string(),
+            permits,
+            fencing_token,
+            since_unix_ms,
+        }
+    }
+
     /// When the request was made (holder's clock).
     pub fn since(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.since_unix_ms)

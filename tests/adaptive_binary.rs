@@ -8,7 +8,7 @@ mod binary;
 mod support;
 
 use binary::{cmd, http_client as client, metrics, output, sample, within, Sidecar};
-use clusterlimit::adaptive::{Adaptive, Decision};
+use clusterlimit::adaptive::{Adaptive, CapacityDecision};
 use clusterlimit::{Limiter, Semaphore};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
@@ -438,7 +438,7 @@ async fn a_sidecar_on_zookeeper_serves_adaptive_and_plain_semaphores() {
 async fn steps_during(
     sem: &Semaphore,
     work: impl std::future::Future<Output = binary::Out>,
-) -> (binary::Out, BTreeMap<u64, Decision>) {
+) -> (binary::Out, BTreeMap<u64, CapacityDecision>) {
     let mut steps = BTreeMap::new();
     let mut work = std::pin::pin!(work);
     let mut done: Option<(binary::Out, Instant)> = None;

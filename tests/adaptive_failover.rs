@@ -5,7 +5,7 @@
 
 mod support;
 
-use clusterlimit::adaptive::{Adaptive, Aimd, Algorithm, Outcome};
+use clusterlimit::adaptive::{Adaptive, Aimd, CapacityAlgorithm, Outcome};
 use clusterlimit::testing::adaptive_cases::wait_adaptive;
 use clusterlimit::{Limiter, Semaphore};
 use std::io::{Read, Write};
@@ -21,14 +21,11 @@ const WINDOW: Duration = Duration::from_millis(200);
 const NAME: &str = "dep";
 
 fn config() -> Adaptive {
-    Adaptive::with(Algorithm::Aimd(Aimd {
-        backoff: 0.95,
-        ..Aimd::default()
-    }))
-    .min(2)
-    .max(100)
-    .initial(80)
-    .window(WINDOW)
+    Adaptive::with(CapacityAlgorithm::Aimd(Aimd::default().backoff(0.95)))
+        .min(2)
+        .max(100)
+        .initial(80)
+        .window(WINDOW)
 }
 
 fn unix_ms() -> u64 {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
 use clusterlimit::backend::memory::MemoryBackend;
 use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
-use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, Outcome};
+use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, WaitOutcome};
 use clusterlimit::{Error, Limiter, LostSignal, RequestStats, Result, Status};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -35,7 +35,7 @@ impl Backend for RefusesRemovals {
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
         self.inner.enqueue(req).await
     }
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         self.inner.wait_outcome(req, enq).await
     }
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
@@ -92,27 +92,20 @@ impl Store {
     async fn backend(&self, namespace: &str) -> Arc<dyn Backend> {
         match self {
             Store::Etcd(c) => Arc::new(
-                EtcdBackend::connect(EtcdConfig {
-                    endpoints: c.endpoints(),
-                    prefix: namespace.to_string(),
-                    session_ttl: TTL,
-                    request_timeout: Duration::from_secs(2),
-                    tls: None,
-                    user: None,
-                })
+                EtcdBackend::connect(
+                    EtcdConfig::new(c.endpoints(), namespace)
+                        .session_ttl(TTL)
+                        .request_timeout(Duration::from_secs(2)),
+                )
                 .await
                 .unwrap(),
             ),
             Store::Zk(c) => Arc::new(
-                ZkBackend::connect(ZkConfig {
-                    hosts: vec![c.connect_string()],
-                    root: format!("/{namespace}"),
-                    session_timeout: TTL,
-                    request_timeout: Duration::from_secs(2),
-                    tls: None,
-                    digest_file: None,
-                    acl: None,
-                })
+                ZkBackend::connect(
+                    ZkConfig::new(vec![c.connect_string()], format!("/{namespace}"))
+                        .session_timeout(TTL)
+                        .request_timeout(Duration::from_secs(2)),
+                )
                 .await
                 .unwrap(),
             ),

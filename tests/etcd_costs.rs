@@ -183,14 +183,11 @@ async fn acquire_with_a_view_is_one_put_that_reads_nothing() {
 async fn write_each_of_many_keys_is_one_txn() {
     const N: usize = 64;
     let cluster = EtcdCluster::single();
-    let b = EtcdBackend::connect(EtcdConfig {
-        endpoints: cluster.endpoints(),
-        prefix: "costs-each".into(),
-        session_ttl: Duration::from_secs(30),
-        request_timeout: Duration::from_secs(2),
-        tls: None,
-        user: None,
-    })
+    let b = EtcdBackend::connect(
+        EtcdConfig::new(cluster.endpoints(), "costs-each")
+            .session_ttl(Duration::from_secs(30))
+            .request_timeout(Duration::from_secs(2)),
+    )
     .await
     .unwrap();
     let store = b.rate_store().expect("etcd keeps rate limits");

@@ -21,14 +21,11 @@ use support::EtcdCluster;
 const PREFIX: &str = "rates";
 
 async fn backend_with(cluster: &EtcdCluster, session_ttl: Duration) -> EtcdBackend {
-    EtcdBackend::connect(EtcdConfig {
-        endpoints: cluster.endpoints(),
-        prefix: PREFIX.into(),
-        session_ttl,
-        request_timeout: Duration::from_secs(2),
-        tls: None,
-        user: None,
-    })
+    EtcdBackend::connect(
+        EtcdConfig::new(cluster.endpoints(), PREFIX)
+            .session_ttl(session_ttl)
+            .request_timeout(Duration::from_secs(2)),
+    )
     .await
     .expect("connect to etcd")
 }
@@ -550,16 +547,14 @@ async fn refusals_are_named_and_not_retried() {
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("pw");
     std::fs::write(&password, "user-Pw-1\n").unwrap();
-    let as_user = |name: &str| EtcdConfig {
-        endpoints: cluster.endpoints(),
-        prefix: PREFIX.into(),
-        session_ttl: Duration::from_secs(600),
-        request_timeout: Duration::from_secs(2),
-        tls: None,
-        user: Some(clusterlimit::EtcdUser {
-            name: name.into(),
-            password_file: Some(password.clone()),
-        }),
+    let as_user = |name: &str| {
+        EtcdConfig::new(cluster.endpoints(), PREFIX)
+            .session_ttl(Duration::from_secs(600))
+            .request_timeout(Duration::from_secs(2))
+            .user(Some(clusterlimit::EtcdUser::new(
+                name,
+                Some(password.clone()),
+            )))
     };
     let denied = |r: &clusterlimit::Result<()>, what: &str| {
         let text = match r {

@@ -169,11 +169,11 @@ async fn tls_with_the_right_ca_and_client_cert_works() {
     let limiter = Limiter::builder(&plain_url)
         .session_ttl(TTL)
         .request_timeout(REQUEST_TIMEOUT)
-        .tls(TlsFiles {
-            ca_cert: Some(pki.ca.clone()),
-            cert: Some(pki.client.cert.clone()),
-            key: Some(pki.client.key.clone()),
-        })
+        .tls(TlsFiles::new(
+            Some(pki.ca.clone()),
+            Some(pki.client.cert.clone()),
+            Some(pki.client.key.clone()),
+        ))
         .connect()
         .await
         .expect("TLS connect through the builder");
@@ -491,10 +491,7 @@ async fn auth_user_works_within_its_prefix_and_survives_token_expiry() {
         let from_env = Limiter::builder(&cluster.url("app"))
             .session_ttl(TTL)
             .request_timeout(REQUEST_TIMEOUT)
-            .etcd_user(EtcdUser {
-                name: "app".into(),
-                password_file: None,
-            })
+            .etcd_user(EtcdUser::new("app", None))
             .connect()
             .await;
         std::env::remove_var("CLUSTERLIMIT_ETCD_PASSWORD");
@@ -629,10 +626,7 @@ async fn auth_refusals_are_clear_not_retried_and_leave_nothing() {
 
 #[test]
 fn no_secret_in_debug_output() {
-    let user = EtcdUser {
-        name: "app".into(),
-        password_file: Some("/run/secrets/etcd-password".into()),
-    };
+    let user = EtcdUser::new("app", Some("/run/secrets/etcd-password".into()));
     let builder = Limiter::builder("etcds://h:1/p?user=app&password_file=/run/secrets/pw")
         .etcd_user(user.clone());
     // The configuration holds paths only: the password is read at connect.

@@ -33,6 +33,9 @@ fn examples() -> &'static HashMap<String, PathBuf> {
         if cfg!(feature = "axum") {
             features.push("axum");
         }
+        if cfg!(feature = "testing") {
+            features.push("testing");
+        }
         let out = std::process::Command::new(env!("CARGO"))
             .args([
                 "build",

@@ -9,7 +9,7 @@
 
 use async_trait::async_trait;
 use clusterlimit::backend::memory::{expire_sessions, MemoryBackend};
-use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, Outcome};
+use clusterlimit::backend::{Backend, Enqueued, EntryRequest, OrphanSink, WaitOutcome};
 use clusterlimit::testing::{self, entries_via_status, DoomedHolder, Harness, LimiterOptions};
 use clusterlimit::{Limiter, LostSignal, RequestStats, Result, Status};
 use std::collections::BTreeMap;
@@ -59,7 +59,7 @@ impl Backend for Counted {
         self.inner.enqueue(req).await
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         self.calls.count("wait_outcome");
         self.inner.wait_outcome(req, enq).await
     }

@@ -97,6 +97,7 @@ async fn racing_creates_all_succeed_on_etcd() {
         match result {
             Ok(CapacityChange::Created) => created += 1,
             Ok(CapacityChange::Set) => {}
+            Ok(other) => panic!("set_capacity(jobs, {cap}): unexpected {other:?}"),
             Err(e) => panic!("set_capacity(jobs, {cap}): {e}"),
         }
     }

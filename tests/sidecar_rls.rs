@@ -915,7 +915,9 @@ async fn store_down_policies<C>(
         let t = Instant::now();
         one(&mut c, d, &[("k", "first")]).await;
         println!("{store} down, {d}: first answer after {:?}", t.elapsed());
-        let give_up = Instant::now() + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(10);
+        let give_up = Instant::now()
+            + clusterlimit::ClusterBreaker::SLOW_OPEN_AFTER
+            + Duration::from_secs(10);
         for _ in 0..200 {
             let t = Instant::now();
             one(&mut c, d, &[("k", "until-open")]).await;

@@ -40,7 +40,7 @@ async fn first_after_death(g: &StoreDownGuard, rl: &RateLimit, key: &str) -> Gua
         t.elapsed()
     );
     assert_ne!(answer.source, DecisionSource::Store, "{answer:?}");
-    let opened_by = t + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(5);
+    let opened_by = t + clusterlimit::ClusterBreaker::SLOW_OPEN_AFTER + Duration::from_secs(5);
     for _ in 0..100 {
         if g.store_down() {
             break;

@@ -265,7 +265,8 @@ async fn until_breaker_opens<S>(svc: &S)
 where
     S: Service<u32, Response = u32, Error = LimitError<Infallible>> + Clone,
 {
-    let give_up = Instant::now() + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(10);
+    let give_up =
+        Instant::now() + clusterlimit::ClusterBreaker::SLOW_OPEN_AFTER + Duration::from_secs(10);
     for i in 0..100 {
         let t = Instant::now();
         let _ = call(svc, 1000 + i).await;

@@ -1018,7 +1018,9 @@ async fn a_killed_etcd_gets_each_policys_answer_at_once_and_recovery() {
         // A dead store is silence: the breaker opens once it lasted SLOW_OPEN_AFTER (each
         // request until then waits its store timeout). Another key, so "k"'s local share
         // stays as the first request left it.
-        let give_up = Instant::now() + clusterlimit::SLOW_OPEN_AFTER + Duration::from_secs(10);
+        let give_up = Instant::now()
+            + clusterlimit::ClusterBreaker::SLOW_OPEN_AFTER
+            + Duration::from_secs(10);
         for _ in 0..100 {
             if layer.guard().store_down() {
                 break;

@@ -17,15 +17,11 @@ use support::{count_children, eventually, zk_connect, FaultProxy, ZkCluster};
 const SEC: u64 = 1_000_000_000;
 
 async fn backend(zk: &ZkCluster, root: &str) -> ZkBackend {
-    ZkBackend::connect(ZkConfig {
-        hosts: vec![zk.connect_string()],
-        root: root.to_string(),
-        session_timeout: Duration::from_secs(4),
-        request_timeout: Duration::from_secs(2),
-        tls: None,
-        digest_file: None,
-        acl: None,
-    })
+    ZkBackend::connect(
+        ZkConfig::new(vec![zk.connect_string()], root)
+            .session_timeout(Duration::from_secs(4))
+            .request_timeout(Duration::from_secs(2)),
+    )
     .await
     .expect("connect")
 }
@@ -376,15 +372,11 @@ async fn a_closed_backend_fails_promptly_and_stops_sweeping() {
 async fn calls_fail_in_bounded_time_in_a_partition_and_work_again_on_a_new_session() {
     let zk = ZkCluster::single();
     let proxy = FaultProxy::start(zk.client_addr(0));
-    let b = ZkBackend::connect(ZkConfig {
-        hosts: vec![proxy.connect_string()],
-        root: "/rl-part".into(),
-        session_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(1),
-        tls: None,
-        digest_file: None,
-        acl: None,
-    })
+    let b = ZkBackend::connect(
+        ZkConfig::new(vec![proxy.connect_string()], "/rl-part")
+            .session_timeout(Duration::from_secs(2))
+            .request_timeout(Duration::from_secs(1)),
+    )
     .await
     .unwrap();
     let s = store(&b);
@@ -431,15 +423,12 @@ async fn another_identity_reads_but_is_refused_writes_by_name_without_retries() 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.digest");
     std::fs::write(&file, "app:s3cret-pass\n").unwrap();
-    let owner = ZkBackend::connect(ZkConfig {
-        hosts: vec![zk.connect_string()],
-        root: "/rl-acl".into(),
-        session_timeout: Duration::from_secs(4),
-        request_timeout: Duration::from_secs(2),
-        tls: None,
-        digest_file: Some(file),
-        acl: None,
-    })
+    let owner = ZkBackend::connect(
+        ZkConfig::new(vec![zk.connect_string()], "/rl-acl")
+            .session_timeout(Duration::from_secs(4))
+            .request_timeout(Duration::from_secs(2))
+            .digest_file(Some(file)),
+    )
     .await
     .unwrap();
     store(&owner).ensure_limit("api", Some(b"q")).await.unwrap();

@@ -125,11 +125,7 @@ async fn limiter_works_over_tls_and_refuses_a_wrong_ca_or_no_client_certificate(
         zk.secure_connect_string(),
         digest.display()
     );
-    let good = TlsFiles {
-        ca_cert: Some(pki.ca_file()),
-        cert: Some(cert.clone()),
-        key: Some(key.clone()),
-    };
+    let good = TlsFiles::new(Some(pki.ca_file()), Some(cert.clone()), Some(key.clone()));
 
     // The server has just started: its secure port may open a moment after the plain one.
     let mut last = None;
@@ -158,31 +154,20 @@ async fn limiter_works_over_tls_and_refuses_a_wrong_ca_or_no_client_certificate(
 
     // A server whose certificate another CA signed is not trusted.
     let other = Pki::new(dir.path(), "other");
-    let wrong_ca = TlsFiles {
-        ca_cert: Some(other.ca_file()),
-        ..good.clone()
-    };
+    let wrong_ca = TlsFiles::new(Some(other.ca_file()), good.cert.clone(), good.key.clone());
     let e = connect(&url, wrong_ca)
         .await
         .expect_err("a server signed by another CA must be refused");
     assert_tls_refused(&e, "wrong CA");
     // The server needs a client certificate.
-    let no_client_cert = TlsFiles {
-        ca_cert: Some(pki.ca_file()),
-        cert: None,
-        key: None,
-    };
+    let no_client_cert = TlsFiles::new(Some(pki.ca_file()), None, None);
     let e = connect(&url, no_client_cert)
         .await
         .expect_err("no client certificate must be refused");
     assert_tls_refused(&e, "no client certificate");
     // A client certificate from another CA is refused by the server.
     let (other_cert, other_key) = other.issue("intruder", &["intruder.example"]);
-    let intruder = TlsFiles {
-        ca_cert: Some(pki.ca_file()),
-        cert: Some(other_cert),
-        key: Some(other_key),
-    };
+    let intruder = TlsFiles::new(Some(pki.ca_file()), Some(other_cert), Some(other_key));
     let e = connect(&url, intruder)
         .await
         .expect_err("a client certificate from another CA must be refused");
@@ -243,33 +228,23 @@ async fn bad_tls_files_are_refused_before_connecting() {
     let cases = [
         (TlsFiles::default(), "CA certificate".to_string()),
         (
-            TlsFiles {
-                ca_cert: Some(missing.clone()),
-                ..TlsFiles::default()
-            },
+            TlsFiles::new(Some(missing.clone()), None, None),
             missing.display().to_string(),
         ),
         (
-            TlsFiles {
-                ca_cert: Some(not_pem.clone()),
-                ..TlsFiles::default()
-            },
+            TlsFiles::new(Some(not_pem.clone()), None, None),
             not_pem.display().to_string(),
         ),
         (
-            TlsFiles {
-                ca_cert: Some(pki.ca_file()),
-                cert: Some(cert.clone()),
-                key: None,
-            },
+            TlsFiles::new(Some(pki.ca_file()), Some(cert.clone()), None),
             "both".to_string(),
         ),
         (
-            TlsFiles {
-                ca_cert: Some(pki.ca_file()),
-                cert: Some(cert.clone()),
-                key: Some(not_pem.clone()),
-            },
+            TlsFiles::new(
+                Some(pki.ca_file()),
+                Some(cert.clone()),
+                Some(not_pem.clone()),
+            ),
             not_pem.display().to_string(),
         ),
     ];

@@ -9,7 +9,7 @@ use crate::gate::{CallSetup, Contender, ErrorLog, Kind, Opening, Replica, SEMAPH
 use crate::plan::{DependencySize, Plan, Scenario};
 use crate::stats::Samples;
 use anyhow::Context as _;
-use clusterlimit::adaptive::Decision;
+use clusterlimit::adaptive::CapacityDecision;
 use clusterlimit::{Limiter, RequestStats, Semaphore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -118,7 +118,7 @@ pub struct RunData {
     /// Cluster contenders: the stored capacity over the run.
     pub capacity: Vec<CapacitySample>,
     /// Ours: the controller's steps as read over the run, `(read at, step)`.
-    pub decisions: Vec<(f64, Decision)>,
+    pub decisions: Vec<(f64, CapacityDecision)>,
     /// tower-acc: the sum of the replicas' limits over the run, `(at, sum)`.
     pub limits: Vec<(f64, usize)>,
     pub errors: (usize, Vec<String>),
@@ -404,7 +404,7 @@ impl Monitor {
         start: Instant,
         first: CapacitySample,
         errors: &ErrorLog,
-    ) -> anyhow::Result<(Vec<CapacitySample>, Vec<(f64, Decision)>)> {
+    ) -> anyhow::Result<(Vec<CapacitySample>, Vec<(f64, CapacityDecision)>)> {
         let end = start + spec.scenario.run_for + spec.unloaded.admission() + SAMPLE_EVERY * 3;
         let (capacity, decisions) = tokio::join!(
             self.capacities(start, end, first, errors),
@@ -453,8 +453,8 @@ impl Monitor {
         start: Instant,
         end: Instant,
         errors: &ErrorLog,
-    ) -> Vec<(f64, Decision)> {
-        let mut decisions: Vec<(f64, Decision)> = Vec::new();
+    ) -> Vec<(f64, CapacityDecision)> {
+        let mut decisions: Vec<(f64, CapacityDecision)> = Vec::new();
         if !self.adaptive {
             return decisions;
         }

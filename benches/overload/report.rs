@@ -7,7 +7,7 @@ use crate::load::Unloaded;
 use crate::plan::{Plan, Scenario};
 use crate::record::Summary;
 use crate::stats::{ms, times, verdict};
-use clusterlimit::adaptive::Decision;
+use clusterlimit::adaptive::CapacityDecision;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -261,7 +261,7 @@ pub fn series(
     replicas: usize,
     contender: Contender,
     s: &Summary,
-    decisions: &[(f64, Decision)],
+    decisions: &[(f64, CapacityDecision)],
 ) -> String {
     let mut out = format!(
         "-- {} / R = {replicas} / {} ({:.0} calls/s offered): second, goodput ÷ capacity, p99 ms, stored capacity or Σ limits\n",

@@ -47,6 +47,7 @@ use std::time::Duration;
 
 /// Limits on the capacity the controller may choose.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Bounds {
     /// Never below this (≥ 1).
     pub min: u32,
@@ -58,6 +59,7 @@ pub struct Bounds {
 
 /// AIMD's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Aimd {
     /// Multiplier on an overloaded window (0 < backoff < 1; default 0.9).
     pub backoff: f64,
@@ -74,6 +76,47 @@ pub struct Aimd {
     pub latency_limit: Option<Duration>,
 }
 
+impl Bounds {
+    /// Bounds from `min` to `max`, a window moving the capacity by at most `max_step` of it.
+    pub fn new(min: u32, max: u32, max_step: f64) -> Self {
+        Bounds { min, max, max_step }
+    }
+}
+
+// Setters, so that settings can be built outside the crate although the struct may grow:
+// `Aimd::default().backoff(0.95)`.
+impl Aimd {
+    /// Sets [`backoff`](Self::backoff).
+    pub fn backoff(mut self, backoff: f64) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`increase`](Self::increase).
+    pub fn increase(mut self, increase: u32) -> Self {
+        self.increase = increase;
+        self
+    }
+
+    /// Sets [`drop_threshold`](Self::drop_threshold).
+    pub fn drop_threshold(mut self, drop_threshold: f64) -> Self {
+        self.drop_threshold = drop_threshold;
+        self
+    }
+
+    /// Sets [`latency_tolerance`](Self::latency_tolerance).
+    pub fn latency_tolerance(mut self, latency_tolerance: Option<f64>) -> Self {
+        self.latency_tolerance = latency_tolerance;
+        self
+    }
+
+    /// Sets [`latency_limit`](Self::latency_limit).
+    pub fn latency_limit(mut self, latency_limit: Option<Duration>) -> Self {
+        self.latency_limit = latency_limit;
+        self
+    }
+}
+
 impl Default for Aimd {
     fn default() -> Self {
         Aimd {
@@ -88,6 +131,7 @@ impl Default for Aimd {
 
 /// The gradient's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Gradient {
     /// Latency up to `tolerance × baseline` counts as unloaded (default 1.5).
     pub tolerance: f64,
@@ -96,6 +140,27 @@ pub struct Gradient {
     pub smoothing: f64,
     /// Which latency quantile is compared (default 0.5, the median).
     pub quantile: f64,
+}
+
+// Setters, as for `Aimd`: `Gradient::default().tolerance(2.0)`.
+impl Gradient {
+    /// Sets [`tolerance`](Self::tolerance).
+    pub fn tolerance(mut self, tolerance: f64) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// Sets [`smoothing`](Self::smoothing).
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+
+    /// Sets [`quantile`](Self::quantile).
+    pub fn quantile(mut self, quantile: f64) -> Self {
+        self.quantile = quantile;
+        self
+    }
 }
 
 impl Default for Gradient {
@@ -110,12 +175,23 @@ impl Default for Gradient {
 
 /// Which algorithm, with its settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Algorithm {
+#[non_exhaustive]
+pub enum CapacityAlgorithm {
     /// Additive increase, multiplicative decrease on drops and on latency over the baseline.
     Aimd(Aimd),
     /// Latency gradient against a protected baseline.
     Gradient(Gradient),
 }
+
+/// Old name of [`CapacityAlgorithm`]; using it warns (`clusterlimit::Algorithm` is the rate
+/// limits' algorithm, another type).
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _ = clusterlimit::adaptive::Algorithm::Aimd(Default::default());
+/// ```
+#[deprecated(since = "0.1.0", note = "renamed to `CapacityAlgorithm`")]
+pub type Algorithm = CapacityAlgorithm;
 
 /// What the controller remembers between windows (the baseline, and a first calibration in
 /// progress).
@@ -143,6 +219,7 @@ impl Memory {
 
 /// One step's result.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Step {
     /// The capacity to store (may equal the current one).
     pub capacity: u32,
@@ -186,7 +263,7 @@ fn ms(d: Duration) -> String {
 
 /// The next capacity after `window`, from `current`.
 pub fn step(
-    algorithm: &Algorithm,
+    algorithm: &CapacityAlgorithm,
     bounds: &Bounds,
     memory: &mut Memory,
     current: u32,
@@ -203,8 +280,8 @@ pub fn step(
     }
     let used_half = window.peak_in_flight.saturating_mul(2) >= u64::from(current);
     match algorithm {
-        Algorithm::Aimd(a) => aimd(a, bounds, memory, current, window, used_half),
-        Algorithm::Gradient(g) => gradient(g, bounds, memory, current, window, used_half),
+        CapacityAlgorithm::Aimd(a) => aimd(a, bounds, memory, current, window, used_half),
+        CapacityAlgorithm::Gradient(g) => gradient(g, bounds, memory, current, window, used_half),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `Adaptive`: how an adaptive semaphore adapts (algorithm, bounds, first capacity, window).
 
-use super::algorithm::{Aimd, Algorithm, Bounds, Gradient};
+use super::algorithm::{Aimd, Bounds, CapacityAlgorithm, Gradient};
 use super::names::CONTROLLER_SUFFIX;
 use crate::error::{Error, Result};
 use crate::validate::MAX_CAPACITY;
@@ -22,7 +22,7 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct Adaptive {
-    pub(crate) algorithm: Algorithm,
+    pub(crate) algorithm: CapacityAlgorithm,
     pub(crate) bounds: Bounds,
     pub(crate) initial: Option<u32>,
     pub(crate) window: Duration,
@@ -32,18 +32,18 @@ impl Adaptive {
     /// The latency gradient (the default): the capacity follows the ratio of the dependency's
     /// unloaded latency (a protected baseline) to its latency now.
     pub fn gradient() -> Self {
-        Self::with(Algorithm::Gradient(Gradient::default()))
+        Self::with(CapacityAlgorithm::Gradient(Gradient::default()))
     }
 
     /// AIMD: grows by one permit per window that used at least half the capacity, shrinks by
     /// 10% per window with more than 1% of drops or a median latency over 1.5 × the
     /// dependency's unloaded latency (learnt as the gradient's baseline is).
     pub fn aimd() -> Self {
-        Self::with(Algorithm::Aimd(Aimd::default()))
+        Self::with(CapacityAlgorithm::Aimd(Aimd::default()))
     }
 
     /// Any algorithm with its own settings.
-    pub fn with(algorithm: Algorithm) -> Self {
+    pub fn with(algorithm: CapacityAlgorithm) -> Self {
         Adaptive {
             algorithm,
             bounds: Bounds {
@@ -151,7 +151,7 @@ impl Adaptive {
             )));
         }
         match &self.algorithm {
-            Algorithm::Aimd(a) => {
+            CapacityAlgorithm::Aimd(a) => {
                 if !(a.backoff > 0.0 && a.backoff < 1.0) {
                     return Err(Error::invalid(format!(
                         "AIMD backoff must be between 0 and 1 (exclusive), got {}",
@@ -172,7 +172,7 @@ impl Adaptive {
                     }
                 }
             }
-            Algorithm::Gradient(g) => {
+            CapacityAlgorithm::Gradient(g) => {
                 if !(g.tolerance >= 1.0 && g.tolerance.is_finite()) {
                     return Err(Error::invalid(format!(
                         "gradient tolerance must be at least 1, got {}",
@@ -210,7 +210,7 @@ mod tests {
             (Adaptive::gradient().min(5).max(4), "adaptive max"),
             (Adaptive::gradient().max_step(0.0), "max_step"),
             (
-                Adaptive::with(Algorithm::Aimd(Aimd {
+                Adaptive::with(CapacityAlgorithm::Aimd(Aimd {
                     latency_tolerance: Some(0.5),
                     ..Aimd::default()
                 })),

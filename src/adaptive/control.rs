@@ -44,6 +44,7 @@ pub(crate) struct Report {
 
 /// One step of the controller: what it saw, what it chose, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Decision {
     /// The window the step was taken on (Unix ms / window ms).
     pub window: u64,

@@ -19,8 +19,22 @@ pub(crate) mod reporter;
 mod simulation;
 pub mod window;
 
-pub use algorithm::{step, Aimd, Algorithm, Bounds, Gradient, Memory, Step};
+#[allow(deprecated)]
+pub use algorithm::Algorithm;
+pub use algorithm::{step, Aimd, Bounds, CapacityAlgorithm, Gradient, Memory, Step};
 pub use config::{Adaptive, MAX_WINDOW, MIN_WINDOW};
-pub use control::Decision;
+// Defined as `Decision` in control.rs; public as `CapacityDecision`, so that it is not
+// mistaken for the rate limits' `clusterlimit::Decision`.
+pub use control::Decision as CapacityDecision;
 pub use open::AdaptiveStatus;
 pub use window::{Outcome, WindowSummary};
+
+/// Old name of [`CapacityDecision`]; using it warns (`clusterlimit::Decision` is a rate limit's
+/// decision, another type).
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _: Option<clusterlimit::adaptive::Decision> = None;
+/// ```
+#[deprecated(since = "0.1.0", note = "renamed to `CapacityDecision`")]
+pub type Decision = CapacityDecision;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 /// How an adaptive semaphore adapts now, as its Limiters announce it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AdaptiveStatus {
     /// Limiters announcing outcomes for it now.
     pub reporters: usize,

@@ -10,7 +10,7 @@
 //! its window's end (the controller's read after the announcements, then its write), and a
 //! smaller capacity revokes nobody: the pool drains as calls complete, as in a real semaphore.
 
-use super::algorithm::{step, Aimd, Algorithm, Bounds, Gradient, Memory};
+use super::algorithm::{step, Aimd, Bounds, CapacityAlgorithm, Gradient, Memory};
 use super::window::{Outcome, WindowSummary};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -191,7 +191,7 @@ impl Sim {
 /// at `start`; after [`PHASE`] windows the workers become `k2`.
 #[derive(Debug, Clone, Copy)]
 struct Scenario {
-    algorithm: Algorithm,
+    algorithm: CapacityAlgorithm,
     service: Duration,
     k: u32,
     queue: usize,
@@ -255,18 +255,18 @@ fn converged_after(caps: &[u32], k: u32) -> Option<usize> {
     }
 }
 
-fn name(a: &Algorithm) -> &'static str {
+fn name(a: &CapacityAlgorithm) -> &'static str {
     match a {
-        Algorithm::Aimd(_) => "AIMD",
-        Algorithm::Gradient(_) => "gradient",
+        CapacityAlgorithm::Aimd(_) => "AIMD",
+        CapacityAlgorithm::Gradient(_) => "gradient",
     }
 }
 
 fn scenarios() -> Vec<Scenario> {
     let mut all = Vec::new();
     for algorithm in [
-        Algorithm::Gradient(Gradient::default()),
-        Algorithm::Aimd(Aimd::default()),
+        CapacityAlgorithm::Gradient(Gradient::default()),
+        CapacityAlgorithm::Aimd(Aimd::default()),
     ] {
         for service_ms in [5, 50, 200] {
             for k in [4u32, 32] {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 /// What became of the work done under a permit, as the holder reports it on release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The call succeeded, in this long.
     Success(Duration),
@@ -49,6 +50,7 @@ fn bucket_span(i: usize) -> (u64, u64) {
 
 /// The outcomes of one window.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WindowSummary {
     /// Successes.
     pub ok: u64,

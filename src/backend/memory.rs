@@ -4,7 +4,7 @@
 //! through [`expire_sessions`] (for testing how code reacts to a lost session).
 
 use super::{lock, Backend, Enqueued, EntryRequest, Stop};
-use crate::backend::waiters::{self, Outcome, QueueView, Waiters};
+use crate::backend::waiters::{self, QueueView, WaitOutcome, Waiters};
 use crate::error::{Error, Result};
 use crate::lost::{LostSignal, SessionDeadline};
 use crate::queue;
@@ -137,7 +137,8 @@ impl State {
 /// Ends every session of the in-process store `name`, as a store losing its sessions would:
 /// all entries go, every permit fires `lost()`, waits fail with `SessionLost`. Limiters start
 /// new sessions on their next call. Meant for testing code against session loss. Returns how
-/// many sessions were ended (0 if no Limiter has the store open).
+/// many sessions were ended (0 if no Limiter has the store open). A test hook: only with the
+/// `testing` feature.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -149,6 +150,7 @@ impl State {
 /// assert!(permit.is_lost());
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "testing")]
 pub fn expire_sessions(name: &str) -> usize {
     let store = lock(registry()).get(name).and_then(Weak::upgrade);
     let Some(store) = store else { return 0 };
@@ -161,7 +163,8 @@ pub fn expire_sessions(name: &str) -> usize {
 }
 
 /// Key states held by the in-process store `name` now (0 if no Limiter has it open): for
-/// tests that idle keys are swept.
+/// tests that idle keys are swept. A test hook: only with the `testing` feature.
+#[cfg(feature = "testing")]
 pub fn rate_key_count(name: &str) -> usize {
     let store = lock(registry())
         .get(name)
@@ -267,7 +270,7 @@ impl Backend for MemoryBackend {
                 t
             }
         };
-        let granted = waiters::outcome(&*sem, token, req.permits) == Some(Outcome::Granted);
+        let granted = waiters::outcome(&*sem, token, req.permits) == Some(WaitOutcome::Granted);
         Ok(Enqueued {
             token,
             granted,
@@ -275,14 +278,14 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         let outcome = {
             let mut st = lock(&self.store.state);
             let sem = st.sem(&req.name)?;
             sem.waiters.register(&sem.queue, enq.token, req.permits)
         };
         // A dropped sender: the store went away with its last Limiter, and the entry with it.
-        Ok(outcome.await.unwrap_or(Outcome::Gone))
+        Ok(outcome.await.unwrap_or(WaitOutcome::Gone))
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {

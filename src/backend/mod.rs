@@ -43,7 +43,17 @@ pub use rate_store::{Current, KeyOutcome, KeyWrite, RateStore, Versioned, WriteO
 pub use request::{Enqueued, EntryRequest};
 pub(crate) use session_slot::{SessionSlot, StoreSession};
 pub(crate) use stop::Stop;
-pub use waiters::{outcome, Outcome, QueueView, Waiters};
+pub use waiters::{outcome, QueueView, WaitOutcome, Waiters};
+
+/// Old name of [`WaitOutcome`]; using it warns (`clusterlimit::adaptive::Outcome` is what became
+/// of the work done under a permit, another type).
+///
+/// ```compile_fail
+/// #![deny(deprecated)]
+/// let _ = clusterlimit::backend::Outcome::Granted;
+/// ```
+#[deprecated(since = "0.1.0", note = "renamed to `WaitOutcome`")]
+pub type Outcome = WaitOutcome;
 
 /// Locks ignoring poison: backend state is updated in single steps that a panic cannot leave
 /// half-done, and a poisoned lock must never turn into a panic of ours.
@@ -80,12 +90,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Idempotent for the same `req.id`.
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued>;
 
-    /// Waits until the fate of the enqueued entry is decided and returns it (see [`Outcome`];
+    /// Waits until the fate of the enqueued entry is decided and returns it (see [`WaitOutcome`];
     /// [`Waiters`] does the deciding from any [`QueueView`]). `Err` only when the backend can no
     /// longer tell (its session or watch ended). The caller maps the outcome to the acquire's
     /// result and also stops waiting when `enq.lost` fires, so a backend need not watch it.
     /// Cancel-safe: dropping the future leaves the entry queued (the caller removes it).
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome>;
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome>;
 
     /// Removes an entry (release or cancel). Removing an absent entry succeeds.
     async fn remove(&self, name: &str, id: &str) -> Result<()>;

@@ -24,6 +24,8 @@ pub struct Versioned {
 }
 
 /// One conditional write of a key's state.
+// Not `#[non_exhaustive]`: stores' own tests build writes, and a new field would be a new
+// duty for every `RateStore` (a breaking change either way).
 #[derive(Debug, Clone)]
 pub struct KeyWrite {
     /// Rate limit name (validated).
@@ -52,6 +54,8 @@ pub struct Current {
 }
 
 /// The result of [`RateStore::write_keys`].
+// Exhaustive on purpose: a conditional write either applied or did not (the store answers
+// one or the other), and the crate matches both arms; a third answer would be a new method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {
     /// Every write applied; the new versions, in order.
@@ -63,6 +67,7 @@ pub enum WriteOutcome {
 }
 
 /// What became of one write of [`RateStore::write_each`].
+// Exhaustive on purpose, as `WriteOutcome`: applied or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyOutcome {
     /// It applied; the key's new version.

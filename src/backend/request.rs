@@ -4,6 +4,7 @@ use crate::lost::LostSignal;
 
 /// One acquire request, as handed to [`Backend::enqueue`](crate::backend::Backend::enqueue).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EntryRequest {
     /// Semaphore name (validated).
     pub name: String,

@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 
 /// What a waiter learns: the decided fate of one queue entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+#[non_exhaustive]
+pub enum WaitOutcome {
     /// The entry holds its permits.
     Granted,
     /// The entry is not in the queue any more (deleted, expired with its session).
@@ -24,20 +25,20 @@ pub enum Outcome {
     NoSemaphore,
 }
 
-impl Outcome {
+impl WaitOutcome {
     /// What the outcome means for the acquire waiting on entry `req` whose session signal is
     /// `lost`: `Ok` when it holds. The one place that maps outcomes to errors, for every backend.
     pub(crate) fn into_result(self, req: &EntryRequest, lost: &LostSignal) -> Result<()> {
         match self {
             // A grant seen after the session was lost is worth nothing: the store may already
             // have handed the permits to someone else.
-            Outcome::Granted if !lost.is_lost() => Ok(()),
-            Outcome::Granted | Outcome::Gone => Err(Error::SessionLost),
-            Outcome::TooHeavy(capacity) => Err(Error::invalid(format!(
+            WaitOutcome::Granted if !lost.is_lost() => Ok(()),
+            WaitOutcome::Granted | WaitOutcome::Gone => Err(Error::SessionLost),
+            WaitOutcome::TooHeavy(capacity) => Err(Error::invalid(format!(
                 "capacity of {:?} fell to {capacity}, below the {} permits requested",
                 req.name, req.permits
             ))),
-            Outcome::NoSemaphore => Err(Error::NotFound(req.name.clone())),
+            WaitOutcome::NoSemaphore => Err(Error::NotFound(req.name.clone())),
         }
     }
 }
@@ -74,33 +75,38 @@ fn last_holder(view: &impl QueueView) -> u64 {
         .map_or(0, |e| e.token)
 }
 
-fn decide(view: &impl QueueView, token: u64, permits: u32, last_holder: u64) -> Option<Outcome> {
+fn decide(
+    view: &impl QueueView,
+    token: u64,
+    permits: u32,
+    last_holder: u64,
+) -> Option<WaitOutcome> {
     if !view.has_seen(token) {
         return None;
     }
     let Some((capacity, _)) = view.capacity() else {
-        return Some(Outcome::NoSemaphore);
+        return Some(WaitOutcome::NoSemaphore);
     };
     if !view.contains(token) {
-        Some(Outcome::Gone)
+        Some(WaitOutcome::Gone)
     } else if token <= last_holder {
-        Some(Outcome::Granted)
+        Some(WaitOutcome::Granted)
     } else if capacity < permits {
-        Some(Outcome::TooHeavy(capacity))
+        Some(WaitOutcome::TooHeavy(capacity))
     } else {
         None
     }
 }
 
 /// The outcome for one entry now, or `None` while it must wait.
-pub fn outcome(view: &impl QueueView, token: u64, permits: u32) -> Option<Outcome> {
+pub fn outcome(view: &impl QueueView, token: u64, permits: u32) -> Option<WaitOutcome> {
     decide(view, token, permits, last_holder(view))
 }
 
 /// Waiters registered by token.
 #[derive(Debug, Default)]
 pub struct Waiters {
-    waiting: HashMap<u64, (u32, oneshot::Sender<Outcome>)>,
+    waiting: HashMap<u64, (u32, oneshot::Sender<WaitOutcome>)>,
 }
 
 impl Waiters {
@@ -110,7 +116,7 @@ impl Waiters {
         view: &impl QueueView,
         token: u64,
         permits: u32,
-    ) -> oneshot::Receiver<Outcome> {
+    ) -> oneshot::Receiver<WaitOutcome> {
         let (tx, rx) = oneshot::channel();
         match outcome(view, token, permits) {
             Some(o) => {
@@ -129,7 +135,7 @@ impl Waiters {
             return;
         }
         let boundary = last_holder(view);
-        let decided: Vec<(u64, Outcome)> = self
+        let decided: Vec<(u64, WaitOutcome)> = self
             .waiting
             .iter()
             .filter_map(|(&t, &(permits, _))| decide(view, t, permits, boundary).map(|o| (t, o)))
@@ -188,8 +194,8 @@ mod tests {
             entries: [(5, 1), (7, 1), (9, 1), (11, 2)].into(),
             seen: 11,
         };
-        assert_eq!(outcome(&v, 7, 1), Some(Outcome::Granted));
-        assert_eq!(outcome(&v, 8, 1), Some(Outcome::Gone));
+        assert_eq!(outcome(&v, 7, 1), Some(WaitOutcome::Granted));
+        assert_eq!(outcome(&v, 8, 1), Some(WaitOutcome::Gone));
         assert_eq!(outcome(&v, 12, 1), None, "not seen yet");
         let mut w = Waiters::default();
         let mut r9 = w.register(&v, 9, 1);
@@ -197,13 +203,13 @@ mod tests {
         assert_eq!(w.len(), 2);
         v.entries.remove(&5);
         w.resolve(&v);
-        assert_eq!(r9.try_recv(), Ok(Outcome::Granted));
+        assert_eq!(r9.try_recv(), Ok(WaitOutcome::Granted));
         assert!(r11.try_recv().is_err(), "still waiting");
         v.cap = Some((1, 0));
         w.resolve(&v);
-        assert_eq!(r11.try_recv(), Ok(Outcome::TooHeavy(1)));
+        assert_eq!(r11.try_recv(), Ok(WaitOutcome::TooHeavy(1)));
         assert_eq!(w.len(), 0);
         v.cap = None;
-        assert_eq!(outcome(&v, 7, 1), Some(Outcome::NoSemaphore));
+        assert_eq!(outcome(&v, 7, 1), Some(WaitOutcome::NoSemaphore));
     }
 }

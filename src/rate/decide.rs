@@ -10,6 +10,7 @@ use std::time::Duration;
 
 /// The outcome of [`decide`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Verdict {
     /// The answer.
     pub decision: Decision,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 /// Which names the fields go by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum HeaderNames {
     /// `RateLimit-Policy: "api";q=20;w=1` and `RateLimit: "api";r=19;t=1` (the IETF draft's
     /// structured fields: quota `q` per window `w` seconds, remaining `r`, `t` seconds until

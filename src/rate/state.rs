@@ -10,6 +10,7 @@ pub type UnixNanos = u64;
 
 /// The counting state of one key, per algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Meter {
     /// GCRA: the theoretical arrival time of the next request.
     Gcra {

@@ -174,7 +174,7 @@ impl StoreHealth {
                 Failure::Slow => "the store has not answered in time for a while",
             };
             tracing::warn!(
-                name, cluster = self.cluster(), error = %cause, retry_every = ?self.interval,
+                name, cluster = self.cluster(), error = %cause, retry_every_ms = self.interval.as_millis() as u64,
                 "{why}; circuit breaker open: requests get the store-down fallback until a probe succeeds"
             );
         }

@@ -64,8 +64,8 @@ pub struct GuardedDecision {
 ///
 /// A check that gets no answer within [`store_timeout`](Self::store_timeout) gets the policy's
 /// answer, alone. Behind it is a circuit breaker: a store error or a lost session opens it at
-/// once, slow answers only once they persist ([`SLOW_TO_OPEN`](crate::SLOW_TO_OPEN) of them and
-/// no success for [`SLOW_OPEN_AFTER`](crate::SLOW_OPEN_AFTER)), so a busy store is not taken for
+/// once, slow answers only once they persist ([`SLOW_TO_OPEN`](crate::ClusterBreaker::SLOW_TO_OPEN) of them and
+/// no success for [`SLOW_OPEN_AFTER`](crate::ClusterBreaker::SLOW_OPEN_AFTER)), so a busy store is not taken for
 /// a down one. While it is open, one request per [`retry_interval`](Self::retry_interval) asks
 /// the store and every other one gets the policy's answer at once, without waiting on timeouts;
 /// [`breaker`](Self::breaker) tells its state and transitions.
@@ -119,7 +119,8 @@ pub struct ClusterBreaker {
 }
 
 impl StoreDownGuard {
-    /// A guard applying `policy`, asking a down store again every [`DEFAULT_GUARD_RETRY_INTERVAL`],
+    /// A guard applying `policy`, asking a down store again every
+    /// [`DEFAULT_RETRY_INTERVAL`](Self::DEFAULT_RETRY_INTERVAL),
     /// and waiting for the store as long as the Limiter's own timeouts allow.
     pub fn new(policy: StoreDownPolicy) -> StoreDownGuard {
         StoreDownGuard::build(policy, DEFAULT_GUARD_RETRY_INTERVAL, None)

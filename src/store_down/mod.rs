@@ -16,7 +16,7 @@ pub(crate) mod guard;
 mod local;
 pub(crate) mod policy;
 
-pub use breaker::{BreakerStats, SLOW_OPEN_AFTER, SLOW_TO_OPEN};
+pub use breaker::BreakerStats;
 pub use guard::{
     ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, DEFAULT_GUARD_RETRY_INTERVAL,
 };

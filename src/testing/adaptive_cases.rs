@@ -6,7 +6,7 @@
 
 use super::harness::{Harness, LimiterOptions, SHORT_TTL};
 use super::util::{assert_err, connect, open, wait_status, within, POLL, PROMPT};
-use crate::adaptive::{Adaptive, AdaptiveStatus, Aimd, Algorithm, Outcome};
+use crate::adaptive::{Adaptive, AdaptiveStatus, Aimd, CapacityAlgorithm, Outcome};
 use crate::{Error, Limiter, Semaphore};
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,7 @@ pub async fn wait_adaptive(
 pub async fn adaptive_steps_from_outcomes<H: Harness>(h: &H) {
     let a = owned(h, "a").await;
     let b = owned(h, "b").await;
-    let config = Adaptive::with(Algorithm::Aimd(Aimd {
+    let config = Adaptive::with(CapacityAlgorithm::Aimd(Aimd {
         backoff: 0.5,
         ..Aimd::default()
     }))
@@ -183,7 +183,7 @@ pub async fn adaptive_controller_takeover<H: Harness>(h: &H) {
 /// Bad settings and names are refused with the reason, before anything is stored.
 pub async fn adaptive_bad_input<H: Harness>(h: &H) {
     let a = owned(h, "a").await;
-    let long = "n".repeat(crate::MAX_NAME_LEN - 10);
+    let long = "n".repeat(crate::Limiter::MAX_NAME_LEN - 10);
     let cases = [
         ("db", Adaptive::gradient().min(0)),
         ("db", Adaptive::gradient().min(5).max(4)),

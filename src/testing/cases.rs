@@ -1061,7 +1061,7 @@ pub async fn announcements<H: Harness>(h: &H) {
     assert_eq!(board(&reader, "other").await, values(&[(&a, b"x")]));
 
     // Bad input: InvalidArgument, and the board is as it was. 64 KiB itself is accepted.
-    let too_big = vec![0u8; crate::MAX_ANNOUNCEMENT_BYTES + 1];
+    let too_big = vec![0u8; crate::Announcement::MAX_BYTES + 1];
     assert_err!(
         a.announce("sidecars", &too_big).await,
         Error::InvalidArgument(_)
@@ -1076,7 +1076,7 @@ pub async fn announcements<H: Harness>(h: &H) {
         assert_err!(a.withdraw(bad).await, Error::InvalidArgument(_));
     }
     assert_eq!(board(&reader, "sidecars").await, now);
-    let biggest = vec![7u8; crate::MAX_ANNOUNCEMENT_BYTES];
+    let biggest = vec![7u8; crate::Announcement::MAX_BYTES];
     within("announce(64 KiB)", PROMPT, b.announce("sidecars", &biggest))
         .await
         .expect("a 64 KiB value is accepted");

@@ -80,7 +80,8 @@ impl LimiterOptions {
     }
 
     /// `InvalidArgument` for what [`LimiterBuilder::connect`] refuses (a session TTL below
-    /// [`MIN_SESSION_TTL`], a zero request timeout; a bad owner is refused by
+    /// [`Limiter::MIN_SESSION_TTL`](crate::Limiter::MIN_SESSION_TTL), a zero request timeout;
+    /// a bad owner is refused by
     /// [`Limiter::from_backend`] itself). A harness that builds Limiters with
     /// `Limiter::from_backend` calls it first, so the `bad_input` case holds for it too.
     pub fn check(&self) -> Result<()> {
@@ -91,11 +92,11 @@ impl LimiterOptions {
         }
         if self
             .request_timeout
-            .is_some_and(|t| t.is_zero() || t > crate::MAX_REQUEST_TIMEOUT)
+            .is_some_and(|t| t.is_zero() || t > crate::Limiter::MAX_REQUEST_TIMEOUT)
         {
             return Err(Error::invalid(format!(
                 "request timeout must be above zero and at most {:?}",
-                crate::MAX_REQUEST_TIMEOUT
+                crate::Limiter::MAX_REQUEST_TIMEOUT
             )));
         }
         Ok(())

@@ -25,7 +25,7 @@ fn window(ok: u64, dropped: u64, latency: Duration, peak: u64) -> WindowSummary 
 /// `aimd_learns_a_baseline_first_and_backs_off_on_latency`).
 #[test]
 fn aimd_backs_off_on_drops_and_grows_when_used() {
-    let a = Algorithm::Aimd(Aimd::default());
+    let a = CapacityAlgorithm::Aimd(Aimd::default());
     let ms10 = Duration::from_millis(10);
     let mut m = Memory::with_baseline(Some(ms10));
     let s = step(&a, &BOUNDS, &mut m, 100, &window(90, 10, ms10, 100));
@@ -50,7 +50,7 @@ fn aimd_backs_off_on_drops_and_grows_when_used() {
 /// Drops bring a small pool down to its minimum: each backoff is at least one permit.
 #[test]
 fn aimd_backs_off_below_ten() {
-    let a = Algorithm::Aimd(Aimd::default());
+    let a = CapacityAlgorithm::Aimd(Aimd::default());
     let mut m = Memory::with_baseline(Some(Duration::from_millis(5)));
     let mut c = 12;
     for _ in 0..20 {
@@ -71,7 +71,7 @@ fn aimd_backs_off_below_ten() {
 /// `latency_limit` overrides it; `latency_tolerance: None` is drops only, as before.
 #[test]
 fn aimd_learns_a_baseline_first_and_backs_off_on_latency() {
-    let a = Algorithm::Aimd(Aimd::default());
+    let a = CapacityAlgorithm::Aimd(Aimd::default());
     let mut m = Memory::default();
     let ms10 = Duration::from_millis(10);
     let s = step(&a, &BOUNDS, &mut m, 100, &window(100, 0, ms10 * 4, 100));
@@ -104,7 +104,7 @@ fn aimd_learns_a_baseline_first_and_backs_off_on_latency() {
         51
     );
     // An explicit limit wins over the learnt one.
-    let limited = Algorithm::Aimd(Aimd {
+    let limited = CapacityAlgorithm::Aimd(Aimd {
         latency_limit: Some(ms10 * 3),
         ..Aimd::default()
     });
@@ -127,7 +127,7 @@ fn aimd_learns_a_baseline_first_and_backs_off_on_latency() {
     assert_eq!(s.capacity, 45, "{s:?}");
     assert!(s.reason.contains("over the limit"), "{s:?}");
     // Drops only: no calibration, latency says nothing.
-    let drops_only = Algorithm::Aimd(Aimd {
+    let drops_only = CapacityAlgorithm::Aimd(Aimd {
         latency_tolerance: None,
         ..Aimd::default()
     });
@@ -146,7 +146,7 @@ fn aimd_learns_a_baseline_first_and_backs_off_on_latency() {
 /// is added to a decrease (0.9 × 30 + √30 was 32.5, above 30).
 #[test]
 fn gradient_decreases_under_drops_at_any_size() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let base = Duration::from_millis(10);
     for c in [3u32, 5, 9, 10, 30, 100, 500] {
         let mut m = Memory::with_baseline(Some(base));
@@ -167,7 +167,7 @@ fn gradient_decreases_under_drops_at_any_size() {
 
 #[test]
 fn gradient_follows_queueing_latency_down_and_up() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let mut m = Memory::default();
     let base = Duration::from_millis(10);
     // Learn the baseline from a lightly used window.
@@ -199,7 +199,7 @@ fn gradient_follows_queueing_latency_down_and_up() {
 
 #[test]
 fn a_slower_dependency_is_learnt_once_the_pool_stops_saturating_it() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let mut m = Memory::with_baseline(Some(Duration::from_millis(10)));
     // At its minimum the pool cannot be the cause: the baseline rises towards 40 ms.
     for _ in 0..30 {
@@ -222,7 +222,7 @@ fn a_slower_dependency_is_learnt_once_the_pool_stops_saturating_it() {
 /// shows a queue.
 #[test]
 fn a_small_pool_grows_until_latency_rises() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let mut m = Memory::with_baseline(Some(Duration::from_millis(40)));
     let base = Duration::from_millis(40);
     let mut c = 4;
@@ -244,7 +244,7 @@ fn a_small_pool_grows_until_latency_rises() {
 /// norm; the pool shrinks until latency stops falling with it, then grows from there.
 #[test]
 fn a_first_baseline_is_not_learnt_from_a_queue() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let mut m = Memory::default();
     // A dependency of 8 workers, 40 ms per call: latency = 40 ms × max(1, c / 8).
     let latency = |c: u32| Duration::from_millis(40).mul_f64((f64::from(c) / 8.0).max(1.0));
@@ -273,7 +273,7 @@ fn a_first_baseline_is_not_learnt_from_a_queue() {
 /// with the next windows), and a lower median moves it part of the way (a quarter).
 #[test]
 fn the_baseline_ignores_small_windows_and_falls_halfway() {
-    let g = Algorithm::Gradient(Gradient::default());
+    let g = CapacityAlgorithm::Gradient(Gradient::default());
     let mut m = Memory::default();
     let s = step(
         &g,
@@ -318,8 +318,8 @@ fn the_baseline_ignores_small_windows_and_falls_halfway() {
 #[test]
 fn every_step_stays_in_bounds_and_within_one_step() {
     let algorithms = [
-        Algorithm::Aimd(Aimd::default()),
-        Algorithm::Gradient(Gradient::default()),
+        CapacityAlgorithm::Aimd(Aimd::default()),
+        CapacityAlgorithm::Gradient(Gradient::default()),
     ];
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {

@@ -6,7 +6,11 @@ use std::time::Duration;
 /// Settings of the etcd backend. Holds no secret: the password is read from its file (or
 /// [`PASSWORD_ENV`](super::security::PASSWORD_ENV)) at connect, so `{:?}` of this shows
 /// paths only.
+///
+/// Built with [`EtcdConfig::new`] and its setters (it may gain settings):
+/// `EtcdConfig::new(endpoints, "myapp").session_ttl(Duration::from_secs(4))`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EtcdConfig {
     /// `http://host:port` endpoints.
     pub endpoints: Vec<String>,
@@ -22,4 +26,43 @@ pub struct EtcdConfig {
     pub tls: Option<TlsFiles>,
     /// User authentication, if any (token refreshed when etcd expires it).
     pub user: Option<EtcdUser>,
+}
+
+impl EtcdConfig {
+    /// The etcd cluster at `endpoints` (`http://host:port`), keys under `prefix`; the Limiter's
+    /// default session TTL and request timeout, plain text, no user.
+    pub fn new(endpoints: Vec<String>, prefix: impl Into<String>) -> Self {
+        EtcdConfig {
+            endpoints,
+            prefix: prefix.into(),
+            session_ttl: crate::timing::DEFAULT_SESSION_TTL,
+            request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
+            tls: None,
+            user: None,
+        }
+    }
+
+    /// Sets [`session_ttl`](Self::session_ttl).
+    pub fn session_ttl(mut self, session_ttl: Duration) -> Self {
+        self.session_ttl = session_ttl;
+        self
+    }
+
+    /// Sets [`request_timeout`](Self::request_timeout).
+    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Sets [`tls`](Self::tls).
+    pub fn tls(mut self, tls: Option<TlsFiles>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Sets [`user`](Self::user).
+    pub fn user(mut self, user: Option<EtcdUser>) -> Self {
+        self.user = user;
+        self
+    }
 }

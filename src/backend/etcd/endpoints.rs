@@ -167,6 +167,11 @@ impl Endpoints {
         (i, self.members[i].client())
     }
 
+    /// Every member's URL, for messages about the cluster: `http://a:2379,http://b:2379`.
+    pub(super) fn all_urls(&self) -> String {
+        self.urls.join(",")
+    }
+
     /// The URL of member `index`.
     pub(super) fn url(&self, index: usize) -> &str {
         self.urls.get(index).map_or("", String::as_str)

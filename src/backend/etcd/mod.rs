@@ -43,7 +43,7 @@ mod tls_probe;
 mod view;
 
 use super::{lock, Backend, Enqueued, EntryRequest, SessionSlot, Stop};
-use crate::backend::waiters::Outcome;
+use crate::backend::waiters::WaitOutcome;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::members::StoreMember;
@@ -117,7 +117,7 @@ impl Backend for EtcdBackend {
         let _ = self.strays.sink.set(sink);
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         let watch = match lock(&self.watches).get(&req.name) {
             Some(w) if !w.is_stopped() => w.clone(),
             // Stopped with the backend or its session: the entry went with the lease.
@@ -212,7 +212,8 @@ impl Backend for EtcdBackend {
         };
         self.strays.tracked.forget_lost();
         if let Err(e) = self.revoke(&session, Until::Deadline).await {
-            tracing::warn!(lease = session.lease, error = %e, "revoking an ended session failed; etcd expires it within the TTL");
+            let store = self.endpoints.all_urls();
+            tracing::warn!(lease = session.lease, %store, "revoking the lease of an ended session at etcd {store} failed: {e}; etcd expires it within the session TTL");
         }
     }
 

@@ -135,27 +135,37 @@ impl Keeper {
                     outage.ok("etcd lease keepalive");
                 }
                 Ok(Ok(_)) => {
+                    let member = self.endpoints.url(member);
                     tracing::warn!(
                         lease,
-                        member = self.endpoints.url(member),
-                        "etcd lease expired or revoked; permits of this session are lost"
+                        %member,
+                        "etcd at {member} says the session's lease expired or was revoked; permits of this session are lost"
                     );
                     self.session.lost.fire();
                     return;
                 }
                 Ok(Err(e)) => {
                     if is_lease_not_found(&e) {
-                        tracing::warn!(lease, member = self.endpoints.url(member), error = %failure(&e), "etcd lease not found; permits of this session are lost");
+                        let member = self.endpoints.url(member);
+                        tracing::warn!(lease, %member, "etcd at {member} does not know the session's lease ({}); permits of this session are lost", failure(&e));
                         self.session.lost.fire();
                         return;
                     }
-                    outage.failed("etcd lease keepalive", &failure(&e));
+                    outage.failed(
+                        "etcd lease keepalive",
+                        self.endpoints.url(member),
+                        &failure(&e),
+                    );
                     stream = None;
                     self.endpoints.failed(member);
                     pause = RETRY_PAUSE;
                 }
                 Err(_) => {
-                    outage.failed("etcd lease keepalive", &"no answer in time");
+                    outage.failed(
+                        "etcd lease keepalive",
+                        self.endpoints.url(member),
+                        &"no answer in time",
+                    );
                     stream = None;
                     self.endpoints.failed(member);
                     pause = RETRY_PAUSE;
@@ -164,10 +174,11 @@ impl Keeper {
         }
         // The deadline passed without an acknowledged keepalive: the session is dead to us.
         // Revoke in case the lease is in fact alive, so its permits come back now.
+        let member = self.endpoints.url(member);
         tracing::warn!(
             lease,
-            member = self.endpoints.url(member),
-            "no lease keepalive acknowledged within the TTL; permits of this session are lost"
+            %member,
+            "etcd at {member} acknowledged no lease keepalive within the session TTL; permits of this session are lost (revoking the lease in case it lives)"
         );
         self.session.lost.fire();
         self.stats.count(RequestKind::Lease);

@@ -23,7 +23,7 @@ use super::endpoints::Endpoints;
 use super::keys::EntryValue;
 use crate::backend::capacity::CapValue;
 use crate::backend::outage::Outage;
-use crate::backend::waiters::{Outcome, QueueView, Waiters};
+use crate::backend::waiters::{QueueView, WaitOutcome, Waiters};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
 use etcd_client::{EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
@@ -237,7 +237,7 @@ impl SemWatch {
     }
 
     /// Registers a waiter; the receiver gets its outcome once decided.
-    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<Outcome> {
+    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<WaitOutcome> {
         let st = &mut *self.lock();
         st.waiters.register(&st.view, token, permits)
     }
@@ -283,7 +283,11 @@ impl SemWatch {
         while !self.stop.is_cancelled() {
             match self.watch_once(&cfg, &mut pause).await {
                 Ok(()) => outage.ok("etcd semaphore watch"),
-                Err(e) => outage.failed("etcd semaphore watch", &super::describe::failure(&e)),
+                Err(e) => outage.failed(
+                    "etcd semaphore watch",
+                    &cfg.endpoints.all_urls(),
+                    &super::describe::failure(&e),
+                ),
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return,
@@ -528,14 +532,14 @@ mod tests {
     #[test]
     fn outcomes() {
         let v = view(2, &[(5, 1), (7, 1), (9, 1)], 9);
-        assert_eq!(outcome(&v, 7, 1), Some(Outcome::Granted));
+        assert_eq!(outcome(&v, 7, 1), Some(WaitOutcome::Granted));
         assert_eq!(outcome(&v, 9, 1), None);
-        assert_eq!(outcome(&v, 8, 1), Some(Outcome::Gone));
+        assert_eq!(outcome(&v, 8, 1), Some(WaitOutcome::Gone));
         assert_eq!(outcome(&v, 12, 1), None, "not seen yet");
         let v = view(1, &[(5, 1), (7, 2)], 9);
-        assert_eq!(outcome(&v, 7, 2), Some(Outcome::TooHeavy(1)));
+        assert_eq!(outcome(&v, 7, 2), Some(WaitOutcome::TooHeavy(1)));
         let mut v = view(1, &[(5, 1)], 9);
         v.delete("cap", b"cap");
-        assert_eq!(outcome(&v, 5, 1), Some(Outcome::NoSemaphore));
+        assert_eq!(outcome(&v, 5, 1), Some(WaitOutcome::NoSemaphore));
     }
 }

@@ -52,7 +52,8 @@ impl Rates {
         }
     }
 
-    /// Number of key states held (for tests of the sweep).
+    /// Number of key states held (for tests of the sweep: `rate_key_count`, feature `testing`).
+    #[cfg(feature = "testing")]
     pub(super) fn key_count(&self) -> usize {
         self.keys.len()
     }

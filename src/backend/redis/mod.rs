@@ -24,7 +24,7 @@ mod tls;
 
 pub use config::RedisConfig;
 
-use crate::backend::{Backend, Enqueued, EntryRequest, Outcome, RateStore};
+use crate::backend::{Backend, Enqueued, EntryRequest, RateStore, WaitOutcome};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::stats::RequestStats;
@@ -86,7 +86,7 @@ impl Backend for RedisBackend {
         Err(self.no_permits())
     }
 
-    async fn wait_outcome(&self, _req: &EntryRequest, _enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, _req: &EntryRequest, _enq: &Enqueued) -> Result<WaitOutcome> {
         Err(self.no_permits())
     }
 

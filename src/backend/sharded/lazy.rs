@@ -9,8 +9,8 @@
 //! error names the cluster.
 
 use crate::backend::{
-    lock, Backend, Current, Enqueued, EntryRequest, KeyOutcome, KeyWrite, OrphanSink, Outcome,
-    RateStore, Versioned, WriteOutcome,
+    lock, Backend, Current, Enqueued, EntryRequest, KeyOutcome, KeyWrite, OrphanSink, RateStore,
+    Versioned, WaitOutcome, WriteOutcome,
 };
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
@@ -153,7 +153,7 @@ impl Backend for LazyBackend {
         self.get().await?.enqueue(req).await
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         self.get().await?.wait_outcome(req, enq).await
     }
 

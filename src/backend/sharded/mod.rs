@@ -17,7 +17,7 @@
 //!
 //! Store-neutral: built from any [`Backend`]s that keep rate limits.
 
-use super::{Backend, Enqueued, EntryRequest, OrphanSink, Outcome, RateStore};
+use super::{Backend, Enqueued, EntryRequest, OrphanSink, RateStore, WaitOutcome};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::stats::RequestStats;
@@ -144,7 +144,7 @@ impl Backend for ShardedBackend {
         self.first().enqueue(req).await
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         self.first().wait_outcome(req, enq).await
     }
 

@@ -4,7 +4,11 @@ use crate::store_url::{TlsFiles, ZkAcl};
 use std::time::Duration;
 
 /// Settings of the ZooKeeper backend.
+///
+/// Built with [`ZkConfig::new`] and its setters (it may gain settings):
+/// `ZkConfig::new(hosts, "/myapp").session_timeout(Duration::from_secs(4))`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ZkConfig {
     /// `host:port` servers.
     pub hosts: Vec<String>,
@@ -23,4 +27,51 @@ pub struct ZkConfig {
     /// ACL of the nodes this backend creates (`None`: creator-all + anyone-read with
     /// credentials, anyone-all without). Nodes that already exist keep theirs.
     pub acl: Option<ZkAcl>,
+}
+
+impl ZkConfig {
+    /// The ZooKeeper servers `hosts` (`host:port`), nodes under `root`; the Limiter's default
+    /// session TTL as session timeout and its default request timeout, plain text, no digest,
+    /// the default ACL.
+    pub fn new(hosts: Vec<String>, root: impl Into<String>) -> Self {
+        ZkConfig {
+            hosts,
+            root: root.into(),
+            session_timeout: crate::timing::DEFAULT_SESSION_TTL,
+            request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
+            tls: None,
+            digest_file: None,
+            acl: None,
+        }
+    }
+
+    /// Sets [`session_timeout`](Self::session_timeout).
+    pub fn session_timeout(mut self, session_timeout: Duration) -> Self {
+        self.session_timeout = session_timeout;
+        self
+    }
+
+    /// Sets [`request_timeout`](Self::request_timeout).
+    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Sets [`tls`](Self::tls).
+    pub fn tls(mut self, tls: Option<TlsFiles>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Sets [`digest_file`](Self::digest_file).
+    pub fn digest_file(mut self, digest_file: Option<std::path::PathBuf>) -> Self {
+        self.digest_file = digest_file;
+        self
+    }
+
+    /// Sets [`acl`](Self::acl).
+    pub fn acl(mut self, acl: Option<ZkAcl>) -> Self {
+        self.acl = acl;
+        self
+    }
 }

@@ -8,7 +8,7 @@ use super::tracked::LiveEntry;
 use super::view::{self, SemView, ViewConfig};
 use super::ZkBackend;
 use crate::backend::retry::Attempts;
-use crate::backend::waiters::{self, Outcome};
+use crate::backend::waiters::{self, WaitOutcome};
 use crate::backend::{lock, Enqueued, EntryRequest};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
@@ -201,8 +201,8 @@ impl ZkBackend {
             });
         }
         let granted = match view.outcome(token, req.permits) {
-            Some(Outcome::Granted) => true,
-            Some(Outcome::TooHeavy(cap)) => return Err(waiters::over_capacity(req, cap)),
+            Some(WaitOutcome::Granted) => true,
+            Some(WaitOutcome::TooHeavy(cap)) => return Err(waiters::over_capacity(req, cap)),
             Some(other) => {
                 return Err(other
                     .into_result(req, &lost)

@@ -49,7 +49,7 @@ mod tracked;
 mod view;
 
 use super::{Backend, Enqueued, EntryRequest, SessionSlot, Stop};
-use crate::backend::waiters::Outcome;
+use crate::backend::waiters::WaitOutcome;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::members::StoreMember;
@@ -110,7 +110,7 @@ impl Backend for ZkBackend {
         self.enqueue_entry(req).await
     }
 
-    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<Outcome> {
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
         if enq.lost.is_lost() {
             return Err(Error::SessionLost);
         }

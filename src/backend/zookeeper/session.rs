@@ -229,13 +229,18 @@ impl Keeper {
                     if !self.shared.lost.deadline().passed() {
                         break; // marked lost by whoever noticed it
                     }
-                    tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, "ZooKeeper session may have expired (no answer within the session timeout); {}", self.loss);
+                    tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, "ZooKeeper session at {} may have expired (no answer within the session timeout); {}", self.hosts, self.loss);
                     break;
                 }
                 state = states.changed() => {
                     match state {
                         SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                            tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, ?state, "ZooKeeper session ended; {}", self.loss);
+                            let why = match state {
+                                SessionState::Expired => "ZooKeeper expired the session",
+                                SessionState::AuthFailed => "ZooKeeper refused the session's credentials",
+                                _ => "the connection closed the session",
+                            };
+                            tracing::warn!(session = %self.client.session_id(), servers = %self.hosts, "ZooKeeper session at {} ended: {why}; {}", self.hosts, self.loss);
                             break;
                         }
                         _ => continue,
@@ -253,15 +258,15 @@ impl Keeper {
                     outage.ok("ZooKeeper session probe");
                 }
                 Ok(Err(e)) if super::view::is_terminal(&e) => {
-                    tracing::warn!(error = %e, servers = %self.hosts, "ZooKeeper session ended; {}", self.loss);
+                    tracing::warn!(servers = %self.hosts, "ZooKeeper session at {} ended: {e}; {}", self.hosts, self.loss);
                     break;
                 }
                 Ok(Err(e)) => {
-                    outage.failed("ZooKeeper session probe", &e);
+                    outage.failed("ZooKeeper session probe", &self.hosts, &e);
                     pause = RETRY_PAUSE;
                 }
                 Err(_) => {
-                    outage.failed("ZooKeeper session probe", &"no answer in time");
+                    outage.failed("ZooKeeper session probe", &self.hosts, &"no answer in time");
                     pause = RETRY_PAUSE;
                 }
             }

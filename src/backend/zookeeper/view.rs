@@ -26,7 +26,7 @@
 
 use super::nodes::EntryName;
 use crate::backend::capacity::CapValue;
-use crate::backend::waiters::{Outcome, QueueView, Waiters};
+use crate::backend::waiters::{QueueView, WaitOutcome, Waiters};
 use crate::queue;
 use crate::stats::{RequestCounters, RequestKind};
 use std::collections::BTreeMap;
@@ -220,13 +220,13 @@ impl SemView {
     }
 
     /// The outcome for entry `token` now (`None`: it waits, or the view has not seen it yet).
-    pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<Outcome> {
+    pub(super) fn outcome(&self, token: u64, permits: u32) -> Option<WaitOutcome> {
         crate::backend::waiters::outcome(&self.lock().queue, token, permits)
     }
 
     /// Registers a waiter; the receiver gets its outcome once decided, and an error if the view
     /// dies first.
-    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<Outcome> {
+    pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<WaitOutcome> {
         let st = &mut *self.lock();
         if st.dead || self.stop.is_cancelled() {
             // The sender is dropped at once: the receiver reports an error.

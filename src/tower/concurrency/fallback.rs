@@ -9,6 +9,7 @@ use crate::store_down::policy::StoreDownPolicy;
 /// [`on_timeout`]: super::ClusterConcurrencyLimitLayerBuilder::on_timeout
 /// [`on_store_error`]: super::ClusterConcurrencyLimitLayerBuilder::on_store_error
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Fallback {
     /// Do not run the request: answer [`LimitError::Timeout`](super::LimitError::Timeout) or
     /// [`LimitError::StoreUnavailable`](super::LimitError::StoreUnavailable). Keeps the cap.

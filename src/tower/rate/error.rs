@@ -63,7 +63,7 @@ pub enum RateLimitError<E> {
         reason: String,
     },
     /// The request's key or cost cannot be checked: a key of 0 or more than
-    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes (`field` is `"key"`), or a cost above what
+    /// [`MAX_KEY_LEN`](crate::RateLimit::MAX_KEY_LEN) bytes (`field` is `"key"`), or a cost above what
     /// the quota ever admits at once (`"cost"`). An `InvalidArgument` that says which.
     InvalidRequest {
         /// `"key"` or `"cost"`.

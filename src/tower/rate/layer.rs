@@ -198,7 +198,7 @@ impl<K, C, M> ClusterRateLimitLayer<K, C, M> {
     }
 
     /// While the store is down, one request per `interval` asks it again (default
-    /// [`DEFAULT_GUARD_RETRY_INTERVAL`]; at least 1 ms).
+    /// [`DEFAULT_RETRY_INTERVAL`](StoreDownGuard::DEFAULT_RETRY_INTERVAL); at least 1 ms).
     pub fn store_retry_interval(mut self, interval: Duration) -> Self {
         self.store_retry_interval = interval;
         self.rebuild_guard()

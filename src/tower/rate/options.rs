@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// What a request over the limit gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnLimit {
     /// Rejected at once (429, or [`RateLimitError::RateLimited`](super::RateLimitError::RateLimited)).
     #[default]
@@ -28,6 +29,7 @@ pub enum OnLimit {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnMissingKey {
     /// Rejected without a check: 400 with `code: "missing_key"`, `field: "key"`, or
     /// [`RateLimitError::MissingKey`](super::RateLimitError::MissingKey). Right when every

@@ -106,10 +106,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", value_parser = semaphore_name)]
     pub semaphore: String,
     /// Create the semaphore with this capacity if absent (without it, an absent semaphore is an error).
-    #[arg(long, value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub capacity: Option<u32>,
     /// Permits to hold while CMD runs.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub permits: u32,
     /// Give up waiting after this long (e.g. 30s, 5m) and exit 75; default: wait forever.
     #[arg(long, value_name = "DUR", value_parser = parse_wait_timeout)]
@@ -155,7 +155,7 @@ pub struct SetCapacityArgs {
     #[arg(value_name = "NAME", value_parser = semaphore_name)]
     pub name: String,
     /// New capacity.
-    #[arg(value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(value_name = "N", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub capacity: u32,
 }
 

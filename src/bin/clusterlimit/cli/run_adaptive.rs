@@ -32,13 +32,13 @@ pub struct AdaptiveArgs {
     #[arg(long, value_name = "ALGORITHM", conflicts_with = "capacity")]
     pub adaptive: Option<Algorithm>,
     /// Adaptive: never fewer permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub min: u32,
     /// Adaptive: never more permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1000, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1000, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub max: u32,
     /// Adaptive: the capacity to create the semaphore with if absent (default: --min).
-    #[arg(long, value_name = "N", requires = "adaptive", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::MAX_CAPACITY)), allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", requires = "adaptive", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub initial: Option<u32>,
     /// Adaptive: how often outcomes are summed and the capacity reconsidered (100ms to 10m).
     #[arg(long, value_name = "DUR", requires = "adaptive", value_parser = parse_duration, default_value = "1s")]

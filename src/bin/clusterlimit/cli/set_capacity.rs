@@ -19,6 +19,8 @@ pub async fn set_capacity(args: SetCapacityArgs) -> Result<ExitCode, Failure> {
     match result.map_err(Failure::from_lib)? {
         CapacityChange::Created => out_line!("{name}: created with capacity {capacity}"),
         CapacityChange::Set => out_line!("{name}: capacity set to {capacity}"),
+        // `CapacityChange` may grow; whatever else it says, the capacity is the one given.
+        _ => out_line!("{name}: capacity set to {capacity}"),
     }
     Ok(ExitCode::SUCCESS)
 }

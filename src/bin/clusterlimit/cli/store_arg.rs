@@ -53,7 +53,7 @@ impl StoreArg {
     pub async fn connect_once(&self) -> Result<clusterlimit::Limiter, Failure> {
         connect(
             &self.store,
-            clusterlimit::DEFAULT_SESSION_TTL,
+            clusterlimit::Limiter::DEFAULT_SESSION_TTL,
             None,
             &self.security(),
             self.timeouts(),

@@ -6,7 +6,7 @@
 //! read prints nothing.
 
 use crate::common::out::err_line;
-use clusterlimit::{Semaphore, Status, DEFAULT_REQUEST_TIMEOUT};
+use clusterlimit::{Limiter, Semaphore, Status};
 use std::time::Duration;
 
 /// How long an acquire may take before `run` says it waits: longer than a grant's round trip
@@ -16,7 +16,7 @@ pub const AFTER: Duration = Duration::from_millis(200);
 /// Prints the line once, `AFTER` from now, then never completes: race it with the acquire.
 pub async fn announce(sem: &Semaphore) -> std::convert::Infallible {
     tokio::time::sleep(AFTER).await;
-    match tokio::time::timeout(DEFAULT_REQUEST_TIMEOUT, sem.status()).await {
+    match tokio::time::timeout(Limiter::DEFAULT_REQUEST_TIMEOUT, sem.status()).await {
         Ok(Ok(status)) => err_line!("clusterlimit: {}", line(&status)),
         Ok(Err(e)) => tracing::debug!(error = %e, "reading the status for the waiting line"),
         Err(_) => tracing::debug!("the status for the waiting line took too long"),
@@ -54,21 +54,8 @@ mod tests {
 
     #[test]
     fn says_who_holds_and_how_many_wait() {
-        let holder = Holder {
-            owner: "a".into(),
-            permits: 1,
-            fencing_token: 1,
-            since_unix_ms: 0,
-        };
-        let mut st = Status {
-            name: "jobs".into(),
-            capacity: 2,
-            used: 2,
-            holders: vec![holder.clone(), holder],
-            waiting: 4,
-            waiting_permits: 4,
-            waiters: Vec::new(),
-        };
+        let holder = Holder::new("a", 1, 1, 0);
+        let mut st = Status::from_queue("jobs", 2, vec![holder.clone(); 2], vec![holder; 4]);
         assert_eq!(
             line(&st),
             "waiting for a permit on jobs: 2 holders (2 of 2 permits used), 3 other requests waiting"

@@ -19,8 +19,8 @@ pub struct StoreTimeouts {
 impl Default for StoreTimeouts {
     fn default() -> Self {
         StoreTimeouts {
-            connect: clusterlimit::DEFAULT_REQUEST_TIMEOUT,
-            request: clusterlimit::DEFAULT_REQUEST_TIMEOUT,
+            connect: clusterlimit::Limiter::DEFAULT_REQUEST_TIMEOUT,
+            request: clusterlimit::Limiter::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }

@@ -48,11 +48,11 @@ impl StoreSecurity {
             self.etcd_cacert.is_some() || self.etcd_cert.is_some() || self.etcd_key.is_some();
         let tls = if flags_tls {
             let base = url_tls.unwrap_or_default();
-            Some(TlsFiles {
-                ca_cert: self.etcd_cacert.clone().or(base.ca_cert),
-                cert: self.etcd_cert.clone().or(base.cert),
-                key: self.etcd_key.clone().or(base.key),
-            })
+            Some(TlsFiles::new(
+                self.etcd_cacert.clone().or(base.ca_cert),
+                self.etcd_cert.clone().or(base.cert),
+                self.etcd_key.clone().or(base.key),
+            ))
         } else {
             None
         };
@@ -61,12 +61,13 @@ impl StoreSecurity {
                 .etcd_user
                 .clone()
                 .or_else(|| url_user.as_ref().map(|u| u.name.clone()));
-            name.map(|name| EtcdUser {
-                name,
-                password_file: self
-                    .etcd_password_file
-                    .clone()
-                    .or_else(|| url_user.and_then(|u| u.password_file)),
+            name.map(|name| {
+                EtcdUser::new(
+                    name,
+                    self.etcd_password_file
+                        .clone()
+                        .or_else(|| url_user.and_then(|u| u.password_file)),
+                )
             })
         } else {
             None
@@ -173,19 +174,13 @@ mod tests {
         let (tls, user) = flags.merged(url);
         assert_eq!(
             tls,
-            Some(TlsFiles {
-                ca_cert: Some("/url/ca.pem".into()),
-                cert: Some("/flag/c.pem".into()),
-                key: Some("/flag/k.pem".into()),
-            })
+            Some(TlsFiles::new(
+                Some("/url/ca.pem".into()),
+                Some("/flag/c.pem".into()),
+                Some("/flag/k.pem".into())
+            ))
         );
-        assert_eq!(
-            user,
-            Some(EtcdUser {
-                name: "svc".into(),
-                password_file: Some("/flag/pw".into()),
-            })
-        );
+        assert_eq!(user, Some(EtcdUser::new("svc", Some("/flag/pw".into()))));
         // No flags: the URL's settings go to the library untouched.
         assert_eq!(StoreSecurity::default().merged(url), (None, None));
     }

@@ -99,13 +99,13 @@ pub async fn publish_forever(
             }
             Ok(Err(e)) => {
                 if !failing {
-                    tracing::warn!(error = %e, "live view: publishing this sidecar's fleet summary failed; retrying every {PUBLISH_EVERY:?}");
+                    tracing::warn!("live view: publishing this sidecar's fleet summary to the store failed: {e}; retrying every {}", humantime::format_duration(PUBLISH_EVERY));
                 }
                 failing = true;
             }
             Err(_) => {
                 if !failing {
-                    tracing::warn!("live view: publishing this sidecar's fleet summary timed out; retrying every {PUBLISH_EVERY:?}");
+                    tracing::warn!("live view: publishing this sidecar's fleet summary to the store timed out; retrying every {}", humantime::format_duration(PUBLISH_EVERY));
                 }
                 failing = true;
             }

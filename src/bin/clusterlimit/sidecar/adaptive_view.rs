@@ -1,7 +1,7 @@
 //! How an adaptive semaphore adapts, as `GET /v1/semaphores/{name}` and `clusterlimit status
 //! --json` show it: the semaphore's status with an `"adaptive"` object when it has one.
 
-use clusterlimit::adaptive::{AdaptiveStatus, Decision};
+use clusterlimit::adaptive::{AdaptiveStatus, CapacityDecision};
 use clusterlimit::Status;
 use serde::Serialize;
 
@@ -43,8 +43,8 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-impl From<&Decision> for DecisionView {
-    fn from(d: &Decision) -> Self {
+impl From<&CapacityDecision> for DecisionView {
+    fn from(d: &CapacityDecision) -> Self {
         DecisionView {
             from: d.from,
             to: d.to,

@@ -3,7 +3,9 @@
 //! got, without Rust's type names. What each field takes is said once, here, for every route's
 //! body (permits, rate limits, release outcomes).
 
-use clusterlimit::MAX_CAPACITY;
+use clusterlimit::Semaphore;
+
+const MAX_CAPACITY: u32 = Semaphore::MAX_CAPACITY;
 
 /// What each body field takes, in words.
 fn takes(field: &str) -> Option<String> {

@@ -74,11 +74,11 @@ impl RateSettings {
             (None, None) => DEFAULT_RATE_STORE_TIMEOUT,
         };
         if store_timeout < Duration::from_millis(1)
-            || store_timeout > clusterlimit::MAX_REQUEST_TIMEOUT
+            || store_timeout > clusterlimit::Limiter::MAX_REQUEST_TIMEOUT
         {
             return Err(Failure::usage(format!(
                 "rate_store_timeout must be from 1ms to {}, got {}",
-                format_duration(clusterlimit::MAX_REQUEST_TIMEOUT),
+                format_duration(clusterlimit::Limiter::MAX_REQUEST_TIMEOUT),
                 format_duration(store_timeout)
             )));
         }

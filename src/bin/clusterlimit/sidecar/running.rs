@@ -107,7 +107,12 @@ pub async fn until_signal(signals: &mut Signals, servers: &mut JoinSet<std::io::
     tokio::select! {
         _ = signals.term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = signals.int.recv() => tracing::info!("SIGINT: shutting down"),
-        Some(r) = servers.join_next() => tracing::error!(result = ?r, "server stopped unexpectedly"),
+        Some(r) = servers.join_next() => match r {
+            Ok(Ok(())) => tracing::error!("a listener (HTTP, Unix socket or RLS) stopped by itself; shutting down"),
+            Ok(Err(e)) => tracing::error!("a listener (HTTP, Unix socket or RLS) failed: {e}; shutting down"),
+            Err(e) if e.is_panic() => tracing::error!("a listener (HTTP, Unix socket or RLS) panicked; shutting down"),
+            Err(_) => tracing::error!("a listener (HTTP, Unix socket or RLS) was cancelled; shutting down"),
+        },
     }
 }
 
@@ -131,7 +136,10 @@ pub async fn drain(
     .await
     .is_err()
     {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing anyway");
+        tracing::warn!(
+            "connections still open after {}; closing anyway",
+            humantime::format_duration(DRAIN_TIMEOUT)
+        );
         servers.abort_all();
     }
     match tokio::time::timeout(CLOSE_TIMEOUT, limiter.close()).await {

@@ -189,7 +189,7 @@ impl ServeSettings {
             args.session_ttl,
             file.session_ttl,
             "session_ttl",
-            clusterlimit::DEFAULT_SESSION_TTL,
+            clusterlimit::Limiter::DEFAULT_SESSION_TTL,
         )?;
         let timeouts = StoreTimeouts {
             connect: duration(
@@ -209,10 +209,10 @@ impl ServeSettings {
             ("connect_timeout", timeouts.connect),
             ("request_timeout", timeouts.request),
         ] {
-            if d.is_zero() || d > clusterlimit::MAX_REQUEST_TIMEOUT {
+            if d.is_zero() || d > clusterlimit::Limiter::MAX_REQUEST_TIMEOUT {
                 return Err(bad(format!(
                     "{key} must be above zero and at most {:?}, got {d:?}",
-                    clusterlimit::MAX_REQUEST_TIMEOUT
+                    clusterlimit::Limiter::MAX_REQUEST_TIMEOUT
                 )));
             }
         }
@@ -316,12 +316,12 @@ impl ServeSettings {
         if let Some(rls) = &self.rls {
             rls.check_access(self.token.is_some(), self.insecure_allow_remote)?;
         }
-        if self.session_ttl < clusterlimit::MIN_SESSION_TTL {
+        if self.session_ttl < clusterlimit::Limiter::MIN_SESSION_TTL {
             return Err(at(
                 "session_ttl",
                 clusterlimit::Error::InvalidArgument(format!(
                     "must be at least {:?}, got {:?}",
-                    clusterlimit::MIN_SESSION_TTL,
+                    clusterlimit::Limiter::MIN_SESSION_TTL,
                     self.session_ttl
                 )),
             ));

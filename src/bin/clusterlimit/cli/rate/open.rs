@@ -4,7 +4,7 @@
 use crate::cli::deadline::{self, Deadline};
 use crate::cli::store_arg::StoreArg;
 use crate::common::{exit, Failure};
-use clusterlimit::{Error, Limiter, RateLimit, MAX_KEY_LEN};
+use clusterlimit::{Error, Limiter, RateLimit};
 
 /// Runs `body` on a one-shot connection, closing it whatever the outcome.
 pub async fn with_limiter<T>(
@@ -29,9 +29,10 @@ pub async fn with_limiter_by<T>(
 }
 
 pub fn check_key(key: &str) -> Result<(), Failure> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
+    if key.is_empty() || key.len() > RateLimit::MAX_KEY_LEN {
         return Err(Failure::usage(format!(
-            "KEY must be 1-{MAX_KEY_LEN} bytes of UTF-8, got {} bytes",
+            "KEY must be 1-{} bytes of UTF-8, got {} bytes",
+            RateLimit::MAX_KEY_LEN,
             key.len()
         )));
     }

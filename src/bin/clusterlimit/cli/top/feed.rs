@@ -6,7 +6,7 @@ use crate::cli::args::TopArgs;
 use crate::common::{connect, exit, Failure};
 use crate::live::gather::{Gatherer, Viewer};
 use crate::live::picture::{Picture, StoreView};
-use clusterlimit::{redact, Limiter, DEFAULT_SESSION_TTL};
+use clusterlimit::{redact, Limiter};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::watch;
@@ -77,7 +77,7 @@ async fn feed(src: Source, tx: watch::Sender<Feed>, opened: Arc<Mutex<Option<Lim
             Some(g) => g.picture(None).await,
             None => match connect(
                 &src.store,
-                DEFAULT_SESSION_TTL,
+                Limiter::DEFAULT_SESSION_TTL,
                 None,
                 &src.security,
                 src.timeouts,
@@ -92,7 +92,7 @@ async fn feed(src: Source, tx: watch::Sender<Feed>, opened: Arc<Mutex<Option<Lim
                             source: "top".into(),
                             store_url: src.url.clone(),
                             timeout: src.timeouts.request,
-                            session_ttl: DEFAULT_SESSION_TTL,
+                            session_ttl: Limiter::DEFAULT_SESSION_TTL,
                         },
                     );
                     let p = g.picture(None).await;
@@ -137,7 +137,7 @@ fn unreachable_picture(url: &str, why: String) -> Picture {
             url: url.to_string(),
             reachable: false,
             error: Some(why),
-            session_ttl_ms: DEFAULT_SESSION_TTL.as_millis() as u64,
+            session_ttl_ms: Limiter::DEFAULT_SESSION_TTL.as_millis() as u64,
             ..StoreView::default()
         },
         ..Picture::default()

@@ -79,7 +79,7 @@ pub fn counter_key(entries: &[Entry<'_>]) -> String {
         key.push('_');
         escape_into(&mut key, v);
     }
-    let max = clusterlimit::MAX_KEY_LEN;
+    let max = clusterlimit::RateLimit::MAX_KEY_LEN;
     if key.len() <= max {
         return key;
     }
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(descriptor_key(&[("a", "x"), ("b", "")]), "a_x.b");
         let long = "é".repeat(400);
         let k = counter_key(&[("a", &long)]);
-        assert!(k.len() <= clusterlimit::MAX_KEY_LEN);
+        assert!(k.len() <= clusterlimit::RateLimit::MAX_KEY_LEN);
         assert_ne!(k, counter_key(&[("a", &format!("{long}x"))]));
     }
 }

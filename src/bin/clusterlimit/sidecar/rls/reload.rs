@@ -188,7 +188,7 @@ async fn watch(
                 report.failed(Outcome::StoreError, &why);
                 tracing::warn!(
                     error = %why,
-                    retry_in = ?wait,
+                    retry_in_ms = wait.as_millis() as u64,
                     "rls_config reload: the store failed while opening the new rules' limits; \
                      the rules in force stay, trying again"
                 );

@@ -18,13 +18,13 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
-use clusterlimit::{
-    validate, DecisionSource, Error, GuardedDecision, RateLimit, Waited, MAX_KEY_LEN,
-};
+use clusterlimit::{validate, DecisionSource, Error, GuardedDecision, RateLimit, Waited};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::Duration;
+
+const MAX_KEY_LEN: usize = RateLimit::MAX_KEY_LEN;
 
 /// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
 const DOMAIN: &str = "http";

@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use clusterlimit::{validate, AcquireOptions, Error, Status, MAX_CAPACITY};
+use clusterlimit::{validate, AcquireOptions, Error, Semaphore, Status};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -99,7 +99,7 @@ pub async fn acquire(
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
-    let max = i64::from(MAX_CAPACITY);
+    let max = i64::from(Semaphore::MAX_CAPACITY);
     let permits = in_range("permits", body.permits, 1, max, 1)?;
     let timeout_ms = in_range(
         "timeout_ms",
@@ -252,10 +252,10 @@ pub async fn set_capacity(
         "capacity",
         Some(body.capacity),
         1,
-        i64::from(MAX_CAPACITY),
+        i64::from(Semaphore::MAX_CAPACITY),
         1,
     )?;
-    let cap = u32::try_from(cap).unwrap_or(MAX_CAPACITY);
+    let cap = u32::try_from(cap).unwrap_or(Semaphore::MAX_CAPACITY);
     let change = async {
         st.limiter
             .set_capacity(&name, cap)
