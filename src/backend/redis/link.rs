@@ -193,14 +193,7 @@ impl Link {
             RedisMode::Single { host } => {
                 let client = self.client(host)?;
                 *crate::backend::lock(&self.server) = Some(host.clone());
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None);
-                Ok(Conn::One(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                ))
+                self.multiplexed(&client).await
             }
             RedisMode::Sentinel { sentinels, service } => {
                 let addrs = sentinels
@@ -226,14 +219,7 @@ impl Link {
                 let client = builder.build()?.async_get_client().await?;
                 *crate::backend::lock(&self.server) =
                     Some(client.get_connection_info().addr().to_string());
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None);
-                Ok(Conn::One(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                ))
+                self.multiplexed(&client).await
             }
             RedisMode::Cluster { seeds } => {
                 let infos = seeds
@@ -260,6 +246,18 @@ impl Link {
                 ))
             }
         }
+    }
+
+    /// One multiplexed connection to `client`'s server: connecting bounded by the request
+    /// timeout, answers by the caller's deadline (no timeout of the client's own).
+    async fn multiplexed(&self, client: &Client) -> redis::RedisResult<Conn> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.request_timeout))
+            .set_response_timeout(None);
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Conn::One(conn))
     }
 
     /// The address of `host` (`HOST:PORT`), with TLS when the URL asks for it.
