@@ -100,8 +100,8 @@ const REDIS_TTL_MS: u64 = 10_010;
 
 /// One multiplexed redis-rs connection (every caller of the process shares it).
 async fn redis(target: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client =
-        redis::Client::open(target).with_context(|| format!("bad redis URL in target: {target}"))?;
+    let client = redis::Client::open(target)
+        .with_context(|| format!("bad redis URL in target: {target}"))?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_BOUND))
         .set_response_timeout(Some(CONNECT_BOUND));
