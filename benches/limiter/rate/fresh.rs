@@ -33,6 +33,8 @@ pub enum Who {
     RedisCell,
     RedisSet,
     OursRedis,
+    SidecarHttpRedis,
+    SidecarRlsRedis,
     OursRedisCluster,
 }
 
@@ -40,7 +42,7 @@ impl Who {
     /// The order they run in: each floor right before ours on its store, and the slow
     /// put-if-absent Txns after ours (etcd digests them for a while after); on Redis the floor,
     /// redis-cell, ours on the same Redis, then ours on the Redis Cluster.
-    pub const ALL: [Who; 11] = [
+    pub const ALL: [Who; 13] = [
         Who::EtcdPut,
         Who::OursEtcd,
         Who::SidecarHttp,
@@ -51,14 +53,18 @@ impl Who {
         Who::RedisSet,
         Who::RedisCell,
         Who::OursRedis,
+        Who::SidecarHttpRedis,
+        Who::SidecarRlsRedis,
         Who::OursRedisCluster,
     ];
 
     /// The rows on Redis alone (`--only-redis`), in the same order.
-    pub const REDIS: [Who; 4] = [
+    pub const REDIS: [Who; 6] = [
         Who::RedisSet,
         Who::RedisCell,
         Who::OursRedis,
+        Who::SidecarHttpRedis,
+        Who::SidecarRlsRedis,
         Who::OursRedisCluster,
     ];
 
@@ -74,6 +80,8 @@ impl Who {
             Who::RedisCell => "redis-cell `CL.THROTTLE`",
             Who::RedisSet => "Redis floor: `SET … PX`",
             Who::OursRedis => "clusterlimit, Redis",
+            Who::SidecarHttpRedis => "clusterlimit sidecar, HTTP (Redis)",
+            Who::SidecarRlsRedis => "clusterlimit sidecar, RLS gRPC (Redis)",
             Who::OursRedisCluster => "clusterlimit, Redis Cluster (3 primaries)",
         }
     }
@@ -86,8 +94,8 @@ impl Who {
                 Contender::Clusterlimit
             }
             Who::ZkCreate => Contender::ZkCreate,
-            Who::SidecarHttp => Contender::SidecarHttp,
-            Who::SidecarRls => Contender::SidecarRls,
+            Who::SidecarHttp | Who::SidecarHttpRedis => Contender::SidecarHttp,
+            Who::SidecarRls | Who::SidecarRlsRedis => Contender::SidecarRls,
             Who::RedisCell => Contender::RedisCell,
             Who::RedisSet => Contender::RedisSet,
         }
@@ -106,7 +114,11 @@ impl Who {
     /// redis-cell's row (issue 39: one script call per batch against one command per key).
     pub fn compared_with(self) -> Option<Who> {
         match self {
-            Who::RedisSet | Who::OursRedis | Who::OursRedisCluster => Some(Who::RedisCell),
+            Who::RedisSet
+            | Who::OursRedis
+            | Who::SidecarHttpRedis
+            | Who::SidecarRlsRedis
+            | Who::OursRedisCluster => Some(Who::RedisCell),
             other => other.floor(),
         }
     }
@@ -114,8 +126,8 @@ impl Who {
     /// The sidecars' API, for the sidecar rows.
     fn api(self) -> Option<Api> {
         match self {
-            Who::SidecarHttp => Some(Api::Http),
-            Who::SidecarRls => Some(Api::Rls),
+            Who::SidecarHttp | Who::SidecarHttpRedis => Some(Api::Http),
+            Who::SidecarRls | Who::SidecarRlsRedis => Some(Api::Rls),
             _ => None,
         }
     }
@@ -124,7 +136,9 @@ impl Who {
     fn target(self, servers: &Servers, peers: &PeerServers, redis: &RedisStores, n: u64) -> String {
         match self {
             // The Redis redis-cell runs in: the same server for both.
-            Who::OursRedis => format!("{}/fresh{n}", peers.redis_url()),
+            Who::OursRedis | Who::SidecarHttpRedis | Who::SidecarRlsRedis => {
+                format!("{}/fresh{n}", peers.redis_url())
+            }
             Who::OursRedisCluster => redis.cluster_url(&format!("fresh{n}")),
             Who::OursEtcd | Who::SidecarHttp | Who::SidecarRls => {
                 servers.url(Store::Etcd, &format!("fresh{n}"))
@@ -143,7 +157,11 @@ impl Who {
             | Who::SidecarHttp
             | Who::SidecarRls => servers.pids(Store::Etcd),
             Who::ZkCreate | Who::OursZk => servers.pids(Store::Zk),
-            Who::RedisCell | Who::RedisSet | Who::OursRedis => peers.pids(),
+            Who::RedisCell
+            | Who::RedisSet
+            | Who::OursRedis
+            | Who::SidecarHttpRedis
+            | Who::SidecarRlsRedis => peers.pids(),
             Who::OursRedisCluster => redis.cluster_pids(),
         }
     }

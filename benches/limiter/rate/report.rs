@@ -277,7 +277,11 @@ impl RateResults {
                 };
                 t.push(format!("{what}: {at}"), format!("{r:.2}×"), r >= goal);
             }
-            for c in [Contender::RlfEtcd, Contender::LimitsEtcd] {
+            // The etcd peers' targets are issue 17's, for ours on etcd and ZooKeeper.
+            for c in [Contender::RlfEtcd, Contender::LimitsEtcd]
+                .into_iter()
+                .filter(|_| !on_redis)
+            {
                 if let Some(peer) = same(c, h.limit) {
                     let r = h.decisions_per_s() / peer.decisions_per_s().max(1e-9);
                     t.push(
@@ -516,7 +520,11 @@ impl RateResults {
                         );
                     }
                 }
-                (Who::RedisSet | Who::RedisCell, ..) => {}
+                // Shown against redis-cell; the issue sets them no target.
+                (
+                    Who::RedisSet | Who::RedisCell | Who::SidecarHttpRedis | Who::SidecarRlsRedis,
+                    ..,
+                ) => {}
                 (_, Some(rate), Some(p99)) => {
                     t.push(
                         format!(
