@@ -23,6 +23,9 @@ pub struct Plan {
     pub parts: Parts,
     /// `--only-fresh-keys`: of the rate part, row 4b alone, printed (no file is written).
     pub fresh_keys_only: bool,
+    /// `--only-redis`: of the rate part, the rows on Redis alone (issue 39: the hot key on
+    /// Redis, etcd and redis-cell; row 4b on Redis), printed (no file is written).
+    pub redis_only: bool,
     /// `--only-shards`: row 4b's fresh keys on 1 and on 2 etcd clusters (a sharded store),
     /// printed; no other server starts.
     pub shards_only: bool,
@@ -87,6 +90,7 @@ const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster
   --only-semaphores  only the semaphore rows (and their block of the file)
   --only-rates       only the rate-limit rows (and their block of the file)
   --only-fresh-keys  only the rate part's row 4b (fresh keys at the store's speed), printed
+  --only-redis       only the rate rows on Redis (hot key and fresh keys beside redis-cell), printed
   --only-shards      only fresh keys on 1 vs 2 etcd clusters (a sharded store), printed
   --out PATH         markdown file to update (default for a full run: BENCHMARKS.md)";
 
@@ -95,6 +99,7 @@ const FLAGS: &[&str] = &[
     "--only-semaphores",
     "--only-rates",
     "--only-fresh-keys",
+    "--only-redis",
     "--only-shards",
 ];
 
@@ -103,8 +108,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
         crate::common::args::parse(NAME, USAGE, FLAGS, args)?.map(|args| {
             let cluster = args.flags.iter().any(|f| f == "--cluster");
             let fresh_keys_only = args.flags.iter().any(|f| f == "--only-fresh-keys");
+            let redis_only = args.flags.iter().any(|f| f == "--only-redis");
             let shards_only = args.flags.iter().any(|f| f == "--only-shards");
-            let parts = if fresh_keys_only {
+            let parts = if fresh_keys_only || redis_only {
                 Parts {
                     semaphores: false,
                     rates: true,
@@ -117,8 +123,8 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             } else {
                 Plan::full(cluster, args.out)
             };
-            // Row 4b alone is no rate block: it is printed, never written.
-            let out = if fresh_keys_only || shards_only {
+            // Row 4b alone (or the Redis rows) is no rate block: it is printed, never written.
+            let out = if fresh_keys_only || redis_only || shards_only {
                 None
             } else {
                 plan.out
@@ -126,6 +132,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             Plan {
                 parts,
                 fresh_keys_only,
+                redis_only,
                 shards_only,
                 out,
                 ..plan
@@ -142,6 +149,7 @@ impl Plan {
             out,
             parts: Parts::from_flags(&[]),
             fresh_keys_only: false,
+            redis_only: false,
             shards_only: false,
             latency_rounds: 20,
             latency_batch: 50,
@@ -166,6 +174,7 @@ impl Plan {
             out,
             parts: Parts::from_flags(&[]),
             fresh_keys_only: false,
+            redis_only: false,
             shards_only: false,
             latency_rounds: 3,
             latency_batch: 10,

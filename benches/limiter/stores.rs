@@ -154,3 +154,32 @@ pub async fn compact(client: &mut etcd_client::Client) -> anyhow::Result<()> {
         .context("compact etcd")?;
     Ok(())
 }
+
+/// The Redis Cluster of clusterlimit's rate rows on Redis (issue 39): 3 primaries from the test
+/// support (child processes on free loopback ports, killed on drop). The one-Redis rows use the
+/// peers' Redis (`PeerServers`), so clusterlimit and redis-cell are measured on one server.
+pub struct RedisStores {
+    pub cluster: crate::support::redis::RedisCluster,
+}
+
+impl RedisStores {
+    /// Primaries of the Redis Cluster.
+    pub const PRIMARIES: usize = 3;
+
+    /// Starts the cluster; the support code panics with a server's log if it cannot.
+    pub fn start() -> RedisStores {
+        RedisStores {
+            cluster: crate::support::redis::RedisCluster::start(Self::PRIMARIES),
+        }
+    }
+
+    /// `redis+cluster://…/space`: rate limits under their own prefix.
+    pub fn cluster_url(&self, space: &str) -> String {
+        self.cluster.url(space)
+    }
+
+    /// Process ids of the cluster's primaries.
+    pub fn cluster_pids(&self) -> Vec<u32> {
+        self.cluster.nodes.iter().map(|n| n.pid()).collect()
+    }
+}

@@ -4,7 +4,9 @@
 //! key written by the same clients with the same processes and callers (plain puts, put-if-
 //! absent Txns, ZooKeeper creates: `raw.rs`) and redis-cell on Redis, all in the same run.
 //! The sidecar rows put one `clusterlimit serve` per worker process between the two
-//! (`sidecars.rs`, `sidecar_worker.rs`).
+//! (`sidecars.rs`, `sidecar_worker.rs`). Issue 39 adds Redis: clusterlimit on the very Redis
+//! redis-cell runs in, on a Redis Cluster of 3 primaries, and Redis's own `SET … PX` of a fresh
+//! key; their ratios are to redis-cell's row of the same shape.
 
 use super::protocol::{Contender, Mode, WorkerReport, WorkerSetup};
 use super::sidecars::{self, Api};
@@ -12,7 +14,7 @@ use super::spawn;
 use super::worker::unix_us;
 use crate::peers::PeerServers;
 use crate::stats::Samples;
-use crate::stores::{Servers, Store};
+use crate::stores::{RedisStores, Servers, Store};
 use std::time::Duration;
 
 /// Time given to workers to start and connect before their common start.
@@ -29,12 +31,18 @@ pub enum Who {
     ZkCreate,
     OursZk,
     RedisCell,
+    RedisSet,
+    OursRedis,
+    SidecarHttpRedis,
+    SidecarRlsRedis,
+    OursRedisCluster,
 }
 
 impl Who {
     /// The order they run in: each floor right before ours on its store, and the slow
-    /// put-if-absent Txns after ours (etcd digests them for a while after).
-    pub const ALL: [Who; 8] = [
+    /// put-if-absent Txns after ours (etcd digests them for a while after); on Redis the floor,
+    /// redis-cell, ours on the same Redis, then ours on the Redis Cluster.
+    pub const ALL: [Who; 13] = [
         Who::EtcdPut,
         Who::OursEtcd,
         Who::SidecarHttp,
@@ -42,7 +50,22 @@ impl Who {
         Who::EtcdPutIfAbsent,
         Who::ZkCreate,
         Who::OursZk,
+        Who::RedisSet,
         Who::RedisCell,
+        Who::OursRedis,
+        Who::SidecarHttpRedis,
+        Who::SidecarRlsRedis,
+        Who::OursRedisCluster,
+    ];
+
+    /// The rows on Redis alone (`--only-redis`), in the same order.
+    pub const REDIS: [Who; 6] = [
+        Who::RedisSet,
+        Who::RedisCell,
+        Who::OursRedis,
+        Who::SidecarHttpRedis,
+        Who::SidecarRlsRedis,
+        Who::OursRedisCluster,
     ];
 
     pub fn label(self) -> &'static str {
@@ -55,6 +78,11 @@ impl Who {
             Who::ZkCreate => "ZooKeeper floor: `create`",
             Who::OursZk => "clusterlimit, ZooKeeper",
             Who::RedisCell => "redis-cell `CL.THROTTLE`",
+            Who::RedisSet => "Redis floor: `SET … PX`",
+            Who::OursRedis => "clusterlimit, Redis",
+            Who::SidecarHttpRedis => "clusterlimit sidecar, HTTP (Redis)",
+            Who::SidecarRlsRedis => "clusterlimit sidecar, RLS gRPC (Redis)",
+            Who::OursRedisCluster => "clusterlimit, Redis Cluster (3 primaries)",
         }
     }
 
@@ -62,11 +90,14 @@ impl Who {
         match self {
             Who::EtcdPut => Contender::EtcdPut,
             Who::EtcdPutIfAbsent => Contender::EtcdPutIfAbsent,
-            Who::OursEtcd | Who::OursZk => Contender::Clusterlimit,
+            Who::OursEtcd | Who::OursZk | Who::OursRedis | Who::OursRedisCluster => {
+                Contender::Clusterlimit
+            }
             Who::ZkCreate => Contender::ZkCreate,
-            Who::SidecarHttp => Contender::SidecarHttp,
-            Who::SidecarRls => Contender::SidecarRls,
+            Who::SidecarHttp | Who::SidecarHttpRedis => Contender::SidecarHttp,
+            Who::SidecarRls | Who::SidecarRlsRedis => Contender::SidecarRls,
             Who::RedisCell => Contender::RedisCell,
+            Who::RedisSet => Contender::RedisSet,
         }
     }
 
@@ -79,18 +110,36 @@ impl Who {
         }
     }
 
+    /// The row a row's ratios are taken to: its store's floor (etcd, ZooKeeper), or on Redis
+    /// redis-cell's row (issue 39: one script call per batch against one command per key).
+    pub fn compared_with(self) -> Option<Who> {
+        match self {
+            Who::RedisSet
+            | Who::OursRedis
+            | Who::SidecarHttpRedis
+            | Who::SidecarRlsRedis
+            | Who::OursRedisCluster => Some(Who::RedisCell),
+            other => other.floor(),
+        }
+    }
+
     /// The sidecars' API, for the sidecar rows.
     fn api(self) -> Option<Api> {
         match self {
-            Who::SidecarHttp => Some(Api::Http),
-            Who::SidecarRls => Some(Api::Rls),
+            Who::SidecarHttp | Who::SidecarHttpRedis => Some(Api::Http),
+            Who::SidecarRls | Who::SidecarRlsRedis => Some(Api::Rls),
             _ => None,
         }
     }
 
     /// Where the workers connect (the sidecar rows: where their sidecars do).
-    fn target(self, servers: &Servers, peers: &PeerServers, n: u64) -> String {
+    fn target(self, servers: &Servers, peers: &PeerServers, redis: &RedisStores, n: u64) -> String {
         match self {
+            // The Redis redis-cell runs in: the same server for both.
+            Who::OursRedis | Who::SidecarHttpRedis | Who::SidecarRlsRedis => {
+                format!("{}/fresh{n}", peers.redis_url())
+            }
+            Who::OursRedisCluster => redis.cluster_url(&format!("fresh{n}")),
             Who::OursEtcd | Who::SidecarHttp | Who::SidecarRls => {
                 servers.url(Store::Etcd, &format!("fresh{n}"))
             }
@@ -100,7 +149,7 @@ impl Who {
         }
     }
 
-    fn server_pids(self, servers: &Servers, peers: &PeerServers) -> Vec<u32> {
+    fn server_pids(self, servers: &Servers, peers: &PeerServers, redis: &RedisStores) -> Vec<u32> {
         match self {
             Who::EtcdPut
             | Who::EtcdPutIfAbsent
@@ -108,7 +157,12 @@ impl Who {
             | Who::SidecarHttp
             | Who::SidecarRls => servers.pids(Store::Etcd),
             Who::ZkCreate | Who::OursZk => servers.pids(Store::Zk),
-            Who::RedisCell => peers.pids(),
+            Who::RedisCell
+            | Who::RedisSet
+            | Who::OursRedis
+            | Who::SidecarHttpRedis
+            | Who::SidecarRlsRedis => peers.pids(),
+            Who::OursRedisCluster => redis.cluster_pids(),
         }
     }
 }
@@ -145,6 +199,7 @@ pub async fn run(
     who: Who,
     servers: &Servers,
     peers: &PeerServers,
+    redis: &RedisStores,
     processes: usize,
     callers: u32,
     run_for: Duration,
@@ -154,7 +209,7 @@ pub async fn run(
     let setup = WorkerSetup {
         contender: who.contender(),
         mode: Mode::Fresh,
-        target: who.target(servers, peers, n),
+        target: who.target(servers, peers, redis, n),
         limit_name: format!("fresh{n}"),
         key: if who.api() == Some(Api::Rls) {
             sidecars::RLS_KEY.to_string()
@@ -189,7 +244,7 @@ pub async fn run(
             ..setup.clone()
         })
         .collect();
-    let server_cpu = cpu_during(who.server_pids(servers, peers), start_at, run_for);
+    let server_cpu = cpu_during(who.server_pids(servers, peers, redis), start_at, run_for);
     let sidecar_pids = running.as_ref().map_or_else(Vec::new, |s| s.pids());
     let sidecar_cpu = cpu_during(sidecar_pids, start_at, run_for);
     let bound = LEAD_IN + run_for + Duration::from_secs(60);

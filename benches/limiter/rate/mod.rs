@@ -1,7 +1,8 @@
 //! The rate-limit rows of the limiter bench (issue 17): floors and uncontended checks (rows
 //! 1–2), the hot key (3), many keys (4) and the peers (5: redis-cell on Redis,
 //! rate-limiter-flexible and `limits` on etcd), each peer run by the same harness through
-//! worker processes (`protocol`). See BENCHMARKS.md, "Rate limits: how the figures are made".
+//! worker processes (`protocol`). Issue 39 runs clusterlimit on Redis too: on the Redis
+//! redis-cell runs in (rows 3 and 4b) and on a Redis Cluster of 3 primaries (row 4b). See BENCHMARKS.md, "Rate limits: how the figures are made".
 
 mod fresh;
 mod hot;
@@ -24,7 +25,7 @@ pub mod worker;
 
 use crate::peers::PeerServers;
 use crate::plan::Plan;
-use crate::stores::{close_all, Servers, Store};
+use crate::stores::{close_all, RedisStores, Servers, Store};
 use anyhow::Context as _;
 use hot::Hot;
 use plan::RatePlan;
@@ -42,12 +43,33 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
     let load_before = crate::common::machine::load_average();
     step("peers' servers (Redis with redis-cell)");
     let peers = PeerServers::start().context("start the peers' servers")?;
+    step("a Redis Cluster of 3 primaries (clusterlimit's rows on Redis)");
+    let redis = RedisStores::start();
     let mut r = RateResults {
         plan: rp.clone(),
         ..RateResults::default()
     };
+    if plan.redis_only {
+        step("row 3: hot key on Redis, beside etcd and redis-cell");
+        for &limit in &rp.quotas {
+            for (c, who, target, pids) in hot_contenders(&rp, limit, servers, &peers) {
+                // ZooKeeper and the slow etcd peers are not what these rows compare.
+                let wanted = c == Contender::RedisCell
+                    || (c == Contender::Clusterlimit && who != Store::Zk.label());
+                if !wanted {
+                    continue;
+                }
+                let h = hot_setup(&rp, c, limit, who, target, pids);
+                r.hot.push(hot::run(h).await?);
+            }
+        }
+        step("row 4b: fresh keys on Redis");
+        fresh_each(&rp, &fresh::Who::REDIS, servers, &peers, &redis, &mut r).await?;
+        r.about = report::about(plan, servers, &peers, started.elapsed(), &load_before);
+        return Ok(r.redis_markdown());
+    }
     if plan.fresh_keys_only {
-        fresh_rows(&rp, servers, &peers, &mut r).await?;
+        fresh_rows(&rp, servers, &peers, &redis, &mut r).await?;
         r.about = report::about(plan, servers, &peers, started.elapsed(), &load_before);
         return Ok(r.fresh_markdown());
     }
@@ -82,7 +104,7 @@ pub async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<String> {
         r.many
             .push(many::run(servers, store, rp.keys, rp.keys_rate).await?);
     }
-    fresh_rows(&rp, servers, &peers, &mut r).await?;
+    fresh_rows(&rp, servers, &peers, &redis, &mut r).await?;
     r.about = report::about(plan, servers, &peers, started.elapsed(), &load_before);
     Ok(r.markdown())
 }
@@ -92,13 +114,31 @@ async fn fresh_rows(
     rp: &RatePlan,
     servers: &Servers,
     peers: &PeerServers,
+    redis: &RedisStores,
     r: &mut RateResults,
 ) -> anyhow::Result<()> {
     step("row 4b: fresh keys, closed loop, beside the stores' floors and redis-cell");
+    fresh_each(rp, &fresh::Who::ALL, servers, peers, redis, r).await?;
+    step("row 4b: memory per idle key (one Limiter on etcd)");
+    let idle = idle::run(servers, rp.idle_keys, rp.idle_for).await?;
+    eprintln!("  {idle:?}");
+    r.idle = Some(idle);
+    Ok(())
+}
+
+/// Row 4b's closed loops: each of `whos` at each (processes, callers).
+async fn fresh_each(
+    rp: &RatePlan,
+    whos: &[fresh::Who],
+    servers: &Servers,
+    peers: &PeerServers,
+    redis: &RedisStores,
+    r: &mut RateResults,
+) -> anyhow::Result<()> {
     for &processes in &rp.fresh_processes {
         for &callers in &rp.fresh_callers {
-            for who in fresh::Who::ALL {
-                let row = fresh::run(who, servers, peers, processes, callers, rp.fresh_for)
+            for &who in whos {
+                let row = fresh::run(who, servers, peers, redis, processes, callers, rp.fresh_for)
                     .await
                     .with_context(|| format!("row 4b: {}", who.label()))?;
                 let sidecar = row
@@ -118,12 +158,11 @@ async fn fresh_rows(
             }
         }
     }
-    step("row 4b: memory per idle key (one Limiter on etcd)");
-    let idle = idle::run(servers, rp.idle_keys, rp.idle_for).await?;
-    eprintln!("  {idle:?}");
-    r.idle = Some(idle);
     Ok(())
 }
+
+/// Row 3's label of clusterlimit on Redis.
+pub const REDIS: &str = "Redis";
 
 fn step(what: &str) {
     eprintln!("limiter bench (rates): {what}");
@@ -169,6 +208,7 @@ fn peer_label(c: Contender) -> &'static str {
         Contender::EtcdPut => "etcd plain put",
         Contender::EtcdPutIfAbsent => "etcd put-if-absent Txn",
         Contender::ZkCreate => "ZooKeeper create",
+        Contender::RedisSet => "Redis SET",
         Contender::SidecarHttp => "clusterlimit sidecar, HTTP",
         Contender::SidecarRls => "clusterlimit sidecar, RLS gRPC",
     }
@@ -184,7 +224,7 @@ fn peer_target(c: Contender, servers: &Servers, peers: &PeerServers) -> String {
         .unwrap_or_default();
     match c {
         Contender::Clusterlimit => servers.url(Store::Etcd, "peer-uncontended"),
-        Contender::RedisCell => peers.redis_url(),
+        Contender::RedisCell | Contender::RedisSet => peers.redis_url(),
         Contender::RlfEtcd => format!("http://{first}"),
         Contender::LimitsEtcd => format!("etcd://{first}"),
         Contender::EtcdPut | Contender::EtcdPutIfAbsent => format!("http://{first}"),
@@ -202,7 +242,10 @@ fn algorithm(c: Contender) -> &'static str {
         | Contender::SidecarHttp
         | Contender::SidecarRls => "gcra",
         Contender::RlfEtcd | Contender::LimitsEtcd => "fixed-window",
-        Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => "write",
+        Contender::EtcdPut
+        | Contender::EtcdPutIfAbsent
+        | Contender::ZkCreate
+        | Contender::RedisSet => "write",
     }
 }
 
@@ -224,6 +267,13 @@ fn hot_contenders(
         )
     };
     let mut all = vec![ours(Store::Etcd), ours(Store::Zk)];
+    // Issue 39: ours on the Redis redis-cell runs in, right before redis-cell.
+    all.push((
+        Contender::Clusterlimit,
+        REDIS,
+        format!("{}/hot", peers.redis_url()),
+        peers.pids(),
+    ));
     all.push((
         Contender::RedisCell,
         "redis-cell",

@@ -46,6 +46,10 @@ pub enum Contender {
     /// (`limit_name` is the domain, `key` the descriptor key) per decision; `target` is the
     /// gRPC address `127.0.0.1:PORT`.
     SidecarRls,
+    /// The Redis floor of a fresh key (issue 39): `SET key value PX ttl` through the same
+    /// redis-rs client and multiplexed connection as redis-cell's worker; `target` is
+    /// `redis://127.0.0.1:PORT`.
+    RedisSet,
 }
 
 /// What a worker does.
@@ -135,9 +139,10 @@ pub fn worker_main() -> Option<std::process::ExitCode> {
         match setup.contender {
             Contender::Clusterlimit => crate::rate::worker::run(&setup),
             Contender::RedisCell => crate::peers::redis_cell::run_worker(&setup),
-            Contender::EtcdPut | Contender::EtcdPutIfAbsent | Contender::ZkCreate => {
-                crate::rate::raw::run_worker(&setup)
-            }
+            Contender::EtcdPut
+            | Contender::EtcdPutIfAbsent
+            | Contender::ZkCreate
+            | Contender::RedisSet => crate::rate::raw::run_worker(&setup),
             Contender::SidecarHttp | Contender::SidecarRls => {
                 crate::rate::sidecar_worker::run_worker(&setup)
             }
@@ -166,6 +171,7 @@ pub fn worker_command(setup: &WorkerSetup) -> anyhow::Result<std::process::Comma
         | Contender::EtcdPut
         | Contender::EtcdPutIfAbsent
         | Contender::ZkCreate
+        | Contender::RedisSet
         | Contender::SidecarHttp
         | Contender::SidecarRls => {
             let exe = std::env::current_exe()

@@ -5,6 +5,9 @@
 //! * `EtcdPut`: a plain `put`, no condition, no lease: the most etcd writes per second.
 //! * `EtcdPutIfAbsent`: one `Txn` putting the key if absent: one key's compare-and-swap.
 //! * `ZkCreate`: `create` of a persistent node: ZooKeeper's write of a new key.
+//! * `RedisSet`: `SET key value PX ttl` (issue 39): Redis's write of a new key that expires as
+//!   clusterlimit's do, through redis-rs (the library's client) on one multiplexed connection
+//!   per process (as redis-cell's worker has).
 
 use super::protocol::{Contender, Mode, WorkerReport, WorkerSetup};
 use crate::peers::drive;
@@ -70,9 +73,42 @@ pub fn run_worker(setup: &WorkerSetup) -> anyhow::Result<WorkerReport> {
                 })
                 .await
             }
+            Contender::RedisSet => {
+                let conn = redis(&setup.target).await?;
+                drive::run(setup, "write", move || {
+                    let mut conn = conn.clone();
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(format!("floor:{}", next()))
+                        .arg(VALUE)
+                        .arg("PX")
+                        .arg(REDIS_TTL_MS);
+                    async move {
+                        let _: () = cmd.query_async(&mut conn).await?;
+                        Ok(true)
+                    }
+                })
+                .await
+            }
             other => anyhow::bail!("{other:?} is no store floor"),
         }
     })
+}
+
+/// How long a floor's Redis key lives: what clusterlimit's key of a 100/s burst 10 quota does
+/// (its reset time, 10 ms, plus the Redis store's grace of 10 s).
+const REDIS_TTL_MS: u64 = 10_010;
+
+/// One multiplexed redis-rs connection (every caller of the process shares it).
+async fn redis(target: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(target)
+        .with_context(|| format!("bad redis URL in target: {target}"))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_BOUND))
+        .set_response_timeout(Some(CONNECT_BOUND));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .with_context(|| format!("connect to redis at {target}"))
 }
 
 async fn etcd(target: &str) -> anyhow::Result<etcd_client::Client> {
