@@ -121,7 +121,7 @@ pub trait RateStore: Send + Sync + std::fmt::Debug + 'static {
     /// atomically, in one request where the store allows it. At most one write per
     /// (limit, key) (else `InvalidArgument`, before any request). An empty slice is
     /// `Written(vec![])` without a request. (The crate's stores share these checks:
-    /// [`before_write`].)
+    /// `before_write`, at the end of this file.)
     async fn write_keys(&self, writes: &[KeyWrite]) -> Result<WriteOutcome>;
 
     /// Applies each write on its own: each applies if its own conditions hold, whatever
