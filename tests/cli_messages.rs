@@ -316,7 +316,7 @@ async fn bad_input_messages_are_for_humans() {
             "is not HOST:PORT",
         ),
         (
-            vec!["status", "--store", "redis://h:1"],
+            vec!["status", "--store", "consul://h:1"],
             64,
             "unknown scheme",
         ),

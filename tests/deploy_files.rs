@@ -739,7 +739,7 @@ async fn check_config_names_the_field_at_fault() {
         ("session_ttl = \"soon\"", "session_ttl"),
         ("session_ttl = \"1s\"", "session_ttl"),
         ("permit_ttl = \"100ms\"", "permit TTL"),
-        ("store = \"redis://h:1\"", "store"),
+        ("store = \"consul://h:1\"", "store"),
         ("store = \"etcd://h\"", "store"),
         ("owner = \"a\\u0001b\"", "owner"),
         ("[[semaphores]]\nname = \"a b\"\ncapacity = 1", "semaphores[0].name"),

@@ -370,7 +370,7 @@ async fn a_bad_store_url_in_a_terminal_exits_64_before_drawing() {
     let then = format!("; echo $? >{}", quote(&code.path().to_string_lossy()));
     let top = Tmux::start_then(
         "bad-url",
-        &["top", "--store", "redis://x:1"],
+        &["top", "--store", "consul://x:1"],
         &then,
         100,
         30,
@@ -382,7 +382,7 @@ async fn a_bad_store_url_in_a_terminal_exits_64_before_drawing() {
     .await;
     assert_eq!(code.trim(), "64", "stderr: {}", top.stderr());
     let stderr = top.stderr();
-    assert!(stderr.contains("redis://x:1"), "{stderr}");
+    assert!(stderr.contains("consul://x:1"), "{stderr}");
     assert!(stderr.contains("Usage: clusterlimit top"), "{stderr}");
 }
 

@@ -70,7 +70,8 @@ pub fn refuse_userinfo(store: &str) -> Result<(), Failure> {
     if authority.contains('@') {
         return Err(Failure::usage(format!(
             "store URL {}: credentials are never put in a URL; use --etcd-user with \
-             --etcd-password-file (etcd) or --zk-digest-file (ZooKeeper)",
+             --etcd-password-file (etcd), --zk-digest-file (ZooKeeper), or ?user=NAME&password_file=PATH \
+             (Redis)",
             redact(store)
         )));
     }
