@@ -768,7 +768,7 @@ pub async fn bad_input<H: Harness>(h: &H) {
     for url in [
         "",
         "nonsense",
-        "redis://127.0.0.1:6379",
+        "consul://127.0.0.1:8500",
         "etcd://",
         "etcd://127.0.0.1",
         "etcd://127.0.0.1:0",
