@@ -328,6 +328,8 @@ fn announcements_live_as_long_as_their_limiter() {
 
 /// What one failover run came to: admitted in all, the quota, and how long checks failed.
 struct FailoverRun {
+    /// The run ended on a denial: the quota was spent (not the time bound).
+    spent: bool,
     admitted: u64,
     quota: u64,
     refilled: f64,
@@ -438,6 +440,7 @@ fn failover_run(wait_replicas: bool) -> FailoverRun {
         rt.block_on(t).unwrap();
     }
     let run = FailoverRun {
+        spent: spent.load(Ordering::Relaxed),
         admitted: admitted.load(Ordering::Relaxed),
         quota: QUOTA,
         refilled: started.elapsed().as_secs_f64() * QUOTA as f64 / 86_400.0,
@@ -470,10 +473,9 @@ fn sentinel_failover_losses_with_and_without_wait() {
             run.outage > Duration::ZERO,
             "checks resumed after the failover"
         );
-        assert!(
-            run.admitted >= run.quota,
-            "the quota was spent after the failover"
-        );
+        // Spent, not timed out. (With WAIT a check whose write the replica did not
+        // acknowledge in time is not admitted though counted: a few fewer than the quota.)
+        assert!(run.spent, "the quota was spent after the failover");
     }
     assert!(
         plain.over_admitted() > 0,
