@@ -21,6 +21,13 @@ pub(super) fn describe(e: &RedisError, mode: &RedisMode) -> (String, Retry) {
         false => format!("{what} ({detail})"),
     };
     match e.kind() {
+        ErrorKind::Io if tls_refused(e) => (
+            format!(
+                "the TLS handshake failed: {}; check cacert= (the CA that signed the server's certificate), the host name, and cert=/key=",
+                io_text(e)
+            ),
+            Retry::No,
+        ),
         ErrorKind::Io => (
             format!("cannot reach it: {}", io_text(e)),
             Retry::Again,
@@ -61,6 +68,16 @@ pub(super) fn describe(e: &RedisError, mode: &RedisMode) -> (String, Retry) {
         }
         _ => (server_text(e), Retry::No),
     }
+}
+
+/// Whether a connection failed on TLS itself (a certificate refused either way): no retry
+/// changes that. redis-rs hands rustls's refusal over as an I/O error's text, so the text is
+/// what there is to read.
+fn tls_refused(e: &RedisError) -> bool {
+    let text = io_text(e).to_ascii_lowercase();
+    ["certificate", "handshake", "fatal alert", "unknownissuer"]
+        .iter()
+        .any(|m| text.contains(m))
 }
 
 /// An I/O failure's own words (`Connection refused (os error 111)`).
