@@ -1,14 +1,15 @@
-//! Rate limits on Redis: the shared rate-limit contract (`clusterlimit::testing::rate_cases`)
-//! on one real Redis, a 3-primary Redis Cluster and a Sentinel-watched primary, then what is
-//! Redis's own: slots and hash tags, foreign values, a read-only replica, a flushed script
+//! Redis as a store: the shared contract suites (permits, `clusterlimit::testing::cases`; rate
+//! limits, `rate_cases`) on one real Redis, a 3-primary Redis Cluster and a Sentinel-watched
+//! primary, then what is Redis's own: slots and hash tags, foreign values, a read-only replica, a flushed script
 //! cache, an unreachable server, and keys expired by Redis itself.
 //!
 //! Each deployment is started once per test binary; every test uses a prefix of its own.
 
 mod support;
 
-use clusterlimit::testing::{DoomedHolder, Harness, LimiterOptions};
+use clusterlimit::testing::{within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL};
 use clusterlimit::{Error, KeyCheck, Limiter, Quota, Result};
+use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -39,22 +40,25 @@ fn unique_prefix() -> String {
     )
 }
 
-/// The rate-limit cases need a store and Limiters on it; a Redis store keeps no permits, so
-/// the permit hooks of [`Harness`] are never called by them (and say so if they were).
+/// The contract cases' hooks, on any Redis deployment: `nodes` are its primaries (where the
+/// harness reads and ends sessions behind the library's back).
 macro_rules! redis_harness {
-    ($name:ident, $url:expr) => {
+    ($name:ident, $url:expr, $nodes:expr) => {
         struct $name {
             url: String,
+            prefix: String,
         }
 
         impl Harness for $name {
-            const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(15);
+            const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
 
             async fn start() -> Self {
-                let url = tokio::task::spawn_blocking(|| $url(&unique_prefix()))
+                let prefix = unique_prefix();
+                let p = prefix.clone();
+                let url = tokio::task::spawn_blocking(move || $url(&p))
                     .await
                     .expect("start Redis");
-                $name { url }
+                $name { url, prefix }
             }
 
             async fn connect(&self, opts: LimiterOptions) -> Result<Limiter> {
@@ -62,27 +66,127 @@ macro_rules! redis_harness {
             }
 
             async fn revoke_sessions(&self) {
-                panic!("the rate-limit cases end no sessions; Redis keeps no permits yet");
+                let prefix = self.prefix.clone();
+                let ended = tokio::task::spawn_blocking(move || {
+                    $nodes()
+                        .iter()
+                        .map(|n| end_sessions(n, &prefix))
+                        .sum::<usize>()
+                })
+                .await
+                .expect("end the sessions");
+                assert!(
+                    ended > 0,
+                    "no Redis session to end under prefix {:?}",
+                    self.prefix
+                );
             }
 
-            async fn queue_entries(&self, _sem: &str) -> usize {
-                panic!("the rate-limit cases read no queues; Redis keeps no permits yet");
+            async fn queue_entries(&self, sem: &str) -> usize {
+                let key = format!("{{{}:s:{sem}}}:q", self.prefix);
+                tokio::task::spawn_blocking(move || {
+                    let node = $nodes()[0];
+                    let out = node.cli(&["-c", "ZCARD", &key]);
+                    out.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("ZCARD {key}: {out:?}"))
+                })
+                .await
+                .expect("count the queue")
             }
 
-            async fn spawn_holder(&self, _sem: &str) -> DoomedHolder {
-                panic!("the rate-limit cases hold no permits; Redis keeps no permits yet");
+            async fn spawn_holder(&self, sem: &str) -> DoomedHolder {
+                spawn_child_holder(&self.url, sem).await
             }
         }
     };
 }
 
-redis_harness!(SingleHarness, |p: &str| single().url(p));
-redis_harness!(ClusterHarness, |p: &str| cluster().url(p));
-redis_harness!(SentinelHarness, |p: &str| sentinel().url(p));
+redis_harness!(SingleHarness, |p: &str| single().url(p), || vec![single()]);
+redis_harness!(ClusterHarness, |p: &str| cluster().url(p), || cluster()
+    .nodes
+    .iter()
+    .collect::<Vec<_>>());
+redis_harness!(SentinelHarness, |p: &str| sentinel().url(p), || vec![
+    &sentinel().primary
+]);
 
-clusterlimit::rate_contract_suite!(redis_single, SingleHarness, rate_only);
-clusterlimit::rate_contract_suite!(redis_cluster, ClusterHarness, rate_only);
-clusterlimit::rate_contract_suite!(redis_sentinel, SentinelHarness, rate_only);
+clusterlimit::contract_suite!(redis_single_permits, SingleHarness);
+clusterlimit::contract_suite!(redis_cluster_permits, ClusterHarness);
+clusterlimit::contract_suite!(redis_sentinel_permits, SentinelHarness);
+clusterlimit::rate_contract_suite!(redis_single, SingleHarness);
+clusterlimit::rate_contract_suite!(redis_cluster, ClusterHarness);
+clusterlimit::rate_contract_suite!(redis_sentinel, SentinelHarness);
+
+/// Ends every session under `prefix` on `node` behind the library's back, as an expiry would:
+/// each session's deadline is set in the past (the next script there drops its entries), the
+/// semaphore's waiters are told, and the announcements go. Returns how many sessions and
+/// boards it ended.
+fn end_sessions(node: &RedisServer, prefix: &str) -> usize {
+    let boards = node.cli(&["--scan", "--pattern", &format!("{{{prefix}}}:board:*")]);
+    let boards = boards
+        .lines()
+        .filter(|k| !k.is_empty())
+        .map(|board| {
+            node.cli(&["DEL", board])
+                .trim()
+                .parse::<usize>()
+                .unwrap_or(0)
+        })
+        .sum::<usize>();
+    const END: &str = "local f = redis.call('HKEYS', KEYS[1]) \
+        for _, s in ipairs(f) do redis.call('HSET', KEYS[1], s, 0) end \
+        redis.call('PUBLISH', ARGV[1], 'ended') return #f";
+    let pattern = format!("{{{prefix}:s:*}}:sessions");
+    let keys = node.cli(&["--scan", "--pattern", &pattern]);
+    keys.lines()
+        .filter(|k| !k.is_empty())
+        .map(|key| {
+            let channel = key.replace(":sessions", ":changed");
+            let out = node.cli(&["EVAL", END, "1", key, &channel]);
+            out.trim()
+                .parse::<usize>()
+                .unwrap_or_else(|_| panic!("ending sessions at {key}: {out:?}"))
+        })
+        .sum::<usize>()
+        + boards
+}
+
+/// A holder child process; `kill_on_drop` is the guard for every path.
+struct ChildVictim(Box<support::holder_process::HolderProcess>);
+
+impl Victim for ChildVictim {
+    fn kill(self: Box<Self>) -> BoxFuture<'static, ()> {
+        let mut holder = self.0;
+        Box::pin(async move {
+            within(
+                "SIGKILL holder child",
+                Duration::from_secs(5),
+                holder.child.kill(),
+            )
+            .await
+            .expect("SIGKILL the holder child");
+        })
+    }
+}
+
+/// Re-executes this test binary as a holder of one permit of `sem` at `url`.
+async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
+    let args = [
+        "--exact",
+        "child_holder_process",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
+    DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
+}
+
+/// Not a test of its own: the body of the child process of `*::holder_dies`.
+#[test]
+fn child_holder_process() {
+    support::holder_process::hold_if_child();
+}
 
 fn run<F: std::future::Future>(f: F) -> F::Output {
     clusterlimit::testing::block_on(f)
@@ -234,19 +338,6 @@ fn an_unreachable_server_fails_in_time_by_name() {
             "{text}"
         );
         assert!(!text.contains("Io") && !text.contains("Error {"), "{text}");
-    });
-}
-
-/// Permits are refused with a message that says where to keep them; the store lists none.
-#[test]
-fn permits_are_refused_with_the_way_out() {
-    let url = single().url(&unique_prefix());
-    run(async move {
-        let l = Limiter::connect(&url).await.unwrap();
-        let text = l.semaphore("jobs", 2).await.unwrap_err().to_string();
-        assert!(text.contains("etcd or ZooKeeper"), "{text}");
-        assert!(l.semaphores().await.unwrap().is_empty());
-        l.close().await.unwrap();
     });
 }
 

@@ -1,11 +1,13 @@
 //! Announcements on Redis (the fleet view, adaptive sums): one hash per board, each value with
-//! the server time it lapses at. Redis has no sessions, so a Limiter's own announcements are
-//! put again every third of the session TTL while it lives; a Limiter that dies stops
-//! refreshing them and they lapse within one TTL, as with etcd's leases.
+//! the server time it lapses at. Redis has no leases, so a Limiter's own announcements are
+//! put again every third of the session TTL while their session lives; a Limiter that dies,
+//! or whose session is lost, stops refreshing them and they lapse within one TTL, as with
+//! etcd's leases.
 
 use super::link::Link;
 use crate::backend::lock;
 use crate::error::Result;
+use crate::lost::LostSignal;
 use crate::stats::RequestKind;
 use redis::Script;
 use std::collections::BTreeMap;
@@ -25,7 +27,8 @@ pub(super) struct Board {
 
 #[derive(Default)]
 struct Own {
-    values: BTreeMap<(String, String), Vec<u8>>,
+    /// Each value with the loss signal of the session it was announced in.
+    values: BTreeMap<(String, String), (Vec<u8>, LostSignal)>,
     refreshing: bool,
     closed: bool,
 }
@@ -56,18 +59,22 @@ impl Board {
         self.link.upgrade().ok_or(crate::error::Error::Closed)
     }
 
-    /// Puts `value` under `id`, and keeps it alive until withdrawn or closed.
+    /// Puts `value` under `id`, and keeps it alive until withdrawn, closed, or `session` is
+    /// lost.
     pub(super) async fn announce(
         self: &Arc<Self>,
         board: &str,
         id: &str,
         value: &[u8],
+        session: LostSignal,
     ) -> Result<()> {
         self.put_one(board, id, value).await?;
         let start = {
             let mut own = lock(&self.own);
-            own.values
-                .insert((board.to_string(), id.to_string()), value.to_vec());
+            own.values.insert(
+                (board.to_string(), id.to_string()),
+                (value.to_vec(), session),
+            );
             !std::mem::replace(&mut own.refreshing, true)
         };
         if start {
@@ -161,13 +168,15 @@ async fn refresh(board: Weak<Board>) {
         tokio::time::sleep(pause).await;
         let Some(b) = board.upgrade() else { return };
         let values: Vec<((String, String), Vec<u8>)> = {
-            let own = lock(&b.own);
+            let mut own = lock(&b.own);
             if own.closed {
                 return;
             }
+            // A lost session's values are not its to keep: they lapse.
+            own.values.retain(|_, (_, session)| !session.is_lost());
             own.values
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, (v, _))| (k.clone(), v.clone()))
                 .collect()
         };
         for ((name, id), value) in values {

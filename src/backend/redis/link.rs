@@ -75,6 +75,8 @@ pub(super) struct Link {
     /// `HOST:PORT` of the server the current connection reaches (one Redis, Sentinel's
     /// primary); `None` on a Redis Cluster or before connecting.
     server: std::sync::Mutex<Option<String>>,
+    /// The Redis Cluster seed the next pub/sub connection goes to.
+    next_seed: std::sync::atomic::AtomicUsize,
     pub(super) stats: RequestCounters,
 }
 
@@ -95,6 +97,7 @@ impl Link {
             config,
             current: Mutex::new(None),
             server: std::sync::Mutex::new(None),
+            next_seed: std::sync::atomic::AtomicUsize::new(0),
             stats: RequestCounters::default(),
         };
         let deadline = Instant::now() + link.config.request_timeout;
@@ -195,28 +198,8 @@ impl Link {
                 *crate::backend::lock(&self.server) = Some(host.clone());
                 self.multiplexed(&client).await
             }
-            RedisMode::Sentinel { sentinels, service } => {
-                let addrs = sentinels
-                    .iter()
-                    .map(|s| self.addr(s))
-                    .collect::<redis::RedisResult<Vec<_>>>()?;
-                let mut builder = redis::sentinel::SentinelClientBuilder::new(
-                    addrs,
-                    service,
-                    redis::sentinel::SentinelServerType::Master,
-                )?;
-                if let Some(user) = self.config.user.as_ref().and_then(|u| u.name.as_ref()) {
-                    builder = builder.set_client_to_redis_username(user);
-                }
-                if let Some(password) = &self.password {
-                    builder = builder.set_client_to_redis_password(password);
-                }
-                if self.config.tls.is_some() {
-                    builder = builder
-                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
-                        .set_client_to_redis_certificates(self.certificates()?);
-                }
-                let client = builder.build()?.async_get_client().await?;
+            RedisMode::Sentinel { .. } => {
+                let client = self.sentinel_primary().await?;
                 *crate::backend::lock(&self.server) =
                     Some(client.get_connection_info().addr().to_string());
                 self.multiplexed(&client).await
@@ -246,6 +229,53 @@ impl Link {
                 ))
             }
         }
+    }
+
+    /// A client of the primary the sentinels name now.
+    async fn sentinel_primary(&self) -> redis::RedisResult<Client> {
+        let RedisMode::Sentinel { sentinels, service } = &self.config.mode else {
+            return Err((redis::ErrorKind::Client, "not a Sentinel deployment").into());
+        };
+        let addrs = sentinels
+            .iter()
+            .map(|s| self.addr(s))
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let mut builder = redis::sentinel::SentinelClientBuilder::new(
+            addrs,
+            service,
+            redis::sentinel::SentinelServerType::Master,
+        )?;
+        if let Some(user) = self.config.user.as_ref().and_then(|u| u.name.as_ref()) {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &self.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if self.config.tls.is_some() {
+            builder = builder
+                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_redis_certificates(self.certificates()?);
+        }
+        builder.build()?.async_get_client().await
+    }
+
+    /// A pub/sub connection (waiters' wakeups, `notify.rs`): to the server, Sentinel's
+    /// primary, or the next seed of a Redis Cluster (a publish reaches every node).
+    pub(super) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        let client = match &self.config.mode {
+            RedisMode::Single { host } => self.client(host)?,
+            RedisMode::Sentinel { .. } => self.sentinel_primary().await?,
+            RedisMode::Cluster { seeds } => {
+                let next = self
+                    .next_seed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let seed = seeds.get(next % seeds.len().max(1)).ok_or_else(|| {
+                    redis::RedisError::from((redis::ErrorKind::Client, "no seed node"))
+                })?;
+                self.client(seed)?
+            }
+        };
+        client.get_async_pubsub().await
     }
 
     /// One multiplexed connection to `client`'s server: connecting bounded by the request

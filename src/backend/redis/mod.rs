@@ -1,31 +1,44 @@
 //! `redis://`, `redis+sentinel://`, `redis+cluster://` (and `rediss…://` over TLS): rate
-//! limits on Redis, at Redis's speed. Exact per key (one script checks and writes each batch
-//! atomically, see `rate.rs`), many keys per call, keys expired by Redis itself.
+//! limits and permits on Redis, at Redis's speed. Rate limits: exact per key (one script
+//! checks and writes each batch atomically, see `rate.rs`), many keys per call, keys expired
+//! by Redis itself. Permits: the same queue as every store (`crate::queue`), one script per
+//! step on the semaphore's keys, sessions kept alive by the Limiter (`permits.rs`).
 //!
 //! Redis replicates asynchronously: a write acknowledged by a primary that fails before its
 //! replicas have it is lost in a failover (a key's count goes back by what that interval
 //! admitted). etcd and ZooKeeper do not lose acknowledged writes; choose them where that
 //! matters (see `docs/stores.md`).
 //!
-//! Permits (semaphores) are not kept on Redis yet: their calls fail with `InvalidArgument`
-//! saying so, and the store lists no semaphores. Announcements (the fleet view) are kept
-//! (`board.rs`).
+//! The same holds for permits: a grant (or a release) in the last replication lag before a
+//! failover can be lost; the keepalive notices an entry that vanished and reports the
+//! session lost, but a waiter granted on the new primary may hold at the same time meanwhile.
+//! `docs/stores.md` says what holds. Announcements (the fleet view) are kept (`board.rs`).
 
 mod board;
 mod config;
 mod describe;
+mod entries;
+mod keeper;
 mod keys;
 mod link;
 mod members;
+mod notify;
+mod permits;
 mod rate;
 mod reply;
 mod scripts;
+mod sem_keys;
+mod sem_reply;
+mod sem_scripts;
+mod semaphore;
+mod session;
 mod tls;
+mod watch;
 
 pub use config::RedisConfig;
 
 use crate::backend::{Backend, Enqueued, EntryRequest, RateStore, WaitOutcome};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::stats::RequestStats;
 use crate::status::Status;
@@ -33,15 +46,17 @@ use async_trait::async_trait;
 use board::Board;
 use keys::{Keys, CLUSTER_BUCKETS};
 use link::Link;
+use permits::Permits;
 use scripts::Scripts;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A connection to a Redis deployment that keeps rate limits.
+/// A connection to a Redis deployment that keeps rate limits and permits.
 #[derive(Debug)]
 pub struct RedisBackend {
     link: Arc<Link>,
     board: Arc<Board>,
+    permits: Arc<Permits>,
     keys: Keys,
     scripts: Scripts,
     session_ttl: Duration,
@@ -61,50 +76,43 @@ impl RedisBackend {
         };
         Ok(RedisBackend {
             board: Board::new(&link, &prefix, session_ttl),
+            permits: Permits::new(link.clone(), &prefix, session_ttl),
             keys: Keys::new(&prefix, buckets),
             link,
             scripts: Scripts::new(),
             session_ttl,
         })
     }
-
-    fn no_permits(&self) -> Error {
-        Error::invalid(format!(
-            "{} keeps rate limits only: permits (semaphores) are not available on Redis yet; use an etcd or ZooKeeper store for them",
-            self.link.shown()
-        ))
-    }
 }
 
 #[async_trait]
 impl Backend for RedisBackend {
-    async fn ensure_semaphore(&self, _name: &str, _capacity: Option<u32>) -> Result<u32> {
-        Err(self.no_permits())
+    async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        self.permits.open(name, capacity).await
     }
 
-    async fn enqueue(&self, _req: &EntryRequest) -> Result<Enqueued> {
-        Err(self.no_permits())
+    async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        self.permits.enqueue(req).await
     }
 
-    async fn wait_outcome(&self, _req: &EntryRequest, _enq: &Enqueued) -> Result<WaitOutcome> {
-        Err(self.no_permits())
+    async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
+        self.permits.wait_outcome(req, enq).await
     }
 
-    async fn remove(&self, _name: &str, _id: &str) -> Result<()> {
-        // Nothing is ever enqueued here, so there is nothing to remove.
-        Ok(())
+    async fn remove(&self, name: &str, id: &str) -> Result<()> {
+        self.permits.remove(name, id).await
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        Err(Error::NotFound(name.to_string()))
+        self.permits.status(name).await
     }
 
-    async fn set_capacity(&self, _name: &str, _capacity: u32) -> Result<()> {
-        Err(self.no_permits())
+    async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
+        self.permits.resize(name, capacity).await
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        Ok(Vec::new())
+        self.permits.list().await
     }
 
     fn stats(&self) -> RequestStats {
@@ -116,13 +124,21 @@ impl Backend for RedisBackend {
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {
-        None
+        self.permits.session.live_signal().await
     }
 
-    async fn end_session(&self, _session: &LostSignal) {}
+    async fn end_session(&self, of: &LostSignal) {
+        if let Some(session) = self.permits.session.end_if_current(of).await {
+            self.permits.drop_session(&session).await;
+        }
+    }
 
     async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
-        self.board.announce(board, id, value).await
+        // Bound to the session, as on the other stores: a lost session stops refreshing it.
+        let session = self.permits.live_session().await?;
+        self.board
+            .announce(board, id, value, session.lost.clone())
+            .await
     }
 
     async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
@@ -168,11 +184,22 @@ impl Backend for RedisBackend {
     }
 
     async fn close(&self) -> Result<()> {
+        self.permits.stop.stop();
+        if let Some(session) = self.permits.session.end().await {
+            self.permits.drop_session(&session).await;
+        }
         self.board.close().await;
         Ok(())
     }
 
     fn shutdown(&self) {
+        self.permits.stop.stop();
+        if let Some(session) = self.permits.session.try_end() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                let permits = self.permits.clone();
+                handle.spawn(async move { permits.drop_session(&session).await });
+            }
+        }
         self.board.stop();
     }
 }

@@ -1,0 +1,110 @@
+//! Keeps a Redis session alive: about every TTL/3, one script call per semaphore the session
+//! is in pushes its deadline there forward and checks its entries are all still there. The
+//! local deadline (when `lost()` fires at the latest) is the send time of the last round
+//! Redis acknowledged in full plus the TTL: never later than Redis's own deadlines, which
+//! count from when it applied the round.
+
+use super::permits::Permits;
+use super::session::RedisSession;
+use crate::backend::outage::Outage;
+use crate::error::Result;
+use crate::stats::RequestKind;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::time::{timeout, Instant};
+
+/// Pause between keepalive rounds once one has failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+pub(super) fn start(permits: Weak<Permits>, session: Arc<RedisSession>) {
+    tokio::spawn(run(permits, session));
+}
+
+async fn run(permits: Weak<Permits>, session: Arc<RedisSession>) {
+    let interval = session.ttl / 3;
+    let mut pause = interval;
+    let mut outage = Outage::default();
+    loop {
+        tokio::select! {
+            biased;
+            _ = session.stop.cancelled() => return,
+            _ = session.lost.lost() => {
+                // Marked lost by whoever noticed (and reported) it: nothing left to do.
+                if !session.lost.deadline().passed() {
+                    return;
+                }
+                break;
+            }
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let Some(p) = permits.upgrade() else { return };
+        let store = p.link.shown().to_string();
+        let sent = Instant::now();
+        let bound = p.link.request_timeout().min(interval.max(RETRY_PAUSE));
+        match timeout(bound, round(&p, &session)).await {
+            Ok(Ok(None)) => {
+                session.lost.deadline().extend(sent + session.ttl);
+                pause = interval;
+                outage.ok("Redis session keepalive");
+            }
+            Ok(Ok(Some(why))) => {
+                tracing::warn!(%store, "{store}: {why}; permits of this session are lost");
+                session.lost.fire();
+                p.drop_session(&session).await;
+                return;
+            }
+            Ok(Err(e)) => {
+                outage.failed("Redis session keepalive", &store, &e);
+                pause = RETRY_PAUSE;
+            }
+            Err(_) => {
+                outage.failed("Redis session keepalive", &store, &"no answer in time");
+                pause = RETRY_PAUSE;
+            }
+        }
+    }
+    // The deadline passed without an acknowledged round: the session is dead to us. Its
+    // entries go now, in case Redis still keeps them.
+    let Some(p) = permits.upgrade() else { return };
+    let store = p.link.shown();
+    tracing::warn!(%store, "{store} acknowledged no session keepalive within the session TTL; permits of this session are lost (dropping its entries in case they live on)");
+    session.lost.fire();
+    p.drop_session(&session).await;
+}
+
+/// One keepalive round: `Some(reason)` when the session can no longer be trusted.
+async fn round(p: &Permits, session: &RedisSession) -> Result<Option<String>> {
+    let ttl_ms = session.ttl.as_millis().to_string();
+    let calls = session.semaphores().into_iter().map(|(sem, ids)| {
+        let ttl_ms = ttl_ms.clone();
+        async move {
+            let mut args = vec![session.id.clone(), ttl_ms];
+            let expected = ids.len();
+            args.extend(ids);
+            let keys = p.keys(&sem);
+            let missing: i64 = p
+                .call(RequestKind::Lease, &p.scripts.touch, &keys, &args)
+                .await?;
+            Ok(match missing {
+                0 => None,
+                m if m < 0 => Some(format!(
+                    "semaphore {sem:?} no longer knows this session (it expired there, was ended, or a failover lost it)"
+                )),
+                m => Some(format!(
+                    "{m} of this session's {expected} entries in semaphore {sem:?} vanished (removed behind its back, or lost in a failover)"
+                )),
+            })
+        }
+    });
+    let found: Vec<Result<Option<String>>> = futures::future::join_all(calls).await;
+    // A loss anywhere outweighs a failed call elsewhere.
+    let mut failed = None;
+    for f in found {
+        match f {
+            Ok(Some(why)) => return Ok(Some(why)),
+            Ok(None) => {}
+            Err(e) => failed = Some(e),
+        }
+    }
+    failed.map_or(Ok(None), Err)
+}

@@ -1,0 +1,71 @@
+-- Shared head of every permit script (prepended to each; see sem_scripts.rs).
+-- KEYS[1]: the semaphore's record (hash: capacity, floor, last token, ver);
+-- KEYS[2]: its queue (sorted set: entry id -> token);
+-- KEYS[3]: its entries (hash: entry id -> "PERMITS SESSION SINCE_MS OWNER");
+-- KEYS[4]: the sessions with entries in it (hash: session id -> deadline, server ms).
+-- ARGV[1]: the channel told of every change that can decide a waiter.
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Removes the entries of every session whose deadline passed (and those sessions); tells
+-- waiters when entries went. Sessions are few (one per Limiter), so the check is cheap; the
+-- entries are read only when one has expired.
+local function prune()
+  local sessions = redis.call('HGETALL', KEYS[4])
+  local dead, any = {}, false
+  for i = 1, #sessions, 2 do
+    if tonumber(sessions[i + 1]) < now_ms then
+      dead[sessions[i]] = true
+      any = true
+    end
+  end
+  if not any then
+    return 0
+  end
+  local entries = redis.call('HGETALL', KEYS[3])
+  local gone = 0
+  for i = 1, #entries, 2 do
+    local session = string.match(entries[i + 1], '^%d+ (%S+)')
+    if dead[session] then
+      redis.call('ZREM', KEYS[2], entries[i])
+      redis.call('HDEL', KEYS[3], entries[i])
+      gone = gone + 1
+    end
+  end
+  for session in pairs(dead) do
+    redis.call('HDEL', KEYS[4], session)
+  end
+  if gone > 0 then
+    redis.call('PUBLISH', ARGV[1], 'expired')
+  end
+  return gone
+end
+
+-- The queue up to and including token `upto` (all of it for nil), as token, permits pairs.
+local function queue_upto(upto)
+  local ranked
+  if upto then
+    ranked = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', int(upto), 'WITHSCORES')
+  else
+    ranked = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  end
+  local out = {}
+  if #ranked == 0 then
+    return out
+  end
+  local ids = {}
+  for i = 1, #ranked, 2 do
+    ids[#ids + 1] = ranked[i]
+  end
+  local values = redis.call('HMGET', KEYS[3], unpack(ids))
+  for i = 1, #ids do
+    out[#out + 1] = int(tonumber(ranked[2 * i]))
+    out[#out + 1] = values[i] or '0 ? 0 ?'
+  end
+  return out
+end

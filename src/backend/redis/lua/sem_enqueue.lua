@@ -1,0 +1,35 @@
+-- Appends entry ARGV[2] (ARGV[3] permits, session ARGV[4] kept until now + ARGV[5] ms, since
+-- ARGV[6] ms, owner ARGV[7]), or finds it again (a retried request). Its token is the server's
+-- time in µs, above every earlier token: strictly increasing, also across a failover that lost
+-- the last tokens (unless the new primary's clock is behind).
+-- Returns {'nosem'}, {'heavy', CAPACITY} (nothing queued), or
+-- {'ok', TOKEN, CAPACITY, FLOOR, then TOKEN, VALUE pairs of the queue up to the entry}.
+local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last')
+if not cap[1] then
+  return {'nosem'}
+end
+local capacity = tonumber(cap[1])
+prune()
+local token = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if token then
+  token = tonumber(token)
+  if tonumber(ARGV[3]) > capacity then
+    redis.call('ZREM', KEYS[2], ARGV[2])
+    redis.call('HDEL', KEYS[3], ARGV[2])
+    return {'heavy', capacity}
+  end
+else
+  if tonumber(ARGV[3]) > capacity then
+    return {'heavy', capacity}
+  end
+  token = math.max(tonumber(cap[3]) + 1, now_us)
+  redis.call('HSET', KEYS[1], 'last', int(token))
+  redis.call('ZADD', KEYS[2], int(token), ARGV[2])
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7])
+end
+redis.call('HSET', KEYS[4], ARGV[4], int(now_ms + tonumber(ARGV[5])))
+local out = {'ok', int(token), cap[1], cap[2]}
+for _, v in ipairs(queue_upto(token)) do
+  out[#out + 1] = v
+end
+return out

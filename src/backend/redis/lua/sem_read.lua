@@ -1,0 +1,21 @@
+-- The semaphore now: {} when absent, else {CAPACITY, FLOOR, LAST, VER, NEXT_EXPIRY_MS, then
+-- TOKEN, VALUE pairs in token order}; NEXT_EXPIRY_MS is when the earliest session with entries
+-- here lapses, from now (-1: none), so a waiter knows when to look again.
+local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last', 'ver')
+if not cap[1] then
+  return {}
+end
+prune()
+local next_expiry = -1
+local sessions = redis.call('HVALS', KEYS[4])
+for _, d in ipairs(sessions) do
+  local left = tonumber(d) - now_ms
+  if next_expiry < 0 or left < next_expiry then
+    next_expiry = left
+  end
+end
+local out = {cap[1], cap[2], cap[3], cap[4], int(next_expiry)}
+for _, v in ipairs(queue_upto(nil)) do
+  out[#out + 1] = v
+end
+return out

@@ -1,0 +1,102 @@
+//! Permits (semaphores) on Redis: what a Limiter's Redis backend keeps for them, and how a
+//! permit script is sent. The queue's meaning is `crate::queue`'s; Redis only stores it, one
+//! script call per step (`lua/sem_*.lua`, keys of `sem_keys.rs`). The steps live beside this
+//! file: `semaphore.rs` (open, status, capacity, list), `entries.rs` (enqueue, wait, remove),
+//! the session and its keeper (`session.rs`, `keeper.rs`), waiters' wakeups (`notify.rs`,
+//! `watch.rs`).
+
+use super::link::Link;
+use super::notify::Notifier;
+use super::sem_keys::SemKeys;
+use super::sem_scripts::SemScripts;
+use super::session::RedisSession;
+use super::watch::SemWatch;
+use crate::backend::{SessionSlot, Stop};
+use crate::error::{Error, Result};
+use crate::stats::RequestKind;
+use redis::{FromRedisValue, Script};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The permit side of a Redis backend.
+#[derive(Debug)]
+pub(super) struct Permits {
+    pub(super) link: Arc<Link>,
+    pub(super) prefix: String,
+    pub(super) scripts: SemScripts,
+    pub(super) session: SessionSlot<RedisSession>,
+    pub(super) watches: Mutex<HashMap<String, Arc<SemWatch>>>,
+    pub(super) notifier: Arc<Notifier>,
+    pub(super) stop: Stop,
+    pub(super) ttl: Duration,
+}
+
+impl Permits {
+    pub(super) fn new(link: Arc<Link>, prefix: &str, ttl: Duration) -> Arc<Permits> {
+        let stop = Stop::default();
+        Arc::new(Permits {
+            notifier: Notifier::new(&link, stop.child_token()),
+            link,
+            prefix: prefix.to_string(),
+            scripts: SemScripts::new(),
+            session: SessionSlot::default(),
+            watches: Mutex::new(HashMap::new()),
+            stop,
+            ttl,
+        })
+    }
+
+    pub(super) fn keys(&self, name: &str) -> SemKeys {
+        SemKeys::new(&self.prefix, name)
+    }
+
+    /// Sends `script` on semaphore `sem`'s keys with `args` (after the channel), within the
+    /// request timeout.
+    pub(super) async fn call<T: FromRedisValue + Send>(
+        &self,
+        kind: RequestKind,
+        script: &Script,
+        sem: &SemKeys,
+        args: &[String],
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.link.request_timeout();
+        self.link
+            .run(kind, deadline, |mut c| {
+                let mut inv = script.prepare_invoke();
+                for k in &sem.keys {
+                    inv.key(k);
+                }
+                inv.arg(&sem.channel);
+                for a in args {
+                    inv.arg(a);
+                }
+                async move { inv.invoke_async(&mut c).await }
+            })
+            .await
+    }
+
+    /// A reply of semaphore `name` that did not read, as an error naming both.
+    pub(super) fn unreadable(&self, name: &str, what: String) -> Error {
+        Error::store(format!(
+            "{}: semaphore {name:?} holds something clusterlimit did not write: {what}",
+            self.link.shown()
+        ))
+    }
+
+    /// The live session, or a new one (with its keeper started).
+    pub(super) async fn live_session(self: &Arc<Self>) -> Result<Arc<RedisSession>> {
+        self.session
+            .live_or_start(
+                &self.stop,
+                |_| {},
+                || async {
+                    let session = Arc::new(RedisSession::new(self.ttl));
+                    super::keeper::start(Arc::downgrade(self), session.clone());
+                    Ok(session)
+                },
+            )
+            .await
+    }
+}

@@ -1,0 +1,267 @@
+//! Reading the permit scripts' replies (`lua/sem_*.lua`): lists of strings, an entry's value
+//! `PERMITS SESSION SINCE_MS OWNER`. A reply that does not read is a store error naming what
+//! was wrong, never a panic.
+
+use crate::backend::QueueView;
+use crate::queue;
+use crate::status::{Holder, Status};
+use std::time::Duration;
+
+/// One queued entry as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StoredEntry {
+    pub(super) token: u64,
+    pub(super) permits: u32,
+    pub(super) since_unix_ms: u64,
+    pub(super) owner: String,
+}
+
+/// A semaphore as one read saw it: the picture waiters are decided from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SemState {
+    pub(super) capacity: u32,
+    pub(super) floor: u64,
+    /// The last token handed out: every entry up to it is in `entries` or gone.
+    pub(super) last: u64,
+    /// The record's version, for a capacity change's compare-and-set.
+    pub(super) ver: String,
+    /// When the earliest session with entries here lapses, from the read.
+    pub(super) next_expiry: Option<Duration>,
+    pub(super) entries: Vec<StoredEntry>,
+}
+
+impl QueueView for SemState {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        Some((self.capacity, self.floor))
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+        self.entries.iter().map(|e| queue::Entry {
+            token: e.token,
+            permits: e.permits,
+        })
+    }
+    fn contains(&self, token: u64) -> bool {
+        self.entries
+            .binary_search_by_key(&token, |e| e.token)
+            .is_ok()
+    }
+    fn has_seen(&self, token: u64) -> bool {
+        token <= self.last
+    }
+}
+
+impl SemState {
+    /// `sem_read.lua`'s reply; `None` when the semaphore does not exist.
+    pub(super) fn parse(items: &[String]) -> Result<Option<SemState>, String> {
+        let [capacity, floor, last, ver, next, rest @ ..] = items else {
+            return match items.is_empty() {
+                true => Ok(None),
+                false => Err(format!("a semaphore read of {} items", items.len())),
+            };
+        };
+        let next: i64 = number(next, "expiry")?;
+        Ok(Some(SemState {
+            capacity: number(capacity, "capacity")?,
+            floor: number(floor, "floor")?,
+            last: number(last, "last token")?,
+            ver: ver.clone(),
+            next_expiry: u64::try_from(next).ok().map(Duration::from_millis),
+            entries: entries(rest)?,
+        }))
+    }
+
+    /// The semaphore as `status` reports it.
+    pub(super) fn status(&self, name: &str) -> Status {
+        let n = queue::holders(self.entries(), self.capacity, self.floor);
+        let mut rows: Vec<Holder> = self
+            .entries
+            .iter()
+            .map(|e| Holder::new(&e.owner, e.permits, e.token, e.since_unix_ms))
+            .collect();
+        let waiters = rows.split_off(n);
+        Status::from_queue(name, self.capacity, rows, waiters)
+    }
+}
+
+/// `TOKEN, VALUE` pairs, in token order.
+pub(super) fn entries(pairs: &[String]) -> Result<Vec<StoredEntry>, String> {
+    if !pairs.len().is_multiple_of(2) {
+        return Err("a queue of unpaired items".into());
+    }
+    pairs
+        .chunks(2)
+        .map(|pair| {
+            let mut parts = pair[1].splitn(4, ' ');
+            let mut next = |what| parts.next().ok_or(format!("an entry without its {what}"));
+            let permits = number(next("permits")?, "permits")?;
+            let _session = next("session")?;
+            let since_unix_ms = number(next("start time")?, "start time")?;
+            Ok(StoredEntry {
+                token: number(&pair[0], "token")?,
+                permits,
+                since_unix_ms,
+                owner: next("owner")?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What an enqueue came to (`sem_enqueue.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Enqueue {
+    NoSemaphore,
+    /// Heavier than the capacity: nothing is queued.
+    Heavy(u32),
+    /// Queued with `token`; whether it holds, from the queue up to it.
+    Queued {
+        token: u64,
+        holds: bool,
+    },
+}
+
+impl Enqueue {
+    pub(super) fn parse(items: &[String]) -> Result<Enqueue, String> {
+        match items {
+            [tag] if tag == "nosem" => Ok(Enqueue::NoSemaphore),
+            [tag, capacity] if tag == "heavy" => Ok(Enqueue::Heavy(number(capacity, "capacity")?)),
+            [tag, token, capacity, floor, rest @ ..] if tag == "ok" => {
+                let token = number(token, "token")?;
+                let ahead = entries(rest)?;
+                let holds = queue::holds(
+                    ahead.iter().map(|e| queue::Entry {
+                        token: e.token,
+                        permits: e.permits,
+                    }),
+                    number(capacity, "capacity")?,
+                    number(floor, "floor")?,
+                    token,
+                );
+                Ok(Enqueue::Queued {
+                    token,
+                    holds: holds.ok_or("an enqueue whose entry is not in the queue it returned")?,
+                })
+            }
+            _ => Err(format!("an enqueue answer of {} items", items.len())),
+        }
+    }
+}
+
+/// What a capacity write came to (`sem_resize.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Resize {
+    NoSemaphore,
+    /// Another capacity write came first.
+    Conflict,
+    /// Written: the record's new version and the queue the write saw.
+    Done {
+        ver: String,
+        queue: Vec<queue::Entry>,
+    },
+}
+
+impl Resize {
+    pub(super) fn parse(items: &[String]) -> Result<Resize, String> {
+        match items {
+            [tag] if tag == "nosem" => Ok(Resize::NoSemaphore),
+            [tag] if tag == "conflict" => Ok(Resize::Conflict),
+            [tag, ver, rest @ ..] if tag == "ok" => Ok(Resize::Done {
+                ver: ver.clone(),
+                queue: entries(rest)?
+                    .iter()
+                    .map(|e| queue::Entry {
+                        token: e.token,
+                        permits: e.permits,
+                    })
+                    .collect(),
+            }),
+            _ => Err(format!("a capacity write answer of {} items", items.len())),
+        }
+    }
+}
+
+fn number<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("a {what} that is not a number ({s:?})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(items: &[&str]) -> Vec<String> {
+        items.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn reads_a_semaphore_and_decides_from_it() {
+        let st = SemState::parse(&s(&[
+            "2",
+            "0",
+            "30",
+            "4",
+            "1500",
+            "10",
+            "1 a 5 me",
+            "20",
+            "2 b 6 you two",
+            "30",
+            "1 a 7 x",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(st.next_expiry, Some(Duration::from_millis(1500)));
+        assert_eq!(st.entries[1].owner, "you two");
+        assert!(st.contains(20) && !st.contains(25) && st.has_seen(30) && !st.has_seen(31));
+        let status = st.status("db");
+        assert_eq!((status.holders.len(), status.waiters.len()), (1, 2));
+        assert_eq!(SemState::parse(&[]).unwrap(), None);
+        assert!(SemState::parse(&s(&["2", "0"])).is_err());
+        assert!(SemState::parse(&s(&["x", "0", "1", "1", "-1"])).is_err());
+    }
+
+    #[test]
+    fn reads_enqueues_and_resizes() {
+        let e = Enqueue::parse(&s(&[
+            "ok",
+            "20",
+            "2",
+            "0",
+            "10",
+            "1 a 5 me",
+            "20",
+            "1 b 6 you",
+        ]));
+        assert_eq!(
+            e,
+            Ok(Enqueue::Queued {
+                token: 20,
+                holds: true
+            })
+        );
+        let e = Enqueue::parse(&s(&[
+            "ok",
+            "20",
+            "1",
+            "0",
+            "10",
+            "1 a 5 me",
+            "20",
+            "1 b 6 you",
+        ]));
+        assert_eq!(
+            e,
+            Ok(Enqueue::Queued {
+                token: 20,
+                holds: false
+            })
+        );
+        assert_eq!(Enqueue::parse(&s(&["heavy", "3"])), Ok(Enqueue::Heavy(3)));
+        assert_eq!(Enqueue::parse(&s(&["nosem"])), Ok(Enqueue::NoSemaphore));
+        assert!(Enqueue::parse(&s(&["ok", "20", "1", "0"])).is_err());
+        assert_eq!(Resize::parse(&s(&["conflict"])), Ok(Resize::Conflict));
+        assert!(matches!(
+            Resize::parse(&s(&["ok", "5", "10", "1 a 5 me"])),
+            Ok(Resize::Done { ver, queue }) if ver == "5" && queue.len() == 1
+        ));
+    }
+}

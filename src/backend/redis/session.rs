@@ -1,0 +1,121 @@
+//! A Limiter's session on Redis. Redis has no leases, so a session is an id and, in each
+//! semaphore it has entries in, a deadline (server time) its keeper pushes forward about every
+//! TTL/3 (`keeper.rs`); a script that finds a session's deadline passed removes the session's
+//! entries there (`lua/sem_common.lua`). The session also remembers which of its entries each
+//! semaphore should hold, so the keeper can tell when one vanished (ended behind its back, or
+//! lost in a failover).
+
+use crate::backend::lock;
+use crate::lost::{LostSignal, SessionDeadline};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// One session: lost (for good) when its deadline passes without an acknowledged keepalive,
+/// when Redis no longer knows it, or when one of its entries vanished.
+#[derive(Debug)]
+pub(super) struct RedisSession {
+    /// Random, so two Limiters (or two sessions of one) never share one.
+    pub(super) id: String,
+    pub(super) lost: LostSignal,
+    pub(super) ttl: Duration,
+    pub(super) stop: CancellationToken,
+    held: Mutex<BTreeMap<String, Held>>,
+}
+
+/// The session's part in one semaphore.
+#[derive(Debug, Default)]
+struct Held {
+    /// Entries Redis confirmed.
+    ids: BTreeSet<String>,
+    /// Enqueues sent and not answered yet: the keeper keeps the session alive there meanwhile.
+    sending: usize,
+}
+
+impl RedisSession {
+    /// A new session: nothing in Redis yet (its first enqueue in a semaphore registers it
+    /// there), so its deadline starts from now.
+    pub(super) fn new(ttl: Duration) -> RedisSession {
+        RedisSession {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            lost: LostSignal::new(SessionDeadline::at(Instant::now() + ttl)),
+            ttl,
+            stop: CancellationToken::new(),
+            held: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Before an enqueue in `sem` is sent.
+    pub(super) fn sending(&self, sem: &str) {
+        lock(&self.held).entry(sem.to_string()).or_default().sending += 1;
+    }
+
+    /// After it answered: `Some(id)` when Redis queued entry `id`.
+    pub(super) fn sent(&self, sem: &str, queued: Option<&str>) {
+        let mut held = lock(&self.held);
+        let h = held.entry(sem.to_string()).or_default();
+        h.sending = h.sending.saturating_sub(1);
+        if let Some(id) = queued {
+            h.ids.insert(id.to_string());
+        }
+        if h.ids.is_empty() && h.sending == 0 {
+            held.remove(sem);
+        }
+    }
+
+    /// Before entry `id` of `sem` is removed: its absence is no longer a loss.
+    pub(super) fn forget(&self, sem: &str, id: &str) {
+        let mut held = lock(&self.held);
+        if let Some(h) = held.get_mut(sem) {
+            h.ids.remove(id);
+            if h.ids.is_empty() && h.sending == 0 {
+                held.remove(sem);
+            }
+        }
+    }
+
+    /// Every semaphore the session is in now, with the entries it should find there.
+    pub(super) fn semaphores(&self) -> Vec<(String, Vec<String>)> {
+        lock(&self.held)
+            .iter()
+            .map(|(sem, h)| (sem.clone(), h.ids.iter().cloned().collect()))
+            .collect()
+    }
+}
+
+impl crate::backend::StoreSession for RedisSession {
+    fn lost(&self) -> &LostSignal {
+        &self.lost
+    }
+
+    /// The keeper stops first: from then on nothing keeps the session alive, so Redis's
+    /// scripts drop its entries within the TTL even if ending it there fails.
+    fn end_locally(&self) {
+        self.stop.cancel();
+        self.lost.fire();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_to_what_redis_confirmed() {
+        let s = RedisSession::new(Duration::from_secs(3));
+        s.sending("a");
+        assert_eq!(s.semaphores(), vec![("a".to_string(), vec![])]);
+        s.sent("a", Some("e1"));
+        s.sending("a");
+        s.sent("a", None);
+        assert_eq!(
+            s.semaphores(),
+            vec![("a".to_string(), vec!["e1".to_string()])]
+        );
+        s.forget("a", "e1");
+        assert!(s.semaphores().is_empty());
+        assert_ne!(s.id, RedisSession::new(Duration::from_secs(3)).id);
+    }
+}

@@ -1,0 +1,208 @@
+//! A Limiter's watch of one semaphore it has waiters in: reads the semaphore when told of a
+//! change (`notify.rs`), when the earliest session there may have lapsed, and after a broken
+//! subscription, and tells exactly the waiters whose fate is decided ([`Waiters`]). One read
+//! per Limiter and change, however many of its waiters there are.
+
+use super::permits::Permits;
+use super::sem_reply::SemState;
+use crate::backend::outage::Outage;
+use crate::backend::{lock, QueueView, WaitOutcome, Waiters};
+use crate::queue;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Pause after a failed read.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// A watch without waiters stops after this long (the next wait starts another).
+const LINGER: Duration = Duration::from_secs(5);
+/// Margin past a session's deadline before looking again (the server's clock ticks on).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(5);
+
+pub(super) struct SemWatch {
+    name: String,
+    state: Mutex<State>,
+    /// Woken by the semaphore's channel, and by a waiter that needs a newer read.
+    wake: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct State {
+    seen: Option<Seen>,
+    waiters: Waiters,
+    stopped: bool,
+}
+
+/// The last read.
+enum Seen {
+    Present(SemState),
+    /// The semaphore does not exist (any more).
+    Absent,
+}
+
+impl std::fmt::Debug for SemWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemWatch")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SemWatch {
+    pub(super) fn start(permits: Weak<Permits>, name: &str, stop: CancellationToken) -> Arc<Self> {
+        let watch = Arc::new(SemWatch {
+            name: name.to_string(),
+            state: Mutex::new(State::default()),
+            wake: Arc::new(Notify::new()),
+        });
+        tokio::spawn(watch.clone().run(permits, stop));
+        watch
+    }
+
+    pub(super) fn is_stopped(&self) -> bool {
+        lock(&self.state).stopped
+    }
+
+    /// Registers entry `token`; the receiver gets its outcome (at once if the last read
+    /// decides it). `None` when the watch has stopped.
+    pub(super) fn register(
+        &self,
+        token: u64,
+        permits: u32,
+    ) -> Option<oneshot::Receiver<WaitOutcome>> {
+        let mut state = lock(&self.state);
+        let State {
+            seen,
+            waiters,
+            stopped,
+        } = &mut *state;
+        if *stopped {
+            return None;
+        }
+        Some(match seen {
+            Some(Seen::Present(s)) if s.has_seen(token) => waiters.register(s, token, permits),
+            Some(Seen::Absent) => waiters.register(&Absent, token, permits),
+            _ => {
+                // Newer than the last read: read again.
+                self.wake.notify_one();
+                waiters.register(&Unseen, token, permits)
+            }
+        })
+    }
+
+    async fn run(self: Arc<Self>, permits: Weak<Permits>, stop: CancellationToken) {
+        let Some(p) = permits.upgrade() else {
+            return self.finish();
+        };
+        let channel = p.keys(&self.name).channel;
+        let store = p.link.shown().to_string();
+        // Subscribed before the first read, so no change after it goes unheard.
+        p.notifier.subscribe(&channel, self.wake.clone()).await;
+        drop(p);
+        let mut outage = Outage::default();
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let Some(p) = permits.upgrade() else { break };
+            let next = match p.read(&self.name).await {
+                Ok(read) => {
+                    outage.ok("reading a semaphore");
+                    self.apply(read)
+                }
+                Err(e) => {
+                    outage.failed(&format!("reading semaphore {:?}", self.name), &store, &e);
+                    RETRY_PAUSE
+                }
+            };
+            if self.stopped_when_idle(&mut idle_since) {
+                p.notifier.unsubscribe(&channel, &self.wake).await;
+                return;
+            }
+            drop(p);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(next.min(LINGER)) => {}
+            }
+        }
+        self.finish();
+    }
+
+    /// Decides waiters from a read; returns when to read again at the latest.
+    fn apply(&self, read: Option<SemState>) -> Duration {
+        let mut state = lock(&self.state);
+        let State { seen, waiters, .. } = &mut *state;
+        match read {
+            Some(s) => {
+                waiters.resolve(&s);
+                let next = s.next_expiry.map_or(LINGER, |d| d + EXPIRY_MARGIN);
+                *seen = Some(Seen::Present(s));
+                next
+            }
+            None => {
+                waiters.resolve(&Absent);
+                *seen = Some(Seen::Absent);
+                LINGER
+            }
+        }
+    }
+
+    /// Stops the watch if nobody has waited for [`LINGER`].
+    fn stopped_when_idle(&self, idle_since: &mut Option<Instant>) -> bool {
+        let mut state = lock(&self.state);
+        if !state.waiters.is_empty() {
+            *idle_since = None;
+            return false;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < LINGER {
+            return false;
+        }
+        state.stopped = true;
+        true
+    }
+
+    /// Stopped with the backend: waiters are dropped (their wait fails: the session is gone).
+    fn finish(&self) {
+        let mut state = lock(&self.state);
+        state.stopped = true;
+        state.waiters = Waiters::default();
+    }
+}
+
+/// What a waiter is decided from before a read has seen its entry: nothing yet.
+struct Unseen;
+
+impl QueueView for Unseen {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        None
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+        std::iter::empty()
+    }
+    fn contains(&self, _token: u64) -> bool {
+        false
+    }
+    fn has_seen(&self, _token: u64) -> bool {
+        false
+    }
+}
+
+/// A semaphore that does not exist: every waiter learns so.
+struct Absent;
+
+impl QueueView for Absent {
+    fn capacity(&self) -> Option<(u32, u64)> {
+        None
+    }
+    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
+        std::iter::empty()
+    }
+    fn contains(&self, _token: u64) -> bool {
+        false
+    }
+    fn has_seen(&self, _token: u64) -> bool {
+        true
+    }
+}
