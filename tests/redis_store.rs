@@ -436,16 +436,11 @@ impl FailoverRun {
     }
 }
 
-/// 16 callers spend a hot key's daily quota while the Sentinel-watched primary is SIGKILLed
-/// a third of the way in, cut off from its first replica half a second before; they go on
-/// through the failover until the quota is spent.
-fn failover_run(wait_replicas: bool) -> FailoverRun {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
-    const QUOTA: u64 = 6_000;
-    // WAIT needs a replica after the failover too: one is promoted, one follows it.
-    let mut s = RedisSentinel::start_with_replicas(if wait_replicas { 2 } else { 1 });
-    // The first replica follows the primary through a proxy the test can cut.
+/// A Sentinel-watched primary whose first replica follows it through a proxy the test can cut
+/// (and, with `wait_replicas`, a second replica: WAIT needs one after the failover too), and
+/// the URL to it.
+fn partitioned_sentinel(wait_replicas: bool) -> (RedisSentinel, support::FaultProxy, String) {
+    let s = RedisSentinel::start_with_replicas(if wait_replicas { 2 } else { 1 });
     let partition = support::FaultProxy::start(s.primary.host().as_str());
     let proxied = partition.port().to_string();
     s.replicas[0].cli(&["replicaof", "127.0.0.1", &proxied]);
@@ -464,6 +459,17 @@ fn failover_run(wait_replicas: bool) -> FailoverRun {
     if wait_replicas {
         url.push_str("?wait_replicas=1");
     }
+    (s, partition, url)
+}
+
+/// 16 callers spend a hot key's daily quota while the Sentinel-watched primary is SIGKILLed
+/// a third of the way in, cut off from its first replica half a second before; they go on
+/// through the failover until the quota is spent.
+fn failover_run(wait_replicas: bool) -> FailoverRun {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    const QUOTA: u64 = 6_000;
+    let (mut s, partition, url) = partitioned_sentinel(wait_replicas);
     let admitted = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let spent = Arc::new(AtomicBool::new(false));
@@ -670,4 +676,140 @@ fn members_name_primaries_and_replicas() {
         assert!(m.iter().all(|m| m.role == "primary"), "{m:?}");
         l.close().await.unwrap();
     });
+}
+
+/// What one permit failover run came to.
+struct PermitFailoverRun {
+    /// The permits one Limiter took just before the failover that reported `lost()`.
+    lost: usize,
+    /// Grants to the other Limiter while some of those were still held and not reported lost:
+    /// permits held twice.
+    over_grants: u64,
+    /// How long both held at once (from the other's first grant until the last of the early
+    /// permits reported lost).
+    overlap: Duration,
+    /// From the kill until the other Limiter's first grant.
+    first_grant: Option<Duration>,
+}
+
+/// A semaphore of 4: Limiter B takes all 4 permits in the half second before the
+/// Sentinel-watched primary is SIGKILLed, while its first replica is cut off; then 4 workers of
+/// Limiter C take turns at it (200 ms holds) for 12 s. Each grant to C counts B's permits that
+/// are still held and not reported lost.
+fn permit_failover_run(wait_replicas: bool) -> PermitFailoverRun {
+    use std::sync::{Arc, Mutex};
+    const CAPACITY: u32 = 4;
+    let (mut s, partition, url) = partitioned_sentinel(wait_replicas);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect = || {
+        rt.block_on(
+            Limiter::builder(&url)
+                .request_timeout(Duration::from_secs(2))
+                .connect(),
+        )
+        .unwrap()
+    };
+    let (b, c) = (connect(), connect());
+    let b_sem = rt.block_on(b.semaphore("jobs", CAPACITY)).unwrap();
+    let c_sem = rt.block_on(c.open_semaphore("jobs")).unwrap();
+    partition.blackhole();
+    std::thread::sleep(Duration::from_millis(200));
+    let b_permits: Arc<Vec<clusterlimit::Permit>> = Arc::new(
+        (0..CAPACITY)
+            .map(|_| rt.block_on(b_sem.try_acquire()).expect("B takes a permit"))
+            .collect(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    s.primary.kill();
+    let killed = Instant::now();
+    let last_lost = Arc::new(Mutex::new(None::<Instant>));
+    let watchers: Vec<_> = (0..b_permits.len())
+        .map(|i| {
+            let (permits, last_lost) = (b_permits.clone(), last_lost.clone());
+            rt.spawn(async move {
+                if tokio::time::timeout(Duration::from_secs(15), permits[i].lost())
+                    .await
+                    .is_ok()
+                {
+                    let mut last = last_lost.lock().unwrap();
+                    *last = Some(last.map_or(Instant::now(), |l: Instant| l.max(Instant::now())));
+                }
+            })
+        })
+        .collect();
+    let over_grants = Arc::new(AtomicU64::new(0));
+    let first_grant = Arc::new(Mutex::new(None::<Instant>));
+    let workers: Vec<_> = (0..CAPACITY)
+        .map(|_| {
+            let (sem, b_permits) = (c_sem.clone(), b_permits.clone());
+            let (over_grants, first_grant) = (over_grants.clone(), first_grant.clone());
+            rt.spawn(async move {
+                let until = Instant::now() + Duration::from_secs(12);
+                while Instant::now() < until {
+                    match tokio::time::timeout(Duration::from_secs(2), sem.acquire()).await {
+                        Ok(Ok(p)) => {
+                            first_grant.lock().unwrap().get_or_insert(Instant::now());
+                            if b_permits.iter().any(|p| !p.is_lost()) {
+                                over_grants.fetch_add(1, Ordering::Relaxed);
+                            }
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            let _ = p.release().await;
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in workers.into_iter().chain(watchers) {
+        rt.block_on(t).unwrap();
+    }
+    let first = *first_grant.lock().unwrap();
+    let last = *last_lost.lock().unwrap();
+    let run = PermitFailoverRun {
+        lost: b_permits.iter().filter(|p| p.is_lost()).count(),
+        over_grants: over_grants.load(Ordering::Relaxed),
+        overlap: match (first, last) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f),
+            (Some(_), None) => Duration::MAX,
+            _ => Duration::ZERO,
+        },
+        first_grant: first.map(|f| f - killed),
+    };
+    drop(b_permits);
+    for l in [&b, &c] {
+        rt.block_on(l.close()).ok();
+    }
+    run
+}
+
+/// Permits through a failover. Without WAIT, the grants of the last replication lag are lost:
+/// the new primary hands those permits to someone else, and their first holder learns it
+/// (`lost()`) from its next keepalive — permits are held twice meanwhile; the test reports
+/// how long. With `wait_replicas=1` a grant counts only once a replica has it: the permits
+/// survive the failover, nobody else gets them, and nothing reports lost.
+#[test]
+fn sentinel_failover_permits_with_and_without_wait() {
+    let plain = permit_failover_run(false);
+    let waited = permit_failover_run(true);
+    for (run, how) in [(&plain, "without WAIT"), (&waited, "with wait_replicas=1")] {
+        println!(
+            "permits through a failover {how}: {} of 4 permits taken just before it reported lost; {} grants to another Limiter while they were held (held twice for {:?}); the other's first grant {:?} after the kill",
+            run.lost, run.over_grants, run.overlap, run.first_grant
+        );
+    }
+    assert_eq!(
+        plain.lost, 4,
+        "the permits whose grants the failover lost report it"
+    );
+    assert!(
+        plain.first_grant.is_some(),
+        "the other Limiter got permits after the failover"
+    );
+    assert_eq!(waited.over_grants, 0, "with WAIT no permit is held twice");
+    assert_eq!(waited.lost, 0, "with WAIT the permits survive the failover");
 }

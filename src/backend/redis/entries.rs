@@ -18,7 +18,12 @@ impl Permits {
         // before it answers.
         session.sending(&req.name);
         let sent = self.enqueue_in(req, &session).await;
-        session.sent(&req.name, sent.as_ref().ok().map(|_| req.id.as_str()));
+        session.sent(
+            &req.name,
+            sent.as_ref()
+                .ok()
+                .map(|(token, _)| (req.id.as_str(), *token)),
+        );
         let (token, granted) = sent?;
         Ok(Enqueued {
             token,
@@ -103,7 +108,8 @@ impl Permits {
     /// Drops the entries of `session` in every semaphore it is in (its end, asked of Redis).
     /// Best effort: what fails lapses with the session's deadline.
     pub(super) async fn drop_session(&self, session: &RedisSession) {
-        let calls = session.semaphores().into_iter().map(|(sem, _)| async move {
+        let calls = session.semaphores().into_iter().map(|s| async move {
+            let sem = s.name;
             let ended: Result<i64> = self
                 .call(
                     RequestKind::Lease,

@@ -1,5 +1,6 @@
 //! Keeps a Redis session alive: about every TTL/3, one script call per semaphore the session
-//! is in pushes its deadline there forward and checks its entries are all still there. The
+//! is in pushes its deadline there forward, checks its entries are all still there, and
+//! removes strays of it (entries it released that a failover brought back). The
 //! local deadline (when `lost()` fires at the latest) is the send time of the last round
 //! Redis acknowledged in full plus the TTL: never later than Redis's own deadlines, which
 //! count from when it applied the round.
@@ -75,12 +76,13 @@ async fn run(permits: Weak<Permits>, session: Arc<RedisSession>) {
 /// One keepalive round: `Some(reason)` when the session can no longer be trusted.
 async fn round(p: &Permits, session: &RedisSession) -> Result<Option<String>> {
     let ttl_ms = session.ttl.as_millis().to_string();
-    let calls = session.semaphores().into_iter().map(|(sem, ids)| {
+    let calls = session.semaphores().into_iter().map(|s| {
         let ttl_ms = ttl_ms.clone();
         async move {
-            let mut args = vec![session.id.clone(), ttl_ms];
-            let expected = ids.len();
-            args.extend(ids);
+            let sem = s.name;
+            let mut args = vec![session.id.clone(), ttl_ms, s.max_token.to_string()];
+            let expected = s.ids.len();
+            args.extend(s.ids);
             let keys = p.keys(&sem);
             let missing: i64 = p
                 .call(RequestKind::Lease, &p.scripts.touch, &keys, &args)

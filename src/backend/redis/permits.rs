@@ -53,7 +53,9 @@ impl Permits {
     }
 
     /// Sends `script` on semaphore `sem`'s keys with `args` (after the channel), within the
-    /// request timeout.
+    /// request timeout. With `wait_replicas` set, every write (all but reads) waits for that
+    /// many replicas to have it, and fails if they do not in time: what a failover can lose
+    /// is then only what no call reported done.
     pub(super) async fn call<T: FromRedisValue + Send>(
         &self,
         kind: RequestKind,
@@ -62,7 +64,12 @@ impl Permits {
         args: &[String],
     ) -> Result<T> {
         let deadline = Instant::now() + self.link.request_timeout();
-        self.link
+        let wait = match kind {
+            RequestKind::Range => 0,
+            _ => self.link.wait_replicas(),
+        };
+        let (value, acked): (T, i64) = self
+            .link
             .run(kind, deadline, |mut c| {
                 let mut inv = script.prepare_invoke();
                 for k in &sem.keys {
@@ -72,9 +79,28 @@ impl Permits {
                 for a in args {
                     inv.arg(a);
                 }
-                async move { inv.invoke_async(&mut c).await }
+                async move {
+                    let value = inv.invoke_async(&mut c).await?;
+                    if wait == 0 {
+                        return Ok((value, 0));
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let acked = redis::cmd("WAIT")
+                        .arg(wait)
+                        .arg(left.as_millis().max(1) as u64)
+                        .query_async(&mut c)
+                        .await?;
+                    Ok((value, acked))
+                }
             })
-            .await
+            .await?;
+        if acked < i64::from(wait) {
+            return Err(Error::store(format!(
+                "{}: the change is on the primary but only {acked} of {wait} replicas acknowledged it in time; it does not count (a failover could lose it)",
+                self.link.shown()
+            )));
+        }
+        Ok(value)
     }
 
     /// A reply of semaphore `name` that did not read, as an error naming both.

@@ -30,6 +30,9 @@ pub(super) struct RedisSession {
 struct Held {
     /// Entries Redis confirmed.
     ids: BTreeSet<String>,
+    /// The highest token Redis confirmed here: an entry of this session at or below it that is
+    /// not in `ids` is a stray (a release a failover lost), removed by the keeper.
+    max_token: u64,
     /// Enqueues sent and not answered yet: the keeper keeps the session alive there meanwhile.
     sending: usize,
 }
@@ -52,13 +55,14 @@ impl RedisSession {
         lock(&self.held).entry(sem.to_string()).or_default().sending += 1;
     }
 
-    /// After it answered: `Some(id)` when Redis queued entry `id`.
-    pub(super) fn sent(&self, sem: &str, queued: Option<&str>) {
+    /// After it answered: `Some((id, token))` when Redis queued entry `id`.
+    pub(super) fn sent(&self, sem: &str, queued: Option<(&str, u64)>) {
         let mut held = lock(&self.held);
         let h = held.entry(sem.to_string()).or_default();
         h.sending = h.sending.saturating_sub(1);
-        if let Some(id) = queued {
+        if let Some((id, token)) = queued {
             h.ids.insert(id.to_string());
+            h.max_token = h.max_token.max(token);
         }
         if h.ids.is_empty() && h.sending == 0 {
             held.remove(sem);
@@ -76,13 +80,26 @@ impl RedisSession {
         }
     }
 
-    /// Every semaphore the session is in now, with the entries it should find there.
-    pub(super) fn semaphores(&self) -> Vec<(String, Vec<String>)> {
+    /// Every semaphore the session is in now, with the entries it should find there and the
+    /// highest token confirmed there.
+    pub(super) fn semaphores(&self) -> Vec<InSemaphore> {
         lock(&self.held)
             .iter()
-            .map(|(sem, h)| (sem.clone(), h.ids.iter().cloned().collect()))
+            .map(|(sem, h)| InSemaphore {
+                name: sem.clone(),
+                ids: h.ids.iter().cloned().collect(),
+                max_token: h.max_token,
+            })
             .collect()
     }
+}
+
+/// The session's part in one semaphore, as the keeper checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct InSemaphore {
+    pub(super) name: String,
+    pub(super) ids: Vec<String>,
+    pub(super) max_token: u64,
 }
 
 impl crate::backend::StoreSession for RedisSession {
