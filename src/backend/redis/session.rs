@@ -123,14 +123,16 @@ mod tests {
     fn keeps_to_what_redis_confirmed() {
         let s = RedisSession::new(Duration::from_secs(3));
         s.sending("a");
-        assert_eq!(s.semaphores(), vec![("a".to_string(), vec![])]);
-        s.sent("a", Some("e1"));
+        assert_eq!(s.semaphores()[0].ids, Vec::<String>::new());
+        s.sent("a", Some(("e1", 7)));
         s.sending("a");
         s.sent("a", None);
-        assert_eq!(
-            s.semaphores(),
-            vec![("a".to_string(), vec!["e1".to_string()])]
-        );
+        let want = InSemaphore {
+            name: "a".into(),
+            ids: vec!["e1".into()],
+            max_token: 7,
+        };
+        assert_eq!(s.semaphores(), vec![want]);
         s.forget("a", "e1");
         assert!(s.semaphores().is_empty());
         assert_ne!(s.id, RedisSession::new(Duration::from_secs(3)).id);
