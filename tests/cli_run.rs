@@ -32,6 +32,14 @@ async fn twelve_processes_never_exceed_capacity_three_on_zookeeper() {
     twelve_processes_never_exceed_capacity_three(&zk.url("twelve")).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_processes_never_exceed_capacity_three_on_redis() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    twelve_processes_never_exceed_capacity_three(&redis.url("twelve")).await;
+}
+
 /// 12 `run` processes on one semaphore of capacity 3 in the store at `url` (any backend).
 async fn twelve_processes_never_exceed_capacity_three(url: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,20 @@ const LIMIT: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_set_capacity() {
     let cluster = EtcdCluster::single();
-    let url = cluster.url("status");
+    status_and_set_capacity_on(&cluster.url("status")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_set_capacity_on_redis() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    status_and_set_capacity_on(&redis.url("status")).await;
+}
+
+/// `status` (JSON, table) and `set-capacity` against the store at `url`.
+async fn status_and_set_capacity_on(url: &str) {
+    let url = url.to_string();
 
     let out = output(cmd(&["set-capacity", "--store", &url, "jobs", "3"]), LIMIT).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);

@@ -47,8 +47,21 @@ async fn get_json(c: &Client, url: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_keepalive_release() {
     let cluster = EtcdCluster::single();
-    let url = cluster.url("http");
-    let sc = Sidecar::start(&["--store", &url]).await;
+    acquire_keepalive_release_on(&cluster.url("http")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_keepalive_release_on_redis() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    acquire_keepalive_release_on(&redis.url("http")).await;
+}
+
+/// Every permit route on the store at `url`: acquire, status, keepalive, release, capacity,
+/// a timed-out wait.
+async fn acquire_keepalive_release_on(url: &str) {
+    let sc = Sidecar::start(&["--store", url]).await;
     let c = client();
     let base = &sc.url;
 
