@@ -103,8 +103,8 @@ macro_rules! rate_contract_suite {
             rate_store_cases::store_limits_beside_semaphores,
         );
     };
-    // A store that keeps rate limits and no semaphores (Redis, for now): every case but the
-    // one that opens semaphores beside rate limits.
+    // A store that keeps rate limits and no semaphores: every case but the one that opens
+    // semaphores beside rate limits.
     ($module:ident, $harness:ty, rate_only $(,)?) => {
         $crate::rate_contract_suite!(@all $module, $harness;);
     };
