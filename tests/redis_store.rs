@@ -8,7 +8,7 @@
 mod support;
 
 use clusterlimit::testing::{within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL};
-use clusterlimit::{Error, KeyCheck, Limiter, Quota, Result};
+use clusterlimit::{AcquireOptions, Error, KeyCheck, Limiter, Quota, Result};
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -812,4 +812,147 @@ fn sentinel_failover_permits_with_and_without_wait() {
     );
     assert_eq!(waited.over_grants, 0, "with WAIT no permit is held twice");
     assert_eq!(waited.lost, 0, "with WAIT the permits survive the failover");
+}
+
+/// The id and raw value of the one entry of semaphore `sem` (holders and waiters) on `node`.
+fn only_entry(node: &RedisServer, prefix: &str, sem: &str) -> (String, String, String) {
+    let entries = format!("{{{prefix}:s:{sem}}}:e");
+    let all = node.cli(&["hgetall", &entries]);
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 2, "one entry in {entries}: {all:?}");
+    let queue = format!("{{{prefix}:s:{sem}}}:q");
+    let token = node.cli(&["zscore", &queue, lines[0]]).trim().to_string();
+    (lines[0].to_string(), lines[1].to_string(), token)
+}
+
+/// Semaphore records that are not ours are refused with a message naming the semaphore, and
+/// nothing panics.
+#[test]
+fn permits_on_foreign_values_are_refused_by_name() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        server.cli(&["set", &format!("{{{prefix}:s:db}}:cap"), "not ours"]);
+        let text = l.semaphore("db", 2).await.unwrap_err().to_string();
+        assert!(text.contains("another type of value"), "{text}");
+        let sem = l.semaphore("jobs", 2).await.unwrap();
+        let _held = sem.acquire().await.unwrap();
+        let entries = format!("{{{prefix}:s:jobs}}:e");
+        let (id, _, _) = only_entry(server, &prefix, "jobs");
+        server.cli(&["hset", &entries, &id, "garbage"]);
+        let text = sem.status().await.unwrap_err().to_string();
+        assert!(
+            text.contains("\"jobs\"") && text.contains("did not write"),
+            "{text}"
+        );
+    });
+}
+
+/// An entry removed behind the holder's back: its next keepalive finds it gone and the permit
+/// reports lost, within a third of the TTL (plus a margin).
+#[test]
+fn a_vanished_entry_reports_lost() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let l = Limiter::builder(&url)
+            .session_ttl(Duration::from_secs(3))
+            .connect()
+            .await
+            .unwrap();
+        let sem = l.semaphore("db", 1).await.unwrap();
+        let p = sem.acquire().await.unwrap();
+        let (id, _, _) = only_entry(server, &prefix, "db");
+        server.cli(&["zrem", &format!("{{{prefix}:s:db}}:q"), &id]);
+        server.cli(&["hdel", &format!("{{{prefix}:s:db}}:e"), &id]);
+        within(
+            "lost() after the entry vanished",
+            Duration::from_secs(3),
+            p.lost(),
+        )
+        .await;
+        l.close().await.unwrap();
+    });
+}
+
+/// A release a failover lost brings the entry back (simulated: written again as it was): the
+/// holder's next keepalive removes it, and a waiter elsewhere gets the permit; the holder's
+/// other permit stays good.
+#[test]
+fn a_released_entry_brought_back_is_removed_by_its_session() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let connect = || {
+            Limiter::builder(&url)
+                .session_ttl(Duration::from_secs(3))
+                .connect()
+        };
+        let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+        let sem = a.semaphore("db", 2).await.unwrap();
+        let first = sem.acquire().await.unwrap();
+        let (id, value, token) = only_entry(server, &prefix, "db");
+        let second = sem.acquire().await.unwrap();
+        first.release().await.unwrap();
+        server.cli(&["zadd", &format!("{{{prefix}:s:db}}:q"), &token, &id]);
+        server.cli(&["hset", &format!("{{{prefix}:s:db}}:e"), &id, &value]);
+        let other = b.open_semaphore("db").await.unwrap();
+        assert!(
+            matches!(other.try_acquire().await, Err(Error::NoPermits)),
+            "the stray holds a permit until it is found"
+        );
+        let p = within("the stray removed", Duration::from_secs(3), other.acquire())
+            .await
+            .expect("granted once the keepalive removed the stray");
+        assert!(!second.is_lost(), "the holder's own permit is untouched");
+        drop(p);
+        a.close().await.unwrap();
+        b.close().await.unwrap();
+    });
+}
+
+/// Redis going away under a wait: the acquire keeps its deadline (within 100 ms) and says
+/// what failed; a flushed script cache under waiters changes nothing.
+#[test]
+fn waits_keep_their_deadline_when_redis_dies() {
+    let mut server = RedisServer::start();
+    let url = server.url("gone");
+    run(async {
+        let l = Limiter::builder(&url)
+            .request_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap();
+        let sem = l.semaphore("db", 1).await.unwrap();
+        let held = sem.acquire().await.unwrap();
+        server.cli(&["script", "flush"]);
+        let waiting = tokio::spawn({
+            let sem = sem.clone();
+            async move {
+                sem.acquire_with(AcquireOptions::new().timeout(Duration::from_secs(5)))
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.release().await.unwrap();
+        let p = within("the waiter granted", Duration::from_secs(3), waiting)
+            .await
+            .unwrap()
+            .expect("granted after the release");
+        drop(p);
+        server.kill();
+        let started = Instant::now();
+        let err = sem
+            .acquire_with(AcquireOptions::new().timeout(Duration::from_millis(800)))
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(900), "took {took:?}: {err}");
+        let text = err.to_string();
+        assert!(!text.contains("Error {"), "{text}");
+    });
 }
