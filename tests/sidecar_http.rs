@@ -113,7 +113,7 @@ async fn acquire_keepalive_release_on(url: &str) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let limiter = Limiter::connect(&url).await.unwrap();
+    let limiter = Limiter::connect(url).await.unwrap();
     let st = limiter
         .open_semaphore("jobs")
         .await
