@@ -27,6 +27,8 @@ pub(super) struct SemState {
     pub(super) ver: String,
     /// When the earliest session with entries here lapses, from the read.
     pub(super) next_expiry: Option<Duration>,
+    /// The read stopped at this token (a watch reads up to its last waiter).
+    pub(super) upto: Option<u64>,
     pub(super) entries: Vec<StoredEntry>,
 }
 
@@ -46,13 +48,14 @@ impl QueueView for SemState {
             .is_ok()
     }
     fn has_seen(&self, token: u64) -> bool {
-        token <= self.last
+        token <= self.last && self.upto.is_none_or(|u| token <= u)
     }
 }
 
 impl SemState {
-    /// `sem_read.lua`'s reply; `None` when the semaphore does not exist.
-    pub(super) fn parse(items: &[String]) -> Result<Option<SemState>, String> {
+    /// `sem_read.lua`'s reply to a read up to `upto` (all: `None`); `None` when the
+    /// semaphore does not exist.
+    pub(super) fn parse(items: &[String], upto: Option<u64>) -> Result<Option<SemState>, String> {
         let [capacity, floor, last, ver, next, rest @ ..] = items else {
             return match items.is_empty() {
                 true => Ok(None),
@@ -66,6 +69,7 @@ impl SemState {
             last: number(last, "last token")?,
             ver: ver.clone(),
             next_expiry: u64::try_from(next).ok().map(Duration::from_millis),
+            upto,
             entries: entries(rest)?,
         }))
     }
@@ -214,9 +218,14 @@ mod tests {
         assert!(st.contains(20) && !st.contains(25) && st.has_seen(30) && !st.has_seen(31));
         let status = st.status("db");
         assert_eq!((status.holders.len(), status.waiters.len()), (1, 2));
-        assert_eq!(SemState::parse(&[]).unwrap(), None);
-        assert!(SemState::parse(&s(&["2", "0"])).is_err());
-        assert!(SemState::parse(&s(&["x", "0", "1", "1", "-1"])).is_err());
+        assert_eq!(SemState::parse(&[], None).unwrap(), None);
+        assert!(SemState::parse(&s(&["2", "0"]), None).is_err());
+        assert!(SemState::parse(&s(&["x", "0", "1", "1", "-1"]), None).is_err());
+        // A read up to token 10 has not seen 20, though 20 was handed out before it.
+        let part = SemState::parse(&s(&["2", "0", "30", "4", "-1", "10", "1 a 5 me"]), Some(10))
+            .unwrap()
+            .unwrap();
+        assert!(part.has_seen(10) && !part.has_seen(20));
     }
 
     #[test]

@@ -47,21 +47,23 @@ impl Permits {
         Ok(stored)
     }
 
-    /// The semaphore as one read sees it (expired sessions' entries dropped on the way).
-    pub(super) async fn read(&self, name: &str) -> Result<Option<SemState>> {
+    /// The semaphore as one read sees it, its queue up to token `upto` (all: `None`);
+    /// expired sessions' entries are dropped on the way.
+    pub(super) async fn read(&self, name: &str, upto: Option<u64>) -> Result<Option<SemState>> {
+        let arg = upto.map_or(String::new(), |u| u.to_string());
         let items: Vec<String> = self
             .call(
                 RequestKind::Range,
                 &self.scripts.read,
                 &self.keys(name),
-                &[],
+                &[arg],
             )
             .await?;
-        SemState::parse(&items).map_err(|e| self.unreadable(name, e))
+        SemState::parse(&items, upto).map_err(|e| self.unreadable(name, e))
     }
 
     pub(super) async fn status(&self, name: &str) -> Result<Status> {
-        match self.read(name).await? {
+        match self.read(name, None).await? {
             Some(state) => Ok(state.status(name)),
             None => Err(Error::NotFound(name.to_string())),
         }
@@ -78,7 +80,7 @@ impl Permits {
         let mut attempts = Attempts::new(self.link.request_timeout());
         loop {
             let state = self
-                .read(name)
+                .read(name, None)
                 .await?
                 .ok_or_else(|| Error::NotFound(name.to_string()))?;
             if state.capacity == capacity {

@@ -32,6 +32,9 @@ pub(super) struct SemWatch {
 struct State {
     seen: Option<Seen>,
     waiters: Waiters,
+    /// The highest token a waiter registered since the waiters were last all decided: how far
+    /// a read must go.
+    upto: u64,
     stopped: bool,
 }
 
@@ -76,11 +79,13 @@ impl SemWatch {
         let State {
             seen,
             waiters,
+            upto,
             stopped,
         } = &mut *state;
         if *stopped {
             return None;
         }
+        *upto = (*upto).max(token);
         Some(match seen {
             Some(Seen::Present(s)) if s.has_seen(token) => waiters.register(s, token, permits),
             Some(Seen::Absent) => waiters.register(&Absent, token, permits),
@@ -105,7 +110,8 @@ impl SemWatch {
         let mut idle_since: Option<Instant> = None;
         loop {
             let Some(p) = permits.upgrade() else { break };
-            let next = match p.read(&self.name).await {
+            let upto = lock(&self.state).upto;
+            let next = match p.read(&self.name, Some(upto)).await {
                 Ok(read) => {
                     outage.ok("reading a semaphore");
                     self.apply(read)
@@ -132,8 +138,13 @@ impl SemWatch {
     /// Decides waiters from a read; returns when to read again at the latest.
     fn apply(&self, read: Option<SemState>) -> Duration {
         let mut state = lock(&self.state);
-        let State { seen, waiters, .. } = &mut *state;
-        match read {
+        let State {
+            seen,
+            waiters,
+            upto,
+            ..
+        } = &mut *state;
+        let next = match read {
             Some(s) => {
                 waiters.resolve(&s);
                 let next = s.next_expiry.map_or(LINGER, |d| d + EXPIRY_MARGIN);
@@ -145,7 +156,11 @@ impl SemWatch {
                 *seen = Some(Seen::Absent);
                 LINGER
             }
+        };
+        if waiters.is_empty() {
+            *upto = 0;
         }
+        next
     }
 
     /// Stops the watch if nobody has waited for [`LINGER`].

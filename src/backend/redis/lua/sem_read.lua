@@ -1,6 +1,7 @@
 -- The semaphore now: {} when absent, else {CAPACITY, FLOOR, LAST, VER, NEXT_EXPIRY_MS, then
--- TOKEN, VALUE pairs in token order}; NEXT_EXPIRY_MS is when the earliest session with entries
--- here lapses, from now (-1: none), so a waiter knows when to look again.
+-- TOKEN, VALUE pairs in token order, up to token ARGV[2] when given}; NEXT_EXPIRY_MS is when the
+-- earliest session with entries here lapses, from now (-1: none), so a waiter knows when to
+-- look again. A watch reads only up to its last waiter: a long queue behind it costs nothing.
 local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last', 'ver')
 if not cap[1] then
   return {}
@@ -15,7 +16,11 @@ for _, d in ipairs(sessions) do
   end
 end
 local out = {cap[1], cap[2], cap[3], cap[4], int(next_expiry)}
-for _, v in ipairs(queue_upto(nil)) do
+local upto = nil
+if ARGV[2] and ARGV[2] ~= '' then
+  upto = tonumber(ARGV[2])
+end
+for _, v in ipairs(queue_upto(upto)) do
   out[#out + 1] = v
 end
 return out
