@@ -198,19 +198,22 @@ mod tests {
 
     #[test]
     fn reads_a_semaphore_and_decides_from_it() {
-        let st = SemState::parse(&s(&[
-            "2",
-            "0",
-            "30",
-            "4",
-            "1500",
-            "10",
-            "1 a 5 me",
-            "20",
-            "2 b 6 you two",
-            "30",
-            "1 a 7 x",
-        ]))
+        let st = SemState::parse(
+            &s(&[
+                "2",
+                "0",
+                "30",
+                "4",
+                "1500",
+                "10",
+                "1 a 5 me",
+                "20",
+                "2 b 6 you two",
+                "30",
+                "1 a 7 x",
+            ]),
+            None,
+        )
         .unwrap()
         .unwrap();
         assert_eq!(st.next_expiry, Some(Duration::from_millis(1500)));
