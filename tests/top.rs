@@ -254,6 +254,42 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
     waiter.abort();
 }
 
+/// On Redis: the holders, the rate limits and the store's members (the server itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shows_a_redis_store() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    let url = redis.url("top");
+    let limiter = Limiter::connect(&url).await.unwrap();
+    let sem = limiter.semaphore("alpha", 2).await.unwrap();
+    let _held = sem
+        .acquire_with(AcquireOptions::new().owner("holder-on-redis"))
+        .await
+        .unwrap();
+    limiter
+        .rate_limit("api", Quota::per_second(5))
+        .await
+        .unwrap();
+    let top = Tmux::start("redis", &["top", "--store", &url], 160, 45);
+    let screen = top
+        .until("the Redis holder and rate limit shown", LIMIT, |s| {
+            s.contains("holder-on-redis") && s.contains("5 per 1s") && s.contains("reachable")
+        })
+        .await;
+    assert!(screen.contains("1/2"), "{screen}");
+    assert!(
+        screen.contains(&redis.host()),
+        "the server among the members: {screen}"
+    );
+    top.keys(&["q"]);
+    eventually("top to exit on q", Duration::from_secs(5), || async {
+        (!top.alive()).then_some(())
+    })
+    .await;
+    assert_eq!(top.stderr(), "", "top wrote to stderr");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_is_shown_not_waited_for() {
     // A port nobody listens on: connections are refused.
