@@ -42,7 +42,10 @@
 //! dependency is normal; a dependency that really became slower is learnt as soon as the pool
 //! stops saturating it. Nothing pins the pool down to measure it.
 
+mod calibration;
+
 use super::window::WindowSummary;
+use calibration::{calibrate, Calibration};
 use std::time::Duration;
 
 /// Limits on the capacity the controller may choose.
@@ -236,19 +239,8 @@ const BASELINE_FALL: f64 = 0.25;
 /// The gradient grows only while the latency is within this share of the tolerance above
 /// the baseline (the rest holds: growing on would overshoot before the latency shows it).
 const GROW_SHARE: f64 = 0.5;
-/// While learning a first baseline with the pool full: the share of the pool kept per shrink.
-const CALIBRATION_SHRINK: f64 = 0.5;
 /// Latency up to this × the baseline is no queue at all: the gradient grows by √c a window.
 const FAST_GROWTH_BELOW: f64 = 1.1;
-/// The throughput of a halved pool clearly "fell" under this share of the larger pools' mean
-/// successes per window, and clearly "held" at or above [`THROUGHPUT_HELD`]; in between the
-/// pool is measured twice as long and judged at the middle. [`MIN_SAMPLES_TO_JUDGE`]
-/// successes of a dependency whose service times scatter (a coefficient of variation of 0.5)
-/// count within about ±10% (one standard deviation): a false "fell" would learn a queue's
-/// latency, a false "held" halves once more.
-const THROUGHPUT_FELL: f64 = 0.65;
-/// See [`THROUGHPUT_FELL`].
-const THROUGHPUT_HELD: f64 = 0.85;
 /// Successes a latency is judged on: a window with fewer is summed with the next ones at the
 /// same capacity (holding meanwhile) until they reach this; only then may its median move the
 /// baseline or the capacity. Drops act at once.
@@ -424,27 +416,8 @@ fn gradient(
     if let Some(s) = calibrate(bounds, memory, current, w, used_half, g.quantile) {
         return s;
     }
-    let ratio = |baseline: Duration, latency: Duration| {
-        (g.tolerance * baseline.as_secs_f64() / latency.as_secs_f64().max(1e-9)).clamp(0.5, 1.0)
-    };
     if w.dropped > 0 {
-        // Drops: down at once, at least one permit and by at least 10%, whatever the latency
-        // (no growth term: it would undo the decrease).
-        memory.pending = None;
-        // From the permits actually held when the dependency refused (a pool it refuses
-        // calls from is rarely full: refused calls come back at once).
-        let gradient = memory.baseline.map_or(0.9, |b| ratio(b, now).min(0.9));
-        let used = c.min(w.peak_in_flight as f64);
-        let reason = format!(
-            "{} dropped, latency {}{}, at most {} of {current} used: × {gradient:.2}",
-            w.dropped,
-            ms(now),
-            memory
-                .baseline
-                .map_or(String::new(), |b| format!(" against baseline {}", ms(b))),
-            w.peak_in_flight,
-        );
-        return clamp(bounds, current, (used * gradient).min(c - 1.0), reason);
+        return gradient_on_drops(g, bounds, memory, current, w, now);
     }
     // The baseline: falls part of the way to a lower latency; rises only where this pool cannot be
     // queueing; and only from windows (summed if need be) with enough successes for their
@@ -454,27 +427,82 @@ fn gradient(
     };
     let latency = sum.latency_quantile(g.quantile).unwrap_or(now);
     let may_rise = !used_half || current <= bounds.min.max(1);
-    let baseline = learn(memory, latency, may_rise);
-    let gradient = ratio(baseline, latency);
+    let judged = Judged {
+        baseline: learn(memory, latency, may_rise),
+        latency,
+        windows,
+    };
+    gradient_judged(g, bounds, current, w, used_half, &judged)
+}
+
+/// `tolerance × baseline / latency`, within `[0.5, 1]`.
+fn ratio(g: &Gradient, baseline: Duration, latency: Duration) -> f64 {
+    (g.tolerance * baseline.as_secs_f64() / latency.as_secs_f64().max(1e-9)).clamp(0.5, 1.0)
+}
+
+/// Drops: down at once, at least one permit and by at least 10%, whatever the latency (no
+/// growth term: it would undo the decrease).
+fn gradient_on_drops(
+    g: &Gradient,
+    bounds: &Bounds,
+    memory: &mut Memory,
+    current: u32,
+    w: &WindowSummary,
+    now: Duration,
+) -> Step {
+    memory.pending = None;
+    // From the permits actually held when the dependency refused (a pool it refuses calls
+    // from is rarely full: refused calls come back at once).
+    let gradient = memory.baseline.map_or(0.9, |b| ratio(g, b, now).min(0.9));
+    let c = f64::from(current);
+    let used = c.min(w.peak_in_flight as f64);
+    let reason = format!(
+        "{} dropped, latency {}{}, at most {} of {current} used: × {gradient:.2}",
+        w.dropped,
+        ms(now),
+        memory
+            .baseline
+            .map_or(String::new(), |b| format!(" against baseline {}", ms(b))),
+        w.peak_in_flight,
+    );
+    clamp(bounds, current, (used * gradient).min(c - 1.0), reason)
+}
+
+/// A latency judged on enough successes, against the baseline it taught.
+struct Judged {
+    latency: Duration,
+    baseline: Duration,
+    /// Windows summed to judge it.
+    windows: u32,
+}
+
+/// No drops, a judged latency: a queue shrinks the pool at once; a pool in use with no queue
+/// grows; anything else holds.
+fn gradient_judged(
+    g: &Gradient,
+    bounds: &Bounds,
+    current: u32,
+    w: &WindowSummary,
+    used_half: bool,
+    j: &Judged,
+) -> Step {
+    let c = f64::from(current);
+    let gradient = ratio(g, j.baseline, j.latency);
     let seen = format!(
         "latency {}{} against baseline {} (tolerance {})",
-        ms(latency),
-        if windows > 1 {
-            format!(" over {windows} windows")
+        ms(j.latency),
+        if j.windows > 1 {
+            format!(" over {} windows", j.windows)
         } else {
             String::new()
         },
-        ms(baseline),
+        ms(j.baseline),
         g.tolerance,
     );
     if gradient < 1.0 {
         // A queue: the decrease applies fully, with no growth term.
-        return clamp(
-            bounds,
-            current,
-            c * gradient,
-            format!("{seen}: × {gradient:.2}"),
-        );
+        let reason = format!("{seen}: × {gradient:.2}");
+        return clamp(bounds, current, c * gradient, reason);
     }
     if !used_half {
         let reason = format!(
@@ -485,8 +513,8 @@ fn gradient(
     }
     // Within the tolerance but past most of it: a small queue, as much as is wanted; growing
     // on would overshoot before the latency shows it (a window late).
-    let grow_below = baseline.mul_f64(1.0 + (g.tolerance - 1.0) * GROW_SHARE);
-    if latency > grow_below {
+    let grow_below = j.baseline.mul_f64(1.0 + (g.tolerance - 1.0) * GROW_SHARE);
+    if j.latency > grow_below {
         let reason = format!(
             "{seen}: over {} (most of the tolerance), hold",
             ms(grow_below)
@@ -497,7 +525,7 @@ fn gradient(
     // grows too (√c × smoothing alone is under one permit below 25); √c while calls are as
     // fast as the baseline (nothing queues anywhere yet: a pool started far too low catches
     // up in a few windows, not dozens).
-    let fast = latency <= baseline.mul_f64(FAST_GROWTH_BELOW);
+    let fast = j.latency <= j.baseline.mul_f64(FAST_GROWTH_BELOW);
     let grow = if fast {
         c.sqrt().max(1.0)
     } else {
@@ -509,248 +537,6 @@ fn gradient(
         c + grow,
         format!("{seen}: + {grow:.1} (√{current} × {})", g.smoothing),
     )
-}
-
-/// What one pool of a first calibration did: its size, successes per window, median latency.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Measure {
-    pool: u32,
-    per_window: f64,
-    latency: Duration,
-}
-
-/// A first calibration in progress (see the module's doc).
-#[derive(Debug, Clone, PartialEq)]
-struct Calibration {
-    /// The pool measured now (the capacity when the last decision was taken).
-    pool: u32,
-    /// Windows seen since the capacity became `pool`.
-    since: u32,
-    /// Until this many windows have passed, a window whose peak in flight exceeds the pool is
-    /// still draining the larger pool (Little's law: the excess over the throughput).
-    drained_after: u32,
-    /// Windows after which the calls queued by the larger pool have left, so a median is this
-    /// pool's (Little's law: the larger pool over the throughput is its latency in windows).
-    settled_after: u32,
-    /// The drained windows at `pool`, summed, and how many they are.
-    sum: WindowSummary,
-    windows: u32,
-    /// The windows in `sum` that came after `settled_after`, summed.
-    settled: WindowSummary,
-    /// The smallest pool so far whose throughput held.
-    kept: Option<Measure>,
-    /// The successes per window of every pool whose throughput held, summed, and how many:
-    /// their mean is the throughput a smaller pool is compared with.
-    kept_per_window: f64,
-    kept_count: u32,
-    /// The lowest median measured.
-    lowest: Option<Duration>,
-    /// The throughput fell at `pool` (or it cannot shrink): measuring its latency to finish.
-    finishing: bool,
-}
-
-impl Calibration {
-    /// Starts measuring `pool`, drained `drained_after` and settled `settled_after` windows
-    /// after the change.
-    fn measure(&mut self, pool: u32, drained_after: u32, settled_after: u32) {
-        self.pool = pool;
-        self.since = 0;
-        self.drained_after = drained_after;
-        self.settled_after = settled_after;
-        self.restart();
-    }
-
-    /// Forgets the windows summed so far at this pool.
-    fn restart(&mut self) {
-        self.sum = WindowSummary::default();
-        self.windows = 0;
-        self.settled = WindowSummary::default();
-    }
-}
-
-/// While no baseline has been learnt and the pool is full: one window of the first
-/// calibration, `Some` step while it lasts (and the one that ends it); `None` when there is
-/// nothing to calibrate (a baseline, a pool not full, or at its minimum).
-fn calibrate(
-    bounds: &Bounds,
-    memory: &mut Memory,
-    current: u32,
-    w: &WindowSummary,
-    used_half: bool,
-    quantile: f64,
-) -> Option<Step> {
-    const LEARNING: &str = "learning the unloaded latency";
-    let min = bounds.min.max(1);
-    if memory.baseline.is_some() {
-        memory.calibrating = None;
-        return None;
-    }
-    let c = f64::from(current);
-    let cal = match &mut memory.calibrating {
-        Some(cal) => cal,
-        None if used_half && current > min && w.ok > 0 => {
-            memory.calibrating.insert(Box::new(Calibration {
-                pool: current,
-                since: 0,
-                drained_after: 0,
-                settled_after: 0,
-                sum: WindowSummary::default(),
-                windows: 0,
-                settled: WindowSummary::default(),
-                kept: None,
-                kept_per_window: 0.0,
-                kept_count: 0,
-                lowest: None,
-                finishing: false,
-            }))
-        }
-        None => return None,
-    };
-    if cal.pool != current {
-        // Moved by someone else (or a write failed): measure this pool, after a drain.
-        cal.measure(current, 2, 2);
-    }
-    cal.since += 1;
-    let drained = cal.since > cal.drained_after || w.peak_in_flight <= u64::from(current);
-    if !drained {
-        let reason = format!(
-            "{LEARNING}: {} in flight draining to the pool of {current}, hold",
-            w.peak_in_flight
-        );
-        return Some(clamp(bounds, current, c, reason));
-    }
-    if !used_half && !cal.finishing {
-        // The traffic no longer fills the pool: it queues nothing; its latency is unloaded.
-        cal.finishing = true;
-        cal.restart();
-    }
-    let settled = cal.since > cal.settled_after;
-    if settled {
-        cal.settled.merge(w);
-    }
-    // The latency of this pool once the calls queued by a larger one have left.
-    let settled_latency = cal
-        .settled
-        .latency_quantile(quantile)
-        .filter(|_| cal.settled.ok >= MIN_SAMPLES_TO_TEACH);
-    if cal.finishing {
-        return Some(match settled_latency {
-            Some(latency) => finish(bounds, memory, current, latency),
-            None if !settled => {
-                let reason = format!(
-                    "{LEARNING}: waiting {} window(s) for the calls queued by a larger pool to leave, hold",
-                    cal.settled_after + 1 - cal.since
-                );
-                clamp(bounds, current, c, reason)
-            }
-            None => {
-                let reason = format!(
-                    "{LEARNING}: {} successes at a pool of {current} so far, too few to learn from ({MIN_SAMPLES_TO_TEACH} needed), hold",
-                    cal.settled.ok
-                );
-                clamp(bounds, current, c, reason)
-            }
-        });
-    }
-    if current <= min {
-        // Cannot shrink further: the floor's latency, once settled, is the baseline.
-        cal.finishing = true;
-        cal.restart();
-        let reason = format!("{LEARNING}: at the minimum {current}; measuring its latency, hold");
-        return Some(clamp(bounds, current, c, reason));
-    }
-    cal.sum.merge(w);
-    cal.windows += 1;
-    let (Some(latency), true) = (
-        cal.sum.latency_quantile(quantile),
-        cal.sum.ok >= MIN_SAMPLES_TO_JUDGE,
-    ) else {
-        let reason = format!(
-            "{LEARNING}: {} successes at a pool of {current} so far, too few to judge its throughput ({MIN_SAMPLES_TO_JUDGE} needed), hold",
-            cal.sum.ok
-        );
-        return Some(clamp(bounds, current, c, reason));
-    };
-    let now = Measure {
-        pool: current,
-        per_window: cal.sum.ok as f64 / f64::from(cal.windows.max(1)),
-        latency,
-    };
-    cal.lowest = Some(cal.lowest.map_or(latency, |l| l.min(latency)));
-    let reference = cal.kept_per_window / f64::from(cal.kept_count.max(1));
-    let share = now.per_window / reference.max(1e-9);
-    let fell = cal.kept_count > 0
-        && match share {
-            s if s < THROUGHPUT_FELL => true,
-            s if s >= THROUGHPUT_HELD => false,
-            // Neither clearly: measure longer (twice the successes), then split the difference.
-            _ if cal.sum.ok < 2 * MIN_SAMPLES_TO_JUDGE => {
-                let reason = format!(
-                    "{LEARNING}: {:.1} successes a window at {current}, {:.0}% of the larger pools' {reference:.1}: measuring longer, hold",
-                    now.per_window,
-                    share * 100.0
-                );
-                return Some(clamp(bounds, current, c, reason));
-            }
-            s => s < (THROUGHPUT_FELL + THROUGHPUT_HELD) / 2.0,
-        };
-    if fell {
-        // The throughput fell: the pool limits it now and nothing queues; its latency, once
-        // settled, is the baseline.
-        if let Some(latency) = settled_latency {
-            return Some(finish(bounds, memory, current, latency));
-        }
-        let reason = format!(
-            "{LEARNING}: {:.1} successes a window at {current}, under the larger pools' {reference:.1}: the pool limits the throughput now; measuring its latency, hold",
-            now.per_window,
-        );
-        cal.finishing = true;
-        return Some(clamp(bounds, current, c, reason));
-    }
-    let first = cal.kept.is_none();
-    cal.kept = Some(now);
-    cal.kept_per_window += now.per_window;
-    cal.kept_count += 1;
-    let next = clamp(bounds, current, c * CALIBRATION_SHRINK, String::new()).capacity;
-    let excess = f64::from(current.saturating_sub(next));
-    let per_window = now.per_window.max(1.0);
-    // Little's law: the excess leaves at the throughput; the larger pool's calls, queued behind
-    // each other, take the pool over the throughput (windows) to leave.
-    let drained_after = 1 + (excess / per_window).floor().min(50.0) as u32;
-    let settled_after = 1 + (c / per_window).ceil().min(50.0) as u32;
-    cal.measure(next, drained_after, settled_after);
-    let reason = format!(
-        "{LEARNING}: {:.1} successes a window with the pool full at {current} (median {}){}; × {CALIBRATION_SHRINK} while the throughput holds",
-        now.per_window,
-        ms(latency),
-        if first { "" } else { ", as many as the larger pool's: only queue" },
-    );
-    Some(Step {
-        capacity: next,
-        reason,
-    })
-}
-
-/// Ends a first calibration at `current`, whose settled median is `latency`: the baseline is
-/// that (or the lowest median measured, if lower); back to the smallest pool that kept the
-/// throughput.
-fn finish(bounds: &Bounds, memory: &mut Memory, current: u32, latency: Duration) -> Step {
-    let cal = memory.calibrating.take();
-    let kept = cal.as_ref().and_then(|cal| cal.kept);
-    let baseline = cal
-        .and_then(|cal| cal.lowest)
-        .map_or(latency, |l| l.min(latency));
-    memory.baseline = Some(baseline);
-    let back = kept.map_or(current, |k| k.pool.max(current));
-    let reason = format!(
-        "learnt the unloaded latency {} at a pool of {current}{}: back to {back}",
-        ms(baseline),
-        kept.map_or(String::new(), |k| format!(
-            " ({:.1} successes a window at {}, the smallest pool that kept them)",
-            k.per_window, k.pool
-        )),
-    );
-    clamp(bounds, current, f64::from(back), reason)
 }
 
 /// `wanted`, limited to one step from `current` and to the bounds.
