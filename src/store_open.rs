@@ -9,7 +9,7 @@ use crate::backend::sharded::{Shard, ShardedBackend};
 use crate::backend::zookeeper::{ZkBackend, ZkConfig};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::store_url::{EtcdUser, StoreUrl, TlsFiles};
+use crate::store_url::{EtcdUser, ShardUrl, StoreUrl, TlsFiles};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub(crate) struct StoreOptions {
 
 /// Opens the backend of `url`: a sharded URL opens its clusters together.
 pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dyn Backend>> {
-    let backend: Arc<dyn Backend> = match url {
+    Ok(match url {
         StoreUrl::Memory { name } => Arc::new(MemoryBackend::open(&name)),
         StoreUrl::Etcd {
             endpoints,
@@ -87,52 +87,52 @@ pub(crate) async fn open_store(url: StoreUrl, o: &StoreOptions) -> Result<Arc<dy
             config.session_ttl = o.session_ttl;
             Arc::new(RedisBackend::connect(config).await?)
         }
-        StoreUrl::Sharded { clusters } => {
-            let count = clusters.len();
-            let mut clusters = clusters.into_iter();
-            let Some(first) = clusters.next() else {
-                return Err(Error::invalid("a sharded store needs at least one cluster"));
-            };
-            // Only the first cluster is needed to open (semaphores, the session, the
-            // reference quotas); the others connect in the background (`lazy.rs`), started
-            // now so they connect alongside the first.
-            let later: Vec<_> = clusters
-                .map(|c| (c.id, c.shown.clone(), lazy_cluster(c.url, c.shown, o)))
-                .collect();
-            // The connect timeout is applied here, per cluster, so its message names the one
-            // that did not answer (the builder leaves a sharded URL's to this).
-            let started = tokio::time::Instant::now();
-            let bound = o.connect_timeout.unwrap_or(Duration::MAX);
-            let named = |s: String| {
-                Error::store(format!(
-                    "cluster 1 of {count} ({}), which the sharded store needs to open: {s}",
-                    first.shown
-                ))
-            };
-            let opened = match tokio::time::timeout(bound, Box::pin(open_store(first.url, o))).await
-            {
-                Err(_) => Err(named(format!(
-                    "no answer within {bound:?} (the connect timeout)"
-                ))),
-                Ok(Err(Error::Store(s))) => Err(named(s.to_string())),
-                Ok(r) => r,
-            }?;
-            let settle = SETTLE.min(bound.saturating_sub(started.elapsed()));
-            futures::future::join_all(later.iter().map(|(_, _, l)| l.settle(settle))).await;
-            let mut shards = vec![Shard {
-                id: first.id,
-                name: first.shown,
-                backend: opened,
-            }];
-            shards.extend(later.into_iter().map(|(id, name, lazy)| Shard {
-                id,
-                name,
-                backend: lazy as Arc<dyn Backend>,
-            }));
-            ShardedBackend::new(shards)?
-        }
+        StoreUrl::Sharded { clusters } => open_sharded(clusters, o).await?,
+    })
+}
+
+/// A sharded store: the first cluster opened now (semaphores, the session, the reference
+/// quotas), the others connecting in the background (`lazy.rs`), started at once so they
+/// connect alongside the first.
+async fn open_sharded(clusters: Vec<ShardUrl>, o: &StoreOptions) -> Result<Arc<dyn Backend>> {
+    let count = clusters.len();
+    let mut clusters = clusters.into_iter();
+    let Some(first) = clusters.next() else {
+        return Err(Error::invalid("a sharded store needs at least one cluster"));
     };
-    Ok(backend)
+    let later: Vec<_> = clusters
+        .map(|c| (c.id, c.shown.clone(), lazy_cluster(c.url, c.shown, o)))
+        .collect();
+    // The connect timeout is applied here, per cluster, so its message names the one that did
+    // not answer (the builder leaves a sharded URL's to this).
+    let started = tokio::time::Instant::now();
+    let bound = o.connect_timeout.unwrap_or(Duration::MAX);
+    let named = |s: String| {
+        Error::store(format!(
+            "cluster 1 of {count} ({}), which the sharded store needs to open: {s}",
+            first.shown
+        ))
+    };
+    let opened = match tokio::time::timeout(bound, Box::pin(open_store(first.url, o))).await {
+        Err(_) => Err(named(format!(
+            "no answer within {bound:?} (the connect timeout)"
+        ))),
+        Ok(Err(Error::Store(s))) => Err(named(s.to_string())),
+        Ok(r) => r,
+    }?;
+    let settle = SETTLE.min(bound.saturating_sub(started.elapsed()));
+    futures::future::join_all(later.iter().map(|(_, _, l)| l.settle(settle))).await;
+    let mut shards = vec![Shard {
+        id: first.id,
+        name: first.shown,
+        backend: opened,
+    }];
+    shards.extend(later.into_iter().map(|(id, name, lazy)| Shard {
+        id,
+        name,
+        backend: lazy as Arc<dyn Backend>,
+    }));
+    Ok(ShardedBackend::new(shards)?)
 }
 
 /// How long opening a sharded store waits, once its first cluster is open, for the others'
