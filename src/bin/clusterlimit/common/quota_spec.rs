@@ -41,6 +41,30 @@ impl QuotaParts {
     /// algorithm defaults to GCRA, the burst to the limit, the ban and the warm-up to none,
     /// the cold factor to 3.
     pub fn to_quota(&self) -> Result<Quota, FieldError> {
+        let (limit, period) = self.limit_and_period()?;
+        let ban = self.ban.unwrap_or(Duration::ZERO);
+        if ban > MAX_PERIOD {
+            return fail(
+                "ban",
+                format!(
+                    "ban must be at most {}, got {}",
+                    format_duration(MAX_PERIOD),
+                    format_duration(ban)
+                ),
+            );
+        }
+        let algorithm = self.algorithm.unwrap_or_default();
+        let quota = Quota::new(limit, period).algorithm(algorithm).ban(ban);
+        let quota = self.with_warmup(self.with_burst(quota, algorithm)?, algorithm)?;
+        // What is left for the library's check: GCRA's burst window (burst × period / limit).
+        match quota.validate() {
+            Ok(()) => Ok(quota),
+            Err(e) => fail("burst", e.to_string()),
+        }
+    }
+
+    /// The limit and the period, both required, within range, and at most one per nanosecond.
+    fn limit_and_period(&self) -> Result<(u64, Duration), FieldError> {
         let max_rate = i64::try_from(MAX_RATE).unwrap_or(i64::MAX);
         let Some(limit) = self.limit else {
             return fail("limit", "limit is required".into());
@@ -75,36 +99,33 @@ impl QuotaParts {
                 ),
             );
         }
-        let ban = self.ban.unwrap_or(Duration::ZERO);
-        if ban > MAX_PERIOD {
+        Ok((limit, period))
+    }
+
+    /// `quota` with the burst given (GCRA's only).
+    fn with_burst(&self, quota: Quota, algorithm: Algorithm) -> Result<Quota, FieldError> {
+        let Some(burst) = self.burst else {
+            return Ok(quota);
+        };
+        if algorithm != Algorithm::Gcra {
             return fail(
-                "ban",
-                format!(
-                    "ban must be at most {}, got {}",
-                    format_duration(MAX_PERIOD),
-                    format_duration(ban)
-                ),
+                "burst",
+                format!("burst applies to gcra only ({algorithm} admits at most limit per window)"),
             );
         }
-        let algorithm = self.algorithm.unwrap_or_default();
-        let mut quota = Quota::new(limit, period).algorithm(algorithm).ban(ban);
-        if let Some(burst) = self.burst {
-            if algorithm != Algorithm::Gcra {
-                return fail(
-                    "burst",
-                    format!(
-                        "burst applies to gcra only ({algorithm} admits at most limit per window)"
-                    ),
-                );
-            }
-            if !(1..=max_rate).contains(&burst) {
-                return fail(
-                    "burst",
-                    format!("burst must be a whole number from 1 to {MAX_RATE}, got {burst}"),
-                );
-            }
-            quota = quota.burst(u64::try_from(burst).unwrap_or(1));
+        let max_rate = i64::try_from(MAX_RATE).unwrap_or(i64::MAX);
+        if !(1..=max_rate).contains(&burst) {
+            return fail(
+                "burst",
+                format!("burst must be a whole number from 1 to {MAX_RATE}, got {burst}"),
+            );
         }
+        Ok(quota.burst(u64::try_from(burst).unwrap_or(1)))
+    }
+
+    /// `quota` with the warm-up and cold factor given (GCRA's only; the factor needs a
+    /// warm-up, and a warm-up must be at least the time one admission takes from cold).
+    fn with_warmup(&self, mut quota: Quota, algorithm: Algorithm) -> Result<Quota, FieldError> {
         let warmup = self.warmup.unwrap_or(Duration::ZERO);
         if !warmup.is_zero() {
             if algorithm != Algorithm::Gcra {
@@ -128,25 +149,7 @@ impl QuotaParts {
             }
         }
         if let Some(factor) = self.cold_factor {
-            let (lo, hi) = (COLD_FACTORS.start(), COLD_FACTORS.end());
-            let factor = match u32::try_from(factor) {
-                Ok(f) if COLD_FACTORS.contains(&f) => f,
-                _ => {
-                    return fail(
-                        "cold_factor",
-                        format!(
-                            "cold_factor must be a whole number from {lo} to {hi}, got {factor}"
-                        ),
-                    )
-                }
-            };
-            if warmup.is_zero() && factor != DEFAULT_COLD_FACTOR {
-                return fail(
-                    "cold_factor",
-                    "cold_factor applies with a warmup only (give warmup too)".into(),
-                );
-            }
-            quota = quota.cold_factor(factor);
+            quota = quota.cold_factor(checked_cold_factor(factor, warmup)?);
         }
         quota = quota.warmup(warmup);
         if !warmup.is_zero() && warmup < quota.min_warmup() {
@@ -160,12 +163,29 @@ impl QuotaParts {
                 ),
             );
         }
-        // What is left for the library's check: GCRA's burst window (burst × period / limit).
-        match quota.validate() {
-            Ok(()) => Ok(quota),
-            Err(e) => fail("burst", e.to_string()),
-        }
+        Ok(quota)
     }
+}
+
+/// A cold factor within range, given only with a warm-up (or at its default).
+fn checked_cold_factor(factor: i64, warmup: Duration) -> Result<u32, FieldError> {
+    let (lo, hi) = (COLD_FACTORS.start(), COLD_FACTORS.end());
+    let factor = match u32::try_from(factor) {
+        Ok(f) if COLD_FACTORS.contains(&f) => f,
+        _ => {
+            return fail(
+                "cold_factor",
+                format!("cold_factor must be a whole number from {lo} to {hi}, got {factor}"),
+            )
+        }
+    };
+    if warmup.is_zero() && factor != DEFAULT_COLD_FACTOR {
+        return fail(
+            "cold_factor",
+            "cold_factor applies with a warmup only (give warmup too)".into(),
+        );
+    }
+    Ok(factor)
 }
 
 impl QuotaParts {
