@@ -163,11 +163,13 @@ pub struct ServeSettings {
 impl ServeSettings {
     /// Reads `--config` (if any) and applies the flags; errors exit 64.
     pub fn resolve(args: ServeArgs) -> Result<ServeSettings, Failure> {
-        let file = match &args.config {
+        let mut file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
         let file_security = file.security();
+        let rate = RateSettings::resolve(args.rate, file.rate_keys())?;
+        let rls = super::rls::Settings::resolve(args.rls, file.rls_keys())?;
         let listen_text = args
             .listen
             .or(file.listen)
@@ -177,89 +179,30 @@ impl ServeSettings {
                 "listen address {listen_text:?}: {e} (expected IP:PORT)"
             ))
         })?;
-        let duration =
-            |flag: Option<Duration>, text: Option<String>, key: &str, default| match (flag, text) {
-                (Some(d), _) => Ok(d),
-                (None, Some(t)) => {
-                    parse_duration(&t).map_err(|e| bad(format!("config {key} = {t:?}: {e}")))
-                }
-                (None, None) => Ok(default),
-            };
-        let session_ttl = duration(
+        let session_ttl = duration_of(
             args.session_ttl,
             file.session_ttl,
             "session_ttl",
             clusterlimit::Limiter::DEFAULT_SESSION_TTL,
         )?;
-        let timeouts = StoreTimeouts {
-            connect: duration(
-                args.connect_timeout,
-                file.connect_timeout,
-                "connect_timeout",
-                StoreTimeouts::default().connect,
-            )?,
-            request: duration(
-                args.request_timeout,
-                file.request_timeout,
-                "request_timeout",
-                StoreTimeouts::default().request,
-            )?,
-        };
-        for (key, d) in [
-            ("connect_timeout", timeouts.connect),
-            ("request_timeout", timeouts.request),
-        ] {
-            if d.is_zero() || d > clusterlimit::Limiter::MAX_REQUEST_TIMEOUT {
-                return Err(bad(format!(
-                    "{key} must be above zero and at most {:?}, got {d:?}",
-                    clusterlimit::Limiter::MAX_REQUEST_TIMEOUT
-                )));
-            }
-        }
-        let permit_ttl = duration(
-            args.permit_ttl,
-            file.permit_ttl,
-            "permit_ttl",
-            DEFAULT_PERMIT_TTL,
+        let timeouts = StoreTimeouts::resolve(
+            (args.connect_timeout, file.connect_timeout),
+            (args.request_timeout, file.request_timeout),
         )?;
-        if permit_ttl < super::routes::MIN_TTL {
-            return Err(bad(format!(
-                "permit TTL must be at least {}",
-                format_duration(super::routes::MIN_TTL)
-            )));
-        }
-        let socket_mode = match args.socket_mode.or(file.socket_mode) {
-            Some(text) => {
-                parse_mode(&text).map_err(|e| bad(format!("socket_mode {text:?}: {e}")))?
-            }
-            None => DEFAULT_SOCKET_MODE,
-        };
+        let permit_ttl = permit_ttl_of(args.permit_ttl, file.permit_ttl)?;
+        let socket_mode = args
+            .socket_mode
+            .or(file.socket_mode)
+            .map_or(Ok(DEFAULT_SOCKET_MODE), |text| {
+                parse_mode(&text).map_err(|e| bad(format!("socket_mode {text:?}: {e}")))
+            })?;
         let token_file = args.token_file.or(file.token_file);
-        let token = match &token_file {
-            Some(path) => Some(Token::read(path).map_err(bad)?),
-            None => None,
-        };
+        let token = token_file
+            .as_deref()
+            .map(Token::read)
+            .transpose()
+            .map_err(bad)?;
         let security = StoreSecurity::from(args.security).or(file_security);
-        let rate = RateSettings::resolve(
-            args.rate,
-            RateFileKeys {
-                rate_limit_headers: file.rate_limit_headers,
-                rate_store_down: file.rate_store_down,
-                rate_store_timeout: file.rate_store_timeout,
-            },
-        )?;
-        let rls = super::rls::Settings::resolve(
-            args.rls,
-            super::rls::FileKeys {
-                grpc_listen: file.grpc_listen,
-                rls_config: file.rls_config,
-                rls_store_down: file.rls_store_down,
-                rls_store_timeout: file.rls_store_timeout,
-                rls_shadow_mode: file.rls_shadow_mode,
-                rls_response_headers: file.rls_response_headers,
-                rls_merge_domain_config: file.rls_merge_domain_config,
-            },
-        )?;
         Ok(ServeSettings {
             file: args.config,
             listen,
@@ -288,6 +231,85 @@ impl ServeSettings {
             rls,
         })
     }
+}
+
+impl FileConfig {
+    /// The rate-limit keys, taken out for [`RateSettings::resolve`].
+    fn rate_keys(&mut self) -> RateFileKeys {
+        RateFileKeys {
+            rate_limit_headers: self.rate_limit_headers.take(),
+            rate_store_down: self.rate_store_down.take(),
+            rate_store_timeout: self.rate_store_timeout.take(),
+        }
+    }
+
+    /// The RLS keys, taken out for `rls::Settings::resolve`.
+    fn rls_keys(&mut self) -> super::rls::FileKeys {
+        super::rls::FileKeys {
+            grpc_listen: self.grpc_listen.take(),
+            rls_config: self.rls_config.take(),
+            rls_store_down: self.rls_store_down.take(),
+            rls_store_timeout: self.rls_store_timeout.take(),
+            rls_shadow_mode: self.rls_shadow_mode.take(),
+            rls_response_headers: self.rls_response_headers.take(),
+            rls_merge_domain_config: self.rls_merge_domain_config.take(),
+        }
+    }
+}
+
+/// A duration from its flag, else its config key's text, else `default`.
+fn duration_of(
+    flag: Option<Duration>,
+    text: Option<String>,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, Failure> {
+    match (flag, text) {
+        (Some(d), _) => Ok(d),
+        (None, Some(t)) => {
+            parse_duration(&t).map_err(|e| bad(format!("config {key} = {t:?}: {e}")))
+        }
+        (None, None) => Ok(default),
+    }
+}
+
+impl StoreTimeouts {
+    /// From the (flag, config text) of the connect and request timeouts: both above zero and at
+    /// most the longest request timeout a Limiter takes.
+    fn resolve(
+        connect: (Option<Duration>, Option<String>),
+        request: (Option<Duration>, Option<String>),
+    ) -> Result<StoreTimeouts, Failure> {
+        let defaults = StoreTimeouts::default();
+        let timeouts = StoreTimeouts {
+            connect: duration_of(connect.0, connect.1, "connect_timeout", defaults.connect)?,
+            request: duration_of(request.0, request.1, "request_timeout", defaults.request)?,
+        };
+        for (key, d) in [
+            ("connect_timeout", timeouts.connect),
+            ("request_timeout", timeouts.request),
+        ] {
+            if d.is_zero() || d > clusterlimit::Limiter::MAX_REQUEST_TIMEOUT {
+                return Err(bad(format!(
+                    "{key} must be above zero and at most {:?}, got {d:?}",
+                    clusterlimit::Limiter::MAX_REQUEST_TIMEOUT
+                )));
+            }
+        }
+        Ok(timeouts)
+    }
+}
+
+/// The TTL of a permit held over HTTP, at least the routes' minimum.
+fn permit_ttl_of(flag: Option<Duration>, text: Option<String>) -> Result<Duration, Failure> {
+    let ttl = duration_of(flag, text, "permit_ttl", DEFAULT_PERMIT_TTL)?;
+    if ttl < super::routes::MIN_TTL {
+        return Err(bad(format!(
+            "permit TTL must be at least {}",
+            format_duration(super::routes::MIN_TTL)
+        )));
+    }
+    Ok(ttl)
 }
 
 impl ServeSettings {
