@@ -93,58 +93,109 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// An acquire's body, checked.
+struct AcquireRequest {
+    permits: i64,
+    timeout_ms: i64,
+    ttl_ms: i64,
+    capacity: Option<u32>,
+    opts: AcquireOptions,
+}
+
+impl AcquireRequest {
+    /// The body's fields within range (defaults filled in), or the first at fault.
+    fn checked(body: AcquireBody, permit_ttl: Duration) -> Result<AcquireRequest, Problem> {
+        let max = i64::from(Semaphore::MAX_CAPACITY);
+        let permits = in_range("permits", body.permits, 1, max, 1)?;
+        let timeout_ms = in_range(
+            "timeout_ms",
+            body.timeout_ms,
+            0,
+            millis(MAX_TIMEOUT),
+            millis(DEFAULT_TIMEOUT),
+        )?;
+        let ttl_ms = in_range(
+            "ttl_ms",
+            body.ttl_ms,
+            millis(MIN_TTL),
+            millis(MAX_TTL),
+            millis(permit_ttl),
+        )?;
+        let capacity = match body.capacity {
+            Some(c) => Some(in_range("capacity", Some(c), 1, max, 1)?),
+            None => None,
+        };
+        let mut opts = AcquireOptions::new().permits(u32::try_from(permits).unwrap_or(u32::MAX));
+        if let Some(owner) = body.owner {
+            validate::owner(&owner).map_err(|e| Problem::from_lib(e, "owner"))?;
+            opts = opts.owner(owner);
+        }
+        Ok(AcquireRequest {
+            permits,
+            timeout_ms,
+            ttl_ms,
+            capacity: capacity.and_then(|c| u32::try_from(c).ok()),
+            opts,
+        })
+    }
+}
+
 pub async fn acquire(
     State(st): State<Shared>,
     PathParam(name): PathParam,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
-    let max = i64::from(Semaphore::MAX_CAPACITY);
-    let permits = in_range("permits", body.permits, 1, max, 1)?;
-    let timeout_ms = in_range(
-        "timeout_ms",
-        body.timeout_ms,
-        0,
-        millis(MAX_TIMEOUT),
-        millis(DEFAULT_TIMEOUT),
-    )?;
-    let ttl_ms = in_range(
-        "ttl_ms",
-        body.ttl_ms,
-        millis(MIN_TTL),
-        millis(MAX_TTL),
-        millis(st.permit_ttl),
-    )?;
-    let capacity = match body.capacity {
-        Some(c) => Some(in_range("capacity", Some(c), 1, max, 1)?),
-        None => None,
+    let req = AcquireRequest::checked(body, st.permit_ttl)?;
+    let started = tokio::time::Instant::now();
+    let permit = wait_for_permit(&st, &name, &req).await?;
+    st.metrics.acquired(&name, started.elapsed().as_secs_f64());
+    let granted = Granted {
+        id: String::new(),
+        semaphore: name.clone(),
+        permits: permit.permits(),
+        fencing_token: permit.fencing_token(),
+        ttl_ms: u64::try_from(req.ttl_ms).unwrap_or(0),
     };
-    let mut opts = AcquireOptions::new().permits(u32::try_from(permits).unwrap_or(u32::MAX));
-    if let Some(owner) = body.owner {
-        validate::owner(&owner).map_err(|e| Problem::from_lib(e, "owner"))?;
-        opts = opts.owner(owner);
+    let id = st
+        .table
+        .insert(permit, Duration::from_millis(granted.ttl_ms));
+    tracing::debug!(%id, semaphore = %name, permits = req.permits, token = granted.fencing_token, "acquired");
+    let location = HeaderValue::try_from(format!("/v1/permits/{id}")).ok();
+    let mut resp = (StatusCode::CREATED, Json(Granted { id, ..granted })).into_response();
+    if let Some(loc) = location {
+        resp.headers_mut().insert(header::LOCATION, loc);
     }
-    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    Ok(resp)
+}
+
+/// Opens the semaphore and waits for the permits, within one deadline for both; a timeout is
+/// 429, a store silent until the deadline 503.
+async fn wait_for_permit(
+    st: &Shared,
+    name: &str,
+    req: &AcquireRequest,
+) -> Result<clusterlimit::Permit, Problem> {
+    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
     // One deadline for the whole request: opening the semaphore (a store read the first time)
     // and the wait. Without a wait, the store timeout bounds it.
-    let started = tokio::time::Instant::now();
     let budget = if timeout.is_zero() {
         st.store_timeout
     } else {
         timeout
     };
-    let deadline = started + budget;
-    let capacity = capacity.and_then(|c| u32::try_from(c).ok());
-    let sem = bounded_by(deadline, budget, st.semaphore(&name, capacity)).await?;
-    opts = if timeout.is_zero() {
-        opts.no_wait()
+    let deadline = tokio::time::Instant::now() + budget;
+    let sem = bounded_by(deadline, budget, st.semaphore(name, req.capacity)).await?;
+    let opts = if timeout.is_zero() {
+        req.opts.clone().no_wait()
     } else {
         // A store silent until the deadline is 503 store_unavailable, not a 429 "no permit".
-        opts.timeout(deadline.saturating_duration_since(tokio::time::Instant::now()))
+        req.opts
+            .clone()
+            .timeout(deadline.saturating_duration_since(tokio::time::Instant::now()))
             .silent_store_is_error()
     };
-
-    let waiting = Waiting::start(&st.metrics, &name);
+    let waiting = Waiting::start(&st.metrics, name);
     let acquiring = async { Ok(sem.acquire_with(opts).await) };
     // The library keeps to the deadline itself (within 40 ms, its queue entry removed, a
     // silent store told from a full semaphore); this is only the net under it.
@@ -154,41 +205,26 @@ pub async fn acquire(
         () = st.shutdown.cancelled() => Err(Error::Closed),
     };
     drop(waiting);
-    let permit = match outcome {
-        Ok(p) => p,
+    match outcome {
+        Ok(p) => Ok(p),
         Err(Error::Timeout | Error::NoPermits) => {
-            st.metrics.timed_out(&name);
-            return Err(Problem::new(
+            st.metrics.timed_out(name);
+            Err(Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "timeout",
-                format!("no {permits} permit(s) of {name:?} within {timeout_ms} ms"),
+                format!(
+                    "no {} permit(s) of {name:?} within {} ms",
+                    req.permits, req.timeout_ms
+                ),
             )
-            .retry_after(1));
+            .retry_after(1))
         }
         // The store stayed silent until the deadline (`silent_store_is_error`).
         Err(Error::Store(_)) if tokio::time::Instant::now() >= deadline => {
-            return Err(store_silent(budget))
+            Err(store_silent(budget))
         }
-        Err(e) => return Err(Problem::from_lib(e, "permits")),
-    };
-    st.metrics.acquired(&name, started.elapsed().as_secs_f64());
-    let granted = Granted {
-        id: String::new(),
-        semaphore: name.clone(),
-        permits: permit.permits(),
-        fencing_token: permit.fencing_token(),
-        ttl_ms: u64::try_from(ttl_ms).unwrap_or(0),
-    };
-    let id = st
-        .table
-        .insert(permit, Duration::from_millis(granted.ttl_ms));
-    tracing::debug!(%id, semaphore = %name, permits, token = granted.fencing_token, "acquired");
-    let location = HeaderValue::try_from(format!("/v1/permits/{id}")).ok();
-    let mut resp = (StatusCode::CREATED, Json(Granted { id, ..granted })).into_response();
-    if let Some(loc) = location {
-        resp.headers_mut().insert(header::LOCATION, loc);
+        Err(e) => Err(Problem::from_lib(e, "permits")),
     }
-    Ok(resp)
 }
 
 pub async fn keepalive(
