@@ -119,61 +119,10 @@ impl EtcdBackend {
             .iter()
             .map(|w| self.keys.rate_key(&w.limit, &w.key))
             .collect();
-        // One group per (limit, quota version): its quota is compared once for all its writes
-        // (a compare is a read of the quota key), not once per key.
-        let groups: Vec<((&str, u64), Vec<usize>)> = quota_checks(writes)
-            .into_iter()
-            .map(|(limit, qv)| {
-                let members = (0..writes.len())
-                    .filter(|&i| writes[i].limit == limit && writes[i].quota_version == qv)
-                    .collect();
-                ((limit, qv), members)
-            })
-            .collect();
+        let groups = quota_groups(writes);
         let group_txns: Vec<TxnOp> = groups
             .iter()
-            .map(|((limit, qv), members)| {
-                let quota = self.keys.quota(limit);
-                let mut then: Vec<TxnOp> = members
-                    .iter()
-                    .map(|&i| {
-                        let (w, key) = (&writes[i], &keys[i]);
-                        let version = match w.expected {
-                            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                            Some(v) => Compare::mod_revision(
-                                key.clone(),
-                                CompareOp::Equal,
-                                i64::try_from(v).unwrap_or(i64::MAX),
-                            ),
-                        };
-                        let value = with_expiry(&w.value, w.expires_at);
-                        TxnOp::txn(
-                            Txn::new()
-                                .when([version])
-                                .and_then([TxnOp::put(key.clone(), value, None)])
-                                .or_else([TxnOp::get(key.clone(), None)]),
-                        )
-                    })
-                    .collect();
-                // The quota, for the writes that conflict.
-                then.push(TxnOp::get(quota.clone(), None));
-                let mut otherwise: Vec<TxnOp> = members
-                    .iter()
-                    .map(|&i| TxnOp::get(keys[i].clone(), None))
-                    .collect();
-                otherwise.push(TxnOp::get(quota.clone(), None));
-                let same_quota = Compare::mod_revision(
-                    quota,
-                    CompareOp::Equal,
-                    i64::try_from(*qv).unwrap_or(i64::MAX),
-                );
-                TxnOp::txn(
-                    Txn::new()
-                        .when([same_quota])
-                        .and_then(then)
-                        .or_else(otherwise),
-                )
-            })
+            .map(|(quota, members)| self.group_txn(writes, &keys, *quota, members))
             .collect();
         let resp = self.send_rate_txn(Txn::new().and_then(group_txns)).await?;
         let written_at = revision(resp.header())?;
@@ -185,40 +134,7 @@ impl EtcdBackend {
                 groups.len()
             )));
         }
-        let mut outcomes: Vec<Option<KeyOutcome>> = vec![None; writes.len()];
-        for ((_, members), group) in groups.iter().zip(answered) {
-            let TxnOpResponse::Txn(group) = group else {
-                return Err(Error::store(
-                    "etcd answered a group of writes with another kind of op",
-                ));
-            };
-            let ops = group.op_responses();
-            let quota = get_kvs(ops.get(members.len())).first().map(versioned);
-            for (j, &i) in members.iter().enumerate() {
-                outcomes[i] = Some(match ops.get(j) {
-                    // The quota changed: nothing of the group applied; the else branch read
-                    // each key.
-                    Some(found) if !group.succeeded() => KeyOutcome::Conflict(Current {
-                        key: get_kvs(Some(found)).first().map(versioned_key),
-                        quota: quota.clone(),
-                    }),
-                    Some(TxnOpResponse::Txn(t)) if t.succeeded() => KeyOutcome::Written(written_at),
-                    Some(TxnOpResponse::Txn(t)) => KeyOutcome::Conflict(Current {
-                        key: get_kvs(t.op_responses().first()).first().map(versioned_key),
-                        quota: quota.clone(),
-                    }),
-                    _ => {
-                        return Err(Error::store(
-                            "etcd answered a nested write with another kind of op",
-                        ))
-                    }
-                });
-            }
-        }
-        let outcomes: Vec<KeyOutcome> = outcomes
-            .into_iter()
-            .collect::<Option<_>>()
-            .ok_or_else(|| Error::store("a write of the batch got no answer"))?;
+        let outcomes = group_outcomes(&groups, &answered, writes.len(), written_at)?;
         let (written, written_keys): (Vec<KeyWrite>, Vec<String>) = writes
             .iter()
             .zip(keys)
@@ -228,6 +144,58 @@ impl EtcdBackend {
             .unzip();
         self.record_written(&written, &written_keys, written_at);
         Ok(outcomes)
+    }
+
+    /// The nested Txn of one quota group: if the quota is still at its version, each write
+    /// under its own compare (else reading its key), and the quota read; else every key and
+    /// the quota read.
+    fn group_txn(
+        &self,
+        writes: &[KeyWrite],
+        keys: &[String],
+        (limit, qv): (&str, u64),
+        members: &[usize],
+    ) -> TxnOp {
+        let quota = self.keys.quota(limit);
+        let mut then: Vec<TxnOp> = members
+            .iter()
+            .map(|&i| {
+                let (w, key) = (&writes[i], &keys[i]);
+                let version = match w.expected {
+                    None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Some(v) => Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        i64::try_from(v).unwrap_or(i64::MAX),
+                    ),
+                };
+                let value = with_expiry(&w.value, w.expires_at);
+                TxnOp::txn(
+                    Txn::new()
+                        .when([version])
+                        .and_then([TxnOp::put(key.clone(), value, None)])
+                        .or_else([TxnOp::get(key.clone(), None)]),
+                )
+            })
+            .collect();
+        // The quota, for the writes that conflict.
+        then.push(TxnOp::get(quota.clone(), None));
+        let mut otherwise: Vec<TxnOp> = members
+            .iter()
+            .map(|&i| TxnOp::get(keys[i].clone(), None))
+            .collect();
+        otherwise.push(TxnOp::get(quota.clone(), None));
+        let same_quota = Compare::mod_revision(
+            quota,
+            CompareOp::Equal,
+            i64::try_from(qv).unwrap_or(i64::MAX),
+        );
+        TxnOp::txn(
+            Txn::new()
+                .when([same_quota])
+                .and_then(then)
+                .or_else(otherwise),
+        )
     }
 
     /// The batch, all or nothing, in one Txn.
@@ -411,6 +379,63 @@ impl RateStore for EtcdBackend {
         .await?;
         Ok(())
     }
+}
+
+/// The writes grouped by (limit, quota version): a group's quota is compared once for all its
+/// writes (a compare is a read of the quota key), not once per key.
+fn quota_groups(writes: &[KeyWrite]) -> Vec<((&str, u64), Vec<usize>)> {
+    quota_checks(writes)
+        .into_iter()
+        .map(|(limit, qv)| {
+            let members = (0..writes.len())
+                .filter(|&i| writes[i].limit == limit && writes[i].quota_version == qv)
+                .collect();
+            ((limit, qv), members)
+        })
+        .collect()
+}
+
+/// Each write's outcome, from the answers of its group's nested Txn (in the batch's order).
+fn group_outcomes(
+    groups: &[((&str, u64), Vec<usize>)],
+    answered: &[TxnOpResponse],
+    count: usize,
+    written_at: u64,
+) -> Result<Vec<KeyOutcome>> {
+    let mut outcomes: Vec<Option<KeyOutcome>> = vec![None; count];
+    for ((_, members), group) in groups.iter().zip(answered) {
+        let TxnOpResponse::Txn(group) = group else {
+            return Err(Error::store(
+                "etcd answered a group of writes with another kind of op",
+            ));
+        };
+        let ops = group.op_responses();
+        let quota = get_kvs(ops.get(members.len())).first().map(versioned);
+        for (j, &i) in members.iter().enumerate() {
+            outcomes[i] = Some(match ops.get(j) {
+                // The quota changed: nothing of the group applied; the else branch read each
+                // key.
+                Some(found) if !group.succeeded() => KeyOutcome::Conflict(Current {
+                    key: get_kvs(Some(found)).first().map(versioned_key),
+                    quota: quota.clone(),
+                }),
+                Some(TxnOpResponse::Txn(t)) if t.succeeded() => KeyOutcome::Written(written_at),
+                Some(TxnOpResponse::Txn(t)) => KeyOutcome::Conflict(Current {
+                    key: get_kvs(t.op_responses().first()).first().map(versioned_key),
+                    quota: quota.clone(),
+                }),
+                _ => {
+                    return Err(Error::store(
+                        "etcd answered a nested write with another kind of op",
+                    ))
+                }
+            });
+        }
+    }
+    outcomes
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or_else(|| Error::store("a write of the batch got no answer"))
 }
 
 #[cfg(test)]
