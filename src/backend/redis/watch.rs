@@ -88,11 +88,11 @@ impl SemWatch {
         *upto = (*upto).max(token);
         Some(match seen {
             Some(Seen::Present(s)) if s.has_seen(token) => waiters.register(s, token, permits),
-            Some(Seen::Absent) => waiters.register(&Absent, token, permits),
+            Some(Seen::Absent) => waiters.register(&ABSENT, token, permits),
             _ => {
                 // Newer than the last read: read again.
                 self.wake.notify_one();
-                waiters.register(&Unseen, token, permits)
+                waiters.register(&UNSEEN, token, permits)
             }
         })
     }
@@ -152,7 +152,7 @@ impl SemWatch {
                 next
             }
             None => {
-                waiters.resolve(&Absent);
+                waiters.resolve(&ABSENT);
                 *seen = Some(Seen::Absent);
                 LINGER
             }
@@ -186,28 +186,18 @@ impl SemWatch {
     }
 }
 
-/// What a waiter is decided from before a read has seen its entry: nothing yet.
-struct Unseen;
-
-impl QueueView for Unseen {
-    fn capacity(&self) -> Option<(u32, u64)> {
-        None
-    }
-    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
-        std::iter::empty()
-    }
-    fn contains(&self, _token: u64) -> bool {
-        false
-    }
-    fn has_seen(&self, _token: u64) -> bool {
-        false
-    }
+/// A view with no queue: before a read has seen a waiter's entry (`seen: false`: nothing is
+/// decided yet), or of a semaphore that does not exist (`seen: true`: every waiter learns so).
+struct NoQueue {
+    seen: bool,
 }
 
-/// A semaphore that does not exist: every waiter learns so.
-struct Absent;
+/// Before a read has seen the entry.
+const UNSEEN: NoQueue = NoQueue { seen: false };
+/// The semaphore does not exist.
+const ABSENT: NoQueue = NoQueue { seen: true };
 
-impl QueueView for Absent {
+impl QueueView for NoQueue {
     fn capacity(&self) -> Option<(u32, u64)> {
         None
     }
@@ -218,6 +208,6 @@ impl QueueView for Absent {
         false
     }
     fn has_seen(&self, _token: u64) -> bool {
-        true
+        self.seen
     }
 }
