@@ -40,14 +40,15 @@ impl RedisBackend {
             .link
             .run(RequestKind::Txn, deadline, |mut c| {
                 let mut inv = self.scripts.write.prepare_invoke();
-                inv.key(&quotas).arg(mode).arg(grace);
+                inv.key(&quotas).arg(mode);
                 for w in writes {
-                    inv.key(self.keys.key(&w.limit, &w.key))
+                    let expected = w.expected.map_or(String::new(), |v| v.to_string());
+                    inv.key(self.keys.key_in(bucket, &w.limit, &w.key))
                         .arg(&w.limit)
                         .arg(w.quota_version)
-                        .arg(w.expected.map_or(String::new(), |v| v.to_string()))
+                        .arg(expected)
                         .arg(&w.value[..])
-                        .arg(w.expires_at.div_ceil(1_000_000));
+                        .arg(w.expires_at.div_ceil(1_000_000) + grace);
                 }
                 async move {
                     let value = inv.invoke_async(&mut c).await?;
@@ -76,28 +77,37 @@ impl RedisBackend {
         Ok(found)
     }
 
-    /// Writes to `bucket`, bringing its quota copies up to date and sending once more if a
-    /// write found its copy older than the quota it was decided with.
+    /// Writes to `bucket`, bringing its quota copies up to date and sending once more the
+    /// writes that found their copy older than the quota they were decided with (all of them
+    /// when `joint`: then none was written; alone otherwise, the others' outcomes kept).
     async fn write_fresh(
         &self,
         bucket: u32,
         writes: &[&KeyWrite],
         joint: bool,
     ) -> Result<Vec<Found>> {
-        let found = self.write_bucket(bucket, writes, joint).await?;
-        let stale: Vec<&str> = writes
-            .iter()
-            .zip(&found)
-            .filter(|(w, f)| f.copy_older_than(w.quota_version))
-            .map(|(w, _)| w.limit.as_str())
+        let mut found = self.write_bucket(bucket, writes, joint).await?;
+        let stale: Vec<usize> = (0..writes.len())
+            .filter(|&i| found[i].copy_older_than(writes[i].quota_version))
             .collect();
         if stale.is_empty() {
             return Ok(found);
         }
-        for limit in stale {
+        let mut limits: Vec<&str> = stale.iter().map(|&i| writes[i].limit.as_str()).collect();
+        limits.sort_unstable();
+        limits.dedup();
+        for limit in limits {
             self.refresh_copy(bucket, limit).await?;
         }
-        self.write_bucket(bucket, writes, joint).await
+        if joint {
+            return self.write_bucket(bucket, writes, joint).await;
+        }
+        let again: Vec<&KeyWrite> = stale.iter().map(|&i| writes[i]).collect();
+        let refound = self.write_bucket(bucket, &again, joint).await?;
+        for (i, f) in stale.into_iter().zip(refound) {
+            found[i] = f;
+        }
+        Ok(found)
     }
 
     /// Copies the reference quota of `limit` to `bucket` (never back to an older one); the
@@ -155,6 +165,20 @@ impl RedisBackend {
                 self.link.shown()
             ))),
         }
+    }
+
+    /// A key the script would not touch, in the words `describe` gives the same refusal when
+    /// it fails a whole call.
+    fn unusable(&self, why: &str) -> Error {
+        let (code, detail) = why.split_once(' ').unwrap_or((why, ""));
+        let what = match code {
+            "FOREIGN" => format!("key {detail}; use another prefix, or remove that key"),
+            "WRONGTYPE" => format!(
+                "a key under the prefix holds another type of value ({detail}); use another prefix"
+            ),
+            _ => format!("the server refused the request: {why}"),
+        };
+        Error::store(format!("{}: {what}", self.link.shown()))
     }
 
     fn bad_reply(&self, why: String) -> Error {
@@ -294,7 +318,11 @@ impl RateStore for RedisBackend {
             match result {
                 Ok(found) => {
                     for ((i, _), f) in ws.iter().zip(found) {
-                        out[*i] = Some(f.into_outcome().map_err(|why| self.bad_reply(why)));
+                        out[*i] = Some(match f {
+                            Found::Written(v) => Ok(KeyOutcome::Written(v)),
+                            Found::Conflict(c) => Ok(KeyOutcome::Conflict(c)),
+                            Found::Unusable(why) => Err(self.unusable(&why)),
+                        });
                     }
                 }
                 Err(e) => {
