@@ -36,16 +36,31 @@ impl RedisBackend {
         let grace = GRACE.as_millis() as u64;
         let deadline = self.deadline();
         let wait = self.link.wait_replicas();
+        // The script takes a limit and its quota version once per group of writes.
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (writes[a], writes[b]);
+            (&a.limit, a.quota_version).cmp(&(&b.limit, b.quota_version))
+        });
+        let groups: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| {
+                (&writes[a].limit, writes[a].quota_version)
+                    == (&writes[b].limit, writes[b].quota_version)
+            })
+            .collect();
         let (value, acked): (redis::Value, i64) = self
             .link
             .run(RequestKind::Txn, deadline, |mut c| {
                 let mut inv = self.scripts.write.prepare_invoke();
-                inv.key(&quotas).arg(mode);
-                for w in writes {
+                inv.key(&quotas).arg(mode).arg(groups.len());
+                for group in &groups {
+                    let w = writes[group[0]];
+                    inv.arg(&w.limit).arg(w.quota_version).arg(group.len());
+                }
+                for &i in &order {
+                    let w = writes[i];
                     let expected = w.expected.map_or(String::new(), |v| v.to_string());
                     inv.key(self.keys.key_in(bucket, &w.limit, &w.key))
-                        .arg(&w.limit)
-                        .arg(w.quota_version)
                         .arg(expected)
                         .arg(&w.value[..])
                         .arg(w.expires_at.div_ceil(1_000_000) + grace);
@@ -67,7 +82,12 @@ impl RedisBackend {
                 }
             })
             .await?;
-        let found = reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))?;
+        let sorted = reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))?;
+        let mut found = vec![None; writes.len()];
+        for (i, f) in order.into_iter().zip(sorted) {
+            found[i] = Some(f);
+        }
+        let found: Vec<Found> = found.into_iter().flatten().collect();
         if acked < i64::from(wait) && found.iter().any(|f| matches!(f, Found::Written(_))) {
             return Err(Error::store(format!(
                 "{}: the write is on the primary but only {acked} of {wait} replicas acknowledged it in time; it does not count as admitted (a failover could lose it)",
