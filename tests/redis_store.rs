@@ -956,3 +956,37 @@ fn waits_keep_their_deadline_when_redis_dies() {
         assert!(!text.contains("Error {"), "{text}");
     });
 }
+
+/// On a Redis Cluster of 3 primaries (slots split evenly), a limit's keys land in 12 buckets,
+/// 4 on each primary, so a batch is a few script calls and every primary takes a third.
+#[test]
+fn cluster_buckets_spread_evenly_over_the_primaries() {
+    let c = cluster();
+    let prefix = unique_prefix();
+    let url = c.url(&prefix);
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let rl = l.rate_limit("spread", Quota::per_minute(5)).await.unwrap();
+        for i in 0..300 {
+            assert!(rl.check(&format!("k{i}")).await.unwrap().allowed);
+        }
+        l.close().await.unwrap();
+    });
+    let pattern = format!("{{{prefix}:b*}}:k:spread:*");
+    let mut all = std::collections::HashSet::new();
+    for node in &c.nodes {
+        let keys = node.cli(&["--scan", "--pattern", &pattern]);
+        let buckets: std::collections::HashSet<&str> = keys
+            .lines()
+            .filter_map(|k| k.split_once('}').map(|(tag, _)| tag))
+            .collect();
+        assert_eq!(
+            buckets.len(),
+            4,
+            "{} holds buckets {buckets:?}",
+            node.host()
+        );
+        all.extend(buckets.into_iter().map(str::to_string));
+    }
+    assert_eq!(all.len(), 12, "{all:?}");
+}

@@ -36,18 +36,34 @@ impl RedisBackend {
         let grace = GRACE.as_millis() as u64;
         let deadline = self.deadline();
         let wait = self.link.wait_replicas();
+        // The script takes a limit and its quota version once per group of writes.
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (writes[a], writes[b]);
+            (&a.limit, a.quota_version).cmp(&(&b.limit, b.quota_version))
+        });
+        let groups: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| {
+                (&writes[a].limit, writes[a].quota_version)
+                    == (&writes[b].limit, writes[b].quota_version)
+            })
+            .collect();
         let (value, acked): (redis::Value, i64) = self
             .link
             .run(RequestKind::Txn, deadline, |mut c| {
                 let mut inv = self.scripts.write.prepare_invoke();
-                inv.key(&quotas).arg(mode).arg(grace);
-                for w in writes {
-                    inv.key(self.keys.key(&w.limit, &w.key))
-                        .arg(&w.limit)
-                        .arg(w.quota_version)
-                        .arg(w.expected.map_or(String::new(), |v| v.to_string()))
+                inv.key(&quotas).arg(mode).arg(groups.len());
+                for group in &groups {
+                    let w = writes[group[0]];
+                    inv.arg(&w.limit).arg(w.quota_version).arg(group.len());
+                }
+                for &i in &order {
+                    let w = writes[i];
+                    let expected = w.expected.map_or(String::new(), |v| v.to_string());
+                    inv.key(self.keys.key_in(bucket, &w.limit, &w.key))
+                        .arg(expected)
                         .arg(&w.value[..])
-                        .arg(w.expires_at.div_ceil(1_000_000));
+                        .arg(w.expires_at.div_ceil(1_000_000) + grace);
                 }
                 async move {
                     let value = inv.invoke_async(&mut c).await?;
@@ -66,7 +82,12 @@ impl RedisBackend {
                 }
             })
             .await?;
-        let found = reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))?;
+        let sorted = reply::writes(value, writes.len()).map_err(|why| self.bad_reply(why))?;
+        let mut found = vec![None; writes.len()];
+        for (i, f) in order.into_iter().zip(sorted) {
+            found[i] = Some(f);
+        }
+        let found: Vec<Found> = found.into_iter().flatten().collect();
         if acked < i64::from(wait) && found.iter().any(|f| matches!(f, Found::Written(_))) {
             return Err(Error::store(format!(
                 "{}: the write is on the primary but only {acked} of {wait} replicas acknowledged it in time; it does not count as admitted (a failover could lose it)",
@@ -76,28 +97,37 @@ impl RedisBackend {
         Ok(found)
     }
 
-    /// Writes to `bucket`, bringing its quota copies up to date and sending once more if a
-    /// write found its copy older than the quota it was decided with.
+    /// Writes to `bucket`, bringing its quota copies up to date and sending once more the
+    /// writes that found their copy older than the quota they were decided with (all of them
+    /// when `joint`: then none was written; alone otherwise, the others' outcomes kept).
     async fn write_fresh(
         &self,
         bucket: u32,
         writes: &[&KeyWrite],
         joint: bool,
     ) -> Result<Vec<Found>> {
-        let found = self.write_bucket(bucket, writes, joint).await?;
-        let stale: Vec<&str> = writes
-            .iter()
-            .zip(&found)
-            .filter(|(w, f)| f.copy_older_than(w.quota_version))
-            .map(|(w, _)| w.limit.as_str())
+        let mut found = self.write_bucket(bucket, writes, joint).await?;
+        let stale: Vec<usize> = (0..writes.len())
+            .filter(|&i| found[i].copy_older_than(writes[i].quota_version))
             .collect();
         if stale.is_empty() {
             return Ok(found);
         }
-        for limit in stale {
+        let mut limits: Vec<&str> = stale.iter().map(|&i| writes[i].limit.as_str()).collect();
+        limits.sort_unstable();
+        limits.dedup();
+        for limit in limits {
             self.refresh_copy(bucket, limit).await?;
         }
-        self.write_bucket(bucket, writes, joint).await
+        if joint {
+            return self.write_bucket(bucket, writes, joint).await;
+        }
+        let again: Vec<&KeyWrite> = stale.iter().map(|&i| writes[i]).collect();
+        let refound = self.write_bucket(bucket, &again, joint).await?;
+        for (i, f) in stale.into_iter().zip(refound) {
+            found[i] = f;
+        }
+        Ok(found)
     }
 
     /// Copies the reference quota of `limit` to `bucket` (never back to an older one); the
@@ -155,6 +185,20 @@ impl RedisBackend {
                 self.link.shown()
             ))),
         }
+    }
+
+    /// A key the script would not touch, in the words `describe` gives the same refusal when
+    /// it fails a whole call.
+    fn unusable(&self, why: &str) -> Error {
+        let (code, detail) = why.split_once(' ').unwrap_or((why, ""));
+        let what = match code {
+            "FOREIGN" => format!("key {detail}; use another prefix, or remove that key"),
+            "WRONGTYPE" => format!(
+                "a key under the prefix holds another type of value ({detail}); use another prefix"
+            ),
+            _ => format!("the server refused the request: {why}"),
+        };
+        Error::store(format!("{}: {what}", self.link.shown()))
     }
 
     fn bad_reply(&self, why: String) -> Error {
@@ -294,7 +338,11 @@ impl RateStore for RedisBackend {
             match result {
                 Ok(found) => {
                     for ((i, _), f) in ws.iter().zip(found) {
-                        out[*i] = Some(f.into_outcome().map_err(|why| self.bad_reply(why)));
+                        out[*i] = Some(match f {
+                            Found::Written(v) => Ok(KeyOutcome::Written(v)),
+                            Found::Conflict(c) => Ok(KeyOutcome::Conflict(c)),
+                            Found::Unusable(why) => Err(self.unusable(&why)),
+                        });
                     }
                 }
                 Err(e) => {

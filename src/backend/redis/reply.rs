@@ -1,7 +1,7 @@
-//! Reading the scripts' replies: stored values are `VERSION:BYTES`; a write's outcome is three
-//! items (see `lua/write.lua`).
+//! Reading the scripts' replies: stored values are `VERSION:BYTES`; a write's outcome is one
+//! item (written), three (refused) or two (an unusable key; see `lua/write.lua`).
 
-use crate::backend::{Current, KeyOutcome, Versioned, WriteOutcome};
+use crate::backend::{Current, Versioned, WriteOutcome};
 use redis::Value;
 
 /// What one write of a script call came to.
@@ -11,6 +11,9 @@ pub(super) enum Found {
     Written(u64),
     /// Not written; the bucket's quota copy and the key as they were.
     Conflict(Current),
+    /// Not written: the key holds a value clusterlimit did not write, or another type (the
+    /// server's words, `FOREIGN …` or `WRONGTYPE …`).
+    Unusable(String),
 }
 
 impl Found {
@@ -19,15 +22,8 @@ impl Found {
     pub(super) fn copy_older_than(&self, quota_version: u64) -> bool {
         match self {
             Found::Conflict(c) => c.quota.as_ref().is_none_or(|q| q.version < quota_version),
-            Found::Written(_) => false,
+            Found::Written(_) | Found::Unusable(_) => false,
         }
-    }
-
-    pub(super) fn into_outcome(self) -> Result<KeyOutcome, String> {
-        Ok(match self {
-            Found::Written(v) => KeyOutcome::Written(v),
-            Found::Conflict(c) => KeyOutcome::Conflict(c),
-        })
     }
 }
 
@@ -52,20 +48,31 @@ pub(super) fn writes(value: Value, count: usize) -> Result<Vec<Found>, String> {
     let Value::Array(items) = value else {
         return Err("not a list".into());
     };
-    if items.len() != count * 3 {
-        return Err(format!("{} items for {count} writes", items.len()));
+    let mut found = Vec::with_capacity(count);
+    let mut items = items.into_iter();
+    while let Some(item) = items.next() {
+        found.push(match item {
+            Value::Int(v) if v > 0 => Found::Written(v as u64),
+            Value::Int(0) => match (items.next(), items.next()) {
+                (Some(quota), Some(key)) => Found::Conflict(Current {
+                    quota: optional(quota)?,
+                    key: optional(key)?,
+                }),
+                _ => return Err("a refused write without what it found".into()),
+            },
+            Value::Int(-1) => match items.next() {
+                Some(Value::BulkString(why)) => {
+                    Found::Unusable(String::from_utf8_lossy(&why).into_owned())
+                }
+                _ => return Err("an unusable key without the reason".into()),
+            },
+            _ => return Err("a write's outcome is neither written nor refused".into()),
+        });
     }
-    items
-        .chunks(3)
-        .map(|item| match item {
-            [Value::Int(1), Value::Int(v), _] => Ok(Found::Written(*v as u64)),
-            [Value::Int(0), quota, key] => Ok(Found::Conflict(Current {
-                quota: optional(quota)?,
-                key: optional(key)?,
-            })),
-            _ => Err("a write's outcome is neither written nor refused".into()),
-        })
-        .collect()
+    if found.len() != count {
+        return Err(format!("{} outcomes for {count} writes", found.len()));
+    }
+    Ok(found)
 }
 
 /// An all-or-nothing call's outcome: every write written, or what each found.
@@ -76,7 +83,7 @@ pub(super) fn joint_outcome(found: Vec<Found>) -> Result<WriteOutcome, String> {
                 .into_iter()
                 .filter_map(|f| match f {
                     Found::Written(v) => Some(v),
-                    Found::Conflict(_) => None,
+                    _ => None,
                 })
                 .collect(),
         ));
@@ -86,15 +93,16 @@ pub(super) fn joint_outcome(found: Vec<Found>) -> Result<WriteOutcome, String> {
         .map(|f| match f {
             Found::Conflict(c) => Ok(c),
             Found::Written(_) => Err("a joint write applied in part".to_string()),
+            Found::Unusable(why) => Err(format!("a joint write refused one key alone ({why})")),
         })
         .collect::<Result<Vec<_>, _>>()
         .map(WriteOutcome::Conflict)
 }
 
-fn optional(value: &Value) -> Result<Option<Versioned>, String> {
+fn optional(value: Value) -> Result<Option<Versioned>, String> {
     match value {
         Value::Nil => Ok(None),
-        Value::BulkString(bytes) => versioned(bytes.clone()).map(Some),
+        Value::BulkString(bytes) => versioned(bytes).map(Some),
         _ => Err("a stored value that is not a string".into()),
     }
 }
@@ -114,17 +122,19 @@ mod tests {
     #[test]
     fn write_replies_become_outcomes() {
         let reply = Value::Array(vec![
-            Value::Int(1),
             Value::Int(42),
-            Value::Nil,
             Value::Int(0),
             Value::BulkString(b"7:q".to_vec()),
             Value::Nil,
+            Value::Int(-1),
+            Value::BulkString(b"FOREIGN k holds a value clusterlimit did not write".to_vec()),
         ]);
-        let found = writes(reply, 2).unwrap();
+        let found = writes(reply, 3).unwrap();
         assert_eq!(found[0], Found::Written(42));
         assert!(found[1].copy_older_than(8));
         assert!(!found[1].copy_older_than(7));
+        assert!(matches!(&found[2], Found::Unusable(why) if why.starts_with("FOREIGN k")));
         assert!(writes(Value::Array(vec![]), 1).is_err());
+        assert!(writes(Value::Array(vec![Value::Int(0), Value::Nil]), 1).is_err());
     }
 }
