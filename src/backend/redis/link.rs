@@ -174,6 +174,25 @@ impl Link {
         }
     }
 
+    /// How many of `wait` replicas acknowledged everything connection `c` wrote so far, within
+    /// what is left of `deadline` (`WAIT`); 0 at once when `wait` is 0. A write counts only
+    /// once they have it (`?wait_replicas=N`): a failover cannot lose it then.
+    pub(super) async fn acked(
+        c: &mut Conn,
+        wait: u32,
+        deadline: Instant,
+    ) -> redis::RedisResult<i64> {
+        if wait == 0 {
+            return Ok(0);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        redis::cmd("WAIT")
+            .arg(wait)
+            .arg(left.as_millis().max(1) as u64)
+            .query_async(c)
+            .await
+    }
+
     /// The current connection, made if there is none.
     async fn conn(&self) -> redis::RedisResult<Conn> {
         let mut current = self.current.lock().await;

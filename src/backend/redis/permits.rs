@@ -81,16 +81,7 @@ impl Permits {
                 }
                 async move {
                     let value = inv.invoke_async(&mut c).await?;
-                    if wait == 0 {
-                        return Ok((value, 0));
-                    }
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let acked = redis::cmd("WAIT")
-                        .arg(wait)
-                        .arg(left.as_millis().max(1) as u64)
-                        .query_async(&mut c)
-                        .await?;
-                    Ok((value, acked))
+                    Ok((value, Link::acked(&mut c, wait, deadline).await?))
                 }
             })
             .await?;

@@ -8,6 +8,7 @@
 //! with brings the copy up to date from the reference and is sent once more.
 
 use super::keys::GRACE;
+use super::link::Link;
 use super::reply::{self, Found};
 use super::RedisBackend;
 use crate::backend::rate_store::{before_write, before_write_each};
@@ -67,18 +68,7 @@ impl RedisBackend {
                 }
                 async move {
                     let value = inv.invoke_async(&mut c).await?;
-                    if wait == 0 {
-                        return Ok((value, 0));
-                    }
-                    // The replicas' acknowledgement of everything this connection wrote,
-                    // within what is left of the request's time.
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let acked = redis::cmd("WAIT")
-                        .arg(wait)
-                        .arg(left.as_millis().max(1) as u64)
-                        .query_async(&mut c)
-                        .await?;
-                    Ok((value, acked))
+                    Ok((value, Link::acked(&mut c, wait, deadline).await?))
                 }
             })
             .await?;
