@@ -990,3 +990,45 @@ fn cluster_buckets_spread_evenly_over_the_primaries() {
     }
     assert_eq!(all.len(), 12, "{all:?}");
 }
+
+/// Permits taken and released as fast as they come while the keepalive runs (a round every
+/// 2/3 s): a release that lands between a round's list of entries and its check is the
+/// holder's own doing, never a lost session.
+#[test]
+fn busy_releases_never_look_lost() {
+    let url = single().url(&unique_prefix());
+    run(async move {
+        let l = Limiter::builder(&url)
+            .session_ttl(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+        let sem = l.semaphore("busy", 4).await.unwrap();
+        let lost = std::sync::Arc::new(AtomicU64::new(0));
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let (sem, lost) = (sem.clone(), lost.clone());
+                tokio::spawn(async move {
+                    let until = Instant::now() + Duration::from_secs(4);
+                    let mut rounds = 0u64;
+                    while Instant::now() < until && rounds < 100_000 {
+                        rounds += 1;
+                        let p = sem.acquire().await.expect("acquire");
+                        if p.is_lost() {
+                            lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                        p.release().await.expect("release");
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for w in workers {
+            total += w.await.unwrap();
+        }
+        assert!(total > 100, "only {total} acquires in 4 s");
+        assert_eq!(lost.load(Ordering::Relaxed), 0, "of {total} permits");
+        l.close().await.unwrap();
+    });
+}

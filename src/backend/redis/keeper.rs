@@ -84,18 +84,19 @@ async fn round(p: &Permits, session: &RedisSession) -> Result<Option<String>> {
             let expected = s.ids.len();
             args.extend(s.ids);
             let keys = p.keys(&sem);
-            let missing: i64 = p
+            let missing: Vec<String> = p
                 .call(RequestKind::Lease, &p.scripts.touch, &keys, &args)
                 .await?;
-            Ok(match missing {
-                0 => None,
-                m if m < 0 => Some(format!(
+            if missing.first().is_some_and(|m| m == "unknown") {
+                return Ok(Some(format!(
                     "semaphore {sem:?} no longer knows this session (it expired there, was ended, or a failover lost it)"
-                )),
-                m => Some(format!(
-                    "{m} of this session's {expected} entries in semaphore {sem:?} vanished (removed behind its back, or lost in a failover)"
-                )),
-            })
+                )));
+            }
+            // An entry released since the round started is missing by our own doing.
+            let lost = missing.iter().filter(|id| session.holds(&sem, id)).count();
+            Ok((lost > 0).then(|| format!(
+                "{lost} of this session's {expected} entries in semaphore {sem:?} vanished (removed behind its back, or lost in a failover)"
+            )))
         }
     });
     let found: Vec<Result<Option<String>>> = futures::future::join_all(calls).await;

@@ -80,6 +80,13 @@ impl RedisSession {
         }
     }
 
+    /// Whether entry `id` of `sem` is still held (confirmed and not released since).
+    pub(super) fn holds(&self, sem: &str, id: &str) -> bool {
+        lock(&self.held)
+            .get(sem)
+            .is_some_and(|h| h.ids.contains(id))
+    }
+
     /// Every semaphore the session is in now, with the entries it should find there and the
     /// highest token confirmed there.
     pub(super) fn semaphores(&self) -> Vec<InSemaphore> {

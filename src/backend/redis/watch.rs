@@ -110,7 +110,20 @@ impl SemWatch {
         let mut idle_since: Option<Instant> = None;
         loop {
             let Some(p) = permits.upgrade() else { break };
-            let upto = lock(&self.state).upto;
+            let Some(upto) = self.reading_up_to() else {
+                // Nobody waits here: a change costs no read (the next waiter reads first).
+                if self.stopped_when_idle(&mut idle_since) {
+                    p.notifier.unsubscribe(&channel, &self.wake).await;
+                    return;
+                }
+                drop(p);
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(LINGER) => {}
+                }
+                continue;
+            };
             let next = match p.read(&self.name, Some(upto)).await {
                 Ok(read) => {
                     outage.ok("reading a semaphore");
@@ -133,6 +146,17 @@ impl SemWatch {
             }
         }
         self.finish();
+    }
+
+    /// How far a read must go (the last waiter's token), or `None` when nobody waits: then the
+    /// last read is forgotten, so the next waiter reads first.
+    fn reading_up_to(&self) -> Option<u64> {
+        let mut state = lock(&self.state);
+        if state.waiters.is_empty() {
+            state.seen = None;
+            return None;
+        }
+        Some(state.upto)
     }
 
     /// Decides waiters from a read; returns when to read again at the latest.

@@ -1,19 +1,19 @@
 -- Keeps session ARGV[2] alive here until now + ARGV[3] ms and checks that its entries
 -- ARGV[5..] are all still queued. Its other entries with a token up to ARGV[4] (the highest
 -- the session saw confirmed here) are strays, released by it but brought back by a failover
--- that lost the release: they go. Returns -1 when the session is unknown here although it has
--- entries to check (it expired, was ended, or a failover lost it), else the number of its
--- entries missing: either means its permits here can no longer be trusted.
+-- that lost the release: they go. Returns {'unknown'} when the session is unknown here
+-- although it has entries to check (it expired, was ended, or a failover lost it), else the ids
+-- of its entries missing (the caller tells a loss from its own release sent meanwhile).
 prune()
 if #ARGV > 4 and not redis.call('HGET', KEYS[4], ARGV[2]) then
-  return -1
+  return {'unknown'}
 end
 redis.call('HSET', KEYS[4], ARGV[2], int(now_ms + tonumber(ARGV[3])))
-local expected, missing = {}, 0
+local expected, missing = {}, {}
 for i = 5, #ARGV do
   expected[ARGV[i]] = true
   if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
-    missing = missing + 1
+    missing[#missing + 1] = ARGV[i]
   end
 end
 local upto = tonumber(ARGV[4])
