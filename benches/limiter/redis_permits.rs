@@ -40,6 +40,9 @@ pub struct Rows {
     pub library: PairSamples,
     /// Requests the Limiter sent per uncontended pair (keepalives apart).
     pub requests_per_pair: f64,
+    /// Redis only: the server's own time per call during rows 1–2 (`INFO commandstats`), as
+    /// (command, calls, µs per call), for `SET`, `DEL` (the floor) and `EVALSHA` (the Limiter).
+    pub server_time: Vec<(String, u64, f64)>,
     /// One contended run per hold of [`HOLDS`].
     pub contended: Vec<Outcome>,
     pub handoff: handoff::Outcome,
@@ -152,9 +155,20 @@ async fn uncontended(
     let before: Vec<_> = limiters.iter().map(|l| l.stats()).collect();
     let compactor = crate::stores::etcd_admin(&endpoints).await?;
     let (rounds, batch) = (plan.latency_rounds, plan.latency_batch);
+    let mut admin = latency::redis_connection(&redis.raw_url()).await?;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut admin)
+        .await
+        .context("reset Redis's command stats")?;
     let mut s = latency::interleaved(&mut ops, rounds, batch, Some(compactor))
         .await?
         .into_iter();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .context("read Redis's command stats")?;
     // `interleaved` runs one unmeasured batch first.
     let pairs = ((rounds + 1) * batch).max(1) as f64;
     for ((rows, l), before) in stores.iter_mut().zip(&limiters).zip(&before) {
@@ -163,7 +177,33 @@ async fn uncontended(
         let sent = l.stats().since(before);
         rows.requests_per_pair = (sent.total() - sent.watch) as f64 / pairs;
     }
+    let redis_rows = &mut stores[Side::BOTH
+        .iter()
+        .position(|s| *s == Side::Redis)
+        .unwrap_or(1)];
+    redis_rows.server_time = ["set", "del", "evalsha"]
+        .iter()
+        .filter_map(|c| command_stat(&info, c))
+        .collect();
     close_all(&limiters).await
+}
+
+/// `(COMMAND, calls, usec_per_call)` of `command` from `INFO commandstats`
+/// (`cmdstat_set:calls=2100,usec=96412,usec_per_call=45.91,…`).
+fn command_stat(info: &str, command: &str) -> Option<(String, u64, f64)> {
+    let fields = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{command}:")))?;
+    let field = |name: &str| {
+        fields
+            .split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+    };
+    Some((
+        command.to_uppercase(),
+        field("calls")?.parse().ok()?,
+        field("usec_per_call")?.parse().ok()?,
+    ))
 }
 
 /// Row 4 on one store: turns timed against one raw delete and one raw notification, then half

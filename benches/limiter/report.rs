@@ -624,6 +624,19 @@ fn redis_rows(d: &mut Doc, r: &RedisPermits) {
         times(ratio(redis.floor.pair.p50(), etcd.floor.pair.p50())),
         times(ratio(redis.library.pair.p50(), etcd.library.pair.p50()))
     );
+    if !redis.server_time.is_empty() {
+        let calls: Vec<String> = redis
+            .server_time
+            .iter()
+            .map(|(c, n, us)| format!("`{c}` {us:.2} µs ({n} calls)"))
+            .collect();
+        let _ = writeln!(
+            d.md,
+            "\nRedis's own time per call in these rounds (`INFO commandstats`; `EVALSHA`: the \
+             Limiter's enqueue and remove scripts, and its keepalives): {}.",
+            calls.join(", ")
+        );
+    }
 
     let _ = write!(
         d.md,
