@@ -75,6 +75,11 @@ fn main() -> ExitCode {
     if let Some(code) = rate::protocol::worker_main() {
         return code;
     }
+    // `RUST_LOG=clusterlimit=warn` shows why a run failed (e.g. why a session was lost).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     common::main(plan::parse, run)
 }
 
