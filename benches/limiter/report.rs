@@ -49,8 +49,8 @@ pub struct Results {
     pub history: Vec<History>,
     pub queued: Vec<Queued>,
     pub peer: Peer,
-    /// Row 8: permits on Redis beside etcd (issue 39).
-    pub redis: Option<RedisPermits>,
+    /// Row 8: permits on Redis beside etcd (issue 39), or why it failed.
+    pub redis: Option<Result<RedisPermits, String>>,
 }
 
 /// Row 3's runs: per store, one outcome per hold.
@@ -120,7 +120,18 @@ impl Results {
                 "\n### 8. Permits on Redis (issue 39)\n\n\
                  Rows 1–4 on one Redis, beside etcd measured again in the same step.\n",
             );
-            redis_rows(&mut d, r);
+            match r {
+                Ok(r) => redis_rows(&mut d, r),
+                Err(e) => {
+                    let failed = d.goal(
+                        "row 8 (permits on Redis) ran without errors".to_string(),
+                        e.clone(),
+                        false,
+                        "failed",
+                    );
+                    let _ = writeln!(d.md, "\n{failed}: {e}");
+                }
+            }
         }
         d.md.push_str("\n### Goals\n\n| goal | figure | |\n|---|---|---|\n");
         goals_table(&mut d);
