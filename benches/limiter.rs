@@ -6,9 +6,9 @@
 //! processes, on free loopback ports, killed on drop) and measures, in order: floors and
 //! uncontended latency (rows 1–2), contended throughput (3), handoff (4), scale (6), the kazoo
 //! peer (7), rows 1–4 on one Redis beside etcd (8, issue 39); row 5 comes from the counters of
-//! rows 3 and 6. Goals are printed next to their
-//! figures as met / not met; real errors (a server that does not start, more holders than the
-//! capacity) end the run with a non-zero exit.
+//! rows 3 and 6. Goals are printed next to their figures as met / not met; real errors (a
+//! server that does not start, more holders than the capacity) end the run with a non-zero
+//! exit, except in row 8, whose failure is written into the block.
 
 #[path = "../tests/binary/mod.rs"]
 mod binary;

@@ -136,7 +136,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             } else {
                 Plan::full(cluster, args.out)
             };
-            // Row 4b alone (or the Redis rows) is no block of the file: printed, never written.
+            // Rows run alone are no block of the file: printed, never written.
             let out = if fresh_keys_only || redis_only || shards_only || redis_permits_only {
                 None
             } else {
