@@ -5,9 +5,10 @@
 //! One process run starts its own servers (the test support's real etcd and ZooKeeper child
 //! processes, on free loopback ports, killed on drop) and measures, in order: floors and
 //! uncontended latency (rows 1–2), contended throughput (3), handoff (4), scale (6), the kazoo
-//! peer (7); row 5 comes from the counters of rows 3 and 6. Goals are printed next to their
-//! figures as met / not met; real errors (a server that does not start, more holders than the
-//! capacity) end the run with a non-zero exit.
+//! peer (7), rows 1–4 on one Redis beside etcd (8, issue 39); row 5 comes from the counters of
+//! rows 3 and 6. Goals are printed next to their figures as met / not met; real errors (a
+//! server that does not start, more holders than the capacity) end the run with a non-zero
+//! exit, except in row 8, whose failure is written into the block.
 
 #[path = "../tests/binary/mod.rs"]
 mod binary;
@@ -38,6 +39,8 @@ mod peers;
 mod plan;
 #[path = "limiter/rate/mod.rs"]
 mod rate;
+#[path = "limiter/redis_permits.rs"]
+mod redis_permits;
 #[path = "limiter/report.rs"]
 mod report;
 #[path = "limiter/scale.rs"]
@@ -72,6 +75,11 @@ fn main() -> ExitCode {
     if let Some(code) = rate::protocol::worker_main() {
         return code;
     }
+    // `RUST_LOG=clusterlimit=warn` shows why a run failed (e.g. why a session was lost).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     common::main(plan::parse, run)
 }
 
@@ -82,7 +90,7 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
         println!("{table}");
         return Ok(());
     }
-    if plan.parts.semaphores {
+    if plan.parts.semaphores && !plan.redis_permits_only {
         runtime.block_on(kazoo::check_available())?;
     }
     let started = Instant::now();
@@ -92,8 +100,16 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
         plan.nodes()
     );
     let servers = Servers::start(plan.nodes());
-    if plan.parts.semaphores {
-        let mut results = runtime.block_on(measure(plan, &servers))?;
+    // Row 8's one Redis (issue 39).
+    let redis = plan.parts.semaphores.then(stores::PermitRedis::start);
+    if let (true, Some(redis)) = (plan.redis_permits_only, &redis) {
+        let mut r = runtime.block_on(redis_permits::measure(plan, &servers, redis))?;
+        r.about = redis_permits::about(plan, started.elapsed(), &load_before);
+        println!("{}", report::redis_permits_markdown(&r));
+        return Ok(());
+    }
+    if let Some(redis) = &redis {
+        let mut results = runtime.block_on(measure(plan, &servers, redis))?;
         results.about = about(plan, &servers, started.elapsed(), &load_before);
         let md = results.markdown();
         write(plan, &format!("{}-node", plan.nodes()), &md)?;
@@ -116,7 +132,11 @@ fn write(plan: &Plan, key: &str, md: &str) -> anyhow::Result<()> {
 }
 
 /// Every row, in one run.
-async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
+async fn measure(
+    plan: &Plan,
+    servers: &Servers,
+    redis: &stores::PermitRedis,
+) -> anyhow::Result<Results> {
     let mut r = Results::default();
     step("rows 1-2: floors and uncontended latency");
     latency_rows(plan, servers, &mut r).await?;
@@ -161,6 +181,13 @@ async fn measure(plan: &Plan, servers: &Servers) -> anyhow::Result<Results> {
     }
     step("row 7: kazoo, uncontended");
     r.peer = peer_uncontended(plan, servers, std::mem::take(&mut r.peer)).await?;
+    step("row 8: permits on Redis, beside etcd");
+    // A failure here is reported in the block (row 8 is new; rows 1–7 stay written).
+    r.redis = Some(
+        redis_permits::measure(plan, servers, redis)
+            .await
+            .map_err(|e| format!("{e:#}")),
+    );
     Ok(r)
 }
 

@@ -77,8 +77,16 @@ pub async fn run(url: &str, name: &str, setup: Setup) -> anyhow::Result<Outcome>
         .collect();
     let mut per_client = Vec::new();
     let mut all_acquisitions = 0;
-    for t in tasks {
-        let (in_run, all) = t.await.context("a contended client panicked")??;
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (in_run, all) = t
+            .await
+            .context("a contended client panicked")?
+            .with_context(|| {
+                format!(
+                    "contended client {i} on {url}, semaphore {name}, hold {:?}",
+                    setup.hold
+                )
+            })?;
         per_client.push(in_run);
         all_acquisitions += all;
     }

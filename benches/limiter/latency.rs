@@ -1,5 +1,6 @@
 //! Rows 1 and 2: one client enters and leaves, nobody else around. The floors (raw writes with
-//! the same client libraries the Limiter uses), the Limiter on each store, and the sidecar.
+//! the same client libraries the Limiter uses), the Limiter on each store, and the sidecar; on
+//! Redis (issue 39) the floor and the Limiter only.
 //!
 //! Every operation is measured in interleaved rounds (a batch of each, then the next round)
 //! rather than one after the other, so a load change on this shared machine hits a store's
@@ -36,6 +37,12 @@ pub enum Op {
     },
     /// ZooKeeper create (ephemeral sequential, like a permit node) then delete of that node.
     ZkRaw { client: zk::Client, prefix: String },
+    /// Redis SET then DEL of one key on one multiplexed redis-rs connection (the Limiter's
+    /// client and connection kind): the two round trips an acquire + release is on Redis.
+    RedisRaw {
+        conn: redis::aio::MultiplexedConnection,
+        key: String,
+    },
     /// `acquire()` then `release()`.
     Library(Semaphore),
     /// The sidecar's POST then DELETE.
@@ -99,6 +106,14 @@ impl Op {
         })
     }
 
+    /// A raw redis-rs client (`url` as `redis://127.0.0.1:PORT`) writing `key`.
+    pub async fn redis_raw(url: &str, key: &str) -> anyhow::Result<Op> {
+        Ok(Op::RedisRaw {
+            conn: redis_connection(url).await?,
+            key: key.to_string(),
+        })
+    }
+
     /// Enters and leaves once.
     pub async fn once(&mut self) -> anyhow::Result<Pair> {
         tokio::time::timeout(OP_BOUND, self.pair())
@@ -151,6 +166,18 @@ impl Op {
                 entered = Instant::now();
                 client.delete(&format!("{prefix}{seq}"), None).await?;
             }
+            Op::RedisRaw { conn, key } => {
+                redis::cmd("SET")
+                    .arg(key.as_str())
+                    .arg(VALUE)
+                    .query_async::<()>(conn)
+                    .await?;
+                entered = Instant::now();
+                redis::cmd("DEL")
+                    .arg(key.as_str())
+                    .query_async::<()>(conn)
+                    .await?;
+            }
             Op::Library(sem) => {
                 let permit = sem.acquire().await?;
                 entered = Instant::now();
@@ -179,6 +206,19 @@ async fn etcd_with_lease(endpoints: &[String]) -> anyhow::Result<(etcd_client::C
         .context("grant the floor's lease")?
         .id();
     Ok((client, lease))
+}
+
+/// One multiplexed redis-rs connection, made as the Limiter's Redis backend makes its own (no
+/// response timeout of the client's: [`OP_BOUND`] bounds an operation).
+pub async fn redis_connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url).with_context(|| format!("bad redis URL {url}"))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(OP_BOUND))
+        .set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .with_context(|| format!("connect to redis at {url}"))
 }
 
 impl Pair {

@@ -1,9 +1,13 @@
 //! The floor of a handoff with the same client libraries: one raw client deletes a key (node)
 //! that another raw client watches; a sample is the time from the delete call to the watcher
-//! receiving the event. What row 4's handoff is compared with besides "one write".
+//! receiving the event. What row 4's handoff is compared with besides "one write". On Redis,
+//! which has no watch, a PUBLISH and another connection's SUBSCRIBE: how the permit scripts
+//! wake waiters.
 
 use anyhow::{bail, Context as _};
 use etcd_client::{EventType, WatchStream};
+use futures::StreamExt as _;
+use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use std::time::{Duration, Instant};
 use zookeeper_client::{self as zk, Acls, CreateMode};
 
@@ -21,6 +25,13 @@ pub enum Notify {
         writer: zk::Client,
         watcher: zk::Client,
         path: String,
+    },
+    Redis {
+        writer: MultiplexedConnection,
+        /// Kept: dropping it ends the subscription.
+        _sink: PubSubSink,
+        messages: PubSubStream,
+        channel: String,
     },
 }
 
@@ -48,7 +59,20 @@ impl Notify {
         })
     }
 
-    /// Creates the key (untimed, its event drained), then times delete → watcher's event.
+    /// A publisher and a subscriber (each its own connection) of `channel` on Redis.
+    pub async fn redis(url: &str, channel: &str) -> anyhow::Result<Notify> {
+        let writer = crate::latency::redis_connection(url).await?;
+        let (_sink, messages) = redis_subscriber(url, channel).await?;
+        Ok(Notify::Redis {
+            writer,
+            _sink,
+            messages,
+            channel: channel.to_string(),
+        })
+    }
+
+    /// Creates the key (untimed, its event drained), then times delete → watcher's event;
+    /// on Redis, PUBLISH → the subscriber's message.
     pub async fn once(&mut self) -> anyhow::Result<Duration> {
         tokio::time::timeout(BOUND, self.sample())
             .await
@@ -82,8 +106,37 @@ impl Notify {
                 watch.changed().await;
                 Ok(start.elapsed())
             }
+            Notify::Redis {
+                writer,
+                messages,
+                channel,
+                ..
+            } => {
+                let start = Instant::now();
+                redis::cmd("PUBLISH")
+                    .arg(channel.as_str())
+                    .arg("removed")
+                    .query_async::<()>(writer)
+                    .await?;
+                messages.next().await.context("the subscription ended")?;
+                Ok(start.elapsed())
+            }
         }
     }
+}
+
+/// A connection of its own subscribed to `channel`.
+async fn redis_subscriber(url: &str, channel: &str) -> anyhow::Result<(PubSubSink, PubSubStream)> {
+    let client = redis::Client::open(url).with_context(|| format!("bad redis URL {url}"))?;
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .with_context(|| format!("a pub/sub connection to {url}"))?;
+    pubsub
+        .subscribe(channel)
+        .await
+        .with_context(|| format!("subscribe to {channel}"))?;
+    Ok(pubsub.split())
 }
 
 /// Reads watch messages until one holds an event of `kind`.
@@ -151,6 +204,22 @@ impl Spy {
                     zk::EventType::NodeDeleted if tx.send(now).is_err() => return,
                     zk::EventType::Session => return,
                     _ => {}
+                }
+            }
+        });
+        Ok(Spy { deletes, task })
+    }
+
+    /// Subscribes to a semaphore's channel on Redis (`{PREFIX:s:NAME}:changed`): every message
+    /// there is a change that can decide a waiter (in row 4's turns, the holder's release).
+    pub async fn redis(url: &str, channel: &str) -> anyhow::Result<Spy> {
+        let (sink, mut messages) = redis_subscriber(url, channel).await?;
+        let (tx, deletes) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let _sink = sink;
+            while messages.next().await.is_some() {
+                if tx.send(Instant::now()).is_err() {
+                    return;
                 }
             }
         });

@@ -29,11 +29,16 @@ pub struct Plan {
     /// `--only-shards`: row 4b's fresh keys on 1 and on 2 etcd clusters (a sharded store),
     /// printed; no other server starts.
     pub shards_only: bool,
+    /// `--only-redis-permits`: of the semaphore part, row 8 alone (rows 1–4 on Redis beside
+    /// etcd, issue 39), printed (no file is written).
+    pub redis_permits_only: bool,
     /// Rows 1–2: interleaved rounds, each a batch of every operation.
     pub latency_rounds: usize,
     pub latency_batch: usize,
     /// Row 3 (and row 7's contended case): length of each contended run.
     pub contended_for: Duration,
+    /// Row 8 (permits on Redis): length of each contended run there.
+    pub redis_contended_for: Duration,
     /// Row 4: handoffs measured (after a few unmeasured ones).
     pub handoffs: usize,
     /// Row 6: waiters on one semaphore, handoffs measured behind them.
@@ -92,6 +97,7 @@ const USAGE: &str = "usage: cargo bench --bench limiter [-- [--quick] [--cluster
   --only-fresh-keys  only the rate part's row 4b (fresh keys at the store's speed), printed
   --only-redis       only the rate rows on Redis (hot key and fresh keys beside redis-cell), printed
   --only-shards      only fresh keys on 1 vs 2 etcd clusters (a sharded store), printed
+  --only-redis-permits  only the semaphore rows on Redis (rows 1-4 beside etcd's), printed
   --out PATH         markdown file to update (default for a full run: BENCHMARKS.md)";
 
 const FLAGS: &[&str] = &[
@@ -101,6 +107,7 @@ const FLAGS: &[&str] = &[
     "--only-fresh-keys",
     "--only-redis",
     "--only-shards",
+    "--only-redis-permits",
 ];
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, String> {
@@ -110,10 +117,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             let fresh_keys_only = args.flags.iter().any(|f| f == "--only-fresh-keys");
             let redis_only = args.flags.iter().any(|f| f == "--only-redis");
             let shards_only = args.flags.iter().any(|f| f == "--only-shards");
+            let redis_permits_only = args.flags.iter().any(|f| f == "--only-redis-permits");
             let parts = if fresh_keys_only || redis_only {
                 Parts {
                     semaphores: false,
                     rates: true,
+                }
+            } else if redis_permits_only {
+                Parts {
+                    semaphores: true,
+                    rates: false,
                 }
             } else {
                 Parts::from_flags(&args.flags)
@@ -123,8 +136,8 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             } else {
                 Plan::full(cluster, args.out)
             };
-            // Row 4b alone (or the Redis rows) is no rate block: it is printed, never written.
-            let out = if fresh_keys_only || redis_only || shards_only {
+            // Rows run alone are no block of the file: printed, never written.
+            let out = if fresh_keys_only || redis_only || shards_only || redis_permits_only {
                 None
             } else {
                 plan.out
@@ -134,6 +147,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
                 fresh_keys_only,
                 redis_only,
                 shards_only,
+                redis_permits_only,
                 out,
                 ..plan
             }
@@ -151,9 +165,11 @@ impl Plan {
             fresh_keys_only: false,
             redis_only: false,
             shards_only: false,
+            redis_permits_only: false,
             latency_rounds: 20,
             latency_batch: 50,
             contended_for: Duration::from_secs(10),
+            redis_contended_for: Duration::from_secs(10),
             handoffs: 200,
             waiters: 500,
             waiter_handoffs: 100,
@@ -176,9 +192,12 @@ impl Plan {
             fresh_keys_only: false,
             redis_only: false,
             shards_only: false,
+            redis_permits_only: false,
             latency_rounds: 3,
             latency_batch: 10,
             contended_for: Duration::from_secs(1),
+            // 4 cases (2 stores × 2 holds): the step stays a few seconds in a debug build.
+            redis_contended_for: Duration::from_millis(500),
             handoffs: 10,
             waiters: 30,
             waiter_handoffs: 5,

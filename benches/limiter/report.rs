@@ -6,6 +6,7 @@ use crate::handoff;
 use crate::history::{History, Past, Queued};
 use crate::kazoo;
 use crate::latency::{CpuPerPair, PairSamples};
+use crate::redis_permits::{RedisPermits, Side};
 use crate::scale::{ManySemaphores, ManyWaiters};
 use crate::stats::{kib, ms, p50_p99, ratio, times, verdict, Samples};
 use crate::stores::Store;
@@ -24,6 +25,8 @@ const SIDECAR_ADDS: Duration = Duration::from_micros(200);
 const FLAT_WITHIN: f64 = 1.1;
 /// "Independent of the number of waiters": equal within this many requests per acquisition.
 const REQUESTS_TOLERANCE: f64 = 0.1;
+/// Issue 39: Redis's acquire+release within this many times two raw round trips (SET + DEL).
+const REDIS_VS_FLOOR: f64 = 1.2;
 
 /// Everything one run measured. Per-store vectors are in `Store::ALL` order.
 #[derive(Debug, Default)]
@@ -46,6 +49,8 @@ pub struct Results {
     pub history: Vec<History>,
     pub queued: Vec<Queued>,
     pub peer: Peer,
+    /// Row 8: permits on Redis beside etcd (issue 39), or why it failed.
+    pub redis: Option<Result<RedisPermits, String>>,
 }
 
 /// Row 3's runs: per store, one outcome per hold.
@@ -110,10 +115,26 @@ impl Results {
         self.requests(&mut d);
         self.scale(&mut d);
         self.peer(&mut d);
-        d.md.push_str("\n### Goals\n\n| goal | figure | |\n|---|---|---|\n");
-        for g in &d.goals {
-            let _ = writeln!(d.md, "| {} | {} | {} |", g.what, g.figure, verdict(g.met));
+        if let Some(r) = &self.redis {
+            d.md.push_str(
+                "\n### 8. Permits on Redis (issue 39)\n\n\
+                 Rows 1–4 on one Redis, beside etcd measured again in the same step.\n",
+            );
+            match r {
+                Ok(r) => redis_rows(&mut d, r),
+                Err(e) => {
+                    let failed = d.goal(
+                        "row 8 (permits on Redis) ran without errors".to_string(),
+                        e.clone(),
+                        false,
+                        "failed",
+                    );
+                    let _ = writeln!(d.md, "\n{failed}: {e}");
+                }
+            }
         }
+        d.md.push_str("\n### Goals\n\n| goal | figure | |\n|---|---|---|\n");
+        goals_table(&mut d);
         d.md
     }
 
@@ -533,6 +554,194 @@ impl Results {
             );
         }
     }
+}
+
+/// `--only-redis-permits`: row 8 alone, its headings one level below a section of
+/// BENCHMARKS.md, as printed.
+pub fn redis_permits_markdown(r: &RedisPermits) -> String {
+    let mut d = Doc::default();
+    d.md.push_str(&r.about);
+    redis_rows(&mut d, r);
+    d.md.push_str("\n#### Targets (issue 39)\n\n| target | figure | |\n|---|---|---|\n");
+    goals_table(&mut d);
+    d.md
+}
+
+fn goals_table(d: &mut Doc) {
+    for g in &d.goals {
+        let _ = writeln!(d.md, "| {} | {} | {} |", g.what, g.figure, verdict(g.met));
+    }
+}
+
+/// Row 8's tables: rows 1–2, 3 and 4 on Redis and etcd.
+fn redis_rows(d: &mut Doc, r: &RedisPermits) {
+    let _ = write!(
+        d.md,
+        "\n#### Rows 1–2: floor and uncontended acquire + release\n\n\
+         Interleaved in {} rounds of {} per path. The floors use the Limiter's client library: \
+         etcd-client's put (with a lease) + delete; redis-rs's `SET` + `DEL` of one key on one \
+         multiplexed connection (two round trips, what an acquire + release is on Redis: one \
+         script call each). Requests per pair are the Limiter's counters (keepalives apart).\n\n\
+         | store | path | pair p50 / p99 ms | enter p50 | leave p50 | vs the store's floor (p50 / p99) | goal | requests per pair | CPU µs per pair: client / server |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        r.rounds, r.batch
+    );
+    for side in Side::BOTH {
+        let rows = r.side(side);
+        let (floor_ops, limit) = match side {
+            Side::Etcd => ("floor: put (with a lease) + delete", ETCD_VS_FLOOR),
+            Side::Redis => ("floor: `SET` + `DEL`", REDIS_VS_FLOOR),
+        };
+        let (f, l) = (&rows.floor, &rows.library);
+        let _ = writeln!(
+            d.md,
+            "| {} | {floor_ops} | {} | {} | {} | — | — | — | {} |",
+            side.label(),
+            p50_p99(&f.pair),
+            ms(f.enter.p50()),
+            ms(f.leave.p50()),
+            cpu_cell(f.cpu, false)
+        );
+        let ratio_p50 = ratio(l.pair.p50(), f.pair.p50());
+        let what = match side {
+            Side::Etcd => format!("etcd acquire+release ≤ {limit}× floor (issue 6), beside Redis"),
+            Side::Redis => {
+                format!("Redis acquire+release ≤ {limit}× two raw round trips (`SET` + `DEL`)")
+            }
+        };
+        let goal = d.goal(
+            what,
+            times(ratio_p50),
+            ratio_p50.is_some_and(|x| x <= limit),
+            &format!("≤ {limit}×"),
+        );
+        let _ = writeln!(
+            d.md,
+            "| {} | library: acquire + release | {} | {} | {} | {} / {} | {goal} | {:.2} | {} |",
+            side.label(),
+            p50_p99(&l.pair),
+            ms(l.enter.p50()),
+            ms(l.leave.p50()),
+            times(ratio_p50),
+            times(ratio(l.pair.p99(), f.pair.p99())),
+            rows.requests_per_pair,
+            cpu_cell(l.cpu, false)
+        );
+    }
+    let (etcd, redis) = (r.side(Side::Etcd), r.side(Side::Redis));
+    let _ = writeln!(
+        d.md,
+        "\nRedis ÷ etcd, p50: floor {}, library {}.",
+        times(ratio(redis.floor.pair.p50(), etcd.floor.pair.p50())),
+        times(ratio(redis.library.pair.p50(), etcd.library.pair.p50()))
+    );
+    if !redis.server_time.is_empty() {
+        let calls: Vec<String> = redis
+            .server_time
+            .iter()
+            .map(|(c, n, us)| format!("`{c}` {us:.2} µs ({n} calls)"))
+            .collect();
+        let _ = writeln!(
+            d.md,
+            "\nRedis's own time per call in these rounds (`INFO commandstats`; `EVALSHA`: the \
+             Limiter's enqueue and remove scripts, and its keepalives): {}.",
+            calls.join(", ")
+        );
+    }
+
+    let _ = write!(
+        d.md,
+        "\n#### Row 3: contended throughput: capacity {}, {} clients (each its own Limiter and \
+         session), {} s per case\n\n\
+         Cases alternate between the stores (etcd, Redis, at each hold). Requests per acquisition: \
+         acquire + release + the reads that decide waiters (on Redis each Limiter's watch reads \
+         the semaphore once per message on its channel), from the Limiters' counters without \
+         keepalives and watch setups.\n\n\
+         | store | hold | acquisitions/s | ceiling (capacity ÷ hold) | per client min / max | max holders seen | requests per acquisition | Redis ÷ etcd, acquisitions/s |\n\
+         |---|---|---|---|---|---|---|---|\n",
+        r.capacity,
+        r.clients,
+        r.contended_for.as_secs_f64()
+    );
+    for (i, hold) in r.holds.iter().enumerate() {
+        let per_second = |side| {
+            r.side(side)
+                .contended
+                .get(i)
+                .map_or(0.0, contended::Outcome::per_second)
+        };
+        let vs = {
+            let e = per_second(Side::Etcd);
+            times((e > 0.0).then(|| per_second(Side::Redis) / e))
+        };
+        for side in Side::BOTH {
+            let Some(o) = r.side(side).contended.get(i) else {
+                continue;
+            };
+            let ceiling = (!hold.is_zero())
+                .then(|| f64::from(r.capacity) / hold.as_secs_f64())
+                .map_or("—".to_string(), |v| format!("{v:.0}"));
+            let _ = writeln!(
+                d.md,
+                "| {} | {} ms | {:.0} | {ceiling} | {} / {} | {} | {:.2} | {} |",
+                side.label(),
+                hold.as_millis(),
+                o.per_second(),
+                o.per_client.iter().min().unwrap_or(&0),
+                o.per_client.iter().max().unwrap_or(&0),
+                o.max_holders,
+                o.requests_per_acquisition(),
+                if side == Side::Redis {
+                    vs.as_str()
+                } else {
+                    "—"
+                },
+            );
+        }
+    }
+
+    d.md.push_str(
+        "\n#### Row 4: handoff: holder's release() → the next waiter's acquire() returns\n\n\
+         One write: a raw delete (etcd) or `DEL` (Redis) with the same client library. Raw \
+         notification: etcd, a delete → another raw client's watch fires; Redis, a `PUBLISH` → \
+         another raw connection's `SUBSCRIBE` gets it (how the permit scripts wake waiters). The \
+         split: a raw watcher of the semaphore's queue (etcd) or a subscriber of its channel \
+         (Redis) sees the release, then the waiter's grant returns (on Redis after its Limiter \
+         has read the semaphore).\n\n\
+         | store | handoff p50 / p99 ms | the holder's own release() p50 | one write p50 / p99 | raw notification p50 / p99 | handoff ÷ one write (p50) | handoff ÷ raw notification (p50) | split: the spy sees the release / the grant returns after that (p50) |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for side in Side::BOTH {
+        let h = &r.side(side).handoff;
+        let split = if h.spy_sees.len() == 0 {
+            "—".to_string()
+        } else {
+            format!(
+                "{} / +{} ms",
+                ms(h.spy_sees.p50()),
+                ms(h.grant_after_spy.p50())
+            )
+        };
+        let _ = writeln!(
+            d.md,
+            "| {} | {} | {} | {} | {} | {} | {} | {split} |",
+            side.label(),
+            p50_p99(&h.handoff),
+            ms(h.release.p50()),
+            p50_p99(&h.one_write),
+            p50_p99(&h.notify),
+            times(ratio(h.handoff.p50(), h.one_write.p50())),
+            times(ratio(h.handoff.p50(), h.notify.p50())),
+        );
+    }
+    let _ = writeln!(
+        d.md,
+        "\nRedis ÷ etcd, handoff p50: {}.",
+        times(ratio(
+            redis.handoff.handoff.p50(),
+            etcd.handoff.handoff.p50()
+        ))
+    );
 }
 
 /// etcd's goal of issue 18 for a row that adds `what`: acquire+release p50 flat within

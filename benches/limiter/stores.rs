@@ -183,3 +183,31 @@ impl RedisStores {
         self.cluster.nodes.iter().map(|n| n.pid()).collect()
     }
 }
+
+/// The one Redis of the permit rows on Redis (issue 39), started as the tests start theirs
+/// (`tests/support/redis.rs`, no persistence, killed on drop).
+pub struct PermitRedis {
+    pub server: crate::support::redis::RedisServer,
+}
+
+impl PermitRedis {
+    pub fn start() -> PermitRedis {
+        PermitRedis {
+            server: crate::support::redis::RedisServer::start(),
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/space`: semaphores under their own prefix.
+    pub fn url(&self, space: &str) -> String {
+        self.server.url(space)
+    }
+
+    /// `redis://127.0.0.1:PORT` for the raw clients of the floors.
+    pub fn raw_url(&self) -> String {
+        format!("redis://{}", self.server.host())
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        vec![self.server.pid()]
+    }
+}
