@@ -2,7 +2,7 @@
 //! as built by `cargo build --examples`, and `sidecar_client.py` against a real
 //! `clusterlimit serve`.
 
-mod binary;
+use crate::binary;
 
 use binary::{output, Sidecar};
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! down, a lost session, an invalid rules reload) or RLS shadow rules are listed in
 //! [`AFTER_A_FAULT`] and checked against the sidecar's source instead.
 
-mod binary;
+use crate::binary;
 
 use binary::Sidecar;
 use serde_json::{json, Value};

@@ -7,8 +7,8 @@
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
 //! `scripts/test` installs them). A missing one fails the test with that hint.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::Sidecar;
 use clusterlimit::Limiter;
