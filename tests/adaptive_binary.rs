@@ -4,8 +4,8 @@
 //! `/metrics`, `status NAME` printing the adaptive state, and `run --adaptive` reporting the
 //! command's exit as a success, a drop or nothing.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, http_client as client, metrics, output, sample, within, Sidecar};
 use clusterlimit::adaptive::{Adaptive, CapacityDecision};

@@ -3,7 +3,7 @@
 //! plus 1 s, and the stored capacity does not move in between), then the store's leader is
 //! SIGKILLed (the controller keeps stepping once the store answers again, within bounds).
 
-mod support;
+use crate::support;
 
 use clusterlimit::adaptive::{Adaptive, Aimd, CapacityAlgorithm, Outcome};
 use clusterlimit::testing::adaptive_cases::wait_adaptive;
@@ -78,7 +78,8 @@ fn control_if_child() {
 /// Starts this test binary again as the controlling child; returns once it has the semaphore
 /// open.
 async fn spawn_child(test: &str, url: &str) -> tokio::process::Child {
-    let args = [test, "--exact", "--nocapture"];
+    let test = support::holder_process::test_name(module_path!(), test);
+    let args = [test.as_str(), "--exact", "--nocapture"];
     let (child, _, mut lines) = spawn_self(&args, &[(CHILD_URL_ENV, url)], "OPEN").await;
     // Keep reading its stdout so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });

@@ -3,7 +3,7 @@
 //! answer to a removal is refused, at the backend seam, since no real store can be made to
 //! refuse deletes while it keeps the session alive.
 
-mod support;
+use crate::support;
 
 use async_trait::async_trait;
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};

@@ -4,7 +4,7 @@
 //! bad setup is refused with its field named. (The redis-cell worker is the bench binary
 //! itself; the bench's quick mode runs it.) `scripts/test --install-deps` installs both peers.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! return within [`ONE_CHANGE`] and be the stored capacity afterwards, no holder may be told
 //! its permit is lost, and the permits in use never exceed the largest capacity in force.
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Limiter, Semaphore};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};

@@ -3,8 +3,8 @@
 //! panic, no message, and the exit code the command would have had anyway. And stdout on a
 //! full device (`> /dev/full`): one line on stderr and exit 74. Against a real etcd.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, within};
 use std::process::Stdio;

@@ -3,8 +3,8 @@
 //! port or an unknown host is reported at once, in words. The process's own start-up (measured
 //! in the same run with `--version`) is added to the bound: it is not the command's wait.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, output, Out, Sidecar};
 use std::time::Duration;

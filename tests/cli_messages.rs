@@ -2,8 +2,8 @@
 //! warning on a `memory://` store, `--log` presets, and a table of bad inputs whose messages
 //! must carry no Rust type names or debug dumps. Against a real etcd where a store is needed.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, eventually, output, Out};
 use clusterlimit::{AcquireOptions, Limiter};

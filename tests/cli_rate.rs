@@ -1,7 +1,7 @@
 //! `clusterlimit rate …` as real processes against real etcd and ZooKeeper.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, output, Out};
 use clusterlimit::{Limiter, Quota};

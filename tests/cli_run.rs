@@ -1,8 +1,8 @@
 //! `clusterlimit run` as a real process, against real etcd (and memory:// where no store
 //! sharing is needed): mutual exclusion across processes, exit codes, signals, lost permits.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, eventually, output, signal, within, PidFileGuard};
 use clusterlimit::Limiter;

@@ -1,7 +1,7 @@
 //! `clusterlimit status` and `set-capacity` as real processes against real etcd.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, eventually, output};
 use clusterlimit::{AcquireOptions, Limiter};

@@ -5,9 +5,10 @@
 //! their instantiations: `memory::fifo_order`, `etcd::fifo_order`, …
 //!
 //! The holder-death case of network stores runs a real child process: this test binary
-//! re-executes itself with `--exact child_holder_process` (see [`child_holder_process`]).
+//! re-executes itself with `--exact contract::child_holder_process` (see
+//! [`child_holder_process`]).
 
-mod support;
+use crate::support;
 
 use clusterlimit::testing::{
     entries_via_status, within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL,
@@ -207,12 +208,8 @@ impl Victim for ChildVictim {
 /// Re-executes this test binary as a holder of one permit of `sem` in the store at `url`;
 /// returns once it holds it.
 async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
-    let args = [
-        "--exact",
-        "child_holder_process",
-        "--nocapture",
-        "--test-threads=1",
-    ];
+    let test = support::holder_process::test_name(module_path!(), "child_holder_process");
+    let args = ["--exact", test.as_str(), "--nocapture", "--test-threads=1"];
     let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
     DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
 }

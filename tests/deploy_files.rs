@@ -5,7 +5,7 @@
 //! /readyz; resources; non-root; systemd hardening; a multi-stage non-root image). Also the
 //! errors of `--check-config` itself.
 
-mod binary;
+use crate::binary;
 
 use binary::{cmd, output};
 use std::collections::BTreeSet;

@@ -19,8 +19,8 @@
 //!
 //! The Rust snippets of the same files are compiled as doctests (`src/lib.rs`).
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

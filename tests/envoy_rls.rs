@@ -8,8 +8,8 @@
 //! healthy etcd get exactly the requests beyond the quota answered 429, none let through by
 //! either side's failure mode.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{within, Sidecar};
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! acquire decided from the Limiter's view reads nothing, however long the queue; and that
 //! `RateStore::write_each` carries many keys' writes, applying or conflicting each, in one Txn.
 
-mod support;
+use crate::support;
 
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
 use clusterlimit::backend::{Backend, KeyOutcome, KeyWrite};

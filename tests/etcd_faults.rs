@@ -3,7 +3,7 @@
 //! behind its holder's back, and an enqueue whose view of the semaphore lags, was compacted or
 //! whose reply was lost. (The store-neutral semantics are in tests/contract.rs.)
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Error, Limiter, Semaphore};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! backend. What every store does is `clusterlimit::testing::rate_store_cases`, run on etcd by
 //! `tests/contract.rs` (`etcd_rate::store_*`).
 
-mod support;
+use crate::support;
 
 use clusterlimit::backend::etcd::{EtcdBackend, EtcdConfig};
 use clusterlimit::backend::{

@@ -2,7 +2,7 @@
 //! as built by `cargo build --examples`, and `sidecar_client.py` against a real
 //! `clusterlimit serve`.
 
-mod binary;
+use crate::binary;
 
 use binary::{output, Sidecar};
 use std::collections::HashMap;
@@ -36,7 +36,28 @@ fn examples() -> &'static HashMap<String, PathBuf> {
         if cfg!(feature = "testing") {
             features.push("testing");
         }
-        let out = std::process::Command::new(env!("CARGO"))
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        // Without the variables cargo sets for this test's process (CARGO_MANIFEST_DIR,
+        // CARGO_PKG_*, …): ring's build script reruns when one of them changes, and with them
+        // set here this build would compile ring and everything above it again, and so would
+        // the next `cargo test` (about two minutes each on two cores).
+        for (var, _) in std::env::vars_os() {
+            let var = var.to_string_lossy();
+            if var.starts_with("CARGO_PKG_")
+                || var.starts_with("CARGO_MANIFEST_")
+                || var.starts_with("CARGO_BIN_")
+                || [
+                    "CARGO_CRATE_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                ]
+                .contains(&var.as_ref())
+                || var == "OUT_DIR"
+            {
+                cargo.env_remove(var.as_ref());
+            }
+        }
+        let out = cargo
             .args([
                 "build",
                 "--examples",

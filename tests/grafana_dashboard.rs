@@ -6,7 +6,7 @@
 //! down, a lost session, an invalid rules reload) or RLS shadow rules are listed in
 //! [`AFTER_A_FAULT`] and checked against the sidecar's source instead.
 
-mod binary;
+use crate::binary;
 
 use binary::Sidecar;
 use serde_json::{json, Value};
@@ -83,8 +83,31 @@ async fn drive(base: &str) {
     }
     let wait = format!("{base}/v1/ratelimits/dash/wait");
     post(wait, json!({"key": "w", "timeout_ms": 100})).await;
-    // The permit without keepalive expires (ttl 1 s; the sidecar's sweep runs every ~second).
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // The permit without keepalive expires (ttl 1 s; the sidecar's sweep runs every ~second):
+    // wait until /metrics counts it, for at most 10 s.
+    let metrics = format!("{base}/metrics");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for _ in 0..100 {
+        let page = c
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("read /metrics: {e}"));
+        if page
+            .lines()
+            .any(|l| l.starts_with("clusterlimit_permits_expired"))
+        {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the permit without keepalive was not counted as expired within 10 s");
 }
 
 /// Every `expr` of every target of every panel (rows included).

@@ -1,6 +1,6 @@
 //! Smoke test of the etcd test harness itself: if this fails, every etcd test is suspect.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! many keys whose writes wait in the combiner), and the library's checks are exact once the
 //! store is back.
 
-mod support;
+use crate::support;
 
 use clusterlimit::tower::{ClusterConcurrencyLimitLayer, LimitError};
 use clusterlimit::{AcquireOptions, Error, Limiter, Quota, RateLimit, Semaphore};

@@ -4,7 +4,7 @@
 //! checked after every step against a deliberately simple reference model (a FIFO queue that
 //! grants from the front while the weight fits).
 
-mod support;
+use crate::support;
 
 use clusterlimit::{AcquireOptions, Error, Limiter, Permit, Semaphore};
 use proptest::prelude::*;

@@ -12,8 +12,7 @@
 //! the states another Limiter reads back; the same while a hot key hammered from two Limiters
 //! shares those requests, which never admits more than its quota in any interval.
 
-mod rate_hammer;
-mod support;
+use crate::rate_hammer;
 
 use clusterlimit::testing::rate_history::{assert_gcra_exact, unix_ns, window_excess, Admitted};
 use clusterlimit::{Algorithm, Limiter, Quota, RateLimit};

@@ -5,8 +5,8 @@
 //! sweeper). The Limiter's own cache of key states stays bounded too
 //! (`src/rate_limit/registry.rs` sweeps idle cells as the map grows).
 
-mod rate_hammer;
-mod support;
+use crate::rate_hammer;
+use crate::support;
 
 use clusterlimit::{Limiter, Quota, RateLimit};
 use futures::StreamExt;

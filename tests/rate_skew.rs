@@ -15,8 +15,7 @@
 //! writers' writes (the stamp falling behind `t`) lets `e` jump forward later, by at most that
 //! lull.
 
-mod rate_hammer;
-mod support;
+use crate::rate_hammer;
 
 use clusterlimit::testing::rate_history::assert_gcra_exact;
 use clusterlimit::{Clock, Quota};

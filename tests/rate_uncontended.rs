@@ -6,7 +6,7 @@
 //! (no read before the write). The latencies and their ratio to the floor are printed for the
 //! record (speed targets live in the benchmark, `cargo bench --bench limiter`).
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Limiter, Quota, RateLimit};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};

@@ -1,8 +1,8 @@
 //! The sidecar's rate limit service (RLS v3) checked field by field by a client we did not
 //! write: Python's grpcio with the Envoy stubs of PyPI's xds-protos (tests/rls_python/).
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{output, within, Sidecar};
 use std::path::Path;

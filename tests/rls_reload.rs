@@ -4,8 +4,8 @@
 //! file:line on /healthz, /readyz and in the metrics), SIGHUP, a file replaced by rename, a
 //! ConfigMap's `..data` swap, and a directory gaining a file.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, eventually, signal, within};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;

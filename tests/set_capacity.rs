@@ -2,7 +2,7 @@
 //! and the sidecar's `PUT /v1/semaphores/{name}` use it. On memory://, and on a real etcd for
 //! clients that race to create the same semaphore.
 
-mod support;
+use crate::support;
 
 use clusterlimit::{CapacityChange, Error, Limiter};
 use std::time::Duration;

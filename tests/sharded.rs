@@ -5,7 +5,7 @@
 //! (and served with a hash tag), a quota copy missing or stale on one cluster repaired from
 //! the first.
 
-mod support;
+use crate::support;
 
 use clusterlimit::testing::{entries_via_status, DoomedHolder, Harness, LimiterOptions};
 use clusterlimit::{Error, KeyCheck, Limiter, Quota, Result};

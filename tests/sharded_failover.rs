@@ -10,7 +10,7 @@
 //! kills the first cluster's leader: the other cluster never notices, and the first one's keys
 //! answer again after its re-election, never over their burst.
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Error, Limiter, Quota, RateLimit};
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 //! Limiter (and the CLI) opens the store while the second cluster is down, and no session
 //! lease is ever granted on it. The library's cases run on two ZooKeeper clusters too.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use axum::http::Request;
 use binary::{cmd, eventually, output, sample, within};

@@ -1,8 +1,8 @@
 //! `clusterlimit serve` as a real process, over real HTTP, against real etcd (memory:// for
 //! input checks that need no store).
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{eventually, http_client as client, metrics, sample, within, Sidecar};
 use clusterlimit::Limiter;

@@ -2,8 +2,8 @@
 //! takes and what it got, never Rust's type names (`i64`, `struct AcquireBody`, `Option`),
 //! for every route's body and path. Against a real etcd.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::Sidecar;
 use reqwest::{Client, Method, StatusCode};

@@ -1,8 +1,8 @@
 //! Rate limits over the sidecar's HTTP API: `clusterlimit serve` as a real process, on memory://,
 //! real etcd and real ZooKeeper.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{eventually, within, Sidecar};
 use clusterlimit::{Limiter, Quota};

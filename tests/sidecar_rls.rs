@@ -3,8 +3,8 @@
 //! feature field by field, sharing one limit across sidecars, the store-down policies, and
 //! config errors.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, output, within};
 use clusterlimit::{Limiter, Quota};

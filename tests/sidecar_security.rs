@@ -3,8 +3,8 @@
 //! the bearer token, the Unix socket's mode, the refusal of an open non-loopback address,
 //! store credentials reaching the library, and secrets never printed.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, output, signal, within};
 use clusterlimit::Limiter;

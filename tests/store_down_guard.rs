@@ -1,7 +1,7 @@
 //! `StoreDownGuard` against real stores that die: each policy's answer, answered at once while
 //! the store is known down, errors that are not the store's never hidden, and recovery.
 
-mod support;
+use crate::support;
 
 use clusterlimit::{
     DecisionSource, Error, GuardedDecision, KeyCheck, Limiter, Quota, RateLimit, StoreDownGuard,

@@ -1,7 +1,7 @@
 //! `Limiter::store_members`: what a status page and `clusterlimit top` show of the store's
 //! servers, from real 3-member etcd and ZooKeeper clusters (and memory://, a sharded store).
 
-mod support;
+use crate::support;
 
 use clusterlimit::Limiter;
 use support::{EtcdCluster, ZkCluster};

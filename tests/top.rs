@@ -1,8 +1,8 @@
 //! `clusterlimit top` in a real terminal: tmux runs it in a detached session whose screen the
 //! tests read (`capture-pane`) and type into (`send-keys`), against real etcd.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::{cmd, eventually, output, BIN};
 use clusterlimit::{AcquireOptions, Limiter, Quota};

@@ -2,7 +2,7 @@
 //! option checks that need no store): the cluster-wide cap across replicas, the deadline and
 //! store-down fallbacks, and what dropping a request leaves behind.
 
-mod support;
+use crate::support;
 
 use clusterlimit::tower::{ClusterConcurrencyLimitLayer, Fallback, LimitError};
 use clusterlimit::{Error, Limiter, Semaphore, StoreDownPolicy};

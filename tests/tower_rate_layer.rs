@@ -4,7 +4,7 @@
 //! a real axum server); requests without a key; services that are not HTTP; a killed etcd
 //! answered by each store-down policy at once, and recovery.
 
-mod support;
+use crate::support;
 
 use axum::http::{HeaderMap, Request, Response, StatusCode};
 use clusterlimit::rate::headers::HeaderNames;

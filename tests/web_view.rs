@@ -7,8 +7,8 @@
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
 //! `scripts/test` installs them). A missing one fails the test with that hint.
 
-mod binary;
-mod support;
+use crate::binary;
+use crate::support;
 
 use binary::Sidecar;
 use clusterlimit::Limiter;
@@ -138,6 +138,8 @@ async fn save_screenshot(b: &Client, name: &str) {
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join(name);
+    // `target/` is not there when the build goes elsewhere ($CARGO_TARGET_DIR).
+    std::fs::create_dir_all(out.parent().expect("target/")).expect("create target/");
     std::fs::write(&out, &png).expect("save the screenshot");
     eprintln!("web view: screenshot saved to {}", out.display());
 }

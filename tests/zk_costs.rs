@@ -2,7 +2,7 @@
 //! one request (the create), a release one delete, a contended acquire one create and no read,
 //! and a release costs the same however many clients wait (no herd, nobody re-reads).
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Limiter, RequestStats};
 use std::time::Duration;

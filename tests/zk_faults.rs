@@ -4,7 +4,7 @@
 //! server. (The store-neutral semantics are in tests/contract.rs.) Clients that must be cut off
 //! reach the server through an in-process fault proxy.
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Error, Limiter};
 use std::time::Duration;

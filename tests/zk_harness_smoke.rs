@@ -7,9 +7,9 @@
 //! - the proxy copies bytes exactly, and its blackhole / reset / delay switches do to a
 //!   zookeeper-client session what they promise.
 //!
-//! Timings are printed (`cargo test --test zk_harness_smoke -- --nocapture`) for the record.
+//! Timings are printed (`cargo test --all-features --test store zk_harness_smoke -- --nocapture`) for the record.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! does is `clusterlimit::testing::rate_store_cases`, run on ZooKeeper by `tests/contract.rs`
 //! (`zk_rate::store_*`).
 
-mod support;
+use crate::support;
 
 use clusterlimit::backend::zookeeper::{ZkBackend, ZkConfig};
 use clusterlimit::backend::{

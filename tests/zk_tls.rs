@@ -4,7 +4,7 @@
 //! client certificate when the server needs one.
 #![cfg(feature = "zk-tls")]
 
-mod support;
+use crate::support;
 
 use clusterlimit::{Error, Limiter, TlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};

@@ -1,4 +1,5 @@
-//! Helpers for tests of the real `clusterlimit` binary, included with `mod binary;`.
+//! Helpers for tests of the real `clusterlimit` binary, declared with `mod binary;` in an area's
+//! `tests/<area>/main.rs` (its modules `use crate::binary;`).
 #![allow(dead_code)]
 
 use std::future::Future;

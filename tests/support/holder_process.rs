@@ -52,6 +52,17 @@ pub async fn spawn(
     }
 }
 
+/// The name libtest gives the test `name` of the module at `module_path` (its
+/// `module_path!()`): the path without the crate's name, then `name`. Tests are modules of their
+/// area's binary (`tests/<area>/main.rs`), so a binary that re-executes itself with `--exact`
+/// names the test this way.
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// Starts this test binary again with `args` and `envs` (a child role the test checks for
 /// first), and returns once the child prints `marker`: the child, the rest of that line, and
 /// its stdout (keep reading it, or drop it, so the child never blocks on a full pipe). The

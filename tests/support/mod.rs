@@ -1,6 +1,8 @@
-//! Shared test support, included from integration tests with `mod support;`.
+//! Shared test support, declared once per test binary (`mod support;` in an area's
+//! `tests/<area>/main.rs`, whose modules `use crate::support;`, or in a test file that is a
+//! binary of its own).
 //!
-//! Every test crate compiles its own copy of this module and most use only part of it,
+//! Every test binary compiles its own copy of this module and most use only part of it,
 //! hence the crate-wide allowances below (they keep `-D warnings` builds clean).
 #![allow(dead_code, unused_imports)]
 

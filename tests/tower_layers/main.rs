@@ -1,0 +1,17 @@
+//! The tower layers (`clusterlimit::tower`): the concurrency layer and the rate layer.
+//!
+//! One test binary for this area (tower's `tests/<area>/main.rs` shape): each former test
+//! file is a module, still at its path under tests/, and the helpers are compiled once.
+//! A test's name is its former name under its file's module (`etcd_faults::…`).
+
+#[path = "../support/mod.rs"]
+#[cfg(any(feature = "axum", feature = "testing"))]
+mod support;
+
+// Ends memory:// sessions with backend::memory::expire_sessions (feature `testing`).
+#[path = "../tower_layer.rs"]
+#[cfg(feature = "testing")]
+mod tower_layer;
+#[path = "../tower_rate_layer.rs"]
+#[cfg(feature = "axum")]
+mod tower_rate_layer;
