@@ -10,11 +10,8 @@
 
 use crate::support;
 
-use clusterlimit::testing::{
-    entries_via_status, within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL,
-};
+use clusterlimit::testing::{entries_via_status, DoomedHolder, Harness, LimiterOptions, SHORT_TTL};
 use clusterlimit::{Limiter, Result};
-use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -186,32 +183,11 @@ impl Harness for ZkHarness {
 // ---------------------------------------------------------------------------------------------
 // The child-process holder (any network store).
 
-/// A holder child process; `kill_on_drop` is the guard for every path.
-struct ChildVictim(Box<support::holder_process::HolderProcess>);
-
-impl Victim for ChildVictim {
-    fn kill(self: Box<Self>) -> BoxFuture<'static, ()> {
-        let mut holder = self.0;
-        Box::pin(async move {
-            // tokio's Child::kill sends SIGKILL and reaps the child.
-            within(
-                "SIGKILL holder child",
-                Duration::from_secs(5),
-                holder.child.kill(),
-            )
-            .await
-            .expect("SIGKILL the holder child");
-        })
-    }
-}
-
 /// Re-executes this test binary as a holder of one permit of `sem` in the store at `url`;
 /// returns once it holds it.
 async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
     let test = support::holder_process::test_name(module_path!(), "child_holder_process");
-    let args = ["--exact", test.as_str(), "--nocapture", "--test-threads=1"];
-    let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
-    DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
+    support::holder_process::doomed(&test, url, sem).await
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`. Returns at once

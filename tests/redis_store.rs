@@ -5,11 +5,10 @@
 //!
 //! Each deployment is started once per test binary; every test uses a prefix of its own.
 
-mod support;
+use crate::support;
 
-use clusterlimit::testing::{within, DoomedHolder, Harness, LimiterOptions, Victim, SHORT_TTL};
+use clusterlimit::testing::{within, DoomedHolder, Harness, LimiterOptions, SHORT_TTL};
 use clusterlimit::{AcquireOptions, Error, KeyCheck, Limiter, Quota, Result};
-use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -152,34 +151,10 @@ fn end_sessions(node: &RedisServer, prefix: &str) -> usize {
         + boards
 }
 
-/// A holder child process; `kill_on_drop` is the guard for every path.
-struct ChildVictim(Box<support::holder_process::HolderProcess>);
-
-impl Victim for ChildVictim {
-    fn kill(self: Box<Self>) -> BoxFuture<'static, ()> {
-        let mut holder = self.0;
-        Box::pin(async move {
-            within(
-                "SIGKILL holder child",
-                Duration::from_secs(5),
-                holder.child.kill(),
-            )
-            .await
-            .expect("SIGKILL the holder child");
-        })
-    }
-}
-
 /// Re-executes this test binary as a holder of one permit of `sem` at `url`.
 async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
-    let args = [
-        "--exact",
-        "child_holder_process",
-        "--nocapture",
-        "--test-threads=1",
-    ];
-    let holder = support::holder_process::spawn(&args, url, sem, 1, SHORT_TTL).await;
-    DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
+    let test = support::holder_process::test_name(module_path!(), "child_holder_process");
+    support::holder_process::doomed(&test, url, sem).await
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`.

@@ -22,6 +22,9 @@ mod harness_smoke;
 #[path = "../hung_store_timeouts.rs"]
 #[cfg(feature = "tower")]
 mod hung_store_timeouts;
+#[path = "../redis_store.rs"]
+#[cfg(feature = "testing")]
+mod redis_store;
 #[path = "../store_members.rs"]
 mod store_members;
 #[path = "../zk_costs.rs"]

@@ -163,3 +163,35 @@ pub fn hold_if_child() {
     drop(held);
     std::process::exit(0);
 }
+
+/// A holder child process as a [`clusterlimit::testing::Victim`]; `kill_on_drop` is the guard
+/// for every path.
+#[cfg(feature = "testing")]
+struct ChildVictim(Box<HolderProcess>);
+
+#[cfg(feature = "testing")]
+impl clusterlimit::testing::Victim for ChildVictim {
+    fn kill(self: Box<Self>) -> futures::future::BoxFuture<'static, ()> {
+        let mut holder = self.0;
+        Box::pin(async move {
+            // tokio's Child::kill sends SIGKILL and reaps the child.
+            clusterlimit::testing::within(
+                "SIGKILL holder child",
+                Duration::from_secs(5),
+                holder.child.kill(),
+            )
+            .await
+            .expect("SIGKILL the holder child");
+        })
+    }
+}
+
+/// Re-executes this test binary, running its test `child_test` (full name, see [`test_name`];
+/// its body calls [`hold_if_child`]), as a holder of one permit of `sem` at `url` with the
+/// contract's short TTL; returns once it holds, as the contract suite's doomed holder.
+#[cfg(feature = "testing")]
+pub async fn doomed(child_test: &str, url: &str, sem: &str) -> clusterlimit::testing::DoomedHolder {
+    let args = ["--exact", child_test, "--nocapture", "--test-threads=1"];
+    let holder = spawn(&args, url, sem, 1, clusterlimit::testing::SHORT_TTL).await;
+    clusterlimit::testing::DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
+}
