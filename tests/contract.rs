@@ -186,8 +186,7 @@ impl Harness for ZkHarness {
 /// Re-executes this test binary as a holder of one permit of `sem` in the store at `url`;
 /// returns once it holds it.
 async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
-    let test = support::holder_process::test_name(module_path!(), "child_holder_process");
-    support::holder_process::doomed(&test, url, sem).await
+    support::holder_process::doomed(module_path!(), url, sem).await
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`. Returns at once

@@ -153,8 +153,7 @@ fn end_sessions(node: &RedisServer, prefix: &str) -> usize {
 
 /// Re-executes this test binary as a holder of one permit of `sem` at `url`.
 async fn spawn_child_holder(url: &str, sem: &str) -> DoomedHolder {
-    let test = support::holder_process::test_name(module_path!(), "child_holder_process");
-    support::holder_process::doomed(&test, url, sem).await
+    support::holder_process::doomed(module_path!(), url, sem).await
 }
 
 /// Not a test of its own: the body of the child process of `*::holder_dies`.

@@ -100,6 +100,21 @@ impl Tmux {
         std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
     }
 
+    /// Presses `q` and waits (5 s at most) for `top` to exit, without a word on stderr.
+    async fn quit(&self) {
+        self.quit_even_with_stderr().await;
+        assert_eq!(self.stderr(), "", "top wrote to stderr");
+    }
+
+    /// Presses `q` and waits (5 s at most) for `top` to exit.
+    async fn quit_even_with_stderr(&self) {
+        self.keys(&["q"]);
+        eventually("top to exit on q", Duration::from_secs(5), || async {
+            (!self.alive()).then_some(())
+        })
+        .await;
+    }
+
     /// Waits until the screen satisfies `ok`, and returns it.
     async fn until(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
         let mut last = String::new();
@@ -245,12 +260,7 @@ async fn shows_holders_and_limits_follows_keys_and_resizes() {
     // What no longer fits its column is cut with an ellipsis.
     assert!(screen.contains("5 per 1s (gc…"), "{screen}");
 
-    top.keys(&["q"]);
-    eventually("top to exit on q", Duration::from_secs(5), || async {
-        (!top.alive()).then_some(())
-    })
-    .await;
-    assert_eq!(top.stderr(), "", "top wrote to stderr");
+    top.quit().await;
     waiter.abort();
 }
 
@@ -282,12 +292,7 @@ async fn shows_a_redis_store() {
         screen.contains(&redis.host()),
         "the server among the members: {screen}"
     );
-    top.keys(&["q"]);
-    eventually("top to exit on q", Duration::from_secs(5), || async {
-        (!top.alive()).then_some(())
-    })
-    .await;
-    assert_eq!(top.stderr(), "", "top wrote to stderr");
+    top.quit().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,11 +467,7 @@ async fn shows_a_key_limited_now_through_a_sidecar_of_the_fleet() {
     );
     // Reported by a sidecar: its rates, not the dash of an unpublished limit.
     assert!(!screen.contains("not published"), "{screen}");
-    top.keys(&["q"]);
-    eventually("top to exit on q", Duration::from_secs(5), || async {
-        (!top.alive()).then_some(())
-    })
-    .await;
+    top.quit_even_with_stderr().await;
 }
 
 /// Whether a process whose command line contains `needle` runs (read from /proc).

@@ -186,12 +186,23 @@ impl clusterlimit::testing::Victim for ChildVictim {
     }
 }
 
-/// Re-executes this test binary, running its test `child_test` (full name, see [`test_name`];
-/// its body calls [`hold_if_child`]), as a holder of one permit of `sem` at `url` with the
-/// contract's short TTL; returns once it holds, as the contract suite's doomed holder.
+/// Re-executes this test binary, running the test `child_holder_process` of the module at
+/// `module_path` (its `module_path!()`; that test's body calls [`hold_if_child`]), as a holder
+/// of one permit of `sem` at `url` with the contract's short TTL; returns once it holds, as the
+/// contract suite's doomed holder.
 #[cfg(feature = "testing")]
-pub async fn doomed(child_test: &str, url: &str, sem: &str) -> clusterlimit::testing::DoomedHolder {
-    let args = ["--exact", child_test, "--nocapture", "--test-threads=1"];
+pub async fn doomed(
+    module_path: &str,
+    url: &str,
+    sem: &str,
+) -> clusterlimit::testing::DoomedHolder {
+    let child_test = test_name(module_path, "child_holder_process");
+    let args = [
+        "--exact",
+        child_test.as_str(),
+        "--nocapture",
+        "--test-threads=1",
+    ];
     let holder = spawn(&args, url, sem, 1, clusterlimit::testing::SHORT_TTL).await;
     clusterlimit::testing::DoomedHolder::new(holder.token, ChildVictim(Box::new(holder)))
 }

@@ -110,29 +110,19 @@ impl SemWatch {
         let mut idle_since: Option<Instant> = None;
         loop {
             let Some(p) = permits.upgrade() else { break };
-            let Some(upto) = self.reading_up_to() else {
+            let next = match self.reading_up_to() {
                 // Nobody waits here: a change costs no read (the next waiter reads first).
-                if self.stopped_when_idle(&mut idle_since) {
-                    p.notifier.unsubscribe(&channel, &self.wake).await;
-                    return;
-                }
-                drop(p);
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(LINGER) => {}
-                }
-                continue;
-            };
-            let next = match p.read(&self.name, Some(upto)).await {
-                Ok(read) => {
-                    outage.ok("reading a semaphore");
-                    self.apply(read)
-                }
-                Err(e) => {
-                    outage.failed(&format!("reading semaphore {:?}", self.name), &store, &e);
-                    RETRY_PAUSE
-                }
+                None => LINGER,
+                Some(upto) => match p.read(&self.name, Some(upto)).await {
+                    Ok(read) => {
+                        outage.ok("reading a semaphore");
+                        self.apply(read)
+                    }
+                    Err(e) => {
+                        outage.failed(&format!("reading semaphore {:?}", self.name), &store, &e);
+                        RETRY_PAUSE
+                    }
+                },
             };
             if self.stopped_when_idle(&mut idle_since) {
                 p.notifier.unsubscribe(&channel, &self.wake).await;
