@@ -3,17 +3,7 @@
 //! `?key=value&…` settings, and `URL;URL;…` for rate limits spread over several clusters. Secrets never travel in a URL (only paths of files holding them), and
 //! every message about a URL shows it with credential-like values redacted ([`redact`]).
 
-mod redact;
-mod redis;
-mod settings;
-mod sharded;
-
-pub use redact::redact;
-
 use crate::error::{Error, Result};
-use redis::parse_redis;
-use settings::Settings;
-use sharded::parse_sharded;
 use std::path::PathBuf;
 
 /// Certificate files for a TLS connection to etcd or ZooKeeper (PEM). Built with
@@ -198,6 +188,136 @@ pub struct ShardUrl {
 /// Separates the clusters of a sharded store URL.
 pub const SHARD_SEPARATOR: char = ';';
 
+/// `url` with the values of credential-like settings (`password`, `secret`, `token`, `digest`
+/// that are not `…_file` paths) and any `user:password@` part replaced by `***`: for messages.
+pub fn redact(url: &str) -> String {
+    if url.contains(SHARD_SEPARATOR) {
+        return url
+            .split(SHARD_SEPARATOR)
+            .map(|p| redact_one(p.trim()))
+            .collect::<Vec<_>>()
+            .join(";");
+    }
+    redact_one(url)
+}
+
+fn redact_one(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((_, after)) => format!("{scheme}://***@{after}"),
+            None => head.to_string(),
+        },
+        None => head.to_string(),
+    };
+    let Some(query) = query else { return head };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", pairs.join("&"))
+}
+
+fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    !k.ends_with("_file")
+        && ["password", "passwd", "secret", "token", "digest", "auth"]
+            .iter()
+            .any(|s| k.contains(s))
+}
+
+/// The `?key=value&…` settings of a URL, each used at most once; what is left over when the
+/// scheme has taken its own is an error naming it.
+struct Settings<'a> {
+    url: &'a str,
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Settings<'a> {
+    fn parse(url: &'a str, query: Option<&'a str>) -> Result<Settings<'a>> {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                Error::invalid(format!(
+                    "store URL {}: setting {k:?} has no value (use KEY=VALUE)",
+                    redact(url),
+                    k = pair
+                ))
+            })?;
+            if pairs.iter().any(|(seen, _)| *seen == k) {
+                return Err(Error::invalid(format!(
+                    "store URL {}: setting {k:?} given twice",
+                    redact(url)
+                )));
+            }
+            pairs.push((k, v));
+        }
+        Ok(Settings { url, pairs })
+    }
+
+    /// Takes the value of `key`, if given; an empty value is an error.
+    fn take(&mut self, key: &str) -> Result<Option<&'a str>> {
+        let Some(i) = self.pairs.iter().position(|(k, _)| *k == key) else {
+            return Ok(None);
+        };
+        let (_, v) = self.pairs.remove(i);
+        if v.is_empty() {
+            return Err(Error::invalid(format!(
+                "store URL {}: setting {key:?} is empty",
+                redact(self.url)
+            )));
+        }
+        Ok(Some(v))
+    }
+
+    fn take_path(&mut self, key: &str) -> Result<Option<PathBuf>> {
+        Ok(self.take(key)?.map(PathBuf::from))
+    }
+
+    /// The TLS settings `cacert`, `cert`, `key`: `Some` for a TLS scheme (each optional), an
+    /// error if given to a plain-text one (named `tls_scheme` in the message).
+    fn tls(&mut self, secure: bool, tls_scheme: &str) -> Result<Option<TlsFiles>> {
+        let tls = TlsFiles {
+            ca_cert: self.take_path("cacert")?,
+            cert: self.take_path("cert")?,
+            key: self.take_path("key")?,
+        };
+        let url = redact(self.url);
+        if !secure && tls != TlsFiles::default() {
+            return Err(Error::invalid(format!(
+                "store URL {url}: cacert, cert and key are TLS settings; use {tls_scheme}"
+            )));
+        }
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err(Error::invalid(format!(
+                "store URL {url}: a client certificate needs both cert= and key="
+            )));
+        }
+        Ok(secure.then_some(tls))
+    }
+
+    /// Fails on any setting not taken, naming it (and how secrets are passed, if it is one).
+    fn finish(self, known: &str) -> Result<()> {
+        match self.pairs.first() {
+            None => Ok(()),
+            Some((k, _)) if is_secret_key(k) => Err(Error::invalid(format!(
+                "store URL {}: secrets are never put in a URL; give {k}_file=PATH (a file holding it) or the environment variable instead",
+                redact(self.url)
+            ))),
+            Some((k, _)) => Err(Error::invalid(format!(
+                "store URL {}: unknown setting {k:?} (known: {known})",
+                redact(self.url)
+            ))),
+        }
+    }
+}
+
 impl StoreUrl {
     /// Parses a store URL; every mistake is an `InvalidArgument` naming it.
     ///
@@ -270,7 +390,7 @@ impl StoreUrl {
         }
     }
 
-    pub(super) fn parse_one(url: &str) -> Result<StoreUrl> {
+    fn parse_one(url: &str) -> Result<StoreUrl> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::invalid(format!(
                 "store URL {} has no scheme; use memory://NAME, etcd://HOST:PORT[,HOST:PORT]/PREFIX, zk://HOST:PORT[,HOST:PORT]/CHROOT or redis://HOST:PORT/PREFIX",
@@ -383,6 +503,172 @@ impl StoreUrl {
     }
 }
 
+/// The rest of a `redis…://` URL (see [`StoreUrl::Redis`]); `url` is already redacted.
+fn parse_redis(
+    url: &str,
+    scheme: &str,
+    rest: &str,
+    mut settings: Settings<'_>,
+) -> Result<StoreUrl> {
+    let secure = scheme.starts_with("rediss");
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = hosts
+        .split(',')
+        .map(|h| endpoint(url, h.trim()))
+        .collect::<Result<Vec<_>>>()?;
+    let (mode, path) = if scheme.ends_with("+sentinel") {
+        let (service, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if service.is_empty() || service.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(Error::invalid(format!(
+                "store URL {url}: name the primary the sentinels monitor after the hosts: {scheme}://HOST:PORT[,HOST:PORT]/SERVICE[/PREFIX]"
+            )));
+        }
+        let mode = RedisMode::Sentinel {
+            sentinels: hosts,
+            service: service.to_string(),
+        };
+        (mode, prefix)
+    } else if scheme.ends_with("+cluster") {
+        (RedisMode::Cluster { seeds: hosts }, path)
+    } else {
+        let [host] = <[String; 1]>::try_from(hosts).map_err(|_| {
+            Error::invalid(format!(
+                "store URL {url}: {scheme}:// takes one server; for several use redis+cluster:// (a Redis Cluster's seed nodes) or redis+sentinel:// (sentinels)"
+            ))
+        })?;
+        (RedisMode::Single { host }, path)
+    };
+    let tls = settings.tls(secure, "rediss://")?;
+    let wait_replicas = match settings.take("wait_replicas")? {
+        None => 0,
+        Some(n) => n.parse::<u32>().ok().filter(|n| *n <= 16).ok_or_else(|| {
+            Error::invalid(format!(
+                "store URL {url}: wait_replicas={n:?} is not a number of replicas from 0 to 16"
+            ))
+        })?,
+    };
+    if wait_replicas > 0 && matches!(mode, RedisMode::Cluster { .. }) {
+        return Err(Error::invalid(format!(
+            "store URL {url}: wait_replicas= is for redis:// and redis+sentinel:// (a Redis Cluster's replicas are not waited for yet)"
+        )));
+    }
+    let name = settings.take("user")?.map(str::to_string);
+    let password_file = settings.take_path("password_file")?;
+    let user = (name.is_some() || password_file.is_some()).then_some(RedisUser {
+        name,
+        password_file,
+    });
+    settings.finish("cacert, cert, key (rediss://), user, password_file")?;
+    let prefix = path.trim_matches('/');
+    if prefix
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '?' | '#' | '{' | '}'))
+    {
+        return Err(Error::invalid(format!(
+            "store URL {url}: bad key prefix {prefix:?} (no spaces, braces, ? or #)"
+        )));
+    }
+    let prefix = if prefix.is_empty() {
+        "clusterlimit"
+    } else {
+        prefix
+    };
+    Ok(StoreUrl::Redis {
+        mode,
+        prefix: prefix.to_string(),
+        tls,
+        user,
+        wait_replicas,
+    })
+}
+
+/// `URL;URL;…`: each part an ordinary store URL of the same kind, with an optional
+/// `shard=NAME` setting, the identities distinct.
+fn parse_sharded(url: &str) -> Result<StoreUrl> {
+    let shown = redact(url);
+    let mut clusters: Vec<ShardUrl> = Vec::new();
+    for (i, part) in url.split(SHARD_SEPARATOR).map(str::trim).enumerate() {
+        let bad = |why: String| {
+            Error::invalid(format!(
+                "sharded store URL {shown}: cluster {} ({}) {why}",
+                i + 1,
+                redact(part)
+            ))
+        };
+        if part.is_empty() {
+            return Err(bad(
+                "is empty; clusters are separated by single semicolons".into()
+            ));
+        }
+        let (part_url, name) = take_shard_name(part).map_err(bad)?;
+        let parsed = StoreUrl::parse_one(&part_url).map_err(|e| match e {
+            Error::InvalidArgument(why) => bad(format!("is not a store URL: {why}")),
+            other => other,
+        })?;
+        if let Some(first) = clusters.first() {
+            if first.url.kind() != parsed.kind() {
+                return Err(bad(format!(
+                    "is {} store but cluster 1 is {} store; every cluster of a sharded store \
+                     must be of one kind (one set of credentials and one failure behaviour)",
+                    a_kind(parsed.kind()),
+                    a_kind(first.url.kind())
+                )));
+            }
+        }
+        let id = name.unwrap_or_else(|| parsed.ring_id());
+        if let Some(twin) = clusters.iter().position(|c| c.id == id) {
+            return Err(bad(format!(
+                "is the same cluster as cluster {} (identity {id:?}); list each cluster once, or \
+                 give distinct shard=NAME settings",
+                twin + 1
+            )));
+        }
+        clusters.push(ShardUrl {
+            url: parsed,
+            id,
+            shown: redact(part),
+        });
+    }
+    if clusters.len() < 2 {
+        return Err(Error::invalid(format!(
+            "sharded store URL {shown}: list at least two clusters, separated by semicolons"
+        )));
+    }
+    Ok(StoreUrl::Sharded { clusters })
+}
+
+/// A store kind with its article: `an etcd`, `a ZooKeeper`, `a memory`.
+fn a_kind(kind: &str) -> String {
+    let vowel = kind.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {kind}", if vowel { "an" } else { "a" })
+}
+
+/// `part` without its `shard=NAME` setting, and the name.
+fn take_shard_name(part: &str) -> std::result::Result<(String, Option<String>), String> {
+    let Some((head, query)) = part.split_once('?') else {
+        return Ok((part.to_string(), None));
+    };
+    let mut name = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("shard=") {
+            Some(_) if name.is_some() => return Err("gives shard= twice".into()),
+            Some("") => return Err("has an empty shard= name".into()),
+            Some(n) if n.chars().any(|c| c.is_control() || c == ';') => {
+                return Err(format!("has a bad shard= name {n:?}"))
+            }
+            Some(n) => name = Some(format!("shard={n}")),
+            None => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        head.to_string()
+    } else {
+        format!("{head}?{}", kept.join("&"))
+    };
+    Ok((url, name))
+}
+
 /// A ZooKeeper chroot: `/`-separated segments, none empty, `.` or `..`, no control characters
 /// (ZooKeeper's own path rules), so every node path built under it is valid.
 fn zk_root(url: &str, path: &str) -> Result<String> {
@@ -408,7 +694,7 @@ fn zk_root(url: &str, path: &str) -> Result<String> {
 /// Checks one `HOST:PORT` of a URL and returns it unchanged: a host name or IPv4 address, or
 /// an IPv6 address in brackets (`[::1]:2379`), then a port from 1 to 65535. Refused here, a
 /// malformed endpoint is bad input with its reason, not a store error from the client later.
-pub(super) fn endpoint(url: &str, host: &str) -> Result<String> {
+fn endpoint(url: &str, host: &str) -> Result<String> {
     // A `user:password@` part is not shown (the URL itself is already redacted).
     let shown = match host.rsplit_once('@') {
         Some((_, after)) => format!("***@{after}"),
