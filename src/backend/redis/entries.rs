@@ -4,8 +4,7 @@
 use super::permits::Permits;
 use super::sem_reply::Enqueue;
 use super::session::RedisSession;
-use super::watch::SemWatch;
-use crate::backend::{lock, waiters, Enqueued, EntryRequest, WaitOutcome};
+use crate::backend::{waiters, Enqueued, EntryRequest};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use crate::status::unix_ms_now;
@@ -50,38 +49,6 @@ impl Permits {
             Enqueue::Heavy(capacity) => Err(waiters::over_capacity(req, capacity)),
             Enqueue::Queued { token, holds } => Ok((token, holds)),
         }
-    }
-
-    /// Waits for the fate of the enqueued entry (see
-    /// [`Backend::wait_outcome`](crate::backend::Backend::wait_outcome)).
-    pub(super) async fn wait_outcome(
-        self: &Arc<Self>,
-        req: &EntryRequest,
-        enq: &Enqueued,
-    ) -> Result<WaitOutcome> {
-        // A watch stops on its own when nobody waited for a while; registering on one that
-        // just stopped starts the next.
-        for _ in 0..3 {
-            if let Some(told) = self.watch(&req.name)?.register(enq.token, req.permits) {
-                // A watch that stops with the backend drops its waiters: the session is gone.
-                return told.await.map_err(|_| Error::SessionLost);
-            }
-        }
-        Err(Error::SessionLost)
-    }
-
-    /// The live watch of semaphore `name`, started if there is none.
-    fn watch(self: &Arc<Self>, name: &str) -> Result<Arc<SemWatch>> {
-        if self.stop.is_stopped() {
-            return Err(Error::SessionLost);
-        }
-        let mut watches = lock(&self.watches);
-        if let Some(w) = watches.get(name).filter(|w| !w.is_stopped()) {
-            return Ok(w.clone());
-        }
-        let w = SemWatch::start(Arc::downgrade(self), name, self.stop.child_token());
-        watches.insert(name.to_string(), w.clone());
-        Ok(w)
     }
 
     /// Removes an entry; an absent one counts as removed.

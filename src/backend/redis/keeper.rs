@@ -17,8 +17,21 @@ use tokio::time::{timeout, Instant};
 /// Pause between keepalive rounds once one has failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
-pub(super) fn start(permits: Weak<Permits>, session: Arc<RedisSession>) {
-    tokio::spawn(run(permits, session));
+impl Permits {
+    /// The live session, or a new one (with its keeper started).
+    pub(super) async fn live_session(self: &Arc<Self>) -> Result<Arc<RedisSession>> {
+        self.session
+            .live_or_start(
+                &self.stop,
+                |_| {},
+                || async {
+                    let session = Arc::new(RedisSession::new(self.ttl));
+                    tokio::spawn(run(Arc::downgrade(self), session.clone()));
+                    Ok(session)
+                },
+            )
+            .await
+    }
 }
 
 async fn run(permits: Weak<Permits>, session: Arc<RedisSession>) {

@@ -57,6 +57,7 @@ pub struct RedisBackend {
     link: Arc<Link>,
     board: Arc<Board>,
     permits: Arc<Permits>,
+    watches: watch::Watches,
     keys: Keys,
     scripts: Scripts,
     session_ttl: Duration,
@@ -77,6 +78,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             board: Board::new(&link, &prefix, session_ttl),
             permits: Permits::new(link.clone(), &prefix, session_ttl),
+            watches: watch::Watches::default(),
             keys: Keys::new(&prefix, buckets),
             link,
             scripts: Scripts::new(),
@@ -96,7 +98,7 @@ impl Backend for RedisBackend {
     }
 
     async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
-        self.permits.wait_outcome(req, enq).await
+        self.watches.wait_outcome(&self.permits, req, enq).await
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {

@@ -3,20 +3,18 @@
 //! script call per step (`lua/sem_*.lua`, keys of `sem_keys.rs`). The steps live beside this
 //! file: `semaphore.rs` (open, status, capacity, list), `entries.rs` (enqueue, wait, remove),
 //! the session and its keeper (`session.rs`, `keeper.rs`), waiters' wakeups (`notify.rs`,
-//! `watch.rs`).
+//! `watch.rs`). Imports run one way: those files use this one, never the reverse.
 
 use super::link::Link;
 use super::notify::Notifier;
 use super::sem_keys::SemKeys;
 use super::sem_scripts::SemScripts;
 use super::session::RedisSession;
-use super::watch::SemWatch;
 use crate::backend::{SessionSlot, Stop};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use redis::{FromRedisValue, Script};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -27,7 +25,6 @@ pub(super) struct Permits {
     pub(super) prefix: String,
     pub(super) scripts: SemScripts,
     pub(super) session: SessionSlot<RedisSession>,
-    pub(super) watches: Mutex<HashMap<String, Arc<SemWatch>>>,
     pub(super) notifier: Arc<Notifier>,
     pub(super) stop: Stop,
     pub(super) ttl: Duration,
@@ -42,7 +39,6 @@ impl Permits {
             prefix: prefix.to_string(),
             scripts: SemScripts::new(),
             session: SessionSlot::default(),
-            watches: Mutex::new(HashMap::new()),
             stop,
             ttl,
         })
@@ -100,20 +96,5 @@ impl Permits {
             "{}: semaphore {name:?} holds something clusterlimit did not write: {what}",
             self.link.shown()
         ))
-    }
-
-    /// The live session, or a new one (with its keeper started).
-    pub(super) async fn live_session(self: &Arc<Self>) -> Result<Arc<RedisSession>> {
-        self.session
-            .live_or_start(
-                &self.stop,
-                |_| {},
-                || async {
-                    let session = Arc::new(RedisSession::new(self.ttl));
-                    super::keeper::start(Arc::downgrade(self), session.clone());
-                    Ok(session)
-                },
-            )
-            .await
     }
 }

@@ -6,8 +6,10 @@
 use super::permits::Permits;
 use super::sem_reply::SemState;
 use crate::backend::outage::Outage;
-use crate::backend::{lock, QueueView, WaitOutcome, Waiters};
+use crate::backend::{lock, Enqueued, EntryRequest, QueueView, WaitOutcome, Waiters};
+use crate::error::{Error, Result};
 use crate::queue;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
@@ -20,6 +22,48 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const LINGER: Duration = Duration::from_secs(5);
 /// Margin past a session's deadline before looking again (the server's clock ticks on).
 const EXPIRY_MARGIN: Duration = Duration::from_millis(5);
+
+/// A Limiter's watches, one per semaphore it waits in.
+#[derive(Debug, Default)]
+pub(super) struct Watches(Mutex<HashMap<String, Arc<SemWatch>>>);
+
+impl Watches {
+    /// Waits for the fate of the enqueued entry (see
+    /// [`Backend::wait_outcome`](crate::backend::Backend::wait_outcome)).
+    pub(super) async fn wait_outcome(
+        &self,
+        permits: &Arc<Permits>,
+        req: &EntryRequest,
+        enq: &Enqueued,
+    ) -> Result<WaitOutcome> {
+        // A watch stops on its own when nobody waited for a while; registering on one that
+        // just stopped starts the next.
+        for _ in 0..3 {
+            if let Some(told) = self
+                .watch(permits, &req.name)?
+                .register(enq.token, req.permits)
+            {
+                // A watch that stops with the backend drops its waiters: the session is gone.
+                return told.await.map_err(|_| Error::SessionLost);
+            }
+        }
+        Err(Error::SessionLost)
+    }
+
+    /// The live watch of semaphore `name`, started if there is none.
+    fn watch(&self, permits: &Arc<Permits>, name: &str) -> Result<Arc<SemWatch>> {
+        if permits.stop.is_stopped() {
+            return Err(Error::SessionLost);
+        }
+        let mut watches = lock(&self.0);
+        if let Some(w) = watches.get(name).filter(|w| !w.is_stopped()) {
+            return Ok(w.clone());
+        }
+        let w = SemWatch::start(Arc::downgrade(permits), name, permits.stop.child_token());
+        watches.insert(name.to_string(), w.clone());
+        Ok(w)
+    }
+}
 
 pub(super) struct SemWatch {
     name: String,
