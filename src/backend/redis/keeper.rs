@@ -3,7 +3,9 @@
 //! removes strays of it (entries it released that a failover brought back). The
 //! local deadline (when `lost()` fires at the latest) is the send time of the last round
 //! Redis acknowledged in full plus the TTL: never later than Redis's own deadlines, which
-//! count from when it applied the round.
+//! count from when it applied the round. A round is never abandoned for being slow (a busy
+//! Redis is not a down one): after TTL/3 without an answer a second goes out beside it, and
+//! whichever Redis acknowledges first extends the deadline.
 
 use super::permits::Permits;
 use super::session::RedisSession;
@@ -12,10 +14,13 @@ use crate::error::Result;
 use crate::stats::RequestKind;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 
 /// Pause between keepalive rounds once one has failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Keepalive rounds in flight at once: the one a busy Redis is slow to answer, and one more.
+const MAX_ROUNDS: usize = 2;
 
 impl Permits {
     /// The live session, or a new one (with its keeper started).
@@ -36,7 +41,10 @@ impl Permits {
 
 async fn run(permits: Weak<Permits>, session: Arc<RedisSession>) {
     let interval = session.ttl / 3;
-    let mut pause = interval;
+    // Each round: its send time, and its verdict (a failure in words).
+    let mut rounds: JoinSet<(Instant, std::result::Result<Option<String>, String>)> =
+        JoinSet::new();
+    let mut next_round = Instant::now() + interval;
     let mut outage = Outage::default();
     loop {
         tokio::select! {
@@ -49,36 +57,53 @@ async fn run(permits: Weak<Permits>, session: Arc<RedisSession>) {
                 }
                 break;
             }
-            _ = tokio::time::sleep(pause) => {}
-        }
-        let Some(p) = permits.upgrade() else { return };
-        let store = p.link.shown().to_string();
-        let sent = Instant::now();
-        let bound = p.link.request_timeout().min(interval.max(RETRY_PAUSE));
-        match timeout(bound, round(&p, &session)).await {
-            Ok(Ok(None)) => {
-                session.lost.deadline().extend(sent + session.ttl);
-                pause = interval;
-                outage.ok("Redis session keepalive");
+            Some(done) = rounds.join_next(), if !rounds.is_empty() => {
+                let Ok((sent, verdict)) = done else { continue };
+                let Some(p) = permits.upgrade() else { return };
+                let store = p.link.shown().to_string();
+                match verdict {
+                    Ok(None) => {
+                        session.lost.deadline().extend(sent + session.ttl);
+                        next_round = next_round.min(sent + interval);
+                        outage.ok("Redis session keepalive");
+                    }
+                    Ok(Some(why)) => {
+                        tracing::warn!(%store, "{store}: {why}; permits of this session are lost");
+                        session.lost.fire();
+                        p.drop_session(&session).await;
+                        return;
+                    }
+                    Err(e) => {
+                        outage.failed("Redis session keepalive", &store, &e);
+                        next_round = next_round.min(Instant::now() + RETRY_PAUSE);
+                    }
+                }
             }
-            Ok(Ok(Some(why))) => {
-                tracing::warn!(%store, "{store}: {why}; permits of this session are lost");
-                session.lost.fire();
-                p.drop_session(&session).await;
-                return;
-            }
-            Ok(Err(e)) => {
-                outage.failed("Redis session keepalive", &store, &e);
-                pause = RETRY_PAUSE;
-            }
-            Err(_) => {
-                outage.failed("Redis session keepalive", &store, &"no answer in time");
-                pause = RETRY_PAUSE;
+            _ = tokio::time::sleep_until(next_round) => {
+                // A round still unanswered is not given up: a busy Redis answers late, and a
+                // late acknowledgement still extends the deadline from its send time. One more
+                // goes out beside it (a new connection may answer where the old one hangs),
+                // never more than MAX_ROUNDS at once.
+                next_round = Instant::now() + interval;
+                if rounds.len() < MAX_ROUNDS {
+                    let Some(p) = permits.upgrade() else { return };
+                    let session = session.clone();
+                    rounds.spawn(async move {
+                        let sent = Instant::now();
+                        // An answer later than the TTL extends nothing.
+                        let verdict = match timeout(session.ttl, round(&p, &session)).await {
+                            Ok(verdict) => verdict.map_err(|e| e.to_string()),
+                            Err(_) => Err("no answer in time".to_string()),
+                        };
+                        (sent, verdict)
+                    });
+                }
             }
         }
     }
     // The deadline passed without an acknowledged round: the session is dead to us. Its
     // entries go now, in case Redis still keeps them.
+    rounds.abort_all();
     let Some(p) = permits.upgrade() else { return };
     let store = p.link.shown();
     tracing::warn!(%store, "{store} acknowledged no session keepalive within the session TTL; permits of this session are lost (dropping its entries in case they live on)");
