@@ -54,10 +54,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 fn main() {
     support::holder_process::hold_if_child();
     if std::env::args().any(|a| a == "--list") {
-        // Tools list tests this way; the scenarios are not libtest tests.
+        list();
         return;
     }
     let filters = word_filters();
+    let exact = std::env::args().any(|a| a == "--exact");
     let soak = std::env::var("CLUSTERLIMIT_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     let size = if soak { Size::soak() } else { Size::ci() };
     let seed = std::env::var("CLUSTERLIMIT_FAILOVER_SEED")
@@ -83,7 +84,13 @@ fn main() {
     let selected: Vec<(Kind, Scenario)> = [Kind::Etcd, Kind::Zk]
         .into_iter()
         .flat_map(|k| Scenario::ALL.into_iter().map(move |s| (k, s)))
-        .filter(|(k, s)| matches(&filters, k.name(), s.name()))
+        .filter(|(k, s)| {
+            if exact {
+                filters.contains(&test_name(*k, *s))
+            } else {
+                matches(&filters, k.name(), s.name())
+            }
+        })
         .collect();
     if selected.is_empty() {
         println!("failover: no scenario matches {filters:?}");
@@ -134,7 +141,40 @@ fn main() {
     println!("failover: all scenarios passed with 0 safety violations");
 }
 
-/// Words given on the command line (libtest flags such as `--nocapture` are ignored).
+/// Lists every scenario as libtest's `--list --format terse` does (`NAME: test`), so test
+/// runners (cargo-nextest) run each scenario as a test of its own with `--exact NAME`. None is
+/// ignored: `--ignored` lists nothing.
+fn list() {
+    if std::env::args().any(|a| a == "--ignored") {
+        return;
+    }
+    for kind in [Kind::Etcd, Kind::Zk] {
+        for scenario in Scenario::ALL {
+            println!("{}: test", test_name(kind, scenario));
+        }
+    }
+}
+
+/// A scenario's name as a test: `etcd::s01_leader_sigkill`.
+fn test_name(kind: Kind, scenario: Scenario) -> String {
+    let (number, words) = scenario
+        .name()
+        .split_once(' ')
+        .unwrap_or(("", scenario.name()));
+    let mut slug = String::new();
+    for c in words.to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('_') {
+            slug.push('_');
+        }
+    }
+    let slug = slug.trim_end_matches('_');
+    format!("{}::s{number:0>2}_{slug}", kind.name().to_lowercase())
+}
+
+/// Words given on the command line (libtest flags such as `--nocapture` are ignored); with
+/// `--exact`, whole test names (`etcd::s01_leader_sigkill`).
 fn word_filters() -> Vec<String> {
     std::env::args()
         .skip(1)

@@ -3,7 +3,8 @@
 //! `cargo bench` passes `--bench`: a full run, writing into BENCHMARKS.md unless `--out` says
 //! otherwise. `cargo test --all-targets` runs a `harness = false` bench without `--bench`:
 //! that is the quick mode, and libtest's own options and name filters are honoured as far as
-//! a single test named after the bench needs (`--list`, `--skip`, filters).
+//! a single test named after the bench needs (`--list`, `--ignored`, `--skip`, filters), so
+//! cargo-nextest runs the quick mode as one test too.
 
 use std::path::PathBuf;
 
@@ -54,6 +55,7 @@ pub fn parse(
     let mut filters = Vec::new();
     let mut skips = Vec::new();
     let mut list = false;
+    let mut ignored = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -63,6 +65,7 @@ pub fn parse(
             "--out" => out = Some(PathBuf::from(args.next().ok_or("--out needs a path")?)),
             "--help" | "-h" => return Ok(Parsed::Exit(usage.to_string())),
             "--list" => list = true,
+            "--ignored" => ignored = true,
             "--skip" => skips.push(args.next().unwrap_or_default()),
             a if LIBTEST_VALUED.contains(&a) => {
                 args.next();
@@ -77,9 +80,18 @@ pub fn parse(
         }
     }
     if list {
-        return Ok(Parsed::Exit(format!("{name}: bench")));
+        // libtest's terse listing: the quick mode is one test, never an ignored one. cargo-nextest
+        // lists this way and then runs it with `--exact NAME`.
+        let listing = if ignored {
+            String::new()
+        } else {
+            format!("{name}: test")
+        };
+        return Ok(Parsed::Exit(listing));
     }
-    let filtered_out = (!filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())))
+    // `--ignored` runs ignored tests only, and the quick mode is not one.
+    let filtered_out = ignored
+        || (!filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())))
         || skips.iter().any(|s| name.contains(s.as_str()));
     if filtered_out {
         return Ok(Parsed::Exit(format!("{name}: filtered out")));

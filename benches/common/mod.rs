@@ -20,7 +20,9 @@ pub fn main<P>(
     let plan = match parse(args) {
         Ok(Parsed::Run(plan)) => plan,
         Ok(Parsed::Exit(message)) => {
-            println!("{message}");
+            if !message.is_empty() {
+                println!("{message}");
+            }
             return ExitCode::SUCCESS;
         }
         Err(e) => {
