@@ -41,157 +41,25 @@
 //! predecessor's baseline. Sustained overload therefore never teaches it that a slow
 //! dependency is normal; a dependency that really became slower is learnt as soon as the pool
 //! stops saturating it. Nothing pins the pool down to measure it.
+//!
+//! This file holds the step, AIMD, the gradient and the baseline's learning; the settings are
+//! in `settings.rs`, the first calibration in `calibration.rs`, and what both this file and
+//! the calibration use (`Bounds`, `Step`, `clamp`) in `bounds.rs`.
+
+mod bounds;
+mod calibration;
+mod settings;
+
+pub use bounds::{Bounds, Step, MIN_SAMPLES_TO_TEACH};
+pub use calibration::MIN_SAMPLES_TO_JUDGE;
+#[allow(deprecated)]
+pub use settings::Algorithm;
+pub use settings::{Aimd, CapacityAlgorithm, Gradient};
 
 use super::window::WindowSummary;
+use bounds::{clamp, ms};
+use calibration::{calibrate, Calibration, Learning};
 use std::time::Duration;
-
-/// Limits on the capacity the controller may choose.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub struct Bounds {
-    /// Never below this (≥ 1).
-    pub min: u32,
-    /// Never above this.
-    pub max: u32,
-    /// A window changes the capacity by at most this share of it (at least 1 permit).
-    pub max_step: f64,
-}
-
-/// AIMD's settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub struct Aimd {
-    /// Multiplier on an overloaded window (0 < backoff < 1; default 0.9).
-    pub backoff: f64,
-    /// Permits added by a window that used the capacity (default 1).
-    pub increase: u32,
-    /// Share of drops above which a window is overloaded (default 0.01).
-    pub drop_threshold: f64,
-    /// A median latency above this multiple of the learnt baseline (the dependency's unloaded
-    /// latency, learnt as the gradient's is) also makes a window overloaded (default 1.5;
-    /// `None`: drops only, no baseline learnt). Ignored when `latency_limit` is set.
-    pub latency_tolerance: Option<f64>,
-    /// A median latency above this makes a window overloaded, instead of the learnt baseline ×
-    /// `latency_tolerance` (default `None`: the learnt one).
-    pub latency_limit: Option<Duration>,
-}
-
-impl Bounds {
-    /// Bounds from `min` to `max`, a window moving the capacity by at most `max_step` of it.
-    pub fn new(min: u32, max: u32, max_step: f64) -> Self {
-        Bounds { min, max, max_step }
-    }
-}
-
-// Setters, so that settings can be built outside the crate although the struct may grow:
-// `Aimd::default().backoff(0.95)`.
-impl Aimd {
-    /// Sets [`backoff`](Self::backoff).
-    pub fn backoff(mut self, backoff: f64) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Sets [`increase`](Self::increase).
-    pub fn increase(mut self, increase: u32) -> Self {
-        self.increase = increase;
-        self
-    }
-
-    /// Sets [`drop_threshold`](Self::drop_threshold).
-    pub fn drop_threshold(mut self, drop_threshold: f64) -> Self {
-        self.drop_threshold = drop_threshold;
-        self
-    }
-
-    /// Sets [`latency_tolerance`](Self::latency_tolerance).
-    pub fn latency_tolerance(mut self, latency_tolerance: Option<f64>) -> Self {
-        self.latency_tolerance = latency_tolerance;
-        self
-    }
-
-    /// Sets [`latency_limit`](Self::latency_limit).
-    pub fn latency_limit(mut self, latency_limit: Option<Duration>) -> Self {
-        self.latency_limit = latency_limit;
-        self
-    }
-}
-
-impl Default for Aimd {
-    fn default() -> Self {
-        Aimd {
-            backoff: 0.9,
-            increase: 1,
-            drop_threshold: 0.01,
-            latency_tolerance: Some(1.5),
-            latency_limit: None,
-        }
-    }
-}
-
-/// The gradient's settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub struct Gradient {
-    /// Latency up to `tolerance × baseline` counts as unloaded (default 1.5).
-    pub tolerance: f64,
-    /// Share of `√capacity` added per window while nothing queues (decreases apply fully;
-    /// default 0.2).
-    pub smoothing: f64,
-    /// Which latency quantile is compared (default 0.5, the median).
-    pub quantile: f64,
-}
-
-// Setters, as for `Aimd`: `Gradient::default().tolerance(2.0)`.
-impl Gradient {
-    /// Sets [`tolerance`](Self::tolerance).
-    pub fn tolerance(mut self, tolerance: f64) -> Self {
-        self.tolerance = tolerance;
-        self
-    }
-
-    /// Sets [`smoothing`](Self::smoothing).
-    pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
-
-    /// Sets [`quantile`](Self::quantile).
-    pub fn quantile(mut self, quantile: f64) -> Self {
-        self.quantile = quantile;
-        self
-    }
-}
-
-impl Default for Gradient {
-    fn default() -> Self {
-        Gradient {
-            tolerance: 1.5,
-            smoothing: 0.2,
-            quantile: 0.5,
-        }
-    }
-}
-
-/// Which algorithm, with its settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum CapacityAlgorithm {
-    /// Additive increase, multiplicative decrease on drops and on latency over the baseline.
-    Aimd(Aimd),
-    /// Latency gradient against a protected baseline.
-    Gradient(Gradient),
-}
-
-/// Old name of [`CapacityAlgorithm`]; using it warns (`clusterlimit::Algorithm` is the rate
-/// limits' algorithm, another type).
-///
-/// ```compile_fail
-/// #![deny(deprecated)]
-/// let _ = clusterlimit::adaptive::Algorithm::Aimd(Default::default());
-/// ```
-#[deprecated(since = "0.1.0", note = "renamed to `CapacityAlgorithm`")]
-pub type Algorithm = CapacityAlgorithm;
 
 /// What the controller remembers between windows (the baseline, and a first calibration in
 /// progress).
@@ -215,16 +83,14 @@ impl Memory {
             pending: None,
         }
     }
-}
 
-/// One step's result.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Step {
-    /// The capacity to store (may equal the current one).
-    pub capacity: u32,
-    /// Why, in words (shown in status and logs).
-    pub reason: String,
+    /// The part a first calibration reads and writes.
+    fn learning(&mut self) -> Learning<'_> {
+        Learning {
+            baseline: &mut self.baseline,
+            calibrating: &mut self.calibrating,
+        }
+    }
 }
 
 /// How fast the baseline follows a higher latency in a window that may teach it.
@@ -238,17 +104,6 @@ const BASELINE_FALL: f64 = 0.25;
 const GROW_SHARE: f64 = 0.5;
 /// Latency up to this × the baseline is no queue at all: the gradient grows by √c a window.
 const FAST_GROWTH_BELOW: f64 = 1.1;
-/// Successes a latency is judged on: a window with fewer is summed with the next ones at the
-/// same capacity (holding meanwhile) until they reach this; only then may its median move the
-/// baseline or the capacity. Drops act at once.
-pub const MIN_SAMPLES_TO_TEACH: u64 = 10;
-/// Successes a first calibration sums (over as many windows as it takes) before it compares a
-/// pool's throughput with the larger pool's.
-pub const MIN_SAMPLES_TO_JUDGE: u64 = 30;
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-}
 
 /// The next capacity after `window`, from `current`.
 pub fn step(
@@ -339,7 +194,7 @@ fn aimd(
     let c = f64::from(current);
     let learns = a.latency_limit.is_none() && a.latency_tolerance.is_some();
     if learns {
-        if let Some(s) = calibrate(bounds, memory, current, w, used_half, 0.5) {
+        if let Some(s) = calibrate(bounds, &mut memory.learning(), current, w, used_half, 0.5) {
             return s;
         }
     }
@@ -410,7 +265,14 @@ fn gradient(
         let reason = format!("{} calls, all dropped: × 0.5", w.dropped);
         return clamp(bounds, current, (c * 0.5).min(c - 1.0), reason);
     };
-    if let Some(s) = calibrate(bounds, memory, current, w, used_half, g.quantile) {
+    if let Some(s) = calibrate(
+        bounds,
+        &mut memory.learning(),
+        current,
+        w,
+        used_half,
+        g.quantile,
+    ) {
         return s;
     }
     if w.dropped > 0 {
@@ -534,317 +396,6 @@ fn gradient_judged(
         c + grow,
         format!("{seen}: + {grow:.1} (√{current} × {})", g.smoothing),
     )
-}
-
-// The first calibration (see the module's doc): with no baseline yet and the pool full, the
-// pool is halved while its throughput holds, and the baseline is learnt where it falls.
-
-/// While learning a first baseline with the pool full: the share of the pool kept per shrink.
-const CALIBRATION_SHRINK: f64 = 0.5;
-/// The throughput of a halved pool clearly "fell" under this share of the larger pools' mean
-/// successes per window, and clearly "held" at or above [`THROUGHPUT_HELD`]; in between the
-/// pool is measured twice as long and judged at the middle. [`MIN_SAMPLES_TO_JUDGE`]
-/// successes of a dependency whose service times scatter (a coefficient of variation of 0.5)
-/// count within about ±10% (one standard deviation): a false "fell" would learn a queue's
-/// latency, a false "held" halves once more.
-const THROUGHPUT_FELL: f64 = 0.65;
-/// See [`THROUGHPUT_FELL`].
-const THROUGHPUT_HELD: f64 = 0.85;
-/// How each step of the calibration starts its reason.
-const LEARNING: &str = "learning the unloaded latency";
-
-/// What one pool of a first calibration did: its size, successes per window, median latency.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Measure {
-    pool: u32,
-    per_window: f64,
-    latency: Duration,
-}
-
-/// A first calibration in progress (see the module's doc).
-#[derive(Debug, Clone, PartialEq)]
-struct Calibration {
-    /// The pool measured now (the capacity when the last decision was taken).
-    pool: u32,
-    /// Windows seen since the capacity became `pool`.
-    since: u32,
-    /// Until this many windows have passed, a window whose peak in flight exceeds the pool is
-    /// still draining the larger pool (Little's law: the excess over the throughput).
-    drained_after: u32,
-    /// Windows after which the calls queued by the larger pool have left, so a median is this
-    /// pool's (Little's law: the larger pool over the throughput is its latency in windows).
-    settled_after: u32,
-    /// The drained windows at `pool`, summed, and how many they are.
-    sum: WindowSummary,
-    windows: u32,
-    /// The windows in `sum` that came after `settled_after`, summed.
-    settled: WindowSummary,
-    /// The smallest pool so far whose throughput held.
-    kept: Option<Measure>,
-    /// The successes per window of every pool whose throughput held, summed, and how many:
-    /// their mean is the throughput a smaller pool is compared with.
-    kept_per_window: f64,
-    kept_count: u32,
-    /// The lowest median measured.
-    lowest: Option<Duration>,
-    /// The throughput fell at `pool` (or it cannot shrink): measuring its latency to finish.
-    finishing: bool,
-}
-
-impl Calibration {
-    fn new(pool: u32) -> Calibration {
-        Calibration {
-            pool,
-            since: 0,
-            drained_after: 0,
-            settled_after: 0,
-            sum: WindowSummary::default(),
-            windows: 0,
-            settled: WindowSummary::default(),
-            kept: None,
-            kept_per_window: 0.0,
-            kept_count: 0,
-            lowest: None,
-            finishing: false,
-        }
-    }
-
-    /// Starts measuring `pool`, drained `drained_after` and settled `settled_after` windows
-    /// after the change.
-    fn measure(&mut self, pool: u32, drained_after: u32, settled_after: u32) {
-        self.pool = pool;
-        self.since = 0;
-        self.drained_after = drained_after;
-        self.settled_after = settled_after;
-        self.restart();
-    }
-
-    /// Forgets the windows summed so far at this pool.
-    fn restart(&mut self) {
-        self.sum = WindowSummary::default();
-        self.windows = 0;
-        self.settled = WindowSummary::default();
-    }
-
-    /// The settled windows' latency, once they hold enough successes to teach it.
-    fn settled_latency(&self, quantile: f64) -> Option<Duration> {
-        self.settled
-            .latency_quantile(quantile)
-            .filter(|_| self.settled.ok >= MIN_SAMPLES_TO_TEACH)
-    }
-}
-
-/// "`LEARNING`: `why`, hold".
-fn hold(bounds: &Bounds, current: u32, why: String) -> Step {
-    clamp(
-        bounds,
-        current,
-        f64::from(current),
-        format!("{LEARNING}: {why}, hold"),
-    )
-}
-
-/// While no baseline has been learnt and the pool is full: one window of the first
-/// calibration, `Some` step while it lasts (and the one that ends it); `None` when there is
-/// nothing to calibrate (a baseline, a pool not full, or at its minimum).
-fn calibrate(
-    bounds: &Bounds,
-    memory: &mut Memory,
-    current: u32,
-    w: &WindowSummary,
-    used_half: bool,
-    quantile: f64,
-) -> Option<Step> {
-    let min = bounds.min.max(1);
-    if memory.baseline.is_some() {
-        memory.calibrating = None;
-        return None;
-    }
-    let cal = match &mut memory.calibrating {
-        Some(cal) => cal,
-        None if used_half && current > min && w.ok > 0 => memory
-            .calibrating
-            .insert(Box::new(Calibration::new(current))),
-        None => return None,
-    };
-    if cal.pool != current {
-        // Moved by someone else (or a write failed): measure this pool, after a drain.
-        cal.measure(current, 2, 2);
-    }
-    cal.since += 1;
-    let drained = cal.since > cal.drained_after || w.peak_in_flight <= u64::from(current);
-    if !drained {
-        let why = format!(
-            "{} in flight draining to the pool of {current}",
-            w.peak_in_flight
-        );
-        return Some(hold(bounds, current, why));
-    }
-    if !used_half && !cal.finishing {
-        // The traffic no longer fills the pool: it queues nothing; its latency is unloaded.
-        cal.finishing = true;
-        cal.restart();
-    }
-    if cal.since > cal.settled_after {
-        cal.settled.merge(w);
-    }
-    if cal.finishing {
-        return Some(finishing(bounds, memory, current, quantile));
-    }
-    if current <= min {
-        // Cannot shrink further: the floor's latency, once settled, is the baseline.
-        cal.finishing = true;
-        cal.restart();
-        let why = format!("at the minimum {current}; measuring its latency");
-        return Some(hold(bounds, current, why));
-    }
-    cal.sum.merge(w);
-    cal.windows += 1;
-    Some(judge_pool(bounds, memory, current, quantile))
-}
-
-/// The pool's latency is measured to finish: the baseline once it has settled and taught
-/// enough, else hold.
-fn finishing(bounds: &Bounds, memory: &mut Memory, current: u32, quantile: f64) -> Step {
-    let Some(cal) = memory.calibrating.as_deref() else {
-        return hold(bounds, current, "no calibration under way".into());
-    };
-    if let Some(latency) = cal.settled_latency(quantile) {
-        return finish(bounds, memory, current, latency);
-    }
-    let why = if cal.since <= cal.settled_after {
-        format!(
-            "waiting {} window(s) for the calls queued by a larger pool to leave",
-            cal.settled_after + 1 - cal.since
-        )
-    } else {
-        format!(
-            "{} successes at a pool of {current} so far, too few to learn from ({MIN_SAMPLES_TO_TEACH} needed)",
-            cal.settled.ok
-        )
-    };
-    hold(bounds, current, why)
-}
-
-/// The full pool, drained, judged on its throughput against the larger pools': held (shrink
-/// again), fell (learn its latency), or not clear yet (measure longer).
-fn judge_pool(bounds: &Bounds, memory: &mut Memory, current: u32, quantile: f64) -> Step {
-    let Some(cal) = memory.calibrating.as_deref_mut() else {
-        return hold(bounds, current, "no calibration under way".into());
-    };
-    let (Some(latency), true) = (
-        cal.sum.latency_quantile(quantile),
-        cal.sum.ok >= MIN_SAMPLES_TO_JUDGE,
-    ) else {
-        let why = format!(
-            "{} successes at a pool of {current} so far, too few to judge its throughput ({MIN_SAMPLES_TO_JUDGE} needed)",
-            cal.sum.ok
-        );
-        return hold(bounds, current, why);
-    };
-    let now = Measure {
-        pool: current,
-        per_window: cal.sum.ok as f64 / f64::from(cal.windows.max(1)),
-        latency,
-    };
-    cal.lowest = Some(cal.lowest.map_or(latency, |l| l.min(latency)));
-    let reference = cal.kept_per_window / f64::from(cal.kept_count.max(1));
-    let share = now.per_window / reference.max(1e-9);
-    let fell = cal.kept_count > 0
-        && match share {
-            s if s < THROUGHPUT_FELL => true,
-            s if s >= THROUGHPUT_HELD => false,
-            // Neither clearly: measure longer (twice the successes), then split the difference.
-            _ if cal.sum.ok < 2 * MIN_SAMPLES_TO_JUDGE => {
-                let why = format!(
-                    "{:.1} successes a window at {current}, {:.0}% of the larger pools' {reference:.1}: measuring longer",
-                    now.per_window,
-                    share * 100.0
-                );
-                return hold(bounds, current, why);
-            }
-            s => s < (THROUGHPUT_FELL + THROUGHPUT_HELD) / 2.0,
-        };
-    if !fell {
-        return shrink(bounds, cal, current, now);
-    }
-    // The throughput fell: the pool limits it now and nothing queues; its latency, once
-    // settled, is the baseline.
-    if let Some(latency) = cal.settled_latency(quantile) {
-        return finish(bounds, memory, current, latency);
-    }
-    cal.finishing = true;
-    let why = format!(
-        "{:.1} successes a window at {current}, under the larger pools' {reference:.1}: the pool limits the throughput now; measuring its latency",
-        now.per_window,
-    );
-    hold(bounds, current, why)
-}
-
-/// The throughput held at `now`: keep it as the smallest pool so far, and halve the pool.
-fn shrink(bounds: &Bounds, cal: &mut Calibration, current: u32, now: Measure) -> Step {
-    let c = f64::from(current);
-    let first = cal.kept.is_none();
-    cal.kept = Some(now);
-    cal.kept_per_window += now.per_window;
-    cal.kept_count += 1;
-    let next = clamp(bounds, current, c * CALIBRATION_SHRINK, String::new()).capacity;
-    let excess = f64::from(current.saturating_sub(next));
-    let per_window = now.per_window.max(1.0);
-    // Little's law: the excess leaves at the throughput; the larger pool's calls, queued behind
-    // each other, take the pool over the throughput (windows) to leave.
-    let drained_after = 1 + (excess / per_window).floor().min(50.0) as u32;
-    let settled_after = 1 + (c / per_window).ceil().min(50.0) as u32;
-    cal.measure(next, drained_after, settled_after);
-    let reason = format!(
-        "{LEARNING}: {:.1} successes a window with the pool full at {current} (median {}){}; × {CALIBRATION_SHRINK} while the throughput holds",
-        now.per_window,
-        ms(now.latency),
-        if first { "" } else { ", as many as the larger pool's: only queue" },
-    );
-    Step {
-        capacity: next,
-        reason,
-    }
-}
-
-/// Ends a first calibration at `current`, whose settled median is `latency`: the baseline is
-/// that (or the lowest median measured, if lower); back to the smallest pool that kept the
-/// throughput.
-fn finish(bounds: &Bounds, memory: &mut Memory, current: u32, latency: Duration) -> Step {
-    let cal = memory.calibrating.take();
-    let kept = cal.as_ref().and_then(|cal| cal.kept);
-    let baseline = cal
-        .and_then(|cal| cal.lowest)
-        .map_or(latency, |l| l.min(latency));
-    memory.baseline = Some(baseline);
-    let back = kept.map_or(current, |k| k.pool.max(current));
-    let reason = format!(
-        "learnt the unloaded latency {} at a pool of {current}{}: back to {back}",
-        ms(baseline),
-        kept.map_or(String::new(), |k| format!(
-            " ({:.1} successes a window at {}, the smallest pool that kept them)",
-            k.per_window, k.pool
-        )),
-    );
-    clamp(bounds, current, f64::from(back), reason)
-}
-
-/// `wanted`, limited to one step from `current` and to the bounds.
-fn clamp(bounds: &Bounds, current: u32, wanted: f64, reason: String) -> Step {
-    let min = bounds.min.max(1);
-    let max = bounds.max.max(min);
-    let step = (f64::from(current) * bounds.max_step.max(0.0)).max(1.0);
-    let c = f64::from(current);
-    let limited = wanted.clamp(c - step, c + step);
-    // Round towards the current capacity: a step is never larger than asked.
-    let rounded = if limited < c {
-        limited.ceil()
-    } else {
-        limited.floor()
-    };
-    let capacity = (rounded.clamp(f64::from(min), f64::from(max))) as u32;
-    Step { capacity, reason }
 }
 
 #[cfg(test)]

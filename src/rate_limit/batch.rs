@@ -17,7 +17,7 @@ use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::decide;
-use crate::rate::{Decision, UnixNanos};
+use crate::rate::{Decision, KeyState, Quota, UnixNanos};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -178,20 +178,8 @@ impl Driver {
             let now = self.inner.now_ns();
             let (quota, quota_version) = self.limit.quota();
             let start = self.cell.start(now, began, store.version_life());
-            let mut state = start.state;
-            let mut changed = false;
-            let mut expires_at = now;
-            let mut decisions = Vec::with_capacity(costs.len());
-            for &cost in costs {
-                let v = decide(&quota, state.as_ref(), cost, now);
-                decisions.push(v.decision);
-                if v.state.is_some() {
-                    state = v.state;
-                    changed = true;
-                }
-                expires_at = v.expires_at;
-            }
-            let Some(mut new) = state.filter(|_| changed) else {
+            let (decisions, changed, expires_at) = decide_in_order(&quota, start.state, costs, now);
+            let Some(mut new) = changed else {
                 if start.trusted {
                     return Ok((decisions, requests));
                 }
@@ -254,6 +242,29 @@ impl Driver {
     fn learn(&self, current: Current, now: UnixNanos) -> Result<()> {
         learn(&self.limit, &self.cell, current, now)
     }
+}
+
+/// The batch's `costs` decided in arrival order from `state`: the decisions, the state to
+/// write if any of them changed it, and when the key's state expires.
+fn decide_in_order(
+    quota: &Quota,
+    mut state: Option<KeyState>,
+    costs: &[u64],
+    now: UnixNanos,
+) -> (Vec<Decision>, Option<KeyState>, UnixNanos) {
+    let mut changed = false;
+    let mut expires_at = now;
+    let mut decisions = Vec::with_capacity(costs.len());
+    for &cost in costs {
+        let v = decide(quota, state.as_ref(), cost, now);
+        decisions.push(v.decision);
+        if v.state.is_some() {
+            state = v.state;
+            changed = true;
+        }
+        expires_at = v.expires_at;
+    }
+    (decisions, state.filter(|_| changed), expires_at)
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict

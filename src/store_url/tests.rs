@@ -1,9 +1,10 @@
 //! Parsing and printing store URLs: every form, every refusal.
 
 use super::*;
+use crate::error::Error;
 
 #[test]
-fn parses() {
+fn parses_etcd_urls() {
     assert_eq!(
         StoreUrl::parse("etcd://127.0.0.1:2379,localhost:22379/myapp").unwrap(),
         StoreUrl::Etcd {
@@ -25,6 +26,10 @@ fn parses() {
             user: None,
         }
     );
+}
+
+#[test]
+fn parses_memory_urls() {
     assert_eq!(
         StoreUrl::parse("memory://").unwrap(),
         StoreUrl::Memory {
@@ -35,6 +40,10 @@ fn parses() {
         StoreUrl::parse("memory://x").unwrap(),
         StoreUrl::Memory { name: "x".into() }
     );
+}
+
+#[test]
+fn parses_zookeeper_urls() {
     assert_eq!(
         StoreUrl::parse("zk://127.0.0.1:2181,h2:2182/apps/limits").unwrap(),
         StoreUrl::ZooKeeper {
@@ -55,6 +64,11 @@ fn parses() {
             tls: None,
         }
     );
+}
+
+/// Every malformed URL is bad input (the messages are checked below).
+#[test]
+fn refuses_malformed_urls() {
     for bad in [
         "zk://",
         "zk://h",

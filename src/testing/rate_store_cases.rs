@@ -191,6 +191,17 @@ pub async fn store_compare_and_swap(h: &impl Harness) {
     let s = store_of(&l);
     not_found(s.read_key("api", "k").await, "api");
     let q = ensure(s, "api", "q").await;
+    let v1 = first_touch(s, &q).await;
+    let (v2, at_v2) = write_at_its_version(s, &q, v1).await;
+    absent_limit_has_no_quota(s, q.version).await;
+    key_twice_in_a_batch_refused(s, q.version, v2).await;
+    assert_eq!(read(s, "api", "k").await, at_v2);
+    l.close().await.expect("close");
+}
+
+/// The key `k` of `api` (quota `q`) is absent; a first touch ("must be absent") writes it, a
+/// second one loses and learns what is stored. The version written.
+async fn first_touch(s: &dyn RateStore, q: &Versioned) -> u64 {
     let qv = q.version;
     let absent = Current {
         quota: Some(q.clone()),
@@ -212,7 +223,14 @@ pub async fn store_compare_and_swap(h: &impl Harness) {
         key: Some(v("s1", v1)),
     };
     assert_eq!(found, vec![at_v1]);
+    v1
+}
 
+/// A write naming the version it read (`v1`) applies; a stale or impossible version, or an
+/// absent key expected present, conflicts and changes nothing. The new version, and the key as
+/// stored at it.
+async fn write_at_its_version(s: &dyn RateStore, q: &Versioned, v1: u64) -> (u64, Current) {
+    let qv = q.version;
     let v2 = written(
         s,
         "at its version",
@@ -240,14 +258,21 @@ pub async fn store_compare_and_swap(h: &impl Harness) {
     );
     assert_eq!(read(s, "api", "k").await, at_v2);
     // An absent key expected present conflicts and stays absent.
+    let absent = Current {
+        quota: Some(q.clone()),
+        key: None,
+    };
     let missing = [key_write("api", qv, "other", Some(v2), "x")];
     assert_eq!(
         conflict(s, "absent expected present", &missing).await,
         vec![absent.clone()]
     );
     assert_eq!(read(s, "api", "other").await, absent);
+    (v2, at_v2)
+}
 
-    // A write on a limit that does not exist finds no quota.
+/// A write on a limit that does not exist finds no quota.
+async fn absent_limit_has_no_quota(s: &dyn RateStore, qv: u64) {
     let nowhere = [key_write("nope", qv, "k", None, "x")];
     let none = Current {
         quota: None,
@@ -255,9 +280,11 @@ pub async fn store_compare_and_swap(h: &impl Harness) {
     };
     assert_eq!(conflict(s, "an absent limit", &nowhere).await, vec![none]);
     not_found(s.read_key("nope", "k").await, "nope");
+}
 
-    // An empty batch applies at once; a key written twice in one batch is refused, by name,
-    // before anything is written (by either way of writing).
+/// An empty batch applies at once; a key written twice in one batch is refused, by name,
+/// before anything is written (by either way of writing).
+async fn key_twice_in_a_batch_refused(s: &dyn RateStore, qv: u64, v2: u64) {
     assert_eq!(write(s, "empty", &[]).await, WriteOutcome::Written(vec![]));
     assert!(s.write_each(&[]).await.is_empty(), "nothing to write");
     let twice = [
@@ -268,8 +295,6 @@ pub async fn store_compare_and_swap(h: &impl Harness) {
     let each = s.write_each(&twice).await;
     assert_eq!(each.len(), 2, "one outcome per write");
     each.into_iter().for_each(refused_twice);
-    assert_eq!(read(s, "api", "k").await, at_v2);
-    l.close().await.expect("close");
 }
 
 /// A write computed with an old quota version fails once the quota changed, and finds the new

@@ -423,15 +423,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn warm_up_fields() {
-        let q = QuotaParts {
+    /// A warm-up of 10 minutes with a cold factor of 4 over `base()`.
+    fn warm() -> Quota {
+        QuotaParts {
             warmup: Some(Duration::from_secs(600)),
             cold_factor: Some(4),
             ..base()
         }
         .to_quota()
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn warm_up_fields() {
+        let q = warm();
         assert_eq!((q.warmup, q.cold_factor), (Duration::from_secs(600), 4));
         assert_eq!(quota_text(&q), "10 per 1m (gcra, burst 10, warm-up 10m ×4)");
         let j = quota_json("api", &q);
@@ -442,6 +447,10 @@ mod tests {
         assert!(quota_json("api", &base().to_quota().unwrap())
             .get("warmup")
             .is_none());
+    }
+
+    #[test]
+    fn warm_up_refusals() {
         let err = |p: QuotaParts| p.to_quota().unwrap_err();
         let e = err(QuotaParts {
             warmup: Some(Duration::from_secs(1)),
@@ -494,8 +503,12 @@ mod tests {
             assert_eq!(e.field, field, "{}", e.message);
             assert!(e.message.contains(text), "{}", e.message);
         }
-        // Over a stored warm-up: kept with its factor; zero drops both; a window drops it.
-        let stored = q;
+    }
+
+    /// Over a stored warm-up: kept with its factor; zero drops both; a window drops it.
+    #[test]
+    fn warm_up_over_a_stored_one() {
+        let stored = warm();
         let only_limit = QuotaParts {
             limit: Some(20),
             ..QuotaParts::default()
@@ -513,6 +526,10 @@ mod tests {
         };
         let q = to_window.over(&stored).to_quota().unwrap();
         assert_eq!((q.warmup, q.cold_factor), (Duration::ZERO, 3));
+    }
+
+    #[test]
+    fn warm_up_in_a_body() {
         let body: QuotaBody =
             serde_json::from_str(r#"{"limit":5,"period":"1m","warmup_ms":60000,"cold_factor":2}"#)
                 .unwrap();

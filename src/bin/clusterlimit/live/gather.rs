@@ -282,23 +282,7 @@ impl Gatherer {
         let shown = &names[..names.len().min(MAX_SEMAPHORES)];
         let statuses: Vec<(String, Result<Status, String>)> = stream::iter(shown.to_vec())
             .map(|name: String| async move {
-                let r = async {
-                    let known = lock(&self.opened).get(&name).cloned();
-                    let sem = match known {
-                        Some(s) => s,
-                        None => {
-                            let s = self.limiter.open_semaphore(&name).await?;
-                            lock(&self.opened).insert(name.clone(), s.clone());
-                            s
-                        }
-                    };
-                    sem.status().await
-                };
-                let r = match tokio::time::timeout(self.timeout, r).await {
-                    Ok(Ok(s)) => Ok(s),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("the store did not answer in time".to_string()),
-                };
+                let r = self.status_of(&name).await;
                 (name, r)
             })
             .buffered(READS_IN_FLIGHT)
@@ -308,42 +292,13 @@ impl Gatherer {
         let elapsed = mem.at.replace(Instant::now()).map(|t| t.elapsed());
         let mut out = Vec::with_capacity(statuses.len());
         for (name, r) in statuses {
-            let st = match r {
-                Ok(st) => st,
-                Err(e) => {
-                    out.push(SemaphoreView {
-                        name,
-                        error: Some(e),
-                        ..SemaphoreView::default()
-                    });
-                    continue;
-                }
-            };
-            let now_tokens: HashSet<u64> = st.holders.iter().map(|h| h.fencing_token).collect();
-            let (mut grants_per_s, mut releases_per_s) = (0.0, 0.0);
-            if let (Some(before), Some(dt)) = (mem.tokens.get(&name), elapsed) {
-                let secs = dt.as_secs_f64().max(0.001);
-                grants_per_s = now_tokens.difference(before).count() as f64 / secs;
-                releases_per_s = before.difference(&now_tokens).count() as f64 / secs;
-            }
-            mem.tokens.insert(name.clone(), now_tokens);
-            let view = |h: &clusterlimit::Holder| HolderView {
-                owner: h.owner.clone(),
-                permits: h.permits,
-                fencing_token: h.fencing_token,
-                for_ms: now_ms.saturating_sub(h.since_unix_ms),
-            };
-            out.push(SemaphoreView {
-                name: st.name.clone(),
-                capacity: st.capacity,
-                used: st.used,
-                holders: st.holders.iter().take(SHOWN_PER_QUEUE).map(view).collect(),
-                waiters: st.waiters.iter().take(SHOWN_PER_QUEUE).map(view).collect(),
-                grants_per_s,
-                releases_per_s,
-                losses_per_s: 0.0,
-                error: None,
-                controller: None,
+            out.push(match r {
+                Ok(st) => semaphore_view(&mut mem, name, st, elapsed, now_ms),
+                Err(e) => SemaphoreView {
+                    name,
+                    error: Some(e),
+                    ..SemaphoreView::default()
+                },
             });
         }
         // Forget semaphores that went away.
@@ -358,6 +313,28 @@ impl Gatherer {
                 s
             })
             .collect()
+    }
+
+    /// The status of the semaphore `name` (opened once, then kept), or why it could not be read
+    /// in time.
+    async fn status_of(&self, name: &str) -> Result<Status, String> {
+        let r = async {
+            let known = lock(&self.opened).get(name).cloned();
+            let sem = match known {
+                Some(s) => s,
+                None => {
+                    let s = self.limiter.open_semaphore(name).await?;
+                    lock(&self.opened).insert(name.to_string(), s.clone());
+                    s
+                }
+            };
+            sem.status().await
+        };
+        match tokio::time::timeout(self.timeout, r).await {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the store did not answer in time".to_string()),
+        }
     }
 
     async fn rate_limits(
@@ -405,6 +382,45 @@ impl Gatherer {
             .collect()
             .await;
         Ok(views)
+    }
+}
+
+/// The view of the semaphore `name` from its status `st`: grants and releases per second
+/// from the fencing tokens that came and went since the last gathering (`elapsed` ago,
+/// remembered in `mem`), the first holders and waiters with how long they have been there at
+/// `now_ms`.
+fn semaphore_view(
+    mem: &mut Memory,
+    name: String,
+    st: Status,
+    elapsed: Option<Duration>,
+    now_ms: u64,
+) -> SemaphoreView {
+    let now_tokens: HashSet<u64> = st.holders.iter().map(|h| h.fencing_token).collect();
+    let (mut grants_per_s, mut releases_per_s) = (0.0, 0.0);
+    if let (Some(before), Some(dt)) = (mem.tokens.get(&name), elapsed) {
+        let secs = dt.as_secs_f64().max(0.001);
+        grants_per_s = now_tokens.difference(before).count() as f64 / secs;
+        releases_per_s = before.difference(&now_tokens).count() as f64 / secs;
+    }
+    mem.tokens.insert(name, now_tokens);
+    let view = |h: &clusterlimit::Holder| HolderView {
+        owner: h.owner.clone(),
+        permits: h.permits,
+        fencing_token: h.fencing_token,
+        for_ms: now_ms.saturating_sub(h.since_unix_ms),
+    };
+    SemaphoreView {
+        name: st.name.clone(),
+        capacity: st.capacity,
+        used: st.used,
+        holders: st.holders.iter().take(SHOWN_PER_QUEUE).map(view).collect(),
+        waiters: st.waiters.iter().take(SHOWN_PER_QUEUE).map(view).collect(),
+        grants_per_s,
+        releases_per_s,
+        losses_per_s: 0.0,
+        error: None,
+        controller: None,
     }
 }
 

@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::Mutex;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,21 +48,10 @@ type HistogramFamily = Family<SemLabel, Histogram, fn() -> Histogram>;
 /// Every metric the sidecar exports; cheap to update from any task.
 pub struct Metrics {
     registry: Registry,
-    held: Family<SemLabel, Gauge>,
-    waiting: Family<SemLabel, Gauge>,
-    acquire_seconds: HistogramFamily,
-    timeouts: Family<SemLabel, Counter>,
-    lost: Family<SemLabel, Counter>,
-    expired: Family<SemLabel, Counter>,
-    store_requests: Family<KindLabel, Counter>,
-    store_up: Gauge,
-    pending_removals: Gauge,
-    removal_session_ends: Counter,
-    store_busy_refusals: Counter,
+    breaker: BreakerMetrics,
+    permits: PermitMetrics,
+    store: StoreMetrics,
     unauthorized: Counter,
-    breaker_open: Family<BreakerLabel, Gauge>,
-    breaker_transitions: Family<TransitionLabel, Counter>,
-    slow_answers: Family<BreakerLabel, Counter>,
     breakers: Mutex<Vec<Watched>>,
     /// Rate-limit metrics (HTTP API and RLS).
     pub rate: RateMetrics,
@@ -74,136 +63,178 @@ pub struct Metrics {
     last_stats: Mutex<RequestStats>,
 }
 
+/// The store-down circuit breakers of the rate-limit guards.
+struct BreakerMetrics {
+    open: Family<BreakerLabel, Gauge>,
+    transitions: Family<TransitionLabel, Counter>,
+    slow_answers: Family<BreakerLabel, Counter>,
+}
+
+/// The semaphores' permits as this sidecar hands them out.
+struct PermitMetrics {
+    held: Family<SemLabel, Gauge>,
+    waiting: Family<SemLabel, Gauge>,
+    acquire_seconds: HistogramFamily,
+    timeouts: Family<SemLabel, Counter>,
+    lost: Family<SemLabel, Counter>,
+    expired: Family<SemLabel, Counter>,
+}
+
+/// The store: requests sent, its health, and the removals it has not confirmed.
+struct StoreMetrics {
+    requests: Family<KindLabel, Counter>,
+    up: Gauge,
+    pending_removals: Gauge,
+    removal_session_ends: Counter,
+    busy_refusals: Counter,
+}
+
 fn acquire_histogram() -> Histogram {
     // 0.25 ms .. ~65 s.
     Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
 }
 
+/// Registers `metric` as `name` with its `help` text; the metric, to update.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+impl BreakerMetrics {
+    fn register(registry: &mut Registry) -> BreakerMetrics {
+        BreakerMetrics {
+            open: registered(
+                registry,
+                "clusterlimit_store_breaker_open",
+                "1 while the store-down circuit breaker of a rate-limit guard is open (its \
+                 store-down policy answers), else 0",
+                Family::default(),
+            ),
+            transitions: registered(
+                registry,
+                "clusterlimit_store_breaker_transitions",
+                "Times a rate-limit guard's store-down circuit breaker opened or closed",
+                Family::default(),
+            ),
+            slow_answers: registered(
+                registry,
+                "clusterlimit_store_slow_answers",
+                "Rate-limit checks the store did not decide within the store timeout (each got the \
+                 store-down policy's answer)",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+impl PermitMetrics {
+    fn register(registry: &mut Registry) -> PermitMetrics {
+        PermitMetrics {
+            held: registered(
+                registry,
+                "clusterlimit_permits_held",
+                "Permits held through this sidecar",
+                Family::default(),
+            ),
+            waiting: registered(
+                registry,
+                "clusterlimit_acquires_waiting",
+                "Acquire requests waiting in this sidecar",
+                Family::default(),
+            ),
+            acquire_seconds: registered(
+                registry,
+                "clusterlimit_acquire_duration_seconds",
+                "Time from an acquire request to its grant",
+                Family::new_with_constructor(acquire_histogram),
+            ),
+            timeouts: registered(
+                registry,
+                "clusterlimit_acquire_timeouts",
+                "Acquire requests that timed out (429)",
+                Family::default(),
+            ),
+            lost: registered(
+                registry,
+                "clusterlimit_permits_lost",
+                "Held permits lost (store session ended behind them)",
+                Family::default(),
+            ),
+            expired: registered(
+                registry,
+                "clusterlimit_permits_expired",
+                "Permits released because their client stopped calling keepalive",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+impl StoreMetrics {
+    fn register(registry: &mut Registry) -> StoreMetrics {
+        StoreMetrics {
+            requests: registered(
+                registry,
+                "clusterlimit_store_requests",
+                "Requests sent to the store, by kind",
+                Family::default(),
+            ),
+            up: registered(
+                registry,
+                "clusterlimit_store_session_up",
+                "1 if the last store health check succeeded, else 0",
+                Gauge::default(),
+            ),
+            pending_removals: registered(
+                registry,
+                "clusterlimit_pending_removals",
+                "Queue entries being removed in the background (released, cancelled or failed \
+                 requests whose removal the store has not confirmed yet)",
+                Gauge::default(),
+            ),
+            removal_session_ends: registered(
+                registry,
+                "clusterlimit_removal_session_ends",
+                "Store sessions ended because an entry's removal could not be confirmed within two \
+                 session TTLs",
+                Counter::default(),
+            ),
+            busy_refusals: registered(
+                registry,
+                "clusterlimit_acquires_refused_store_busy",
+                "Acquires refused before reaching the store because their timeout would pass before \
+                 it could answer: the store, not the capacity, is the limit while this grows",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
 impl Metrics {
-    /// Registers every metric.
-    // Long (about 120 lines) on purpose: one registration per metric with its help text, a
-    // flat list that reads as the catalogue of what `/metrics` serves; split, the names and
-    // their help would scatter over functions that each register a few.
+    /// Registers every metric, family by family (the order `/metrics` lists them in).
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
-        let held = Family::<SemLabel, Gauge>::default();
-        let waiting = Family::<SemLabel, Gauge>::default();
-        let acquire_seconds: HistogramFamily = Family::new_with_constructor(acquire_histogram);
-        let timeouts = Family::<SemLabel, Counter>::default();
-        let lost = Family::<SemLabel, Counter>::default();
-        let expired = Family::<SemLabel, Counter>::default();
-        let store_requests = Family::<KindLabel, Counter>::default();
-        let store_up = Gauge::default();
-        let pending_removals = Gauge::default();
-        let removal_session_ends = Counter::default();
-        let unauthorized = Counter::default();
-        let breaker_open = Family::<BreakerLabel, Gauge>::default();
-        let breaker_transitions = Family::<TransitionLabel, Counter>::default();
-        let slow_answers = Family::<BreakerLabel, Counter>::default();
-        registry.register(
-            "clusterlimit_store_breaker_open",
-            "1 while the store-down circuit breaker of a rate-limit guard is open (its \
-             store-down policy answers), else 0",
-            breaker_open.clone(),
-        );
-        registry.register(
-            "clusterlimit_store_breaker_transitions",
-            "Times a rate-limit guard's store-down circuit breaker opened or closed",
-            breaker_transitions.clone(),
-        );
-        registry.register(
-            "clusterlimit_store_slow_answers",
-            "Rate-limit checks the store did not decide within the store timeout (each got the \
-             store-down policy's answer)",
-            slow_answers.clone(),
-        );
-        registry.register(
-            "clusterlimit_permits_held",
-            "Permits held through this sidecar",
-            held.clone(),
-        );
-        registry.register(
-            "clusterlimit_acquires_waiting",
-            "Acquire requests waiting in this sidecar",
-            waiting.clone(),
-        );
-        registry.register(
-            "clusterlimit_acquire_duration_seconds",
-            "Time from an acquire request to its grant",
-            acquire_seconds.clone(),
-        );
-        registry.register(
-            "clusterlimit_acquire_timeouts",
-            "Acquire requests that timed out (429)",
-            timeouts.clone(),
-        );
-        registry.register(
-            "clusterlimit_permits_lost",
-            "Held permits lost (store session ended behind them)",
-            lost.clone(),
-        );
-        registry.register(
-            "clusterlimit_permits_expired",
-            "Permits released because their client stopped calling keepalive",
-            expired.clone(),
-        );
-        registry.register(
-            "clusterlimit_store_requests",
-            "Requests sent to the store, by kind",
-            store_requests.clone(),
-        );
-        registry.register(
-            "clusterlimit_store_session_up",
-            "1 if the last store health check succeeded, else 0",
-            store_up.clone(),
-        );
-        registry.register(
-            "clusterlimit_pending_removals",
-            "Queue entries being removed in the background (released, cancelled or failed \
-             requests whose removal the store has not confirmed yet)",
-            pending_removals.clone(),
-        );
-        registry.register(
-            "clusterlimit_removal_session_ends",
-            "Store sessions ended because an entry's removal could not be confirmed within two \
-             session TTLs",
-            removal_session_ends.clone(),
-        );
-        let store_busy_refusals = Counter::default();
-        registry.register(
-            "clusterlimit_acquires_refused_store_busy",
-            "Acquires refused before reaching the store because their timeout would pass before \
-             it could answer: the store, not the capacity, is the limit while this grows",
-            store_busy_refusals.clone(),
-        );
-        registry.register(
+        let breaker = BreakerMetrics::register(&mut registry);
+        let permits = PermitMetrics::register(&mut registry);
+        let store = StoreMetrics::register(&mut registry);
+        let unauthorized = registered(
+            &mut registry,
             "clusterlimit_http_unauthorized",
             "Requests answered 401: no bearer token or a wrong one",
-            unauthorized.clone(),
+            Counter::default(),
         );
         let rate = RateMetrics::register(&mut registry);
         let adaptive = AdaptiveMetrics::register(&mut registry);
         let rls_reload = ReloadReport::register(&mut registry);
         Metrics {
             registry,
+            breaker,
+            permits,
+            store,
+            unauthorized,
             rate,
             adaptive,
             rls_reload,
-            held,
-            waiting,
-            acquire_seconds,
-            timeouts,
-            lost,
-            expired,
-            store_requests,
-            store_up,
-            pending_removals,
-            removal_session_ends,
-            store_busy_refusals,
-            unauthorized,
-            breaker_open,
-            breaker_transitions,
-            slow_answers,
             breakers: Mutex::new(Vec::new()),
             last_stats: Mutex::new(RequestStats::default()),
         }
@@ -217,43 +248,58 @@ impl Metrics {
 
     /// Permits held through the sidecar changed by `delta`.
     pub fn held(&self, semaphore: &str, delta: i64) {
-        self.held
+        self.permits
+            .held
             .get_or_create(&Self::label(semaphore))
             .inc_by(delta);
     }
 
     /// Waiting acquire requests changed by `delta`.
     pub fn waiting(&self, semaphore: &str, delta: i64) {
-        self.waiting
+        self.permits
+            .waiting
             .get_or_create(&Self::label(semaphore))
             .inc_by(delta);
     }
 
     /// A grant after `seconds` of waiting.
     pub fn acquired(&self, semaphore: &str, seconds: f64) {
-        self.acquire_seconds
+        self.permits
+            .acquire_seconds
             .get_or_create(&Self::label(semaphore))
             .observe(seconds);
     }
 
     /// An acquire answered 429.
     pub fn timed_out(&self, semaphore: &str) {
-        self.timeouts.get_or_create(&Self::label(semaphore)).inc();
+        self.permits
+            .timeouts
+            .get_or_create(&Self::label(semaphore))
+            .inc();
+    }
+
+    /// Permits of this sidecar lost so far on `semaphore` (for the live view's rate).
+    pub fn lost_so_far(&self, semaphore: &str) -> u64 {
+        self.permits
+            .lost
+            .get_or_create(&Self::label(semaphore))
+            .get()
     }
 
     /// A held permit was lost.
-    /// Permits of this sidecar lost so far on `semaphore` (for the live view's rate).
-    pub fn lost_so_far(&self, semaphore: &str) -> u64 {
-        self.lost.get_or_create(&Self::label(semaphore)).get()
-    }
-
     pub fn lost(&self, semaphore: &str) {
-        self.lost.get_or_create(&Self::label(semaphore)).inc();
+        self.permits
+            .lost
+            .get_or_create(&Self::label(semaphore))
+            .inc();
     }
 
     /// A permit was released because its client stopped calling keepalive.
     pub fn expired(&self, semaphore: &str) {
-        self.expired.get_or_create(&Self::label(semaphore)).inc();
+        self.permits
+            .expired
+            .get_or_create(&Self::label(semaphore))
+            .inc();
     }
 
     /// A request was answered 401.
@@ -263,14 +309,15 @@ impl Metrics {
 
     /// Result of the latest store health check.
     pub fn store_up(&self, up: bool) {
-        self.store_up.set(i64::from(up));
+        self.store.up.set(i64::from(up));
     }
 
     /// Shows `guard`'s breakers in `/metrics` under the label `label` (e.g. `rls:fail_open`),
     /// one per cluster of a store of `clusters` clusters (each shown closed from the start).
     pub fn watch_breaker(&self, label: &str, guard: StoreDownGuard, clusters: usize) {
         for position in 0..clusters.max(1) {
-            self.breaker_open
+            self.breaker
+                .open
                 .get_or_create(&BreakerLabel {
                     guard: label.to_string(),
                     cluster: (position + 1).to_string(),
@@ -308,7 +355,8 @@ impl Metrics {
             w.last.resize(now.len(), BreakerStats::default());
             for (b, last) in now.iter().zip(w.last.iter_mut()) {
                 let (guard, cluster) = (w.label.clone(), (b.position + 1).to_string());
-                self.breaker_open
+                self.breaker
+                    .open
                     .get_or_create(&BreakerLabel {
                         guard: guard.clone(),
                         cluster: cluster.clone(),
@@ -318,7 +366,8 @@ impl Metrics {
                     ("open", b.stats.opened.saturating_sub(last.opened)),
                     ("closed", b.stats.closed.saturating_sub(last.closed)),
                 ] {
-                    self.breaker_transitions
+                    self.breaker
+                        .transitions
                         .get_or_create(&TransitionLabel {
                             guard: guard.clone(),
                             cluster: cluster.clone(),
@@ -326,7 +375,8 @@ impl Metrics {
                         })
                         .inc_by(n);
                 }
-                self.slow_answers
+                self.breaker
+                    .slow_answers
                     .get_or_create(&BreakerLabel { guard, cluster })
                     .inc_by(b.stats.slow.saturating_sub(last.slow));
                 *last = b.stats;
@@ -347,17 +397,22 @@ impl Metrics {
             ("watch", d.watch),
             ("lease", d.lease),
         ] {
-            self.store_requests
+            self.store
+                .requests
                 .get_or_create(&KindLabel {
                     kind: kind.to_string(),
                 })
                 .inc_by(n);
         }
-        self.removal_session_ends.inc_by(d.removal_session_ends);
-        self.store_busy_refusals
+        self.store
+            .removal_session_ends
+            .inc_by(d.removal_session_ends);
+        self.store
+            .busy_refusals
             .inc_by(d.acquires_refused_store_busy);
         self.rate.cache_answers.inc_by(d.rate_local_answers);
-        self.pending_removals
+        self.store
+            .pending_removals
             .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));
         *last = now;
         drop(last); // encoding reads the registry only

@@ -327,9 +327,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn statuses_overall_codes_and_header_fields() {
-        let limiter = Limiter::connect("memory://rls-answer-test").await.unwrap();
+    /// An admitted check, then a denied one (cost 2 with 1 of 2 left), of a fixed window of 2
+    /// a minute on the memory store `store` (each test its own: tests run at once).
+    async fn admitted_and_denied(store: &str) -> (Decision, Decision) {
+        let limiter = Limiter::connect(&format!("memory://{store}"))
+            .await
+            .unwrap();
         let rl = limiter
             .rate_limit("k", Quota::per_minute(2).algorithm(Algorithm::FixedWindow))
             .await
@@ -337,6 +340,12 @@ mod tests {
         let first = rl.check_n("x", 1).await.unwrap();
         let denied = rl.check_n("x", 5 - 3).await.unwrap();
         assert!(!denied.allowed);
+        (first, denied)
+    }
+
+    #[tokio::test]
+    async fn statuses_overall_codes_and_header_fields() {
+        let (first, denied) = admitted_and_denied("rls-answer-test").await;
         let (plain, shadow) = (rule(false), rule(true));
         let outcomes = [
             Outcome::NoLimit,
@@ -389,8 +398,13 @@ mod tests {
         assert_eq!(h[2].0, "RateLimit-Reset");
         let reset: u64 = h[2].1.parse().unwrap();
         assert!((1..=60).contains(&reset), "{h:?}");
+    }
 
-        // Enforced and over: OVER_LIMIT, unless global shadow mode answers OK overall.
+    /// Enforced and over: OVER_LIMIT, unless global shadow mode answers OK overall.
+    #[tokio::test]
+    async fn enforced_over_limit_unless_global_shadow_mode() {
+        let (_, denied) = admitted_and_denied("rls-answer-test-over").await;
+        let plain = rule(false);
         let over = [Outcome::Decided {
             rule: &plain,
             decision: Some(denied),
@@ -404,7 +418,12 @@ mod tests {
         assert_eq!(r.overall_code, Code::Ok as i32);
         assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
         assert_eq!(r.response_headers_to_add[0].key, "ratelimit-policy");
-        // No decision (requests_per_unit 0): over, the window's reset, no header fields.
+    }
+
+    /// No decision (requests_per_unit 0): over, the window's reset, no header fields.
+    #[test]
+    fn no_decision_is_over_with_no_header_fields() {
+        let plain = rule(false);
         let never = [Outcome::Decided {
             rule: &plain,
             decision: None,
@@ -415,8 +434,14 @@ mod tests {
         assert_eq!(r.overall_code, Code::OverLimit as i32);
         assert!(r.statuses[0].duration_until_reset.is_some());
         assert!(r.response_headers_to_add.is_empty());
-        // A store-down policy's decision (fail_open, fail_closed, local): made up, so no
-        // header fields claim what remains.
+    }
+
+    /// A store-down policy's decision (fail_open, fail_closed, local): made up, so no header
+    /// fields claim what remains.
+    #[tokio::test]
+    async fn store_down_decisions_have_no_header_fields() {
+        let (first, _) = admitted_and_denied("rls-answer-test-fallback").await;
+        let plain = rule(false);
         let fallback = [Outcome::Decided {
             rule: &plain,
             decision: Some(first),

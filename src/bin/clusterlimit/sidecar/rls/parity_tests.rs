@@ -247,22 +247,30 @@ fn wildcard_config() {
     );
 }
 
+/// `share_threshold.yaml`'s rule and counter key for `entries` on `test-domain`.
+fn shared_get(r: &Rules, entries: &[Entry<'_>]) -> (Arc<Rule>, String) {
+    get(r, "test-domain", entries).unwrap()
+}
+
+/// Every entry list of `values` (each a value a share_threshold wildcard matches) counts on
+/// one counter, `key`, of a rule of `rpu` requests per unit.
+fn shared(r: &Rules, values: &[&[Entry<'_>]], rpu: u32, key: &str) {
+    for entries in values {
+        let (rule, k) = shared_get(r, entries);
+        assert_eq!(
+            (rule.requests_per_unit, k.as_str()),
+            (rpu, key),
+            "{entries:?}"
+        );
+    }
+}
+
 #[test]
 fn share_threshold() {
     let r = rules("share_threshold.yaml");
-    let get = |entries: &[Entry<'_>]| get(&r, "test-domain", entries).unwrap();
     // Every value a share_threshold wildcard matches: one counter.
-    let shared = |values: &[&[Entry<'_>]], rpu: u32, key: &str| {
-        for entries in values {
-            let (rule, k) = get(entries);
-            assert_eq!(
-                (rule.requests_per_unit, k.as_str()),
-                (rpu, key),
-                "{entries:?}"
-            );
-        }
-    };
     shared(
+        &r,
         &[
             &[("files", "files/a.pdf")],
             &[("files", "files/b.csv")],
@@ -272,30 +280,41 @@ fn share_threshold() {
         "files_files/*",
     );
     // The shared key replaces the matched value only; other entries count as they are.
-    let (rule, key) = get(&[("route", "api/v1"), ("method", "GET")]);
+    let (rule, key) = shared_get(&r, &[("route", "api/v1"), ("method", "GET")]);
     assert_eq!(
         (rule.requests_per_unit, key.as_str()),
         (60, r"route_api/*.method_GET")
     );
-    let (rule, key) = get(&[("service", "svc/user"), ("endpoint", "get")]);
+    let (rule, key) = shared_get(&r, &[("service", "svc/user"), ("endpoint", "get")]);
     assert!(rule.detailed_metric);
     assert_eq!(key, "service_svc/*.endpoint_get");
+}
+
+#[test]
+fn share_threshold_nested() {
+    let r = rules("share_threshold.yaml");
     // Nested: each level with share_threshold stands as its wildcard.
     shared(
+        &r,
         &[&[("nested", "parent"), ("files", "nested/file1.txt")]],
         200,
         "nested_parent.files_nested/*",
     );
     shared(
+        &r,
         &[&[("files", "top/file1.txt"), ("files", "nested/file1.txt")]],
         300,
         "files_top/*.files_nested/*",
     );
     // A wildcard without share_threshold below one with it: that value counts apart.
-    let (rule, key) = get(&[("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")]);
+    let (rule, key) = shared_get(
+        &r,
+        &[("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")],
+    );
     assert_eq!(rule.requests_per_unit, 120);
     assert_eq!(key, "path_path/*.file_file/doc1.type_pdf");
     shared(
+        &r,
         &[&[
             ("user", "user/alice"),
             ("resource", "res/file1"),
@@ -304,10 +323,16 @@ fn share_threshold() {
         150,
         "user_user/*.resource_res/*.action_read",
     );
+}
+
+#[test]
+fn share_threshold_exact_value_wins() {
+    let r = rules("share_threshold.yaml");
     // An exact value wins over the wildcard and counts alone.
-    let (rule, key) = get(&[("file", "test1")]);
+    let (rule, key) = shared_get(&r, &[("file", "test1")]);
     assert_eq!((rule.requests_per_unit, key.as_str()), (50, "file_test1"));
     shared(
+        &r,
         &[
             &[("file", "test2")],
             &[("file", "test23")],
@@ -316,8 +341,13 @@ fn share_threshold() {
         100,
         "file_test*",
     );
-    // Middle and multiple wildcards.
+}
+
+#[test]
+fn share_threshold_middle_and_multiple_wildcards() {
+    let r = rules("share_threshold.yaml");
     shared(
+        &r,
         &[
             &[("midpath", "/api/v1")],
             &[("midpath", "/api-beta-v1")],
@@ -328,6 +358,7 @@ fn share_threshold() {
     );
     assert!(matcher::find(&r.domains["test-domain"], &[("midpath", "/api/v2")]).is_none());
     shared(
+        &r,
         &[
             &[("multiroute", "svcAepBrpc")],
             &[("multiroute", "svcXXXepYYYrpc")],
@@ -338,11 +369,13 @@ fn share_threshold() {
     );
     assert!(matcher::find(&r.domains["test-domain"], &[("multiroute", "svcABCrpc")]).is_none());
     shared(
+        &r,
         &[&[("midroute", "/api/v2")], &[("midroute", "/api-beta-v2")]],
         80,
         "midroute_/api*v2",
     );
     shared(
+        &r,
         &[
             &[("tenant", "t1prod"), ("resource", "res1v2")],
             &[("tenant", "tXprod"), ("resource", "resABCv2")],

@@ -7,7 +7,7 @@
 //! Kubernetes swaps a ConfigMap's `..data` symlink; both escape a watch on the old inode, and
 //! a poll of a few small files twice a second sees them all with no dependency.
 
-use super::reload_report::{Outcome, ReloadError, Reloaded};
+use super::reload_report::{Outcome, ReloadError, ReloadReport, Reloaded};
 use super::rules::{Loading, Rules};
 use super::service::Rls;
 use crate::sidecar::metrics::Metrics;
@@ -135,22 +135,8 @@ async fn watch(
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let hup = async {
-            match hangup.as_mut() {
-                Some(h) => h.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        let forced = tokio::select! {
-            _ = tick.tick() => false,
-            got = hup => {
-                if got.is_none() {
-                    hangup = None;
-                    continue;
-                }
-                tracing::info!("SIGHUP: reloading the rls_config rules");
-                true
-            }
+        let Some(forced) = woken(&mut tick, &mut hangup).await else {
+            continue;
         };
         let paths = files.clone();
         let now = match tokio::task::spawn_blocking(move || Fingerprint::take(&paths)).await {
@@ -169,39 +155,75 @@ async fn watch(
         // Whatever comes of it, this state has been tried: only a change, a SIGHUP or a due
         // retry tries again.
         applied = now;
-        match reload_once(&rls, &files, loading).await {
-            Ok(done) => {
-                retry = None;
-                report.reloaded(&done);
-                tracing::info!(
-                    domains = done.domains,
-                    rules = done.rules,
-                    opened = done.opened,
-                    quota_changed = done.changed,
-                    unchanged = done.unchanged,
-                    "rls_config reloaded"
-                );
+        retry = reported(report, reload_once(&rls, &files, loading).await, retry);
+    }
+}
+
+/// Waits for the next poll tick (`Some(false)`) or a SIGHUP (`Some(true)`: reload even if
+/// nothing changed); `None` when the SIGHUP stream ended (no more are caught).
+async fn woken(
+    tick: &mut tokio::time::Interval,
+    hangup: &mut Option<tokio::signal::unix::Signal>,
+) -> Option<bool> {
+    let hup = async {
+        match hangup.as_mut() {
+            Some(h) => h.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tick.tick() => Some(false),
+        got = hup => {
+            if got.is_none() {
+                *hangup = None;
+                return None;
             }
-            Err((Outcome::StoreError, why)) => {
-                let wait = retry.map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
-                retry = Some((Instant::now() + wait, wait));
-                report.failed(Outcome::StoreError, &why);
-                tracing::warn!(
-                    error = %why,
-                    retry_in_ms = wait.as_millis() as u64,
-                    "rls_config reload: the store failed while opening the new rules' limits; \
-                     the rules in force stay, trying again"
-                );
-            }
-            Err((outcome, why)) => {
-                retry = None;
-                report.failed(outcome, &why);
-                tracing::warn!(
-                    error = %why,
-                    "rls_config reload: the new rules are invalid; the rules in force stay \
-                     (fix the file, it is read again on its next change or on SIGHUP)"
-                );
-            }
+            tracing::info!("SIGHUP: reloading the rls_config rules");
+            Some(true)
+        }
+    }
+}
+
+/// Reports one reload's `result` (metrics and log); the retry that follows: after a store
+/// error, when to try again and the wait after that (backing off from `retry`), else none.
+fn reported(
+    report: &ReloadReport,
+    result: Result<Reloaded, (Outcome, String)>,
+    retry: Option<(Instant, Duration)>,
+) -> Option<(Instant, Duration)> {
+    match result {
+        Ok(done) => {
+            report.reloaded(&done);
+            tracing::info!(
+                domains = done.domains,
+                rules = done.rules,
+                opened = done.opened,
+                quota_changed = done.changed,
+                unchanged = done.unchanged,
+                "rls_config reloaded"
+            );
+            None
+        }
+        Err((Outcome::StoreError, why)) => {
+            let wait = retry.map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
+            let again_at = Instant::now() + wait;
+            report.failed(Outcome::StoreError, &why);
+            tracing::warn!(
+                error = %why,
+                retry_in_ms = wait.as_millis() as u64,
+                "rls_config reload: the store failed while opening the new rules' limits; \
+                 the rules in force stay, trying again"
+            );
+            Some((again_at, wait))
+        }
+        Err((outcome, why)) => {
+            report.failed(outcome, &why);
+            tracing::warn!(
+                error = %why,
+                "rls_config reload: the new rules are invalid; the rules in force stay \
+                 (fix the file, it is read again on its next change or on SIGHUP)"
+            );
+            None
         }
     }
 }
