@@ -286,7 +286,9 @@ async fn sidecar_client_exit_codes_for_timeout_usage_and_unreachable() {
     .await;
     assert_eq!(code, Some(75), "{err}");
     assert!(err.contains("retry after 1"), "{err}");
-    drop(holder);
+    // SIGTERM, as a user's Ctrl-C or an orchestrator would: the client passes it to its
+    // command and exits with it (a SIGKILL would leave its `sleep` behind).
+    stop_client(holder).await;
 
     let (code, err) = sidecar_client(&sc.url, &["--semaphore", "absent", "--", "true"]).await;
     assert_eq!(code, Some(64), "{err}");
@@ -305,4 +307,14 @@ async fn sidecar_client_exit_codes_for_timeout_usage_and_unreachable() {
     )
     .await;
     assert_eq!(code, Some(69), "{err}");
+}
+
+/// Stops a running `sidecar_client.py` with SIGTERM and waits (at most 10 s) for it to exit.
+async fn stop_client(mut client: tokio::process::Child) {
+    let pid = client.id().expect("the client is running");
+    binary::signal(pid, "TERM");
+    tokio::time::timeout(Duration::from_secs(10), client.wait())
+        .await
+        .expect("the client exits within 10 s of SIGTERM")
+        .expect("wait for the client");
 }
