@@ -18,6 +18,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 mod capacity;
+mod config_setters;
 mod due_queue;
 pub mod etcd;
 mod expiry;

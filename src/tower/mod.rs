@@ -149,6 +149,7 @@
 //!   or may not have consumed, one dropped while waiting between checks has not.
 
 pub mod concurrency;
+mod inner;
 pub mod rate;
 
 // The layers' names at the module root too, as tower's `limit` has them.

@@ -1,5 +1,6 @@
 //! Settings of the etcd backend, as the Limiter hands them over at connect.
 
+use crate::backend::config_setters::setters;
 use crate::store_url::{EtcdUser, TlsFiles};
 use std::time::Duration;
 
@@ -42,27 +43,10 @@ impl EtcdConfig {
         }
     }
 
-    /// Sets [`session_ttl`](Self::session_ttl).
-    pub fn session_ttl(mut self, session_ttl: Duration) -> Self {
-        self.session_ttl = session_ttl;
-        self
-    }
-
-    /// Sets [`request_timeout`](Self::request_timeout).
-    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
-        self.request_timeout = request_timeout;
-        self
-    }
-
-    /// Sets [`tls`](Self::tls).
-    pub fn tls(mut self, tls: Option<TlsFiles>) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// Sets [`user`](Self::user).
-    pub fn user(mut self, user: Option<EtcdUser>) -> Self {
-        self.user = user;
-        self
-    }
+    setters!(
+        session_ttl: Duration,
+        request_timeout: Duration,
+        tls: Option<TlsFiles>,
+        user: Option<EtcdUser>,
+    );
 }

@@ -43,21 +43,6 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     deepest.to_string()
 }
 
-/// An error and its sources, joined: "a: b: c".
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

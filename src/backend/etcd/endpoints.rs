@@ -54,6 +54,82 @@ impl Member {
     }
 }
 
+/// The members' clients while connecting: `None` for one not reached yet.
+struct Reached {
+    clients: Vec<Option<Client>>,
+    /// The slowest authentication seen, in µs (0 without a user).
+    auth_us: u64,
+}
+
+impl Reached {
+    /// Rounds of connecting the members not reached yet until one is (any will do), with
+    /// pauses between rounds: the clients, and one that is ready.
+    async fn connect(
+        urls: &[String],
+        opts: &ConnectOptions,
+        authenticates: bool,
+        deadline: tokio::time::Instant,
+        refused: &(dyn Fn(&etcd_client::Error) -> bool + Sync),
+    ) -> Result<(Reached, Client), etcd_client::Error> {
+        let mut reached = Reached {
+            clients: vec![None; urls.len()],
+            auth_us: 0,
+        };
+        let mut pause = CONNECT_PAUSE;
+        loop {
+            let last_error = reached.round(urls, opts, authenticates, refused).await?;
+            if let Some(ready) = reached.clients.iter().flatten().next().cloned() {
+                return Ok((reached, ready));
+            }
+            let Some(e) = last_error else {
+                return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
+            };
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(REAUTH_PAUSE / 4);
+        }
+    }
+
+    /// Connects every member not reached yet, at once. Returns the last failure worth
+    /// another round, if any; any other failure is the error.
+    async fn round(
+        &mut self,
+        urls: &[String],
+        opts: &ConnectOptions,
+        authenticates: bool,
+        refused: &(dyn Fn(&etcd_client::Error) -> bool + Sync),
+    ) -> Result<Option<etcd_client::Error>, etcd_client::Error> {
+        let pending: Vec<usize> = (0..urls.len())
+            .filter(|&i| self.clients[i].is_none())
+            .collect();
+        let connects = pending.iter().map(|&i| async move {
+            let sent = tokio::time::Instant::now();
+            let connected = Client::connect([&urls[i]], Some(opts.clone())).await;
+            (connected, sent.elapsed())
+        });
+        let mut last_error = None;
+        for (&i, (connected, took)) in pending
+            .iter()
+            .zip(futures::future::join_all(connects).await)
+        {
+            if authenticates && connected.is_ok() {
+                self.auth_us = self.auth_us.max(micros(took));
+            }
+            match connected {
+                Ok(client) => self.clients[i] = Some(client),
+                // Unreachable or no leader now: tried again next round or in the background.
+                Err(e) if authenticates && super::attempt::is_transient(&e) && !refused(&e) => {
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(last_error)
+    }
+}
+
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the options: they hold the password.
@@ -74,73 +150,17 @@ impl Endpoints {
         opts: &ConnectOptions,
         authenticates: bool,
         deadline: tokio::time::Instant,
-        refused: impl Fn(&etcd_client::Error) -> bool,
+        refused: impl Fn(&etcd_client::Error) -> bool + Sync,
     ) -> Result<Arc<Endpoints>, etcd_client::Error> {
         if urls.is_empty() {
             return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
         }
-        let mut clients: Vec<Option<Client>> = vec![None; urls.len()];
-        let mut pause = CONNECT_PAUSE;
-        let mut auth_us = 0;
-        let any_ready = loop {
-            let pending: Vec<usize> = (0..urls.len()).filter(|&i| clients[i].is_none()).collect();
-            let connects = pending.iter().map(|&i| async move {
-                let sent = tokio::time::Instant::now();
-                let connected = Client::connect([&urls[i]], Some(opts.clone())).await;
-                (connected, sent.elapsed())
-            });
-            let mut last_error = None;
-            for (&i, (connected, took)) in pending
-                .iter()
-                .zip(futures::future::join_all(connects).await)
-            {
-                if authenticates && connected.is_ok() {
-                    auth_us = auth_us.max(micros(took));
-                }
-                match connected {
-                    Ok(client) => clients[i] = Some(client),
-                    // Unreachable or no leader now: tried again below or in the background.
-                    Err(e) if authenticates && super::attempt::is_transient(&e) && !refused(&e) => {
-                        last_error = Some(e);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if let Some(ready) = clients.iter().flatten().next() {
-                break ready.clone();
-            }
-            let Some(e) = last_error else {
-                return Err(etcd_client::Error::InvalidArgs("no etcd endpoints".into()));
-            };
-            if tokio::time::Instant::now() + pause >= deadline {
-                return Err(e);
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(REAUTH_PAUSE / 4);
-        };
-        let unready: Vec<usize> = (0..clients.len())
-            .filter(|&i| clients[i].is_none())
+        let (reached, any_ready) =
+            Reached::connect(urls, opts, authenticates, deadline, &refused).await?;
+        let unready: Vec<usize> = (0..reached.clients.len())
+            .filter(|&i| reached.clients[i].is_none())
             .collect();
-        // A ready member's client holds an unready member's place; it is never picked for it.
-        let members: Vec<Member> = clients
-            .into_iter()
-            .map(|c| Member {
-                ready: AtomicBool::new(c.is_some()),
-                client: RwLock::new(c.unwrap_or_else(|| any_ready.clone())),
-            })
-            .collect();
-        // Limiters start on different members, so a fleet does not load the first one only.
-        let start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as usize)
-            % members.len();
-        let endpoints = Arc::new(Endpoints {
-            members,
-            urls: urls.to_vec(),
-            current: AtomicUsize::new(start),
-            latency_us: AtomicU64::new(0),
-            auth_us: AtomicU64::new(auth_us),
-        });
+        let endpoints = Endpoints::new(urls, reached, any_ready);
         if !unready.is_empty() {
             tracing::debug!(
                 members = ?unready,
@@ -154,6 +174,31 @@ impl Endpoints {
             ));
         }
         Ok(endpoints)
+    }
+
+    /// The endpoints of the clients `reached`, `any_ready` in the place of each one not
+    /// reached yet (it is never picked for it).
+    fn new(urls: &[String], reached: Reached, any_ready: Client) -> Arc<Endpoints> {
+        let members: Vec<Member> = reached
+            .clients
+            .into_iter()
+            .map(|c| Member {
+                ready: AtomicBool::new(c.is_some()),
+                client: RwLock::new(c.unwrap_or_else(|| any_ready.clone())),
+            })
+            .collect();
+        // Limiters start on different members, so a fleet does not load the first one only.
+        let start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as usize)
+            % members.len();
+        Arc::new(Endpoints {
+            members,
+            urls: urls.to_vec(),
+            current: AtomicUsize::new(start),
+            latency_us: AtomicU64::new(0),
+            auth_us: AtomicU64::new(reached.auth_us),
+        })
     }
 
     /// The member in use (or the next ready one): its index (to report a failure) and client.

@@ -11,9 +11,8 @@
 //! [`LimiterBuilder::tls`]: crate::limiter::LimiterBuilder::tls
 //! [`LimiterBuilder::etcd_user`]: crate::limiter::LimiterBuilder::etcd_user
 
-use super::describe::chain;
 use super::tls_probe::TlsMaterial;
-use crate::error::{Error, Result};
+use crate::error::{chain, Error, Result};
 use crate::store_url::{EtcdUser, TlsFiles};
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use rustls_pki_types::pem::{self, PemObject};

@@ -96,84 +96,112 @@ struct Keeper {
     stats: Arc<RequestCounters>,
 }
 
+/// Why the keeper woke up.
+enum Wake {
+    /// Time for the next round.
+    Due,
+    /// Stopped, or the session was marked lost by whoever noticed (and reported) it: nothing
+    /// left to do.
+    Done,
+    /// The deadline passed without an acknowledged keepalive.
+    Expired,
+}
+
+/// The keepalive stream and where the rounds went.
+#[derive(Default)]
+struct Rounds {
+    stream: Option<Stream>,
+    /// The member the current round went to.
+    member: usize,
+    outage: Outage,
+}
+
 impl Keeper {
     async fn run(self) {
-        let lease = self.session.lease;
-        let mut stream: Option<Stream> = None;
+        let mut rounds = Rounds::default();
         let mut pause = self.interval;
-        let mut outage = Outage::default();
-        // The member the current round went to.
-        let mut member = 0;
         loop {
-            tokio::select! {
-                // Stop first: close() both stops the keeper and marks the session lost.
-                biased;
-                _ = self.session.stop.cancelled() => return,
-                _ = self.session.lost.lost() => {
-                    // Marked lost by whoever noticed (and reported) it: nothing left to do.
-                    if !self.session.lost.deadline().passed() {
-                        return;
-                    }
-                    break;
-                }
-                _ = tokio::time::sleep(pause) => {}
+            match self.wait(pause).await {
+                Wake::Due => {}
+                Wake::Done => return,
+                Wake::Expired => break,
             }
-            let sent = Instant::now();
-            // Each round is bounded: a hung server must not stall the keeper past the deadline.
-            let round = timeout(
-                self.request_timeout.min(self.interval.max(RETRY_PAUSE)),
-                self.keep_alive_once(&mut stream, &mut member),
-            )
-            .await;
-            match round {
-                Ok(Ok(ttl)) if ttl > 0 => {
-                    self.session
-                        .lost
-                        .deadline()
-                        .extend(sent + Duration::from_secs(ttl as u64));
-                    pause = self.interval;
-                    outage.ok("etcd lease keepalive");
-                }
-                Ok(Ok(_)) => {
-                    let member = self.endpoints.url(member);
-                    tracing::warn!(
-                        lease,
-                        %member,
-                        "etcd at {member} says the session's lease expired or was revoked; permits of this session are lost"
-                    );
-                    self.session.lost.fire();
-                    return;
-                }
-                Ok(Err(e)) => {
-                    if is_lease_not_found(&e) {
-                        let member = self.endpoints.url(member);
-                        tracing::warn!(lease, %member, "etcd at {member} does not know the session's lease ({}); permits of this session are lost", failure(&e));
-                        self.session.lost.fire();
-                        return;
-                    }
-                    outage.failed(
-                        "etcd lease keepalive",
-                        self.endpoints.url(member),
-                        &failure(&e),
-                    );
-                    stream = None;
-                    self.endpoints.failed(member);
-                    pause = RETRY_PAUSE;
-                }
-                Err(_) => {
-                    outage.failed(
-                        "etcd lease keepalive",
-                        self.endpoints.url(member),
-                        &"no answer in time",
-                    );
-                    stream = None;
-                    self.endpoints.failed(member);
-                    pause = RETRY_PAUSE;
-                }
+            match self.round(&mut rounds).await {
+                Some(next) => pause = next,
+                None => return,
             }
         }
-        // The deadline passed without an acknowledged keepalive: the session is dead to us.
-        // Revoke in case the lease is in fact alive, so its permits come back now.
+        self.expired(rounds.member).await;
+    }
+
+    /// Sleeps `pause`, unless the session is stopped or lost first.
+    async fn wait(&self, pause: Duration) -> Wake {
+        tokio::select! {
+            // Stop first: close() both stops the keeper and marks the session lost.
+            biased;
+            _ = self.session.stop.cancelled() => Wake::Done,
+            _ = self.session.lost.lost() => {
+                if self.session.lost.deadline().passed() {
+                    Wake::Expired
+                } else {
+                    Wake::Done
+                }
+            }
+            _ = tokio::time::sleep(pause) => Wake::Due,
+        }
+    }
+
+    /// One keepalive round: the deadline extended by an acknowledged one, the stream moved to
+    /// the next member after a failure. Returns the pause before the next round, or `None`
+    /// once etcd said the lease is gone (the session is then lost).
+    async fn round(&self, r: &mut Rounds) -> Option<Duration> {
+        let lease = self.session.lease;
+        let sent = Instant::now();
+        // Each round is bounded: a hung server must not stall the keeper past the deadline.
+        let round = timeout(
+            self.request_timeout.min(self.interval.max(RETRY_PAUSE)),
+            self.keep_alive_once(&mut r.stream, &mut r.member),
+        )
+        .await;
+        let why = match round {
+            Ok(Ok(ttl)) if ttl > 0 => {
+                self.session
+                    .lost
+                    .deadline()
+                    .extend(sent + Duration::from_secs(ttl as u64));
+                r.outage.ok("etcd lease keepalive");
+                return Some(self.interval);
+            }
+            Ok(Ok(_)) => {
+                let member = self.endpoints.url(r.member);
+                tracing::warn!(
+                    lease,
+                    %member,
+                    "etcd at {member} says the session's lease expired or was revoked; permits of this session are lost"
+                );
+                self.session.lost.fire();
+                return None;
+            }
+            Ok(Err(e)) if is_lease_not_found(&e) => {
+                let member = self.endpoints.url(r.member);
+                tracing::warn!(lease, %member, "etcd at {member} does not know the session's lease ({}); permits of this session are lost", failure(&e));
+                self.session.lost.fire();
+                return None;
+            }
+            Ok(Err(e)) => failure(&e),
+            Err(_) => "no answer in time".to_string(),
+        };
+        let member = self.endpoints.url(r.member);
+        r.outage.failed("etcd lease keepalive", member, &why);
+        r.stream = None;
+        self.endpoints.failed(r.member);
+        Some(RETRY_PAUSE)
+    }
+
+    /// The deadline passed without an acknowledged keepalive: the session is dead to us.
+    /// Revoke in case the lease is in fact alive, so its permits come back now.
+    async fn expired(&self, member: usize) {
+        let lease = self.session.lease;
         let member = self.endpoints.url(member);
         tracing::warn!(
             lease,

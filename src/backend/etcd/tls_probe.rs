@@ -7,7 +7,7 @@
 //! by one read sees the alert every time. Used at most once per call, only for a TLS
 //! connection that etcd closed.
 
-use super::describe::chain;
+use crate::error::chain;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -233,40 +233,22 @@ mod tests {
 
     #[test]
     fn reads_enqueues_and_resizes() {
-        let e = Enqueue::parse(&s(&[
-            "ok",
-            "20",
-            "2",
-            "0",
-            "10",
-            "1 a 5 me",
-            "20",
-            "1 b 6 you",
-        ]));
-        assert_eq!(
-            e,
-            Ok(Enqueue::Queued {
-                token: 20,
-                holds: true
-            })
-        );
-        let e = Enqueue::parse(&s(&[
-            "ok",
-            "20",
-            "1",
-            "0",
-            "10",
-            "1 a 5 me",
-            "20",
-            "1 b 6 you",
-        ]));
-        assert_eq!(
-            e,
-            Ok(Enqueue::Queued {
-                token: 20,
-                holds: false
-            })
-        );
+        // Entry 20 (1 permit) behind entry 10 (1 permit): it holds at capacity 2, waits at 1.
+        let queued_at = |capacity: &str| {
+            Enqueue::parse(&s(&[
+                "ok",
+                "20",
+                capacity,
+                "0",
+                "10",
+                "1 a 5 me",
+                "20",
+                "1 b 6 you",
+            ]))
+        };
+        let holds = |holds| Ok(Enqueue::Queued { token: 20, holds });
+        assert_eq!(queued_at("2"), holds(true));
+        assert_eq!(queued_at("1"), holds(false));
         assert_eq!(Enqueue::parse(&s(&["heavy", "3"])), Ok(Enqueue::Heavy(3)));
         assert_eq!(Enqueue::parse(&s(&["nosem"])), Ok(Enqueue::NoSemaphore));
         assert!(Enqueue::parse(&s(&["ok", "20", "1", "0"])).is_err());

@@ -1,5 +1,6 @@
 //! Settings of the ZooKeeper backend, as the Limiter hands them over at connect.
 
+use crate::backend::config_setters::setters;
 use crate::store_url::{TlsFiles, ZkAcl};
 use std::time::Duration;
 
@@ -45,33 +46,11 @@ impl ZkConfig {
         }
     }
 
-    /// Sets [`session_timeout`](Self::session_timeout).
-    pub fn session_timeout(mut self, session_timeout: Duration) -> Self {
-        self.session_timeout = session_timeout;
-        self
-    }
-
-    /// Sets [`request_timeout`](Self::request_timeout).
-    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
-        self.request_timeout = request_timeout;
-        self
-    }
-
-    /// Sets [`tls`](Self::tls).
-    pub fn tls(mut self, tls: Option<TlsFiles>) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// Sets [`digest_file`](Self::digest_file).
-    pub fn digest_file(mut self, digest_file: Option<std::path::PathBuf>) -> Self {
-        self.digest_file = digest_file;
-        self
-    }
-
-    /// Sets [`acl`](Self::acl).
-    pub fn acl(mut self, acl: Option<ZkAcl>) -> Self {
-        self.acl = acl;
-        self
-    }
+    setters!(
+        session_timeout: Duration,
+        request_timeout: Duration,
+        tls: Option<TlsFiles>,
+        digest_file: Option<std::path::PathBuf>,
+        acl: Option<ZkAcl>,
+    );
 }

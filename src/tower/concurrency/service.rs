@@ -4,6 +4,7 @@ use super::admit::Policy;
 use super::classify::{Classify, DefaultClassifier};
 use super::error::LimitError;
 use super::future::ResponseFuture;
+use crate::tower::inner::{inner_accessors, take_ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -29,20 +30,7 @@ impl<S, C> ClusterConcurrencyLimit<S, C> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!();
 }
 
 impl<S, C, Req> Service<Req> for ClusterConcurrencyLimit<S, C>
@@ -59,10 +47,8 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        // The service that was polled ready goes with the request (it is called once the
-        // permit is granted); a fresh clone takes its place and is polled for the next one.
-        let fresh = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, fresh);
+        // Called once the permit is granted.
+        let ready = take_ready(&mut self.inner);
         ResponseFuture::new(self.policy.clone(), ready, req, self.classify.clone())
     }
 }

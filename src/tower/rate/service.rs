@@ -5,6 +5,7 @@ use super::cost::CostFn;
 use super::future::RateLimitFuture;
 use super::key::KeyFn;
 use super::respond::Respond;
+use crate::tower::inner::{inner_accessors, take_ready};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -64,20 +65,7 @@ impl<S, K, C, M> ClusterRateLimit<S, K, C, M> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!();
 }
 
 impl<S, Req, K, C, M> Service<Req> for ClusterRateLimit<S, K, C, M>
@@ -97,10 +85,8 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let plan = self.policy.plan(self.key.key(&req), self.cost.cost(&req));
-        // The service that was polled ready goes with the request (called once admitted); a
-        // fresh clone takes its place and is polled for the next one.
-        let fresh = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, fresh);
+        // Called once admitted.
+        let ready = take_ready(&mut self.inner);
         RateLimitFuture::new(self.policy.clone(), plan, ready, req)
     }
 }

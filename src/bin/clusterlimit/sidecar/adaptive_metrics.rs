@@ -3,6 +3,7 @@
 //! scrape (`routes/adaptive.rs` bounds the reads by the request timeout).
 
 use super::adaptive_view::DecisionView;
+use super::registered::registered;
 use super::sem_label::SemLabel;
 use crate::common::lock;
 use clusterlimit::adaptive::AdaptiveStatus;
@@ -40,47 +41,46 @@ pub struct AdaptiveMetrics {
 impl AdaptiveMetrics {
     /// Registers every family in `registry`.
     pub fn register(registry: &mut Registry) -> AdaptiveMetrics {
-        let m = AdaptiveMetrics {
-            capacity: Family::default(),
-            p50_seconds: Family::default(),
-            baseline_seconds: Family::default(),
-            drop_ratio: Family::default(),
-            reporters: Family::default(),
-            changes: Family::default(),
+        AdaptiveMetrics {
+            capacity: registered(
+                registry,
+                "clusterlimit_adaptive_capacity",
+                "Stored capacity of an adaptive semaphore, read at the scrape",
+                Family::default(),
+            ),
+            p50_seconds: registered(
+                registry,
+                "clusterlimit_adaptive_latency_p50_seconds",
+                "Median latency of the successes in the controller's newest window (NaN: none)",
+                Family::default(),
+            ),
+            baseline_seconds: registered(
+                registry,
+                "clusterlimit_adaptive_baseline_seconds",
+                "The gradient's baseline: the dependency's unloaded latency as learnt (NaN: none)",
+                Family::default(),
+            ),
+            drop_ratio: registered(
+                registry,
+                "clusterlimit_adaptive_drop_ratio",
+                "Share of drops among the outcomes of the controller's newest window",
+                Family::default(),
+            ),
+            reporters: registered(
+                registry,
+                "clusterlimit_adaptive_reporters",
+                "Limiters (sidecars, services, runs) announcing outcomes for the semaphore",
+                Family::default(),
+            ),
+            changes: registered(
+                registry,
+                "clusterlimit_adaptive_capacity_changes",
+                "Capacity changes of the controller seen at scrapes, by direction (a scrape sees \
+                 the newest step only: with windows shorter than the scrape interval some are missed)",
+                Family::default(),
+            ),
             counted: Mutex::new(HashMap::new()),
-        };
-        registry.register(
-            "clusterlimit_adaptive_capacity",
-            "Stored capacity of an adaptive semaphore, read at the scrape",
-            m.capacity.clone(),
-        );
-        registry.register(
-            "clusterlimit_adaptive_latency_p50_seconds",
-            "Median latency of the successes in the controller's newest window (NaN: none)",
-            m.p50_seconds.clone(),
-        );
-        registry.register(
-            "clusterlimit_adaptive_baseline_seconds",
-            "The gradient's baseline: the dependency's unloaded latency as learnt (NaN: none)",
-            m.baseline_seconds.clone(),
-        );
-        registry.register(
-            "clusterlimit_adaptive_drop_ratio",
-            "Share of drops among the outcomes of the controller's newest window",
-            m.drop_ratio.clone(),
-        );
-        registry.register(
-            "clusterlimit_adaptive_reporters",
-            "Limiters (sidecars, services, runs) announcing outcomes for the semaphore",
-            m.reporters.clone(),
-        );
-        registry.register(
-            "clusterlimit_adaptive_capacity_changes",
-            "Capacity changes of the controller seen at scrapes, by direction (a scrape sees \
-             the newest step only: with windows shorter than the scrape interval some are missed)",
-            m.changes.clone(),
-        );
-        m
+        }
     }
 
     /// Records what a scrape read of `semaphore`: its stored capacity and how it adapts.

@@ -15,6 +15,7 @@ mod path_param;
 mod problem;
 mod rate_metrics;
 mod rate_settings;
+mod registered;
 mod release_body;
 mod rls;
 mod routes;

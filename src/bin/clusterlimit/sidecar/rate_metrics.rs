@@ -2,6 +2,7 @@
 //! (domain, limit) what envoyproxy/ratelimit reports (total hits, over limit, near limit,
 //! shadow mode, failure mode allowed), the store's latency, and the keys cached.
 
+use super::registered::registered;
 use clusterlimit::{DecisionSource, GuardedDecision};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -60,70 +61,69 @@ pub struct RateMetrics {
 impl RateMetrics {
     /// Registers every family in `registry`.
     pub fn register(registry: &mut Registry) -> RateMetrics {
-        let m = RateMetrics {
-            hits: Family::default(),
-            over_limit: Family::default(),
-            near_limit: Family::default(),
-            shadow_mode: Family::default(),
-            failure_mode_allowed: Family::default(),
-            store_down_denied: Family::default(),
-            store_seconds: Family::new_with_constructor(latency_histogram),
-            keys_cached: Family::default(),
-            waits_in_flight: Family::default(),
-            cache_answers: Counter::default(),
+        RateMetrics {
+            hits: registered(
+                registry,
+                "clusterlimit_rate_hits",
+                "Rate-limit hits checked (the cost of each check), by domain and limit",
+                Family::default(),
+            ),
+            over_limit: registered(
+                registry,
+                "clusterlimit_rate_over_limit",
+                "Hits denied because they were over the limit (shadow mode included)",
+                Family::default(),
+            ),
+            near_limit: registered(
+                registry,
+                "clusterlimit_rate_near_limit",
+                "Admitted hits that left the key with 80% or more of its limit used",
+                Family::default(),
+            ),
+            shadow_mode: registered(
+                registry,
+                "clusterlimit_rate_shadow_mode",
+                "Hits over the limit that were admitted because the limit is in shadow mode",
+                Family::default(),
+            ),
+            failure_mode_allowed: registered(
+                registry,
+                "clusterlimit_rate_failure_mode_allowed",
+                "Hits admitted without the store while it was down (fail_open, or a local share)",
+                Family::default(),
+            ),
+            store_down_denied: registered(
+                registry,
+                "clusterlimit_rate_store_down_denied",
+                "Hits denied without the store while it was down (fail_closed, or a local share)",
+                Family::default(),
+            ),
+            store_seconds: registered(
+                registry,
+                "clusterlimit_rate_store_duration_seconds",
+                "Time the store took to decide a rate-limit check (answers it gave only)",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            keys_cached: registered(
+                registry,
+                "clusterlimit_rate_keys_cached",
+                "Key states held in this sidecar's memory, by limit",
+                Family::default(),
+            ),
+            waits_in_flight: registered(
+                registry,
+                "clusterlimit_rate_waits_in_flight",
+                "Rate waits of the HTTP API in flight, by limit",
+                Family::default(),
+            ),
+            cache_answers: registered(
+                registry,
+                "clusterlimit_rate_cache_answers",
+                "Rate-limit checks answered from a cached state without a store request",
+                Counter::default(),
+            ),
             live: Default::default(),
-        };
-        registry.register(
-            "clusterlimit_rate_hits",
-            "Rate-limit hits checked (the cost of each check), by domain and limit",
-            m.hits.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_over_limit",
-            "Hits denied because they were over the limit (shadow mode included)",
-            m.over_limit.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_near_limit",
-            "Admitted hits that left the key with 80% or more of its limit used",
-            m.near_limit.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_shadow_mode",
-            "Hits over the limit that were admitted because the limit is in shadow mode",
-            m.shadow_mode.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_failure_mode_allowed",
-            "Hits admitted without the store while it was down (fail_open, or a local share)",
-            m.failure_mode_allowed.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_store_down_denied",
-            "Hits denied without the store while it was down (fail_closed, or a local share)",
-            m.store_down_denied.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_store_duration_seconds",
-            "Time the store took to decide a rate-limit check (answers it gave only)",
-            m.store_seconds.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_keys_cached",
-            "Key states held in this sidecar's memory, by limit",
-            m.keys_cached.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_waits_in_flight",
-            "Rate waits of the HTTP API in flight, by limit",
-            m.waits_in_flight.clone(),
-        );
-        registry.register(
-            "clusterlimit_rate_cache_answers",
-            "Rate-limit checks answered from a cached state without a store request",
-            m.cache_answers.clone(),
-        );
-        m
+        }
     }
 
     /// One answered check of `key` on rate limit `limit` for the live view.

@@ -53,11 +53,11 @@ impl RateCommand {
     /// The store URL given.
     pub fn store(&self) -> &str {
         match self {
-            RateCommand::Check(a) => &a.store.store,
-            RateCommand::Wait(a) => &a.check.store.store,
+            RateCommand::Check(a) => &a.target.store.store,
+            RateCommand::Wait(a) => &a.check.target.store.store,
             RateCommand::Status(a) => &a.store.store,
             RateCommand::SetQuota(a) => &a.store.store,
-            RateCommand::Reset(a) => &a.store.store,
+            RateCommand::Reset(a) => &a.target.store.store,
         }
     }
 }
@@ -117,15 +117,11 @@ impl QuotaFlags {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("name", |a| a.help("Rate limit to check")))]
+#[command(mut_arg("key", |a| a.help("The key counted (a user, a host, a job…): any UTF-8, 1-512 bytes")))]
 pub struct CheckArgs {
     #[command(flatten)]
-    pub store: StoreArg,
-    /// Rate limit to check.
-    #[arg(value_name = "NAME")]
-    pub name: String,
-    /// The key counted (a user, a host, a job…): any UTF-8, 1-512 bytes.
-    #[arg(value_name = "KEY")]
-    pub key: String,
+    pub target: KeyArgs,
     /// How much this request counts.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u64>(1, MAX_RATE), allow_negative_numbers = true)]
     pub cost: u64,
@@ -181,13 +177,21 @@ pub struct SetQuotaArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("name", |a| a.help("Rate limit of the key")))]
+#[command(mut_arg("key", |a| a.help("Key to forget")))]
 pub struct ResetArgs {
     #[command(flatten)]
+    pub target: KeyArgs,
+}
+
+/// One key of one rate limit in a store: `STORE NAME KEY`, what `check`, `wait` and `reset`
+/// act on. Each command says what NAME and KEY are to it (`mut_arg`).
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    #[command(flatten)]
     pub store: StoreArg,
-    /// Rate limit of the key.
     #[arg(value_name = "NAME")]
     pub name: String,
-    /// Key to forget.
     #[arg(value_name = "KEY")]
     pub key: String,
 }

@@ -102,12 +102,15 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
 /// Prints an admission (JSON or a line) and returns exit 0.
 fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
     if a.json {
-        out_line!("{}", decision_json(&a.name, &a.key, a.cost, d, "store"));
+        out_line!(
+            "{}",
+            decision_json(&a.target.name, &a.target.key, a.cost, d, "store")
+        );
     } else {
         out_line!(
             "admitted: {} {:?} (cost {}), {} of {} left",
-            a.name,
-            a.key,
+            a.target.name,
+            a.target.key,
             a.cost,
             d.remaining,
             d.limit
@@ -117,12 +120,12 @@ fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
 }
 
 async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
-    check_key(&a.key)?;
-    with_limiter(&a.store, async |limiter| {
-        let rl = open(limiter, &a.name, &a.quota).await?;
+    check_key(&a.target.key)?;
+    with_limiter(&a.target.store, async |limiter| {
+        let rl = open(limiter, &a.target.name, &a.quota).await?;
         check_cost(&rl, a.cost)?;
         let d = rl
-            .check_n(&a.key, a.cost)
+            .check_n(&a.target.key, a.cost)
             .await
             .map_err(Failure::from_lib)?;
         if d.allowed {
@@ -130,12 +133,15 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
         }
         let retry = d.retry_after.unwrap_or_default();
         if a.json {
-            out_line!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+            out_line!(
+                "{}",
+                decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
+            );
         } else {
             out_line!(
                 "denied: {} {:?} (cost {}), retry after {}",
-                a.name,
-                a.key,
+                a.target.name,
+                a.target.key,
                 a.cost,
                 format_wait(retry)
             );
@@ -147,16 +153,16 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
 
 async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
     let a = &w.check;
-    check_key(&a.key)?;
+    check_key(&a.target.key)?;
     // --timeout covers connect, open and the wait (whose checks keep to it: see wait.rs).
     let deadline = Deadline::after(w.timeout);
-    with_limiter_by(&a.store, deadline, async |limiter| {
-        let opening = format!("opening rate limit {:?}", a.name);
+    with_limiter_by(&a.target.store, deadline, async |limiter| {
+        let opening = format!("opening rate limit {:?}", a.target.name);
         let rl = deadline
-            .bound(&opening, open(limiter, &a.name, &a.quota))
+            .bound(&opening, open(limiter, &a.target.name, &a.quota))
             .await?;
         check_cost(&rl, a.cost)?;
-        let waited = wait::wait(&rl, &a.key, a.cost, deadline.remaining())
+        let waited = wait::wait(&rl, &a.target.key, a.cost, deadline.remaining())
             .await
             .map_err(Failure::from_lib)?;
         match waited {
@@ -164,14 +170,17 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             // (A never-admitted cost is an error of wait.rs; a plain wait is never stopped.)
             Waited::Denied(d) | Waited::Never(d) => {
                 if a.json {
-                    out_line!("{}", decision_json(&a.name, &a.key, a.cost, &d, "store"));
+                    out_line!(
+                        "{}",
+                        decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
+                    );
                 }
                 Err(Failure::new(
                     exit::TIMEOUT,
                     format!(
                         "{} {:?} (cost {}) not admitted within {}; nothing consumed{}",
-                        a.name,
-                        a.key,
+                        a.target.name,
+                        a.target.key,
                         a.cost,
                         format_duration(w.timeout.unwrap_or_default()),
                         ban_note(&rl)
@@ -252,11 +261,11 @@ async fn create(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<Cre
 }
 
 async fn reset(a: ResetArgs) -> Result<ExitCode, Failure> {
-    check_key(&a.key)?;
-    with_limiter(&a.store, async |limiter| {
-        let rl = open_existing(limiter, &a.name).await?;
-        rl.reset(&a.key).await.map_err(Failure::from_lib)?;
-        out_line!("{} {:?}: reset", a.name, a.key);
+    check_key(&a.target.key)?;
+    with_limiter(&a.target.store, async |limiter| {
+        let rl = open_existing(limiter, &a.target.name).await?;
+        rl.reset(&a.target.key).await.map_err(Failure::from_lib)?;
+        out_line!("{} {:?}: reset", a.target.name, a.target.key);
         Ok(ExitCode::SUCCESS)
     })
     .await

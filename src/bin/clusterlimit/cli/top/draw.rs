@@ -5,6 +5,7 @@ use super::feed::Feed;
 use super::keys::{Pane, Selection};
 use super::store_lines;
 use crate::live::picture::{HolderView, Picture, RateLimitView, SemaphoreView};
+use ratatui::layout::Constraint::{Fill, Length, Min};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span};
@@ -38,13 +39,130 @@ pub fn draw(frame: &mut Frame, feed: &Feed, sel: &mut Selection, interval: Durat
         Some(_) => "",
     };
     let stale = store_lines::stale_mark(p);
-    semaphores(frame, sems, p, sel, why_empty, stale.as_deref());
-    rate_limits(frame, rates, p, sel, why_empty, stale.as_deref());
+    let panes = Panes {
+        p,
+        sel,
+        why_empty,
+        stale: stale.as_deref(),
+    };
+    semaphores(frame, sems, panes);
+    rate_limits(frame, rates, panes);
     let keys = format!(
         " ↑/↓ or j/k select   Tab switch pane   q quit   (reads the store every {})",
         crate::common::format_duration(interval)
     );
     frame.render_widget(Paragraph::new(keys).dark_gray(), footer);
+}
+
+/// What both list panes are drawn from.
+#[derive(Clone, Copy)]
+struct Panes<'a> {
+    p: &'a Picture,
+    sel: &'a Selection,
+    /// Why the lists are empty: "" once the store was read.
+    why_empty: &'a str,
+    /// The mark of a picture kept from an earlier read.
+    stale: Option<&'a str>,
+}
+
+impl Panes<'_> {
+    /// The list pane `of`, laid out in `area`, if it has rows; with none, its list says why
+    /// and its details are a bare border.
+    fn open(self, frame: &mut Frame, area: Rect, of: &ListPane, rows: usize) -> Option<Opened> {
+        let [list, detail] =
+            Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)])
+                .areas(area);
+        let focused = self.sel.focus == of.pane;
+        let block = pane_block(of.title, focused, self.stale);
+        if rows > 0 {
+            return Some(Opened {
+                list,
+                detail,
+                block,
+                focused,
+                columns: of.columns,
+            });
+        }
+        let why = if self.why_empty.is_empty() {
+            of.none
+        } else {
+            self.why_empty
+        };
+        frame.render_widget(Paragraph::new(why).dark_gray().block(block), list);
+        frame.render_widget(Block::bordered().title(of.detail_title), detail);
+        None
+    }
+}
+
+/// What sets one list pane apart from the other.
+struct ListPane {
+    pane: Pane,
+    title: &'static str,
+    /// The list's text when it is empty with nothing wrong.
+    none: &'static str,
+    /// The details' title with nothing selected.
+    detail_title: &'static str,
+    /// The list's columns: header and width.
+    columns: &'static [(&'static str, Constraint)],
+}
+
+const SEMAPHORES: ListPane = ListPane {
+    pane: Pane::Semaphores,
+    title: "Semaphores",
+    none: "no semaphores",
+    detail_title: " Holders ",
+    columns: &[
+        ("NAME", Min(10)),
+        ("USED/CAPACITY", Length(18)),
+        ("WAITING", Length(7)),
+        ("GRANTS/S", Length(8)),
+    ],
+};
+
+const RATE_LIMITS: ListPane = ListPane {
+    pane: Pane::RateLimits,
+    // Only sidecars publish rates: checks by the CLI or the library are not in them.
+    title: "Rate limits (sidecar rates)",
+    none: "no rate limits",
+    detail_title: " Keys denied in the last 10 s ",
+    columns: &[
+        ("NAME", Fill(1)),
+        ("QUOTA", Fill(2)),
+        ("ADMITTED/S", Length(10)),
+        ("DENIED/S", Length(8)),
+    ],
+};
+
+/// A list pane with rows: where its list and details go, its border, whether it has the focus.
+struct Opened {
+    list: Rect,
+    detail: Rect,
+    block: Block<'static>,
+    focused: bool,
+    columns: &'static [(&'static str, Constraint)],
+}
+
+impl Opened {
+    /// Draws `rows` as the list, the `selected` one marked (reversed in the focused pane) and
+    /// scrolled into view; returns where the details go.
+    fn list<'a>(
+        self,
+        frame: &mut Frame,
+        rows: impl IntoIterator<Item = Row<'a>>,
+        selected: usize,
+    ) -> Rect {
+        let style = if self.focused {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new().add_modifier(Modifier::BOLD)
+        };
+        let table = headed(rows, self.columns, self.block)
+            .row_highlight_style(style)
+            .highlight_symbol("> ");
+        let mut state = TableState::default().with_selected(Some(selected));
+        frame.render_stateful_widget(table, self.list, &mut state);
+        self.detail
+    }
 }
 
 fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<Line<'static>> {
@@ -101,30 +219,13 @@ fn header_lines(feed: &Feed, p: Option<&Picture>, age: Option<Duration>) -> Vec<
 }
 
 /// The Semaphores pane: the list, and the selected one's holders and waiters.
-fn semaphores(
-    frame: &mut Frame,
-    area: Rect,
-    p: &Picture,
-    sel: &Selection,
-    why_empty: &str,
-    stale: Option<&str>,
-) {
-    let [list, detail] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
-    let focused = sel.focus == Pane::Semaphores;
-    let block = pane_block("Semaphores", focused, stale);
-    if p.semaphores.is_empty() {
-        let text = if why_empty.is_empty() {
-            "no semaphores"
-        } else {
-            why_empty
-        };
-        frame.render_widget(Paragraph::new(text).dark_gray().block(block), list);
-        frame.render_widget(Block::bordered().title(" Holders "), detail);
+fn semaphores(frame: &mut Frame, area: Rect, panes: Panes) {
+    let (p, sel) = (panes.p, panes.sel);
+    let Some(at) = panes.open(frame, area, &SEMAPHORES, p.semaphores.len()) else {
         return;
-    }
+    };
     // The name column: what the fixed ones, the borders and the marker leave.
-    let name_w = usize::from(list.width).saturating_sub(2 + 2 + 18 + 7 + 8 + 3);
+    let name_w = usize::from(at.list.width).saturating_sub(2 + 2 + 18 + 7 + 8 + 3);
     let rows = p.semaphores.iter().map(|s| {
         Row::new(vec![
             fit(&s.name, name_w),
@@ -133,18 +234,7 @@ fn semaphores(
             rate(s.grants_per_s),
         ])
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(10),
-            Constraint::Length(18),
-            Constraint::Length(7),
-            Constraint::Length(8),
-        ],
-    )
-    .header(Row::new(["NAME", "USED/CAPACITY", "WAITING", "GRANTS/S"]).bold())
-    .block(block);
-    render_list(frame, list, table, sel.semaphore, focused);
+    let detail = at.list(frame, rows, sel.semaphore);
     if let Some(s) = p.semaphores.get(sel.semaphore) {
         semaphore_detail(frame, detail, s);
     }
@@ -219,48 +309,25 @@ fn queue(frame: &mut Frame, area: Rect, title: &str, since: &str, rows: &[Holder
             ms_text(h.for_ms),
         ])
     });
-    let widths = [
-        Constraint::Fill(1),
-        Constraint::Length(7),
-        Constraint::Length(12),
-        Constraint::Length(12),
+    let columns = [
+        ("OWNER", Fill(1)),
+        ("PERMITS", Length(7)),
+        ("TOKEN", Length(12)),
+        (since, Length(12)),
     ];
-    let table = Table::new(rows, widths)
-        .header(Row::new(["OWNER", "PERMITS", "TOKEN", since]).bold())
-        .block(block);
+    let table = headed(rows, &columns, block);
     frame.render_widget(table, area);
 }
 
-/// The detail pane's title with no limit selected.
-const DENIED_TITLE: &str = " Keys denied in the last 10 s ";
-
 /// The Rate limits pane: the list, and the selected limit's keys denied recently.
-fn rate_limits(
-    frame: &mut Frame,
-    area: Rect,
-    p: &Picture,
-    sel: &Selection,
-    why_empty: &str,
-    stale: Option<&str>,
-) {
-    let [list, detail] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
-    let focused = sel.focus == Pane::RateLimits;
-    // Only sidecars publish rates: checks by the CLI or the library are not in them.
-    let block = pane_block("Rate limits (sidecar rates)", focused, stale);
-    if p.rate_limits.is_empty() {
-        let text = if why_empty.is_empty() {
-            "no rate limits"
-        } else {
-            why_empty
-        };
-        frame.render_widget(Paragraph::new(text).dark_gray().block(block), list);
-        frame.render_widget(Block::bordered().title(DENIED_TITLE), detail);
+fn rate_limits(frame: &mut Frame, area: Rect, panes: Panes) {
+    let (p, sel) = (panes.p, panes.sel);
+    let Some(at) = panes.open(frame, area, &RATE_LIMITS, p.rate_limits.len()) else {
         return;
-    }
+    };
     // NAME gets one third of what the fixed columns, the borders and the marker leave, QUOTA
     // two thirds.
-    let rest = usize::from(list.width).saturating_sub(2 + 2 + 10 + 8 + 3);
+    let rest = usize::from(at.list.width).saturating_sub(2 + 2 + 10 + 8 + 3);
     let (name_w, quota_w) = (rest / 3, rest * 2 / 3);
     let rows = p.rate_limits.iter().map(|r| {
         let quota = match &r.error {
@@ -274,18 +341,7 @@ fn rate_limits(
             seen_rate(r.fleet_denied_per_s, r.fleet_reporters),
         ])
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Fill(1),
-            Constraint::Fill(2),
-            Constraint::Length(10),
-            Constraint::Length(8),
-        ],
-    )
-    .header(Row::new(["NAME", "QUOTA", "ADMITTED/S", "DENIED/S"]).bold())
-    .block(block);
-    render_list(frame, list, table, sel.rate_limit, focused);
+    let detail = at.list(frame, rows, sel.rate_limit);
     if let Some(r) = p.rate_limits.get(sel.rate_limit) {
         limited_keys(frame, detail, r);
     }
@@ -315,16 +371,14 @@ fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
             k.sidecars.join(", "),
         ])
     });
-    let widths = [
-        Constraint::Fill(2),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(15),
-        Constraint::Fill(1),
+    let columns = [
+        ("KEY", Fill(2)),
+        ("DENIED/S", Length(8)),
+        ("CHECKS/S", Length(8)),
+        ("REMAINING/LIMIT", Length(15)),
+        ("SIDECARS", Fill(1)),
     ];
-    let table = Table::new(rows, widths)
-        .header(Row::new(["KEY", "DENIED/S", "CHECKS/S", "REMAINING/LIMIT", "SIDECARS"]).bold())
-        .block(block);
+    let table = headed(rows, &columns, block);
     frame.render_widget(table, area);
 }
 
@@ -343,16 +397,16 @@ fn pane_block(title: &str, focused: bool, stale: Option<&str>) -> Block<'static>
         .title(format!(" {title}{mark}{stale} "))
 }
 
-/// A list with its selected row marked (reversed in the focused pane), scrolled to show it.
-fn render_list(frame: &mut Frame, area: Rect, table: Table, selected: usize, focused: bool) {
-    let style = if focused {
-        Style::new().add_modifier(Modifier::REVERSED)
-    } else {
-        Style::new().add_modifier(Modifier::BOLD)
-    };
-    let table = table.row_highlight_style(style).highlight_symbol("> ");
-    let mut state = TableState::default().with_selected(Some(selected));
-    frame.render_stateful_widget(table, area, &mut state);
+/// Rows in `block` under a bold header, a column per (header, width).
+fn headed<'a>(
+    rows: impl IntoIterator<Item = Row<'a>>,
+    columns: &[(&'a str, Constraint)],
+    block: Block<'a>,
+) -> Table<'a> {
+    let header = Row::new(columns.iter().map(|(name, _)| *name)).bold();
+    Table::new(rows, columns.iter().map(|(_, width)| *width))
+        .header(header)
+        .block(block)
 }
 
 /// `text` cut to `width` characters, its end an ellipsis when cut.

@@ -245,18 +245,11 @@ fn legacy_fields(outcomes: &[Outcome<'_>], statuses: &[DescriptorStatus]) -> Vec
         }
     });
     let [limit_name, remaining_name, reset_name] = LEGACY_NAMES;
-    [
+    header_values([
         (limit_name, limit.requests_per_unit.to_string()),
         (remaining_name, s.limit_remaining.to_string()),
         (reset_name, reset.to_string()),
-    ]
-    .into_iter()
-    .map(|(key, value)| HeaderValue {
-        key: key.to_string(),
-        value,
-        raw_value: Vec::new(),
-    })
-    .collect()
+    ])
 }
 
 /// The RateLimit fields of the tightest descriptor: an over-limit one, else the one with
@@ -294,7 +287,13 @@ fn ietf_fields(outcomes: &[Outcome<'_>], statuses: &[DescriptorStatus]) -> Vec<H
     } else {
         &rule.name
     };
-    rate_limit_headers(policy, &quota, &decision, HeaderNames::Ietf)
+    let fields = rate_limit_headers(policy, &quota, &decision, HeaderNames::Ietf);
+    header_values(fields)
+}
+
+/// (name, value) pairs as the response's header values.
+fn header_values(fields: impl IntoIterator<Item = (&'static str, String)>) -> Vec<HeaderValue> {
+    fields
         .into_iter()
         .map(|(key, value)| HeaderValue {
             key: key.to_string(),
