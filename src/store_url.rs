@@ -12,6 +12,7 @@
 mod address;
 mod etcd;
 mod parsed;
+mod parts;
 mod redact;
 mod redis;
 mod scheme;

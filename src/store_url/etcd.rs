@@ -4,19 +4,16 @@
 use super::address::{hosts_and_path, key_prefix};
 use super::parsed::StoreUrl;
 use super::security::EtcdUser;
+use super::parts::UrlParts;
 use super::settings::Settings;
 use crate::error::{Error, Result};
 
-/// The rest of an `etcd…://` URL (see [`StoreUrl::Etcd`]); `url` is already redacted.
-pub(super) fn parse(
-    url: &str,
-    scheme: &str,
-    rest: &str,
-    mut settings: Settings<'_>,
-) -> Result<StoreUrl> {
+/// The rest of an `etcd…://` URL (see [`StoreUrl::Etcd`]); its `url` is already redacted.
+pub(super) fn parse(parts: UrlParts<'_>) -> Result<StoreUrl> {
+    let (url, scheme, mut settings) = (parts.url, parts.scheme, parts.settings);
     let secure = matches!(scheme, "etcds" | "etcd+https");
     let http = if secure { "https" } else { "http" };
-    let (hosts, path) = hosts_and_path(url, rest)?;
+    let (hosts, path) = hosts_and_path(url, parts.rest)?;
     let endpoints = hosts.iter().map(|hp| format!("{http}://{hp}")).collect();
     let tls = settings.tls(secure, "etcds://")?;
     let user = user(url, &mut settings)?;

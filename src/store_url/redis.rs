@@ -5,18 +5,15 @@
 use super::address::{hosts_and_path, key_prefix};
 use super::parsed::{RedisMode, StoreUrl};
 use super::security::RedisUser;
+use super::parts::UrlParts;
 use super::settings::Settings;
 use crate::error::{Error, Result};
 
-/// The rest of a `redis…://` URL (see [`StoreUrl::Redis`]); `url` is already redacted.
-pub(super) fn parse(
-    url: &str,
-    scheme: &str,
-    rest: &str,
-    mut settings: Settings<'_>,
-) -> Result<StoreUrl> {
+/// The rest of a `redis…://` URL (see [`StoreUrl::Redis`]); its `url` is already redacted.
+pub(super) fn parse(parts: UrlParts<'_>) -> Result<StoreUrl> {
+    let (url, scheme, mut settings) = (parts.url, parts.scheme, parts.settings);
     let secure = scheme.starts_with("rediss");
-    let (hosts, path) = hosts_and_path(url, rest)?;
+    let (hosts, path) = hosts_and_path(url, parts.rest)?;
     let (mode, path) = mode(url, scheme, hosts, path)?;
     let tls = settings.tls(secure, "rediss://")?;
     let wait_replicas = wait_replicas(url, &mode, &mut settings)?;

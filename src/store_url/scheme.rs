@@ -4,6 +4,7 @@
 
 use super::parsed::StoreUrl;
 use super::redact::redact;
+use super::parts::UrlParts;
 use super::settings::Settings;
 use super::{etcd, redis, zookeeper};
 use crate::error::{Error, Result};
@@ -15,12 +16,18 @@ pub(super) fn parse_one(url: &str) -> Result<StoreUrl> {
     let settings = Settings::parse(url, query)?;
     let url = &redact(url);
     refuse_credentials(url, rest)?;
+    let parts = |settings| UrlParts {
+        url,
+        scheme,
+        rest,
+        settings,
+    };
     match scheme {
         "memory" | "mem" => memory(rest, settings),
-        "etcd" | "etcd+http" | "etcds" | "etcd+https" => etcd::parse(url, scheme, rest, settings),
-        "zk" | "zookeeper" | "zks" | "zk+tls" => zookeeper::parse(url, scheme, rest, settings),
+        "etcd" | "etcd+http" | "etcds" | "etcd+https" => etcd::parse(parts(settings)),
+        "zk" | "zookeeper" | "zks" | "zk+tls" => zookeeper::parse(parts(settings)),
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-        | "rediss+cluster" => redis::parse(url, scheme, rest, settings),
+        | "rediss+cluster" => redis::parse(parts(settings)),
         other => Err(Error::invalid(format!(
             "store URL {url}: unknown scheme {other:?}; use memory://, etcd://, etcds://, zk://, zks://, redis://, rediss://, redis+sentinel:// or redis+cluster://"
         ))),

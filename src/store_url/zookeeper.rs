@@ -4,18 +4,14 @@
 use super::address::hosts_and_path;
 use super::parsed::StoreUrl;
 use super::security::ZkAcl;
-use super::settings::Settings;
+use super::parts::UrlParts;
 use crate::error::{Error, Result};
 
-/// The rest of a `zk…://` URL (see [`StoreUrl::ZooKeeper`]); `url` is already redacted.
-pub(super) fn parse(
-    url: &str,
-    scheme: &str,
-    rest: &str,
-    mut settings: Settings<'_>,
-) -> Result<StoreUrl> {
+/// The rest of a `zk…://` URL (see [`StoreUrl::ZooKeeper`]); its `url` is already redacted.
+pub(super) fn parse(parts: UrlParts<'_>) -> Result<StoreUrl> {
+    let (url, scheme, mut settings) = (parts.url, parts.scheme, parts.settings);
     let secure = matches!(scheme, "zks" | "zk+tls");
-    let (hosts, path) = hosts_and_path(url, rest)?;
+    let (hosts, path) = hosts_and_path(url, parts.rest)?;
     let digest_file = settings.take_path("digest_file")?;
     let acl = match settings.take("acl")? {
         None => None,

@@ -148,6 +148,7 @@
 //!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
 //!   or may not have consumed, one dropped while waiting between checks has not.
 
+mod admitting;
 pub mod concurrency;
 mod inner;
 pub mod rate;

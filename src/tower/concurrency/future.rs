@@ -6,7 +6,7 @@ use super::classify::{Classify, DefaultClassifier};
 use super::error::LimitError;
 use crate::error::Error;
 use crate::permit::Permit;
-use futures::future::BoxFuture;
+use crate::tower::admitting::Admitting;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -37,12 +37,7 @@ pin_project_lite::pin_project! {
     where
         S: Service<Req>,
     {
-        Admitting {
-            admission: BoxFuture<'static, Admission>,
-            // Both `Some` until the admission is decided.
-            inner: Option<S>,
-            req: Option<Req>,
-        },
+        Admitting { admitting: Admitting<S, Req, Admission> },
         Running {
             #[pin]
             call: S::Future,
@@ -57,9 +52,7 @@ impl<S: Service<Req>, Req, C> ResponseFuture<S, Req, C> {
     pub(crate) fn new(policy: Arc<Policy>, inner: S, req: Req, classify: C) -> Self {
         ResponseFuture {
             state: State::Admitting {
-                admission: Box::pin(async move { policy.admit().await }),
-                inner: Some(inner),
-                req: Some(req),
+                admitting: Admitting::new(async move { policy.admit().await }, inner, req),
             },
             classify,
         }
@@ -68,14 +61,12 @@ impl<S: Service<Req>, Req, C> ResponseFuture<S, Req, C> {
 
 impl<S: Service<Req>, Req, C> std::fmt::Debug for ResponseFuture<S, Req, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
+        let stage = match self.state {
             State::Admitting { .. } => "admitting",
             State::Running { .. } => "running",
             State::Done => "done",
         };
-        f.debug_struct("ResponseFuture")
-            .field("state", &state)
-            .finish()
+        f.debug_struct("ResponseFuture").field("state", &stage).finish()
     }
 }
 
@@ -90,20 +81,15 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Admitting {
-                    admission,
-                    inner,
-                    req,
-                } => {
-                    let admitted = ready!(admission.as_mut().poll(cx));
-                    let (permit, mut inner, req) = match (admitted, inner.take(), req.take()) {
-                        (Ok(permit), Some(inner), Some(req)) => (permit, inner, req),
-                        (Err(rejected), _, _) => {
+                StateProj::Admitting { admitting } => {
+                    let (permit, mut inner, req) = match ready!(admitting.poll(cx)) {
+                        (Ok(permit), Some((inner, req))) => (permit, inner, req),
+                        (Err(rejected), _) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Err(rejected.widen()));
                         }
-                        // Not reachable: both are taken only here, right before leaving this state.
-                        _ => {
+                        // Not reachable: this stage is left as soon as it is decided.
+                        (Ok(_), None) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Err(polled_after_completion()));
                         }

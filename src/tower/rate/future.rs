@@ -5,7 +5,7 @@ use super::admit::{Admission, Fields, Plan, Policy};
 use super::error::RateLimitInfo;
 use super::options::OnLimit;
 use super::respond::Respond;
-use futures::future::BoxFuture;
+use crate::tower::admitting::Admitting;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -42,11 +42,8 @@ pin_project_lite::pin_project! {
         S: Service<Req>,
     {
         Admitting {
-            admission: BoxFuture<'static, Admission>,
-            // Both `Some` until the admission is decided.
-            inner: Option<S>,
-            req: Option<Req>,
-            // `inner` is a fresh clone (wait mode): poll it ready once admitted.
+            admitting: Admitting<S, Req, Admission>,
+            // The service is a fresh clone (wait mode): poll it ready once admitted.
             unready: bool,
         },
         // Admitted; waiting for the fresh clone to be ready.
@@ -82,9 +79,7 @@ impl<S: Service<Req> + Clone, Req, M> RateLimitFuture<S, Req, M> {
         };
         RateLimitFuture {
             state: State::Admitting {
-                admission: Box::pin(async move { policy.admit(plan).await }),
-                inner: Some(inner),
-                req: Some(req),
+                admitting: Admitting::new(async move { policy.admit(plan).await }, inner, req),
                 unready: waits,
             },
             mode: PhantomData,
@@ -94,15 +89,13 @@ impl<S: Service<Req> + Clone, Req, M> RateLimitFuture<S, Req, M> {
 
 impl<S: Service<Req>, Req, M> std::fmt::Debug for RateLimitFuture<S, Req, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
+        let stage = match self.state {
             State::Admitting { .. } => "admitting",
             State::Readying { .. } => "readying",
             State::Running { .. } => "running",
             State::Done => "done",
         };
-        f.debug_struct("RateLimitFuture")
-            .field("state", &state)
-            .finish()
+        f.debug_struct("RateLimitFuture").field("state", &stage).finish()
     }
 }
 
@@ -117,24 +110,17 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Admitting {
-                    admission,
-                    inner,
-                    req,
-                    unready,
-                } => {
-                    let admitted = ready!(admission.as_mut().poll(cx));
-                    let (info, fields, mut inner, req) = match (admitted, inner.take(), req.take())
-                    {
-                        (Admission::Pass(info, fields), Some(inner), Some(req)) => {
+                StateProj::Admitting { admitting, unready } => {
+                    let (info, fields, mut inner, req) = match ready!(admitting.poll(cx)) {
+                        (Admission::Pass(info, fields), Some((inner, req))) => {
                             (info, fields, inner, req)
                         }
-                        (Admission::Reject(rejection, fields), _, _) => {
+                        (Admission::Reject(rejection, fields), _) => {
                             this.state.set(State::Done);
                             return Poll::Ready(M::rejected(rejection, fields));
                         }
-                        // Not reachable: both are taken only here, right before leaving this state.
-                        (Admission::Pass(..), _, _) => {
+                        // Not reachable: this stage is left as soon as it is decided.
+                        (Admission::Pass(..), None) => {
                             this.state.set(State::Done);
                             return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
                         }
