@@ -3,8 +3,8 @@
 
 use super::address::{hosts_and_path, key_prefix};
 use super::parsed::StoreUrl;
-use super::security::EtcdUser;
 use super::parts::UrlParts;
+use super::security::EtcdUser;
 use super::settings::Settings;
 use crate::error::{Error, Result};
 

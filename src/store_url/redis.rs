@@ -4,8 +4,8 @@
 
 use super::address::{hosts_and_path, key_prefix};
 use super::parsed::{RedisMode, StoreUrl};
-use super::security::RedisUser;
 use super::parts::UrlParts;
+use super::security::RedisUser;
 use super::settings::Settings;
 use crate::error::{Error, Result};
 

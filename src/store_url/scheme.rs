@@ -3,8 +3,8 @@
 //! `redis.rs`; `memory://NAME` here, it has nothing more).
 
 use super::parsed::StoreUrl;
-use super::redact::redact;
 use super::parts::UrlParts;
+use super::redact::redact;
 use super::settings::Settings;
 use super::{etcd, redis, zookeeper};
 use crate::error::{Error, Result};

@@ -3,8 +3,8 @@
 
 use super::address::hosts_and_path;
 use super::parsed::StoreUrl;
-use super::security::ZkAcl;
 use super::parts::UrlParts;
+use super::security::ZkAcl;
 use crate::error::{Error, Result};
 
 /// The rest of a `zk…://` URL (see [`StoreUrl::ZooKeeper`]); its `url` is already redacted.

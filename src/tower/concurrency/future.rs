@@ -66,7 +66,9 @@ impl<S: Service<Req>, Req, C> std::fmt::Debug for ResponseFuture<S, Req, C> {
             State::Running { .. } => "running",
             State::Done => "done",
         };
-        f.debug_struct("ResponseFuture").field("state", &stage).finish()
+        f.debug_struct("ResponseFuture")
+            .field("state", &stage)
+            .finish()
     }
 }
 

@@ -95,7 +95,9 @@ impl<S: Service<Req>, Req, M> std::fmt::Debug for RateLimitFuture<S, Req, M> {
             State::Running { .. } => "running",
             State::Done => "done",
         };
-        f.debug_struct("RateLimitFuture").field("state", &stage).finish()
+        f.debug_struct("RateLimitFuture")
+            .field("state", &stage)
+            .finish()
     }
 }
 
