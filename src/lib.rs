@@ -55,6 +55,7 @@ mod backoff;
 mod clock;
 mod clusters;
 mod error;
+pub mod fair;
 mod limiter;
 mod limiter_inner;
 mod limits;

@@ -25,6 +25,8 @@ mod contract;
 #[path = "../external_backend.rs"]
 #[cfg(feature = "testing")]
 mod external_backend;
+#[path = "../fair_model.rs"]
+mod fair_model;
 #[path = "../foreign_executor.rs"]
 mod foreign_executor;
 #[path = "../model.rs"]
