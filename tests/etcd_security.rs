@@ -592,13 +592,19 @@ async fn auth_refusals_are_clear_not_retried_and_leave_nothing() {
     let queue = keys_under(&mut root, "app/s/ro/q/").await;
     assert!(queue.is_empty(), "entries left behind: {queue:?}");
 
-    // The password changes while the Limiter runs: once its token expires, the refresh is
-    // refused, and calls say so (not a retry storm, not a bare "invalid auth token").
+    // The password changes while a Limiter runs: once its token expires, the refresh is
+    // refused, and calls say so (not a retry storm, not a bare "invalid auth token"). A
+    // Limiter of its own, so that the refused acquire's background removal above (retried
+    // while its session lives) is not counted with the call.
+    let watcher = connect(&user_url(&cluster, "app", "reader", &reader_file))
+        .await
+        .expect("connect as reader");
+    let sem = watcher.open_semaphore("ro").await.expect("reader opens it");
     root.user_change_password("reader", "rotated-Pw-5e0c")
         .await
         .expect("change password");
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let before = reader.stats();
+    let before = watcher.stats();
     let start = Instant::now();
     let e = timeout(CALL_BOUND, sem.status())
         .await
@@ -611,15 +617,17 @@ async fn auth_refusals_are_clear_not_retried_and_leave_nothing() {
         "{e}"
     );
     assert!(took < REQUEST_TIMEOUT, "{took:?}: {e}");
-    let sent = reader.stats().since(&before);
+    let sent = watcher.stats().since(&before);
     assert_eq!(
         sent.range, 1,
         "an authentication failure is not retried: {sent:?}"
     );
     // Closing still ends locally; etcd expires the lease by its TTL.
-    let _ = timeout(CALL_BOUND, reader.close())
-        .await
-        .expect("close bounded");
+    for limiter in [watcher, reader] {
+        let _ = timeout(CALL_BOUND, limiter.close())
+            .await
+            .expect("close bounded");
+    }
     app.close().await.expect("close");
     assert_no_password_in_logs();
 }

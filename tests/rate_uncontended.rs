@@ -3,7 +3,7 @@
 //! with a version), measured interleaved (one of each per round) on a real single-node store.
 //!
 //! What is asserted is what cannot flake: every check is admitted with exactly one store request
-//! (no read before the write). The latencies and their ratio to the floor are printed for the
+//! (no read before the write; the idle-key scan's one read may fall in the window). The latencies and their ratio to the floor are printed for the
 //! record (speed targets live in the benchmark, `cargo bench --bench limiter`).
 
 use crate::support;
@@ -71,8 +71,11 @@ where
         floor.push(started.elapsed());
     }
     let used = l.stats().since(&before);
+    // The idle-key scan's first pass (5 s after the first write: inside this window on a slow
+    // machine) reads one page; nothing else may read.
+    assert!(used.range <= 1, "no read before a write: {used:?}");
     assert_eq!(
-        used.total(),
+        used.total() - used.range,
         ROUNDS as u64,
         "one request per uncontended admitted check: {used:?}"
     );
