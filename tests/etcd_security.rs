@@ -616,12 +616,20 @@ async fn auth_refusals_are_clear_not_retried_and_leave_nothing() {
             .contains("authentication failed for etcd user \"reader\""),
         "{e}"
     );
-    assert!(took < REQUEST_TIMEOUT, "{took:?}: {e}");
+    // Within a call's bound (twice the request timeout): the refusal itself ends the call,
+    // but on a loaded machine a first attempt may go unanswered in its short bound first.
+    assert!(took < REQUEST_TIMEOUT * 2, "{took:?}: {e}");
+    // One read, unless a first attempt got no answer in time on a loaded machine (an
+    // unanswered read is sent again, bounded by the request timeout); and nothing after the
+    // refusal: it is not retried.
     let sent = watcher.stats().since(&before);
-    assert_eq!(
-        sent.range, 1,
+    assert!(
+        (1..=4).contains(&sent.range),
         "an authentication failure is not retried: {sent:?}"
     );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = watcher.stats().since(&before);
+    assert_eq!(later.range, sent.range, "sent after the refusal: {later:?}");
     // Closing still ends locally; etcd expires the lease by its TTL.
     for limiter in [watcher, reader] {
         let _ = timeout(CALL_BOUND, limiter.close())
