@@ -25,6 +25,7 @@ mod expiry;
 pub(crate) mod key_hash;
 pub mod memory;
 pub(crate) mod outage;
+mod rate_forward;
 mod rate_store;
 pub(crate) mod reach;
 pub mod redis;

@@ -1,21 +1,52 @@
-//! Every request to etcd goes through here: sent to one member at a time, each attempt
-//! bounded (`attempt.rs`), transient failures retried under the shared policy ([`Attempts`])
-//! until the call's deadline, refusals (TLS, authentication, permissions) named and never retried.
+//! The link to etcd that every part of the backend shares ([`Link`]: members, key layout,
+//! settings, security, counters, stop), and every request to etcd goes through it: sent to one
+//! member at a time, each attempt bounded (`attempt.rs`), transient failures retried under the
+//! shared policy ([`Attempts`]) until the call's deadline, refusals (TLS, authentication,
+//! permissions) named and never retried. The parts (`lease.rs`, `entries.rs`, `semaphore.rs`,
+//! `board.rs`, `rate.rs`) hold an `Arc` of it; it knows none of them.
 
 use super::attempt::{
     attempt_timeout, is_transient, Until, AUTH_FACTOR, FIRST_ATTEMPT, LATENCY_FACTOR,
     SHORT_ATTEMPTS,
 };
+use super::config::EtcdConfig;
+use super::endpoints::Endpoints;
+use super::keys::Keys;
+use super::security::Security;
 use super::session::{self, Session};
-use super::{describe, tls_probe, EtcdBackend};
+use super::{describe, tls_probe};
 use crate::backend::retry::Attempts;
+use crate::backend::Stop;
 use crate::error::{Error, Result};
-use crate::stats::RequestKind;
-use etcd_client::{Client, Txn};
+use crate::stats::{RequestCounters, RequestKind};
+use etcd_client::{Client, GetOptions, Txn};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-impl EtcdBackend {
+/// What every request needs: the connected members, the key layout, the settings, how the
+/// connection is secured (to name the cause of a refusal), the request counters, and the stop
+/// of the whole backend.
+pub(super) struct Link {
+    pub(super) endpoints: Arc<Endpoints>,
+    pub(super) keys: Keys,
+    pub(super) config: EtcdConfig,
+    /// How the connection is secured, to name the cause of a refusal.
+    pub(super) security: Security,
+    pub(super) stats: Arc<RequestCounters>,
+    /// Set by close/shutdown: stops every background task and retry of this backend.
+    pub(super) stop: Stop,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Link {
     /// Sends an idempotent request, retrying transient failures under the shared policy
     /// ([`Attempts`]) until the call's deadline or the backend's stop.
     pub(super) async fn retry<T, F, Fut>(&self, kind: RequestKind, op: F) -> Result<T>
@@ -154,5 +185,28 @@ impl EtcdBackend {
             async move { c.txn(t).await }
         })
         .await
+    }
+
+    /// The sorted names of the keys under `prefix` (one keys-only range): semaphores under
+    /// `names/`, rate limits under `rq/`.
+    pub(super) async fn names_under(&self, prefix: String) -> Result<Vec<String>> {
+        let resp = self
+            .retry(RequestKind::Range, |mut c| {
+                let p = prefix.clone();
+                async move {
+                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await?;
+        let mut names: Vec<String> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|k| k.strip_prefix(prefix.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
     }
 }

@@ -1,33 +1,92 @@
 //! Queue entries: the enqueue (a put and the grant decided from the view, or the
-//! put-if-absent Txn that reads), the removal, and the watches that keep the views.
+//! put-if-absent Txn that reads), the wait, the removal, and the watches that keep the views.
+//! [`Entries`] owns what they need besides the link and the lease: the watches, the semaphores
+//! enqueued on, and the record of this Limiter's entries that finds strays (`strays.rs`).
 
 use super::attempt::LATENCY_FACTOR;
+use super::calls::Link;
 use super::client::{get_kvs, kv};
 use super::keys::{queue_of, EntryValue};
-use super::semaphore::sorted_prefix;
+use super::lease::Leases;
+use super::semaphore::{read_semaphore, sorted_prefix};
 use super::session::Session;
+use super::strays::Strays;
 use super::view::{Seen, SemWatch, View, WatchConfig};
-use super::EtcdBackend;
 use crate::backend::capacity::CapValue;
-use crate::backend::waiters;
-use crate::backend::{lock, Enqueued, EntryRequest};
+use crate::backend::waiters::{self, WaitOutcome};
+use crate::backend::{lock, Enqueued, EntryRequest, OrphanSink};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use crate::status::unix_ms_now;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Least time an enqueue waits for the view to show its put (see
-/// `EtcdBackend::view_lag_bound`): a watch event follows the put's reply within a round trip,
+/// `Entries::view_lag_bound`): a watch event follows the put's reply within a round trip,
 /// so past this the watch lags or hangs, and a read costs less than waiting on.
 const VIEW_LAG_MIN: Duration = Duration::from_millis(100);
 
-impl EtcdBackend {
+/// The queue entries of a backend, and the views of the semaphores they wait in.
+pub(super) struct Entries {
+    link: Arc<Link>,
+    leases: Arc<Leases>,
+    /// Entries held or in flight, so a key deleted behind our back fires `lost()`, `close()`
+    /// can mark every permit lost, and an entry nobody owns is found: see `strays.rs`.
+    strays: Strays,
+    watches: Mutex<HashMap<String, Arc<SemWatch>>>,
+    /// Semaphores enqueued on through a read: the next enqueue on one starts its view.
+    enqueued: Mutex<HashSet<String>>,
+}
+
+impl Entries {
+    pub(super) fn new(link: Arc<Link>, leases: Arc<Leases>, strays: Strays) -> Entries {
+        Entries {
+            link,
+            leases,
+            strays,
+            watches: Mutex::new(HashMap::new()),
+            enqueued: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Appends `req`'s entry to the queue (see [`Backend::enqueue`](crate::backend::Backend::enqueue)).
+    pub(super) async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let key = self.link.keys.entry(&req.name, &req.id);
+        // In flight until it ends, however it ends (this future may be dropped mid-request).
+        let sending = self.strays.tracked.sending(key.into_bytes());
+        let enqueued = self.enqueue_checked(req).await;
+        if let Ok(enq) = &enqueued {
+            sending.enqueued(enq.token as i64, enq.lost.clone());
+        }
+        enqueued
+    }
+
+    /// Where entries nobody owns are handed (the Limiter's background releaser).
+    pub(super) fn set_orphan_sink(&self, sink: OrphanSink) {
+        let _ = self.strays.sink.set(sink);
+    }
+
+    /// Waits until the entry `enq` of `req` holds, or cannot (see
+    /// [`Backend::wait_outcome`](crate::backend::Backend::wait_outcome)).
+    pub(super) async fn wait(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
+        let watch = match lock(&self.watches).get(&req.name) {
+            Some(w) if !w.is_stopped() => w.clone(),
+            // Stopped with the backend or its session: the entry went with the lease.
+            _ => return Err(Error::SessionLost),
+        };
+        // A watch that stops drops its waiters: the entry's fate is unknown, its session gone.
+        watch
+            .register(enq.token, req.permits)
+            .await
+            .map_err(|_| Error::SessionLost)
+    }
+
     /// One enqueue under `session`: with a live view of the semaphore, a plain put and the
     /// grant decided from the view (no read); else the put-if-absent Txn that also reads.
     async fn enqueue_in(&self, req: &EntryRequest, session: &Arc<Session>) -> Result<Enqueued> {
-        let queue_prefix = self.keys.queue_prefix(&req.name);
+        let queue_prefix = self.link.keys.queue_prefix(&req.name);
         let (token, granted) = match self.live_watch(&req.name) {
             Some(watch) => {
                 let (token, fresh) = self.put_entry_alone(req, session).await?;
@@ -42,12 +101,12 @@ impl EtcdBackend {
                 };
                 let seen = match seen {
                     Some(seen) => {
-                        self.stats.decided_from_view();
+                        self.link.stats.decided_from_view();
                         seen
                     }
                     // The view lags (or its stream broke): never decide from it; read.
                     None => {
-                        let (_, kvs) = self.read_semaphore(&req.name).await?;
+                        let (_, kvs) = read_semaphore(&self.link, &req.name).await?;
                         self.decide_from_read(&req.name, &kvs, token)
                     }
                 };
@@ -60,7 +119,7 @@ impl EtcdBackend {
                 let granted = verdict(req, self.decide_from_read(&req.name, kvs, token))?;
                 // The Txn's own read is the view's starting point: no extra read.
                 if (req.wait && !granted) || self.enqueued_before(&req.name) {
-                    let cap_key = self.keys.cap(&req.name);
+                    let cap_key = self.link.keys.cap(&req.name);
                     let view = View::from_kvs(revision, &cap_key, &queue_prefix, kvs);
                     self.ensure_watch(&req.name, view);
                 }
@@ -98,10 +157,11 @@ impl EtcdBackend {
         req: &EntryRequest,
         session: &Arc<Session>,
     ) -> Result<(u64, bool)> {
-        let key = self.keys.entry(&req.name, &req.id);
+        let key = self.link.keys.entry(&req.name, &req.id);
         let value = Self::entry_value(req);
         let opts = PutOptions::new().with_lease(session.lease).with_prev_key();
         let resp = self
+            .link
             .retry_in(session, RequestKind::Put, |c| {
                 let (k, v, o) = (key.clone(), value.clone(), opts.clone());
                 async move { kv(&c).put(k, v, Some(o)).await }
@@ -125,19 +185,20 @@ impl EtcdBackend {
         req: &EntryRequest,
         session: &Arc<Session>,
     ) -> Result<(u64, etcd_client::TxnResponse)> {
-        let key = self.keys.entry(&req.name, &req.id);
+        let key = self.link.keys.entry(&req.name, &req.id);
         let put = TxnOp::put(
             key.clone(),
             Self::entry_value(req),
             Some(PutOptions::new().with_lease(session.lease)),
         );
-        let sem_prefix = self.keys.sem_prefix(&req.name);
+        let sem_prefix = self.link.keys.sem_prefix(&req.name);
         let read = || TxnOp::get(sem_prefix.clone(), Some(sorted_prefix()));
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([put, read()])
             .or_else([TxnOp::get(key, None), read()]);
         let resp = self
+            .link
             .retry_in(session, RequestKind::Txn, |c| {
                 let t = txn.clone();
                 async move { kv(&c).txn(t).await }
@@ -160,8 +221,8 @@ impl EtcdBackend {
     /// What a read of the semaphore (at a revision at or past `token`'s) says about entry
     /// `token`; every entry read is checked for strays on the way.
     fn decide_from_read(&self, name: &str, kvs: &[etcd_client::KeyValue], token: u64) -> Seen {
-        let cap_key = self.keys.cap(name);
-        let queue_prefix = self.keys.queue_prefix(name);
+        let cap_key = self.link.keys.cap(name);
+        let queue_prefix = self.link.keys.queue_prefix(name);
         for kv in queue_of(&queue_prefix, kvs).map(|(_, kv)| kv) {
             self.strays.check(name, &queue_prefix, kv);
         }
@@ -192,14 +253,14 @@ impl EtcdBackend {
         {
             return;
         }
-        let (revision, kvs) = match self.read_semaphore(name).await {
+        let (revision, kvs) = match read_semaphore(&self.link, name).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::debug!(semaphore = %name, error = %e, "no view after removing an unanswered enqueue");
                 return;
             }
         };
-        let (cap_key, queue_prefix) = (self.keys.cap(name), self.keys.queue_prefix(name));
+        let (cap_key, queue_prefix) = (self.link.keys.cap(name), self.link.keys.queue_prefix(name));
         for kv in queue_of(&queue_prefix, &kvs).map(|(_, kv)| kv) {
             self.strays.check(name, &queue_prefix, kv);
         }
@@ -216,20 +277,20 @@ impl EtcdBackend {
     /// How long an enqueue waits for the view to apply its put before it reads instead: a few
     /// round trips, at least [`VIEW_LAG_MIN`], at most a quarter of a request's time.
     fn view_lag_bound(&self) -> Duration {
-        (self.endpoints.latency() * LATENCY_FACTOR)
+        (self.link.endpoints.latency() * LATENCY_FACTOR)
             .max(VIEW_LAG_MIN)
-            .min((self.config.request_timeout / 4).max(VIEW_LAG_MIN))
+            .min((self.link.config.request_timeout / 4).max(VIEW_LAG_MIN))
     }
 
     /// Enqueues under the live session; if etcd no longer has its lease, under a new one.
-    pub(super) async fn enqueue_checked(&self, req: &EntryRequest) -> Result<Enqueued> {
-        let session = self.session().await?;
+    async fn enqueue_checked(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let session = self.leases.live().await?;
         match self.enqueue_in(req, &session).await {
             // The lease vanished before our keeper noticed (revoked, expired in a pause): the
             // session is lost for its permits, and this request starts a new one.
             Err(Error::SessionLost) if !session.lost.is_lost() => {
                 session.lost.fire();
-                let session = self.session().await?;
+                let session = self.leases.live().await?;
                 self.enqueue_in(req, &session).await
             }
             other => other,
@@ -246,14 +307,14 @@ impl EtcdBackend {
         }
         let tracked = self.strays.tracked.clone();
         let strays = self.strays.clone();
-        let (sem, queue_prefix) = (name.to_string(), self.keys.queue_prefix(name));
+        let (sem, queue_prefix) = (name.to_string(), self.link.keys.queue_prefix(name));
         let config = WatchConfig {
-            endpoints: self.endpoints.clone(),
-            sem_prefix: self.keys.sem_prefix(name),
-            cap_key: self.keys.cap(name),
-            queue_prefix: self.keys.queue_prefix(name),
-            request_timeout: self.config.request_timeout,
-            stats: self.stats.clone(),
+            endpoints: self.link.endpoints.clone(),
+            sem_prefix: self.link.keys.sem_prefix(name),
+            cap_key: self.link.keys.cap(name),
+            queue_prefix: self.link.keys.queue_prefix(name),
+            request_timeout: self.link.config.request_timeout,
+            stats: self.link.stats.clone(),
             on_delete: Arc::new(move |key: &[u8]| {
                 if let Some(lost) = tracked.vanished(key) {
                     tracing::warn!(key = %String::from_utf8_lossy(key), "permit key deleted behind our back; permit lost");
@@ -262,27 +323,28 @@ impl EtcdBackend {
             }),
             on_put: Arc::new(move |kv| strays.check(&sem, &queue_prefix, kv)),
         };
-        let w = SemWatch::start(view, config, self.stop.child_token());
+        let w = SemWatch::start(view, config, self.link.stop.child_token());
         watches.insert(name.to_string(), w.clone());
         w
     }
 
     /// Removes an entry (release or cancel); removing an absent entry succeeds.
-    pub(super) async fn remove_entry(&self, name: &str, id: &str) -> Result<()> {
-        let key = self.keys.entry(name, id);
+    pub(super) async fn remove(&self, name: &str, id: &str) -> Result<()> {
+        let key = self.link.keys.entry(name, id);
         // An entry whose enqueue never answered can still be written after this delete (an
         // attempt a hung member buffered): see `watch_for_late_puts`.
         let unanswered = !self.strays.tracked.is_live(key.as_bytes());
         // Forget it first: our own delete must not look like a key deleted behind our back.
         self.strays.tracked.removing(key.as_bytes());
-        if self.stop.is_stopped() {
+        if self.link.stop.is_stopped() {
             return Ok(()); // close() ended the session, and every entry of it with the lease
         }
-        self.retry(RequestKind::Delete, |mut c| {
-            let k = key.clone();
-            async move { c.delete(k, None).await }
-        })
-        .await?;
+        self.link
+            .retry(RequestKind::Delete, |mut c| {
+                let k = key.clone();
+                async move { c.delete(k, None).await }
+            })
+            .await?;
         if unanswered {
             self.watch_for_late_puts(name).await;
         }

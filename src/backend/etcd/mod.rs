@@ -15,11 +15,15 @@
 //!   the current state; idle keys are deleted by their writer once expired, many per Txn
 //!   (`sweeper.rs`), and those of dead writers by a slow paced scan (`scan.rs`).
 //!
-//! Where the code is: `connect.rs` (connecting, the lease sessions), `calls.rs` (every request,
-//! retried within the bounds of `attempt.rs`; `client.rs`: what every request shares),
-//! `semaphore.rs` (capacity, status, names), `entries.rs` (enqueue, removal, the watches that
-//! feed the views), `board.rs` (announcements), `config.rs` (the settings); this file holds the
-//! backend's state and its [`Backend`] impl.
+//! The backend is made of parts, each a type in a file of its own that owns its state and its
+//! requests: `Link` (`calls.rs`: members, settings, counters, stop, every
+//! request, retried within the bounds of `attempt.rs`; made by `connect.rs`; `client.rs`: what
+//! every request shares), `Leases` (`lease.rs`: the lease sessions), `Entries` (`entries.rs`:
+//! enqueue, wait, removal, the watches that feed the views), `Semaphores` (`semaphore.rs`:
+//! capacity, status), `Board` (`board.rs`: announcements) and `Rates` (`rate.rs`: the
+//! rate store and its sweeper); `config.rs` holds the settings. This file composes them and
+//! hands each [`Backend`] method to the part that owns it. Imports run one way: this file uses
+//! the parts, the parts use the link, never the reverse.
 
 mod attempt;
 mod board;
@@ -31,6 +35,7 @@ mod describe;
 mod endpoints;
 mod entries;
 mod keys;
+mod lease;
 mod rate;
 mod scan;
 mod security;
@@ -42,56 +47,78 @@ mod sweeper;
 mod tls_probe;
 mod view;
 
-use super::{lock, Backend, Enqueued, EntryRequest, SessionSlot, Stop};
+use super::{Backend, Enqueued, EntryRequest, OrphanSink, RateStore};
+use crate::backend::rate_forward::rate_store_by;
 use crate::backend::waiters::WaitOutcome;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::members::StoreMember;
-use crate::stats::{RequestCounters, RequestKind, RequestStats};
+use crate::stats::{RequestKind, RequestStats};
 use crate::status::Status;
 use async_trait::async_trait;
-use attempt::Until;
+use board::Board;
+use calls::Link;
 pub use config::EtcdConfig;
-use endpoints::Endpoints;
-use keys::Keys;
-use security::Security;
+use entries::Entries;
+use lease::Leases;
+use rate::Rates;
 pub use security::{CACERT_ENV, CERT_ENV, KEY_ENV, PASSWORD_ENV};
-use session::Session;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use semaphore::Semaphores;
+use std::sync::Arc;
 use std::time::Duration;
 use strays::Strays;
-use sweeper::Sweeper;
-use view::SemWatch;
+
+/// How long an entry nobody owns is left alone before it is removed (see `strays.rs`).
+const STRAY_GRACE: Duration = Duration::from_millis(200);
 
 /// The `etcd://` backend: one client, one lease, one watch per contended semaphore.
 pub struct EtcdBackend {
-    endpoints: Arc<Endpoints>,
-    keys: Keys,
-    config: EtcdConfig,
-    /// How the connection is secured, to name the cause of a refusal.
-    security: Security,
-    stats: Arc<RequestCounters>,
-    session: SessionSlot<Session>,
-    /// Entries of this Limiter (key → loss signal), so a key deleted behind our back fires
-    /// `lost()` and `close()` can mark every permit lost.
-    /// (Entries held or in flight, so a key deleted behind our back fires `lost()`, `close()`
-    /// can mark every permit lost, and an entry nobody owns is found: see `strays.rs`.)
-    strays: Strays,
-    watches: Mutex<HashMap<String, Arc<SemWatch>>>,
-    /// Semaphores enqueued on through a read: the next enqueue on one starts its view.
-    enqueued: Mutex<HashSet<String>>,
-    /// Set by close/shutdown: stops every background task and retry of this backend.
-    stop: Stop,
-    /// Deletes the rate-limit keys we wrote once expired (`sweeper.rs`, `scan.rs`).
-    sweeper: Sweeper,
+    link: Arc<Link>,
+    leases: Arc<Leases>,
+    entries: Entries,
+    semaphores: Semaphores,
+    board: Board,
+    rates: Rates,
+}
+
+impl EtcdBackend {
+    /// Connects and grants the session lease (fails fast if no member answers).
+    ///
+    /// TLS files and the password are read first: a missing, unreadable or garbled one is an
+    /// `InvalidArgument` naming it, before any network traffic. A refusal by etcd (untrusted or
+    /// rejected certificate, wrong password, no permission on the prefix) is a `Store` error
+    /// naming the cause, returned without retrying.
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdBackend> {
+        let backend = Self::connect_rate_only(config).await?;
+        backend.leases.live().await?;
+        Ok(backend)
+    }
+
+    /// [`connect`](Self::connect) without the session lease, for a cluster that keeps
+    /// rate-limit keys alone (a sharded store's clusters after the first): rate-limit keys
+    /// are bound to no lease, so none is granted (and none can be reported lost) until a
+    /// semaphore or an announcement needs one. Connects the members (and authenticates)
+    /// but sends no request.
+    pub async fn connect_rate_only(config: EtcdConfig) -> Result<EtcdBackend> {
+        let link = Arc::new(connect::connect(config).await?);
+        let strays = Strays::new(STRAY_GRACE);
+        let leases = Leases::new(link.clone(), strays.clone());
+        Ok(EtcdBackend {
+            entries: Entries::new(link.clone(), leases.clone(), strays.clone()),
+            semaphores: Semaphores::new(link.clone(), strays),
+            board: Board::new(link.clone()),
+            rates: Rates::new(link.clone()),
+            leases,
+            link,
+        })
+    }
 }
 
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
-            .field("config", &self.config)
-            .field("stopped", &self.stop.is_stopped())
+            .field("config", &self.link.config)
+            .field("stopped", &self.link.stop.is_stopped())
             .finish_non_exhaustive()
     }
 }
@@ -99,74 +126,60 @@ impl std::fmt::Debug for EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        self.open_semaphore(name, capacity).await
+        self.semaphores.open(name, capacity).await
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
-        let key = self.keys.entry(&req.name, &req.id);
-        // In flight until it ends, however it ends (this future may be dropped mid-request).
-        let sending = self.strays.tracked.sending(key.into_bytes());
-        let enqueued = self.enqueue_checked(req).await;
-        if let Ok(enq) = &enqueued {
-            sending.enqueued(enq.token as i64, enq.lost.clone());
-        }
-        enqueued
+        self.entries.enqueue(req).await
     }
 
-    fn set_orphan_sink(&self, sink: super::OrphanSink) {
-        let _ = self.strays.sink.set(sink);
+    fn set_orphan_sink(&self, sink: OrphanSink) {
+        self.entries.set_orphan_sink(sink);
     }
 
     async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
-        let watch = match lock(&self.watches).get(&req.name) {
-            Some(w) if !w.is_stopped() => w.clone(),
-            // Stopped with the backend or its session: the entry went with the lease.
-            _ => return Err(Error::SessionLost),
-        };
-        // A watch that stops drops its waiters: the entry's fate is unknown, its session gone.
-        watch
-            .register(enq.token, req.permits)
-            .await
-            .map_err(|_| Error::SessionLost)
+        self.entries.wait(req, enq).await
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
-        self.remove_entry(name, id).await
+        self.entries.remove(name, id).await
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        self.read_status(name).await
+        self.semaphores.status(name).await
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
-        self.resize(name, capacity).await
+        self.semaphores.resize(name, capacity).await
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        self.names_under(self.keys.names_prefix()).await
+        self.link.names_under(self.link.keys.names_prefix()).await
     }
 
     async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
-        self.put_announcement(board, id, value).await
+        self.board.announce(&self.leases, board, id, value).await
     }
 
     async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.read_announcements(board).await
+        self.board.read(board).await
     }
 
     async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
-        self.delete_announcement(board, id).await
+        self.board.withdraw(board, id).await
     }
 
     /// The member list, and who leads from one member's status (two requests).
     async fn members(&self) -> Result<Vec<StoreMember>> {
         let list = self
+            .link
             .retry(
                 RequestKind::Range,
                 |mut c| async move { c.member_list().await },
             )
             .await?;
         let leader = self
+            .link
             .retry(RequestKind::Range, |mut c| async move { c.status().await })
             .await?
             .leader();
@@ -191,53 +204,33 @@ impl Backend for EtcdBackend {
     }
 
     fn stats(&self) -> RequestStats {
-        self.stats.snapshot()
+        self.link.stats.snapshot()
     }
 
-    fn rate_store(&self) -> Option<&dyn super::RateStore> {
+    fn rate_store(&self) -> Option<&dyn RateStore> {
         Some(self)
     }
 
     fn session_ttl(&self) -> Duration {
-        self.config.session_ttl
+        self.link.config.session_ttl
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {
-        self.session.live_signal().await
+        self.leases.signal().await
     }
 
     async fn end_session(&self, of: &LostSignal) {
-        let Some(session) = self.session.end_if_current(of).await else {
-            return;
-        };
-        self.strays.tracked.forget_lost();
-        if let Err(e) = self.revoke(&session, Until::Deadline).await {
-            let store = self.endpoints.all_urls();
-            tracing::warn!(lease = session.lease, %store, "revoking the lease of an ended session at etcd {store} failed: {e}; etcd expires it within the session TTL");
-        }
+        self.leases.end(of).await;
     }
 
     async fn close(&self) -> Result<()> {
-        self.end_locally();
-        match self.session.end().await {
-            Some(session) => self.revoke(&session, Until::Closing).await,
-            None => Ok(()),
-        }
+        self.leases.close().await
     }
 
     fn shutdown(&self) {
-        self.end_locally();
-        if let Some(session) = self.session.try_end() {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let (_, client) = self.endpoints.pick();
-                let timeout = self.config.request_timeout;
-                self.stats.count(RequestKind::Lease);
-                handle.spawn(async move {
-                    let _ =
-                        tokio::time::timeout(timeout, client.lease_client().revoke(session.lease))
-                            .await;
-                });
-            }
-        }
+        self.leases.shutdown();
     }
 }
+
+// The rate store is the `Rates` part (`rate.rs`).
+rate_store_by!(EtcdBackend, rates);

@@ -14,10 +14,15 @@
 //! * Read: one Txn of two gets (key and quota), counted as a read.
 //! * A retried write whose first attempt applied finds its own value in the conflict reply
 //!   (the caller recognises it by the tag in the value).
+//!
+//! [`Rates`] is the backend's rate store: the link, and the sweeper of the keys it wrote
+//! (the backend's own [`RateStore`] impl hands every call to it).
 
 use super::attempt::Until;
+use super::calls::Link;
 use super::client::{get_kvs, kv, most_nested, MAX_TXN_OPS};
-use super::EtcdBackend;
+use super::sweep_state::EtcdSweep;
+use super::sweeper::Sweeper;
 use crate::backend::expiry::{split_expiry, with_expiry};
 use crate::backend::rate_store::{
     before_write, before_write_each, limit_found, Current, KeyOutcome, KeyWrite, RateStore,
@@ -28,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use std::sync::Arc;
 
 /// A nested write's compare (its key's version), put and else-get.
 const NESTED_WRITE_OPS: usize = 1;
@@ -91,14 +97,35 @@ fn revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
     }
 }
 
-impl EtcdBackend {
+/// The rate-limit keys of a backend.
+#[derive(Debug)]
+pub(super) struct Rates {
+    /// Deletes the rate-limit keys we wrote once expired (`sweeper.rs`, `scan.rs`).
+    sweeper: Sweeper,
+    link: Arc<Link>,
+}
+
+impl Rates {
+    /// The rate store on `link`; its sweeper stops with the backend.
+    pub(super) fn new(link: Arc<Link>) -> Rates {
+        let sweep = EtcdSweep {
+            endpoints: link.endpoints.clone(),
+            stats: link.stats.clone(),
+            request_timeout: link.config.request_timeout,
+            prefix: link.keys.rate_keys_prefix(),
+        };
+        let sweeper = Sweeper::new(sweep, link.stop.child_token());
+        Rates { sweeper, link }
+    }
+
     /// Sends a rate write's Txn, retried until the deadline.
     async fn send_rate_txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        self.retry_until(RequestKind::Txn, Until::Deadline, |c| {
-            let t = txn.clone();
-            async move { kv(&c).txn(t).await }
-        })
-        .await
+        self.link
+            .retry_until(RequestKind::Txn, Until::Deadline, |c| {
+                let t = txn.clone();
+                async move { kv(&c).txn(t).await }
+            })
+            .await
     }
 
     /// Hands the keys a Txn wrote at `revision` to the sweeper.
@@ -117,7 +144,7 @@ impl EtcdBackend {
     async fn write_each_once(&self, writes: &[KeyWrite]) -> Result<Vec<KeyOutcome>> {
         let keys: Vec<String> = writes
             .iter()
-            .map(|w| self.keys.rate_key(&w.limit, &w.key))
+            .map(|w| self.link.keys.rate_key(&w.limit, &w.key))
             .collect();
         let groups = quota_groups(writes);
         let group_txns: Vec<TxnOp> = groups
@@ -156,7 +183,7 @@ impl EtcdBackend {
         (limit, qv): (&str, u64),
         members: &[usize],
     ) -> TxnOp {
-        let quota = self.keys.quota(limit);
+        let quota = self.link.keys.quota(limit);
         let mut then: Vec<TxnOp> = members
             .iter()
             .map(|&i| {
@@ -202,7 +229,7 @@ impl EtcdBackend {
     async fn write_once(&self, writes: &[KeyWrite]) -> Result<WriteOutcome> {
         let keys: Vec<String> = writes
             .iter()
-            .map(|w| self.keys.rate_key(&w.limit, &w.key))
+            .map(|w| self.link.keys.rate_key(&w.limit, &w.key))
             .collect();
         let limits = limits_of(writes);
         let mut when: Vec<Compare> = writes
@@ -219,7 +246,7 @@ impl EtcdBackend {
             .collect();
         when.extend(quota_checks(writes).into_iter().map(|(limit, version)| {
             Compare::mod_revision(
-                self.keys.quota(limit),
+                self.link.keys.quota(limit),
                 CompareOp::Equal,
                 i64::try_from(version).unwrap_or(i64::MAX),
             )
@@ -230,7 +257,11 @@ impl EtcdBackend {
             .map(|(w, key)| TxnOp::put(key.clone(), with_expiry(&w.value, w.expires_at), None))
             .collect();
         let mut gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
-        gets.extend(limits.iter().map(|l| TxnOp::get(self.keys.quota(l), None)));
+        gets.extend(
+            limits
+                .iter()
+                .map(|l| TxnOp::get(self.link.keys.quota(l), None)),
+        );
         let txn = Txn::new().when(when).and_then(puts).or_else(gets);
         let resp = self.send_rate_txn(txn).await?;
         if resp.succeeded() {
@@ -255,11 +286,12 @@ impl EtcdBackend {
 }
 
 #[async_trait]
-impl RateStore for EtcdBackend {
+impl RateStore for Rates {
     async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned> {
-        let key = self.keys.quota(name);
+        let key = self.link.keys.quota(name);
         let Some(quota) = quota else {
             let resp = self
+                .link
                 .retry(RequestKind::Range, |c| {
                     let k = key.clone();
                     async move { kv(&c).get(k, None).await }
@@ -277,7 +309,7 @@ impl RateStore for EtcdBackend {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), quota.to_vec(), None)])
             .or_else([TxnOp::get(key.clone(), None)]);
-        let resp = self.txn(txn).await?;
+        let resp = self.link.txn(txn).await?;
         if resp.succeeded() {
             return Ok(Versioned {
                 value: quota.to_vec(),
@@ -293,8 +325,9 @@ impl RateStore for EtcdBackend {
     }
 
     async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64> {
-        let key = self.keys.quota(name);
+        let key = self.link.keys.quota(name);
         let resp = self
+            .link
             .retry(RequestKind::Put, |c| {
                 let (k, v) = (key.clone(), quota.to_vec());
                 async move { kv(&c).put(k, v, None).await }
@@ -304,14 +337,18 @@ impl RateStore for EtcdBackend {
     }
 
     async fn limits(&self) -> Result<Vec<String>> {
-        self.names_under(self.keys.quotas_prefix()).await
+        self.link.names_under(self.link.keys.quotas_prefix()).await
     }
 
     async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
-        let (k, q) = (self.keys.rate_key(limit, key), self.keys.quota(limit));
+        let (k, q) = (
+            self.link.keys.rate_key(limit, key),
+            self.link.keys.quota(limit),
+        );
         // Both in one revision: a Txn without compares runs its success branch.
         let txn = Txn::new().and_then([TxnOp::get(k, None), TxnOp::get(q, None)]);
         let resp = self
+            .link
             .retry(RequestKind::Range, |c| {
                 let t = txn.clone();
                 async move { kv(&c).txn(t).await }
@@ -330,7 +367,7 @@ impl RateStore for EtcdBackend {
             return Ok(settled);
         }
         check_batch(writes)?;
-        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        let bound = self.link.config.request_timeout * CALL_TIMEOUTS;
         tokio::time::timeout(bound, self.write_once(writes))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the write within {bound:?}")))?
@@ -359,7 +396,7 @@ impl RateStore for EtcdBackend {
         if let Err(e) = fits {
             return writes.iter().map(|_| Err(e.copy())).collect();
         }
-        let bound = self.config.request_timeout * CALL_TIMEOUTS;
+        let bound = self.link.config.request_timeout * CALL_TIMEOUTS;
         let all = tokio::time::timeout(bound, self.write_each_once(writes))
             .await
             .map_err(|_| Error::store(format!("etcd did not take the writes within {bound:?}")))
@@ -371,12 +408,13 @@ impl RateStore for EtcdBackend {
     }
 
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
-        let k = self.keys.rate_key(limit, key);
-        self.retry(RequestKind::Delete, |c| {
-            let k = k.clone();
-            async move { kv(&c).delete(k, None).await }
-        })
-        .await?;
+        let k = self.link.keys.rate_key(limit, key);
+        self.link
+            .retry(RequestKind::Delete, |c| {
+                let k = k.clone();
+                async move { kv(&c).delete(k, None).await }
+            })
+            .await?;
         Ok(())
     }
 }

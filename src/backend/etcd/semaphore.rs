@@ -1,10 +1,12 @@
-//! A semaphore's own records: its capacity (created, opened, resized), its status, and the
-//! names of all semaphores.
+//! A semaphore's own records: its capacity (created, opened, resized) and its status (the
+//! names of all semaphores are one keys-only range: `Link::names_under`). [`Semaphores`] keeps no state of its own: the link, and the stray
+//! finder that every queue it reads is checked with (`strays.rs`).
 
+use super::calls::Link;
 use super::client::get_kvs;
 use super::client::kv;
 use super::keys::{queue_of, EntryValue};
-use super::EtcdBackend;
+use super::strays::Strays;
 use crate::backend::capacity::CapValue;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
@@ -12,53 +14,26 @@ use crate::queue;
 use crate::stats::RequestKind;
 use crate::status::{Holder, Status};
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use std::sync::Arc;
 
-impl EtcdBackend {
-    /// The sorted names of the keys under `prefix` (one keys-only range): semaphores under
-    /// `names/`, rate limits under `rq/`.
-    pub(super) async fn names_under(&self, prefix: String) -> Result<Vec<String>> {
-        let resp = self
-            .retry(RequestKind::Range, |mut c| {
-                let p = prefix.clone();
-                async move {
-                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await?;
-        let mut names: Vec<String> = resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok())
-            .filter_map(|k| k.strip_prefix(prefix.as_str()))
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        Ok(names)
-    }
+/// The semaphores of a backend: their capacities and statuses.
+pub(super) struct Semaphores {
+    link: Arc<Link>,
+    strays: Strays,
+}
 
-    /// Reads the semaphore's prefix sorted by create revision: (revision, kvs).
-    pub(super) async fn read_semaphore(
-        &self,
-        name: &str,
-    ) -> Result<(i64, Vec<etcd_client::KeyValue>)> {
-        let prefix = self.keys.sem_prefix(name);
-        let mut resp = self
-            .retry(RequestKind::Range, |c| {
-                let prefix = prefix.clone();
-                async move { kv(&c).get(prefix, Some(sorted_prefix())).await }
-            })
-            .await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        Ok((revision, resp.take_kvs()))
+impl Semaphores {
+    pub(super) fn new(link: Arc<Link>, strays: Strays) -> Semaphores {
+        Semaphores { link, strays }
     }
 
     /// Creates the semaphore with `capacity` if absent, or opens it (see
     /// [`Backend::ensure_semaphore`](crate::backend::Backend::ensure_semaphore)).
-    pub(super) async fn open_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        let cap_key = self.keys.cap(name);
+    pub(super) async fn open(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        let cap_key = self.link.keys.cap(name);
         let Some(requested) = capacity else {
             let resp = self
+                .link
                 .retry(RequestKind::Range, |mut c| {
                     let k = cap_key.clone();
                     async move { c.get(k, None).await }
@@ -72,7 +47,7 @@ impl EtcdBackend {
             };
         };
         let value = CapValue::new(requested).encode();
-        let index = self.keys.name_index(name);
+        let index = self.link.keys.name_index(name);
         let txn = Txn::new()
             .when([Compare::create_revision(
                 cap_key.clone(),
@@ -84,7 +59,7 @@ impl EtcdBackend {
                 TxnOp::put(index, "", None),
             ])
             .or_else([TxnOp::get(cap_key.clone(), None)]);
-        let resp = self.txn(txn).await?;
+        let resp = self.link.txn(txn).await?;
         if resp.succeeded() {
             return Ok(requested);
         }
@@ -103,15 +78,15 @@ impl EtcdBackend {
     }
 
     /// The semaphore's holders and waiters, from one read of its prefix.
-    pub(super) async fn read_status(&self, name: &str) -> Result<Status> {
-        let (_, kvs) = self.read_semaphore(name).await?;
-        let cap_key = self.keys.cap(name);
+    pub(super) async fn status(&self, name: &str) -> Result<Status> {
+        let (_, kvs) = read_semaphore(&self.link, name).await?;
+        let cap_key = self.link.keys.cap(name);
         let cap = kvs
             .iter()
             .find(|kv| kv.key() == cap_key.as_bytes())
             .and_then(|kv| CapValue::parse(kv.value()))
             .ok_or_else(|| Error::NotFound(name.to_string()))?;
-        let queue_prefix = self.keys.queue_prefix(name);
+        let queue_prefix = self.link.keys.queue_prefix(name);
         let entries: Vec<_> = queue_of(&queue_prefix, &kvs).collect();
         for (_, kv) in &entries {
             self.strays.check(name, &queue_prefix, kv);
@@ -141,11 +116,11 @@ impl EtcdBackend {
     /// grandfathered yet, never a waiter); the same Txn reads the queue at the write's revision,
     /// and if that shows more holders, one more compare-and-set on the capacity key raises it.
     pub(super) async fn resize(&self, name: &str, capacity: u32) -> Result<()> {
-        let cap_key = self.keys.cap(name);
-        let queue_prefix = self.keys.queue_prefix(name);
-        let mut attempts = Attempts::new(self.config.request_timeout);
+        let cap_key = self.link.keys.cap(name);
+        let queue_prefix = self.link.keys.queue_prefix(name);
+        let mut attempts = Attempts::new(self.link.config.request_timeout);
         loop {
-            let (_, kvs) = self.read_semaphore(name).await?;
+            let (_, kvs) = read_semaphore(&self.link, name).await?;
             let Some(cap_kv) = kvs.iter().find(|kv| kv.key() == cap_key.as_bytes()) else {
                 return Err(Error::NotFound(name.to_string()));
             };
@@ -173,7 +148,7 @@ impl EtcdBackend {
                     cap_kv.mod_revision(),
                 )])
                 .and_then(then);
-            let resp = self.txn(txn).await?;
+            let resp = self.link.txn(txn).await?;
             if resp.succeeded() {
                 if shrink {
                     let written = resp.header().map_or(0, |h| h.revision());
@@ -211,7 +186,7 @@ impl EtcdBackend {
     /// changed since (that writer read our floor and decided from it). Best effort: the floor
     /// already stored is safe, it only reports some holders as waiters until they leave.
     async fn raise_floor(&self, name: &str, exact: CapValue, written: i64) {
-        let cap_key = self.keys.cap(name);
+        let cap_key = self.link.keys.cap(name);
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 cap_key.clone(),
@@ -219,7 +194,7 @@ impl EtcdBackend {
                 written,
             )])
             .and_then([TxnOp::put(cap_key, exact.encode(), None)]);
-        if let Err(e) = self.txn(txn).await {
+        if let Err(e) = self.link.txn(txn).await {
             tracing::debug!(semaphore = %name, error = %e, "raising the floor of a shrink failed; the stored floor stays (safe, lower)");
         }
     }
@@ -229,4 +204,20 @@ pub(super) fn sorted_prefix() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
+}
+
+/// Reads the semaphore's prefix sorted by create revision: (revision, kvs).
+pub(super) async fn read_semaphore(
+    link: &Link,
+    name: &str,
+) -> Result<(i64, Vec<etcd_client::KeyValue>)> {
+    let prefix = link.keys.sem_prefix(name);
+    let mut resp = link
+        .retry(RequestKind::Range, |c| {
+            let prefix = prefix.clone();
+            async move { kv(&c).get(prefix, Some(sorted_prefix())).await }
+        })
+        .await?;
+    let revision = resp.header().map_or(0, |h| h.revision());
+    Ok((revision, resp.take_kvs()))
 }

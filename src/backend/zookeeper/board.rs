@@ -3,47 +3,62 @@
 //! board's node and its parent are persistent, made on first use with the backend's ACLs. A
 //! board is read as its children and their data (one listing, one multi-read). Every call runs
 //! through `session_call`: bounded by the request timeout, retried across reconnects, on a new
-//! session if the last one was lost.
+//! session if the last one was lost. [`Board`] has no state of its own.
 
-use super::ZkBackend;
+use super::calls::Link;
 use crate::error::Result;
 use crate::stats::RequestKind;
+use std::sync::Arc;
 use zookeeper_client::{self as zk, CreateMode, MultiReadResult};
 
 /// Rounds of "replace, else create" before giving up: a round fails only when a node of ours
 /// appears or vanishes between two requests (a retried create applied late, a session ending).
 const PUT_ROUNDS: usize = 3;
 
-impl ZkBackend {
+/// The announcement boards of a backend.
+pub(super) struct Board {
+    link: Arc<Link>,
+}
+
+impl Board {
+    pub(super) fn new(link: Arc<Link>) -> Board {
+        Board { link }
+    }
+
     /// Replaces the value of our node (if this session owns it) or creates it.
-    pub(super) async fn put_announcement(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
-        let (dir, path) = (self.paths.board(board), self.paths.board_entry(board, id));
-        let acls = self.acls;
+    pub(super) async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
+        let (dir, path) = (
+            self.link.paths.board(board),
+            self.link.paths.board_entry(board, id),
+        );
+        let acls = self.link.acls;
         let what = format!("announcing on board {board:?}");
-        self.session_call(RequestKind::Put, &what, false, |c| {
-            let (dir, path) = (dir.clone(), path.clone());
-            async move {
-                let mut last = zk::Error::NodeExists;
-                for _ in 0..PUT_ROUNDS {
-                    match put_once(&c, &dir, &path, value, acls).await {
-                        Ok(()) => return Ok(()),
-                        Err(e @ (zk::Error::NodeExists | zk::Error::NoNode)) => last = e,
-                        Err(e) => return Err(e),
+        self.link
+            .session_call(RequestKind::Put, &what, None, |c| {
+                let (dir, path) = (dir.clone(), path.clone());
+                async move {
+                    let mut last = zk::Error::NodeExists;
+                    for _ in 0..PUT_ROUNDS {
+                        match put_once(&c, &dir, &path, value, acls).await {
+                            Ok(()) => return Ok(()),
+                            Err(e @ (zk::Error::NodeExists | zk::Error::NoNode)) => last = e,
+                            Err(e) => return Err(e),
+                        }
                     }
+                    Err(last)
                 }
-                Err(last)
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Every `(id, value)` on `board`; a node that goes between the listing and the read is
     /// left out (its announcer is gone).
-    pub(super) async fn read_announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let dir = self.paths.board(board);
+    pub(super) async fn read(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let dir = self.link.paths.board(board);
         let what = format!("reading board {board:?}");
         let mut all = self
-            .session_call(RequestKind::Range, &what, false, |c| {
+            .link
+            .session_call(RequestKind::Range, &what, None, |c| {
                 let dir = dir.clone();
                 async move {
                     let ids = match c.list_children(&dir).await {
@@ -75,19 +90,20 @@ impl ZkBackend {
     }
 
     /// Deletes our node on `board`; absent counts as deleted.
-    pub(super) async fn delete_announcement(&self, board: &str, id: &str) -> Result<()> {
-        let path = self.paths.board_entry(board, id);
+    pub(super) async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
+        let path = self.link.paths.board_entry(board, id);
         let what = format!("withdrawing from board {board:?}");
-        self.session_call(RequestKind::Delete, &what, false, |c| {
-            let path = path.clone();
-            async move {
-                match c.delete(&path, None).await {
-                    Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-                    Err(e) => Err(e),
+        self.link
+            .session_call(RequestKind::Delete, &what, None, |c| {
+                let path = path.clone();
+                async move {
+                    match c.delete(&path, None).await {
+                        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                        Err(e) => Err(e),
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await
     }
 }
 

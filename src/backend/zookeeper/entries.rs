@@ -1,12 +1,13 @@
 //! Queue entries: the enqueue (one create, decided from the session's view of the semaphore),
-//! a create whose reply was lost found again or abandoned, and the removal.
+//! a create whose reply was lost found again or abandoned, the wait, and the removal.
+//! [`Permits`] has no state of its own: this Limiter's entries (`tracked.rs`) live with the
+//! session in the link, as a new session forgets them and the session's views report to them.
 
-use super::calls::is_zk;
+use super::calls::{is_zk, Link};
 use super::nodes::{EntryData, EntryName};
 use super::session::ZkSession;
 use super::tracked::LiveEntry;
-use super::view::{self, SemView, ViewConfig};
-use super::ZkBackend;
+use super::view::{self, SemView};
 use crate::backend::retry::Attempts;
 use crate::backend::waiters::{self, WaitOutcome};
 use crate::backend::{lock, Enqueued, EntryRequest};
@@ -27,30 +28,35 @@ enum Created {
     InDoubt,
 }
 
-impl ZkBackend {
-    /// The session's view of `name`, set up on first use (3 requests: watch, children, data).
-    pub(super) async fn view(&self, session: &ZkSession, name: &str) -> Result<Arc<SemView>> {
-        let mut views = session.views.lock().await;
-        if let Some(v) = views.get(name) {
-            if v.is_live() {
-                return Ok(v.clone());
-            }
+/// The queue entries of a backend.
+pub(super) struct Permits {
+    link: Arc<Link>,
+}
+
+impl Permits {
+    pub(super) fn new(link: Arc<Link>) -> Permits {
+        Permits { link }
+    }
+
+    /// Waits until the entry `enq` of `req` holds, or cannot (see
+    /// [`Backend::wait_outcome`](crate::backend::Backend::wait_outcome)).
+    pub(super) async fn wait(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
+        if enq.lost.is_lost() {
+            return Err(Error::SessionLost);
         }
-        let cfg = ViewConfig {
-            client: session.client()?,
-            name: name.to_string(),
-            path: self.paths.semaphore(name),
-            stats: self.stats.clone(),
-            events: self.entries.clone(),
+        // The session is the entry's own: a lost session would have fired `enq.lost`.
+        let session = self.link.session.current().await;
+        let view = match session {
+            Some(s) => s.views.lock().await.get(&req.name).cloned(),
+            None => None,
         };
-        let start = SemView::start(cfg, session.stop_token().child_token());
-        let view = match tokio::time::timeout(self.config.request_timeout, start).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(self.map_error(e)),
-            Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
+        let Some(view) = view else {
+            return Err(Error::SessionLost);
         };
-        views.insert(name.to_string(), view.clone());
-        Ok(view)
+        // A view that stops (its session ended) drops its waiters.
+        view.register(enq.token, req.permits)
+            .await
+            .map_err(|_| Error::SessionLost)
     }
 
     /// The enqueue of `req` failed, and nobody will ask for its id again: a create of it
@@ -58,16 +64,16 @@ impl ZkBackend {
     /// was hung commits it when it resumes). Delete its node if it shows up, or now if the view
     /// shows it already.
     fn abandon_in_doubt(&self, view: &SemView, req: &EntryRequest) {
-        if !lock(&self.entries.in_doubt).remove(&req.id) {
+        if !lock(&self.link.entries.in_doubt).remove(&req.id) {
             return;
         }
-        lock(&self.entries.abandoned).insert(req.id.clone());
+        lock(&self.link.entries.abandoned).insert(req.id.clone());
         let shown = view.nodes_of(&req.id);
         if shown.is_empty() {
             return;
         }
-        lock(&self.entries.abandoned).remove(&req.id);
-        if let Some(reap) = lock(&self.entries.reaper).clone() {
+        lock(&self.link.entries.abandoned).remove(&req.id);
+        if let Some(reap) = lock(&self.link.entries.reaper).clone() {
             for node in shown {
                 tracing::debug!(semaphore = %req.name, %node, "deleting the node of a failed enqueue");
                 reap(format!("{}/{node}", req.name));
@@ -82,16 +88,19 @@ impl ZkBackend {
         req: &EntryRequest,
         deadline: Instant,
     ) -> Result<Created> {
-        let prefix = self.paths.entry_prefix(&req.name, req.permits, &req.id);
+        let prefix = self
+            .link
+            .paths
+            .entry_prefix(&req.name, req.permits, &req.id);
         let data = EntryData {
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
         }
         .encode();
-        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
-        self.stats.count(RequestKind::Put);
-        lock(&self.entries.in_doubt).insert(req.id.clone());
-        let settled = |e: &Self| lock(&e.entries.in_doubt).remove(&req.id);
+        let options = CreateMode::EphemeralSequential.with_acls(self.link.acls);
+        self.link.stats.count(RequestKind::Put);
+        lock(&self.link.entries.in_doubt).insert(req.id.clone());
+        let settled = |e: &Self| lock(&e.link.entries.in_doubt).remove(&req.id);
         match tokio::time::timeout_at(deadline, client.create(&prefix, &data, &options)).await {
             Ok(Ok((_, seq))) => {
                 settled(self);
@@ -108,7 +117,7 @@ impl ZkBackend {
             }
             Ok(Err(e)) => {
                 settled(self);
-                Err(self.denied_as(self.map_error(e), || {
+                Err(self.link.denied_as(self.link.map_error(e), || {
                     format!("adding an entry to semaphore {:?}", req.name)
                 }))
             }
@@ -126,7 +135,7 @@ impl ZkBackend {
         req: &EntryRequest,
     ) -> Result<(u64, String)> {
         let client = session.client()?;
-        let deadline = Attempts::new(self.config.request_timeout).deadline();
+        let deadline = Attempts::new(self.link.config.request_timeout).deadline();
         loop {
             let snapshots = view.snapshots();
             match self.create_once(&client, req, deadline).await? {
@@ -142,7 +151,7 @@ impl ZkBackend {
                         return Err(Error::store("ZooKeeper connection lost during the create"));
                     }
                     if let Some((token, permits)) = view.find(&req.id) {
-                        lock(&self.entries.in_doubt).remove(&req.id);
+                        lock(&self.link.entries.in_doubt).remove(&req.id);
                         return Ok((token, EntryName::node(permits, &req.id, token)));
                     }
                 }
@@ -151,9 +160,9 @@ impl ZkBackend {
     }
 
     /// Appends `req`'s entry to the queue (see [`Backend::enqueue`](crate::backend::Backend::enqueue)).
-    pub(super) async fn enqueue_entry(&self, req: &EntryRequest) -> Result<Enqueued> {
-        let session = self.session().await?;
-        let view = self.view(&session, &req.name).await?;
+    pub(super) async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
+        let session = self.link.session().await?;
+        let view = self.link.view(&session, &req.name).await?;
         // The weight is checked once the view has applied every change made before our entry
         // (below): a capacity changed just now may not be in the view yet.
         if view.capacity().is_none() {
@@ -167,7 +176,7 @@ impl ZkBackend {
             }
         };
         let lost = session.lost().child();
-        lock(&self.entries.live).insert(
+        lock(&self.link.entries.live).insert(
             req.id.clone(),
             LiveEntry {
                 node: node.clone(),
@@ -184,7 +193,7 @@ impl ZkBackend {
             .filter(|n| *n != node)
             .collect();
         if !extra.is_empty() {
-            if let Some(reap) = lock(&self.entries.reaper).clone() {
+            if let Some(reap) = lock(&self.link.entries.reaper).clone() {
                 for other in extra {
                     tracing::debug!(semaphore = %req.name, node = %other, "deleting a second node of one request (a create applied late)");
                     reap(format!("{}/{other}", req.name));
@@ -192,7 +201,7 @@ impl ZkBackend {
             }
         }
         // Our node's creation event precedes the create's reply; the view applies it promptly.
-        let limit = Instant::now() + self.config.request_timeout;
+        let limit = Instant::now() + self.link.config.request_timeout;
         if !view.wait_progress(limit, |(seen, _)| seen > token).await {
             return Err(if session.lost().is_lost() {
                 Error::SessionLost
@@ -219,16 +228,16 @@ impl ZkBackend {
     }
 
     /// Removes an entry (release or cancel); removing an absent entry succeeds.
-    pub(super) async fn remove_entry(&self, name: &str, id: &str) -> Result<()> {
+    pub(super) async fn remove(&self, name: &str, id: &str) -> Result<()> {
         // Forget it first: our own delete must not look like a node deleted behind our back.
-        let live = lock(&self.entries.live).remove(id);
-        if self.stop.is_stopped() {
+        let live = lock(&self.link.entries.live).remove(id);
+        if self.link.stop.is_stopped() {
             return Ok(()); // close() ended the session, and every node of it
         }
         if live.as_ref().is_some_and(|l| l.lost.is_lost()) {
             return Ok(()); // its session is gone, and the node with it
         }
-        let session = self.session().await?;
+        let session = self.link.session().await?;
         let node = match live {
             Some(l) => Some(l.node),
             None => {
@@ -244,11 +253,11 @@ impl ZkBackend {
                     // Created by a request whose reply never came: delete that node if it ever
                     // shows up; if the view showed it between the look above and the mark,
                     // `appeared` did not know it was abandoned then: delete it here.
-                    None if lock(&self.entries.in_doubt).remove(id) => {
-                        lock(&self.entries.abandoned).insert(id.to_string());
+                    None if lock(&self.link.entries.in_doubt).remove(id) => {
+                        lock(&self.link.entries.abandoned).insert(id.to_string());
                         let late = shown();
                         if late.is_some() {
-                            lock(&self.entries.abandoned).remove(id);
+                            lock(&self.link.entries.abandoned).remove(id);
                         }
                         late
                     }
@@ -260,20 +269,23 @@ impl ZkBackend {
             return Ok(()); // never created, or abandoned until it shows up
         };
         let client = session.client()?;
-        let path = self.paths.entry(name, &node);
+        let path = self.link.paths.entry(name, &node);
         // A delete is idempotent (NoNode: done), so a connection broken under it (a failover,
         // a blip) is retried on the reconnected client, within the call's deadline and while
         // the session lives.
-        let mut attempts = Attempts::new(self.config.request_timeout);
+        let mut attempts = Attempts::new(self.link.config.request_timeout);
         loop {
             let e = match self
+                .link
                 .call(RequestKind::Delete, client.delete(&path, None))
                 .await
             {
                 Ok(()) => return Ok(()),
                 Err(e) if is_zk(&e, &zk::Error::NoNode) => return Ok(()),
                 Err(e) if is_zk(&e, &zk::Error::NoAuth) => {
-                    return Err(self.denied_as(e, || format!("deleting the entry node {path}")))
+                    return Err(self
+                        .link
+                        .denied_as(e, || format!("deleting the entry node {path}")))
                 }
                 Err(e) => e,
             };

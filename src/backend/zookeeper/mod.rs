@@ -25,11 +25,15 @@
 //! Built on the `zookeeper-client` crate, which re-sends watches after a reconnect and reports
 //! an expired session instead of silently replacing it.
 //!
-//! Where the code is: `connect.rs` (connecting, the sessions and their reaper of abandoned
-//! nodes), `calls.rs` (every request, bounded, or retried across sessions), `semaphore.rs`
-//! (node, capacity, status, names), `entries.rs` (enqueue, removal; `tracked.rs`: this
-//! Limiter's entries), `board.rs` (announcements), `config.rs` (the settings); this file holds
-//! the backend's state and its [`Backend`] impl.
+//! The backend is made of parts, each a type in a file of its own that owns its state and its
+//! requests: `Link` (`calls.rs`: settings, credentials, counters, the sessions
+//! and their reaper of abandoned nodes, every request, bounded or retried across sessions; made
+//! by `connect.rs`; `tracked.rs`: this Limiter's entries), `Permits` (`entries.rs`: enqueue,
+//! wait, removal), `Semaphores` (`semaphore.rs`: node, capacity, status, names), `Board`
+//! (`board.rs`: announcements) and `Rates` (`rate.rs`: the rate store and its sweeper);
+//! `config.rs` holds the settings. This file composes them and hands each [`Backend`] method to
+//! the part that owns it. Imports run one way: this file uses the parts, the parts use the
+//! link, never the reverse.
 
 mod auth;
 mod board;
@@ -48,54 +52,66 @@ mod tls;
 mod tracked;
 mod view;
 
-use super::{Backend, Enqueued, EntryRequest, SessionSlot, Stop};
+use super::{Backend, Enqueued, EntryRequest, RateStore};
+use crate::backend::rate_forward::rate_store_by;
 use crate::backend::waiters::WaitOutcome;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::members::StoreMember;
-use crate::stats::{RequestCounters, RequestKind, RequestStats};
+use crate::stats::{RequestKind, RequestStats};
 use crate::status::Status;
 use async_trait::async_trait;
-use auth::{Digest, Identity};
+use board::Board;
+use calls::Link;
 pub use config::ZkConfig;
-use nodes::Paths;
-use session::ZkSession;
+use entries::Permits;
+use rate::Rates;
+use semaphore::Semaphores;
 use std::sync::Arc;
 use std::time::Duration;
-use sweeper::Sweeper;
-use tracked::Entries;
-use zookeeper_client::Acls;
 
 /// The `zk://` backend: one session, one watch per semaphore in use.
 pub struct ZkBackend {
-    config: ZkConfig,
-    /// Keeps rate-limit keys alone (see [`ZkBackend::connect_rate_only`]).
-    rate_only: bool,
-    hosts: String,
-    paths: Paths,
-    stats: Arc<RequestCounters>,
-    session: SessionSlot<ZkSession>,
-    entries: Arc<Entries>,
-    /// Sent on every session (and every reconnect of one); `Debug` hides the password.
-    digest: Option<Digest>,
-    identity: Identity,
-    /// Read from the files once; `None`: plain text.
-    tls: Option<tls::Tls>,
-    /// ACL of every node created.
-    acls: Acls<'static>,
-    /// Set by close/shutdown: no new session starts.
-    stop: Stop,
-    /// Deletes the rate-limit keys we wrote once expired (`rate.rs`, `sweeper.rs`).
-    sweeper: Sweeper,
+    link: Arc<Link>,
+    permits: Permits,
+    semaphores: Semaphores,
+    board: Board,
+    rates: Rates,
+}
+
+impl ZkBackend {
+    /// Connects the session and creates the root nodes if absent. Fails fast if no server
+    /// answers.
+    pub async fn connect(config: ZkConfig) -> Result<ZkBackend> {
+        Self::open(config, false).await
+    }
+
+    /// [`connect`](Self::connect) for a cluster that keeps rate-limit keys alone (a sharded
+    /// store's clusters after the first): no semaphore lives in its sessions, and its logs
+    /// say that the loss of one costs nothing.
+    pub async fn connect_rate_only(config: ZkConfig) -> Result<ZkBackend> {
+        Self::open(config, true).await
+    }
+
+    async fn open(config: ZkConfig, rate_only: bool) -> Result<ZkBackend> {
+        let link = Arc::new(connect::connect(config, rate_only).await?);
+        Ok(ZkBackend {
+            permits: Permits::new(link.clone()),
+            semaphores: Semaphores::new(link.clone()),
+            board: Board::new(link.clone()),
+            rates: Rates::new(link.clone()),
+            link,
+        })
+    }
 }
 
 impl std::fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkBackend")
-            .field("config", &self.config)
-            .field("digest", &self.digest)
-            .field("tls", &self.tls.is_some())
-            .field("stopped", &self.stop.is_stopped())
+            .field("config", &self.link.config)
+            .field("digest", &self.link.digest)
+            .field("tls", &self.link.tls.is_some())
+            .field("stopped", &self.link.stop.is_stopped())
             .finish_non_exhaustive()
     }
 }
@@ -103,58 +119,43 @@ impl std::fmt::Debug for ZkBackend {
 #[async_trait]
 impl Backend for ZkBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        self.open_semaphore(name, capacity).await
+        self.semaphores.open(name, capacity).await
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
-        self.enqueue_entry(req).await
+        self.permits.enqueue(req).await
     }
 
     async fn wait_outcome(&self, req: &EntryRequest, enq: &Enqueued) -> Result<WaitOutcome> {
-        if enq.lost.is_lost() {
-            return Err(Error::SessionLost);
-        }
-        // The session is the entry's own: a lost session would have fired `enq.lost`.
-        let session = self.session.current().await;
-        let view = match session {
-            Some(s) => s.views.lock().await.get(&req.name).cloned(),
-            None => None,
-        };
-        let Some(view) = view else {
-            return Err(Error::SessionLost);
-        };
-        // A view that stops (its session ended) drops its waiters.
-        view.register(enq.token, req.permits)
-            .await
-            .map_err(|_| Error::SessionLost)
+        self.permits.wait(req, enq).await
     }
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
-        self.remove_entry(name, id).await
+        self.permits.remove(name, id).await
     }
 
     async fn status(&self, name: &str) -> Result<Status> {
-        self.read_status(name).await
+        self.semaphores.status(name).await
     }
 
     async fn set_capacity(&self, name: &str, capacity: u32) -> Result<()> {
-        self.resize(name, capacity).await
+        self.semaphores.resize(name, capacity).await
     }
 
     async fn list(&self) -> Result<Vec<String>> {
-        self.list_names().await
+        self.semaphores.list().await
     }
 
     async fn announce(&self, board: &str, id: &str, value: &[u8]) -> Result<()> {
-        self.put_announcement(board, id, value).await
+        self.board.announce(board, id, value).await
     }
 
     async fn announcements(&self, board: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.read_announcements(board).await
+        self.board.read(board).await
     }
 
     async fn withdraw(&self, board: &str, id: &str) -> Result<()> {
-        self.delete_announcement(board, id).await
+        self.board.withdraw(board, id).await
     }
 
     /// The ensemble from `/zookeeper/config` (`server.N=host:peer:election[:role];client`);
@@ -162,53 +163,57 @@ impl Backend for ZkBackend {
     /// member, the servers this Limiter was given.
     async fn members(&self) -> Result<Vec<StoreMember>> {
         let (config, _) = self
+            .link
             .session_call(
                 RequestKind::Range,
                 "reading the ensemble's configuration",
-                false,
+                None,
                 |c| async move { c.get_config().await },
             )
             .await?;
         Ok(nodes::ensemble(
             &String::from_utf8_lossy(&config),
-            &self.hosts,
+            &self.link.hosts,
         ))
     }
 
     fn stats(&self) -> RequestStats {
-        self.stats.snapshot()
+        self.link.stats.snapshot()
     }
 
-    fn rate_store(&self) -> Option<&dyn super::RateStore> {
+    fn rate_store(&self) -> Option<&dyn RateStore> {
         Some(self)
     }
 
     fn session_ttl(&self) -> Duration {
-        self.config.session_timeout
+        self.link.config.session_timeout
     }
 
     async fn session_signal(&self) -> Option<LostSignal> {
-        self.session.live_signal().await
+        self.link.session.live_signal().await
     }
 
     async fn end_session(&self, of: &LostSignal) {
         // Ending it locally drops the client, which closes the session on the server.
-        if self.session.end_if_current(of).await.is_some() {
-            self.stats.count(RequestKind::Lease);
-            self.entries.forget_session();
+        if self.link.session.end_if_current(of).await.is_some() {
+            self.link.stats.count(RequestKind::Lease);
+            self.link.entries.forget_session();
         }
     }
 
     async fn close(&self) -> Result<()> {
-        self.end_locally();
-        if self.session.end().await.is_some() {
-            self.stats.count(RequestKind::Lease);
+        self.link.end_locally();
+        if self.link.session.end().await.is_some() {
+            self.link.stats.count(RequestKind::Lease);
         }
         Ok(())
     }
 
     fn shutdown(&self) {
-        self.end_locally();
-        self.session.try_end();
+        self.link.end_locally();
+        self.link.session.try_end();
     }
 }
+
+// The rate store is the `Rates` part (`rate.rs`).
+rate_store_by!(ZkBackend, rates);

@@ -18,9 +18,13 @@
 //!   persistent: nothing goes with the session) within the shared [`Attempts`] bound; a retried
 //!   write whose first attempt applied fails its version check, and the caller recognises its
 //!   own value in the conflict (the trait's contract). `NoAuth` is named, never retried.
+//!
+//! [`Rates`] is the backend's rate store: the link, and the sweeper of the keys it wrote
+//! (the backend's own [`RateStore`] impl hands every call to it).
 
+use super::calls::Link;
+use super::sweep_state::ZkSweep;
 use super::sweeper::Sweeper;
-use super::ZkBackend;
 use crate::backend::expiry::{split_expiry, unix_nanos_now, with_expiry, MIN_MARGIN};
 use crate::backend::rate_store::{before_write, before_write_each, limit_found};
 use crate::backend::retry::Attempts;
@@ -29,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use async_trait::async_trait;
 use std::future::Future;
+use std::sync::Arc;
 use zookeeper_client::{
     self as zk, CreateMode, MultiReadResult, MultiWriteError, MultiWriteResult,
 };
@@ -88,9 +93,20 @@ impl Op<'_> {
     }
 }
 
-impl ZkBackend {
-    fn sweeper(&self) -> &Sweeper {
-        &self.sweeper
+/// The rate-limit nodes of a backend.
+#[derive(Debug)]
+pub(super) struct Rates {
+    link: Arc<Link>,
+    /// Deletes the rate-limit keys we wrote once expired (`sweeper.rs`).
+    sweeper: Sweeper,
+}
+
+impl Rates {
+    /// The rate store on `link`; its sweeper stops with the backend.
+    pub(super) fn new(link: Arc<Link>) -> Rates {
+        let sweep = ZkSweep::new(link.stats.clone(), link.config.request_timeout);
+        let sweeper = Sweeper::new(sweep, link.stop.child_token());
+        Rates { sweeper, link }
     }
 
     /// The multi operations of `writes`.
@@ -98,8 +114,8 @@ impl ZkBackend {
         writes
             .iter()
             .map(|w| Op {
-                limit: self.paths.rate_limit(&w.limit),
-                key: self.paths.rate_key(&w.limit, &w.key),
+                limit: self.link.paths.rate_limit(&w.limit),
+                key: self.link.paths.rate_key(&w.limit, &w.key),
                 quota_version: i32::try_from(w.quota_version).ok(),
                 expected: match w.expected {
                     None => Some(None),
@@ -116,8 +132,7 @@ impl ZkBackend {
         let mut versions = Vec::with_capacity(written.len());
         for (op, &(v, zxid)) in ops.iter().zip(written) {
             versions.push(version_of(v)?);
-            self.sweeper()
-                .wrote(op.key.clone(), v, zxid, op.w.expires_at);
+            self.sweeper.wrote(op.key.clone(), v, zxid, op.w.expires_at);
         }
         Ok(versions)
     }
@@ -133,7 +148,7 @@ impl ZkBackend {
         for (op, c) in ops.iter().zip(&currents) {
             if let Some(k) = c.key.as_ref().filter(|k| k.value == op.w.value) {
                 if let Ok(v) = i32::try_from(k.version) {
-                    self.sweeper().wrote(op.key.clone(), v, 0, op.w.expires_at);
+                    self.sweeper.wrote(op.key.clone(), v, 0, op.w.expires_at);
                 }
             }
         }
@@ -148,7 +163,9 @@ impl ZkBackend {
         F: FnMut(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
-        self.session_call(kind, what, true, op).await
+        self.link
+            .session_call(kind, what, Some(&self.sweeper), op)
+            .await
     }
 
     /// Reads each (limit, key): one multi-read, counted as a read.
@@ -186,8 +203,8 @@ impl ZkBackend {
 
     /// Creates `<root>/r` (once per tree; a lost race is fine).
     async fn make_limits_dir(&self) -> Result<()> {
-        let dir = self.paths.rate_limits();
-        let acls = self.acls;
+        let dir = self.link.paths.rate_limits();
+        let acls = self.link.acls;
         self.rate_call(RequestKind::Put, "creating the rate limits' node", |c| {
             let dir = dir.clone();
             async move {
@@ -202,8 +219,8 @@ impl ZkBackend {
 
     /// Creates the limit's node with `quota`: `Ok(true)` created, `Ok(false)` it exists.
     async fn create_limit(&self, name: &str, quota: &[u8]) -> Result<bool> {
-        let path = self.paths.rate_limit(name);
-        let acls = self.acls;
+        let path = self.link.paths.rate_limit(name);
+        let acls = self.link.acls;
         let what = format!("creating rate limit {name:?}");
         for _ in 0..2 {
             let created = self
@@ -228,7 +245,7 @@ impl ZkBackend {
         }
         Err(Error::store(format!(
             "the node {} vanished while creating rate limit {name:?}",
-            self.paths.rate_limits()
+            self.link.paths.rate_limits()
         )))
     }
 
@@ -250,7 +267,7 @@ impl ZkBackend {
     /// The limit's node: `None` if absent.
     async fn read_limit(&self, name: &str) -> Result<Option<Versioned>> {
         let read = self
-            .get_node(&self.paths.rate_limit(name), "reading a rate limit")
+            .get_node(&self.link.paths.rate_limit(name), "reading a rate limit")
             .await?;
         read.map(|(value, v)| {
             Ok(Versioned {
@@ -268,7 +285,7 @@ impl ZkBackend {
         &self,
         ops: &[&Op<'_>],
     ) -> Result<std::result::Result<Vec<(i32, i64)>, usize>> {
-        let acls = self.acls;
+        let acls = self.link.acls;
         let results = self
             .rate_call(
                 RequestKind::Txn,
@@ -328,7 +345,7 @@ impl ZkBackend {
 }
 
 #[async_trait]
-impl RateStore for ZkBackend {
+impl RateStore for Rates {
     async fn ensure_limit(&self, name: &str, quota: Option<&[u8]>) -> Result<Versioned> {
         if let Some(q) = quota {
             match self.create_limit(name, q).await {
@@ -355,7 +372,7 @@ impl RateStore for ZkBackend {
     }
 
     async fn put_limit(&self, name: &str, quota: &[u8]) -> Result<u64> {
-        let path = self.paths.rate_limit(name);
+        let path = self.link.paths.rate_limit(name);
         let what = format!("setting the quota of rate limit {name:?}");
         // Set, or create if absent; a create that loses a race sets again.
         for _ in 0..3 {
@@ -386,7 +403,7 @@ impl RateStore for ZkBackend {
     }
 
     async fn limits(&self) -> Result<Vec<String>> {
-        let dir = self.paths.rate_limits();
+        let dir = self.link.paths.rate_limits();
         let mut names = self
             .rate_call(RequestKind::Range, "listing rate limits", |c| {
                 let dir = dir.clone();
@@ -405,8 +422,8 @@ impl RateStore for ZkBackend {
 
     async fn read_key(&self, limit: &str, key: &str) -> Result<Current> {
         let pair = [(
-            self.paths.rate_limit(limit),
-            self.paths.rate_key(limit, key),
+            self.link.paths.rate_limit(limit),
+            self.link.paths.rate_key(limit, key),
         )];
         let current = self
             .read_currents(&pair)
@@ -496,8 +513,8 @@ impl RateStore for ZkBackend {
     /// with a version that matches again. The sweeper deletes the empty node once the old
     /// state has expired, when nobody can hold it any more.
     async fn delete_key(&self, limit: &str, key: &str) -> Result<()> {
-        let path = self.paths.rate_key(limit, key);
-        let mut attempts = Attempts::new(self.config.request_timeout);
+        let path = self.link.paths.rate_key(limit, key);
+        let mut attempts = Attempts::new(self.link.config.request_timeout);
         loop {
             let read = self
                 .get_node(&path, "reading a rate-limit key to reset it")
@@ -525,7 +542,7 @@ impl RateStore for ZkBackend {
                 .await?;
             match written {
                 Some((v, mzxid)) => {
-                    self.sweeper().wrote(path, v, mzxid, expires_at);
+                    self.sweeper.wrote(path, v, mzxid, expires_at);
                     return Ok(());
                 }
                 // Written or deleted meanwhile: reset what is there now.

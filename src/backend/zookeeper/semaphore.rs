@@ -1,9 +1,9 @@
 //! A semaphore's own records: its node and capacity (created, opened, resized), its queue read
-//! for a status, and the names of all semaphores.
+//! for a status, and the names of all semaphores. [`Semaphores`] keeps no state of its own:
+//! it reads and writes through the link, and learns from the session's views.
 
-use super::calls::{is_zk, not_found_as};
+use super::calls::{is_zk, not_found_as, Link};
 use super::nodes::{EntryData, EntryName};
-use super::ZkBackend;
 use crate::backend::capacity::CapValue;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
@@ -11,17 +11,27 @@ use crate::queue;
 use crate::stats::RequestKind;
 use crate::status::{Holder, Status};
 use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::time::Instant;
 use zookeeper_client::{self as zk, CreateMode};
 
 /// The longest a shrink waits for this session's view to apply it before raising its floor.
 const RAISE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-impl ZkBackend {
+/// The semaphores of a backend: their nodes, capacities, statuses and names.
+pub(super) struct Semaphores {
+    link: Arc<Link>,
+}
+
+impl Semaphores {
+    pub(super) fn new(link: Arc<Link>) -> Semaphores {
+        Semaphores { link }
+    }
+
     /// Creates the semaphore with `capacity` if absent, or opens it (see
     /// [`Backend::ensure_semaphore`](crate::backend::Backend::ensure_semaphore)).
-    pub(super) async fn open_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
-        let session = self.session().await?;
+    pub(super) async fn open(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
+        let session = self.link.session().await?;
         let known = {
             let views = session.views.lock().await;
             views.get(name).filter(|v| v.is_live()).cloned()
@@ -33,36 +43,39 @@ impl ZkBackend {
                 let mut denied = None;
                 if let Some(c) = capacity {
                     let client = session.client()?;
-                    let path = self.paths.semaphore(name);
+                    let path = self.link.paths.semaphore(name);
                     let data = CapValue::new(c).encode();
                     let created = self
+                        .link
                         .call(
                             RequestKind::Put,
                             client.create(
                                 &path,
                                 &data,
-                                &CreateMode::Persistent.with_acls(self.acls),
+                                &CreateMode::Persistent.with_acls(self.link.acls),
                             ),
                         )
                         .await;
                     match created {
                         Ok(_) => {}
                         Err(e) if is_zk(&e, &zk::Error::NodeExists) => {
-                            self.warn_if_open(&client, &path).await;
+                            self.link.warn_if_open(&client, &path).await;
                         }
                         // It may exist (ZooKeeper checks the ACL first): the view tells.
                         Err(e) if is_zk(&e, &zk::Error::NoAuth) => denied = Some(e),
                         Err(e) => return Err(e),
                     }
                 }
-                let view = self.view(&session, name).await?;
+                let view = self.link.view(&session, name).await?;
                 if let (Some(e), None) = (denied, view.capacity()) {
-                    return Err(self.denied_as(e, || format!("creating semaphore {name:?}")));
+                    return Err(self
+                        .link
+                        .denied_as(e, || format!("creating semaphore {name:?}")));
                 }
                 if capacity.is_some() && view.capacity().is_none() {
                     // A view that watched the absent semaphore learns of our create from its
                     // event, which precedes the create's reply: wait for it to be applied.
-                    let limit = Instant::now() + self.config.request_timeout;
+                    let limit = Instant::now() + self.link.config.request_timeout;
                     view.wait_progress(limit, |_| view.capacity().is_some())
                         .await;
                 }
@@ -83,8 +96,8 @@ impl ZkBackend {
 
     /// The semaphore's holders and waiters: its queue, its capacity, and the owners of its
     /// entries in one multi-read.
-    pub(super) async fn read_status(&self, name: &str) -> Result<Status> {
-        let session = self.session().await?;
+    pub(super) async fn status(&self, name: &str) -> Result<Status> {
+        let session = self.link.session().await?;
         let client = session.client()?;
         // The queue first, then the capacity: never a capacity older than the queue.
         let (entries, nodes) = self.read_queue(&client, name).await?;
@@ -95,13 +108,13 @@ impl ZkBackend {
         for e in &entries {
             let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
             reader
-                .add_get_data(&self.paths.entry(name, node))
+                .add_get_data(&self.link.paths.entry(name, node))
                 .map_err(Error::store)?;
         }
         let data = if entries.is_empty() {
             Vec::new()
         } else {
-            self.call(RequestKind::Range, reader.commit()).await?
+            self.link.call(RequestKind::Range, reader.commit()).await?
         };
         let mut holders = Vec::with_capacity(n);
         let mut waiters = Vec::with_capacity(entries.len().saturating_sub(n));
@@ -131,10 +144,10 @@ impl ZkBackend {
     /// the change in order with the queue's events, knows the exact floor, and one more
     /// versioned write raises it.
     pub(super) async fn resize(&self, name: &str, capacity: u32) -> Result<()> {
-        let session = self.session().await?;
+        let session = self.link.session().await?;
         let client = session.client()?;
-        let path = self.paths.semaphore(name);
-        let mut attempts = Attempts::new(self.config.request_timeout);
+        let path = self.link.paths.semaphore(name);
+        let mut attempts = Attempts::new(self.link.config.request_timeout);
         loop {
             let (old, version) = self.read_capacity(&client, name).await?;
             if old.capacity == capacity {
@@ -149,6 +162,7 @@ impl ZkBackend {
             }
             let data = CapValue { capacity, floor }.encode();
             let written = self
+                .link
                 .call(
                     RequestKind::Put,
                     client.set_data(&path, &data, Some(version)),
@@ -165,7 +179,9 @@ impl ZkBackend {
                 // Another capacity write came first: read it and decide again.
                 Err(e) if is_zk(&e, &zk::Error::BadVersion) => {}
                 Err(e) => {
-                    let e = self.denied_as(e, || format!("setting the capacity of {name:?}"));
+                    let e = self
+                        .link
+                        .denied_as(e, || format!("setting the capacity of {name:?}"));
                     return Err(not_found_as(e, name));
                 }
             }
@@ -183,7 +199,7 @@ impl ZkBackend {
     /// Best effort: the floor already stored is safe, it only reports some holders as waiters
     /// until they leave.
     async fn raise_floor(&self, name: &str, written: CapValue, version: i32) {
-        let Ok(session) = self.session().await else {
+        let Ok(session) = self.link.session().await else {
             return;
         };
         let Some(view) = session.views.lock().await.get(name).cloned() else {
@@ -191,7 +207,7 @@ impl ZkBackend {
         };
         // The view applies the change a round trip after the write; a view that lags longer
         // (reconnecting) leaves the safe floor in place rather than hold the caller.
-        let limit = Instant::now() + self.config.request_timeout.min(RAISE_WAIT);
+        let limit = Instant::now() + self.link.config.request_timeout.min(RAISE_WAIT);
         view.wait_progress(limit, |_| view.capacity_version() >= version)
             .await;
         let Some(exact) = view.shrink_floor(version).filter(|f| *f > written.floor) else {
@@ -205,8 +221,9 @@ impl ZkBackend {
             ..written
         }
         .encode();
-        let path = self.paths.semaphore(name);
+        let path = self.link.paths.semaphore(name);
         if let Err(e) = self
+            .link
             .call(
                 RequestKind::Put,
                 client.set_data(&path, &data, Some(version)),
@@ -218,11 +235,12 @@ impl ZkBackend {
     }
 
     /// Names of all semaphores, sorted.
-    pub(super) async fn list_names(&self) -> Result<Vec<String>> {
-        let session = self.session().await?;
+    pub(super) async fn list(&self) -> Result<Vec<String>> {
+        let session = self.link.session().await?;
         let client = session.client()?;
-        let dir = self.paths.semaphores();
+        let dir = self.link.paths.semaphores();
         let mut names = match self
+            .link
             .call(RequestKind::Range, client.list_children(&dir))
             .await
         {
@@ -240,8 +258,9 @@ impl ZkBackend {
         client: &zk::Client,
         name: &str,
     ) -> Result<(Vec<queue::Entry>, HashMap<u64, String>)> {
-        let path = self.paths.semaphore(name);
+        let path = self.link.paths.semaphore(name);
         let (children, _) = self
+            .link
             .call(RequestKind::Range, client.get_children(&path))
             .await
             .map_err(|e| not_found_as(e, name))?;
@@ -262,8 +281,9 @@ impl ZkBackend {
 
     /// Reads the capacity record and its data version.
     async fn read_capacity(&self, client: &zk::Client, name: &str) -> Result<(CapValue, i32)> {
-        let path = self.paths.semaphore(name);
+        let path = self.link.paths.semaphore(name);
         let (data, stat) = self
+            .link
             .call(RequestKind::Range, client.get_data(&path))
             .await
             .map_err(|e| not_found_as(e, name))?;
