@@ -30,9 +30,14 @@ pub(super) struct RedisSession {
 struct Held {
     /// Entries Redis confirmed.
     ids: BTreeSet<String>,
-    /// The highest token Redis confirmed here: an entry of this session at or below it that is
-    /// not in `ids` is a stray (a release a failover lost), removed by the keeper.
+    /// The highest token Redis confirmed here.
     max_token: u64,
+    /// `max_token` as it was the last time no enqueue was in flight here: an entry of this
+    /// session at or below it that is not in `ids` is a stray (a release a failover lost),
+    /// removed by the keeper. Not `max_token` itself: replies are handled in any order, so an
+    /// enqueue still unconfirmed may have a lower token than one confirmed already; one sent
+    /// after a moment with none in flight is queued after every token confirmed by then.
+    stray_below: u64,
     /// Enqueues sent and not answered yet: the keeper keeps the session alive there meanwhile.
     sending: usize,
 }
@@ -64,6 +69,9 @@ impl RedisSession {
             h.ids.insert(id.to_string());
             h.max_token = h.max_token.max(token);
         }
+        if h.sending == 0 {
+            h.stray_below = h.max_token;
+        }
         if h.ids.is_empty() && h.sending == 0 {
             held.remove(sem);
         }
@@ -88,14 +96,14 @@ impl RedisSession {
     }
 
     /// Every semaphore the session is in now, with the entries it should find there and the
-    /// highest token confirmed there.
+    /// token at or below which any other entry of the session there is a stray.
     pub(super) fn semaphores(&self) -> Vec<InSemaphore> {
         lock(&self.held)
             .iter()
             .map(|(sem, h)| InSemaphore {
                 name: sem.clone(),
                 ids: h.ids.iter().cloned().collect(),
-                max_token: h.max_token,
+                max_token: h.stray_below,
             })
             .collect()
     }
@@ -143,5 +151,19 @@ mod tests {
         s.forget("a", "e1");
         assert!(s.semaphores().is_empty());
         assert_ne!(s.id, RedisSession::new(Duration::from_secs(3)).id);
+    }
+
+    #[test]
+    fn an_unconfirmed_enqueue_is_never_below_the_stray_cutoff() {
+        let s = RedisSession::new(Duration::from_secs(3));
+        s.sending("a");
+        s.sent("a", Some(("e1", 5)));
+        // e2 (token 8) and e3 (token 9) in flight; e3's reply is handled first.
+        s.sending("a");
+        s.sending("a");
+        s.sent("a", Some(("e3", 9)));
+        assert_eq!(s.semaphores()[0].max_token, 5, "e2 may be below 9");
+        s.sent("a", Some(("e2", 8)));
+        assert_eq!(s.semaphores()[0].max_token, 9);
     }
 }
