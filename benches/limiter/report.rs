@@ -301,15 +301,7 @@ impl Results {
                     times(ratio(h.handoff.p50(), h.notify.p50())),
                 )
             };
-            let split = if h.spy_sees.len() == 0 {
-                "—".to_string()
-            } else {
-                format!(
-                    "{} / +{} ms",
-                    ms(h.spy_sees.p50()),
-                    ms(h.grant_after_spy.p50())
-                )
-            };
+            let split = spy_split(h);
             let _ = writeln!(
                 d.md,
                 "| {} | {} | {} | {write} | {notify} | {vs_write} | {vs_notify} | {split} |",
@@ -713,15 +705,7 @@ fn redis_rows(d: &mut Doc, r: &RedisPermits) {
     );
     for side in Side::BOTH {
         let h = &r.side(side).handoff;
-        let split = if h.spy_sees.len() == 0 {
-            "—".to_string()
-        } else {
-            format!(
-                "{} / +{} ms",
-                ms(h.spy_sees.p50()),
-                ms(h.grant_after_spy.p50())
-            )
-        };
+        let split = spy_split(h);
         let _ = writeln!(
             d.md,
             "| {} | {} | {} | {} | {} | {} | {} | {split} |",
@@ -746,6 +730,19 @@ fn redis_rows(d: &mut Doc, r: &RedisPermits) {
 
 /// etcd's goal of issue 18 for a row that adds `what`: acquire+release p50 flat within
 /// [`FLAT_WITHIN`]; "—" for the other stores.
+/// The handoff split by a spy (a raw watcher or subscriber): when it saw the release, and how
+/// long after that the waiter's grant returned (p50); "—" without a spy.
+fn spy_split(h: &handoff::Outcome) -> String {
+    if h.spy_sees.len() == 0 {
+        return "—".to_string();
+    }
+    format!(
+        "{} / +{} ms",
+        ms(h.spy_sees.p50()),
+        ms(h.grant_after_spy.p50())
+    )
+}
+
 fn flat_goal(d: &mut Doc, store: Store, what: &str, r: Option<f64>) -> String {
     if store != Store::Etcd {
         return "—".to_string();
