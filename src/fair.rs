@@ -32,10 +32,15 @@
 //! With one flow and one class the rule is exactly [`queue::holders`](crate::queue::holders).
 
 mod classes;
+mod classes_text;
 mod entry;
 mod grant;
+mod named;
 mod rank;
+mod tag;
 
 pub use classes::{Classes, Share};
 pub use entry::{FairEntry, DEFAULT_CLASS, DEFAULT_FLOW};
 pub use grant::next_grants;
+pub use named::{next_grants_named, NamedEntry};
+pub use tag::{FairTag, MAX_FAIR_NAME_LEN};

@@ -47,6 +47,7 @@
 // store call: its layout is deeper than the default limit of 128 queries.
 #![recursion_limit = "256"]
 
+mod acquire_options;
 pub mod adaptive;
 mod admission;
 mod announce;
@@ -56,6 +57,7 @@ mod clock;
 mod clusters;
 mod error;
 pub mod fair;
+mod fair_semaphore;
 mod limiter;
 mod limiter_inner;
 mod limits;
@@ -105,7 +107,7 @@ pub use rate::{Algorithm, Decision, Quota};
 pub use rate_limit::{KeyCheck, RateLimit, Waited};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
-pub use status::{Holder, Status};
+pub use status::{ClassUsage, Holder, Status};
 pub use store_down::{
     BreakerStats, ClusterBreaker, DecisionSource, GuardedDecision, StoreDownGuard, StoreDownPolicy,
 };

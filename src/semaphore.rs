@@ -1,5 +1,6 @@
 //! `Semaphore`: acquire permits from one named semaphore.
 
+pub use crate::acquire_options::AcquireOptions;
 use crate::admission::Slot;
 use crate::backend::{Enqueued, EntryRequest, WaitOutcome};
 use crate::error::{Error, Result};
@@ -55,73 +56,6 @@ pub(crate) struct Acquired {
     // Read by the tower layer only.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) store_answered: bool,
-}
-
-/// How to acquire: weight, deadline, owner label, wait or not. Used by [`Semaphore::acquire_with`].
-///
-/// ```
-/// use clusterlimit::AcquireOptions;
-/// use std::time::Duration;
-/// let opts = AcquireOptions::new().permits(2).timeout(Duration::from_secs(5)).owner("job-42");
-/// ```
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct AcquireOptions {
-    permits: u32,
-    timeout: Option<Duration>,
-    owner: Option<String>,
-    wait: bool,
-    silent_store_is_error: bool,
-}
-
-impl Default for AcquireOptions {
-    fn default() -> Self {
-        AcquireOptions {
-            permits: 1,
-            timeout: None,
-            owner: None,
-            wait: true,
-            silent_store_is_error: false,
-        }
-    }
-}
-
-impl AcquireOptions {
-    /// One permit, waiting as long as needed, with the Limiter's owner label.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Weight to acquire (granted atomically).
-    pub fn permits(mut self, permits: u32) -> Self {
-        self.permits = permits;
-        self
-    }
-    /// Give up with `Error::Timeout` after this long (the whole call, store requests included).
-    /// The call returns within the timeout + 40 ms even when the store hangs; the queue entry is
-    /// removed before it returns when the store confirms that in time (one more request, a few
-    /// milliseconds), else in the background.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-    /// Owner label for this permit instead of the Limiter's.
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
-    /// Do not wait: `Error::NoPermits` unless granted at once.
-    pub fn no_wait(mut self) -> Self {
-        self.wait = false;
-        self
-    }
-    /// When the timeout passes before the store answered the enqueue at all, fail with
-    /// `Error::Store` ("the store did not answer within …") instead of `Error::Timeout`, for
-    /// callers that treat a full semaphore and a silent store differently (the sidecar answers
-    /// 429 and 503, `clusterlimit run` exits 75 and 69). Same bound, same cleanup.
-    pub fn silent_store_is_error(mut self) -> Self {
-        self.silent_store_is_error = true;
-        self
-    }
 }
 
 impl Semaphore {
@@ -222,6 +156,16 @@ impl Semaphore {
         validate::permits(opts.permits)?;
         let owner = opts.owner.unwrap_or_else(|| self.limiter.owner.clone());
         validate::owner(&owner)?;
+        if let Some(tag) = &opts.fair {
+            tag.check()?;
+            if !self.limiter.backend.keeps_fair_semaphores() {
+                return Err(Error::invalid(format!(
+                    "flows, classes and weights need a fair semaphore, and this store keeps \
+                     none yet (semaphore {:?}); memory:// does",
+                    self.name
+                )));
+            }
+        }
         self.limiter.check_open()?;
         Ok(EntryRequest {
             name: self.name.to_string(),
@@ -229,6 +173,7 @@ impl Semaphore {
             owner,
             id: uuid::Uuid::new_v4().simple().to_string(),
             wait: opts.wait,
+            fair: opts.fair,
         })
     }
 

@@ -111,6 +111,7 @@ redis_harness!(SentinelHarness, |p: &str| sentinel().url(p), || vec![
 ]);
 
 clusterlimit::contract_suite!(redis_single_permits, SingleHarness);
+clusterlimit::fair_contract_suite!(redis_single_fair, SingleHarness, refused);
 clusterlimit::contract_suite!(redis_cluster_permits, ClusterHarness);
 clusterlimit::contract_suite!(redis_sentinel_permits, SentinelHarness);
 clusterlimit::rate_contract_suite!(redis_single, SingleHarness);

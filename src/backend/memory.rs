@@ -23,6 +23,7 @@ fn registry() -> &'static Registry {
 }
 
 mod board;
+mod fair;
 mod rate;
 mod rate_table;
 
@@ -54,6 +55,8 @@ struct SemQueue {
     next_token: u64,
     entries: BTreeMap<u64, MemEntry>,
     by_id: HashMap<String, u64>,
+    /// Classes and grant marks of a fair semaphore; `None`: a plain FIFO one.
+    fair: Option<fair::MemFair>,
 }
 
 #[derive(Debug)]
@@ -63,6 +66,8 @@ struct MemEntry {
     owner: String,
     since_unix_ms: u64,
     session: u64,
+    /// Flow, class and weight on a fair semaphore.
+    tag: Option<crate::fair::FairTag>,
 }
 
 impl QueueView for SemQueue {
@@ -81,10 +86,13 @@ impl QueueView for SemQueue {
     fn has_seen(&self, _token: u64) -> bool {
         true // the store itself: always current
     }
+    fn marked(&self, token: u64) -> Option<bool> {
+        self.fair.as_ref().map(|f| f.marks.contains(&token))
+    }
 }
 
 impl Sem {
-    fn new(capacity: u32) -> Sem {
+    fn new(capacity: u32, classes: Option<crate::fair::Classes>) -> Sem {
         Sem {
             queue: SemQueue {
                 capacity,
@@ -92,6 +100,7 @@ impl Sem {
                 next_token: 1,
                 entries: BTreeMap::new(),
                 by_id: HashMap::new(),
+                fair: classes.map(fair::MemFair::new),
             },
             waiters: Waiters::default(),
         }
@@ -104,8 +113,31 @@ impl Sem {
         if q.entries.len() != before {
             let entries = &q.entries;
             q.by_id.retain(|_, t| entries.contains_key(t));
+            q.grant_fair();
             self.waiters.resolve(&self.queue);
         }
+    }
+}
+
+impl SemQueue {
+    /// On a fair semaphore, marks what the fair rule grants now.
+    fn grant_fair(&mut self) {
+        let Some(fair) = &mut self.fair else { return };
+        let entries: Vec<(u64, u32, Option<&crate::fair::FairTag>)> = self
+            .entries
+            .iter()
+            .map(|(&t, e)| (t, e.permits, e.tag.as_ref()))
+            .collect();
+        fair.grant(&entries, self.capacity);
+    }
+
+    /// The status of a fair semaphore.
+    fn fair_status(&self, name: &str, fair: &fair::MemFair) -> Status {
+        let rows = self.entries.iter().map(|(&t, e)| {
+            let row = Holder::new(&e.owner, e.permits, t, e.since_unix_ms);
+            (t, row, e.tag.clone())
+        });
+        fair.status(name, self.capacity, rows)
     }
 }
 
@@ -237,7 +269,44 @@ impl Backend for MemoryBackend {
             };
         }
         let capacity = capacity.ok_or_else(|| Error::NotFound(name.to_string()))?;
-        st.sems.insert(name.to_string(), Sem::new(capacity));
+        st.sems.insert(name.to_string(), Sem::new(capacity, None));
+        Ok(capacity)
+    }
+
+    fn keeps_fair_semaphores(&self) -> bool {
+        true
+    }
+
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        self.stop.check()?;
+        self.stats.count(RequestKind::Txn);
+        let mut st = lock(&self.store.state);
+        if let Some(sem) = st.sems.get(name) {
+            let q = &sem.queue;
+            let Some(stored) = &q.fair else {
+                return Err(fair::not_fair(name));
+            };
+            if let Some(asked) = classes.filter(|c| *c != &stored.classes) {
+                return Err(fair::classes_differ(name, &stored.classes, asked));
+            }
+            return match capacity {
+                Some(c) if c != q.capacity => Err(Error::CapacityMismatch {
+                    stored: q.capacity,
+                    requested: c,
+                }),
+                _ => Ok(q.capacity),
+            };
+        }
+        let capacity = capacity.ok_or_else(|| Error::NotFound(name.to_string()))?;
+        let classes = classes.cloned().unwrap_or_default();
+        classes.check(capacity)?;
+        st.sems
+            .insert(name.to_string(), Sem::new(capacity, Some(classes)));
         Ok(capacity)
     }
 
@@ -250,6 +319,11 @@ impl Backend for MemoryBackend {
         let sem = &mut st.sem(&req.name)?.queue;
         if req.permits > sem.capacity {
             return Err(waiters::over_capacity(req, sem.capacity));
+        }
+        match (&sem.fair, &req.fair) {
+            (None, Some(_)) => return Err(fair::not_fair(&req.name)),
+            (Some(f), Some(tag)) => fair::check_tag(&req.name, f, tag)?,
+            _ => {}
         }
         let token = match sem.by_id.get(&req.id) {
             Some(&t) => t,
@@ -264,9 +338,11 @@ impl Backend for MemoryBackend {
                         owner: req.owner.clone(),
                         since_unix_ms: unix_ms_now(),
                         session,
+                        tag: req.fair.clone(),
                     },
                 );
                 sem.by_id.insert(req.id.clone(), t);
+                sem.grant_fair();
                 t
             }
         };
@@ -302,17 +378,15 @@ impl Backend for MemoryBackend {
         self.stats.count(RequestKind::Range);
         let mut st = lock(&self.store.state);
         let sem = &st.sem(name)?.queue;
+        if let Some(fair) = &sem.fair {
+            return Ok(sem.fair_status(name, fair));
+        }
         let entries: Vec<queue::Entry> = sem.entries().collect();
         let n = queue::holders(entries.iter().copied(), sem.capacity, sem.floor);
         let mut rows: Vec<Holder> = sem
             .entries
             .iter()
-            .map(|(&token, e)| Holder {
-                owner: e.owner.clone(),
-                permits: e.permits,
-                fencing_token: token,
-                since_unix_ms: e.since_unix_ms,
-            })
+            .map(|(&token, e)| Holder::new(&e.owner, e.permits, token, e.since_unix_ms))
             .collect();
         let waiters = rows.split_off(n.min(rows.len()));
         Ok(Status::from_queue(name, sem.capacity, rows, waiters))
@@ -324,9 +398,15 @@ impl Backend for MemoryBackend {
         let mut st = lock(&self.store.state);
         let sem = st.sem(name)?;
         let q = &mut sem.queue;
-        let entries: Vec<queue::Entry> = q.entries().collect();
-        q.floor = queue::floor_after_resize(&entries, q.capacity, capacity, q.floor);
+        if let Some(fair) = &q.fair {
+            // Marks keep holding through a shrink: a fair semaphore needs no floor.
+            fair.classes.check(capacity)?;
+        } else {
+            let entries: Vec<queue::Entry> = q.entries().collect();
+            q.floor = queue::floor_after_resize(&entries, q.capacity, capacity, q.floor);
+        }
         q.capacity = capacity;
+        q.grant_fair();
         sem.waiters.resolve(&sem.queue);
         Ok(())
     }

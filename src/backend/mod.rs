@@ -87,6 +87,31 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// `NotFound`.
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32>;
 
+    /// Whether this store keeps fair semaphores (see [`crate::fair`]): when false (the
+    /// default), the Limiter refuses flows, classes and weights before sending anything, and
+    /// [`ensure_fair_semaphore`](Backend::ensure_fair_semaphore) refuses.
+    fn keeps_fair_semaphores(&self) -> bool {
+        false
+    }
+
+    /// Creates the fair semaphore with `capacity` and `classes` if absent, or opens it, and
+    /// returns the stored capacity: as [`ensure_semaphore`](Backend::ensure_semaphore), and also
+    /// `InvalidArgument` when the name is a plain semaphore, or the stored classes differ from
+    /// `classes` (given: it names both tables). Entries of a fair semaphore hold when the store
+    /// has **marked** them granted; the store marks, in one atomic step with each change of the
+    /// queue or the capacity, the entries [`crate::fair::next_grants_named`] returns, and
+    /// reports the marks through [`QueueView::marked`]. The default refuses.
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        _capacity: Option<u32>,
+        _classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        Err(crate::error::Error::invalid(format!(
+            "this store keeps no fair semaphores yet (semaphore {name:?}); memory:// does"
+        )))
+    }
+
     /// Appends an entry to the queue in one store request when possible and tells whether it
     /// already holds. A weight above the current capacity → `InvalidArgument` (entry removed).
     /// Idempotent for the same `req.id`.

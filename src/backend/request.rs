@@ -18,6 +18,11 @@ pub struct EntryRequest {
     /// Whether the caller waits when the entry does not hold at once (`false` for
     /// `try_acquire`): a backend may prepare for waiting (start a watch) only then.
     pub wait: bool,
+    /// Flow, class and weight on a fair semaphore (see [`crate::fair`]); `None` for a plain
+    /// acquire (on a fair semaphore: the default flow and the first class). Only sent to a
+    /// backend whose [`keeps_fair_semaphores`](crate::backend::Backend::keeps_fair_semaphores)
+    /// is true.
+    pub fair: Option<crate::fair::FairTag>,
 }
 
 /// The result of [`Backend::enqueue`](crate::backend::Backend::enqueue).

@@ -62,6 +62,12 @@ pub trait QueueView {
     fn contains(&self, token: u64) -> bool;
     /// Whether the view has seen the creation of entry `token` (a watch may lag behind).
     fn has_seen(&self, token: u64) -> bool;
+    /// On a fair semaphore, whether entry `token` is marked granted (see [`crate::fair`]):
+    /// there, holding is the mark, not a place in the queue. `None` (the default): a FIFO
+    /// semaphore, decided by [`crate::queue`].
+    fn marked(&self, _token: u64) -> Option<bool> {
+        None
+    }
 }
 
 /// Token of the last entry holding permits (0 if none): holders are a prefix of the queue.
@@ -89,7 +95,7 @@ fn decide(
     };
     if !view.contains(token) {
         Some(WaitOutcome::Gone)
-    } else if token <= last_holder {
+    } else if view.marked(token).unwrap_or(token <= last_holder) {
         Some(WaitOutcome::Granted)
     } else if capacity < permits {
         Some(WaitOutcome::TooHeavy(capacity))

@@ -73,6 +73,7 @@
 
 pub mod adaptive_cases;
 pub mod cases;
+pub mod fair_cases;
 mod harness;
 mod holder;
 pub mod rate_cases;
@@ -135,6 +136,29 @@ macro_rules! rate_contract_suite {
             rate_store_cases::store_rewritten_keys_stay,
             $($xset::$xcase,)*
         );
+    };
+}
+
+/// `fair_contract_suite!(module, HarnessType)` runs the contract cases of fair semaphores
+/// ([`testing::fair_cases`](crate::testing::fair_cases)) on one backend that keeps them, like
+/// [`contract_suite!`](crate::contract_suite) does for plain semaphores;
+/// `fair_contract_suite!(module, HarnessType, refused)` checks instead that a backend which
+/// keeps none refuses them with a clear error. Needs the `testing` feature.
+#[macro_export]
+macro_rules! fair_contract_suite {
+    ($module:ident, $harness:ty $(,)?) => {
+        $crate::contract_suite!(@run $module, $harness;
+            fair_cases::fair_busy_flow_delays_another_by_one_grant,
+            fair_cases::fair_weights_share,
+            fair_cases::fair_dead_holder_and_heavy_entry,
+            fair_cases::fair_reserve_is_lent_and_returned,
+            fair_cases::fair_shrink_keeps_holders,
+            fair_cases::fair_bad_input,
+        );
+    };
+    // A store that keeps no fair semaphores yet: it must refuse them clearly.
+    ($module:ident, $harness:ty, refused $(,)?) => {
+        $crate::contract_suite!(@run $module, $harness; fair_cases::fair_refused_where_not_kept,);
     };
 }
 

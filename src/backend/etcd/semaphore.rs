@@ -96,12 +96,12 @@ impl Semaphores {
             .iter()
             .map(|(e, kv)| {
                 let v = EntryValue::parse(kv.value());
-                Holder {
-                    owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
-                    permits: e.permits,
-                    fencing_token: e.token,
-                    since_unix_ms: v.map_or(0, |v| v.since_unix_ms),
-                }
+                Holder::new(
+                    v.as_ref().map_or("?", |v| &v.owner),
+                    e.permits,
+                    e.token,
+                    v.as_ref().map_or(0, |v| v.since_unix_ms),
+                )
             })
             .collect();
         let waiters = rows.split_off(n);

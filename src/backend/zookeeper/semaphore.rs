@@ -125,13 +125,13 @@ impl Semaphores {
             };
             let v = EntryData::parse(&data);
             let row = if i < n { &mut holders } else { &mut waiters };
-            row.push(Holder {
-                owner: v.as_ref().map_or_else(|| "?".into(), |v| v.owner.clone()),
-                permits: e.permits,
-                fencing_token: e.token,
-                since_unix_ms: v
+            row.push(Holder::new(
+                v.as_ref().map_or("?", |v| &v.owner),
+                e.permits,
+                e.token,
+                v.as_ref()
                     .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
-            });
+            ));
         }
         Ok(Status::from_queue(name, cap.capacity, holders, waiters))
     }

@@ -1,0 +1,102 @@
+//! Fair semaphores in the embedded store: the class table, the grant marks, and the one step
+//! that marks what [`crate::fair::next_grants_named`] grants, run under the store's lock after
+//! every change of a fair queue (enqueue, removal, session end, resize).
+
+use crate::error::{Error, Result};
+use crate::fair::{next_grants_named, Classes, FairTag, NamedEntry};
+use crate::status::{Holder, Status};
+use std::collections::HashSet;
+
+/// What a fair semaphore keeps beside its queue.
+#[derive(Debug)]
+pub(super) struct MemFair {
+    pub(super) classes: Classes,
+    /// Tokens of the entries granted (only of entries still queued).
+    pub(super) marks: HashSet<u64>,
+}
+
+impl MemFair {
+    pub(super) fn new(classes: Classes) -> MemFair {
+        MemFair {
+            classes,
+            marks: HashSet::new(),
+        }
+    }
+}
+
+/// The refusal of flows on a plain semaphore.
+pub(super) fn not_fair(name: &str) -> Error {
+    Error::invalid(format!(
+        "semaphore {name:?} is a plain FIFO semaphore: flows, classes and weights need one \
+         created as fair (Limiter::fair_semaphore)"
+    ))
+}
+
+/// Checks an acquire's tag against the semaphore's classes, before it is queued.
+pub(super) fn check_tag(name: &str, fair: &MemFair, tag: &FairTag) -> Result<()> {
+    match &tag.class {
+        Some(class) if fair.classes.id(class).is_none() => Err(Error::invalid(format!(
+            "class {class:?} is not one of semaphore {name:?}'s classes ({})",
+            fair.classes
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Opening a fair semaphore with `classes` that differ from the stored ones.
+pub(super) fn classes_differ(name: &str, stored: &Classes, asked: &Classes) -> Error {
+    Error::invalid(format!(
+        "semaphore {name:?} has the classes {stored}, not {asked}; open it without classes or \
+         with the same ones"
+    ))
+}
+
+impl MemFair {
+    /// Marks every entry of `entries` (the whole queue) that the fair rule grants now, after
+    /// forgetting the marks of entries gone.
+    pub(super) fn grant(&mut self, entries: &[(u64, u32, Option<&FairTag>)], capacity: u32) {
+        let queued: HashSet<u64> = entries.iter().map(|e| e.0).collect();
+        self.marks.retain(|t| queued.contains(t));
+        let named: Vec<NamedEntry<'_>> = entries
+            .iter()
+            .map(|&(token, permits, tag)| {
+                let granted = self.marks.contains(&token);
+                match tag {
+                    Some(t) => NamedEntry::new(
+                        token,
+                        permits,
+                        &t.flow,
+                        t.class.as_deref(),
+                        t.weight,
+                        granted,
+                    ),
+                    None => NamedEntry::new(token, permits, "default", None, 1, granted),
+                }
+            })
+            .collect();
+        let grants = next_grants_named(&named, capacity, &self.classes);
+        self.marks.extend(grants);
+    }
+
+    /// The status of a fair semaphore from its queue as (token, row, tag): the marked entries
+    /// hold, the others wait; each row shows its flow and class.
+    pub(super) fn status(
+        &self,
+        name: &str,
+        capacity: u32,
+        queue: impl Iterator<Item = (u64, Holder, Option<FairTag>)>,
+    ) -> Status {
+        let (mut holders, mut waiters) = (Vec::new(), Vec::new());
+        let first = self.classes.name(0).unwrap_or_default();
+        for (token, row, tag) in queue {
+            let tag = tag.unwrap_or_default();
+            let row = row.in_flow(&tag.flow, tag.class.as_deref().unwrap_or(first));
+            if self.marks.contains(&token) {
+                holders.push(row);
+            } else {
+                waiters.push(row);
+            }
+        }
+        Status::from_queue(name, capacity, holders, waiters).with_classes(&self.classes)
+    }
+}
