@@ -289,10 +289,14 @@ impl Backend for MemoryBackend {
         if let Some(sem) = st.sems.get(name) {
             let q = &sem.queue;
             let Some(stored) = &q.fair else {
-                return Err(fair::not_fair(name));
+                return Err(super::fair_checks::not_fair(name));
             };
             if let Some(asked) = classes.filter(|c| *c != &stored.classes) {
-                return Err(fair::classes_differ(name, &stored.classes, asked));
+                return Err(super::fair_checks::classes_differ(
+                    name,
+                    &stored.classes,
+                    asked,
+                ));
             }
             return match capacity {
                 Some(c) if c != q.capacity => Err(Error::CapacityMismatch {
@@ -321,8 +325,10 @@ impl Backend for MemoryBackend {
             return Err(waiters::over_capacity(req, sem.capacity));
         }
         match (&sem.fair, &req.fair) {
-            (None, Some(_)) => return Err(fair::not_fair(&req.name)),
-            (Some(f), Some(tag)) => fair::check_tag(&req.name, f, tag)?,
+            (None, Some(_)) => return Err(super::fair_checks::not_fair(&req.name)),
+            (Some(f), Some(tag)) => {
+                super::fair_checks::check_tag(&req.name, &f.classes, Some(tag))?
+            }
             _ => {}
         }
         let token = match sem.by_id.get(&req.id) {

@@ -22,6 +22,7 @@ mod config_setters;
 mod due_queue;
 pub mod etcd;
 mod expiry;
+pub(crate) mod fair_checks;
 pub(crate) mod key_hash;
 pub mod memory;
 pub(crate) mod outage;
@@ -108,7 +109,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         _classes: Option<&crate::fair::Classes>,
     ) -> Result<u32> {
         Err(crate::error::Error::invalid(format!(
-            "this store keeps no fair semaphores yet (semaphore {name:?}); memory:// does"
+            "this store keeps no fair semaphores yet (semaphore {name:?}); memory:// and etcd do"
         )))
     }
 

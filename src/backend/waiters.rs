@@ -154,6 +154,11 @@ impl Waiters {
         }
     }
 
+    /// The tokens of the registered waiters.
+    pub fn tokens(&self) -> Vec<u64> {
+        self.waiting.keys().copied().collect()
+    }
+
     /// Number of registered waiters.
     pub fn len(&self) -> usize {
         self.waiting.len()

@@ -44,6 +44,29 @@ impl<'a> NamedEntry<'a> {
     }
 }
 
+impl<'a> NamedEntry<'a> {
+    /// An entry with the tag its acquire gave (`None`: the flow `"default"` of the first
+    /// class, weight 1), as a store keeps it.
+    pub fn tagged(
+        token: u64,
+        permits: u32,
+        tag: Option<&'a super::tag::FairTag>,
+        granted: bool,
+    ) -> NamedEntry<'a> {
+        match tag {
+            Some(t) => NamedEntry::new(
+                token,
+                permits,
+                &t.flow,
+                t.class.as_deref(),
+                t.weight,
+                granted,
+            ),
+            None => NamedEntry::new(token, permits, "default", None, 1, granted),
+        }
+    }
+}
+
 /// [`next_grants`] for entries named as the store keeps them: flows are interned per call (two
 /// names are never merged) and a class is looked up in `classes` (a name it does not know is a
 /// best-effort class of its own, so the rule stays total; stores refuse such requests first).

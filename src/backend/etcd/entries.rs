@@ -6,13 +6,16 @@
 use super::attempt::LATENCY_FACTOR;
 use super::calls::Link;
 use super::client::{get_kvs, kv};
+use super::fair_grants::{self, Granter};
+use super::fair_record::FairRead;
 use super::keys::{queue_of, EntryValue};
 use super::lease::Leases;
 use super::semaphore::{read_semaphore, sorted_prefix};
 use super::session::Session;
 use super::strays::Strays;
-use super::view::{Seen, SemWatch, View, WatchConfig};
+use super::view::{Seen, SemWatch, View, ViewKeys, WatchConfig};
 use crate::backend::capacity::CapValue;
+use crate::backend::fair_checks;
 use crate::backend::waiters::{self, WaitOutcome};
 use crate::backend::{lock, Enqueued, EntryRequest, OrphanSink};
 use crate::error::{Error, Result};
@@ -86,7 +89,6 @@ impl Entries {
     /// One enqueue under `session`: with a live view of the semaphore, a plain put and the
     /// grant decided from the view (no read); else the put-if-absent Txn that also reads.
     async fn enqueue_in(&self, req: &EntryRequest, session: &Arc<Session>) -> Result<Enqueued> {
-        let queue_prefix = self.link.keys.queue_prefix(&req.name);
         let (token, granted) = match self.live_watch(&req.name) {
             Some(watch) => {
                 let (token, fresh) = self.put_entry_alone(req, session).await?;
@@ -99,28 +101,30 @@ impl Entries {
                     Some(seen) => Some(seen),
                     None => watch.when_seen(token, self.view_lag_bound()).await,
                 };
-                let seen = match seen {
+                let (seen, read) = match seen {
                     Some(seen) => {
                         self.link.stats.decided_from_view();
-                        seen
+                        (seen, None)
                     }
                     // The view lags (or its stream broke): never decide from it; read.
                     None => {
                         let (_, kvs) = read_semaphore(&self.link, &req.name).await?;
-                        self.decide_from_read(&req.name, &kvs, token)
+                        (self.decide_from_read(&req.name, &kvs, token), Some(kvs))
                     }
                 };
-                (token, verdict(req, seen)?)
+                (token, self.fair_verdict(req, seen, token, read).await?)
             }
             None => {
                 let (token, resp) = self.put_entry(req, session).await?;
                 let ops = resp.op_responses();
                 let (revision, kvs) = (header_revision(&resp), get_kvs(ops.get(1)));
-                let granted = verdict(req, self.decide_from_read(&req.name, kvs, token))?;
+                let seen = self.decide_from_read(&req.name, kvs, token);
+                let granted = self
+                    .fair_verdict(req, seen, token, Some(kvs.to_vec()))
+                    .await?;
                 // The Txn's own read is the view's starting point: no extra read.
                 if (req.wait && !granted) || self.enqueued_before(&req.name) {
-                    let cap_key = self.link.keys.cap(&req.name);
-                    let view = View::from_kvs(revision, &cap_key, &queue_prefix, kvs);
+                    let view = View::from_kvs(revision, &self.view_keys(&req.name), kvs);
                     self.ensure_watch(&req.name, view);
                 }
                 (token, granted)
@@ -134,12 +138,57 @@ impl Entries {
         })
     }
 
+    /// [`verdict`], and on a fair semaphore the grant of our own entry when the rule gives
+    /// it now (written here: `fair_grants.rs`), from `read` (a read of the semaphore at or
+    /// past the entry's revision) or a fresh one. Flows on a plain semaphore and a class the
+    /// semaphore lacks are refused (the caller removes the entry).
+    async fn fair_verdict(
+        &self,
+        req: &EntryRequest,
+        seen: Seen,
+        token: u64,
+        read: Option<Vec<etcd_client::KeyValue>>,
+    ) -> Result<bool> {
+        let granted = verdict(req, seen)?;
+        if !matches!(seen, Seen::Entry { fair: true, .. }) {
+            return match req.fair {
+                Some(_) => Err(fair_checks::not_fair(&req.name)),
+                None => Ok(granted),
+            };
+        }
+        if granted {
+            return Ok(true);
+        }
+        let kvs = match read {
+            Some(kvs) => kvs,
+            None => read_semaphore(&self.link, &req.name).await?.1,
+        };
+        if let Some(r) = FairRead::of(&self.link, &req.name, &kvs)? {
+            fair_checks::check_tag(&req.name, &r.fair.classes, req.fair.as_ref())?;
+        }
+        let marks = fair_grants::grant(&self.link, &req.name, Some(kvs)).await?;
+        Ok(marks.is_some_and(|m| m.contains(&token)))
+    }
+
+    /// Where the view of `name` finds its keys.
+    fn view_keys(&self, name: &str) -> ViewKeys {
+        ViewKeys {
+            cap: self.link.keys.cap(name),
+            fair: self.link.keys.fair(name),
+            queue_prefix: self.link.keys.queue_prefix(name),
+        }
+    }
+
     /// The value of `req`'s entry, written now.
     fn entry_value(req: &EntryRequest) -> Vec<u8> {
+        let tag = req.fair.as_ref();
         EntryValue {
             permits: req.permits,
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
+            flow: tag.map(|t| t.flow.clone()),
+            class: tag.and_then(|t| t.class.clone()),
+            weight: tag.map(|t| t.weight),
         }
         .encode()
     }
@@ -230,7 +279,17 @@ impl Entries {
             .iter()
             .find(|kv| kv.key() == cap_key.as_bytes())
             .and_then(|kv| CapValue::parse(kv.value()));
-        Seen::decide(cap, queue_of(&queue_prefix, kvs).map(|(e, _)| e), token)
+        let fair_key = self.link.keys.fair(name);
+        let fair = kvs
+            .iter()
+            .find(|kv| kv.key() == fair_key.as_bytes())
+            .map(|kv| {
+                super::fair_record::FairState::parse(kv)
+                    .map(|f| f.marks)
+                    .unwrap_or_default()
+            });
+        let queue = queue_of(&queue_prefix, kvs).map(|(e, _)| e);
+        Seen::decide(cap, queue, fair.as_ref(), token)
     }
 
     /// The watch of `name` if it feeds its view right now.
@@ -260,11 +319,11 @@ impl Entries {
                 return;
             }
         };
-        let (cap_key, queue_prefix) = (self.link.keys.cap(name), self.link.keys.queue_prefix(name));
+        let queue_prefix = self.link.keys.queue_prefix(name);
         for kv in queue_of(&queue_prefix, &kvs).map(|(_, kv)| kv) {
             self.strays.check(name, &queue_prefix, kv);
         }
-        let view = View::from_kvs(revision, &cap_key, &queue_prefix, &kvs);
+        let view = View::from_kvs(revision, &self.view_keys(name), &kvs);
         self.ensure_watch(name, view);
     }
 
@@ -308,11 +367,11 @@ impl Entries {
         let tracked = self.strays.tracked.clone();
         let strays = self.strays.clone();
         let (sem, queue_prefix) = (name.to_string(), self.link.keys.queue_prefix(name));
+        let granter = Granter::new(self.link.clone(), name);
         let config = WatchConfig {
             endpoints: self.link.endpoints.clone(),
             sem_prefix: self.link.keys.sem_prefix(name),
-            cap_key: self.link.keys.cap(name),
-            queue_prefix: self.link.keys.queue_prefix(name),
+            keys: self.view_keys(name),
             request_timeout: self.link.config.request_timeout,
             stats: self.link.stats.clone(),
             on_delete: Arc::new(move |key: &[u8]| {
@@ -322,6 +381,7 @@ impl Entries {
                 }
             }),
             on_put: Arc::new(move |kv| strays.check(&sem, &queue_prefix, kv)),
+            on_grantable: Arc::new(move || granter.kick()),
         };
         let w = SemWatch::start(view, config, self.link.stop.child_token());
         watches.insert(name.to_string(), w.clone());

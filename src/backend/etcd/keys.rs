@@ -4,7 +4,9 @@
 //! ```text
 //! <root>/names/<name>          index of semaphores (for listing), empty value
 //! <root>/s/<name>/cap          {"capacity":N,"floor":F}
+//! <root>/s/<name>/fair         a fair semaphore's classes and grant marks (`fair_record.rs`)
 //! <root>/s/<name>/q/<id>       {"permits":K,"owner":"…","since_unix_ms":T}, bound to a lease
+//!                              (+ "flow", "class", "weight" on a fair semaphore)
 //! <root>/rq/<name>             a rate limit's quota (the bytes the caller gave)
 //! <root>/rk/<name>/<key>       a rate-limit key's state + `\n@<expires_at>` (swept: sweeper.rs)
 //! <root>/boards/<board>/<id>   an announced value (the caller's bytes), bound to a lease
@@ -41,6 +43,9 @@ impl Keys {
     pub(super) fn cap(&self, name: &str) -> String {
         format!("{}/s/{name}/cap", self.root)
     }
+    pub(super) fn fair(&self, name: &str) -> String {
+        format!("{}/s/{name}/fair", self.root)
+    }
     pub(super) fn queue_prefix(&self, name: &str) -> String {
         format!("{}/s/{name}/q/", self.root)
     }
@@ -75,6 +80,14 @@ pub(super) struct EntryValue {
     pub permits: u32,
     pub owner: String,
     pub since_unix_ms: u64,
+    /// On a fair semaphore: the request's flow, class and weight (absent on a plain one, so
+    /// its entries keep their bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 impl EntryValue {
@@ -84,6 +97,14 @@ impl EntryValue {
 
     pub(super) fn parse(raw: &[u8]) -> Option<EntryValue> {
         serde_json::from_slice(raw).ok()
+    }
+
+    /// The fair tag of an entry (`None` when it names no flow).
+    pub(super) fn tag(&self) -> Option<crate::fair::FairTag> {
+        let flow = self.flow.clone()?;
+        let mut tag = crate::fair::FairTag::new(flow).weight(self.weight.unwrap_or(1));
+        tag.class = self.class.clone();
+        Some(tag)
     }
 
     /// Weight of a raw entry. An unreadable entry (written by something else) counts as

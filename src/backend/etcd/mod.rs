@@ -34,6 +34,8 @@ mod connect;
 mod describe;
 mod endpoints;
 mod entries;
+mod fair_grants;
+mod fair_record;
 mod keys;
 mod lease;
 mod rate;
@@ -127,6 +129,19 @@ impl std::fmt::Debug for EtcdBackend {
 impl Backend for EtcdBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
         self.semaphores.open(name, capacity).await
+    }
+
+    fn keeps_fair_semaphores(&self) -> bool {
+        true
+    }
+
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        self.semaphores.open_fair(name, capacity, classes).await
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {

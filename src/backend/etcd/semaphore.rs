@@ -5,11 +5,14 @@
 use super::calls::Link;
 use super::client::get_kvs;
 use super::client::kv;
+use super::fair_record::{FairRead, FairRecord};
 use super::keys::{queue_of, EntryValue};
 use super::strays::Strays;
 use crate::backend::capacity::CapValue;
+use crate::backend::fair_checks;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
+use crate::fair::Classes;
 use crate::queue;
 use crate::stats::RequestKind;
 use crate::status::{Holder, Status};
@@ -77,9 +80,53 @@ impl Semaphores {
         Ok(stored.capacity)
     }
 
+    /// Creates the fair semaphore with `capacity` and `classes` if absent (its capacity key,
+    /// its fair record and its name in one Txn), or opens it (see
+    /// [`Backend::ensure_fair_semaphore`](crate::backend::Backend::ensure_fair_semaphore)).
+    pub(super) async fn open_fair(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&Classes>,
+    ) -> Result<u32> {
+        let (cap_key, fair_key) = (self.link.keys.cap(name), self.link.keys.fair(name));
+        if let (Some(requested), Some(classes)) = (capacity, classes) {
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    cap_key.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then([
+                    TxnOp::put(cap_key.clone(), CapValue::new(requested).encode(), None),
+                    TxnOp::put(fair_key.clone(), FairRecord::new(classes).encode(), None),
+                    TxnOp::put(self.link.keys.name_index(name), "", None),
+                ]);
+            if self.link.txn(txn).await?.succeeded() {
+                return Ok(requested);
+            }
+        }
+        let (_, kvs) = read_semaphore(&self.link, name).await?;
+        let read =
+            FairRead::of(&self.link, name, &kvs)?.ok_or_else(|| fair_checks::not_fair(name))?;
+        if let Some(asked) = classes.filter(|c| **c != read.fair.classes) {
+            return Err(fair_checks::classes_differ(name, &read.fair.classes, asked));
+        }
+        match capacity {
+            Some(c) if c != read.capacity => Err(Error::CapacityMismatch {
+                stored: read.capacity,
+                requested: c,
+            }),
+            _ => Ok(read.capacity),
+        }
+    }
+
     /// The semaphore's holders and waiters, from one read of its prefix.
     pub(super) async fn status(&self, name: &str) -> Result<Status> {
         let (_, kvs) = read_semaphore(&self.link, name).await?;
+        if let Some(read) = FairRead::of(&self.link, name, &kvs)? {
+            return Ok(self.fair_status(name, &kvs, &read));
+        }
         let cap_key = self.link.keys.cap(name);
         let cap = kvs
             .iter()
@@ -108,6 +155,31 @@ impl Semaphores {
         Ok(Status::from_queue(name, cap.capacity, rows, waiters))
     }
 
+    /// A fair semaphore's status: the marked entries hold, the others wait.
+    fn fair_status(&self, name: &str, kvs: &[etcd_client::KeyValue], read: &FairRead) -> Status {
+        let queue_prefix = self.link.keys.queue_prefix(name);
+        let first = read.fair.classes.name(0).unwrap_or_default();
+        let (mut holders, mut waiters) = (Vec::new(), Vec::new());
+        for (e, kv) in queue_of(&queue_prefix, kvs) {
+            self.strays.check(name, &queue_prefix, kv);
+            let v = EntryValue::parse(kv.value());
+            let tag = v.as_ref().and_then(EntryValue::tag).unwrap_or_default();
+            let row = Holder::new(
+                v.as_ref().map_or("?", |v| &v.owner),
+                e.permits,
+                e.token,
+                v.as_ref().map_or(0, |v| v.since_unix_ms),
+            )
+            .in_flow(&tag.flow, tag.class.as_deref().unwrap_or(first));
+            if read.fair.marks.contains(&e.token) {
+                holders.push(row);
+            } else {
+                waiters.push(row);
+            }
+        }
+        Status::from_queue(name, read.capacity, holders, waiters).with_classes(&read.fair.classes)
+    }
+
     /// Changes the capacity for every client; shrinking keeps current holders.
     ///
     /// The write compares the capacity key alone, so acquires and releases never make it fail:
@@ -131,8 +203,16 @@ impl Semaphores {
                 return Ok(());
             }
             let queue: Vec<queue::Entry> = queue_of(&queue_prefix, &kvs).map(|(e, _)| e).collect();
-            let floor = queue::floor_after_resize(&queue, old.capacity, capacity, old.floor);
-            let shrink = capacity < old.capacity;
+            // A fair semaphore's holders are its marks, which a shrink keeps: no floor.
+            let fair = FairRead::of(&self.link, name, &kvs)?;
+            if let Some(read) = &fair {
+                read.fair.classes.check(capacity)?;
+            }
+            let floor = match fair {
+                Some(_) => old.floor,
+                None => queue::floor_after_resize(&queue, old.capacity, capacity, old.floor),
+            };
+            let shrink = capacity < old.capacity && fair.is_none();
             let mut then = vec![TxnOp::put(
                 cap_key.clone(),
                 CapValue { capacity, floor }.encode(),

@@ -20,6 +20,7 @@
 //! in time, the member is marked failed and the watch resumes on the next one.
 
 use super::endpoints::Endpoints;
+use super::fair_record::{FairState, Tagged};
 use super::keys::EntryValue;
 use crate::backend::capacity::CapValue;
 use crate::backend::outage::Outage;
@@ -43,58 +44,103 @@ pub(super) struct View {
     entries: BTreeMap<i64, u32>,
     /// key → create revision, to place delete events
     by_key: HashMap<Vec<u8>, i64>,
+    /// A fair semaphore's record (classes and marks); `None` on a plain one.
+    fair: Option<FairState>,
+    /// create revision → flow, class and weight, of the entries that name them
+    tags: HashMap<i64, crate::fair::FairTag>,
+}
+
+/// Where a semaphore's keys are, for a view to tell them apart.
+#[derive(Debug, Clone)]
+pub(super) struct ViewKeys {
+    pub cap: String,
+    pub fair: String,
+    pub queue_prefix: String,
 }
 
 impl View {
     /// Builds a view from a range read of the semaphore's prefix at `revision`.
-    pub(super) fn from_kvs(
-        revision: i64,
-        cap_key: &str,
-        queue_prefix: &str,
-        kvs: &[KeyValue],
-    ) -> View {
+    pub(super) fn from_kvs(revision: i64, keys: &ViewKeys, kvs: &[KeyValue]) -> View {
         let mut view = View {
             revision,
             ..View::default()
         };
         for kv in kvs {
-            view.put(cap_key, queue_prefix, kv);
+            view.put(keys, kv);
         }
         view
     }
 
-    fn put(&mut self, cap_key: &str, queue_prefix: &str, kv: &KeyValue) {
-        if kv.key() == cap_key.as_bytes() {
+    fn put(&mut self, keys: &ViewKeys, kv: &KeyValue) {
+        if kv.key() == keys.cap.as_bytes() {
             // Unreadable capacity: keep the last good one rather than guess.
             if let Some(cap) = CapValue::parse(kv.value()) {
                 self.cap = Some(cap);
             }
-        } else if kv.key().starts_with(queue_prefix.as_bytes()) {
+        } else if kv.key() == keys.fair.as_bytes() {
+            // Unreadable: no marks known, so nothing granted from the view (never a guess).
+            self.fair = FairState::parse(kv);
+        } else if kv.key().starts_with(keys.queue_prefix.as_bytes()) {
             let rev = kv.create_revision();
-            self.entries.insert(rev, EntryValue::weight(kv.value()));
+            let value = EntryValue::parse(kv.value());
+            let tag = value.as_ref().and_then(EntryValue::tag);
+            self.entries
+                .insert(rev, value.map_or(u32::MAX, |v| v.permits));
             self.by_key.insert(kv.key().to_vec(), rev);
+            match tag {
+                Some(tag) => self.tags.insert(rev, tag),
+                None => self.tags.remove(&rev),
+            };
         }
+    }
+
+    /// The marks of a fair semaphore (`None`: a plain one).
+    fn marks(&self) -> Option<&std::collections::HashSet<u64>> {
+        self.fair.as_ref().map(|f| &f.marks)
+    }
+
+    /// Whether the fair rule, applied to this view, grants one of our `waiters` now: then we
+    /// write the grant (`fair_grants.rs`). Always false on a plain semaphore.
+    pub(super) fn grants_one_of(&self, waiters: &Waiters) -> bool {
+        let (Some(fair), Some(cap)) = (&self.fair, self.cap) else {
+            return false;
+        };
+        if waiters.is_empty() {
+            return false;
+        }
+        let ours = waiters.tokens();
+        let queue: Vec<Tagged> = self
+            .entries
+            .iter()
+            .map(|(&rev, &permits)| (rev as u64, permits, self.tags.get(&rev).cloned()))
+            .collect();
+        super::fair_record::next_grants(&queue, cap.capacity, fair)
+            .iter()
+            .any(|t| ours.contains(t))
     }
 
     /// See [`SemWatch::decide_own_put`].
     fn decide_own_put(&self, token: u64, permits: u32) -> Option<Seen> {
         let revision = u64::try_from(self.revision).unwrap_or(0);
         if revision >= token {
-            return Some(Seen::decide(self.cap, self.entries(), token));
+            return Some(Seen::decide(self.cap, self.entries(), self.marks(), token));
         }
         if revision.checked_add(1) != Some(token) {
             return None;
         }
         let own = queue::Entry { token, permits };
         let entries = self.entries().chain(std::iter::once(own));
-        Some(Seen::decide(self.cap, entries, token))
+        Some(Seen::decide(self.cap, entries, self.marks(), token))
     }
 
-    fn delete(&mut self, cap_key: &str, key: &[u8]) {
-        if key == cap_key.as_bytes() {
+    fn delete(&mut self, keys: &ViewKeys, key: &[u8]) {
+        if key == keys.cap.as_bytes() {
             self.cap = None;
+        } else if key == keys.fair.as_bytes() {
+            self.fair = None;
         } else if let Some(rev) = self.by_key.remove(key) {
             self.entries.remove(&rev);
+            self.tags.remove(&rev);
         }
     }
 }
@@ -104,22 +150,35 @@ impl View {
 pub(super) enum Seen {
     /// No capacity key: the semaphore does not exist.
     NoSemaphore,
-    /// The semaphore's capacity, and whether the entry holds.
-    Entry { capacity: u32, granted: bool },
+    /// The semaphore's capacity, whether the entry holds, and whether the semaphore is fair
+    /// (then holding is its grant mark).
+    Entry {
+        capacity: u32,
+        granted: bool,
+        fair: bool,
+    },
 }
 
 impl Seen {
-    /// Decides for entry `token` from a capacity and the queue in token order.
+    /// Decides for entry `token` from a capacity and the queue in token order, and on a fair
+    /// semaphore its grant marks (`marks`: then an entry holds when queued and marked).
     pub(super) fn decide(
         cap: Option<CapValue>,
         entries: impl IntoIterator<Item = queue::Entry>,
+        marks: Option<&std::collections::HashSet<u64>>,
         token: u64,
     ) -> Seen {
-        match cap {
-            None => Seen::NoSemaphore,
-            Some(c) => Seen::Entry {
+        match (cap, marks) {
+            (None, _) => Seen::NoSemaphore,
+            (Some(c), Some(marks)) => Seen::Entry {
+                capacity: c.capacity,
+                granted: marks.contains(&token) && entries.into_iter().any(|e| e.token == token),
+                fair: true,
+            },
+            (Some(c), None) => Seen::Entry {
                 capacity: c.capacity,
                 granted: queue::holds(entries, c.capacity, c.floor, token) == Some(true),
+                fair: false,
             },
         }
     }
@@ -140,6 +199,9 @@ impl QueueView for View {
     }
     fn has_seen(&self, token: u64) -> bool {
         self.revision >= token as i64
+    }
+    fn marked(&self, token: u64) -> Option<bool> {
+        self.marks().map(|m| m.contains(&token))
     }
 }
 
@@ -163,6 +225,8 @@ pub(super) struct SemWatch {
     /// Enqueues waiting in [`SemWatch::when_seen`]: like waiters, they make a quiet watch
     /// check that its member still answers.
     awaiting: AtomicUsize,
+    /// See [`WatchConfig::on_grantable`].
+    on_grantable: OnGrantable,
 }
 
 /// Counts one enqueue in [`SemWatch::awaiting`] while it lives.
@@ -191,14 +255,19 @@ impl std::fmt::Debug for SemWatch {
 pub(super) struct WatchConfig {
     pub endpoints: Arc<Endpoints>,
     pub sem_prefix: String,
-    pub cap_key: String,
-    pub queue_prefix: String,
+    pub keys: ViewKeys,
     pub request_timeout: Duration,
     pub stats: Arc<RequestCounters>,
     pub on_delete: OnDelete,
     /// Called with every queue entry the view sees written (to find strays: `strays.rs`).
     pub on_put: OnPut,
+    /// Called (outside the view's lock) when the fair rule grants one of this Limiter's
+    /// waiters: it writes the grant (`fair_grants.rs`).
+    pub on_grantable: OnGrantable,
 }
+
+/// See [`WatchConfig::on_grantable`].
+pub(super) type OnGrantable = Arc<dyn Fn() + Send + Sync>;
 
 /// See [`WatchConfig::on_put`].
 pub(super) type OnPut = Arc<dyn Fn(&KeyValue) + Send + Sync>;
@@ -227,6 +296,7 @@ impl SemWatch {
             seen,
             live: AtomicBool::new(false),
             awaiting: AtomicUsize::new(0),
+            on_grantable: config.on_grantable.clone(),
         });
         tokio::spawn(watch.clone().run(config));
         watch
@@ -236,10 +306,18 @@ impl SemWatch {
         crate::backend::lock(&self.state)
     }
 
-    /// Registers a waiter; the receiver gets its outcome once decided.
+    /// Registers a waiter; the receiver gets its outcome once decided. On a fair semaphore,
+    /// if the rule grants it (or another waiter of ours) now, the grant is written.
     pub(super) fn register(&self, token: u64, permits: u32) -> oneshot::Receiver<WaitOutcome> {
-        let st = &mut *self.lock();
-        st.waiters.register(&st.view, token, permits)
+        let (rx, grantable) = {
+            let st = &mut *self.lock();
+            let rx = st.waiters.register(&st.view, token, permits);
+            (rx, st.view.grants_one_of(&st.waiters))
+        };
+        if grantable {
+            (self.on_grantable)();
+        }
+        rx
     }
 
     /// Whether the task still runs (it stops on close/shutdown).
@@ -274,7 +352,12 @@ impl SemWatch {
         }
         let st = self.lock();
         // The view only moves forward: still at or past `token`.
-        Some(Seen::decide(st.view.cap, st.view.entries(), token))
+        Some(Seen::decide(
+            st.view.cap,
+            st.view.entries(),
+            st.view.marks(),
+            token,
+        ))
     }
 
     async fn run(self: Arc<Self>, cfg: WatchConfig) {
@@ -399,18 +482,18 @@ impl SemWatch {
         }
         let mut deleted = Vec::new();
         let mut written = Vec::new();
-        {
+        let grantable = {
             let mut st = self.lock();
             for ev in events {
                 let Some(kv) = ev.kv() else { continue };
                 st.view.revision = st.view.revision.max(kv.mod_revision());
                 match ev.event_type() {
                     EventType::Put => {
-                        st.view.put(&cfg.cap_key, &cfg.queue_prefix, kv);
+                        st.view.put(&cfg.keys, kv);
                         written.push(kv);
                     }
                     EventType::Delete => {
-                        st.view.delete(&cfg.cap_key, kv.key());
+                        st.view.delete(&cfg.keys, kv.key());
                         deleted.push(kv.key().to_vec());
                     }
                 }
@@ -418,6 +501,10 @@ impl SemWatch {
             let st = &mut *st;
             st.waiters.resolve(&st.view);
             self.seen.send_replace(st.view.revision);
+            st.view.grants_one_of(&st.waiters)
+        };
+        if grantable {
+            (cfg.on_grantable)();
         }
         for kv in written {
             (cfg.on_put)(kv);
@@ -441,13 +528,13 @@ impl SemWatch {
         .await
         .map_err(|_| etcd_client::Error::WatchError("re-read timed out".into()))??;
         let revision = resp.header().map_or(0, |h| h.revision());
-        let view = View::from_kvs(revision, &cfg.cap_key, &cfg.queue_prefix, resp.kvs());
+        let view = View::from_kvs(revision, &cfg.keys, resp.kvs());
         for kv in resp.kvs() {
             (cfg.on_put)(kv);
         }
-        let gone: Vec<Vec<u8>> = {
+        let (gone, grantable) = {
             let st = &mut *self.lock();
-            let gone = st
+            let gone: Vec<Vec<u8>> = st
                 .view
                 .by_key
                 .keys()
@@ -457,8 +544,11 @@ impl SemWatch {
             st.view = view;
             st.waiters.resolve(&st.view);
             self.seen.send_replace(st.view.revision);
-            gone
+            (gone, st.view.grants_one_of(&st.waiters))
         };
+        if grantable {
+            (cfg.on_grantable)();
+        }
         for key in gone {
             (cfg.on_delete)(&key);
         }
@@ -483,6 +573,8 @@ mod tests {
                 .iter()
                 .map(|&(r, _)| (format!("k{r}").into_bytes(), r))
                 .collect(),
+            fair: None,
+            tags: HashMap::new(),
         }
     }
 
@@ -492,6 +584,7 @@ mod tests {
             Some(Seen::Entry {
                 capacity: 2,
                 granted,
+                fair: false,
             })
         };
         // view at 9, our put is revision 10: the view plus our entry is the semaphore at 10
@@ -522,11 +615,16 @@ mod tests {
         let entry = |granted| Seen::Entry {
             capacity: 2,
             granted,
+            fair: false,
         };
-        assert_eq!(Seen::decide(v.cap, v.entries(), 7), entry(true));
-        assert_eq!(Seen::decide(v.cap, v.entries(), 9), entry(false));
-        assert_eq!(Seen::decide(v.cap, v.entries(), 8), entry(false), "gone");
-        assert_eq!(Seen::decide(None, v.entries(), 7), Seen::NoSemaphore);
+        assert_eq!(Seen::decide(v.cap, v.entries(), None, 7), entry(true));
+        assert_eq!(Seen::decide(v.cap, v.entries(), None, 9), entry(false));
+        assert_eq!(
+            Seen::decide(v.cap, v.entries(), None, 8),
+            entry(false),
+            "gone"
+        );
+        assert_eq!(Seen::decide(None, v.entries(), None, 7), Seen::NoSemaphore);
     }
 
     #[test]
@@ -539,7 +637,12 @@ mod tests {
         let v = view(1, &[(5, 1), (7, 2)], 9);
         assert_eq!(outcome(&v, 7, 2), Some(WaitOutcome::TooHeavy(1)));
         let mut v = view(1, &[(5, 1)], 9);
-        v.delete("cap", b"cap");
+        let keys = ViewKeys {
+            cap: "cap".into(),
+            fair: "fair".into(),
+            queue_prefix: "q/".into(),
+        };
+        v.delete(&keys, b"cap");
         assert_eq!(outcome(&v, 5, 1), Some(WaitOutcome::NoSemaphore));
     }
 }

@@ -2,7 +2,6 @@
 //! that marks what [`crate::fair::next_grants_named`] grants, run under the store's lock after
 //! every change of a fair queue (enqueue, removal, session end, resize).
 
-use crate::error::{Error, Result};
 use crate::fair::{next_grants_named, Classes, FairTag, NamedEntry};
 use crate::status::{Holder, Status};
 use std::collections::HashSet;
@@ -24,33 +23,6 @@ impl MemFair {
     }
 }
 
-/// The refusal of flows on a plain semaphore.
-pub(super) fn not_fair(name: &str) -> Error {
-    Error::invalid(format!(
-        "semaphore {name:?} is a plain FIFO semaphore: flows, classes and weights need one \
-         created as fair (Limiter::fair_semaphore)"
-    ))
-}
-
-/// Checks an acquire's tag against the semaphore's classes, before it is queued.
-pub(super) fn check_tag(name: &str, fair: &MemFair, tag: &FairTag) -> Result<()> {
-    match &tag.class {
-        Some(class) if fair.classes.id(class).is_none() => Err(Error::invalid(format!(
-            "class {class:?} is not one of semaphore {name:?}'s classes ({})",
-            fair.classes
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Opening a fair semaphore with `classes` that differ from the stored ones.
-pub(super) fn classes_differ(name: &str, stored: &Classes, asked: &Classes) -> Error {
-    Error::invalid(format!(
-        "semaphore {name:?} has the classes {stored}, not {asked}; open it without classes or \
-         with the same ones"
-    ))
-}
-
 impl MemFair {
     /// Marks every entry of `entries` (the whole queue) that the fair rule grants now, after
     /// forgetting the marks of entries gone.
@@ -59,20 +31,7 @@ impl MemFair {
         self.marks.retain(|t| queued.contains(t));
         let named: Vec<NamedEntry<'_>> = entries
             .iter()
-            .map(|&(token, permits, tag)| {
-                let granted = self.marks.contains(&token);
-                match tag {
-                    Some(t) => NamedEntry::new(
-                        token,
-                        permits,
-                        &t.flow,
-                        t.class.as_deref(),
-                        t.weight,
-                        granted,
-                    ),
-                    None => NamedEntry::new(token, permits, "default", None, 1, granted),
-                }
-            })
+            .map(|&(t, p, tag)| NamedEntry::tagged(t, p, tag, self.marks.contains(&t)))
             .collect();
         let grants = next_grants_named(&named, capacity, &self.classes);
         self.marks.extend(grants);
