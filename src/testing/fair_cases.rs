@@ -8,6 +8,7 @@
 mod bad_input;
 mod classes;
 mod flows;
+mod load;
 mod setup;
 
 pub use bad_input::{fair_bad_input, fair_refused_where_not_kept};
@@ -16,3 +17,4 @@ pub use flows::{
     fair_busy_flow_delays_another_by_one_grant, fair_dead_holder_and_heavy_entry,
     fair_weights_share,
 };
+pub use load::fair_safety_under_load;

@@ -148,6 +148,7 @@ macro_rules! rate_contract_suite {
 macro_rules! fair_contract_suite {
     ($module:ident, $harness:ty $(,)?) => {
         $crate::contract_suite!(@run $module, $harness;
+            fair_cases::fair_safety_under_load,
             fair_cases::fair_busy_flow_delays_another_by_one_grant,
             fair_cases::fair_weights_share,
             fair_cases::fair_dead_holder_and_heavy_entry,
