@@ -159,6 +159,11 @@ impl Entries {
         if granted {
             return Ok(true);
         }
+        if read.is_none() {
+            if let Some(granted) = self.fair_verdict_from_view(req, token).await? {
+                return Ok(granted);
+            }
+        }
         let kvs = match read {
             Some(kvs) => kvs,
             None => read_semaphore(&self.link, &req.name).await?.1,
@@ -166,8 +171,33 @@ impl Entries {
         if let Some(r) = FairRead::of(&self.link, &req.name, &kvs)? {
             fair_checks::check_tag(&req.name, &r.fair.classes, req.fair.as_ref())?;
         }
-        let marks = fair_grants::grant(&self.link, &req.name, Some(kvs)).await?;
-        Ok(marks.is_some_and(|m| m.contains(&token)))
+        fair_grants::grant_own(&self.link, &req.name, &kvs, token).await
+    }
+
+    /// [`fair_verdict`](Self::fair_verdict) from the live view, once it shows our entry (no
+    /// read): the tag checked against its classes, our grant written if the rule picks us now.
+    /// `None` when the view does not get there in time (the caller reads).
+    async fn fair_verdict_from_view(&self, req: &EntryRequest, token: u64) -> Result<Option<bool>> {
+        let Some(watch) = self.live_watch(&req.name) else {
+            return Ok(None);
+        };
+        if watch
+            .when_seen(token, self.view_lag_bound())
+            .await
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let Some(classes) = watch.classes() else {
+            return Ok(None);
+        };
+        fair_checks::check_tag(&req.name, &classes, req.fair.as_ref())?;
+        match watch.plan_with(token) {
+            Some(plan) => Ok(Some(
+                fair_grants::write_plan(&self.link, &req.name, &plan).await?,
+            )),
+            None => Ok(Some(false)),
+        }
     }
 
     /// Where the view of `name` finds its keys.
@@ -381,7 +411,7 @@ impl Entries {
                 }
             }),
             on_put: Arc::new(move |kv| strays.check(&sem, &queue_prefix, kv)),
-            on_grantable: Arc::new(move || granter.kick()),
+            on_grantable: Arc::new(move |plan| granter.kick(plan)),
         };
         let w = SemWatch::start(view, config, self.link.stop.child_token());
         watches.insert(name.to_string(), w.clone());
@@ -399,12 +429,21 @@ impl Entries {
         if self.link.stop.is_stopped() {
             return Ok(()); // close() ended the session, and every entry of it with the lease
         }
-        self.link
-            .retry(RequestKind::Delete, |mut c| {
-                let k = key.clone();
-                async move { c.delete(k, None).await }
-            })
-            .await?;
+        match self
+            .live_watch(name)
+            .and_then(|w| w.release_plan(key.as_bytes()))
+        {
+            // A fair semaphore: the release grants the next in the same Txn, from the view.
+            Some(plan) => fair_grants::release_granting(&self.link, name, &key, &plan).await?,
+            None => {
+                self.link
+                    .retry(RequestKind::Delete, |mut c| {
+                        let k = key.clone();
+                        async move { c.delete(k, None).await }
+                    })
+                    .await?;
+            }
+        }
         if unanswered {
             self.watch_for_late_puts(name).await;
         }

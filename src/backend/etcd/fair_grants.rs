@@ -2,70 +2,98 @@
 //! queue, at one revision), the fair rule, and the marks of what it grants written in one Txn
 //! that compares the fair record's `mod_revision`. A conflict means someone else granted from
 //! those marks: read and decide again, within one call's bound. Who grants: an enqueue for its
-//! own entry, and a Limiter whose view shows the rule granting one of its waiters (after a
-//! release, a holder's expiry or a resize), so a release wakes only the Limiter it grants.
+//! own entry; a release, in the Txn of its delete, from its view; and a Limiter whose view
+//! shows the rule granting one of its waiters (after a holder's expiry or a resize, or a
+//! grant written from a view that was behind), from that view: one Txn, no read.
 
 use super::calls::Link;
 use super::fair_record::{next_grants, FairRead};
-use super::semaphore::read_semaphore;
-use crate::backend::retry::Attempts;
-use crate::error::{Error, Result};
+use super::view::GrantPlan;
+use crate::backend::lock;
+use crate::error::Result;
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-/// Grants what the fair rule grants now on `name`, starting from `first` (a read already made)
-/// or a fresh read. Returns the marks once nothing more is to be granted (`None`: a plain
-/// semaphore).
-pub(super) async fn grant(
+/// An enqueue's own grant on a fair semaphore: from `kvs` (a read at or past the entry's
+/// revision), when the fair rule grants entry `token` now, writes that grant (with whatever
+/// else the rule grants at once) in one Txn comparing the fair record's `mod_revision`.
+/// `true` if the entry holds. One attempt: on a conflict (someone granted from the same record
+/// first) the entry waits, and its Limiter's view grants it when the rule picks it. Entries the
+/// rule does not pick now are left to their own Limiters, so concurrent enqueues do not all
+/// race for the record.
+pub(super) async fn grant_own(
     link: &Link,
     name: &str,
-    mut first: Option<Vec<KeyValue>>,
-) -> Result<Option<HashSet<u64>>> {
-    let fair_key = link.keys.fair(name);
-    let mut attempts = Attempts::new(link.config.request_timeout);
-    loop {
-        let kvs = match first.take() {
-            Some(kvs) => kvs,
-            None => read_semaphore(link, name).await?.1,
-        };
-        let Some(read) = FairRead::of(link, name, &kvs)? else {
-            return Ok(None);
-        };
-        let grants = next_grants(&read.queue, read.capacity, &read.fair);
-        if grants.is_empty() {
-            return Ok(Some(read.fair.marks));
-        }
-        let queued: HashSet<u64> = read.queue.iter().map(|e| e.0).collect();
-        let record = read.fair.with_grants(&queued, &grants);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                fair_key.clone(),
-                CompareOp::Equal,
-                read.fair.mod_revision,
-            )])
-            .and_then([TxnOp::put(fair_key.clone(), record.encode(), None)]);
-        if link.txn(txn).await?.succeeded() {
-            return Ok(Some(record.granted.into_iter().collect()));
-        }
-        // Someone granted from the same marks first: decide again from what they wrote.
-        if !attempts.again(false).await {
-            return Err(Error::store(format!(
-                "grants on fair semaphore {name:?} kept being written by other Limiters; \
-                 the waiters stay queued and are granted at the next change"
-            )));
-        }
+    kvs: &[KeyValue],
+    token: u64,
+) -> Result<bool> {
+    let Some(read) = FairRead::of(link, name, kvs)? else {
+        return Ok(false);
+    };
+    if read.fair.marks.contains(&token) {
+        return Ok(true);
     }
+    let grants = next_grants(&read.queue, read.capacity, &read.fair);
+    if !grants.contains(&token) {
+        return Ok(false);
+    }
+    let queued: HashSet<u64> = read.queue.iter().map(|e| e.0).collect();
+    let plan = GrantPlan {
+        fair_revision: read.fair.mod_revision,
+        record: read.fair.with_grants(&queued, &grants),
+        grants,
+    };
+    write_plan(link, name, &plan).await
 }
 
-/// The background grant of one fair semaphore's view: kicked when the view shows the rule
-/// granting one of our waiters; one pass at a time, and one more if kicked meanwhile.
+/// Writes a grant decided from a view: one Txn, applied only if the fair record is still the
+/// one the view decided from (else the view gets the newer record and decides again). `true`
+/// if it applied.
+pub(super) async fn write_plan(link: &Link, name: &str, plan: &GrantPlan) -> Result<bool> {
+    let fair_key = link.keys.fair(name);
+    let txn = Txn::new()
+        .when([Compare::mod_revision(
+            fair_key.clone(),
+            CompareOp::Equal,
+            plan.fair_revision,
+        )])
+        .and_then([TxnOp::put(fair_key, plan.record.encode(), None)]);
+    Ok(link.txn(txn).await?.succeeded())
+}
+
+/// A release on a fair semaphore: deletes the entry at `key` and, in the same Txn, writes the
+/// grant `plan` decided from the view without it, if the fair record is still the one the view
+/// saw (else the delete alone applies, and the waiters' views grant).
+pub(super) async fn release_granting(
+    link: &Link,
+    name: &str,
+    key: &str,
+    plan: &GrantPlan,
+) -> Result<()> {
+    let fair_key = link.keys.fair(name);
+    let txn = Txn::new()
+        .when([Compare::mod_revision(
+            fair_key.clone(),
+            CompareOp::Equal,
+            plan.fair_revision,
+        )])
+        .and_then([
+            TxnOp::delete(key, None),
+            TxnOp::put(fair_key, plan.record.encode(), None),
+        ])
+        .or_else([TxnOp::delete(key, None)]);
+    link.txn(txn).await.map(|_| ())
+}
+
+/// The background grants of one fair semaphore's view: handed the plan each time the view
+/// shows the rule granting one of our waiters; one write at a time, always of the latest plan.
 pub(super) struct Granter {
     link: Arc<Link>,
     name: String,
     running: AtomicBool,
-    again: AtomicBool,
+    latest: Mutex<Option<GrantPlan>>,
 }
 
 impl Granter {
@@ -74,30 +102,33 @@ impl Granter {
             link,
             name: name.to_string(),
             running: AtomicBool::new(false),
-            again: AtomicBool::new(false),
+            latest: Mutex::new(None),
         })
     }
 
-    /// Starts a grant pass, or asks the running one for one more.
-    pub(super) fn kick(self: &Arc<Self>) {
-        self.again.store(true, Ordering::SeqCst);
+    /// Writes `plan`, or leaves it for the write in flight to take next.
+    pub(super) fn kick(self: &Arc<Self>, plan: GrantPlan) {
+        *lock(&self.latest) = Some(plan);
         if self.running.swap(true, Ordering::SeqCst) {
             return;
         }
         let me = self.clone();
         tokio::spawn(async move {
             loop {
-                while me.again.swap(false, Ordering::SeqCst) {
+                loop {
+                    let next = lock(&me.latest).take();
+                    let Some(plan) = next else { break };
                     if me.link.stop.is_stopped() {
                         break;
                     }
-                    if let Err(e) = grant(&me.link, &me.name, None).await {
+                    if let Err(e) = write_plan(&me.link, &me.name, &plan).await {
                         tracing::warn!(semaphore = %me.name, "granting on a fair semaphore failed: {e}; its waiters are granted at the next change of it");
                     }
                 }
                 me.running.store(false, Ordering::SeqCst);
-                // A kick between the last check and now found us running: take it.
-                if !me.again.load(Ordering::SeqCst) || me.running.swap(true, Ordering::SeqCst) {
+                // A plan handed over between the last take and now found us running: take it.
+                let pending = lock(&me.latest).is_some();
+                if !pending || me.running.swap(true, Ordering::SeqCst) {
                     return;
                 }
             }

@@ -50,6 +50,14 @@ pub(super) struct View {
     tags: HashMap<i64, crate::fair::FairTag>,
 }
 
+/// A grant decided from a view: the fair record to write if it is still at `fair_revision`.
+#[derive(Debug, Clone)]
+pub(super) struct GrantPlan {
+    pub fair_revision: i64,
+    pub record: super::fair_record::FairRecord,
+    pub grants: Vec<u64>,
+}
+
 /// Where a semaphore's keys are, for a view to tell them apart.
 #[derive(Debug, Clone)]
 pub(super) struct ViewKeys {
@@ -99,24 +107,40 @@ impl View {
         self.fair.as_ref().map(|f| &f.marks)
     }
 
-    /// Whether the fair rule, applied to this view, grants one of our `waiters` now: then we
-    /// write the grant (`fair_grants.rs`). Always false on a plain semaphore.
-    pub(super) fn grants_one_of(&self, waiters: &Waiters) -> bool {
-        let (Some(fair), Some(cap)) = (&self.fair, self.cap) else {
-            return false;
-        };
-        if waiters.is_empty() {
-            return false;
+    /// When the fair rule, applied to this view, grants one of our `waiters` now: the grant
+    /// to write (`fair_grants.rs`). Always `None` on a plain semaphore.
+    pub(super) fn plan_for(&self, waiters: &Waiters) -> Option<GrantPlan> {
+        if self.fair.is_none() || waiters.is_empty() {
+            return None;
         }
         let ours = waiters.tokens();
+        self.plan(None)
+            .filter(|p| p.grants.iter().any(|t| ours.contains(t)))
+    }
+
+    /// The grant the fair rule makes on this view (without the entry at `key`: a release
+    /// writes it with its delete), if any.
+    pub(super) fn plan(&self, without: Option<&[u8]>) -> Option<GrantPlan> {
+        let (Some(fair), Some(cap)) = (&self.fair, self.cap) else {
+            return None;
+        };
+        let gone = without.and_then(|k| self.by_key.get(k)).copied();
         let queue: Vec<Tagged> = self
             .entries
             .iter()
+            .filter(|(&rev, _)| Some(rev) != gone)
             .map(|(&rev, &permits)| (rev as u64, permits, self.tags.get(&rev).cloned()))
             .collect();
-        super::fair_record::next_grants(&queue, cap.capacity, fair)
-            .iter()
-            .any(|t| ours.contains(t))
+        let grants = super::fair_record::next_grants(&queue, cap.capacity, fair);
+        if grants.is_empty() {
+            return None;
+        }
+        let queued = queue.iter().map(|e| e.0).collect();
+        Some(GrantPlan {
+            fair_revision: fair.mod_revision,
+            record: fair.with_grants(&queued, &grants),
+            grants,
+        })
     }
 
     /// See [`SemWatch::decide_own_put`].
@@ -267,7 +291,7 @@ pub(super) struct WatchConfig {
 }
 
 /// See [`WatchConfig::on_grantable`].
-pub(super) type OnGrantable = Arc<dyn Fn() + Send + Sync>;
+pub(super) type OnGrantable = Arc<dyn Fn(GrantPlan) + Send + Sync>;
 
 /// See [`WatchConfig::on_put`].
 pub(super) type OnPut = Arc<dyn Fn(&KeyValue) + Send + Sync>;
@@ -312,12 +336,31 @@ impl SemWatch {
         let (rx, grantable) = {
             let st = &mut *self.lock();
             let rx = st.waiters.register(&st.view, token, permits);
-            (rx, st.view.grants_one_of(&st.waiters))
+            (rx, st.view.plan_for(&st.waiters))
         };
-        if grantable {
-            (self.on_grantable)();
+        if let Some(plan) = grantable {
+            (self.on_grantable)(plan);
         }
         rx
+    }
+
+    /// The grant a release of the entry at `key` makes on a fair semaphore, from the view
+    /// (`None`: a plain semaphore, or nothing to grant).
+    pub(super) fn release_plan(&self, key: &[u8]) -> Option<GrantPlan> {
+        self.lock().view.plan(Some(key))
+    }
+
+    /// The classes of a fair semaphore as the view has them (`None`: plain, or unknown).
+    pub(super) fn classes(&self) -> Option<crate::fair::Classes> {
+        self.lock().view.fair.as_ref().map(|f| f.classes.clone())
+    }
+
+    /// The grant to write when the fair rule, on the view, picks entry `token` now.
+    pub(super) fn plan_with(&self, token: u64) -> Option<GrantPlan> {
+        self.lock()
+            .view
+            .plan(None)
+            .filter(|p| p.grants.contains(&token))
     }
 
     /// Whether the task still runs (it stops on close/shutdown).
@@ -501,10 +544,10 @@ impl SemWatch {
             let st = &mut *st;
             st.waiters.resolve(&st.view);
             self.seen.send_replace(st.view.revision);
-            st.view.grants_one_of(&st.waiters)
+            st.view.plan_for(&st.waiters)
         };
-        if grantable {
-            (cfg.on_grantable)();
+        if let Some(plan) = grantable {
+            (cfg.on_grantable)(plan);
         }
         for kv in written {
             (cfg.on_put)(kv);
@@ -544,10 +587,10 @@ impl SemWatch {
             st.view = view;
             st.waiters.resolve(&st.view);
             self.seen.send_replace(st.view.revision);
-            (gone, st.view.grants_one_of(&st.waiters))
+            (gone, st.view.plan_for(&st.waiters))
         };
-        if grantable {
-            (cfg.on_grantable)();
+        if let Some(plan) = grantable {
+            (cfg.on_grantable)(plan);
         }
         for key in gone {
             (cfg.on_delete)(&key);

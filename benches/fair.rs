@@ -1,0 +1,82 @@
+//! The fairness bench of issue 41: `cargo bench --bench fair` (release build, full sizes; writes
+//! its section into BENCHMARKS.md), `-- --quick` (small sizes, prints only). `cargo test
+//! --all-targets` runs the quick mode as a test.
+//!
+//! One run starts a real 1-node etcd (the test support's child process) and measures, on
+//! memory:// and on etcd (the stores that keep fair semaphores; ZooKeeper and Redis refuse them
+//! so far): row 1, a noisy tenant (flow A keeps hundreds of acquires queued, flow B sends one
+//! at a time: B's wait on a fair semaphore, on a FIFO one, and alone); row 2, flows of weights
+//! 1:2:5 saturating capacity 8 (time-averaged shares); row 3, a class guaranteed 25% (lent
+//! while idle, its first request, its share with both classes saturating). Targets are printed
+//! as met / not met; the run fails only on an error (a request that fails, a server that does
+//! not start).
+
+#[path = "../tests/binary/mod.rs"]
+mod binary;
+#[allow(dead_code)] // the machine lines it does not print
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "fair/noisy.rs"]
+mod noisy;
+#[path = "fair/plan.rs"]
+mod plan;
+#[path = "fair/report.rs"]
+mod report;
+#[path = "fair/shares.rs"]
+mod shares;
+#[allow(dead_code)]
+#[path = "limiter/stats.rs"]
+mod stats;
+
+use common::machine::{load_average, run_lines};
+use plan::Plan;
+use report::StoreRows;
+use std::process::ExitCode;
+use std::time::Instant;
+use support::EtcdCluster;
+
+fn main() -> ExitCode {
+    common::main(plan::parse, run)
+}
+
+fn run(plan: &Plan) -> anyhow::Result<()> {
+    let runtime = common::runtime()?;
+    let (started, load_before) = (Instant::now(), load_average());
+    eprintln!("fair bench: starting a 1-node etcd");
+    let etcd = EtcdCluster::single();
+    let stores = [
+        ("memory", "memory://fair-bench".to_string()),
+        ("etcd", etcd.url("fair-bench")),
+    ];
+    let mut rows = Vec::new();
+    for (label, url) in &stores {
+        eprintln!("fair bench: {label}");
+        rows.push(runtime.block_on(store_rows(label, url, plan))?);
+    }
+    drop(etcd);
+    let about = run_lines(
+        started.elapsed(),
+        "the whole run",
+        ", shared with other builds",
+        &load_before,
+    );
+    let md = report::markdown(plan, &about, &rows);
+    println!("{md}");
+    if let Some(out) = plan.out.as_ref().filter(|_| !plan.quick) {
+        common::markdown::replace_block(out, report::BEGIN, report::END, &md)?;
+        eprintln!("fair bench: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+async fn store_rows(label: &str, url: &str, plan: &Plan) -> anyhow::Result<StoreRows> {
+    Ok(StoreRows {
+        store: label.to_string(),
+        noisy: noisy::measure(url, plan).await?,
+        weights: shares::weights(url, plan.share_for).await?,
+        reserve: shares::reserve(url, plan.share_for).await?,
+    })
+}
