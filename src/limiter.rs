@@ -350,7 +350,7 @@ impl Limiter {
     /// let a = Limiter::connect("memory://per-member-doc").await?;
     /// let b = Limiter::connect("memory://per-member-doc").await?;
     /// let config = PerMember::new(10.0).min(5).max(200);
-    /// let db = a.per_member_semaphore("db-connections", config).await?;
+    /// let db = a.per_member_semaphore("db-connections", config.clone()).await?;
     /// let _also = b.per_member_semaphore("db-connections", config).await?;
     /// assert_eq!(db.per_member_status().await?.map(|s| s.members), Some(2));
     /// let permit = db.acquire().await?; // capacity 20 once the controller counted both

@@ -21,7 +21,8 @@ use crate::validate::{MAX_CAPACITY, MAX_NAME_LEN};
 /// assert_eq!(config.capacity_for(3), 8); // ceil(7.5)
 /// assert_eq!(config.capacity_for(60), 100); // 150, lowered to max
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+// Not `Copy`: it may grow a field that is not.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 #[must_use]
 pub struct PerMember {

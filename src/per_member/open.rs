@@ -22,7 +22,7 @@ pub(crate) async fn open(
     config.check(name)?;
     inner.check_open()?;
     refuse_if_adaptive(inner, name).await?;
-    ensure(inner, name, config).await?;
+    ensure(inner, name, &config).await?;
     let seat = controller_of(name);
     let ensured = inner.backend.ensure_semaphore(&seat, Some(1)).await;
     match inner.closed_or_result(ensured) {
@@ -116,7 +116,7 @@ async fn refuse_if_adaptive(inner: &LimiterInner, name: &str) -> Result<()> {
 
 /// The semaphore, created with the capacity of one member if absent (else the stored one
 /// stands until the controller counts).
-async fn ensure(inner: &LimiterInner, name: &str, config: PerMember) -> Result<()> {
+async fn ensure(inner: &LimiterInner, name: &str, config: &PerMember) -> Result<()> {
     let opened = match inner.backend.ensure_semaphore(name, None).await {
         Err(Error::NotFound(_)) => {
             match inner

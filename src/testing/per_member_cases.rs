@@ -17,11 +17,11 @@ async fn member<H: Harness>(h: &H, owner: &str) -> Limiter {
     connect(h, LimiterOptions::new().owner(owner).session_ttl(SHORT_TTL)).await
 }
 
-async fn per_member(limiter: &Limiter, name: &str, config: PerMember) -> Semaphore {
+async fn per_member(limiter: &Limiter, name: &str, config: &PerMember) -> Semaphore {
     within(
         "per_member_semaphore()",
         PROMPT,
-        limiter.per_member_semaphore(name, config),
+        limiter.per_member_semaphore(name, config.clone()),
     )
     .await
     .unwrap_or_else(|e| panic!("per_member_semaphore({name:?}, {config:?}): {e}"))
@@ -71,13 +71,13 @@ pub async fn per_member_follows_members<H: Harness>(h: &H) {
         limiters.push(member(h, &format!("m{i}")).await);
     }
     for l in &limiters[..3] {
-        handles.push(per_member(l, "db", config).await);
+        handles.push(per_member(l, "db", &config).await);
     }
-    let again = per_member(&limiters[0], "db", config).await; // one member, two handles
+    let again = per_member(&limiters[0], "db", &config).await; // one member, two handles
     let took = wait_members(&handles[0], 3, 6, FOLLOWS).await;
     eprintln!("per_member: 3 members -> 6 in {took:?}");
     for l in &limiters[3..] {
-        handles.push(per_member(l, "db", config).await);
+        handles.push(per_member(l, "db", &config).await);
     }
     let took = wait_members(&handles[4], 5, 10, FOLLOWS).await;
     eprintln!("per_member: 5 members -> 10 in {took:?}");
@@ -110,19 +110,19 @@ pub async fn per_member_bounds<H: Harness>(h: &H) {
     for i in 0..3 {
         others.push(member(h, &format!("b{i}")).await);
     }
-    let sa = per_member(&a, "pool", config).await;
+    let sa = per_member(&a, "pool", &config).await;
     wait_members(&sa, 1, 5, FOLLOWS).await;
     let plain = open(&others[2], "pool").await;
     let mut handles = Vec::new();
     for l in &others[..2] {
-        handles.push(per_member(l, "pool", config).await);
+        handles.push(per_member(l, "pool", &config).await);
     }
     wait_members(&sa, 3, 6, FOLLOWS).await;
     let permit = within("acquire on a plain handle", PROMPT, plain.acquire())
         .await
         .expect("a plain handle acquires");
     drop(permit);
-    handles.push(per_member(&others[2], "pool", config).await);
+    handles.push(per_member(&others[2], "pool", &config).await);
     wait_members(&sa, 4, 7, FOLLOWS).await;
     for l in others.iter().chain([&a]) {
         let _ = l.close().await;
@@ -147,7 +147,7 @@ pub async fn per_member_refusals<H: Harness>(h: &H) {
     ];
     for (name, config) in cases {
         assert_err!(
-            a.per_member_semaphore(name, config).await,
+            a.per_member_semaphore(name, config.clone()).await,
             Error::InvalidArgument(_),
             "({name:?}, {config:?})"
         );
@@ -156,7 +156,7 @@ pub async fn per_member_refusals<H: Harness>(h: &H) {
     assert_err!(a.open_semaphore("db.controller").await, Error::NotFound(_));
 
     // Per-member first: adaptive refused, here and in another Limiter.
-    let _members = per_member(&a, "members", PerMember::new(1.0)).await;
+    let _members = per_member(&a, "members", &PerMember::new(1.0)).await;
     for (l, here) in [(&a, "this Limiter"), (&b, "1 Limiter")] {
         match l.adaptive_semaphore("members", Adaptive::aimd()).await {
             Err(Error::InvalidArgument(m)) => assert!(
