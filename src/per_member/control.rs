@@ -101,7 +101,10 @@ impl Task {
     /// Each `tick` (and at once when the session ends): announces again if due, and counts
     /// while this Limiter controls; returns when `stop` fires or the Limiter closes.
     async fn tick_until(&mut self, stop: &CancellationToken, tick: Duration, announce_every: u128) {
-        let mut ticks = 0u128;
+        // The first tick announces again: the task of a membership this Limiter just gave up
+        // (its last handle dropped, the name opened again at once) may withdraw after `open`
+        // announced.
+        let mut ticks = announce_every - 1;
         loop {
             let session = self.session.clone();
             let session_ended = async move {

@@ -96,6 +96,14 @@ pub async fn per_member_follows_members<H: Harness>(h: &H) {
     drop(handle_3);
     let took = wait_members(&handles[3], 1, 2, FOLLOWS).await;
     eprintln!("per_member: last handle dropped, 1 member -> 2 in {took:?}");
+
+    // Dropped and opened again at once: still a member once the old membership's withdrawal
+    // and the new one's first count have both passed.
+    let last = handles.remove(3);
+    drop(last);
+    let again = per_member(&limiters[4], "db", &config).await;
+    tokio::time::sleep(SHORT_TTL / 2).await;
+    wait_members(&again, 1, 2, SHORT_TTL / 2).await;
     for l in &limiters[3..] {
         let _ = l.close().await;
     }
