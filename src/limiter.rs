@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::members::StoreMember;
+use crate::per_member::config::PerMember;
 use crate::rate::{Decision, Quota};
 use crate::rate_limit::batch::rate_store;
 use crate::rate_limit::check_all::{self, KeyCheck};
@@ -311,6 +312,53 @@ impl Limiter {
     /// ```
     pub async fn adaptive_semaphore(&self, name: &str, config: Adaptive) -> Result<Semaphore> {
         crate::adaptive::open::open(&self.inner, name, config).await
+    }
+
+    /// Opens the per-member semaphore `name`: a cluster semaphore whose capacity is
+    /// `ceil(per_member × members)` within `config`'s bounds, where `members` counts the live
+    /// Limiters that have it open this way ("each replica's worth of connections to the
+    /// database", without editing a number on every deploy). Created, if absent, with the
+    /// capacity of one member.
+    ///
+    /// This Limiter counts as a member from the moment this returns until its last handle of
+    /// `name` is dropped or it closes (then at once), or it dies (then when its session
+    /// expires). One of the members at a time (the holder of the semaphore
+    /// `<name>.controller`, taken over within a session TTL when it dies) counts them every
+    /// third of a session TTL and stores the capacity when the stored one differs: after a
+    /// join, a close or a death the capacity follows within one session TTL. A change is an
+    /// ordinary live capacity change (holders are never revoked); a capacity set by hand is
+    /// put back at the next count. The controller uses its own `config`: give every Limiter
+    /// the same one. Opening the same name again in this Limiter shares its membership.
+    ///
+    /// A name open as an adaptive semaphore ([`adaptive_semaphore`](Self::adaptive_semaphore))
+    /// is refused, and the other way round: two controllers would fight over one capacity
+    /// (both use the same controller seat, so if both are opened at the same instant only one
+    /// writes at a time). [`open_semaphore`](Self::open_semaphore) (or
+    /// [`semaphore`](Self::semaphore) with the current capacity; another one is refused with
+    /// `CapacityMismatch`) opens it as a plain semaphore: such a handle acquires as usual but
+    /// does not count as a member.
+    ///
+    /// Errors: `InvalidArgument` for a bad name (at most
+    /// [`MAX_NAME_LEN`](crate::Limiter::MAX_NAME_LEN) − 11 characters, room for `.controller`)
+    /// or config (checked before any store request), for a name open as an adaptive semaphore,
+    /// or for a store that keeps no announcements; the store's errors.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{Limiter, PerMember};
+    /// let a = Limiter::connect("memory://per-member-doc").await?;
+    /// let b = Limiter::connect("memory://per-member-doc").await?;
+    /// let config = PerMember::new(10.0).min(5).max(200);
+    /// let db = a.per_member_semaphore("db-connections", config.clone()).await?;
+    /// let _also = b.per_member_semaphore("db-connections", config).await?;
+    /// assert_eq!(db.per_member_status().await?.map(|s| s.members), Some(2));
+    /// let permit = db.acquire().await?; // capacity 20 once the controller counted both
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn per_member_semaphore(&self, name: &str, config: PerMember) -> Result<Semaphore> {
+        crate::per_member::open::open(&self.inner, name, config).await
     }
 
     /// The store's members, as the store reports them now: etcd's member list with the

@@ -36,6 +36,13 @@ pub(crate) struct LimiterInner {
     pub(crate) adaptive: std::sync::Mutex<
         std::collections::HashMap<String, std::sync::Weak<crate::adaptive::adaptivity::Adaptivity>>,
     >,
+    /// Per-member semaphores open in this Limiter, by name (`per_member/open.rs`).
+    pub(crate) per_member: std::sync::Mutex<
+        std::collections::HashMap<
+            String,
+            std::sync::Weak<crate::per_member::membership::Membership>,
+        >,
+    >,
     closed: AtomicBool,
 }
 
@@ -60,6 +67,7 @@ impl LimiterInner {
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             adaptive: Default::default(),
+            per_member: Default::default(),
             closed: AtomicBool::new(false),
         }
     }

@@ -42,6 +42,10 @@ pub struct Semaphore {
     name: Arc<str>,
     /// Set for an adaptive semaphore: where its permits report their outcomes.
     adaptive: Option<Arc<crate::adaptive::adaptivity::Adaptivity>>,
+    /// Set for a per-member semaphore: this Limiter counts as a member while a handle lives
+    /// (held, never read: the last one's drop withdraws the membership).
+    #[allow(dead_code)]
+    per_member: Option<Arc<crate::per_member::membership::Membership>>,
 }
 
 /// The outcome of an acquire, for callers that must tell a full semaphore from a store that
@@ -64,6 +68,19 @@ impl Semaphore {
             limiter,
             name: name.into(),
             adaptive: None,
+            per_member: None,
+        }
+    }
+
+    /// A per-member semaphore's handle: this Limiter stays a member while it lives.
+    pub(crate) fn per_member(
+        limiter: Arc<LimiterInner>,
+        name: &str,
+        membership: Arc<crate::per_member::membership::Membership>,
+    ) -> Self {
+        Semaphore {
+            per_member: Some(membership),
+            ..Semaphore::new(limiter, name)
         }
     }
 

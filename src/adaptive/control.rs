@@ -18,13 +18,12 @@ use super::algorithm::{step, Memory};
 use super::config::Adaptive;
 use super::names::board_of;
 use super::reporter::Reporter;
+use super::seat::{campaign, Election};
 use super::window::WindowSummary;
-use crate::error::Error;
 use crate::limiter_inner::LimiterInner;
-use crate::permit::Permit;
 use crate::semaphore::Semaphore;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -82,68 +81,6 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// What the task shares with the handles: the controller permit while this Limiter holds it.
-#[derive(Debug, Default)]
-struct Election {
-    permit: Mutex<Option<Permit>>,
-}
-
-impl Election {
-    fn holds(&self) -> bool {
-        self.permit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|p| !p.is_lost())
-    }
-
-    fn set(&self, permit: Option<Permit>) {
-        *self.permit.lock().unwrap_or_else(PoisonError::into_inner) = permit;
-    }
-}
-
-/// Waits in the controller semaphore's queue, holds its permit while it lasts, and waits again
-/// when it is lost; leaves (releasing it) when `stop` fires.
-async fn campaign(
-    controller: Semaphore,
-    election: Arc<Election>,
-    stop: CancellationToken,
-    retry: Duration,
-) {
-    loop {
-        let acquired = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = controller.acquire() => r,
-        };
-        match acquired {
-            Ok(permit) => {
-                tracing::info!(semaphore = %controller.name(), "this Limiter now controls the adaptive capacity");
-                let lost = permit.lost_signal();
-                election.set(Some(permit));
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = lost.lost() => {
-                        election.set(None);
-                        if controller.limiter().is_closed() {
-                            break; // closing ended the session: no loss to report
-                        }
-                        tracing::warn!(semaphore = %controller.name(), "controller permit lost; waiting to control again");
-                    }
-                }
-            }
-            Err(Error::Closed) => break,
-            Err(e) => {
-                tracing::debug!(semaphore = %controller.name(), error = %e, "waiting for the controller permit failed; retrying");
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-            }
-        }
-    }
-    election.set(None);
-}
-
 /// The window task of adaptive semaphore `name` in the Limiter `limiter`; ends when `stop`
 /// fires or the Limiter closes. Each window: wait for its end, announce this Limiter's
 /// summary, give the others a grace to announce theirs, read the board, and, while this
@@ -162,6 +99,7 @@ pub(crate) async fn run(
         election.clone(),
         stop.clone(),
         config.window,
+        "adaptive",
     ));
     let mut task = Task::new(limiter, name, config, reporter, election);
     loop {

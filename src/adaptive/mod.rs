@@ -6,15 +6,17 @@
 //! protected baseline). The parts with a store: each Limiter's window in progress
 //! (`reporter.rs`), the window task that announces it and, in the one Limiter elected
 //! controller, steps the capacity (`control.rs`), opening one (`open.rs`), what a Limiter
-//! keeps of one it has open (`adaptivity.rs`) and the names of its store objects (`names.rs`).
+//! keeps of one it has open (`adaptivity.rs`), the names of its store objects (`names.rs`) and
+//! the controller seat (`seat.rs`, shared with `per_member/`).
 
 pub(crate) mod adaptivity;
 pub mod algorithm;
 pub(crate) mod config;
 mod control;
-mod names;
+pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod reporter;
+pub(crate) mod seat;
 #[cfg(test)]
 mod simulation;
 pub mod window;

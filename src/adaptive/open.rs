@@ -7,6 +7,7 @@ use super::control::{self, Decision, Report};
 use super::names::{board_of, controller_of};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
+use crate::per_member::names::board_of as per_member_board_of;
 use crate::semaphore::Semaphore;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,7 @@ pub(crate) async fn open(
 ) -> Result<Semaphore> {
     config.check(name)?;
     inner.check_open()?;
+    refuse_if_per_member(inner, name).await?;
     let opened = match inner.backend.ensure_semaphore(name, None).await {
         Err(Error::NotFound(_)) => {
             match inner
@@ -84,6 +86,34 @@ pub(crate) async fn open(
         }
     };
     Ok(Semaphore::adaptive(inner.clone(), name, adaptivity))
+}
+
+/// `InvalidArgument` if `name` is open as a per-member semaphore, in this Limiter or, as its
+/// board shows, in another: two controllers would fight over its capacity.
+async fn refuse_if_per_member(inner: &LimiterInner, name: &str) -> Result<()> {
+    let here = inner
+        .per_member
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+        .is_some_and(|m| m.strong_count() > 0);
+    // A store that keeps no boards has no per-member semaphores: nothing to refuse.
+    let read = inner
+        .backend
+        .announcements(&per_member_board_of(name))
+        .await;
+    let elsewhere = read.map_or(0, |all| all.len());
+    if here || elsewhere > 0 {
+        let by = if here {
+            "in this Limiter".to_string()
+        } else {
+            format!("by {elsewhere} Limiter(s)")
+        };
+        return Err(Error::invalid(format!(
+            "semaphore {name:?} is open as a per-member semaphore ({by}): its capacity cannot also adapt to outcomes; close it there or choose another name"
+        )));
+    }
+    Ok(())
 }
 
 impl Semaphore {

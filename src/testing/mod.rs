@@ -1,9 +1,9 @@
 //! The contract suite, for any [`Backend`](crate::backend::Backend): what a cluster-wide
 //! semaphore means (strict FIFO, whole weighted grants, `try_acquire`, timeouts, cancelled
 //! waits, stored capacity, `set_capacity`, dead holders, `close`, `status`, bad input, `lost()`,
-//! request counts, fencing tokens, dropped permits, announcement boards, adaptive capacities; see
-//! `docs/design.md`), written once as
-//! [`cases`] over a small [`Harness`] and run by [`contract_suite!`](crate::contract_suite).
+//! request counts, fencing tokens, dropped permits, announcement boards, adaptive capacities,
+//! capacities per member; see `docs/design.md`), written once as [`cases`] over a small
+//! [`Harness`] and run by [`contract_suite!`](crate::contract_suite).
 //! The crate runs it on `memory://`, etcd and ZooKeeper (`tests/contract.rs`); a backend
 //! written outside the crate runs the same cases with one `Harness` impl and one macro line.
 //! `docs/external-backends.md` is the guide.
@@ -76,6 +76,7 @@ pub mod cases;
 pub mod fair_cases;
 mod harness;
 mod holder;
+pub mod per_member_cases;
 pub mod rate_cases;
 pub mod rate_history;
 pub mod rate_store_cases;
@@ -202,6 +203,9 @@ macro_rules! contract_suite {
             adaptive_cases::adaptive_steps_from_outcomes,
             adaptive_cases::adaptive_controller_takeover,
             adaptive_cases::adaptive_bad_input,
+            per_member_cases::per_member_follows_members,
+            per_member_cases::per_member_bounds,
+            per_member_cases::per_member_refusals,
         );
     };
     (@run $module:ident, $harness:ty; $($set:ident :: $case:ident),* $(,)?) => {

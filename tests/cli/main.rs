@@ -1,5 +1,5 @@
 //! The real `clusterlimit` binary's commands: `run`, `status`, `set-capacity`, `rate`, `top`,
-//! their messages, deadlines and closed pipes, and `run --adaptive`.
+//! their messages, deadlines and closed pipes, `run --adaptive` and `run --per-member`.
 //!
 //! One test binary for this area (tower's `tests/<area>/main.rs` shape): each former test
 //! file is a module, still at its path under tests/, and the helpers are compiled once.
@@ -27,6 +27,8 @@ mod cli_rate;
 mod cli_run;
 #[path = "../cli_status.rs"]
 mod cli_status;
+#[path = "../per_member_binary.rs"]
+mod per_member_binary;
 // `clusterlimit top` in a real terminal (tmux) against real etcd.
 #[path = "../top.rs"]
 mod top;

@@ -27,6 +27,9 @@ mod sidecar_http;
 #[path = "../sidecar_messages.rs"]
 mod sidecar_messages;
 // Rate limits over the sidecar's HTTP API (src/bin/clusterlimit/sidecar/routes/rate_limits.rs).
+// `[per_member.<name>]` tables: each sidecar one member.
+#[path = "../sidecar_per_member.rs"]
+mod sidecar_per_member;
 #[path = "../sidecar_rate_http.rs"]
 mod sidecar_rate_http;
 #[path = "../sidecar_rls.rs"]

@@ -99,6 +99,8 @@ impl Command {
 }
 
 #[derive(Debug, Args)]
+// `--min`/`--max` require one of the flags that size the semaphore (`sized`).
+#[command(group(clap::ArgGroup::new("sized").args(["adaptive", "per_member"])))]
 pub struct RunArgs {
     #[command(flatten)]
     pub store: StoreArg,
@@ -130,6 +132,8 @@ pub struct RunArgs {
     pub session_ttl: Duration,
     #[command(flatten)]
     pub adaptive: super::run_adaptive::AdaptiveArgs,
+    #[command(flatten)]
+    pub per_member: super::run_per_member::PerMemberArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,

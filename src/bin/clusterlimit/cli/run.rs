@@ -110,12 +110,15 @@ async fn acquire_and_run(
     Ok(exit_code(status))
 }
 
-/// Opens the semaphore, or creates it when `--capacity` (or `--adaptive`) is given.
+/// Opens the semaphore, or creates it when `--capacity` (or `--adaptive`, `--per-member`) is
+/// given.
 async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
-    let opened = match (args.adaptive.settings(), args.capacity) {
-        (Some(settings), _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
-        (None, Some(cap)) => limiter.semaphore(&args.semaphore, cap).await,
-        (None, None) => limiter.open_semaphore(&args.semaphore).await,
+    let per_member = args.per_member.settings(&args.adaptive);
+    let opened = match (args.adaptive.settings(), per_member, args.capacity) {
+        (Some(settings), _, _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
+        (None, Some(config), _) => limiter.per_member_semaphore(&args.semaphore, config).await,
+        (None, None, Some(cap)) => limiter.semaphore(&args.semaphore, cap).await,
+        (None, None, None) => limiter.open_semaphore(&args.semaphore).await,
     };
     opened.map_err(|e| match e {
         Error::NotFound(_) => Failure::usage(format!(

@@ -19,7 +19,10 @@ pub enum Algorithm {
     Aimd,
 }
 
-/// The adaptive flags of `run`.
+/// `--max` of `--adaptive` when not given.
+const DEFAULT_MAX: u32 = 1000;
+
+/// The adaptive flags of `run` (with `--min` and `--max`, which `--per-member` shares).
 #[derive(Debug, Args)]
 pub struct AdaptiveArgs {
     /// Run under an adaptive semaphore: its capacity is set by a controller from the outcomes
@@ -31,12 +34,13 @@ pub struct AdaptiveArgs {
     /// and 0.5 s), so its outcome counts. Give every client of the semaphore the same settings.
     #[arg(long, value_name = "ALGORITHM", conflicts_with = "capacity")]
     pub adaptive: Option<Algorithm>,
-    /// Adaptive: never fewer permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
+    /// Adaptive or per-member: never fewer permits than this.
+    #[arg(long, value_name = "N", requires = "sized", default_value_t = 1, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub min: u32,
-    /// Adaptive: never more permits than this.
-    #[arg(long, value_name = "N", requires = "adaptive", default_value_t = 1000, value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
-    pub max: u32,
+    /// Adaptive or per-member: never more permits than this (default: 1000 for --adaptive, no
+    /// bound but the largest capacity for --per-member).
+    #[arg(long, value_name = "N", requires = "sized", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
+    pub max: Option<u32>,
     /// Adaptive: the capacity to create the semaphore with if absent (default: --min).
     #[arg(long, value_name = "N", requires = "adaptive", value_parser = super::numbers::whole::<u32>(1, u64::from(clusterlimit::Semaphore::MAX_CAPACITY)), allow_negative_numbers = true)]
     pub initial: Option<u32>,
@@ -77,7 +81,7 @@ impl AdaptiveArgs {
         };
         a = a
             .min(self.min)
-            .max(self.max)
+            .max(self.max.unwrap_or(DEFAULT_MAX))
             .max_step(self.max_step)
             .window(self.window);
         if let Some(initial) = self.initial {
@@ -127,7 +131,7 @@ mod tests {
         AdaptiveArgs {
             adaptive: Some(Algorithm::Aimd),
             min: 1,
-            max: 10,
+            max: Some(10),
             initial: None,
             window: Duration::from_millis(200),
             max_step: 0.5,

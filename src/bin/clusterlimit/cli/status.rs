@@ -4,6 +4,7 @@ use super::args::StatusArgs;
 use crate::common::out::out_line;
 use crate::common::{exit, Failure};
 use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
+use crate::sidecar::per_member_view::PerMemberView;
 use clusterlimit::{Holder, Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -14,39 +15,48 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode, Failure> {
     let result = read(&limiter, args.name.as_deref()).await;
     let store_failed = matches!(&result, Err(f) if f.code == exit::UNAVAILABLE);
     super::deadline::close(&limiter, store_failed, args.store.request_timeout).await;
-    let (statuses, adaptive) = result?;
+    let (statuses, adaptive, per_member) = result?;
     let out = if args.json {
         let json = match (&args.name, statuses.as_slice()) {
             (Some(_), [one]) => serde_json::to_string_pretty(&StatusView {
                 status: one.clone(),
                 adaptive: adaptive.clone(),
+                per_member: per_member.clone(),
             }),
             _ => serde_json::to_string_pretty(&super::status_rows::rows(statuses.clone())),
         };
         json.map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?
     } else {
-        match &adaptive {
-            Some(a) => format!("{}\n{}", table(&statuses), super::adaptive_lines::lines(a)),
-            None => table(&statuses),
+        let mut text = table(&statuses);
+        if let Some(a) = &adaptive {
+            text = format!("{text}\n{}", super::adaptive_lines::lines(a));
         }
+        if let Some(p) = &per_member {
+            text = format!("{text}\n{}", super::per_member_lines::line(p));
+        }
+        text
     };
     out_line!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
-/// Status of `name` with how it adapts (if it does), or of every semaphore in the store.
-async fn read(
-    limiter: &Limiter,
-    name: Option<&str>,
-) -> Result<(Vec<Status>, Option<AdaptiveView>), Failure> {
+/// What `status` read: the statuses, and for one name how it adapts or follows its members.
+type Read = (Vec<Status>, Option<AdaptiveView>, Option<PerMemberView>);
+
+/// Status of `name` with how it adapts or follows its members (if it does), or of every
+/// semaphore in the store.
+async fn read(limiter: &Limiter, name: Option<&str>) -> Result<Read, Failure> {
     let lib = Failure::from_lib;
     if let Some(n) = name {
         let sem = limiter.open_semaphore(n).await.map_err(lib)?;
-        let (status, adaptive) = tokio::join!(sem.status(), sem.adaptive_status());
+        let (status, adaptive, per_member) =
+            tokio::join!(sem.status(), sem.adaptive_status(), sem.per_member_status());
         let adaptive = adaptive.map_err(lib)?;
+        let per_member = per_member.map_err(lib)?;
         return Ok((
             vec![status.map_err(lib)?],
             adaptive.as_ref().map(AdaptiveView::from),
+            per_member.as_ref().map(PerMemberView::from),
         ));
     }
     let names = limiter.semaphores().await.map_err(lib)?;
@@ -55,7 +65,7 @@ async fn read(
         let sem = limiter.open_semaphore(&n).await.map_err(lib)?;
         out.push(sem.status().await.map_err(lib)?);
     }
-    Ok((out, None))
+    Ok((out, None, None))
 }
 
 /// One block per semaphore: a summary line, then one indented row per holder (and, for an

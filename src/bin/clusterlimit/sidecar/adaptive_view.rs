@@ -1,17 +1,21 @@
 //! How an adaptive semaphore adapts, as `GET /v1/semaphores/{name}` and `clusterlimit status
-//! --json` show it: the semaphore's status with an `"adaptive"` object when it has one.
+//! --json` show it: the semaphore's status with an `"adaptive"` object when it has one (and a
+//! `"per_member"` one, `per_member_view.rs`, for a per-member semaphore).
 
+use super::per_member_view::PerMemberView;
 use clusterlimit::adaptive::{AdaptiveStatus, CapacityDecision};
 use clusterlimit::Status;
 use serde::Serialize;
 
-/// A semaphore's status, with its adaptive state if its Limiters announce one.
+/// A semaphore's status, with its adaptive or per-member state if its Limiters announce one.
 #[derive(Debug, Serialize)]
 pub struct StatusView {
     #[serde(flatten)]
     pub status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_member: Option<PerMemberView>,
 }
 
 /// The `"adaptive"` object.

@@ -12,6 +12,8 @@ mod flags;
 mod header_mode;
 mod metrics;
 mod path_param;
+mod per_member_settings;
+pub mod per_member_view;
 mod problem;
 mod rate_metrics;
 mod rate_settings;
@@ -42,6 +44,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     let cfg = ServeSettings::resolve(args)?;
     cfg.check()?;
     cfg.check_adaptive()?;
+    cfg.check_per_member()?;
     if check_only {
         crate::common::out::text(cfg.describe());
         return Ok(ExitCode::SUCCESS);

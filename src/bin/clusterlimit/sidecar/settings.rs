@@ -3,6 +3,7 @@
 
 use super::adaptive_settings::{self, AdaptiveTables};
 use super::flags::ServeArgs;
+use super::per_member_settings::{self, PerMemberTables};
 use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::token::Token;
 use crate::common::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
@@ -62,6 +63,11 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// initial = 20
 /// window = "1s"
 /// max_step = 0.5
+///
+/// [per_member.db-connections]        # capacity = ceil(per_member × live sidecars)
+/// per_member = 10
+/// min = 10
+/// max = 200
 /// ```
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +101,9 @@ struct FileConfig {
     /// Adaptive semaphores (see adaptive_settings.rs).
     #[serde(default)]
     adaptive: AdaptiveTables,
+    /// Per-member semaphores (see per_member_settings.rs).
+    #[serde(default)]
+    per_member: PerMemberTables,
     // --- Envoy's rate limit service (src/bin/clusterlimit/sidecar/rls/) ---
     grpc_listen: Option<String>,
     rls_config: Option<Vec<PathBuf>>,
@@ -156,6 +165,8 @@ pub struct ServeSettings {
     pub rate_limits: Vec<DeclaredRate>,
     /// `[adaptive.<name>]` semaphores opened at start.
     pub adaptive: AdaptiveTables,
+    /// `[per_member.<name>]` semaphores opened at start.
+    pub per_member: PerMemberTables,
     /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
     pub rls: Option<super::rls::Settings>,
 }
@@ -228,6 +239,7 @@ impl ServeSettings {
             rate,
             rate_limits: file.rate_limits,
             adaptive: file.adaptive,
+            per_member: file.per_member,
             rls,
         })
     }
@@ -378,7 +390,22 @@ impl ServeSettings {
                 format!("{name:?} is also declared in [[semaphores]]; declare it once"),
             ));
         }
+        if let Some(name) = self.per_member.keys().find(|n| {
+            self.semaphores.iter().any(|d| &d.name == *n) || self.adaptive.contains_key(*n)
+        }) {
+            return Err(self.refuse(
+                &format!("per_member.{name}"),
+                format!(
+                    "{name:?} is also declared in [[semaphores]] or [adaptive.{name}]; declare it once"
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The `[per_member.<name>]` tables' settings, checked without the store. Errors exit 64.
+    pub fn check_per_member(&self) -> Result<(), Failure> {
+        per_member_settings::check(&self.per_member, |field, why| self.refuse(field, why))
     }
 
     /// The `[adaptive.<name>]` tables' settings, checked without the store. Errors exit 64.
@@ -441,6 +468,7 @@ impl ServeSettings {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let per_member = per_member_settings::describe_all(&self.per_member);
         let rls = self.rls.as_ref().map_or(String::new(), |r| r.describe());
         format!(
             "config ok: {file}\n\
@@ -454,7 +482,8 @@ impl ServeSettings {
              permit_ttl   {}\n\
              owner        {}\n\
              semaphores   {semaphores}\n\
-             adaptive     {adaptive}\n{}{rls}",
+             adaptive     {adaptive}\n\
+             per_member   {per_member}\n{}{rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),

@@ -9,8 +9,8 @@ use clusterlimit::Limiter;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 
-/// The store session, with the config's semaphores, rate limits and adaptive semaphores
-/// declared, and the HTTP routes' state on it.
+/// The store session, with the config's semaphores, rate limits, adaptive and per-member
+/// semaphores declared, and the HTTP routes' state on it.
 pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Shared), Failure> {
     if matches!(
         clusterlimit::StoreUrl::parse(&cfg.store),
@@ -36,6 +36,7 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
     }
     let state = routes::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
     declare_adaptive(cfg, &limiter, &state).await?;
+    declare_per_member(cfg, &limiter, &state).await?;
     state.metrics.watch_breaker(
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),
@@ -75,6 +76,25 @@ async fn declare_adaptive(
             .map_err(Failure::from_lib)?;
         tracing::info!(semaphore = %name, "adaptive semaphore declared");
         state.declare_adaptive(sem);
+    }
+    Ok(())
+}
+
+/// The config's per-member semaphores, opened once and kept: the handles make this sidecar one
+/// member of each for as long as it runs.
+async fn declare_per_member(
+    cfg: &ServeSettings,
+    limiter: &Limiter,
+    state: &Shared,
+) -> Result<(), Failure> {
+    for (name, table) in &cfg.per_member {
+        let config = table.settings().map_err(Failure::usage)?;
+        let sem = limiter
+            .per_member_semaphore(name, config)
+            .await
+            .map_err(Failure::from_lib)?;
+        tracing::info!(semaphore = %name, "per-member semaphore declared");
+        state.declare_per_member(sem);
     }
     Ok(())
 }

@@ -4,22 +4,26 @@
 use super::state::AppState;
 use crate::common::lock;
 use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
+use crate::sidecar::per_member_view::PerMemberView;
 use crate::sidecar::problem::Problem;
 use futures::future::join_all;
 
 impl AppState {
-    /// The status of `name` with its adaptive state, if its Limiters announce one (any
-    /// semaphore: one adapted by other sidecars or services shows too). Two store reads, side
-    /// by side, within the store timeout.
+    /// The status of `name` with its adaptive or per-member state, if its Limiters announce
+    /// one (any semaphore: one adapted by other sidecars or services shows too). Three store
+    /// reads, side by side, within the store timeout.
     pub(super) async fn status_view(&self, name: &str) -> Result<StatusView, Problem> {
         let read = async {
             let sem = self.semaphore(name, None).await?;
-            let (status, adaptive) = tokio::join!(sem.status(), sem.adaptive_status());
+            let (status, adaptive, per_member) =
+                tokio::join!(sem.status(), sem.adaptive_status(), sem.per_member_status());
             let status = status.map_err(|e| Problem::from_lib(e, "name"))?;
             let adaptive = adaptive.map_err(|e| Problem::from_lib(e, "name"))?;
+            let per_member = per_member.map_err(|e| Problem::from_lib(e, "name"))?;
             Ok(StatusView {
                 status,
                 adaptive: adaptive.as_ref().map(AdaptiveView::from),
+                per_member: per_member.as_ref().map(PerMemberView::from),
             })
         };
         self.bounded(read).await

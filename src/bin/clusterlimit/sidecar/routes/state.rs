@@ -38,6 +38,9 @@ pub struct AppState {
     /// The adaptive semaphores of the config, opened at start; acquires on their names go
     /// through these handles, so their outcomes reach the controller.
     pub(super) adaptive: Mutex<BTreeMap<String, Semaphore>>,
+    /// The per-member semaphores of the config, opened at start and kept for as long as the
+    /// sidecar runs: while a handle lives, this sidecar counts as one member.
+    per_member: Mutex<BTreeMap<String, Semaphore>>,
     /// The rate-limit routes' guard, header mode and opened limits.
     pub rate: RateApi,
 }
@@ -63,6 +66,7 @@ impl AppState {
             shutdown: CancellationToken::new(),
             opened: Mutex::new(HashMap::new()),
             adaptive: Mutex::new(BTreeMap::new()),
+            per_member: Mutex::new(BTreeMap::new()),
             rate,
         })
     }
@@ -72,9 +76,15 @@ impl AppState {
         lock(&self.adaptive).insert(sem.name().to_string(), sem);
     }
 
+    /// Keeps `sem`, a per-member semaphore of the config (this sidecar's membership).
+    pub fn declare_per_member(&self, sem: Semaphore) {
+        lock(&self.per_member).insert(sem.name().to_string(), sem);
+    }
+
     /// Opens `name` (creating it with `capacity` if given); cached, since semaphores are never
-    /// deleted. An adaptive semaphore of the config is always its adaptive handle (it exists:
-    /// `capacity` has nothing to create, and its controller sets the capacity).
+    /// deleted. An adaptive or per-member semaphore of the config is always its handle of the
+    /// config (it exists: `capacity` has nothing to create, and its controller sets the
+    /// capacity).
     pub(super) async fn semaphore(
         &self,
         name: &str,
@@ -82,6 +92,9 @@ impl AppState {
     ) -> Result<Semaphore, Problem> {
         validate::name(name).map_err(|e| Problem::from_lib(e, "name"))?;
         if let Some(sem) = lock(&self.adaptive).get(name) {
+            return Ok(sem.clone());
+        }
+        if let Some(sem) = lock(&self.per_member).get(name) {
             return Ok(sem.clone());
         }
         if capacity.is_none() {
