@@ -130,6 +130,8 @@ pub struct RunArgs {
     pub session_ttl: Duration,
     #[command(flatten)]
     pub adaptive: super::run_adaptive::AdaptiveArgs,
+    #[command(flatten)]
+    pub fair: super::run_fair::FairArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,

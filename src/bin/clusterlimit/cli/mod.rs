@@ -12,6 +12,7 @@ mod numbers;
 mod rate;
 mod run;
 mod run_adaptive;
+mod run_fair;
 mod set_capacity;
 mod signals;
 mod status;

@@ -20,6 +20,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // Installed first: a SIGTERM while we connect or wait must end us cleanly (queue entry
     // removed, session revoked), not by the default action.
     let mut signals = Signals::install()?;
+    args.fair.check(args.capacity)?;
     let security = args.store.security();
     // --timeout covers everything before the command starts: connect, open, wait.
     let deadline = Deadline::after(args.timeout);
@@ -54,7 +55,7 @@ async fn acquire_and_run(
         r = deadline.bound(&opening, open(args, limiter)) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
-    let mut opts = AcquireOptions::new().permits(args.permits);
+    let mut opts = args.fair.apply(AcquireOptions::new().permits(args.permits));
     if let Some(left) = deadline.remaining() {
         // A store silent until the deadline is not a full semaphore: exit 69, not 75.
         opts = opts.timeout(left).silent_store_is_error();
@@ -112,10 +113,15 @@ async fn acquire_and_run(
 
 /// Opens the semaphore, or creates it when `--capacity` (or `--adaptive`) is given.
 async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
-    let opened = match (args.adaptive.settings(), args.capacity) {
-        (Some(settings), _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
-        (None, Some(cap)) => limiter.semaphore(&args.semaphore, cap).await,
-        (None, None) => limiter.open_semaphore(&args.semaphore).await,
+    let opened = match (args.adaptive.settings(), args.capacity, &args.fair.classes) {
+        (Some(settings), _, _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
+        (None, Some(cap), Some(classes)) => {
+            limiter
+                .fair_semaphore(&args.semaphore, cap, classes.clone())
+                .await
+        }
+        (None, Some(cap), None) => limiter.semaphore(&args.semaphore, cap).await,
+        (None, None, _) => limiter.open_semaphore(&args.semaphore).await,
     };
     opened.map_err(|e| match e {
         Error::NotFound(_) => Failure::usage(format!(
@@ -142,7 +148,10 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
                 args.semaphore
             ),
         ),
-        e => Failure::from_lib(e),
+        e => args
+            .fair
+            .refused(e, &args.semaphore)
+            .unwrap_or_else(Failure::from_lib),
     }
 }
 
