@@ -42,7 +42,7 @@ async fn body_and_path_errors_are_in_plain_words() {
          "`permits` must be a whole number from 1 to 1000000, got the string \"x\""),
         (Method::POST, permits, r#"{"permits":1.5}"#, "permits", "got 1.5"),
         (Method::POST, permits, r#"{"foo":1}"#, "foo",
-         "unknown field `foo`; expected one of: permits, timeout_ms, ttl_ms, owner, capacity"),
+         "unknown field `foo`; expected one of: permits, timeout_ms, ttl_ms, owner, capacity, flow, class, weight"),
         (Method::POST, permits, "[1]", "body", "the body must be a JSON object, got a list"),
         (Method::POST, permits, "5", "body", "the body must be a JSON object, got 5"),
         (Method::POST, permits, r#"{"owner":7}"#, "owner", "`owner` must be a string, got 7"),

@@ -4,6 +4,8 @@
 //! capacity and a quota (after its preview) in the store. Saves a screenshot
 //! (`target/web-view.png`; the one in docs/images/ is a copy).
 //!
+//! A fair semaphore's classes and flows are shown too (memory://, the store that keeps them).
+//!
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
 //! `scripts/test` installs them). A missing one fails the test with that hint.
 
@@ -657,4 +659,89 @@ async fn an_open_event_stream_does_not_hold_up_a_graceful_exit() {
         "web view: exit with an open stream took {} ms",
         signalled.elapsed().as_millis()
     );
+}
+
+/// A fair semaphore (declared in the config, memory://): the live picture and the page show
+/// each class's usage (borrowing, waiting flows) and each holder's flow and class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_semaphore_shows_its_classes_and_waiting_flows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("clusterlimit.toml");
+    std::fs::write(
+        &config,
+        "store = \"memory://fair-view\"\n\n\
+         [[semaphores]]\nname = \"db\"\ncapacity = 2\nclasses = \"critical=1,batch\"\n",
+    )
+    .expect("write the config");
+    let sidecar = Sidecar::start(&["--config", config.to_str().unwrap()]).await;
+    let http = reqwest::Client::new();
+    let acquire = |body: serde_json::Value| {
+        http.post(format!("{}/v1/semaphores/db/permits", sidecar.url))
+            .json(&body)
+            .send()
+    };
+    for owner in ["web-1", "web-2"] {
+        let r =
+            acquire(json!({"flow": "tenant-a", "class": "batch", "owner": owner, "ttl_ms": 60000}))
+                .await
+                .expect("acquire");
+        assert_eq!(r.status(), 201);
+    }
+    // Tenant B waits in the class critical (both permits are lent to batch).
+    let waiting = tokio::spawn(acquire(
+        json!({"flow": "tenant-b", "class": "critical", "timeout_ms": 30000}),
+    ));
+    let db = binary::eventually(
+        "the live picture to show B waiting",
+        Duration::from_secs(10),
+        || {
+            let http = http.clone();
+            let url = format!("{}/v1/live", sidecar.url);
+            async move {
+                let p: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
+                let db = p["semaphores"]
+                    .as_array()?
+                    .iter()
+                    .find(|s| s["name"] == "db")?
+                    .clone();
+                (db["classes"][0]["waiting"] == 1).then_some(db)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        db["classes"],
+        json!([
+            {"name": "critical", "guaranteed": 1, "held": 0, "waiting": 1, "waiting_flows": ["tenant-b"]},
+            {"name": "batch", "guaranteed": 0, "held": 2, "waiting": 0, "waiting_flows": []}
+        ]),
+        "{db}"
+    );
+    assert_eq!(db["holders"][0]["flow"], "tenant-a", "{db}");
+    assert_eq!(db["waiters"][0]["class"], "critical", "{db}");
+
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    b.goto(&format!("{}/ui", sidecar.url))
+        .await
+        .expect("open /ui");
+    let limit = Duration::from_secs(10);
+    shows(
+        &b,
+        "#semaphores",
+        "critical: held 0 of 1 guaranteed, 1 waiting: tenant-b",
+        limit,
+    )
+    .await;
+    shows(
+        &b,
+        "#semaphores",
+        "batch: held 2 of 0 guaranteed (borrowing 2), 0 waiting",
+        limit,
+    )
+    .await;
+    shows(&b, "#semaphores", "web-1 (tenant-a / batch)", limit).await;
+    shows(&b, "#semaphores", "(tenant-b / critical)", limit).await;
+    b.close().await.expect("close the browser");
+    waiting.abort();
 }

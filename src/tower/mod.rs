@@ -90,6 +90,14 @@
 //! replica's layer follows the dependency together. A request dropped before it completes
 //! reports nothing.
 //!
+//! # Fair semaphores
+//!
+//! Given a [fair semaphore](crate::Limiter::fair_semaphore), the layer shares its permits
+//! between flows (tenants, users) and classes: [`ClusterConcurrencyLimitLayer::flows`] takes a
+//! closure that names each request's flow, class and weight ([`FlowFn`], a
+//! [`FairTag`](crate::fair::FairTag)). A tenant with a thousand requests waiting then delays
+//! another tenant's next request by one grant, not a thousand.
+//!
 //! # Rate limits
 //!
 //! [`ClusterRateLimitLayer`] checks every request against a cluster-wide
@@ -156,8 +164,9 @@ pub mod rate;
 // The layers' names at the module root too, as tower's `limit` has them.
 pub use concurrency::{
     Classify, ClusterConcurrencyLimit, ClusterConcurrencyLimitLayer,
-    ClusterConcurrencyLimitLayerBuilder, DefaultClassifier, Fallback, LimitError, ResponseFuture,
-    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER, DEFAULT_STORE_RETRY_INTERVAL,
+    ClusterConcurrencyLimitLayerBuilder, DefaultClassifier, DefaultFlow, Fallback, FlowFn,
+    LimitError, ResponseFuture, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_RETRY_AFTER,
+    DEFAULT_STORE_RETRY_INTERVAL,
 };
 #[allow(deprecated)]
 pub use concurrency::{

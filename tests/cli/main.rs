@@ -18,6 +18,9 @@ mod cli_closed_pipe;
 // Every command and sidecar route keeps to its timeout against a SIGSTOPped or absent store.
 #[path = "../cli_deadlines.rs"]
 mod cli_deadlines;
+// `run --flow/--class/--weight/--classes` (fair semaphores).
+#[path = "../cli_fair.rs"]
+mod cli_fair;
 #[path = "../cli_messages.rs"]
 mod cli_messages;
 // `clusterlimit rate …` (src/bin/clusterlimit/cli/rate).

@@ -22,6 +22,9 @@ mod rls_python;
 // Hot reload of the RLS rules (files, directories, SIGHUP) on the real binary.
 #[path = "../rls_reload.rs"]
 mod rls_reload;
+// Fair semaphores: declared in the config, flows and classes in acquires, status per class.
+#[path = "../sidecar_fair.rs"]
+mod sidecar_fair;
 #[path = "../sidecar_http.rs"]
 mod sidecar_http;
 #[path = "../sidecar_messages.rs"]

@@ -15,3 +15,6 @@ mod tower_layer;
 #[path = "../tower_rate_layer.rs"]
 #[cfg(feature = "axum")]
 mod tower_rate_layer;
+// `flows` on a fair semaphore (memory://).
+#[path = "../tower_fair_layer.rs"]
+mod tower_fair_layer;

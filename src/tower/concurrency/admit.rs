@@ -3,6 +3,7 @@
 use super::error::LimitError;
 use super::fallback::Fallback;
 use crate::error::Error;
+use crate::fair::FairTag;
 use crate::permit::{Permit, TIMEOUT_OVERRUN};
 use crate::semaphore::{AcquireOptions, Acquired, Semaphore};
 use crate::store_down::breaker::{Failure, StoreHealth};
@@ -37,7 +38,8 @@ pub(crate) struct Policy {
 pub(crate) type Admission = Result<Option<Permit>, LimitError<Infallible>>;
 
 impl Policy {
-    /// Takes the permit for one request.
+    /// Takes the permit for one request, in the flow, class and weight of `tag` if it has one
+    /// (a fair semaphore's).
     ///
     /// The acquire runs in a task of its own, so a request never waits past the acquire's
     /// deadline plus [`ANSWER_GRACE`], while the task finishes by itself (a permit granted
@@ -45,7 +47,7 @@ impl Policy {
     /// acquire's enqueue, and as a store that does not answer otherwise (so an acquire timeout
     /// shorter than one store round trip reads as a store that is down). Dropping this future before the deadline stops the wait, which removes the
     /// queue entry.
-    pub(crate) async fn admit(&self) -> Admission {
+    pub(crate) async fn admit(&self, tag: Option<FairTag>) -> Admission {
         if !self.health.may_try() {
             // Not asked, so nothing learned: the health stays as it is.
             return self.store_fallback(Error::store(
@@ -61,6 +63,12 @@ impl Policy {
             }
         };
         let mut opts = AcquireOptions::new().permits(self.permits);
+        if let Some(tag) = tag {
+            opts = opts.flow(tag.flow).weight(tag.weight);
+            if let Some(class) = tag.class {
+                opts = opts.class(class);
+            }
+        }
         if let Some(t) = self.acquire_timeout {
             opts = opts.timeout(t);
         }

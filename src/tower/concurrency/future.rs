@@ -5,6 +5,7 @@ use super::admit::{Admission, Policy};
 use super::classify::{Classify, DefaultClassifier};
 use super::error::LimitError;
 use crate::error::Error;
+use crate::fair::FairTag;
 use crate::permit::Permit;
 use crate::tower::admitting::Admitting;
 use std::future::Future;
@@ -49,10 +50,16 @@ pin_project_lite::pin_project! {
 }
 
 impl<S: Service<Req>, Req, C> ResponseFuture<S, Req, C> {
-    pub(crate) fn new(policy: Arc<Policy>, inner: S, req: Req, classify: C) -> Self {
+    pub(crate) fn new(
+        policy: Arc<Policy>,
+        inner: S,
+        req: Req,
+        classify: C,
+        tag: Option<FairTag>,
+    ) -> Self {
         ResponseFuture {
             state: State::Admitting {
-                admitting: Admitting::new(async move { policy.admit().await }, inner, req),
+                admitting: Admitting::new(async move { policy.admit(tag).await }, inner, req),
             },
             classify,
         }

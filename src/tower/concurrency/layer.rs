@@ -3,6 +3,7 @@
 use super::admit::Policy;
 use super::classify::DefaultClassifier;
 use super::fallback::Fallback;
+use super::flows::DefaultFlow;
 use super::service::ClusterConcurrencyLimit;
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
@@ -37,10 +38,29 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// # let _ = service;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
-pub struct ClusterConcurrencyLimitLayer<C = DefaultClassifier> {
+pub struct ClusterConcurrencyLimitLayer<C = DefaultClassifier, F = DefaultFlow> {
     policy: Arc<Policy>,
     classify: C,
+    flows: Arc<F>,
+}
+
+impl<C: Clone, F> Clone for ClusterConcurrencyLimitLayer<C, F> {
+    fn clone(&self) -> Self {
+        ClusterConcurrencyLimitLayer {
+            policy: self.policy.clone(),
+            classify: self.classify.clone(),
+            flows: self.flows.clone(),
+        }
+    }
+}
+
+impl<C: std::fmt::Debug, F> std::fmt::Debug for ClusterConcurrencyLimitLayer<C, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConcurrencyLimitLayer")
+            .field("policy", &self.policy)
+            .field("classify", &self.classify)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClusterConcurrencyLimitLayer {
@@ -50,6 +70,7 @@ impl ClusterConcurrencyLimitLayer {
         ClusterConcurrencyLimitLayer {
             policy: Arc::new(ClusterConcurrencyLimitLayerBuilder::new(semaphore).policy()),
             classify: DefaultClassifier,
+            flows: Arc::new(DefaultFlow),
         }
     }
 
@@ -59,7 +80,7 @@ impl ClusterConcurrencyLimitLayer {
     }
 }
 
-impl<C> ClusterConcurrencyLimitLayer<C> {
+impl<C, F> ClusterConcurrencyLimitLayer<C, F> {
     /// Name of the semaphore every request takes permits from.
     pub fn semaphore(&self) -> &str {
         self.policy.semaphore.name()
@@ -85,19 +106,63 @@ impl<C> ClusterConcurrencyLimitLayer<C> {
     /// # let _ = layer;
     /// # Ok(()) }
     /// ```
-    pub fn classify<C2>(self, classify: C2) -> ClusterConcurrencyLimitLayer<C2> {
+    pub fn classify<C2>(self, classify: C2) -> ClusterConcurrencyLimitLayer<C2, F> {
         ClusterConcurrencyLimitLayer {
             policy: self.policy,
             classify,
+            flows: self.flows,
+        }
+    }
+
+    /// On a [fair semaphore](crate::Limiter::fair_semaphore) (create it with its classes, then
+    /// hand it to the layer): each request acquires in the flow, class and weight that `flows`
+    /// names for it (a [`FlowFn`](super::FlowFn): a closure `Fn(&Request) -> FairTag`), so
+    /// one busy tenant's pile of waiting requests delays another tenant's next request by at
+    /// most one grant, and a class with a guaranteed share gets it back release by release.
+    /// Without it, requests name no flow (all in the flow `"default"`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::fair::{Classes, FairTag};
+    /// use clusterlimit::tower::ClusterConcurrencyLimitLayer;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let limiter = clusterlimit::Limiter::connect("memory://tower-flows-doc").await?;
+    /// let classes: Classes = "interactive=50%,batch".parse()?;
+    /// let db = limiter.fair_semaphore("db", 4, classes).await?;
+    /// // A request is (tenant, is it a batch job?).
+    /// let layer = ClusterConcurrencyLimitLayer::new(db.clone()).flows(|req: &(String, bool)| {
+    ///     let tag = FairTag::new(req.0.as_str());
+    ///     if req.1 { tag.class("batch") } else { tag }
+    /// });
+    /// let service = layer.layer(service_fn(|req: (String, bool)| async move {
+    ///     Ok::<_, std::convert::Infallible>(format!("hello {}", req.0))
+    /// }));
+    /// let reply = service.oneshot(("tenant-a".to_string(), true)).await.unwrap();
+    /// assert_eq!(reply, "hello tenant-a");
+    /// assert_eq!(db.status().await?.classes[1].name, "batch");
+    /// # Ok(()) }
+    /// ```
+    pub fn flows<F2>(self, flows: F2) -> ClusterConcurrencyLimitLayer<C, F2> {
+        ClusterConcurrencyLimitLayer {
+            policy: self.policy,
+            classify: self.classify,
+            flows: Arc::new(flows),
         }
     }
 }
 
-impl<S, C: Clone> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer<C> {
-    type Service = ClusterConcurrencyLimit<S, C>;
+impl<S, C: Clone, F> tower_layer::Layer<S> for ClusterConcurrencyLimitLayer<C, F> {
+    type Service = ClusterConcurrencyLimit<S, C, F>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ClusterConcurrencyLimit::new(inner, self.policy.clone(), self.classify.clone())
+        ClusterConcurrencyLimit::new(
+            inner,
+            self.policy.clone(),
+            self.classify.clone(),
+            self.flows.clone(),
+        )
     }
 }
 
@@ -227,6 +292,7 @@ impl ClusterConcurrencyLimitLayerBuilder {
         Ok(ClusterConcurrencyLimitLayer {
             policy: Arc::new(self.policy()),
             classify: DefaultClassifier,
+            flows: Arc::new(DefaultFlow),
         })
     }
 

@@ -134,6 +134,8 @@ pub struct RunArgs {
     pub adaptive: super::run_adaptive::AdaptiveArgs,
     #[command(flatten)]
     pub per_member: super::run_per_member::PerMemberArgs,
+    #[command(flatten)]
+    pub fair: super::run_fair::FairArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,

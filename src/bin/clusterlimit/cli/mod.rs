@@ -13,6 +13,7 @@ mod per_member_lines;
 mod rate;
 mod run;
 mod run_adaptive;
+mod run_fair;
 mod run_per_member;
 mod set_capacity;
 mod signals;

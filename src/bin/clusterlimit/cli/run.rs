@@ -20,6 +20,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // Installed first: a SIGTERM while we connect or wait must end us cleanly (queue entry
     // removed, session revoked), not by the default action.
     let mut signals = Signals::install()?;
+    args.fair.check(args.capacity)?;
     let security = args.store.security();
     // --timeout covers everything before the command starts: connect, open, wait.
     let deadline = Deadline::after(args.timeout);
@@ -54,7 +55,7 @@ async fn acquire_and_run(
         r = deadline.bound(&opening, open(args, limiter)) => r?,
         sig = signals.recv() => return Ok(killed_by(sig)),
     };
-    let mut opts = AcquireOptions::new().permits(args.permits);
+    let mut opts = args.fair.apply(AcquireOptions::new().permits(args.permits));
     if let Some(left) = deadline.remaining() {
         // A store silent until the deadline is not a full semaphore: exit 69, not 75.
         opts = opts.timeout(left).silent_store_is_error();
@@ -114,11 +115,17 @@ async fn acquire_and_run(
 /// given.
 async fn open(args: &RunArgs, limiter: &Limiter) -> Result<Semaphore, Failure> {
     let per_member = args.per_member.settings(&args.adaptive);
-    let opened = match (args.adaptive.settings(), per_member, args.capacity) {
-        (Some(settings), _, _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
-        (None, Some(config), _) => limiter.per_member_semaphore(&args.semaphore, config).await,
-        (None, None, Some(cap)) => limiter.semaphore(&args.semaphore, cap).await,
-        (None, None, None) => limiter.open_semaphore(&args.semaphore).await,
+    let classes = &args.fair.classes;
+    let opened = match (args.adaptive.settings(), per_member, args.capacity, classes) {
+        (Some(settings), _, _, _) => limiter.adaptive_semaphore(&args.semaphore, settings).await,
+        (None, Some(config), _, _) => limiter.per_member_semaphore(&args.semaphore, config).await,
+        (None, None, Some(cap), Some(classes)) => {
+            limiter
+                .fair_semaphore(&args.semaphore, cap, classes.clone())
+                .await
+        }
+        (None, None, Some(cap), None) => limiter.semaphore(&args.semaphore, cap).await,
+        (None, None, None, _) => limiter.open_semaphore(&args.semaphore).await,
     };
     opened.map_err(|e| match e {
         Error::NotFound(_) => Failure::usage(format!(
@@ -145,7 +152,10 @@ fn acquire_failure(e: Error, args: &RunArgs) -> Failure {
                 args.semaphore
             ),
         ),
-        e => Failure::from_lib(e),
+        e => args
+            .fair
+            .refused(e, &args.semaphore)
+            .unwrap_or_else(Failure::from_lib),
     }
 }
 

@@ -5,7 +5,7 @@ use crate::common::out::out_line;
 use crate::common::{exit, Failure};
 use crate::sidecar::adaptive_view::{AdaptiveView, StatusView};
 use crate::sidecar::per_member_view::PerMemberView;
-use clusterlimit::{Holder, Limiter, Status};
+use clusterlimit::{ClassUsage, Holder, Limiter, Status};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -101,6 +101,7 @@ pub fn table(statuses: &[Status]) -> String {
             ["WAITER", "QUEUE TOKEN", "WAITING SINCE"],
             &st.waiters,
         );
+        class_lines(&mut s, &st.classes);
         if let Some(c) = &row.controller {
             super::status_rows::controller_line(&mut s, c);
         }
@@ -109,7 +110,8 @@ pub fn table(statuses: &[Status]) -> String {
     s
 }
 
-/// An indented block of holders or waiters under `titles` (owner, token, since columns).
+/// An indented block of holders or waiters under `titles` (owner, token, since columns; on a
+/// fair semaphore, flow and class columns too).
 fn rows(s: &mut String, titles: [&str; 3], rows: &[Holder]) {
     if rows.is_empty() {
         return;
@@ -122,15 +124,124 @@ fn rows(s: &mut String, titles: [&str; 3], rows: &[Holder]) {
         .unwrap_or(0)
         .max(owner.len());
     let token_w = token.len();
-    let _ = writeln!(s, "  {owner:<owner_w$}  PERMITS  {token}  {since}");
+    let fair = rows.iter().any(|h| h.flow.is_some() || h.class.is_some());
+    let flow_w = width(rows, "FLOW", |h| h.flow.as_deref());
+    let class_w = width(rows, "CLASS", |h| h.class.as_deref());
+    let _ = write!(s, "  {owner:<owner_w$}  PERMITS  {token}  ");
+    if fair {
+        let _ = write!(s, "{:<flow_w$}  {:<class_w$}  ", "FLOW", "CLASS");
+    }
+    let _ = writeln!(s, "{since}");
     for h in rows {
+        let _ = write!(
+            s,
+            "  {:<owner_w$}  {:>7}  {:>token_w$}  ",
+            h.owner, h.permits, h.fencing_token,
+        );
+        if fair {
+            let flow = h.flow.as_deref().unwrap_or("-");
+            let class = h.class.as_deref().unwrap_or("-");
+            let _ = write!(s, "{flow:<flow_w$}  {class:<class_w$}  ");
+        }
+        let _ = writeln!(s, "{}", humantime::format_rfc3339_seconds(h.since()));
+    }
+}
+
+/// The widest of `title` and the rows' `field` (`-` when absent).
+fn width(rows: &[Holder], title: &str, field: impl Fn(&Holder) -> Option<&str>) -> usize {
+    rows.iter()
+        .map(|h| field(h).map_or(1, str::len))
+        .max()
+        .unwrap_or(0)
+        .max(title.len())
+}
+
+/// A fair semaphore's classes, one line each: `  class batch: guaranteed 0, held 3
+/// (borrowing 3), 2 waiting (flows: tenant-a, tenant-b)`.
+fn class_lines(s: &mut String, classes: &[ClassUsage]) {
+    for c in classes {
+        let borrowing = match c.held.checked_sub(c.guaranteed) {
+            Some(over) if over > 0 => format!(" (borrowing {over})"),
+            _ => String::new(),
+        };
+        let flows = if c.waiting_flows.is_empty() {
+            String::new()
+        } else {
+            format!(" (flows: {})", c.waiting_flows.join(", "))
+        };
         let _ = writeln!(
             s,
-            "  {:<owner_w$}  {:>7}  {:>token_w$}  {}",
-            h.owner,
-            h.permits,
-            h.fencing_token,
-            humantime::format_rfc3339_seconds(h.since())
+            "  class {}: guaranteed {}, held {}{borrowing}, {} waiting{flows}",
+            c.name, c.guaranteed, c.held, c.waiting
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clusterlimit::AcquireOptions;
+    use std::time::Duration;
+
+    /// `status NAME`'s table of a fair semaphore, read through `read` from a memory:// store
+    /// (one process: a separate `status` would start from an empty store).
+    #[tokio::test]
+    async fn a_fair_semaphore_shows_its_classes_and_flows() {
+        let limiter = Limiter::connect("memory://status-fair").await.unwrap();
+        let classes = "critical=1,batch".parse().unwrap();
+        let db = limiter.fair_semaphore("db", 2, classes).await.unwrap();
+        let batch = |flow: &str| {
+            AcquireOptions::new()
+                .owner(format!("{flow}/1"))
+                .flow(flow)
+                .class("batch")
+        };
+        let _a = db.acquire_with(batch("tenant-a")).await.unwrap();
+        let _b = db.acquire_with(batch("tenant-b")).await.unwrap();
+        let waiters: Vec<_> = [("tenant-c", "batch"), ("tenant-d", "critical")]
+            .into_iter()
+            .map(|(flow, class)| {
+                let opts = AcquireOptions::new()
+                    .owner(format!("{flow}/1"))
+                    .flow(flow)
+                    .class(class)
+                    .timeout(Duration::from_secs(20));
+                let db = db.clone();
+                tokio::spawn(async move { db.acquire_with(opts).await })
+            })
+            .collect();
+        for _ in 0..400 {
+            if db.status().await.unwrap().waiting == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (statuses, _) = read(&limiter, Some("db")).await.unwrap();
+        let text = table(&statuses);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[2]
+                .starts_with("  OWNER       PERMITS  FENCING TOKEN  FLOW      CLASS  HELD SINCE"),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("  tenant-a/1        1              1  tenant-a  batch  "),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\n  class critical: guaranteed 1, held 0, 1 waiting (flows: tenant-d)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "\n  class batch: guaranteed 0, held 2 (borrowing 2), 1 waiting (flows: tenant-c)"
+            ),
+            "{text}"
+        );
+        for w in waiters {
+            w.abort();
+        }
     }
 }

@@ -8,7 +8,7 @@ use super::clusters::ClusterMemory;
 use super::fleet;
 use super::kept::{KeptPanes, SemaphoresPane, Staleness};
 use super::picture::{
-    ClusterView, ControllerView, FleetMember, HealthEvent, HolderView, KeyView, Picture,
+    ClassView, ClusterView, ControllerView, FleetMember, HealthEvent, HolderView, KeyView, Picture,
     RateLimitView, SemaphoreView, StaleView, StoreView,
 };
 use super::recorder::Recorder;
@@ -409,7 +409,20 @@ fn semaphore_view(
         permits: h.permits,
         fencing_token: h.fencing_token,
         for_ms: now_ms.saturating_sub(h.since_unix_ms),
+        flow: h.flow.clone(),
+        class: h.class.clone(),
     };
+    let classes = st
+        .classes
+        .iter()
+        .map(|c| ClassView {
+            name: c.name.clone(),
+            guaranteed: c.guaranteed,
+            held: c.held,
+            waiting: c.waiting,
+            waiting_flows: c.waiting_flows.clone(),
+        })
+        .collect();
     SemaphoreView {
         name: st.name.clone(),
         capacity: st.capacity,
@@ -421,6 +434,7 @@ fn semaphore_view(
         losses_per_s: 0.0,
         error: None,
         controller: None,
+        classes,
     }
 }
 

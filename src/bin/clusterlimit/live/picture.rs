@@ -111,6 +111,29 @@ pub struct SemaphoreView {
     /// a semaphore of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<ControllerView>,
+    /// A fair semaphore's classes in priority order: each one's guaranteed permits, permits
+    /// held (above guaranteed: borrowing), requests waiting and their flows. Empty on a plain
+    /// semaphore.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassView>,
+}
+
+/// One class of a fair semaphore.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassView {
+    pub name: String,
+    pub guaranteed: u32,
+    pub held: u32,
+    pub waiting: usize,
+    /// Flows with requests waiting in it, sorted.
+    pub waiting_flows: Vec<String>,
+}
+
+impl ClassView {
+    /// Permits held beyond the class's guaranteed share (lent by idle classes).
+    pub fn borrowing(&self) -> u32 {
+        self.held.saturating_sub(self.guaranteed)
+    }
 }
 
 /// Who controls an adaptive semaphore: the holder of its controller seat.
@@ -130,6 +153,11 @@ pub struct HolderView {
     pub fencing_token: u64,
     /// Held (or waiting) for this long, by the taker's clock against the holder's.
     pub for_ms: u64,
+    /// On a fair semaphore, the request's flow and class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
 }
 
 /// One rate limit.

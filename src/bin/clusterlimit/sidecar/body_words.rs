@@ -16,7 +16,8 @@ fn takes(field: &str) -> Option<String> {
             "a whole number of milliseconds".to_string()
         }
         "cost" | "limit" | "burst" => whole_from_1.to_string(),
-        "owner" | "key" => "a string".to_string(),
+        "owner" | "key" | "flow" | "class" | "classes" => "a string".to_string(),
+        "weight" => "a whole number from 1 to 1000000".to_string(),
         "cold_factor" => "a whole number from 2 to 10".to_string(),
         "period" | "ban" | "warmup" => "a duration such as \"1s\", \"500ms\" or \"1m\"".to_string(),
         "algorithm" => "one of: gcra, sliding_window, fixed_window".to_string(),

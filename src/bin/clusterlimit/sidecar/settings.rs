@@ -7,6 +7,7 @@ use super::per_member_settings::{self, PerMemberTables};
 use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::token::Token;
 use crate::common::{format_duration, parse_duration, Failure, StoreSecurity, StoreTimeouts};
+use clusterlimit::fair::Classes;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,11 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// [[semaphores]]
 /// name = "nightly-export"
 /// capacity = 4
+///
+/// [[semaphores]]                     # a fair semaphore: flows share it, classes have shares
+/// name = "db"
+/// capacity = 8
+/// classes = "critical=25%,batch"
 ///
 /// [[rate_limits]]
 /// name = "api"
@@ -133,6 +139,15 @@ impl FileConfig {
 pub struct Declared {
     pub name: String,
     pub capacity: u32,
+    /// A fair semaphore's class table (`"critical=25%,batch"`); absent: a plain one.
+    pub classes: Option<String>,
+}
+
+impl Declared {
+    /// The class table, if the semaphore is fair, or what is wrong with it.
+    pub fn classes(&self) -> Result<Option<Classes>, clusterlimit::Error> {
+        self.classes.as_deref().map(str::parse).transpose()
+    }
 }
 
 /// Settings after merging flags over the file over defaults. `Debug` shows no secret: the
@@ -368,6 +383,14 @@ impl ServeSettings {
                 .map_err(|e| at(&format!("semaphores[{i}].name"), e))?;
             clusterlimit::validate::capacity(d.capacity)
                 .map_err(|e| at(&format!("semaphores[{i}].capacity"), e))?;
+            if let Some(classes) = d
+                .classes()
+                .map_err(|e| at(&format!("semaphores[{i}].classes"), e))?
+            {
+                classes
+                    .check(d.capacity)
+                    .map_err(|e| at(&format!("semaphores[{i}].classes"), e))?;
+            }
             if self.semaphores[..i].iter().any(|o| o.name == d.name) {
                 return Err(at(
                     &format!("semaphores[{i}].name"),
@@ -441,7 +464,10 @@ impl ServeSettings {
         } else {
             self.semaphores
                 .iter()
-                .map(|d| format!("{} (capacity {})", d.name, d.capacity))
+                .map(|d| match d.classes().ok().flatten() {
+                    Some(c) => format!("{} (capacity {}, fair: {c})", d.name, d.capacity),
+                    None => format!("{} (capacity {})", d.name, d.capacity),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -530,6 +556,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.semaphores.len(), 1);
+        assert!(ok.semaphores[0].classes().unwrap().is_none());
+        let fair: FileConfig = toml::from_str(
+            "[[semaphores]]\nname = \"db\"\ncapacity = 8\nclasses = \"critical=25%,batch\"\n",
+        )
+        .unwrap();
+        let classes = fair.semaphores[0].classes().unwrap().unwrap();
+        assert_eq!(classes.to_string(), "critical=25%,batch=0");
         assert!(toml::from_str::<FileConfig>("stor = \"x\"").is_err());
     }
 

@@ -45,16 +45,30 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
     Ok((limiter, state))
 }
 
-/// The config's semaphores, created where absent.
+/// The config's semaphores, created where absent (fair ones with their classes).
 async fn declare_semaphores(cfg: &ServeSettings, limiter: &Limiter) -> Result<(), Failure> {
     for d in &cfg.semaphores {
-        match limiter.semaphore(&d.name, d.capacity).await {
-            Ok(_) => tracing::info!(semaphore = %d.name, capacity = d.capacity, "declared"),
+        // Checked by `ServeSettings::check`.
+        let classes = d.classes().map_err(Failure::from_lib)?;
+        let declared = match &classes {
+            Some(c) => limiter.fair_semaphore(&d.name, d.capacity, c.clone()).await,
+            None => limiter.semaphore(&d.name, d.capacity).await,
+        };
+        match declared {
+            Ok(_) => {
+                tracing::info!(semaphore = %d.name, capacity = d.capacity, classes = ?d.classes, "declared")
+            }
             // Capacity changes are explicit (PUT, set-capacity): the stored one stays.
             Err(clusterlimit::Error::CapacityMismatch { stored, .. }) => tracing::warn!(
                 semaphore = %d.name, stored, configured = d.capacity,
                 "semaphore exists with another capacity; keeping the stored one"
             ),
+            Err(clusterlimit::Error::InvalidArgument(why)) => {
+                return Err(Failure::usage(format!(
+                    "cannot declare semaphore {:?} of the config: {why}",
+                    d.name
+                )))
+            }
             Err(e) => return Err(Failure::from_lib(e)),
         }
     }

@@ -258,14 +258,27 @@ fn gauge(s: &SemaphoreView) -> String {
 }
 
 fn semaphore_detail(frame: &mut Frame, area: Rect, s: &SemaphoreView) {
-    let [holders, waiters] =
-        Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
     if let Some(e) = &s.error {
         let block = Block::bordered().title(format!(" {} ", s.name));
         let text = format!("could not read its status: {e}");
         frame.render_widget(Paragraph::new(text).red().block(block), area);
         return;
     }
+    // A fair semaphore's classes above its queues.
+    let area = if s.classes.is_empty() {
+        area
+    } else {
+        let lines = class_lines(s);
+        let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+        let [classes, rest] =
+            Layout::vertical([Constraint::Length(height), Constraint::Fill(1)]).areas(area);
+        let block = Block::bordered().title(format!(" Classes of {} ", s.name));
+        let text: Vec<Line> = lines.into_iter().map(Line::raw).collect();
+        frame.render_widget(Paragraph::new(text).block(block), classes);
+        rest
+    };
+    let [holders, waiters] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
     let title = format!(" Holders of {}{} ", s.name, controller_text(s));
     queue(frame, holders, &title, "HELD FOR", &s.holders, "no holders");
     let title = format!(" Waiters of {}, in queue order ", s.name);
@@ -277,6 +290,30 @@ fn semaphore_detail(frame: &mut Frame, area: Rect, s: &SemaphoreView) {
         &s.waiters,
         "no waiters",
     );
+}
+
+/// A fair semaphore's classes, one line each: `batch  held 3 of 0 guaranteed (borrowing 3),
+/// 2 waiting: tenant-a, tenant-b`.
+fn class_lines(s: &SemaphoreView) -> Vec<String> {
+    let name_w = s.classes.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    s.classes
+        .iter()
+        .map(|c| {
+            let borrowing = match c.borrowing() {
+                0 => String::new(),
+                n => format!(" (borrowing {n})"),
+            };
+            let flows = if c.waiting_flows.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", c.waiting_flows.join(", "))
+            };
+            format!(
+                "{:<name_w$}  held {} of {} guaranteed{borrowing}, {} waiting{flows}",
+                c.name, c.held, c.guaranteed, c.waiting
+            )
+        })
+        .collect()
 }
 
 /// `, controller: held by host-a/1`: an adaptive semaphore's controller seat, if it has one.
@@ -301,22 +338,40 @@ fn queue(frame: &mut Frame, area: Rect, title: &str, since: &str, rows: &[Holder
         frame.render_widget(Paragraph::new(none).dark_gray().block(block), area);
         return;
     }
+    // On a fair semaphore, each request's flow and class.
+    let fair = rows.iter().any(|h| h.flow.is_some() || h.class.is_some());
     let rows = rows.iter().map(|h| {
-        Row::new(vec![
-            h.owner.clone(),
+        let mut cells = vec![h.owner.clone()];
+        if fair {
+            cells.push(flow_text(h));
+        }
+        cells.extend([
             h.permits.to_string(),
             h.fencing_token.to_string(),
             ms_text(h.for_ms),
-        ])
+        ]);
+        Row::new(cells)
     });
-    let columns = [
-        ("OWNER", Fill(1)),
+    let mut columns = vec![("OWNER", Fill(1))];
+    if fair {
+        columns.push(("FLOW / CLASS", Fill(1)));
+    }
+    columns.extend([
         ("PERMITS", Length(7)),
         ("TOKEN", Length(12)),
         (since, Length(12)),
-    ];
+    ]);
     let table = headed(rows, &columns, block);
     frame.render_widget(table, area);
+}
+
+/// `tenant-a / batch`: a fair semaphore's request's flow and class.
+fn flow_text(h: &HolderView) -> String {
+    format!(
+        "{} / {}",
+        h.flow.as_deref().unwrap_or("-"),
+        h.class.as_deref().unwrap_or("-")
+    )
 }
 
 /// The Rate limits pane: the list, and the selected limit's keys denied recently.
@@ -480,5 +535,75 @@ mod tests {
         assert_eq!(ms_text(12_500), "12.5 s");
         assert_eq!(ms_text(200_000), "3 min 20 s");
         assert_eq!(rate(0.5), "0.50");
+    }
+
+    /// A fair semaphore's detail, drawn: its classes (borrowing, waiting flows) above its
+    /// queues, and each holder's flow and class.
+    #[test]
+    fn a_fair_semaphore_shows_classes_and_flows() {
+        use crate::live::picture::ClassView;
+        let holder = |owner: &str, flow: &str, class: &str| HolderView {
+            owner: owner.into(),
+            permits: 1,
+            fencing_token: 7,
+            for_ms: 1500,
+            flow: Some(flow.into()),
+            class: Some(class.into()),
+        };
+        let s = SemaphoreView {
+            name: "db".into(),
+            capacity: 2,
+            used: 2,
+            holders: vec![
+                holder("web-1", "tenant-a", "batch"),
+                holder("web-2", "tenant-a", "batch"),
+            ],
+            waiters: vec![holder("web-3", "tenant-b", "critical")],
+            classes: vec![
+                ClassView {
+                    name: "critical".into(),
+                    guaranteed: 1,
+                    held: 0,
+                    waiting: 1,
+                    waiting_flows: vec!["tenant-b".into()],
+                },
+                ClassView {
+                    name: "batch".into(),
+                    guaranteed: 0,
+                    held: 2,
+                    waiting: 0,
+                    waiting_flows: vec![],
+                },
+            ],
+            ..SemaphoreView::default()
+        };
+        assert_eq!(
+            class_lines(&s),
+            [
+                "critical  held 0 of 1 guaranteed, 1 waiting: tenant-b",
+                "batch     held 2 of 0 guaranteed (borrowing 2), 0 waiting",
+            ]
+        );
+        let backend = ratatui::backend::TestBackend::new(90, 16);
+        let mut terminal = ratatui::Terminal::new(backend).unwrap();
+        terminal
+            .draw(|f| semaphore_detail(f, f.area(), &s))
+            .unwrap();
+        let screen: String = terminal
+            .backend()
+            .buffer()
+            .content()
+            .chunks(90)
+            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect();
+        for shown in [
+            "Classes of db",
+            "batch     held 2 of 0 guaranteed (borrowing 2), 0 waiting",
+            "FLOW / CLASS",
+            "tenant-a / batch",
+            "tenant-b / critical",
+        ] {
+            assert!(screen.contains(shown), "{shown:?} not on screen:\n{screen}");
+        }
     }
 }

@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use clusterlimit::fair::FairTag;
 use clusterlimit::{validate, AcquireOptions, Error, Semaphore, Status};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -33,6 +34,10 @@ pub struct AcquireBody {
     ttl_ms: Option<i64>,
     owner: Option<String>,
     capacity: Option<i64>,
+    /// On a fair semaphore: the request's flow, class and its flow's weight.
+    flow: Option<String>,
+    class: Option<String>,
+    weight: Option<i64>,
 }
 
 /// 201 answer of an acquire.
@@ -100,6 +105,9 @@ struct AcquireRequest {
     ttl_ms: i64,
     capacity: Option<u32>,
     opts: AcquireOptions,
+    /// The first of `flow`, `class`, `weight` the body gave: the field a refusal of the tag
+    /// names (see [`fair_refusal`]).
+    tagged: Option<&'static str>,
 }
 
 impl AcquireRequest {
@@ -130,14 +138,62 @@ impl AcquireRequest {
             validate::owner(&owner).map_err(|e| Problem::from_lib(e, "owner"))?;
             opts = opts.owner(owner);
         }
+        let mut tagged = None;
+        if let Some(flow) = body.flow {
+            FairTag::new(flow.as_str())
+                .check()
+                .map_err(|e| Problem::from_lib(e, "flow"))?;
+            opts = opts.flow(flow);
+            tagged = tagged.or(Some("flow"));
+        }
+        if let Some(class) = body.class {
+            FairTag::default()
+                .class(class.as_str())
+                .check()
+                .map_err(|e| Problem::from_lib(e, "class"))?;
+            opts = opts.class(class);
+            tagged = tagged.or(Some("class"));
+        }
+        if body.weight.is_some() {
+            let weight = in_range("weight", body.weight, 1, MAX_WEIGHT, 1)?;
+            opts = opts.weight(u32::try_from(weight).unwrap_or(1));
+            tagged = tagged.or(Some("weight"));
+        }
         Ok(AcquireRequest {
             permits,
             timeout_ms,
             ttl_ms,
             capacity: capacity.and_then(|c| u32::try_from(c).ok()),
             opts,
+            tagged,
         })
     }
+}
+
+/// Largest `weight` of a flow (the library's bound).
+const MAX_WEIGHT: i64 = 1_000_000;
+
+/// A refusal of an acquire's `flow`, `class` or `weight` by the semaphore (a class it does not
+/// have, a plain semaphore, a store that keeps no fair semaphores), as a 400 naming the field;
+/// `None` for any other failure. The library says which in its message only.
+fn fair_refusal(e: &Error, name: &str, tagged: Option<&'static str>) -> Option<Problem> {
+    let (Error::InvalidArgument(why), Some(field)) = (e, tagged) else {
+        return None;
+    };
+    if why.starts_with("class ") {
+        return Some(Problem::field("class", why.clone()));
+    }
+    if why.contains("plain FIFO semaphore") {
+        return Some(Problem::field(
+            field,
+            format!(
+                "semaphore {name:?} is a plain FIFO semaphore: flow, class and weight need a \
+                 fair one (declare it with `classes` under [[semaphores]] in the sidecar's config)"
+            ),
+        ));
+    }
+    why.contains("fair semaphore")
+        .then(|| Problem::field(field, why.clone()))
 }
 
 pub async fn acquire(
@@ -223,7 +279,10 @@ async fn wait_for_permit(
         Err(Error::Store(_)) if tokio::time::Instant::now() >= deadline => {
             Err(store_silent(budget))
         }
-        Err(e) => Err(Problem::from_lib(e, "permits")),
+        Err(e) => {
+            Err(fair_refusal(&e, name, req.tagged)
+                .unwrap_or_else(|| Problem::from_lib(e, "permits")))
+        }
     }
 }
 

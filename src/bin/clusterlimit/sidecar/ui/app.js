@@ -194,10 +194,21 @@ function controllerText(c) {
   return "controller: " + holder + (c.waiting ? " (" + c.waiting + " waiting to take over)" : "");
 }
 
+// "batch: held 3 of 0 guaranteed (borrowing 3), 2 waiting: tenant-a, tenant-b": one class
+// of a fair semaphore.
+function classLine(c) {
+  const borrowing = c.held > c.guaranteed ? " (borrowing " + (c.held - c.guaranteed) + ")" : "";
+  const flows = c.waiting_flows.length ? ": " + c.waiting_flows.join(", ") : "";
+  return c.name + ": held " + c.held + " of " + c.guaranteed + " guaranteed" + borrowing + ", " + c.waiting + " waiting" + flows;
+}
+
 function renderSemaphore(s) {
   if (s.error) return el("div", { class: "card" }, el("b", {}, s.name), " ", el("span", { class: "error" }, s.error));
   const pct = s.capacity ? Math.min(100, (100 * s.used) / s.capacity) : 100;
-  const who = (h) => [h.owner, h.permits, h.fencing_token, dur(h.for_ms)];
+  // On a fair semaphore, each request's flow and class after its owner.
+  const owner = (h) => (h.flow ? h.owner + " (" + h.flow + " / " + h.class + ")" : h.owner);
+  const who = (h) => [owner(h), h.permits, h.fencing_token, dur(h.for_ms)];
+  const classes = s.classes || [];
   // Widths through the style property: the page's CSP refuses style attributes.
   const fill = el("span", { class: s.used >= s.capacity ? "full" : "" });
   fill.style.width = pct + "%";
@@ -212,6 +223,7 @@ function renderSemaphore(s) {
       s.controller ? el("span", { class: "controller" }, controllerText(s.controller)) : null,
       s.losses_per_s > 0 ? el("span", { class: "bad" }, rate(s.losses_per_s) + " lost/s") : null,
       el("button", { class: "small", onclick: () => setCapacity(s) }, "Set capacity…")),
+    classes.length ? el("ul", { class: "classes" }, classes.map((c) => el("li", {}, classLine(c)))) : null,
     idle ? el("p", { class: "muted" }, "nobody holds a permit, nobody waits") : el("div", { class: "grid" },
       el("div", {}, el("h3", {}, "Holders"),
         table([H("owner"), H("permits", 1), H("token", 1), H("held for", 1)], s.holders.map(who), "nobody holds a permit")),
