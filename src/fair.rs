@@ -40,7 +40,7 @@ mod rank;
 mod tag;
 
 pub use classes::{Classes, Share};
-pub use entry::{FairEntry, DEFAULT_CLASS, DEFAULT_FLOW};
-pub use grant::next_grants;
-pub use named::{next_grants_named, NamedEntry};
+pub use entry::{FairEntry, DEFAULT_CLASS, DEFAULT_FLOW, VTIME_SCALE};
+pub use grant::{next_grants, next_grants_and_vtimes, FlowVTime};
+pub use named::{next_grants_named, next_grants_recorded, vtime_key, NamedEntry, VTimes};
 pub use tag::{FairTag, MAX_FAIR_NAME_LEN};

@@ -80,8 +80,17 @@ fn reference(entries: &[FairEntry], capacity: u32, floor: u64, mins: &[u32]) -> 
                 .filter(|o| same_flow(o))
                 .max_by_key(|o| o.token)
                 .unwrap();
-            let flow_key = Frac(sum(&same_flow), u64::from(newest.weight.max(1)));
-            candidates.push(((class_key, class_first, flow_key, e.token), i));
+            let weight = u64::from(newest.weight.max(1));
+            let flow_key = Frac(sum(&same_flow), weight);
+            // Virtual time: nothing recorded, so every flow starts at 0 and advances by each
+            // grant of this call (permits × scale / weight, rounded down per grant).
+            let vtime: u64 = entries
+                .iter()
+                .zip(&held)
+                .filter(|(o, &h)| h && same_flow(o) && !(o.granted || o.token <= floor))
+                .map(|(o, _)| u64::from(o.permits) * clusterlimit::fair::VTIME_SCALE / weight)
+                .sum();
+            candidates.push(((class_key, class_first, flow_key, vtime, e.token), i));
         }
         candidates.sort();
         let Some(&(_, i)) = candidates.first() else {

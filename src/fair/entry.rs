@@ -35,7 +35,18 @@ pub struct FairEntry {
     pub weight: u32,
     /// Whether the store has recorded the entry as granted: it holds, and is never revoked.
     pub granted: bool,
+    /// The flow's virtual time as the store recorded it at its last grant (permits granted ×
+    /// [`VTIME_SCALE`] / weight, summed while the flow has entries); `None` for a flow the store
+    /// has no record of, which starts at the lowest virtual time of its class. It breaks ties
+    /// between flows holding equally much (held / weight): the least served goes first, so flows
+    /// take turns even when nothing is held at the moment of a grant (capacity 1, instant
+    /// releases). A flow's virtual time is that of its newest entry.
+    pub vtime: Option<u64>,
 }
+
+/// Virtual time of one permit granted to a flow of weight 1 (a flow of weight `w` advances by
+/// `VTIME_SCALE / w` per permit): integers, so every store and machine ranks alike.
+pub const VTIME_SCALE: u64 = 1_000_000;
 
 impl FairEntry {
     /// A waiting entry in the default flow and class, of weight 1.
@@ -47,7 +58,14 @@ impl FairEntry {
             class: DEFAULT_CLASS,
             weight: 1,
             granted: false,
+            vtime: None,
         }
+    }
+
+    /// The same entry with its flow's recorded virtual time.
+    pub fn with_vtime(mut self, vtime: u64) -> FairEntry {
+        self.vtime = Some(vtime);
+        self
     }
 
     /// The same entry in `flow`.

@@ -2,7 +2,7 @@
 
 use super::classes::Classes;
 use super::entry::FairEntry;
-use super::rank::{class_order, flow_order};
+use super::rank::{advance, class_order, flow_order};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The waiting entries to grant now, in grant order (their tokens): the store marks each one
@@ -35,6 +35,21 @@ pub fn next_grants(
     floor: u64,
     classes: &Classes,
 ) -> Vec<u64> {
+    next_grants_and_vtimes(entries, capacity, floor, classes).0
+}
+
+/// A flow (its class and flow ids) and its virtual time.
+pub type FlowVTime = ((usize, u64), u64);
+
+/// [`next_grants`], and each flow's virtual time after these grants, as `((class, flow),
+/// vtime)` for every flow with entries: what the store records for the next decision (see
+/// [`FairEntry::vtime`]).
+pub fn next_grants_and_vtimes(
+    entries: &[FairEntry],
+    capacity: u32,
+    floor: u64,
+    classes: &Classes,
+) -> (Vec<u64>, Vec<FlowVTime>) {
     let mut snapshot = Snapshot::new(entries, floor, &classes.mins(capacity));
     let mut grants = Vec::new();
     while let Some((class, flow)) = snapshot.choose() {
@@ -45,13 +60,14 @@ pub fn next_grants(
         snapshot.grant(class, flow);
         grants.push(head.token);
     }
-    grants
+    (grants, snapshot.vtimes())
 }
 
-/// One flow: what it holds, its weight, and its waiters in token order.
+/// One flow: what it holds, its weight, its virtual time, and its waiters in token order.
 struct Flow<'a> {
     held: u64,
     weight: u32,
+    vtime: Option<u64>,
     waiting: VecDeque<&'a FairEntry>,
 }
 
@@ -94,10 +110,12 @@ impl<'a> Snapshot<'a> {
             let flow = class.flows.entry(e.flow).or_insert_with(|| Flow {
                 held: 0,
                 weight: 1,
+                vtime: None,
                 waiting: VecDeque::new(),
             });
-            // In token order, so the newest entry's weight is the one left.
+            // In token order, so the newest entry's weight and virtual time are the ones left.
             flow.weight = e.weight.max(1);
+            flow.vtime = e.vtime.or(flow.vtime);
             if e.granted || e.token <= floor {
                 let permits = u64::from(e.permits);
                 flow.held += permits;
@@ -107,7 +125,32 @@ impl<'a> Snapshot<'a> {
                 flow.waiting.push_back(e);
             }
         }
+        snapshot.start_new_flows();
         snapshot
+    }
+
+    /// A flow without a recorded virtual time (new, or back after it had no entries) starts one
+    /// permit ahead of the least served of its class (at 0 if none is recorded): its request is
+    /// next, as a flow holding nothing is, but its idle past earns it no run of grants.
+    fn start_new_flows(&mut self) {
+        for class in self.classes.values_mut() {
+            let least = class.flows.values().filter_map(|f| f.vtime).min();
+            let start = least.map_or(0, |v| v.saturating_sub(super::entry::VTIME_SCALE));
+            for flow in class.flows.values_mut() {
+                flow.vtime.get_or_insert(start);
+            }
+        }
+    }
+
+    /// Every flow's virtual time now.
+    fn vtimes(&self) -> Vec<FlowVTime> {
+        let flows = self.classes.iter().flat_map(|(&c, class)| {
+            class
+                .flows
+                .iter()
+                .map(move |(&f, flow)| ((c, f), flow.vtime.unwrap_or(0)))
+        });
+        flows.collect()
     }
 
     /// The class and flow whose earliest waiter is next by the rule, if anyone waits.
@@ -124,7 +167,9 @@ impl<'a> Snapshot<'a> {
             .iter()
             .filter_map(|(id, f)| f.waiting.front().map(|head| (id, (f, head.token))))
             .min_by(|(_, (a, ta)), (_, (b, tb))| {
-                flow_order(a.held, a.weight, b.held, b.weight).then(ta.cmp(tb))
+                flow_order(a.held, a.weight, b.held, b.weight)
+                    .then(a.vtime.cmp(&b.vtime))
+                    .then(ta.cmp(tb))
             })?;
         Some((class_id, flow_id))
     }
@@ -138,6 +183,7 @@ impl<'a> Snapshot<'a> {
         let flow = class.flows.get_mut(&flow).expect("chosen flow");
         let e = flow.waiting.pop_front().expect("chosen head");
         let permits = u64::from(e.permits);
+        flow.vtime = Some(advance(flow.vtime.unwrap_or(0), e.permits, flow.weight));
         flow.held += permits;
         class.held += permits;
         self.used = self.used.saturating_add(permits);
@@ -147,7 +193,7 @@ impl<'a> Snapshot<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fair::Share;
+    use crate::fair::{Share, VTIME_SCALE};
 
     fn grants(queue: &[FairEntry], capacity: u32) -> Vec<u64> {
         next_grants(queue, capacity, 0, &Classes::single())
@@ -236,5 +282,51 @@ mod tests {
         let classes = Classes::new([("only", Share::Permits(1))]).unwrap();
         let q = [FairEntry::new(1, 1).in_class(5), FairEntry::new(2, 1)];
         assert_eq!(next_grants(&q, 1, 0, &classes), vec![2]);
+    }
+
+    /// Capacity 1, releases at once: nothing is held at a grant, so held / weight ties and
+    /// the recorded virtual times decide: flows take turns (by weight), a newcomer starts at
+    /// the least served and gets no credit for its idle past.
+    #[test]
+    fn recorded_virtual_times_make_flows_take_turns() {
+        use std::collections::HashMap;
+        // Flow 1 has 6 waiters queued first, flow 2 (weight 2) 6 behind them.
+        let mut queue: Vec<FairEntry> = (1..=6).map(|t| FairEntry::new(t, 1).in_flow(1)).collect();
+        queue.extend((7..=12).map(|t| FairEntry::new(t, 1).in_flow(2).with_weight(2)));
+        let mut vtimes: HashMap<u64, u64> = HashMap::new();
+        let mut order = Vec::new();
+        for _ in 0..9 {
+            let q: Vec<FairEntry> = queue
+                .iter()
+                .map(|e| vtimes.get(&e.flow).map_or(*e, |&v| e.with_vtime(v)))
+                .collect();
+            let (g, after) = next_grants_and_vtimes(&q, 1, 0, &Classes::single());
+            let granted = g[0];
+            order.push(if granted <= 6 { 1 } else { 2 });
+            vtimes.extend(after.into_iter().map(|((_, f), v)| (f, v)));
+            queue.retain(|e| e.token != granted); // held, then released at once
+        }
+        // Weight 2 gets two turns for each of flow 1's, though flow 1 queued first.
+        assert_eq!(order, vec![1, 2, 2, 1, 2, 2, 1, 2, 2]);
+        // A newcomer starts one permit ahead of the least served of its class, not at 0.
+        let newcomer = [
+            FairEntry::new(20, 1).in_flow(1).with_vtime(5 * VTIME_SCALE),
+            FairEntry::new(21, 1).in_flow(2).with_vtime(4 * VTIME_SCALE),
+            FairEntry::new(22, 1).in_flow(3),
+        ];
+        let (g, after) = next_grants_and_vtimes(&newcomer, 1, 0, &Classes::single());
+        assert_eq!(
+            g,
+            vec![22],
+            "the newcomer starts at 3, one permit ahead of flow 2's 4"
+        );
+        assert!(after.contains(&((0, 3), 4 * VTIME_SCALE)), "{after:?}");
+        // ... and then ties with flow 2 at 4: flow 2, waiting first, is next.
+        let next = [
+            newcomer[0],
+            newcomer[1],
+            FairEntry::new(23, 1).in_flow(3).with_vtime(4 * VTIME_SCALE),
+        ];
+        assert_eq!(next_grants(&next, 1, 0, &Classes::single()), vec![21]);
     }
 }

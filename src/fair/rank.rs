@@ -22,6 +22,11 @@ pub(crate) fn flow_order(held_a: u64, weight_a: u32, held_b: u64, weight_b: u32)
     cross(held_a, weight_a.max(1), held_b, weight_b.max(1))
 }
 
+/// A flow's virtual time after `permits` more are granted to it at `weight`.
+pub(crate) fn advance(vtime: u64, permits: u32, weight: u32) -> u64 {
+    vtime.saturating_add(u64::from(permits) * super::entry::VTIME_SCALE / u64::from(weight.max(1)))
+}
+
 /// `a / da` against `b / db`, both denominators at least 1.
 fn cross(a: u64, da: u32, b: u64, db: u32) -> Ordering {
     (u128::from(a) * u128::from(db)).cmp(&(u128::from(b) * u128::from(da)))

@@ -15,6 +15,6 @@ pub use bad_input::{fair_bad_input, fair_refused_where_not_kept};
 pub use classes::{fair_reserve_is_lent_and_returned, fair_shrink_keeps_holders};
 pub use flows::{
     fair_busy_flow_delays_another_by_one_grant, fair_dead_holder_and_heavy_entry,
-    fair_weights_share,
+    fair_turns_at_capacity_one, fair_weights_share,
 };
 pub use load::fair_safety_under_load;

@@ -152,6 +152,7 @@ macro_rules! fair_contract_suite {
             fair_cases::fair_safety_under_load,
             fair_cases::fair_busy_flow_delays_another_by_one_grant,
             fair_cases::fair_weights_share,
+            fair_cases::fair_turns_at_capacity_one,
             fair_cases::fair_dead_holder_and_heavy_entry,
             fair_cases::fair_reserve_is_lent_and_returned,
             fair_cases::fair_shrink_keeps_holders,

@@ -35,14 +35,14 @@ pub(super) async fn grant_own(
     if read.fair.marks.contains(&token) {
         return Ok(true);
     }
-    let grants = next_grants(&read.queue, read.capacity, &read.fair);
+    let (grants, vtimes) = next_grants(&read.queue, read.capacity, &read.fair);
     if !grants.contains(&token) {
         return Ok(false);
     }
     let queued: HashSet<u64> = read.queue.iter().map(|e| e.0).collect();
     let plan = GrantPlan {
         fair_revision: read.fair.mod_revision,
-        record: read.fair.with_grants(&queued, &grants),
+        record: read.fair.with_grants(&queued, &grants, vtimes),
         grants,
     };
     write_plan(link, name, &plan).await

@@ -8,7 +8,7 @@ use super::calls::Link;
 use super::keys::{queue_of, EntryValue};
 use crate::backend::capacity::CapValue;
 use crate::error::{Error, Result};
-use crate::fair::{Classes, FairTag, NamedEntry};
+use crate::fair::{Classes, FairTag, NamedEntry, VTimes};
 use etcd_client::KeyValue;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -21,6 +21,9 @@ pub(super) struct FairRecord {
     /// Tokens (create revisions) of the entries granted.
     #[serde(default)]
     pub granted: Vec<u64>,
+    /// The flows' virtual times at the last grant (see `crate::fair::FairEntry::vtime`).
+    #[serde(default, skip_serializing_if = "VTimes::is_empty")]
+    pub vtimes: VTimes,
 }
 
 impl FairRecord {
@@ -28,6 +31,7 @@ impl FairRecord {
         FairRecord {
             classes: classes.to_string(),
             granted: Vec::new(),
+            vtimes: VTimes::new(),
         }
     }
 
@@ -41,6 +45,7 @@ impl FairRecord {
 pub(super) struct FairState {
     pub classes: Classes,
     pub marks: HashSet<u64>,
+    pub vtimes: VTimes,
     pub mod_revision: i64,
 }
 
@@ -52,12 +57,19 @@ impl FairState {
         Some(FairState {
             classes: rec.classes.parse().ok()?,
             marks: rec.granted.into_iter().collect(),
+            vtimes: rec.vtimes,
             mod_revision: kv.mod_revision(),
         })
     }
 
-    /// The record after granting `grants`, keeping only the marks of entries in `queued`.
-    pub(super) fn with_grants(&self, queued: &HashSet<u64>, grants: &[u64]) -> FairRecord {
+    /// The record after granting `grants` (with the flows' virtual times `vtimes`), keeping
+    /// only the marks of entries in `queued`.
+    pub(super) fn with_grants(
+        &self,
+        queued: &HashSet<u64>,
+        grants: &[u64],
+        vtimes: VTimes,
+    ) -> FairRecord {
         let mut granted: Vec<u64> = self
             .marks
             .iter()
@@ -69,6 +81,7 @@ impl FairState {
         FairRecord {
             classes: self.classes.to_string(),
             granted,
+            vtimes,
         }
     }
 }
@@ -76,13 +89,13 @@ impl FairState {
 /// One entry as the fair rule needs it: token, weight and tag.
 pub(super) type Tagged = (u64, u32, Option<FairTag>);
 
-/// The entries the fair rule grants now.
-pub(super) fn next_grants(queue: &[Tagged], capacity: u32, fair: &FairState) -> Vec<u64> {
+/// The entries the fair rule grants now, and the flows' virtual times to record with them.
+pub(super) fn next_grants(queue: &[Tagged], capacity: u32, fair: &FairState) -> (Vec<u64>, VTimes) {
     let named: Vec<NamedEntry<'_>> = queue
         .iter()
         .map(|(t, p, tag)| NamedEntry::tagged(*t, *p, tag.as_ref(), fair.marks.contains(t)))
         .collect();
-    crate::fair::next_grants_named(&named, capacity, &fair.classes)
+    crate::fair::next_grants_recorded(&named, capacity, &fair.classes, &fair.vtimes)
 }
 
 /// A fair semaphore as one read shows it.

@@ -131,14 +131,14 @@ impl View {
             .filter(|(&rev, _)| Some(rev) != gone)
             .map(|(&rev, &permits)| (rev as u64, permits, self.tags.get(&rev).cloned()))
             .collect();
-        let grants = super::fair_record::next_grants(&queue, cap.capacity, fair);
+        let (grants, vtimes) = super::fair_record::next_grants(&queue, cap.capacity, fair);
         if grants.is_empty() {
             return None;
         }
         let queued = queue.iter().map(|e| e.0).collect();
         Some(GrantPlan {
             fair_revision: fair.mod_revision,
-            record: fair.with_grants(&queued, &grants),
+            record: fair.with_grants(&queued, &grants, vtimes),
             grants,
         })
     }

@@ -2,7 +2,7 @@
 //! that marks what [`crate::fair::next_grants_named`] grants, run under the store's lock after
 //! every change of a fair queue (enqueue, removal, session end, resize).
 
-use crate::fair::{next_grants_named, Classes, FairTag, NamedEntry};
+use crate::fair::{next_grants_recorded, Classes, FairTag, NamedEntry, VTimes};
 use crate::status::{Holder, Status};
 use std::collections::HashSet;
 
@@ -12,6 +12,8 @@ pub(super) struct MemFair {
     pub(super) classes: Classes,
     /// Tokens of the entries granted (only of entries still queued).
     pub(super) marks: HashSet<u64>,
+    /// The flows' virtual times at the last grant (only of flows with entries).
+    vtimes: VTimes,
 }
 
 impl MemFair {
@@ -19,6 +21,7 @@ impl MemFair {
         MemFair {
             classes,
             marks: HashSet::new(),
+            vtimes: VTimes::new(),
         }
     }
 }
@@ -33,7 +36,10 @@ impl MemFair {
             .iter()
             .map(|&(t, p, tag)| NamedEntry::tagged(t, p, tag, self.marks.contains(&t)))
             .collect();
-        let grants = next_grants_named(&named, capacity, &self.classes);
+        let (grants, vtimes) = next_grants_recorded(&named, capacity, &self.classes, &self.vtimes);
+        if !grants.is_empty() {
+            self.vtimes = vtimes;
+        }
         self.marks.extend(grants);
     }
 

@@ -128,3 +128,32 @@ async fn heavy_entry_is_granted_whole_first(sem_a: &crate::Semaphore, sem_b: &cr
         w.abort();
     }
 }
+
+/// Capacity 1, every permit released at once: nothing is held when the next grant is decided,
+/// yet flows take turns. Flow A holds the permit and queues 5 more, flow B (another Limiter)
+/// queues 1 after them: A's release grants B's request, not A's next.
+pub async fn fair_turns_at_capacity_one<H: Harness>(h: &H) {
+    let (la, lb) = (limiter(h, "host-a").await, limiter(h, "host-b").await);
+    let sem_a = fair(&la, "fair-one", 1, "default").await;
+    let sem_b = fair(&lb, "fair-one", 1, "default").await;
+    let a = ask("tenant-a", "", 1, 1);
+    let held = take(&sem_a, a.clone()).await;
+    let mut a_waiting = queue(&sem_a, &a, 5, 0).await;
+    let mut b_waiting = queue(&sem_b, &ask("tenant-b", "", 1, 1), 1, 5).await;
+    within("release", PROMPT, held.release())
+        .await
+        .expect("release");
+    let st = wait_status(&sem_a, "tenant-b granted", PROMPT, |st| {
+        held_by_flow(st).get("tenant-b") == Some(&1)
+    })
+    .await;
+    assert_eq!(st.waiting, 5, "tenant-a's next waited: {st:?}");
+    let _b_held = granted(&mut b_waiting, 1).await;
+    assert!(
+        finished(&mut a_waiting).is_empty(),
+        "tenant-a's waiters still wait"
+    );
+    for w in a_waiting {
+        w.abort();
+    }
+}
