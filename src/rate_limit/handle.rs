@@ -2,10 +2,12 @@
 //! validates a check and hands it to its key's batch (`batch.rs`).
 
 use super::batch;
+use super::options::CheckOptions;
 use super::registry::LimitShared;
 use super::wait::{self, Waited};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
+use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, Quota};
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +78,55 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, None).await
+        batch::check(&self.inner, &self.limit, key, cost, None, None).await
+    }
+
+    /// A check as `options` say: its cost, its priority class, its budget.
+    ///
+    /// With a class, the check is admitted only if at least the class's reserve would still
+    /// be left after it (so a check of `cost` passes exactly when one of `cost + reserve`
+    /// without a class would, and takes `cost`); `remaining` and `retry_after` are the
+    /// class's: what it can still take, when it could take `cost`. Checks of different classes
+    /// coalesce into one write like any others, each decided in turn against what the ones
+    /// before it left.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota};
+    /// let limiter = Limiter::connect("memory://check-with-doc").await?;
+    /// let jobs = limiter
+    ///     .rate_limit("jobs", Quota::per_minute(10).reserve("batch", 3))
+    ///     .await?;
+    /// let batch = CheckOptions::new().class("batch");
+    /// let d = jobs.check_with("tenant-1", batch.clone().cost(7)).await?;
+    /// assert!(d.allowed);
+    /// assert_eq!(d.remaining, 0); // batch has used all it may: 3 are kept
+    /// assert!(!jobs.check_with("tenant-1", batch).await?.allowed);
+    /// assert!(jobs.check("tenant-1").await?.allowed); // no class: may use the reserve
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`check_n`](Self::check_n) (and `Timeout` with a budget, as
+    /// [`check_within`](Self::check_within)); `InvalidArgument` also for a class the quota
+    /// does not declare, or a cost above what the class can ever take (the quota's burst, or
+    /// limit for windows, less its reserve). A class removed by a `set_quota` elsewhere
+    /// after the check was validated is denied with a `retry_after` meaning never.
+    pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        let cost = options.cost_of();
+        validate_key(key)?;
+        self.quota()
+            .check_class(self.name(), options.class_of(), cost)?;
+        let class = options
+            .class_of()
+            .map(ClassName::new)
+            .transpose()
+            .map_err(Error::invalid)?;
+        self.inner.check_open()?;
+        let deadline = options
+            .budget_of()
+            .and_then(|b| Instant::now().checked_add(b));
+        batch::check(&self.inner, &self.limit, key, cost, class, deadline).await
     }
 
     /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
@@ -115,7 +165,7 @@ impl RateLimit {
     ) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, deadline).await
+        batch::check(&self.inner, &self.limit, key, cost, None, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`

@@ -206,7 +206,7 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
         let rl = match limiter.open_rate_limit(name).await {
             Ok(rl) => rl,
             Err(Error::NotFound(_)) => match create(limiter, name, &a.quota).await? {
-                Created::Now(quota) => return Ok((None, quota)),
+                Created::Now(quota) => return Ok((None, *quota)),
                 // Created by someone else meanwhile: change it as any existing limit.
                 Created::Meanwhile(rl) => rl,
             },
@@ -235,8 +235,8 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
 
 /// How `set-quota` found an absent limit.
 enum Created {
-    /// Created with this quota.
-    Now(Quota),
+    /// Created with this quota (boxed: a quota with its reserves is a few hundred bytes).
+    Now(Box<Quota>),
     /// Another client created it first: the limit as stored.
     Meanwhile(RateLimit),
 }
@@ -250,7 +250,7 @@ async fn create(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<Cre
     }
     let quota = quota_of(flags)?;
     match limiter.rate_limit(name, quota).await {
-        Ok(_) => Ok(Created::Now(quota)),
+        Ok(_) => Ok(Created::Now(Box::new(quota))),
         Err(Error::QuotaMismatch { .. }) => limiter
             .open_rate_limit(name)
             .await
