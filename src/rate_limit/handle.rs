@@ -115,6 +115,7 @@ impl RateLimit {
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
         let cost = options.cost_of();
         validate_key(key)?;
+        // A name that is no class name is no class of the quota: refused as unknown.
         self.quota()
             .check_class(self.name(), options.class_of(), cost)?;
         let class = options
@@ -122,11 +123,10 @@ impl RateLimit {
             .map(ClassName::new)
             .transpose()
             .map_err(Error::invalid)?;
-        self.inner.check_open()?;
         let deadline = options
             .budget_of()
             .and_then(|b| Instant::now().checked_add(b));
-        batch::check(&self.inner, &self.limit, key, cost, class, deadline).await
+        self.check_class_by(key, cost, class, deadline).await
     }
 
     /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
@@ -163,9 +163,23 @@ impl RateLimit {
         cost: u64,
         deadline: Option<Instant>,
     ) -> Result<Decision> {
-        self.validate(key, cost)?;
+        self.check_class_by(key, cost, None, deadline).await
+    }
+
+    /// `check_by` of priority class `class` (`None`: none); the class must be one of the
+    /// quota's (`Quota::check_class`) or the check is refused.
+    pub(crate) async fn check_class_by(
+        &self,
+        key: &str,
+        cost: u64,
+        class: Option<ClassName>,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
+        validate_key(key)?;
+        let name = class.as_ref().map(ClassName::as_str);
+        self.quota().check_class(self.name(), name, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, None, deadline).await
+        batch::check(&self.inner, &self.limit, key, cost, class, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`

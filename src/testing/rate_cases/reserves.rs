@@ -5,7 +5,7 @@
 use super::setup::{limiter, open, YEAR};
 use crate::testing::harness::Harness;
 use crate::testing::util::assert_err;
-use crate::{Algorithm, CheckOptions, Error, Limiter, Quota, RateLimit};
+use crate::{Algorithm, CheckOptions, Error, KeyCheck, Limiter, Quota, RateLimit};
 use std::time::Duration;
 
 /// A denial this long is the quota's (the next unit is days away), not pacing turning a check
@@ -13,8 +13,8 @@ use std::time::Duration;
 const FOR_GOOD: Duration = Duration::from_secs(3600);
 
 /// The reserves round-trip through the store: another Limiter opening by name decides with
-/// them; a class the quota does not declare, or a cost the class can never take, is refused
-/// before any request.
+/// them, for `check_with` and `check_all` alike; a class the quota does not declare, or a
+/// cost the class can never take, is refused before any request.
 pub async fn rate_reserve_stored(h: &impl Harness) {
     let a = limiter(h).await;
     let b = limiter(h).await;
@@ -38,6 +38,37 @@ pub async fn rate_reserve_stored(h: &impl Harness) {
         }
         r => panic!("expected QuotaMismatch, got {r:?}"),
     }
+    // check_all: a class per check, decided with the rest, all or nothing (keys tagged so a
+    // sharded store keeps them on one cluster).
+    let call = |c1: Option<&str>, cost: u64| {
+        let first = KeyCheck::new(&rb, "{r}j1", cost);
+        [
+            c1.map_or(first.clone(), |c| first.class(c)),
+            KeyCheck::new(&rb, "{r}j2", 1),
+        ]
+    };
+    let ds = b
+        .check_all(&call(Some("batch"), 6))
+        .await
+        .expect("check_all");
+    assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
+    assert_eq!(ds[0].remaining, 0, "batch's remaining: {ds:?}");
+    let ds = b
+        .check_all(&call(Some("batch"), 1))
+        .await
+        .expect("check_all");
+    assert!(
+        ds.iter().all(|d| !d.allowed),
+        "batch is at its reserve: {ds:?}"
+    );
+    assert_eq!(ds[1].remaining, 9, "nothing consumed: {ds:?}");
+    let ds = b.check_all(&call(None, 4)).await.expect("check_all");
+    assert!(
+        ds.iter().all(|d| d.allowed),
+        "no class takes the reserve: {ds:?}"
+    );
+    let lone = [KeyCheck::new(&rb, "{r}j3", 7).class("batch")];
+    assert_err!(b.check_all(&lone).await, Error::InvalidArgument(_));
     let before = b.stats();
     let bulk = CheckOptions::new().class("bulk");
     assert_err!(rb.check_with("k", bulk).await, Error::InvalidArgument(_));
