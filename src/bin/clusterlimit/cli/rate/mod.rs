@@ -17,7 +17,7 @@ use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
 use clusterlimit::Waited;
-use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit};
+use clusterlimit::{CheckOptions, Decision, Error, Limiter, Quota, RateLimit};
 use open::{check_key, name_error, open_existing, open_stored, with_limiter, with_limiter_by};
 use std::process::ExitCode;
 
@@ -99,13 +99,19 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A decision of `check` or `wait` as JSON, with its class when it has one.
+fn check_json(a: &CheckArgs, d: &Decision) -> serde_json::Value {
+    let mut v = decision_json(&a.target.name, &a.target.key, a.cost, d, "store");
+    if let Some(class) = &a.class {
+        v["class"] = serde_json::json!(class);
+    }
+    v
+}
+
 /// Prints an admission (JSON or a line) and returns exit 0.
 fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
     if a.json {
-        out_line!(
-            "{}",
-            decision_json(&a.target.name, &a.target.key, a.cost, d, "store")
-        );
+        out_line!("{}", check_json(a, d));
     } else {
         out_line!(
             "admitted: {} {:?} (cost {}), {} of {} left",
@@ -124,19 +130,20 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     with_limiter(&a.target.store, async |limiter| {
         let rl = open(limiter, &a.target.name, &a.quota).await?;
         check_cost(&rl, a.cost)?;
-        let d = rl
-            .check_n(&a.target.key, a.cost)
-            .await
-            .map_err(Failure::from_lib)?;
+        let d = match &a.class {
+            None => rl.check_n(&a.target.key, a.cost).await,
+            Some(class) => {
+                let opts = CheckOptions::new().cost(a.cost).class(class);
+                rl.check_with(&a.target.key, opts).await
+            }
+        }
+        .map_err(Failure::from_lib)?;
         if d.allowed {
             return Ok(admitted(&a, &d));
         }
         let retry = d.retry_after.unwrap_or_default();
         if a.json {
-            out_line!(
-                "{}",
-                decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
-            );
+            out_line!("{}", check_json(&a, &d));
         } else {
             out_line!(
                 "denied: {} {:?} (cost {}), retry after {}",
@@ -154,6 +161,11 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
 async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
     let a = &w.check;
     check_key(&a.target.key)?;
+    if a.class.is_some() {
+        return Err(Failure::usage(
+            "--class applies to rate check only: rate wait checks without a class".to_string(),
+        ));
+    }
     // --timeout covers connect, open and the wait (whose checks keep to it: see wait.rs).
     let deadline = Deadline::after(w.timeout);
     with_limiter_by(&a.target.store, deadline, async |limiter| {
