@@ -51,6 +51,11 @@ impl<'a> KeyCheck<'a> {
         self.class.as_deref().and_then(|c| ClassName::new(c).ok())
     }
 
+    /// The class of this check, as given.
+    pub(crate) fn class_of(&self) -> Option<&str> {
+        self.class.as_deref()
+    }
+
     /// The limit, key and cost of this check.
     pub(crate) fn parts(&self) -> (&'a RateLimit, &str, u64) {
         (self.limit, &self.key, self.cost)
