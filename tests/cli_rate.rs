@@ -454,7 +454,8 @@ async fn set_quota_on_zookeeper_keeps_what_is_not_given() {
 
 /// `--reserve CLASS=N` declares a priority class, `rate check --class` checks as it: the class
 /// stops with its reserve left, a check without a class takes the reserve, `set-quota` keeps
-/// the reserves unless given, and an unknown class exits 64.
+/// the reserves unless given, `rate wait --class` waits as the class, and an unknown class exits
+/// 64.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserve_and_class_on_etcd() {
     let cluster = EtcdCluster::single();
@@ -494,8 +495,21 @@ async fn reserve_and_class_on_etcd() {
     let out = rate(&url, &["check", "jobs", "k", "--class", "bulk"]).await;
     assert_eq!(out.code, Some(64), "{}", out.stderr);
     assert!(out.stderr.contains(r#"no class "bulk""#), "{}", out.stderr);
-    let out = rate(&url, &["wait", "jobs", "k", "--class", "batch"]).await;
-    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    // Batch's next unit is days away: a wait with a timeout is denied at once.
+    let wait = ["wait", "jobs", "k", "--class", "batch", "--timeout", "5s"];
+    let out = rate(&url, &wait).await;
+    assert_eq!(out.code, Some(75), "{} {}", out.stdout, out.stderr);
+    let out = rate(
+        &url,
+        &["wait", "jobs", "k2", "--class", "batch", "--cost", "9"],
+    )
+    .await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "batch takes 12 − 3 on a fresh key: {}",
+        out.stderr
+    );
     let out = rate(&url, &[&set[..], &["--reserve", "batch=10"]].concat()).await;
     assert_eq!(out.code, Some(64), "{}", out.stderr);
     assert!(

@@ -253,6 +253,50 @@ impl RateLimit {
         .await
     }
 
+    /// [`wait_until`](Self::wait_until) as `options` say: their cost and priority class (see
+    /// [`check_with`](Self::check_with)), and their budget ([`CheckOptions::within`]) as the
+    /// deadline (none: as long as it takes).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota, Waited};
+    /// use std::time::Duration;
+    /// let limiter = Limiter::connect("memory://wait-with-doc").await?;
+    /// let jobs = limiter.rate_limit("jobs", Quota::per_minute(10).reserve("batch", 9)).await?;
+    /// let batch = CheckOptions::new().class("batch").within(Duration::from_millis(50));
+    /// assert!(matches!(jobs.wait_with("host-a", batch.clone()).await?, Waited::Admitted(_)));
+    /// // Batch may take 1 of 10; the next is 6 s away: denied at once, nothing consumed.
+    /// assert!(matches!(jobs.wait_with("host-a", batch).await?, Waited::Denied(_)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`wait_until`](Self::wait_until), and `InvalidArgument` for a class the
+    /// quota does not declare or a cost above what the class can ever take.
+    pub async fn wait_with(&self, key: &str, options: CheckOptions) -> Result<Waited> {
+        let cost = options.cost_of();
+        if cost == 0 {
+            return Err(Error::invalid(
+                "a wait needs a cost of at least 1 (cost 0 is a peek: use check_with)",
+            ));
+        }
+        validate_key(key)?;
+        self.quota()
+            .check_class(self.name(), options.class_of(), cost)?;
+        let class = options
+            .class_of()
+            .map(ClassName::new)
+            .transpose()
+            .map_err(Error::invalid)?;
+        let deadline = options
+            .budget_of()
+            .and_then(|b| Instant::now().checked_add(b));
+        wait::until(deadline, std::future::pending(), |deadline| {
+            self.check_class_by(key, cost, class, deadline)
+        })
+        .await
+    }
+
     /// [`wait_until`](Self::wait_until) as the `wait*` methods answer: the admission, or an
     /// error for the rest.
     async fn wait_for(&self, key: &str, cost: u64, deadline: Option<Instant>) -> Result<Decision> {

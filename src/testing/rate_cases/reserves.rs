@@ -5,7 +5,7 @@
 use super::setup::{limiter, open, YEAR};
 use crate::testing::harness::Harness;
 use crate::testing::util::assert_err;
-use crate::{Algorithm, CheckOptions, Error, KeyCheck, Limiter, Quota, RateLimit};
+use crate::{Algorithm, CheckOptions, Error, KeyCheck, Limiter, Quota, RateLimit, Waited};
 use std::time::Duration;
 
 /// A denial this long is the quota's (the next unit is days away), not pacing turning a check
@@ -13,7 +13,7 @@ use std::time::Duration;
 const FOR_GOOD: Duration = Duration::from_secs(3600);
 
 /// The reserves round-trip through the store: another Limiter opening by name decides with
-/// them, for `check_with` and `check_all` alike; a class the quota does not declare, or a
+/// them, for `check_with`, `wait_with` and `check_all` alike; a class the quota does not declare, or a
 /// cost the class can never take, is refused before any request.
 pub async fn rate_reserve_stored(h: &impl Harness) {
     let a = limiter(h).await;
@@ -69,6 +69,18 @@ pub async fn rate_reserve_stored(h: &impl Harness) {
     );
     let lone = [KeyCheck::new(&rb, "{r}j3", 7).class("batch")];
     assert_err!(b.check_all(&lone).await, Error::InvalidArgument(_));
+    // A wait of a class: admitted while the class may take, then denied at once when its
+    // next chance is past the budget.
+    let soon = |cost| {
+        CheckOptions::new()
+            .class("batch")
+            .cost(cost)
+            .within(Duration::from_millis(200))
+    };
+    let w = rb.wait_with("w", soon(6)).await.expect("wait_with");
+    assert!(matches!(w, Waited::Admitted(_)), "{w:?}");
+    let w = rb.wait_with("w", soon(1)).await.expect("wait_with");
+    assert!(matches!(w, Waited::Denied(_)), "{w:?}");
     let before = b.stats();
     let bulk = CheckOptions::new().class("bulk");
     assert_err!(rb.check_with("k", bulk).await, Error::InvalidArgument(_));

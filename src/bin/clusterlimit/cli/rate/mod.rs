@@ -161,11 +161,6 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
 async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
     let a = &w.check;
     check_key(&a.target.key)?;
-    if a.class.is_some() {
-        return Err(Failure::usage(
-            "--class applies to rate check only: rate wait checks without a class".to_string(),
-        ));
-    }
     // --timeout covers connect, open and the wait (whose checks keep to it: see wait.rs).
     let deadline = Deadline::after(w.timeout);
     with_limiter_by(&a.target.store, deadline, async |limiter| {
@@ -174,7 +169,8 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             .bound(&opening, open(limiter, &a.target.name, &a.quota))
             .await?;
         check_cost(&rl, a.cost)?;
-        let waited = wait::wait(&rl, &a.target.key, a.cost, deadline.remaining())
+        let class = a.class.as_deref();
+        let waited = wait::wait(&rl, &a.target.key, a.cost, class, deadline.remaining())
             .await
             .map_err(Failure::from_lib)?;
         match waited {
@@ -182,10 +178,7 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             // (A never-admitted cost is an error of wait.rs; a plain wait is never stopped.)
             Waited::Denied(d) | Waited::Never(d) => {
                 if a.json {
-                    out_line!(
-                        "{}",
-                        decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
-                    );
+                    out_line!("{}", check_json(a, &d));
                 }
                 Err(Failure::new(
                     exit::TIMEOUT,
