@@ -452,6 +452,73 @@ async fn set_quota_on_zookeeper_keeps_what_is_not_given() {
     set_quota_keeps_what_is_not_given(&zk.url("/cli-keep")).await;
 }
 
+/// `--reserve CLASS=N` declares a priority class, `rate check --class` checks as it: the class
+/// stops with its reserve left, a check without a class takes the reserve, `set-quota` keeps
+/// the reserves unless given, `rate wait --class` waits as the class, and an unknown class exits
+/// 64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_and_class_on_etcd() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("cli-reserve");
+    let set = ["set-quota", "jobs", "--limit", "10", "--per", "365d"];
+    rate_ok(&url, &[&set[..], &["--reserve", "batch=3"]].concat()).await;
+    let batch = |cost: &'static str| ["check", "jobs", "k", "--cost", cost, "--class", "batch"];
+    let out = rate_ok(&url, &[&batch("7")[..], &["--json"]].concat()).await;
+    let d = json(&out);
+    assert_eq!(
+        (&d["allowed"], &d["remaining"], &d["class"]),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(0),
+            &serde_json::json!("batch")
+        ),
+        "{d}"
+    );
+    let out = rate(&url, &batch("1")).await;
+    assert_eq!(
+        out.code,
+        Some(75),
+        "batch is at its reserve: {}",
+        out.stdout
+    );
+    let out = rate_ok(&url, &["check", "jobs", "k", "--cost", "3"]).await;
+    assert_stdout_has(&out, "0 of 10 left");
+    // A new limit keeps the reserve.
+    rate_ok(&url, &["set-quota", "jobs", "--limit", "12"]).await;
+    let out = rate_ok(&url, &["status", "jobs", "--json"]).await;
+    assert_eq!(
+        json(&out)["reserves"],
+        serde_json::json!({"batch": 3}),
+        "{}",
+        out.stdout
+    );
+    let out = rate(&url, &["check", "jobs", "k", "--class", "bulk"]).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains(r#"no class "bulk""#), "{}", out.stderr);
+    // Batch's next unit is days away: a wait with a timeout is denied at once.
+    let wait = ["wait", "jobs", "k", "--class", "batch", "--timeout", "5s"];
+    let out = rate(&url, &wait).await;
+    assert_eq!(out.code, Some(75), "{} {}", out.stdout, out.stderr);
+    let out = rate(
+        &url,
+        &["wait", "jobs", "k2", "--class", "batch", "--cost", "9"],
+    )
+    .await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "batch takes 12 − 3 on a fresh key: {}",
+        out.stderr
+    );
+    let out = rate(&url, &[&set[..], &["--reserve", "batch=10"]].concat()).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("must be below the burst"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// Bad input exits 64 naming the flag or argument at fault, before touching the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_exits_64_naming_the_flag() {

@@ -363,6 +363,47 @@ async fn every_route(base: &str, store: &str) {
     );
 }
 
+/// A quota's `reserves` set over PUT, and checks with a `class`: the class stops with its
+/// reserve left, a check without one takes the reserve; an unknown class is a 400 on `class`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_stops_at_its_reserve() {
+    let sc = Sidecar::start(&["--store", "memory://rate-classes"]).await;
+    let (c, base) = (client(), sc.url.as_str());
+    let quota = json!({"limit": 10, "period": "365d", "reserves": {"batch": 3}});
+    let (s, q) = put_quota(&c, base, "jobs", quota).await;
+    assert_eq!(
+        (s, &q["reserves"]),
+        (StatusCode::OK, &json!({"batch": 3})),
+        "{q}"
+    );
+    let r = check(
+        &c,
+        base,
+        "jobs",
+        json!({"key": "k", "cost": 7, "class": "batch"}),
+    )
+    .await;
+    let (s, d) = json_of(r).await;
+    assert_eq!((s, &d["remaining"]), (StatusCode::OK, &json!(0)), "{d}");
+    let r = check(&c, base, "jobs", json!({"key": "k", "class": "batch"})).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let r = check(&c, base, "jobs", json!({"key": "k", "cost": 3})).await;
+    assert_eq!(r.status(), StatusCode::OK, "no class takes the reserve");
+    let r = check(&c, base, "jobs", json!({"key": "k", "class": "bulk"})).await;
+    let (s, p) = json_of(r).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{p}");
+    assert!(p.to_string().contains("class"), "{p}");
+    let (s, p) = put_quota(
+        &c,
+        base,
+        "bad",
+        json!({"limit": 10, "period": "1m", "reserves": {"batch": 10}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{p}");
+    assert!(p.to_string().contains("reserves"), "{p}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_on_memory() {
     let sc = Sidecar::start(&["--store", "memory://rate-routes"]).await;

@@ -42,13 +42,44 @@ pub struct Verdict {
 /// else `decide` still does not panic: a larger cost is denied with `retry_after =
 /// Duration::MAX` (it can never be admitted), stores nothing and starts no ban.
 pub fn decide(quota: &Quota, state: Option<&KeyState>, cost: u64, now: UnixNanos) -> Verdict {
+    reserving(quota, state, cost, 0, now)
+}
+
+/// [`decide`] for a check of priority class `class` (`None`: no class, exactly `decide`):
+/// admitted only if at least the class's reserve ([`Quota::reserves`]) would still be left
+/// after it, so a check of `cost` is admitted exactly when a check of `cost + reserve` without
+/// a class would be, and consumes `cost`. `remaining` is what the class can still take
+/// (what is left beyond its reserve), `retry_after` when the class could take `cost`.
+///
+/// A denial the reserve alone makes (the key itself could still take `cost`) never starts a
+/// ban: the reserve stays for the checks it is kept for. A class the quota does not name (it
+/// was removed since the caller checked) admits nothing: denied with `retry_after =
+/// Duration::MAX`, like a cost above the maximum.
+pub fn decide_as(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    cost: u64,
+    class: Option<&str>,
+    now: UnixNanos,
+) -> Verdict {
+    reserving(quota, state, cost, quota.reserves.reserve_of(class), now)
+}
+
+/// [`decide`] keeping `reserve` units for others.
+fn reserving(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    cost: u64,
+    reserve: u64,
+    now: UnixNanos,
+) -> Verdict {
     let now = state.map_or(now, |s| now.max(s.stamp));
     let meter = state
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm);
     let banned_until = state.map_or(0, |s| s.banned_until);
     let ban_left = u128::from(banned_until.saturating_sub(now));
-    let algo = Algo::new(quota);
+    let algo = Algo::new(quota, reserve);
     let current = algo.status(meter, now);
     let unchanged = |allowed: bool, retry_ns: Option<u128>| Verdict {
         decision: Decision {
@@ -61,7 +92,7 @@ pub fn decide(quota: &Quota, state: Option<&KeyState>, cost: u64, now: UnixNanos
         state: None,
         expires_at: expiry(current.worthless_at, banned_until, now),
     };
-    if cost > quota.max_cost() {
+    if cost.saturating_add(reserve) > quota.max_cost() {
         return unchanged(false, Some(u128::MAX));
     }
     let taken = algo.take(meter, cost.max(1), now);
@@ -92,6 +123,10 @@ pub fn decide(quota: &Quota, state: Option<&KeyState>, cost: u64, now: UnixNanos
             }
         }
         Err(retry) if quota.ban.is_zero() => unchanged(false, Some(retry)),
+        // Denied for the reserve only: no ban, the reserve is for others to use.
+        Err(retry) if reserve > 0 && Algo::new(quota, 0).take(meter, cost, now).is_ok() => {
+            unchanged(false, Some(retry))
+        }
         Err(retry) => {
             // This denial starts a ban: the meter stays as it was.
             let ban = quota.ban.as_nanos();
@@ -124,11 +159,13 @@ enum Algo {
 }
 
 impl Algo {
-    fn new(quota: &Quota) -> Algo {
+    /// The algorithm as a check keeping `reserve` units sees it: everything but the reserve
+    /// (GCRA's tolerance less `reserve` intervals, a window's limit less `reserve`).
+    fn new(quota: &Quota, reserve: u64) -> Algo {
         match quota.algorithm {
-            Algorithm::Gcra => Algo::Gcra(Gcra::new(quota)),
-            Algorithm::FixedWindow => Algo::Fixed(Window::new(quota)),
-            Algorithm::SlidingWindow => Algo::Sliding(Window::new(quota)),
+            Algorithm::Gcra => Algo::Gcra(Gcra::new(quota).keeping(reserve)),
+            Algorithm::FixedWindow => Algo::Fixed(Window::new(quota).keeping(reserve)),
+            Algorithm::SlidingWindow => Algo::Sliding(Window::new(quota).keeping(reserve)),
         }
     }
 
@@ -396,7 +433,7 @@ mod tests {
         let v = decide(&q, Some(&full), 1, T0);
         assert_eq!(v.state.map(|s| s.meter), Some(full.meter));
         assert_eq!(
-            Algo::new(&q).empty(T0),
+            Algo::new(&q, 0).empty(T0),
             Meter::Sliding {
                 window,
                 count: 0,
@@ -524,7 +561,7 @@ mod tests {
         assert!(matches!(v.state.map(|s| s.meter), Some(Meter::Gcra { .. })));
         // A ban on an absent key stores a fully cold meter, worth exactly an absent one.
         assert_eq!(
-            Algo::new(&q).empty(T0),
+            Algo::new(&q, 0).empty(T0),
             Meter::GcraWarmUp {
                 tat: T0,
                 cold: 10 * S

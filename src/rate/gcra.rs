@@ -78,6 +78,16 @@ impl Gcra {
         }
     }
 
+    /// As a check that must leave `reserve` units sees it: the tolerance less `reserve`
+    /// intervals, so a check of `n` passes exactly when one of `n + reserve` would (a quota
+    /// with reserves has no warm-up). 0: unchanged.
+    pub(super) fn keeping(mut self, reserve: u64) -> Gcra {
+        let kept = self.t.saturating_mul(u128::from(reserve));
+        self.tau = self.tau.saturating_sub(kept);
+        self.burst = self.burst.saturating_sub(reserve);
+        self
+    }
+
     /// `max(tat, now)` and the coldness at `now` (`meter` `None`: absent, full and cold).
     fn at(&self, meter: Option<GcraMeter>, now: u128) -> (u128, u128) {
         let w = self.warm.map_or(0, |wu| wu.w);

@@ -4,7 +4,7 @@
 //!
 //! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
 //! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
-//! `quota.rs` (what can be wrong with one: `quota_checks.rs`), a key's stored state
+//! `quota.rs` (what can be wrong with one: `quota_checks.rs`; its priority classes `reserves.rs`), a key's stored state
 //! `state.rs`, the answer `decision.rs`.
 
 mod decide;
@@ -13,13 +13,18 @@ mod gcra;
 pub mod headers;
 pub(crate) mod quota;
 mod quota_checks;
+pub(crate) mod reserves;
 mod state;
 mod take;
 mod window;
 
-pub use decide::{decide, Verdict};
+pub use decide::{decide, decide_as, Verdict};
 pub use decision::Decision;
 pub use quota::{
     Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
 };
+pub use reserves::{Reserves, MAX_CLASSES, MAX_CLASS_LEN};
 pub use state::{KeyState, Meter, UnixNanos};
+
+#[cfg(test)]
+mod reserve_tests;

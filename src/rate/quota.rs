@@ -1,5 +1,6 @@
 //! [`Quota`]: how many per how long, with which algorithm; validated before any store sees it.
 
+use super::reserves::Reserves;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -88,6 +89,11 @@ pub struct Quota {
         skip_serializing_if = "is_default_cold_factor"
     )]
     pub cold_factor: u32,
+    /// Priority classes and the units each must leave to the others (none by default): a
+    /// check of a class is admitted only if at least its reserve would still be left after
+    /// it; a check without a class may use everything. Not with a warm-up.
+    #[serde(default, skip_serializing_if = "Reserves::is_empty")]
+    pub reserves: Reserves,
 }
 
 fn default_cold_factor() -> u32 {
@@ -109,6 +115,7 @@ impl Quota {
             ban: Duration::ZERO,
             warmup: Duration::ZERO,
             cold_factor: DEFAULT_COLD_FACTOR,
+            reserves: Reserves::new(),
         }
     }
     /// `n` per second.
@@ -159,6 +166,28 @@ impl Quota {
         self
     }
 
+    /// Declares the priority class `class`, whose checks must leave `units` for the others
+    /// (below the burst, or the limit for windows; 0: a class that may use everything).
+    ///
+    /// ```
+    /// use clusterlimit::Quota;
+    /// // Batch jobs stop when 20 are left; those 20 stay for checks without a class.
+    /// let q = Quota::per_second(100).reserve("batch", 20);
+    /// assert_eq!(q.reserves.get("batch"), Some(20));
+    /// ```
+    ///
+    /// A bad or repeated name is reported by [`validate`](Self::validate).
+    pub fn reserve(mut self, class: &str, units: u64) -> Quota {
+        self.reserves = self.reserves.with(class, units);
+        self
+    }
+
+    /// Replaces every class and reserve (an empty [`Reserves`]: none).
+    pub fn reserves(mut self, reserves: Reserves) -> Quota {
+        self.reserves = reserves;
+        self
+    }
+
     /// The shortest warm-up this quota may have: `cold_factor` emission intervals (one
     /// admission from cold), rounded up to a whole nanosecond.
     pub fn min_warmup(&self) -> Duration {
@@ -200,6 +229,9 @@ impl fmt::Display for Quota {
         }
         if !self.warmup.is_zero() {
             write!(f, ", warm-up {:?} ×{}", self.warmup, self.cold_factor)?;
+        }
+        if !self.reserves.is_empty() {
+            write!(f, ", reserve {}", self.reserves)?;
         }
         f.write_str(")")
     }
@@ -322,6 +354,94 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_with_reserves_is_version_3_and_round_trips() {
+        let q = Quota::per_second(5)
+            .burst(4)
+            .reserve("batch", 2)
+            .reserve("critical", 0);
+        let text = String::from_utf8(q.encode()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":3,"limit":5,"period":{"secs":1,"nanos":0},"burst":4,"algorithm":"gcra","ban":{"secs":0,"nanos":0},"reserves":{"batch":2,"critical":0}}"#
+        );
+        assert_eq!(Quota::decode(text.as_bytes()).ok(), Some(q));
+        assert_eq!(
+            q.to_string(),
+            "5 per 1s (gcra, burst 4, reserve batch 2, critical 0)"
+        );
+        // A stored quota with a bad class is a store error, not a quota without it.
+        let bad = br#"{"v":3,"limit":5,"period":{"secs":1,"nanos":0},"burst":4,"algorithm":"gcra","ban":{"secs":0,"nanos":0},"reserves":{"":2}}"#;
+        assert!(matches!(Quota::decode(bad), Err(Error::Store(_))));
+    }
+
+    #[test]
+    fn bad_reserves_say_why() {
+        let cases = [
+            (
+                Quota::per_second(10).reserve("batch", 10),
+                "reserve of class \"batch\" (10) must be below the burst (10)",
+            ),
+            (
+                Quota::per_second(10).burst(4).reserve("batch", 4),
+                "below the burst (4)",
+            ),
+            (
+                Quota::per_minute(10)
+                    .algorithm(Algorithm::FixedWindow)
+                    .reserve("batch", 11),
+                "below the limit (10)",
+            ),
+            (Quota::per_second(10).reserve("", 1), "must not be empty"),
+            (
+                Quota::per_second(10).reserve("a", 1).reserve("a", 2),
+                "given a reserve twice",
+            ),
+            (
+                Quota::per_second(10)
+                    .warmup(Duration::from_secs(10))
+                    .reserve("batch", 1),
+                "without a warm-up",
+            ),
+        ];
+        for (q, word) in cases {
+            match q.validate() {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(word), "{q}: {m}"),
+                other => panic!("{q}: {other:?}"),
+            }
+        }
+        let q = Quota::per_minute(10).reserve("batch", 3);
+        let m = q
+            .check_class("jobs", Some("bulk"), 1)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            m.as_deref()
+                .is_some_and(|m| m.contains(r#"no class "bulk": its classes are batch"#)),
+            "{m:?}"
+        );
+        let m = q
+            .check_class("jobs", Some("batch"), 8)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            m.as_deref()
+                .is_some_and(|m| m.contains("10 less its reserve 3")),
+            "{m:?}"
+        );
+        let m = Quota::per_minute(10)
+            .check_class("jobs", Some("batch"), 1)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            m.as_deref()
+                .is_some_and(|m| m.contains("it has no classes")),
+            "{m:?}"
+        );
+        assert_eq!(q.check_class("jobs", Some("batch"), 7).ok(), Some(3));
+        assert_eq!(q.check_class("jobs", None, 10).ok(), Some(0));
+    }
+
+    #[test]
     fn emission_interval_rounds_up() {
         assert_eq!(Quota::per_second(500).emission_interval_ns(), 2_000_000);
         assert_eq!(Quota::per_second(3).emission_interval_ns(), 333_333_334);
@@ -334,7 +454,7 @@ mod tests {
             .ban(Duration::from_millis(1500));
         assert_eq!(Quota::decode(&q.encode()).ok(), Some(q));
         assert!(matches!(Quota::decode(b"{"), Err(Error::Store(_))));
-        let future = br#"{"v":3,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
+        let future = br#"{"v":4,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
         assert!(matches!(Quota::decode(future), Err(Error::Store(_))));
     }
 }

@@ -78,6 +78,7 @@ impl Quota {
                 }
             }
         }
+        self.validate_reserves()?;
         if self.warmup.is_zero() {
             if self.cold_factor != DEFAULT_COLD_FACTOR {
                 return bad("cold factor applies with a warm-up only".into());
@@ -105,12 +106,86 @@ impl Quota {
         Ok(())
     }
 
+    /// The reserves: well formed, each below what one check may take, not with a warm-up.
+    fn validate_reserves(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::invalid(format!("quota {self}: {m}")));
+        if let Some(p) = self.reserves.problem() {
+            return bad(p);
+        }
+        if !self.reserves.is_empty() && !self.warmup.is_zero() {
+            return bad(
+                "reserves apply to a quota without a warm-up (a cold key's units cost more, so \
+                 a reserve counted in units would not be exact)"
+                    .into(),
+            );
+        }
+        let (what, most) = match self.algorithm {
+            Algorithm::Gcra => ("burst", self.burst),
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => ("limit", self.limit),
+        };
+        if let Some((class, units)) = self.reserves.iter().find(|(_, r)| *r >= most) {
+            return bad(format!(
+                "the reserve of class {class:?} ({units}) must be below the {what} ({most}), \
+                 or that class could never be admitted"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reserve a check of `class` must leave (`None`: no class, 0), or `InvalidArgument`
+    /// when this quota has no such class. The class check every surface makes before asking
+    /// the store, with [`check_cost`](Self::check_cost).
+    ///
+    /// ```
+    /// use clusterlimit::Quota;
+    /// let q = Quota::per_second(100).reserve("batch", 20);
+    /// assert_eq!(q.check_class("api", Some("batch"), 80).ok(), Some(20));
+    /// assert!(q.check_class("api", Some("batch"), 81).is_err()); // 81 + 20 > 100
+    /// assert!(q.check_class("api", Some("bulk"), 1).is_err());
+    /// assert_eq!(q.check_class("api", None, 100).ok(), Some(0));
+    /// ```
+    pub fn check_class(&self, limit: &str, class: Option<&str>, cost: u64) -> Result<u64> {
+        self.check_cost(limit, cost)?;
+        let Some(class) = class else { return Ok(0) };
+        let Some(reserve) = self.reserves.get(class) else {
+            let known = if self.reserves.is_empty() {
+                "it has no classes".to_string()
+            } else {
+                format!(
+                    "its classes are {}",
+                    self.reserves
+                        .iter()
+                        .map(|(n, _)| n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err(Error::invalid(format!(
+                "rate limit {limit:?} has no class {class:?}: {known} (or check without a class)"
+            )));
+        };
+        if cost.saturating_add(reserve) > self.max_cost() {
+            return Err(Error::invalid(format!(
+                "cost {cost} of class {class:?} is above what rate limit {limit:?} can ever \
+                 admit at once for it: {} less its reserve {reserve} ({self})",
+                self.max_cost()
+            )));
+        }
+        Ok(reserve)
+    }
+
     /// The quota as stored (JSON, versioned by its `v` field): version 1 without a warm-up
-    /// (byte for byte what builds before warm-ups wrote), version 2 with one, so that an older
-    /// build refuses it (a store error naming the version) instead of applying the quota
-    /// without its warm-up.
+    /// or reserves (byte for byte what builds before warm-ups wrote), version 2 with a
+    /// warm-up, 3 with reserves, so that an older build refuses it (a store error naming the
+    /// version) instead of applying the quota without them.
     pub fn encode(&self) -> Vec<u8> {
-        let v = if self.warmup.is_zero() { 1 } else { 2 };
+        let v = if !self.reserves.is_empty() {
+            3
+        } else if self.warmup.is_zero() {
+            1
+        } else {
+            2
+        };
         let stored = Stored { v, quota: *self };
         serde_json::to_vec(&stored).unwrap_or_default()
     }
@@ -123,9 +198,9 @@ impl Quota {
                 String::from_utf8_lossy(raw)
             ))
         })?;
-        if stored.v != 1 && stored.v != 2 {
+        if !(1..=3).contains(&stored.v) {
             return Err(Error::store(format!(
-                "stored quota has format version {}, this build reads 1 and 2",
+                "stored quota has format version {}, this build reads 1 to 3",
                 stored.v
             )));
         }

@@ -28,6 +28,13 @@ impl Window {
         }
     }
 
+    /// As a check that must leave `reserve` units sees it: the limit less `reserve`, so a
+    /// check of `n` passes exactly when one of `n + reserve` would. 0: unchanged.
+    pub(super) fn keeping(mut self, reserve: u64) -> Window {
+        self.limit = self.limit.saturating_sub(reserve);
+        self
+    }
+
     /// The index of the window `now` is in.
     pub(super) fn index(&self, now: UnixNanos) -> u64 {
         // ≤ now, so it fits.

@@ -16,7 +16,8 @@ use super::registry::{learn, LimitShared};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::decide;
+use crate::rate::decide_as;
+use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, KeyState, Quota, UnixNanos};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ const QUICK_RETRIES: u32 = 2;
 /// Cap of those pauses.
 const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
-/// Decides a check of `cost` on `key`: locally if the known state proves it, else in the next
+/// Decides a check of `cost` of priority class `class` (`None`: none) on `key`: locally if the known state proves it, else in the next
 /// batch of this key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
 /// may still be consumed), and pacing never holds the check for more than part of what is left.
 pub(crate) async fn check(
@@ -37,6 +38,7 @@ pub(crate) async fn check(
     limit: &Arc<LimitShared>,
     key: &str,
     cost: u64,
+    class: Option<ClassName>,
     deadline: Option<Instant>,
 ) -> Result<Decision> {
     // A check answered here never waits on anything, so a caller looping on denials would hold
@@ -48,12 +50,12 @@ pub(crate) async fn check(
     let now = inner.now_ns();
     let rx = {
         let life = rate_store(inner)?.version_life();
-        if let Some(d) = cell.local_answer(&quota, cost, now, life) {
+        if let Some(d) = cell.local_answer(&quota, cost, class, now, life) {
             inner.rates.count_local_answer();
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
-        match cell.enqueue(&quota, cost, now, deadline, tx) {
+        match cell.enqueue(&quota, cost, class, now, deadline, tx) {
             Enqueued::StartDriver => {
                 let driver = Driver {
                     sender: inner.write_sender(),
@@ -134,16 +136,17 @@ impl Driver {
                 return;
             };
             self.cell.sent();
-            let costs: Vec<u64> = batch.iter().map(|p| p.cost).collect();
+            let asks: Vec<(u64, Option<ClassName>)> =
+                batch.iter().map(|p| (p.cost, p.class)).collect();
             self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
             // not get a whole new bound on top.
             let oldest = batch.iter().map(|p| p.arrived).min();
             let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
-            match self.decide_batch(&costs, deadline).await {
+            match self.decide_batch(&asks, deadline).await {
                 Ok((decisions, requests)) => {
                     let (mut admitted, mut denied) = (0, 0);
-                    for (d, cost) in decisions.iter().zip(&costs) {
+                    for (d, (cost, _)) in decisions.iter().zip(&asks) {
                         if d.allowed {
                             admitted += cost;
                         } else {
@@ -168,7 +171,11 @@ impl Driver {
     }
 
     /// The batch's decisions, and the store requests they took.
-    async fn decide_batch(&self, costs: &[u64], deadline: Instant) -> Result<(Vec<Decision>, u64)> {
+    async fn decide_batch(
+        &self,
+        asks: &[(u64, Option<ClassName>)],
+        deadline: Instant,
+    ) -> Result<(Vec<Decision>, u64)> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
         let mut conflicts = 0u32;
@@ -178,7 +185,7 @@ impl Driver {
             let now = self.inner.now_ns();
             let (quota, quota_version) = self.limit.quota();
             let start = self.cell.start(now, began, store.version_life());
-            let (decisions, changed, expires_at) = decide_in_order(&quota, start.state, costs, now);
+            let (decisions, changed, expires_at) = decide_in_order(&quota, start.state, asks, now);
             let Some(mut new) = changed else {
                 if start.trusted {
                     return Ok((decisions, requests));
@@ -244,19 +251,22 @@ impl Driver {
     }
 }
 
-/// The batch's `costs` decided in arrival order from `state`: the decisions, the state to
-/// write if any of them changed it, and when the key's state expires.
+/// The batch's checks (cost, class) decided in arrival order from `state`, each against the
+/// state the ones before it left (so checks of different classes in one write are decided
+/// exactly as one after the other): the decisions, the state to write if any of them changed
+/// it, and when the key's state expires.
 fn decide_in_order(
     quota: &Quota,
     mut state: Option<KeyState>,
-    costs: &[u64],
+    asks: &[(u64, Option<ClassName>)],
     now: UnixNanos,
 ) -> (Vec<Decision>, Option<KeyState>, UnixNanos) {
     let mut changed = false;
     let mut expires_at = now;
-    let mut decisions = Vec::with_capacity(costs.len());
-    for &cost in costs {
-        let v = decide(quota, state.as_ref(), cost, now);
+    let mut decisions = Vec::with_capacity(asks.len());
+    for (cost, class) in asks {
+        let class = class.as_ref().map(ClassName::as_str);
+        let v = decide_as(quota, state.as_ref(), *cost, class, now);
         decisions.push(v.decision);
         if v.state.is_some() {
             state = v.state;

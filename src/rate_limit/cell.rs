@@ -4,7 +4,8 @@
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
 use crate::backend::lock;
 use crate::error::{Error, Result};
-use crate::rate::{decide, Decision, KeyState, Quota, UnixNanos};
+use crate::rate::reserves::ClassName;
+use crate::rate::{decide_as, Decision, KeyState, Quota, UnixNanos};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -19,6 +20,8 @@ const MIN_RETRY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) cost: u64,
+    /// Its priority class (`None`: none), decided against the quota's reserve for it.
+    pub(crate) class: Option<ClassName>,
     /// When the check came: its answer is due within twice the request timeout from here.
     pub(crate) arrived: Instant,
     /// The latest its key's write may be sent for it: [`JOIN_WINDOW`] after it came, or
@@ -101,6 +104,7 @@ impl KeyCell {
         &self,
         quota: &Quota,
         cost: u64,
+        class: Option<ClassName>,
         now: UnixNanos,
         deadline: Option<Instant>,
         reply: oneshot::Sender<Result<Decision>>,
@@ -122,7 +126,8 @@ impl KeyCell {
         };
         if let Some(wait) = turned_away {
             let state = c.known.and_then(|k| k.state);
-            let base = decide(quota, state.as_ref(), cost, now).decision;
+            let class = class.as_ref().map(ClassName::as_str);
+            let base = decide_as(quota, state.as_ref(), cost, class, now).decision;
             return Enqueued::TurnedAway(Decision {
                 allowed: false,
                 remaining: 0,
@@ -135,6 +140,7 @@ impl KeyCell {
         });
         c.pending.push(Pending {
             cost,
+            class,
             arrived,
             send_by: arrived + patience,
             reply,
@@ -291,6 +297,7 @@ impl KeyCell {
         &self,
         quota: &Quota,
         cost: u64,
+        class: Option<ClassName>,
         now: UnixNanos,
         version_life: Duration,
     ) -> Option<Decision> {
@@ -298,7 +305,8 @@ impl KeyCell {
         if !start.trusted {
             return None;
         }
-        let verdict = decide(quota, start.state.as_ref(), cost, now);
+        let class = class.as_ref().map(ClassName::as_str);
+        let verdict = decide_as(quota, start.state.as_ref(), cost, class, now);
         (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
             .then_some(verdict.decision)
     }
@@ -339,7 +347,7 @@ mod tests {
     ) -> std::result::Result<oneshot::Receiver<Result<Decision>>, Decision> {
         let (tx, rx) = oneshot::channel();
         let deadline = budget.map(|b| Instant::now() + b);
-        match cell.enqueue(quota, 1, 0, deadline, tx) {
+        match cell.enqueue(quota, 1, None, 0, deadline, tx) {
             Enqueued::TurnedAway(d) => Err(d),
             Enqueued::StartDriver | Enqueued::Joined => Ok(rx),
         }
@@ -486,15 +494,15 @@ mod tests {
         let (tx2, rx2) = oneshot::channel();
         let (tx3, rx3) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 1, 0, None, tx1),
+            cell.enqueue(&q, 1, None, 0, None, tx1),
             Enqueued::StartDriver
         ));
         assert!(matches!(
-            cell.enqueue(&q, 2, 0, None, tx2),
+            cell.enqueue(&q, 2, None, 0, None, tx2),
             Enqueued::Joined
         ));
         assert!(matches!(
-            cell.enqueue(&q, 3, 0, None, tx3),
+            cell.enqueue(&q, 3, None, 0, None, tx3),
             Enqueued::Joined
         ));
         drop(rx2);
@@ -506,7 +514,7 @@ mod tests {
         // Only gone callers queued: no batch, and the driver ends (the next check starts one).
         let (tx4, rx4) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 4, 0, None, tx4),
+            cell.enqueue(&q, 4, None, 0, None, tx4),
             Enqueued::Joined
         ));
         drop(rx4);
@@ -514,7 +522,7 @@ mod tests {
         assert!(lock(&cell.inner).pending.is_empty());
         let (tx5, _rx5) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 5, 0, None, tx5),
+            cell.enqueue(&q, 5, None, 0, None, tx5),
             Enqueued::StartDriver
         ));
     }

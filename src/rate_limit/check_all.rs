@@ -5,22 +5,25 @@
 use super::batch::{by, pause_after_conflict, rate_store};
 use super::cell::{KeyCell, Start};
 use super::handle::{validate_key, RateLimit};
-use super::joint::{JointCall, JointGroup};
+use super::joint::{CallCheck, JointCall, JointGroup};
 use super::registry::{learn, LimitShared};
 use crate::backend::{KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::{decide, Algorithm, Decision, KeyState, Meter, Quota};
+use crate::rate::reserves::ClassName;
+use crate::rate::{decide, decide_as, Algorithm, Decision, KeyState, Meter, Quota};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// One check of a [`Limiter::check_all`](crate::Limiter::check_all): `cost` for `key` on a rate limit.
+/// One check of a [`Limiter::check_all`](crate::Limiter::check_all): `cost` for `key` on a rate
+/// limit, of a priority class if [`class`](Self::class) says so.
 #[derive(Debug, Clone)]
 pub struct KeyCheck<'a> {
     limit: &'a RateLimit,
     key: String,
     cost: u64,
+    class: Option<String>,
 }
 
 impl<'a> KeyCheck<'a> {
@@ -30,7 +33,27 @@ impl<'a> KeyCheck<'a> {
             limit,
             key: key.into(),
             cost,
+            class: None,
         }
+    }
+
+    /// This check belongs to priority class `class`: admitted only if at least the class's
+    /// reserve ([`Quota::reserve`]) is left on its key after it, as
+    /// [`RateLimit::check_with`] with that class.
+    #[must_use]
+    pub fn class(mut self, class: impl Into<String>) -> KeyCheck<'a> {
+        self.class = Some(class.into());
+        self
+    }
+
+    /// The class, as validated (`validate` refuses a name that is not one).
+    fn class_name(&self) -> Option<ClassName> {
+        self.class.as_deref().and_then(|c| ClassName::new(c).ok())
+    }
+
+    /// The class of this check, as given.
+    pub(crate) fn class_of(&self) -> Option<&str> {
+        self.class.as_deref()
     }
 
     /// The limit, key and cost of this check.
@@ -55,7 +78,9 @@ pub(crate) async fn run(
     validate(inner, checks)?;
     if let [only] = checks {
         return Ok(vec![
-            only.limit.check_by(&only.key, only.cost, deadline).await?,
+            only.limit
+                .check_class_by(&only.key, only.cost, only.class_name(), deadline)
+                .await?,
         ]);
     }
     joint(inner, checks).await
@@ -75,7 +100,12 @@ pub(crate) fn validate(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Re
             )));
         }
         validate_key(&c.key)?;
-        c.limit.quota().check_cost(c.limit.name(), c.cost)?;
+        c.limit
+            .quota()
+            .check_class(c.limit.name(), c.class.as_deref(), c.cost)?;
+        if let Some(class) = &c.class {
+            ClassName::new(class).map_err(Error::invalid)?;
+        }
     }
     Ok(())
 }
@@ -120,8 +150,8 @@ async fn joint(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<Vec
     }
 }
 
-/// The distinct (limit, key) pairs of a call, and its checks as (group, cost), in order.
-fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
+/// The distinct (limit, key) pairs of a call, and its checks as (group, cost, class), in order.
+fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<CallCheck>) {
     let mut groups: Vec<JointGroup> = Vec::new();
     let mut order = Vec::with_capacity(checks.len());
     for c in checks {
@@ -137,7 +167,7 @@ fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
                 groups.len() - 1
             }
         };
-        order.push((g, c.cost));
+        order.push((g, c.cost, c.class_name()));
     }
     (groups, order)
 }
@@ -147,7 +177,7 @@ fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<(usize, u64)>) {
 fn local_denial(
     inner: &LimiterInner,
     groups: &[JointGroup],
-    order: &[(usize, u64)],
+    order: &[CallCheck],
 ) -> Option<Vec<Decision>> {
     let life = rate_store(inner).ok()?.version_life();
     let now = inner.now_ns();
@@ -418,12 +448,12 @@ struct CallPass {
     writes: Vec<(usize, KeyState, u64)>,
 }
 
-/// Decides one call's checks (as (group, cost), in order) from each group's state: all
+/// Decides one call's checks (as (group, cost, class), in order) from each group's state: all
 /// admitted, or all denied (the ones that would have passed with their `remaining` as it is
 /// and the longest `retry_after` of the denials) and nothing consumed but the bans denials
 /// start.
 fn decide_call(
-    checks: &[(usize, u64)],
+    checks: &[CallCheck],
     quotas: &[Quota],
     states: &[Option<KeyState>],
     now: u64,
@@ -436,9 +466,10 @@ fn decide_call(
     let mut expires = vec![now; n];
     let mut decisions = Vec::with_capacity(checks.len());
     let mut denied_groups = Vec::new();
-    for &(g, cost) in checks {
+    for (g, cost, class) in checks {
+        let (g, class) = (*g, class.as_ref().map(ClassName::as_str));
         let quota = &quotas[g];
-        let v = decide(quota, state[g].as_ref(), cost, now);
+        let v = decide_as(quota, state[g].as_ref(), *cost, class, now);
         if v.decision.allowed {
             if v.state.is_some() {
                 state[g] = v.state;
@@ -472,12 +503,12 @@ fn decide_call(
     let decisions = decisions
         .into_iter()
         .zip(checks)
-        .map(|(d, &(g, _))| {
+        .map(|(d, (g, _, class))| {
             if d.allowed {
                 Decision {
                     allowed: false,
                     retry_after: retry,
-                    ..peek(&quotas[g], states[g], now)
+                    ..peek(&quotas[*g], states[*g], class.as_ref(), now)
                 }
             } else {
                 d
@@ -532,6 +563,8 @@ fn tagged(mut s: KeyState) -> KeyState {
     s
 }
 
-fn peek(quota: &Quota, state: Option<KeyState>, now: u64) -> Decision {
-    decide(quota, state.as_ref(), 0, now).decision
+/// A peek of `class` (`None`: none): its `remaining` is the class's.
+fn peek(quota: &Quota, state: Option<KeyState>, class: Option<&ClassName>, now: u64) -> Decision {
+    let class = class.map(ClassName::as_str);
+    decide_as(quota, state.as_ref(), 0, class, now).decision
 }

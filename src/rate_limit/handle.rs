@@ -2,10 +2,12 @@
 //! validates a check and hands it to its key's batch (`batch.rs`).
 
 use super::batch;
+use super::options::CheckOptions;
 use super::registry::LimitShared;
 use super::wait::{self, Waited};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
+use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, Quota};
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +78,55 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, None).await
+        batch::check(&self.inner, &self.limit, key, cost, None, None).await
+    }
+
+    /// A check as `options` say: its cost, its priority class, its budget.
+    ///
+    /// With a class, the check is admitted only if at least the class's reserve would still
+    /// be left after it (so a check of `cost` passes exactly when one of `cost + reserve`
+    /// without a class would, and takes `cost`); `remaining` and `retry_after` are the
+    /// class's: what it can still take, when it could take `cost`. Checks of different classes
+    /// coalesce into one write like any others, each decided in turn against what the ones
+    /// before it left.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota};
+    /// let limiter = Limiter::connect("memory://check-with-doc").await?;
+    /// let jobs = limiter
+    ///     .rate_limit("jobs", Quota::per_minute(10).reserve("batch", 3))
+    ///     .await?;
+    /// let batch = CheckOptions::new().class("batch");
+    /// let d = jobs.check_with("tenant-1", batch.clone().cost(7)).await?;
+    /// assert!(d.allowed);
+    /// assert_eq!(d.remaining, 0); // batch has used all it may: 3 are kept
+    /// assert!(!jobs.check_with("tenant-1", batch).await?.allowed);
+    /// assert!(jobs.check("tenant-1").await?.allowed); // no class: may use the reserve
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`check_n`](Self::check_n) (and `Timeout` with a budget, as
+    /// [`check_within`](Self::check_within)); `InvalidArgument` also for a class the quota
+    /// does not declare, or a cost above what the class can ever take (the quota's burst, or
+    /// limit for windows, less its reserve). A class removed by a `set_quota` elsewhere
+    /// after the check was validated is denied with a `retry_after` meaning never.
+    pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        let cost = options.cost_of();
+        validate_key(key)?;
+        // A name that is no class name is no class of the quota: refused as unknown.
+        self.quota()
+            .check_class(self.name(), options.class_of(), cost)?;
+        let class = options
+            .class_of()
+            .map(ClassName::new)
+            .transpose()
+            .map_err(Error::invalid)?;
+        let deadline = options
+            .budget_of()
+            .and_then(|b| Instant::now().checked_add(b));
+        self.check_class_by(key, cost, class, deadline).await
     }
 
     /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
@@ -113,9 +163,23 @@ impl RateLimit {
         cost: u64,
         deadline: Option<Instant>,
     ) -> Result<Decision> {
-        self.validate(key, cost)?;
+        self.check_class_by(key, cost, None, deadline).await
+    }
+
+    /// `check_by` of priority class `class` (`None`: none); the class must be one of the
+    /// quota's (`Quota::check_class`) or the check is refused.
+    pub(crate) async fn check_class_by(
+        &self,
+        key: &str,
+        cost: u64,
+        class: Option<ClassName>,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
+        validate_key(key)?;
+        let name = class.as_ref().map(ClassName::as_str);
+        self.quota().check_class(self.name(), name, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, deadline).await
+        batch::check(&self.inner, &self.limit, key, cost, class, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`
@@ -185,6 +249,50 @@ impl RateLimit {
         wait::until(deadline, std::future::pending(), |deadline| {
             // Each check answers by the deadline too: a hung store cannot stretch the wait.
             self.check_by(key, cost, deadline)
+        })
+        .await
+    }
+
+    /// [`wait_until`](Self::wait_until) as `options` say: their cost and priority class (see
+    /// [`check_with`](Self::check_with)), and their budget ([`CheckOptions::within`]) as the
+    /// deadline (none: as long as it takes).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota, Waited};
+    /// use std::time::Duration;
+    /// let limiter = Limiter::connect("memory://wait-with-doc").await?;
+    /// let jobs = limiter.rate_limit("jobs", Quota::per_minute(10).reserve("batch", 9)).await?;
+    /// let batch = CheckOptions::new().class("batch").within(Duration::from_millis(50));
+    /// assert!(matches!(jobs.wait_with("host-a", batch.clone()).await?, Waited::Admitted(_)));
+    /// // Batch may take 1 of 10; the next is 6 s away: denied at once, nothing consumed.
+    /// assert!(matches!(jobs.wait_with("host-a", batch).await?, Waited::Denied(_)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`wait_until`](Self::wait_until), and `InvalidArgument` for a class the
+    /// quota does not declare or a cost above what the class can ever take.
+    pub async fn wait_with(&self, key: &str, options: CheckOptions) -> Result<Waited> {
+        let cost = options.cost_of();
+        if cost == 0 {
+            return Err(Error::invalid(
+                "a wait needs a cost of at least 1 (cost 0 is a peek: use check_with)",
+            ));
+        }
+        validate_key(key)?;
+        self.quota()
+            .check_class(self.name(), options.class_of(), cost)?;
+        let class = options
+            .class_of()
+            .map(ClassName::new)
+            .transpose()
+            .map_err(Error::invalid)?;
+        let deadline = options
+            .budget_of()
+            .and_then(|b| Instant::now().checked_add(b));
+        wait::until(deadline, std::future::pending(), |deadline| {
+            self.check_class_by(key, cost, class, deadline)
         })
         .await
     }

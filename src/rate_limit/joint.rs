@@ -8,6 +8,7 @@ use super::cell::KeyCell;
 use super::registry::LimitShared;
 use crate::backend::lock;
 use crate::error::Result;
+use crate::rate::reserves::ClassName;
 use crate::rate::Decision;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -22,14 +23,17 @@ pub(crate) struct JointGroup {
     pub(crate) cell: Arc<KeyCell>,
 }
 
-/// One `check_all` call: its groups and its checks, in order, as (group, cost).
+/// One check of a `check_all` call: (group, cost, priority class).
+pub(crate) type CallCheck = (usize, u64, Option<ClassName>);
+
+/// One `check_all` call: its groups and its checks, in order.
 #[derive(Debug)]
 pub(crate) struct JointCall {
     /// The part of the store that keeps every key of the call (`RateStore::part_of`): one
     /// joint write carries calls of one part only.
     pub(crate) part: usize,
     pub(crate) groups: Vec<JointGroup>,
-    pub(crate) checks: Vec<(usize, u64)>,
+    pub(crate) checks: Vec<CallCheck>,
     pub(crate) arrived: Instant,
     pub(crate) reply: oneshot::Sender<Result<Vec<Decision>>>,
 }

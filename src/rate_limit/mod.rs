@@ -13,6 +13,7 @@ pub(crate) mod check_all;
 pub(crate) mod combine;
 pub(crate) mod handle;
 pub(crate) mod joint;
+pub(crate) mod options;
 pub(crate) mod pace;
 pub(crate) mod rates;
 pub(crate) mod registry;
@@ -20,4 +21,5 @@ pub(crate) mod wait;
 
 pub use check_all::KeyCheck;
 pub use handle::{RateLimit, MAX_KEY_LEN};
+pub use options::CheckOptions;
 pub use wait::Waited;

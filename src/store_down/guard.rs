@@ -6,9 +6,11 @@ use super::policy::StoreDownPolicy;
 use crate::backend::{lock, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
+use crate::rate::reserves::ClassName;
 use crate::rate::Decision;
 use crate::rate_limit::check_all::{self, KeyCheck};
 use crate::rate_limit::handle::{validate_key, RateLimit};
+use crate::rate_limit::options::CheckOptions;
 use crate::rate_limit::wait::{self, WaitAnswer, Waited};
 use crate::store_down::breaker::{BreakerStats, Failure, StoreHealth};
 use std::future::Future;
@@ -230,7 +232,27 @@ impl StoreDownGuard {
         key: &str,
         cost: u64,
     ) -> Result<GuardedDecision> {
-        self.check_n_by(limit, key, cost, self.store_timeout).await
+        self.check_n_by(limit, key, cost, None, self.store_timeout)
+            .await
+    }
+
+    /// [`RateLimit::check_with`] through the store, or the policy's answer if the store is
+    /// down: the options' cost and class, and their budget as
+    /// [`check_n_within`](Self::check_n_within)'s. A class is the quota's: `Local` shares
+    /// keep each class's share of its reserve, fail open admits a class with its reserve as
+    /// `remaining` held back.
+    pub async fn check_with(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        options: CheckOptions,
+    ) -> Result<GuardedDecision> {
+        let bound = match (options.budget_of(), self.store_timeout) {
+            (Some(b), Some(t)) => Some(b.min(t)),
+            (b, t) => b.or(t),
+        };
+        let (cost, class) = (options.cost_of(), options.class_of());
+        self.check_n_by(limit, key, cost, class, bound).await
     }
 
     /// [`check_n`](Self::check_n) for a caller that owes its own answer within `budget` (an
@@ -245,7 +267,7 @@ impl StoreDownGuard {
         budget: Duration,
     ) -> Result<GuardedDecision> {
         let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
-        self.check_n_by(limit, key, cost, Some(bound)).await
+        self.check_n_by(limit, key, cost, None, Some(bound)).await
     }
 
     /// [`RateLimit::wait_until`] through the guard: checks until admitted, sleeping each
@@ -303,17 +325,22 @@ impl StoreDownGuard {
         limit: &RateLimit,
         key: &str,
         cost: u64,
+        class: Option<&str>,
         bound: Option<Duration>,
     ) -> Result<GuardedDecision> {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
-        limit.quota().check_cost(limit.name(), cost)?;
+        limit.quota().check_class(limit.name(), class, cost)?;
+        let class_name = class
+            .map(ClassName::new)
+            .transpose()
+            .map_err(Error::invalid)?;
         let health = self.health_of(limit, key);
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
             let started = Instant::now();
             let deadline = bound.and_then(|t| started.checked_add(t));
-            match limit.check_by(key, cost, deadline).await {
+            match limit.check_class_by(key, cost, class_name, deadline).await {
                 Ok(decision) => {
                     health.up(limit.name());
                     return Ok(GuardedDecision {
@@ -328,7 +355,7 @@ impl StoreDownGuard {
                 },
             }
         }
-        let mut answers = self.fallback(&[(limit, key, cost)]).await?;
+        let mut answers = self.fallback(&[(limit, key, cost, class)]).await?;
         answers
             .pop()
             .ok_or_else(|| Error::invalid("no check given"))
@@ -370,7 +397,8 @@ impl StoreDownGuard {
             // coalescing and pacing keep to it (as `Limiter::check_all` chooses).
             check_all::validate(&limiter.inner, checks)?;
             let (limit, key, cost) = only.parts();
-            return Ok(vec![self.check_n_by(limit, key, cost, bound).await?]);
+            let class = only.class_of();
+            return Ok(vec![self.check_n_by(limit, key, cost, class, bound).await?]);
         }
         let name = first.parts().0.name().to_string();
         let health = self.joint_health(limiter, checks);
@@ -407,8 +435,10 @@ impl StoreDownGuard {
         for c in checks {
             let (limit, key, cost) = c.parts();
             validate_key(key)?;
-            limit.quota().check_cost(limit.name(), cost)?;
-            parts.push((limit, key, cost));
+            limit
+                .quota()
+                .check_class(limit.name(), c.class_of(), cost)?;
+            parts.push((limit, key, cost, c.class_of()));
         }
         self.fallback(&parts).await
     }
@@ -427,18 +457,19 @@ impl StoreDownGuard {
             .then(|| self.health(store, first))
     }
 
-    /// The policy's answers for checks the store could not decide.
-    async fn fallback(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<GuardedDecision>> {
+    /// The policy's answers for checks (limit, key, cost, class) the store could not decide.
+    async fn fallback(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let fixed = |allowed: bool| {
             checks
                 .iter()
-                .map(|(limit, _, _)| {
-                    let max = limit.quota().max_cost();
+                .map(|(limit, _, _, class)| {
+                    let quota = limit.quota();
+                    let max = quota.max_cost();
                     let decision = if allowed {
                         Decision {
                             allowed: true,
                             limit: max,
-                            remaining: max,
+                            remaining: max.saturating_sub(quota.reserves.reserve_of(*class)),
                             retry_after: None,
                             reset_after: Duration::ZERO,
                         }
@@ -471,17 +502,18 @@ impl StoreDownGuard {
         }
     }
 
-    /// `Local`: the same checks, all or nothing, on this process's shares.
-    async fn local(&self, checks: &[(&RateLimit, &str, u64)]) -> Result<Vec<GuardedDecision>> {
+    /// `Local`: the same checks, all or nothing, on this process's shares (each class keeping
+    /// its share of its reserve).
+    async fn local(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let local = &self.shared.local;
         let mut twins = Vec::with_capacity(checks.len());
-        for (limit, _, _) in checks {
+        for (limit, _, _, _) in checks {
             twins.push(local.twin(limit).await?);
         }
         let too_big = checks
             .iter()
             .zip(&twins)
-            .any(|((_, _, cost), twin)| !fits(&twin.quota(), *cost));
+            .any(|((_, _, cost, class), twin)| !fits(&twin.quota(), *cost, *class));
         let decisions = if too_big {
             // A share smaller than the cost can never admit it: deny, as the store would if
             // the others had taken the rest.
@@ -495,13 +527,24 @@ impl StoreDownGuard {
                     reset_after: self.retry_interval,
                 })
                 .collect()
-        } else if let [(_, key, cost)] = checks {
-            vec![twins[0].check_n(key, *cost).await?]
+        } else if let [(_, key, cost, class)] = checks {
+            let options = CheckOptions::new().cost(*cost);
+            let options = match class {
+                Some(c) => options.class(*c),
+                None => options,
+            };
+            vec![twins[0].check_with(key, options).await?]
         } else {
             let local_checks: Vec<KeyCheck<'_>> = checks
                 .iter()
                 .zip(&twins)
-                .map(|((_, key, cost), twin)| KeyCheck::new(twin, *key, *cost))
+                .map(|((_, key, cost, class), twin)| {
+                    let check = KeyCheck::new(twin, *key, *cost);
+                    match class {
+                        Some(c) => check.class(*c),
+                        None => check,
+                    }
+                })
                 .collect();
             local.limiter().await?.check_all(&local_checks).await?
         };
@@ -515,6 +558,9 @@ impl StoreDownGuard {
             .collect())
     }
 }
+
+/// One check as the policy answers it: limit, key, cost, class.
+type GuardCheck<'a> = (&'a RateLimit, &'a str, u64, Option<&'a str>);
 
 /// What the log says of a failed check (a bare `Timeout` says too little).
 fn cause(e: Error, bound: Option<Duration>) -> Error {

@@ -65,8 +65,8 @@ impl LocalLimits {
     }
 }
 
-/// Whether a check of `cost` fits the local `quota` at all (a share can be smaller than a cost
-/// the whole limit admits).
-pub(super) fn fits(quota: &Quota, cost: u64) -> bool {
-    cost <= quota.max_cost()
+/// Whether a check of `cost` of `class` fits the local `quota` at all (a share can be smaller
+/// than a cost the whole limit admits).
+pub(super) fn fits(quota: &Quota, cost: u64, class: Option<&str>) -> bool {
+    cost.saturating_add(quota.reserves.reserve_of(class)) <= quota.max_cost()
 }

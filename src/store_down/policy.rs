@@ -1,7 +1,7 @@
 //! [`StoreDownPolicy`]: the answer chosen for when the store is down.
 
 use crate::error::{Error, Result};
-use crate::rate::{Algorithm, Quota};
+use crate::rate::{Algorithm, Quota, Reserves};
 use std::fmt;
 use std::str::FromStr;
 
@@ -55,7 +55,16 @@ impl StoreDownPolicy {
                 local = local.warmup(quota.warmup.max(local.min_warmup()));
             }
         }
-        local
+        // Each class keeps its share of its reserve, below the share's most at once (a class
+        // the whole quota could admit keeps one unit it can take).
+        let most = local.max_cost();
+        let reserves = quota
+            .reserves
+            .iter()
+            .fold(Reserves::new(), |r, (class, units)| {
+                r.with(class, (units / u64::from(replicas.max(1))).min(most - 1))
+            });
+        local.reserves(reserves)
     }
 }
 
@@ -156,5 +165,23 @@ mod tests {
             (5, 5, Algorithm::FixedWindow, Duration::from_secs(5))
         );
         local.validate().unwrap();
+    }
+
+    #[test]
+    fn a_local_share_keeps_each_class_its_share_of_its_reserve() {
+        let q = Quota::per_second(100)
+            .burst(20)
+            .reserve("batch", 9)
+            .reserve("critical", 0);
+        let local = StoreDownPolicy::local_share(&q, 3);
+        assert_eq!(
+            local.reserves.iter().collect::<Vec<_>>(),
+            [("batch", 3), ("critical", 0)]
+        );
+        local.validate().unwrap();
+        // A share too small for the reserve keeps one unit the class can take.
+        let tiny = StoreDownPolicy::local_share(&Quota::per_minute(10).reserve("batch", 9), 5);
+        assert_eq!((tiny.burst, tiny.reserves.get("batch")), (2, Some(1)));
+        tiny.validate().unwrap();
     }
 }

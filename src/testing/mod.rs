@@ -127,6 +127,8 @@ macro_rules! rate_contract_suite {
             rate_cases::rate_request_counts,
             rate_cases::rate_closed,
             rate_cases::rate_exact_under_contention,
+            rate_cases::rate_reserve_stored,
+            rate_cases::rate_reserve_under_contention,
             rate_cases::rate_write_each,
             rate_store_cases::store_limits,
             rate_store_cases::store_compare_and_swap,

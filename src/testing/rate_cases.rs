@@ -17,6 +17,7 @@ mod decisions;
 mod load;
 mod quotas;
 mod refusals;
+mod reserves;
 mod setup;
 mod write_each;
 
@@ -27,4 +28,5 @@ pub use decisions::{
 pub use load::{rate_exact_under_contention, rate_request_counts};
 pub use quotas::{rate_quota_storage, rate_reset, rate_set_quota_is_live, rate_warm_up};
 pub use refusals::{rate_bad_input, rate_closed};
+pub use reserves::{rate_reserve_stored, rate_reserve_under_contention};
 pub use write_each::rate_write_each;

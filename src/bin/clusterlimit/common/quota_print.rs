@@ -34,12 +34,16 @@ pub fn quota_text(quota: &Quota) -> String {
             quota.cold_factor
         ));
     }
+    if !quota.reserves.is_empty() {
+        s.push_str(&format!(", reserve {}", quota.reserves));
+    }
     s.push(')');
     s
 }
 
 /// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints;
-/// `warmup`, `warmup_ms` and `cold_factor` only for a quota with a warm-up.
+/// `warmup`, `warmup_ms` and `cold_factor` only for a quota with a warm-up, `reserves` only for
+/// one with priority classes.
 pub fn quota_json(name: &str, quota: &Quota) -> Value {
     let mut v = json!({
         "name": name,
@@ -54,6 +58,9 @@ pub fn quota_json(name: &str, quota: &Quota) -> Value {
         v["warmup"] = json!(format_duration(quota.warmup));
         v["warmup_ms"] = json!(millis(quota.warmup));
         v["cold_factor"] = json!(quota.cold_factor);
+    }
+    if !quota.reserves.is_empty() {
+        v["reserves"] = json!(quota.reserves);
     }
     v
 }
@@ -92,5 +99,11 @@ mod tests {
             quota_text(&Quota::per_second(5)),
             "5 per 1s (gcra, burst 5)"
         );
+        let classes = Quota::per_second(5).reserve("batch", 2);
+        assert_eq!(
+            quota_text(&classes),
+            "5 per 1s (gcra, burst 5, reserve batch 2)"
+        );
+        assert_eq!(quota_json("q", &classes)["reserves"], json!({"batch": 2}));
     }
 }

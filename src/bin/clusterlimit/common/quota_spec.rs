@@ -5,16 +5,17 @@
 
 use super::duration::{format_duration, parse_duration};
 use clusterlimit::rate::{COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD};
-use clusterlimit::{Algorithm, Quota};
+use clusterlimit::{Algorithm, Quota, Reserves};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A field of a quota that is wrong, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    /// `limit`, `period`, `burst`, `algorithm`, `ban`, `warmup` or `cold_factor` (or the `_ms`
-    /// form given).
+    /// `limit`, `period`, `burst`, `algorithm`, `ban`, `warmup`, `cold_factor` or `reserves`
+    /// (or the `_ms` form given).
     pub field: &'static str,
     pub message: String,
 }
@@ -34,6 +35,8 @@ pub struct QuotaParts {
     pub ban: Option<Duration>,
     pub warmup: Option<Duration>,
     pub cold_factor: Option<i64>,
+    /// Priority classes and their reserves (`None`: none, or kept by [`over`](Self::over)).
+    pub reserves: Option<Reserves>,
 }
 
 impl QuotaParts {
@@ -57,9 +60,14 @@ impl QuotaParts {
         let quota = Quota::new(limit, period).algorithm(algorithm).ban(ban);
         let quota = self.with_warmup(self.with_burst(quota, algorithm)?, algorithm)?;
         // What is left for the library's check: GCRA's burst window (burst × period / limit).
+        if let Err(e) = quota.validate() {
+            return fail("burst", e.to_string());
+        }
+        // Then the reserves: names, each below the burst (limit for windows), no warm-up.
+        let quota = quota.reserves(self.reserves.unwrap_or_default());
         match quota.validate() {
             Ok(()) => Ok(quota),
-            Err(e) => fail("burst", e.to_string()),
+            Err(e) => fail("reserves", e.to_string()),
         }
     }
 
@@ -194,7 +202,8 @@ impl QuotaParts {
     /// on another: one not given follows the new limit when the stored burst was the default
     /// (equal to its limit; a window's is always), and is kept when it was set on purpose.
     /// The cold factor is kept with the warm-up, and back to its default when the warm-up is
-    /// set to zero (or when the algorithm becomes a window, which drops the warm-up).
+    /// set to zero (or when the algorithm becomes a window, which drops the warm-up). The
+    /// reserves are kept unless given (an empty set removes them).
     pub fn over(&self, stored: &Quota) -> QuotaParts {
         let num = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let algorithm = self.algorithm.unwrap_or(stored.algorithm);
@@ -222,6 +231,7 @@ impl QuotaParts {
             ban: self.ban.or(Some(stored.ban)),
             warmup: Some(warmup),
             cold_factor,
+            reserves: self.reserves.or(Some(stored.reserves)),
         }
     }
 }
@@ -240,6 +250,8 @@ pub struct QuotaBody {
     pub warmup: Option<String>,
     pub warmup_ms: Option<i64>,
     pub cold_factor: Option<i64>,
+    /// `{"class": reserve, …}` (`{}`: none).
+    pub reserves: Option<BTreeMap<String, u64>>,
 }
 
 impl QuotaBody {
@@ -253,6 +265,10 @@ impl QuotaBody {
             ban: either("ban", &self.ban, "ban_ms", self.ban_ms)?,
             warmup: either("warmup", &self.warmup, "warmup_ms", self.warmup_ms)?,
             cold_factor: self.cold_factor,
+            reserves: self.reserves.as_ref().map(|m| {
+                m.iter()
+                    .fold(Reserves::new(), |r, (class, units)| r.with(class, *units))
+            }),
         })
     }
 }

@@ -124,6 +124,7 @@ impl DeclaredRate {
                 .map(|w| duration_text("warmup", w))
                 .transpose()?,
             cold_factor: self.cold_factor,
+            reserves: None,
         }
         .to_quota()
     }

@@ -6,7 +6,7 @@ use crate::common::parse_duration;
 use crate::common::quota_spec::{parse_algorithm, QuotaParts};
 use clap::{Args, Subcommand};
 use clusterlimit::rate::{COLD_FACTORS, MAX_RATE};
-use clusterlimit::Algorithm;
+use clusterlimit::{Algorithm, Reserves};
 use std::time::Duration;
 
 /// `clusterlimit rate SUBCOMMAND`.
@@ -87,6 +87,22 @@ pub struct QuotaFlags {
     /// With --warmup: how much slower a fully cold key goes, 2 to 10 [default: 3].
     #[arg(long, value_name = "N", value_parser = whole::<u32>(u64::from(*COLD_FACTORS.start()), u64::from(*COLD_FACTORS.end())), allow_negative_numbers = true)]
     pub cold_factor: Option<u32>,
+    /// A priority class and the units its checks must leave for the others, CLASS=N
+    /// (repeat for more; `rate check --class CLASS` checks as that class) [default: none].
+    #[arg(long, value_name = "CLASS=N", value_parser = parse_reserve)]
+    pub reserve: Vec<(String, u64)>,
+}
+
+/// `CLASS=N` of `--reserve`.
+fn parse_reserve(text: &str) -> Result<(String, u64), String> {
+    let (class, units) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected CLASS=N (e.g. batch=20), got {text:?}"))?;
+    let units = units
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| format!("the reserve of {class:?} must be a whole number, got {units:?}"))?;
+    Ok((class.trim().to_string(), units))
 }
 
 impl QuotaFlags {
@@ -99,6 +115,7 @@ impl QuotaFlags {
             || self.ban.is_some()
             || self.warmup.is_some()
             || self.cold_factor.is_some()
+            || !self.reserve.is_empty()
     }
 
     /// The flags as quota parts (numbers too large for i64 are out of range anyway).
@@ -112,6 +129,11 @@ impl QuotaFlags {
             ban: self.ban,
             warmup: self.warmup,
             cold_factor: self.cold_factor.map(i64::from),
+            reserves: (!self.reserve.is_empty()).then(|| {
+                self.reserve
+                    .iter()
+                    .fold(Reserves::new(), |r, (class, units)| r.with(class, *units))
+            }),
         }
     }
 }
@@ -125,6 +147,10 @@ pub struct CheckArgs {
     /// How much this request counts.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u64>(1, MAX_RATE), allow_negative_numbers = true)]
     pub cost: u64,
+    /// Check as this priority class of the quota (see --reserve): admitted only if the
+    /// class's reserve is still left after it [default: none, the whole quota].
+    #[arg(long, value_name = "CLASS")]
+    pub class: Option<String>,
     /// With --limit and --per: create the limit with this quota if absent (an existing limit
     /// keeps its stored quota).
     #[command(flatten)]

@@ -17,7 +17,7 @@ use crate::common::quota_spec::QuotaParts;
 use crate::common::{exit, format_duration, format_wait, Failure};
 use args::{CheckArgs, QuotaFlags, RateCommand, ResetArgs, SetQuotaArgs, WaitArgs};
 use clusterlimit::Waited;
-use clusterlimit::{Decision, Error, Limiter, Quota, RateLimit};
+use clusterlimit::{CheckOptions, Decision, Error, Limiter, Quota, RateLimit};
 use open::{check_key, name_error, open_existing, open_stored, with_limiter, with_limiter_by};
 use std::process::ExitCode;
 
@@ -99,13 +99,19 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A decision of `check` or `wait` as JSON, with its class when it has one.
+fn check_json(a: &CheckArgs, d: &Decision) -> serde_json::Value {
+    let mut v = decision_json(&a.target.name, &a.target.key, a.cost, d, "store");
+    if let Some(class) = &a.class {
+        v["class"] = serde_json::json!(class);
+    }
+    v
+}
+
 /// Prints an admission (JSON or a line) and returns exit 0.
 fn admitted(a: &CheckArgs, d: &Decision) -> ExitCode {
     if a.json {
-        out_line!(
-            "{}",
-            decision_json(&a.target.name, &a.target.key, a.cost, d, "store")
-        );
+        out_line!("{}", check_json(a, d));
     } else {
         out_line!(
             "admitted: {} {:?} (cost {}), {} of {} left",
@@ -124,19 +130,20 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     with_limiter(&a.target.store, async |limiter| {
         let rl = open(limiter, &a.target.name, &a.quota).await?;
         check_cost(&rl, a.cost)?;
-        let d = rl
-            .check_n(&a.target.key, a.cost)
-            .await
-            .map_err(Failure::from_lib)?;
+        let d = match &a.class {
+            None => rl.check_n(&a.target.key, a.cost).await,
+            Some(class) => {
+                let opts = CheckOptions::new().cost(a.cost).class(class);
+                rl.check_with(&a.target.key, opts).await
+            }
+        }
+        .map_err(Failure::from_lib)?;
         if d.allowed {
             return Ok(admitted(&a, &d));
         }
         let retry = d.retry_after.unwrap_or_default();
         if a.json {
-            out_line!(
-                "{}",
-                decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
-            );
+            out_line!("{}", check_json(&a, &d));
         } else {
             out_line!(
                 "denied: {} {:?} (cost {}), retry after {}",
@@ -162,7 +169,8 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             .bound(&opening, open(limiter, &a.target.name, &a.quota))
             .await?;
         check_cost(&rl, a.cost)?;
-        let waited = wait::wait(&rl, &a.target.key, a.cost, deadline.remaining())
+        let class = a.class.as_deref();
+        let waited = wait::wait(&rl, &a.target.key, a.cost, class, deadline.remaining())
             .await
             .map_err(Failure::from_lib)?;
         match waited {
@@ -170,10 +178,7 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             // (A never-admitted cost is an error of wait.rs; a plain wait is never stopped.)
             Waited::Denied(d) | Waited::Never(d) => {
                 if a.json {
-                    out_line!(
-                        "{}",
-                        decision_json(&a.target.name, &a.target.key, a.cost, &d, "store")
-                    );
+                    out_line!("{}", check_json(a, &d));
                 }
                 Err(Failure::new(
                     exit::TIMEOUT,
@@ -206,7 +211,7 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
         let rl = match limiter.open_rate_limit(name).await {
             Ok(rl) => rl,
             Err(Error::NotFound(_)) => match create(limiter, name, &a.quota).await? {
-                Created::Now(quota) => return Ok((None, quota)),
+                Created::Now(quota) => return Ok((None, *quota)),
                 // Created by someone else meanwhile: change it as any existing limit.
                 Created::Meanwhile(rl) => rl,
             },
@@ -235,8 +240,8 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
 
 /// How `set-quota` found an absent limit.
 enum Created {
-    /// Created with this quota.
-    Now(Quota),
+    /// Created with this quota (boxed: a quota with its reserves is a few hundred bytes).
+    Now(Box<Quota>),
     /// Another client created it first: the limit as stored.
     Meanwhile(RateLimit),
 }
@@ -250,7 +255,7 @@ async fn create(limiter: &Limiter, name: &str, flags: &QuotaFlags) -> Result<Cre
     }
     let quota = quota_of(flags)?;
     match limiter.rate_limit(name, quota).await {
-        Ok(_) => Ok(Created::Now(quota)),
+        Ok(_) => Ok(Created::Now(Box::new(quota))),
         Err(Error::QuotaMismatch { .. }) => limiter
             .open_rate_limit(name)
             .await

@@ -3,21 +3,33 @@
 //! prints a denial, a store that does not answer by `--timeout` a store failure (exit 69).
 
 use crate::common::quota_print::quota_text;
-use clusterlimit::{Decision, Error, RateLimit, Waited};
+use clusterlimit::{CheckOptions, Decision, Error, RateLimit, Waited};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Waits until `cost` for `key` is admitted ([`Waited::Admitted`]) or its next chance lies past
-/// `timeout` ([`Waited::Denied`], the last denial; none: no end).
+/// Waits until `cost` of `class` (none: no class) for `key` is admitted ([`Waited::Admitted`])
+/// or its next chance lies past `timeout` ([`Waited::Denied`], the last denial; none: no end).
 pub async fn wait(
     rl: &RateLimit,
     key: &str,
     cost: u64,
+    class: Option<&str>,
     timeout: Option<Duration>,
 ) -> Result<Waited<Decision>, Error> {
     // A timeout too long to represent is no timeout.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    match rl.wait_until(key, cost, deadline).await {
+    let waited = match class {
+        None => rl.wait_until(key, cost, deadline).await,
+        Some(class) => {
+            let options = CheckOptions::new().cost(cost).class(class);
+            let options = match deadline {
+                Some(d) => options.within(d.saturating_duration_since(Instant::now())),
+                None => options,
+            };
+            rl.wait_with(key, options).await
+        }
+    };
+    match waited {
         // A store that does not answer by the deadline ends the wait there (exit 69).
         Err(Error::Timeout) => Err(Error::store("the store did not answer within --timeout")),
         Ok(Waited::Never(_)) => Err(Error::invalid(format!(

@@ -18,7 +18,9 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
-use clusterlimit::{validate, DecisionSource, Error, GuardedDecision, RateLimit, Waited};
+use clusterlimit::{
+    validate, CheckOptions, DecisionSource, Error, GuardedDecision, RateLimit, Waited,
+};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -36,6 +38,8 @@ const DOMAIN: &str = "http";
 pub struct CheckBody {
     key: String,
     cost: Option<i64>,
+    /// A priority class of the quota (`reserves`): admitted only if its reserve is left after.
+    class: Option<String>,
 }
 
 /// `POST /v1/ratelimits/{name}/wait`.
@@ -90,6 +94,25 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
     }
 }
 
+/// The class, if given, when the limit's quota declares it (read afresh from the store when
+/// the cached quota does not: it may have been added elsewhere) and `cost` plus its reserve
+/// fits at once; else 400 on `class`.
+async fn admissible_class(
+    st: &AppState,
+    rl: &RateLimit,
+    class: Option<&str>,
+    cost: u64,
+) -> Result<(), Problem> {
+    let Some(class) = class else { return Ok(()) };
+    if rl.quota().reserves.get(class).is_none() {
+        st.rate.open_fresh(&st.limiter, rl.name()).await?;
+    }
+    rl.quota()
+        .check_class(rl.name(), Some(class), cost)
+        .map(|_| ())
+        .map_err(|e| Problem::from_lib(e, "class"))
+}
+
 /// 400 on `cost` when a denial says the cost can never be admitted
 /// ([`Decision::never_admits`](clusterlimit::Decision::never_admits): the quota was lowered
 /// by another client), rather than a 429 with a meaningless Retry-After.
@@ -126,6 +149,25 @@ async fn guarded(
         .check_n(rl, key, cost)
         .await
         .map_err(|e| lib_problem(e, rl.name()))
+}
+
+/// One guarded check of a priority class.
+async fn guarded_class(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    cost: u64,
+    class: &str,
+) -> Result<GuardedDecision, Problem> {
+    let options = CheckOptions::new().cost(cost).class(class);
+    st.rate
+        .guard
+        .check_with(rl, key, options)
+        .await
+        .map_err(|e| match e {
+            Error::InvalidArgument(_) => Problem::from_lib(e, "class"),
+            e => lib_problem(e, rl.name()),
+        })
 }
 
 /// Counts one answered request in the metrics (a wait counts once, by its last check).
@@ -316,7 +358,11 @@ pub async fn check(
     check_key(&body.key)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
-    let g = guarded(&st, &rl, &body.key, cost).await?;
+    admissible_class(&st, &rl, body.class.as_deref(), cost).await?;
+    let g = match &body.class {
+        None => guarded(&st, &rl, &body.key, cost).await?,
+        Some(class) => guarded_class(&st, &rl, &body.key, cost, class).await?,
+    };
     if g.decision.never_admits() {
         return Err(never_admitted(&rl, cost));
     }
