@@ -216,7 +216,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let (statuses, _) = read(&limiter, Some("db")).await.unwrap();
+        let (statuses, _, _) = read(&limiter, Some("db")).await.unwrap();
         let text = table(&statuses);
         let lines: Vec<&str> = text.lines().collect();
         assert!(
