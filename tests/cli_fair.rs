@@ -8,7 +8,7 @@ use crate::support;
 
 use binary::{cmd, output};
 use std::time::Duration;
-use support::{EtcdCluster, ZkCluster};
+use support::EtcdCluster;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -100,12 +100,14 @@ async fn bad_values_exit_64_with_the_reason() {
     }
 }
 
-/// ZooKeeper keeps no fair semaphores yet: `--classes` and a tagged run on a plain semaphore
+/// Redis keeps no fair semaphores yet: `--classes` and a tagged run on a plain semaphore
 /// exit 64 saying so, without running the command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_refuses_fair_runs_clearly() {
-    let cluster = ZkCluster::single();
-    let url = cluster.url("/fair");
+async fn redis_refuses_fair_runs_clearly() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    let url = redis.url("fair");
     let base = [
         "--store",
         url.as_str(),
@@ -117,7 +119,7 @@ async fn zookeeper_refuses_fair_runs_clearly() {
     for (args, said) in [
         (
             &["--classes", "a=1,b"][..],
-            "this store keeps no fair semaphores yet (semaphore \"db\"); memory:// and etcd do",
+            "this store keeps no fair semaphores yet (semaphore \"db\"); memory://, etcd and ZooKeeper do",
         ),
         (
             &["--flow", "tenant-a"],

@@ -11,7 +11,6 @@ use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
-use support::ZkCluster;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -233,12 +232,14 @@ async fn check_config_shows_the_classes_and_refuses_a_table_that_does_not_fit() 
     }
 }
 
-/// ZooKeeper keeps no fair semaphores yet: a config declaring one stops the sidecar at start
+/// Redis keeps no fair semaphores yet: a config declaring one stops the sidecar at start
 /// with exit 64 saying so, and a tagged acquire is a 400 naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_refuses_fair_semaphores_clearly() {
-    let cluster = ZkCluster::single();
-    let url = cluster.url("/fair");
+async fn redis_refuses_fair_semaphores_clearly() {
+    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
+        .await
+        .unwrap();
+    let url = redis.url("fair");
     let dir = tempfile::tempdir().unwrap();
     let path = config(&dir, &url, "critical=1,batch");
     let args = [

@@ -45,6 +45,6 @@ pub mod waiting;
 
 pub use waiting::{eventually, hold_and_queue, queue_waiters, CountedWait};
 pub use zookeeper::{
-    count_children, delete_recursive, expire_session, list_children, session_listed, wait_state,
-    zk_connect, zk_connect_with, ZkCluster, ZkMode,
+    count_children, count_queue_entries, delete_recursive, expire_session, list_children,
+    session_listed, wait_state, zk_connect, zk_connect_with, ZkCluster, ZkMode,
 };

@@ -892,6 +892,16 @@ fn is_transient(e: &zk::Error) -> bool {
 /// Number of children of `path`, read straight from ZooKeeper (0 if `path` does not exist):
 /// checks that nothing is left behind independently of the library's own view.
 pub async fn count_children(connect: &str, path: &str) -> usize {
+    count_children_but(connect, path, None).await
+}
+
+/// The queue entries of a semaphore node at `path`: its children but a fair semaphore's
+/// record (`fair`).
+pub async fn count_queue_entries(connect: &str, path: &str) -> usize {
+    count_children_but(connect, path, Some("fair")).await
+}
+
+async fn count_children_but(connect: &str, path: &str, but: Option<&str>) -> usize {
     let client = zk_connect(connect).await;
     let path = path.to_owned();
     let r = super::waiting::retry_call(&format!("ZooKeeper list children of {path}"), || {
@@ -899,7 +909,7 @@ pub async fn count_children(connect: &str, path: &str) -> usize {
         let path = path.clone();
         async move {
             match client.list_children(&path).await {
-                Ok(c) => Ok(Ok(c.len())),
+                Ok(c) => Ok(Ok(c.iter().filter(|n| Some(n.as_str()) != but).count())),
                 Err(e) if is_transient(&e) => Err(e),
                 Err(e) => Ok(Err(e)),
             }

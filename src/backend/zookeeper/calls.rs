@@ -9,6 +9,7 @@
 
 use super::auth::{Digest, Identity};
 use super::config::ZkConfig;
+use super::fair_grants::{FairPaths, Granter};
 use super::nodes::Paths;
 use super::session::{SessionConfig, ZkSession};
 use super::sweeper::Sweeper;
@@ -287,14 +288,26 @@ impl Link {
                 return Ok(v.clone());
             }
         }
+        let stop = session.stop_token().child_token();
         let cfg = ViewConfig {
             client: session.client()?,
             name: name.to_string(),
             path: self.paths.semaphore(name),
             stats: self.stats.clone(),
             events: self.entries.clone(),
+            fair_path: self.paths.fair(name),
+            granter: Granter::new(
+                session.client()?,
+                FairPaths {
+                    semaphore: self.paths.semaphore(name),
+                    record: self.paths.fair(name),
+                },
+                self.stats.clone(),
+                self.config.request_timeout,
+                stop.clone(),
+            ),
         };
-        let start = SemView::start(cfg, session.stop_token().child_token());
+        let start = SemView::start(cfg, stop);
         let view = match tokio::time::timeout(self.config.request_timeout, start).await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err(self.map_error(e)),

@@ -4,10 +4,13 @@
 //! session in the link, as a new session forgets them and the session's views report to them.
 
 use super::calls::{is_zk, Link};
-use super::nodes::{EntryData, EntryName};
+use super::fair_grants::{self, FairPaths};
+use super::fair_record::Fair;
+use super::nodes::{id_part, EntryData, EntryName};
 use super::session::ZkSession;
 use super::tracked::LiveEntry;
 use super::view::{self, SemView};
+use crate::backend::fair_checks;
 use crate::backend::retry::Attempts;
 use crate::backend::waiters::{self, WaitOutcome};
 use crate::backend::{lock, Enqueued, EntryRequest};
@@ -88,10 +91,8 @@ impl Permits {
         req: &EntryRequest,
         deadline: Instant,
     ) -> Result<Created> {
-        let prefix = self
-            .link
-            .paths
-            .entry_prefix(&req.name, req.permits, &req.id);
+        let id = id_part(&req.id, req.fair.as_ref());
+        let prefix = self.link.paths.entry_prefix(&req.name, req.permits, &id);
         let data = EntryData {
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
@@ -107,7 +108,7 @@ impl Permits {
                 let token = u64::try_from(seq.into_i64())
                     .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?
                     + 1;
-                let node = EntryName::node(req.permits, &req.id, token);
+                let node = EntryName::node(req.permits, &id, token);
                 Ok(Created::Node { token, node })
             }
             Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
@@ -150,9 +151,9 @@ impl Permits {
                     if !resynced {
                         return Err(Error::store("ZooKeeper connection lost during the create"));
                     }
-                    if let Some((token, permits)) = view.find(&req.id) {
+                    if let Some(found) = view.find(&req.id) {
                         lock(&self.link.entries.in_doubt).remove(&req.id);
-                        return Ok((token, EntryName::node(permits, &req.id, token)));
+                        return Ok(found);
                     }
                 }
             }
@@ -168,6 +169,8 @@ impl Permits {
         if view.capacity().is_none() {
             return Err(Error::NotFound(req.name.clone()));
         }
+        // Refused before anything is queued: flows on a plain semaphore, an unknown class.
+        check_fair(req, &view.fair())?;
         let (token, node) = match self.create_entry(&session, &view, req).await {
             Ok(created) => created,
             Err(e) => {
@@ -218,12 +221,80 @@ impl Permits {
                     .err()
                     .unwrap_or(Error::SessionLost))
             }
-            None => false,
+            None => self.grant_own(&session, &view, req, token).await?,
         };
         Ok(Enqueued {
             token,
             granted,
             lost,
+        })
+    }
+
+    /// On a fair semaphore, when the rule (on the view) grants entry `token` now: writes that
+    /// grant, one attempt (the view has applied our entry, and so every change before it).
+    /// `true` if the entry holds. On a conflict the entry waits, and its
+    /// view grants it when the rule picks it (see `fair_grants.rs`).
+    async fn grant_own(
+        &self,
+        session: &ZkSession,
+        view: &SemView,
+        req: &EntryRequest,
+        token: u64,
+    ) -> Result<bool> {
+        let Some(plan) = view.plan_with(token) else {
+            return Ok(false);
+        };
+        let client = session.client()?;
+        let paths = self.fair_paths(&req.name);
+        let written = self
+            .link
+            .call(
+                RequestKind::Txn,
+                fair_grants::write_plan(&client, &paths, None, &plan),
+            )
+            .await;
+        // Not known to have applied: the entry waits, and the view shows its mark if it did.
+        Ok(written.unwrap_or_else(|e| {
+            tracing::debug!(semaphore = %req.name, error = %e, "writing our own grant failed; waiting for the view");
+            false
+        }))
+    }
+
+    fn fair_paths(&self, name: &str) -> FairPaths {
+        FairPaths {
+            semaphore: self.link.paths.semaphore(name),
+            record: self.link.paths.fair(name),
+        }
+    }
+
+    /// A release on a fair semaphore: deletes `node` and writes the grant the view decides
+    /// without it, in one `multi`. `false` when that did not apply (a plain semaphore, nothing
+    /// to grant, the record moved on, an error): the caller deletes alone.
+    async fn release_granting(
+        &self,
+        session: &ZkSession,
+        client: &zk::Client,
+        name: &str,
+        node: &str,
+    ) -> bool {
+        let Some(token) = EntryName::parse(node).map(|e| e.token()) else {
+            return false;
+        };
+        let view = session.views.lock().await.get(name).cloned();
+        let Some(plan) = view.and_then(|v| v.release_plan(token)) else {
+            return false;
+        };
+        let (entry, paths) = (self.link.paths.entry(name, node), self.fair_paths(name));
+        let released = self
+            .link
+            .call(
+                RequestKind::Txn,
+                fair_grants::write_plan(client, &paths, Some(&entry), &plan),
+            )
+            .await;
+        released.unwrap_or_else(|e| {
+            tracing::debug!(semaphore = %name, error = %e, "release with a grant failed; deleting alone");
+            false
         })
     }
 
@@ -242,12 +313,7 @@ impl Permits {
             Some(l) => Some(l.node),
             None => {
                 let known = session.views.lock().await.get(name).cloned();
-                let shown = || {
-                    known
-                        .as_ref()
-                        .and_then(|v| v.find(id))
-                        .map(|(token, permits)| EntryName::node(permits, id, token))
-                };
+                let shown = || known.as_ref().and_then(|v| v.find(id)).map(|f| f.1);
                 match shown() {
                     Some(node) => Some(node),
                     // Created by a request whose reply never came: delete that node if it ever
@@ -270,6 +336,9 @@ impl Permits {
         };
         let client = session.client()?;
         let path = self.link.paths.entry(name, &node);
+        if self.release_granting(&session, &client, name, &node).await {
+            return Ok(());
+        }
         // A delete is idempotent (NoNode: done), so a connection broken under it (a failover,
         // a blip) is retried on the reconnected client, within the call's deadline and while
         // the session lives.
@@ -296,5 +365,16 @@ impl Permits {
             }
             tracing::debug!(%path, error = %e, "release interrupted by a connection error; retrying");
         }
+    }
+}
+
+/// Whether `req` may join a semaphore whose fair record the view holds as `fair`: flows need a
+/// fair semaphore, a class must be one of its classes, and a broken record takes nobody.
+fn check_fair(req: &EntryRequest, fair: &Fair) -> Result<()> {
+    match fair {
+        Fair::Plain if req.fair.is_some() => Err(fair_checks::not_fair(&req.name)),
+        Fair::Plain => Ok(()),
+        Fair::Kept(f) => fair_checks::check_tag(&req.name, &f.classes, req.fair.as_ref()),
+        Fair::Broken => Err(super::semaphore_fair::broken(&req.name)),
     }
 }

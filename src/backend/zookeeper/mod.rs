@@ -11,6 +11,10 @@
 //! * A create whose reply was lost (connection dropped) is found again by its request id in the
 //!   view's next snapshot; one never answered is remembered and deleted if it ever shows up.
 //! * Loss: see `session.rs` (a deadline kept by acknowledged probes; `Expired` ends it too).
+//! * Fair semaphores (`fair_record.rs`, `fair_grants.rs`): a record child holds the classes and
+//!   the grant marks; an entry states its flow, class and weight in its node name. Grants are
+//!   decided from the view and written by one `setData` expecting the record's data version;
+//!   a release deletes its entry and writes the next grant in one `multi`.
 //! * Fencing token: the node's sequence number + 1 (strictly increasing per semaphore; ZooKeeper
 //!   keeps the sequence as a signed 32-bit counter of the parent's creates, so it wraps after
 //!   2^31 entries of one semaphore).
@@ -41,16 +45,20 @@ mod calls;
 mod config;
 mod connect;
 mod entries;
+mod fair_grants;
+mod fair_record;
 mod nodes;
 pub(crate) mod rate;
 mod scan;
 mod semaphore;
+mod semaphore_fair;
 mod session;
 mod sweep_state;
 mod sweeper;
 mod tls;
 mod tracked;
 mod view;
+mod view_queue;
 
 use super::{Backend, Enqueued, EntryRequest, RateStore};
 use crate::backend::rate_forward::rate_store_by;
@@ -120,6 +128,19 @@ impl std::fmt::Debug for ZkBackend {
 impl Backend for ZkBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
         self.semaphores.open(name, capacity).await
+    }
+
+    fn keeps_fair_semaphores(&self) -> bool {
+        true
+    }
+
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        self.semaphores.open_fair(name, capacity, classes).await
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {

@@ -5,7 +5,18 @@
 //! ```text
 //! <root>/s/<name>                          {"capacity":N,"floor":F}  (persistent)
 //! <root>/s/<name>/<permits>-<id>-<seq>     {"owner":"…","since_unix_ms":T}  (ephemeral sequential)
+//! <root>/s/<name>/fair                     {"classes":"…","granted":[tokens]}  (persistent, fair only)
+//! <root>/s/<name>/<permits>-<id>.<weight>.<class>.<flow>-<seq>   an entry of a fair semaphore
 //! ```
+//!
+//! * A fair semaphore's record (`fair`, see `fair_record.rs`) is created with the semaphore's
+//!   node in one `multi`; its data version is what every grant compares. It has no sequence
+//!   suffix, so it is never taken for a queue entry.
+//! * An entry that states a flow carries its tag in its name (class and flow escaped by
+//!   [`escape_key`], which never emits `.` or `/`; an empty class is the first class), so the
+//!   view decides from the child listing alone, as it does for weights: the id ends at the
+//!   first `.` and the sequence suffix after the last `-` is digits only. An entry without
+//!   a tag is the flow `default` of the first class, weight 1.
 //!
 //! * `<seq>` is ZooKeeper's sequence suffix, strictly increasing in creation order from 0. The
 //!   entry's token (queue position and fencing token) is `seq + 1`: tokens start at 1, as
@@ -37,6 +48,7 @@
 //! `crate::backend::expiry`'s `with_expiry` / `split_expiry`. The suffix lets any process sweep a key whose writer
 //! died before its expiry (see `scan.rs`); callers only ever see their own bytes.
 
+use crate::fair::FairTag;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone)]
@@ -60,9 +72,14 @@ impl Paths {
     pub(super) fn semaphore(&self, name: &str) -> String {
         format!("{}/s/{name}", self.root)
     }
-    /// Path given to a sequential create; ZooKeeper appends `<seq>`.
+    /// Path given to a sequential create; ZooKeeper appends `<seq>`. `id` is the request
+    /// id with its tag, if any ([`id_part`]).
     pub(super) fn entry_prefix(&self, name: &str, permits: u32, id: &str) -> String {
         format!("{}/s/{name}/{permits}-{id}-", self.root)
+    }
+    /// A fair semaphore's record (see `fair_record.rs`).
+    pub(super) fn fair(&self, name: &str) -> String {
+        format!("{}/s/{name}/{FAIR_NODE}", self.root)
     }
     pub(super) fn entry(&self, name: &str, node: &str) -> String {
         format!("{}/s/{name}/{node}", self.root)
@@ -101,12 +118,64 @@ pub(super) fn escape_key(key: &str) -> String {
     out
 }
 
+/// The child of a fair semaphore's node that holds its record.
+pub(super) const FAIR_NODE: &str = "fair";
+
+/// Undoes [`escape_key`]; `None` for text it never emits.
+fn unescape_key(text: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The request id as a node name carries it: `<id>` alone, or `<id>.<weight>.<class>.<flow>`
+/// for an acquire that states its flow.
+pub(super) fn id_part(id: &str, tag: Option<&FairTag>) -> String {
+    match tag {
+        None => id.to_string(),
+        Some(t) => format!(
+            "{id}.{}.{}.{}",
+            t.weight,
+            t.class.as_deref().map(escape_key).unwrap_or_default(),
+            escape_key(&t.flow)
+        ),
+    }
+}
+
+/// The tag of `<weight>.<class>.<flow>`; an unreadable one is the default tag (the entry
+/// still counts with its weight, in the default flow).
+fn parse_tag(text: &str) -> FairTag {
+    let parse = || {
+        let mut parts = text.split('.');
+        let (weight, class, flow) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let mut tag = FairTag::new(unescape_key(flow)?).weight(weight.parse().ok()?);
+        if !class.is_empty() {
+            tag = tag.class(unescape_key(class)?);
+        }
+        Some(tag)
+    };
+    parse().unwrap_or_default()
+}
+
 /// A queue entry as its node name tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct EntryName {
     pub seq: u64,
     pub permits: u32,
     pub id: String,
+    /// Flow, class and weight, when the name states them.
+    pub tag: Option<FairTag>,
 }
 
 impl EntryName {
@@ -115,7 +184,7 @@ impl EntryName {
         self.seq + 1
     }
 
-    /// The node name of entry `token` of request `id`.
+    /// The node name of entry `token` of request `id` (with its tag: [`id_part`]).
     pub(super) fn node(permits: u32, id: &str, token: u64) -> String {
         let seq = token.saturating_sub(1);
         // ZooKeeper's own suffix format: 10 digits, 19 once past i32.
@@ -136,10 +205,15 @@ impl EntryName {
         }
         let seq = seq.parse::<u64>().ok()?;
         let (permits, id) = rest.split_once('-').unwrap_or((rest, ""));
+        let (id, tag) = match id.split_once('.') {
+            Some((id, tag)) => (id, Some(parse_tag(tag))),
+            None => (id, None),
+        };
         Some(EntryName {
             seq,
             permits: permits.parse().ok().filter(|&p| p > 0).unwrap_or(u32::MAX),
             id: id.to_string(),
+            tag,
         })
     }
 }
@@ -173,8 +247,14 @@ mod tests {
             Some(EntryName {
                 seq: 42,
                 permits: 2,
-                id: "ab12".into()
+                id: "ab12".into(),
+                tag: None,
             })
+        );
+        assert_eq!(
+            EntryName::parse(FAIR_NODE),
+            None,
+            "the fair record is no entry"
         );
         // Foreign nodes: a sequence but no readable weight blocks; no sequence is ignored.
         assert_eq!(
@@ -188,6 +268,23 @@ mod tests {
         assert_eq!(EntryName::parse("lock"), None);
         assert_eq!(EntryName::parse("1-a-"), None);
         assert_eq!(EntryName::parse("1-a-12x"), None);
+    }
+
+    #[test]
+    fn fair_entries_carry_their_tag() {
+        let tag = FairTag::new("a-b.c/ü").class("batch-1").weight(5);
+        let id = id_part("ab12", Some(&tag));
+        assert_eq!(id, "ab12.5.batch-1.a-b%2Ec%2F%C3%BC");
+        let node = EntryName::node(3, &id, 8);
+        let e = EntryName::parse(&node).unwrap();
+        assert_eq!((e.token(), e.permits, e.id.as_str()), (8, 3, "ab12"));
+        assert_eq!(e.tag, Some(tag));
+        let first = FairTag::new("t");
+        let e = EntryName::parse(&EntryName::node(1, &id_part("x", Some(&first)), 1)).unwrap();
+        assert_eq!((e.id.as_str(), e.tag), ("x", Some(first)));
+        // Unreadable tags are the default flow, never a refusal to count the entry.
+        let e = EntryName::parse("2-x.zz.%G1.f-0000000003").unwrap();
+        assert_eq!((e.permits, e.tag), (2, Some(FairTag::default())));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::calls::{is_zk, not_found_as, Link};
 use super::nodes::{EntryData, EntryName};
+use super::semaphore_fair::{open_fair, read_fair};
 use crate::backend::capacity::CapValue;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
@@ -94,15 +95,35 @@ impl Semaphores {
         }
     }
 
+    /// Creates or opens a fair semaphore (see `semaphore_fair.rs`).
+    pub(super) async fn open_fair(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        open_fair(&self.link, name, capacity, classes).await
+    }
+
     /// The semaphore's holders and waiters: its queue, its capacity, and the owners of its
-    /// entries in one multi-read.
+    /// entries in one multi-read. On a fair semaphore the record is read first (a mark always
+    /// refers to an entry created before it), and the marked entries hold.
     pub(super) async fn status(&self, name: &str) -> Result<Status> {
         let session = self.link.session().await?;
         let client = session.client()?;
+        let fair = read_fair(&self.link, &client, name).await?;
         // The queue first, then the capacity: never a capacity older than the queue.
         let (entries, nodes) = self.read_queue(&client, name).await?;
         let (cap, _) = self.read_capacity(&client, name).await?;
         let n = queue::holders(entries.iter().copied(), cap.capacity, cap.floor);
+        let holds = |i: usize, token: u64| match &fair {
+            Some(f) => f.marks.contains(&token),
+            None => i < n,
+        };
+        let first = fair
+            .as_ref()
+            .and_then(|f| f.classes.name(0))
+            .unwrap_or_default();
         // Owners of the holders and waiters, in one multi-read.
         let mut reader = client.new_multi_reader();
         for e in &entries {
@@ -124,16 +145,31 @@ impl Semaphores {
                 continue;
             };
             let v = EntryData::parse(&data);
-            let row = if i < n { &mut holders } else { &mut waiters };
-            row.push(Holder::new(
+            let mut row = Holder::new(
                 v.as_ref().map_or("?", |v| &v.owner),
                 e.permits,
                 e.token,
                 v.as_ref()
                     .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
-            ));
+            );
+            if fair.is_some() {
+                let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
+                let tag = EntryName::parse(node)
+                    .and_then(|n| n.tag)
+                    .unwrap_or_default();
+                row = row.in_flow(&tag.flow, tag.class.as_deref().unwrap_or(first));
+            }
+            if holds(i, e.token) {
+                holders.push(row);
+            } else {
+                waiters.push(row);
+            }
         }
-        Ok(Status::from_queue(name, cap.capacity, holders, waiters))
+        let status = Status::from_queue(name, cap.capacity, holders, waiters);
+        Ok(match &fair {
+            Some(f) => status.with_classes(&f.classes),
+            None => status,
+        })
     }
 
     /// Changes the capacity for every client; shrinking keeps current holders.
@@ -147,6 +183,11 @@ impl Semaphores {
         let session = self.link.session().await?;
         let client = session.client()?;
         let path = self.link.paths.semaphore(name);
+        // A fair semaphore's holders are its marks, which a shrink keeps: no floor.
+        let fair = read_fair(&self.link, &client, name).await?;
+        if let Some(f) = &fair {
+            f.classes.check(capacity)?;
+        }
         let mut attempts = Attempts::new(self.link.config.request_timeout);
         loop {
             let (old, version) = self.read_capacity(&client, name).await?;
@@ -154,7 +195,7 @@ impl Semaphores {
                 // Already so (also a retry whose first write was applied): nothing to change.
                 return Ok(());
             }
-            let shrink = capacity < old.capacity;
+            let shrink = capacity < old.capacity && fair.is_none();
             let mut floor = old.floor;
             if shrink {
                 let (entries, _) = self.read_queue(&client, name).await?;

@@ -23,51 +23,24 @@
 //!   only ever sends the old `SetWatches` lists), and even re-registered ones lose the events of
 //!   the disconnected time (ZOOKEEPER-4698).
 //! * An entry is decided only once the view has seen its creation (`seen > token`).
+//! * A fair semaphore's record (`<name>/fair`) is read first in a snapshot (before the listing
+//!   it is combined with), and again for each of its creation or data-change events, in order
+//!   with the queue's events; such a read may be ahead of the queue applied so far, and then
+//!   decides no grant until the queue has caught up (`fair_record.rs`). Each change of the view
+//!   that makes the fair rule grant one of its waiters hands the grant to its `Granter`.
 
+use super::fair_grants::Granter;
+use super::fair_record::{Fair, FairState, GrantPlan};
 use super::nodes::EntryName;
+use super::view_queue::{install_capacity, note_shrink, Queue};
 use crate::backend::capacity::CapValue;
-use crate::backend::waiters::{QueueView, WaitOutcome, Waiters};
-use crate::queue;
+use crate::backend::waiters::{WaitOutcome, Waiters};
 use crate::stats::{RequestCounters, RequestKind};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{self as zk, AddWatchMode, EventType, SessionState};
-
-/// The semaphore at the view's current point.
-#[derive(Debug, Default)]
-struct Queue {
-    /// `None`: the semaphore does not exist.
-    cap: Option<CapValue>,
-    /// Data version the capacity was read at (newer reads win).
-    cap_version: i32,
-    /// token (seq + 1) → (weight, request id)
-    entries: BTreeMap<u64, (u32, String)>,
-    /// The creation of every entry with a token below this has been applied.
-    seen: u64,
-    /// The last shrink this view applied in order: `(data version, floor)`, the floor being
-    /// exact (the holders of the moment the shrink was written), for the writer to store.
-    shrink_floor: Option<(i32, u64)>,
-}
-
-impl QueueView for Queue {
-    fn capacity(&self) -> Option<(u32, u64)> {
-        self.cap.map(|c| (c.capacity, c.floor))
-    }
-    fn entries(&self) -> impl Iterator<Item = queue::Entry> + '_ {
-        self.entries
-            .iter()
-            .map(|(&token, &(permits, _))| queue::Entry { token, permits })
-    }
-    fn contains(&self, token: u64) -> bool {
-        self.entries.contains_key(&token)
-    }
-    fn has_seen(&self, token: u64) -> bool {
-        self.seen > token
-    }
-}
 
 #[derive(Debug, Default)]
 struct State {
@@ -94,6 +67,9 @@ pub(super) struct ViewConfig {
     pub path: String,
     pub stats: Arc<RequestCounters>,
     pub events: Arc<dyn EntryEvents>,
+    /// The fair record's path, and who writes the grants the view decides.
+    pub fair_path: String,
+    pub granter: Arc<Granter>,
 }
 
 /// The watch-fed view of one semaphore.
@@ -102,6 +78,7 @@ pub(super) struct SemView {
     /// Bumped after every applied change and snapshot: `(seen, snapshots)`.
     progress: watch::Sender<(u64, u64)>,
     stop: CancellationToken,
+    granter: Arc<Granter>,
 }
 
 impl std::fmt::Debug for SemView {
@@ -130,6 +107,7 @@ impl SemView {
             state: Mutex::new(State::default()),
             progress: watch::Sender::new((0, 0)),
             stop,
+            granter: cfg.granter.clone(),
         });
         view.resync(&cfg).await?;
         tokio::spawn(view.clone().run(cfg, watcher));
@@ -150,14 +128,33 @@ impl SemView {
         self.lock().queue.cap.map(|c| c.capacity)
     }
 
-    /// The entry made by request `id`, if the view has it: `(token, weight)`.
-    pub(super) fn find(&self, id: &str) -> Option<(u64, u32)> {
+    /// The entry made by request `id`, if the view has it: `(token, node name)`.
+    pub(super) fn find(&self, id: &str) -> Option<(u64, String)> {
         self.lock()
             .queue
             .entries
             .iter()
-            .find(|(_, (_, i))| i == id)
-            .map(|(&token, &(permits, _))| (token, permits))
+            .find(|(_, e)| e.id == id)
+            .map(|(&token, e)| (token, e.node.clone()))
+    }
+
+    /// What the view knows of the semaphore's fair record.
+    pub(super) fn fair(&self) -> Fair {
+        self.lock().queue.fair.clone()
+    }
+
+    /// The grant to write when the fair rule, on the view, picks entry `token` now.
+    pub(super) fn plan_with(&self, token: u64) -> Option<GrantPlan> {
+        self.lock()
+            .queue
+            .plan(None)
+            .filter(|p| p.grants.contains(&token))
+    }
+
+    /// The grant a release of entry `token` makes on a fair semaphore, from the view (`None`:
+    /// a plain semaphore, or nothing to grant).
+    pub(super) fn release_plan(&self, token: u64) -> Option<GrantPlan> {
+        self.lock().queue.plan(Some(token))
     }
 
     /// Node names of every entry of request `id` the view holds (normally at most one; two
@@ -167,8 +164,8 @@ impl SemView {
             .queue
             .entries
             .iter()
-            .filter(|(_, (_, i))| i == id)
-            .map(|(&token, &(permits, _))| EntryName::node(permits, id, token))
+            .filter(|(_, e)| e.id == id)
+            .map(|(_, e)| e.node.clone())
             .collect()
     }
 
@@ -232,16 +229,24 @@ impl SemView {
             // The sender is dropped at once: the receiver reports an error.
             return oneshot::channel().1;
         }
-        st.waiters.register(&st.queue, token, permits)
+        let rx = st.waiters.register(&st.queue, token, permits);
+        if let Some(plan) = st.queue.plan_for(&st.waiters) {
+            self.granter.kick(plan);
+        }
+        rx
     }
 
     fn publish(&self, st: &mut State) {
         st.waiters.resolve(&st.queue);
         let seen = st.queue.seen;
         self.progress.send_modify(|p| p.0 = seen);
+        if let Some(plan) = st.queue.plan_for(&st.waiters) {
+            self.granter.kick(plan);
+        }
     }
 
     fn die(&self) {
+        self.granter.close();
         let mut st = self.lock();
         st.dead = true;
         // Dropping the senders tells every waiter the view is gone.
@@ -306,14 +311,16 @@ impl SemView {
                 }
                 EventType::NodeDeleted => {
                     let mut st = self.lock();
-                    st.queue.cap = None;
-                    st.queue.cap_version = -1;
-                    st.queue.entries.clear();
+                    install_capacity(&mut st.queue, None);
                     self.publish(&mut st);
                 }
                 // Created again after a delete: start over.
                 _ => self.resync_until_done(cfg).await,
             }
+            return;
+        }
+        if path == cfg.fair_path {
+            self.apply_fair(cfg, kind).await;
             return;
         }
         let Some(node) = path
@@ -333,9 +340,7 @@ impl SemView {
                     let token = entry.token();
                     let fresh = token >= st.queue.seen;
                     if fresh {
-                        st.queue
-                            .entries
-                            .insert(token, (entry.permits, entry.id.clone()));
+                        st.queue.insert(node, entry);
                         st.queue.seen = token + 1;
                     }
                     self.publish(&mut st);
@@ -355,6 +360,42 @@ impl SemView {
             }
             _ => {}
         }
+    }
+
+    /// Reads the fair record: `None` if there is none.
+    async fn fetch_fair(&self, cfg: &ViewConfig) -> Result<Option<Fair>, zk::Error> {
+        cfg.stats.count(RequestKind::Range);
+        match cfg.client.get_data(&cfg.fair_path).await {
+            Ok((data, stat)) => Ok(Some(
+                FairState::parse(&data, stat.version).map_or(Fair::Broken, Fair::Kept),
+            )),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies an event of the fair record: reads it (it may be ahead of the queue applied so
+    /// far: see the module doc) and installs it unless an older version; a deleted one leaves
+    /// the semaphore broken.
+    async fn apply_fair(&self, cfg: &ViewConfig, kind: EventType) {
+        let read = match kind {
+            EventType::NodeDeleted => None,
+            _ => match self.fetch_fair(cfg).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::debug!(semaphore = %cfg.name, error = %e, "fair record read failed; reading a snapshot");
+                    self.resync_until_done(cfg).await;
+                    return;
+                }
+            },
+        };
+        let mut st = self.lock();
+        let older = matches!((&st.queue.fair, &read),
+            (Fair::Kept(held), Some(Fair::Kept(new))) if new.version < held.version);
+        if !older {
+            st.queue.fair = after_read(&st.queue.fair, read);
+        }
+        self.publish(&mut st);
     }
 
     /// Reads the capacity node: `None` if the semaphore does not exist.
@@ -383,9 +424,10 @@ impl SemView {
         Ok(())
     }
 
-    /// Reads a snapshot (queue, then capacity: never a capacity older than the queue) and
-    /// installs both at once.
+    /// Reads a snapshot (fair record, then queue, then capacity: never a record newer nor a
+    /// capacity older than the queue) and installs them at once.
     async fn resync(&self, cfg: &ViewConfig) -> Result<(), zk::Error> {
+        let fair = self.fetch_fair(cfg).await?;
         cfg.stats.count(RequestKind::Range);
         let children = match cfg.client.list_children(&cfg.path).await {
             Ok(children) => children,
@@ -405,9 +447,10 @@ impl SemView {
                         appeared.push(node.clone());
                     }
                     q.seen = q.seen.max(token + 1);
-                    q.entries.insert(token, (e.permits, e.id));
+                    q.insert(node, e);
                 }
             }
+            q.fair = after_read(&q.fair, fair);
             install_capacity(q, cap);
             st.stale = false;
             self.publish(&mut st);
@@ -472,35 +515,13 @@ impl SemView {
     }
 }
 
-/// If `read` is the very next version after the capacity held and shrinks it, remembers the
-/// floor that grandfathers exactly the holders of now (see [`SemView::shrink_floor`]).
-fn note_shrink(q: &mut Queue, read: Option<(Option<CapValue>, i32)>) {
-    let (Some(old), Some((Some(new), version))) = (q.cap, read) else {
-        return;
-    };
-    if version == q.cap_version + 1 && new.capacity < old.capacity {
-        let entries: Vec<queue::Entry> = q.entries().collect();
-        let floor = queue::floor_after_resize(&entries, old.capacity, new.capacity, old.floor);
-        q.shrink_floor = Some((version, floor));
-    }
-}
-
-/// Installs a capacity read (`None`: the semaphore is gone) unless a newer one is held.
-fn install_capacity(q: &mut Queue, read: Option<(Option<CapValue>, i32)>) {
-    match read {
-        Some((value, version)) if version >= q.cap_version => {
-            // Unreadable capacity: keep the last good one rather than guess.
-            if value.is_some() {
-                q.cap = value;
-            }
-            q.cap_version = version;
-        }
-        Some(_) => {}
-        None => {
-            q.cap = None;
-            q.cap_version = -1;
-            q.entries.clear();
-        }
+/// The view's fair record after a read of it (`None`: no such node): a semaphore that had a
+/// record and now has none is broken, never taken for a plain one.
+fn after_read(held: &Fair, read: Option<Fair>) -> Fair {
+    match (held, read) {
+        (_, Some(read)) => read,
+        (Fair::Kept(_) | Fair::Broken, None) => Fair::Broken,
+        (Fair::Plain, None) => Fair::Plain,
     }
 }
 
