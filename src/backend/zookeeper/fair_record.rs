@@ -12,7 +12,7 @@
 //! than the listing (a mark of an entry the listing has not seen yet) decides nothing: dropping
 //! that mark would revoke a fresh holder, and not counting it would over-grant.
 
-use crate::fair::{Classes, FairTag, NamedEntry};
+use crate::fair::{Classes, FairTag, NamedEntry, VTimes};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -24,6 +24,9 @@ pub(super) struct FairRecord {
     /// Tokens (sequence + 1) of the entries granted.
     #[serde(default)]
     pub granted: Vec<u64>,
+    /// The flows' virtual times at the last grant (see `crate::fair::FairEntry::vtime`).
+    #[serde(default, skip_serializing_if = "VTimes::is_empty")]
+    pub vtimes: VTimes,
 }
 
 impl FairRecord {
@@ -31,6 +34,7 @@ impl FairRecord {
         FairRecord {
             classes: classes.to_string(),
             granted: Vec::new(),
+            vtimes: VTimes::new(),
         }
     }
 
@@ -44,6 +48,7 @@ impl FairRecord {
 pub(super) struct FairState {
     pub classes: Classes,
     pub marks: HashSet<u64>,
+    pub vtimes: VTimes,
     pub version: i32,
 }
 
@@ -54,12 +59,19 @@ impl FairState {
         Some(FairState {
             classes: rec.classes.parse().ok()?,
             marks: rec.granted.into_iter().collect(),
+            vtimes: rec.vtimes,
             version,
         })
     }
 
-    /// The record after granting `grants`, keeping only the marks of entries in `queued`.
-    pub(super) fn with_grants(&self, queued: &HashSet<u64>, grants: &[u64]) -> FairRecord {
+    /// The record after granting `grants` (with the flows' virtual times `vtimes`), keeping
+    /// only the marks of entries in `queued`.
+    pub(super) fn with_grants(
+        &self,
+        queued: &HashSet<u64>,
+        grants: &[u64],
+        vtimes: VTimes,
+    ) -> FairRecord {
         let mut granted: Vec<u64> = self
             .marks
             .iter()
@@ -72,6 +84,7 @@ impl FairState {
         FairRecord {
             classes: self.classes.to_string(),
             granted,
+            vtimes,
         }
     }
 
@@ -91,7 +104,8 @@ impl FairState {
             .iter()
             .map(|&(t, p, tag)| NamedEntry::tagged(t, p, tag, self.marks.contains(&t)))
             .collect();
-        let grants = crate::fair::next_grants_named(&named, capacity, &self.classes);
+        let (grants, vtimes) =
+            crate::fair::next_grants_recorded(&named, capacity, &self.classes, &self.vtimes);
         if grants.is_empty() {
             return None;
         }
@@ -99,7 +113,7 @@ impl FairState {
         Some(GrantPlan {
             version: self.version,
             cap_version,
-            record: self.with_grants(&queued, &grants),
+            record: self.with_grants(&queued, &grants, vtimes),
             grants,
         })
     }
@@ -150,6 +164,7 @@ mod tests {
         FairState {
             classes: Classes::single(),
             marks: marks.iter().copied().collect(),
+            vtimes: VTimes::new(),
             version: 7,
         }
     }
