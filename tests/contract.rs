@@ -203,7 +203,8 @@ clusterlimit::contract_suite!(memory, MemoryHarness);
 clusterlimit::contract_suite!(etcd, EtcdHarness);
 clusterlimit::contract_suite!(zookeeper, ZkHarness);
 
-// Fair semaphores: kept by memory:// and etcd so far, refused clearly by the others.
+// Fair semaphores: kept by memory:// and etcd here (Redis: tests/redis_store.rs), refused
+// clearly by ZooKeeper.
 clusterlimit::fair_contract_suite!(memory_fair, MemoryHarness);
 clusterlimit::fair_contract_suite!(etcd_fair, EtcdHarness);
 clusterlimit::fair_contract_suite!(zookeeper_fair, ZkHarness, refused);

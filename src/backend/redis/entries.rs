@@ -1,10 +1,13 @@
-//! Queue entries on Redis: enqueue (one script call that also tells whether the entry holds),
-//! the wait for an entry's fate (a watch of the semaphore, `watch.rs`), and removal.
+//! Queue entries on Redis: enqueue (one script call that also tells whether the entry holds;
+//! on a fair semaphore, one more that grants it when the rule gives it now), the wait for an
+//! entry's fate (a watch of the semaphore, `watch.rs`), and removal.
 
+use super::fair_grants;
+use super::fair_record::tag_suffix;
 use super::permits::Permits;
 use super::sem_reply::Enqueue;
 use super::session::RedisSession;
-use crate::backend::{waiters, Enqueued, EntryRequest};
+use crate::backend::{fair_checks, waiters, Enqueued, EntryRequest};
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use crate::status::unix_ms_now;
@@ -32,7 +35,7 @@ impl Permits {
     }
 
     async fn enqueue_in(&self, req: &EntryRequest, session: &RedisSession) -> Result<(u64, bool)> {
-        let args = [
+        let mut args = vec![
             req.id.clone(),
             req.permits.to_string(),
             session.id.clone(),
@@ -40,6 +43,8 @@ impl Permits {
             unix_ms_now().to_string(),
             req.owner.clone(),
         ];
+        // A plain acquire sends what it always sent.
+        args.extend(req.fair.as_ref().map(tag_suffix));
         let keys = self.keys(&req.name);
         let items: Vec<String> = self
             .call(RequestKind::Txn, &self.scripts.enqueue, &keys, &args)
@@ -48,6 +53,19 @@ impl Permits {
             Enqueue::NoSemaphore => Err(Error::NotFound(req.name.clone())),
             Enqueue::Heavy(capacity) => Err(waiters::over_capacity(req, capacity)),
             Enqueue::Queued { token, holds } => Ok((token, holds)),
+            Enqueue::Plain => Err(fair_checks::not_fair(&req.name)),
+            Enqueue::Fair { token, state } => {
+                if let Some(fair) = &state.fair {
+                    // A class the semaphore lacks is refused (the caller removes the entry).
+                    fair_checks::check_tag(&req.name, &fair.classes, req.fair.as_ref())?;
+                    if fair.marks.contains(&token) {
+                        // A retried enqueue, granted meanwhile.
+                        return Ok((token, true));
+                    }
+                }
+                let marks = fair_grants::grant(self, &req.name, Some(*state)).await?;
+                Ok((token, marks.is_some_and(|m| m.contains(&token))))
+            }
         }
     }
 

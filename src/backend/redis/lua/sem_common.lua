@@ -2,7 +2,10 @@
 -- KEYS[1]: the semaphore's record (hash: capacity, floor, last token, ver);
 -- KEYS[2]: its queue (sorted set: entry id -> token);
 -- KEYS[3]: its entries (hash: entry id -> "PERMITS SESSION SINCE_MS OWNER");
--- KEYS[4]: the sessions with entries in it (hash: session id -> deadline, server ms).
+-- KEYS[4]: the sessions with entries in it (hash: session id -> deadline, server ms);
+-- KEYS[5]: a fair semaphore's fair record (hash: classes, granted, ver; see fair_record.rs),
+--          absent on a plain one. An entry of a fair semaphore may carry its tag after the
+--          owner: "\nWEIGHT\nCLASS\nFLOW" (names have no control characters).
 -- ARGV[1]: the channel told of every change that can decide a waiter.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -68,4 +71,18 @@ local function queue_upto(upto)
     out[#out + 1] = values[i] or '0 ? 0 ?'
   end
   return out
+end
+
+-- A fair semaphore's record as one reply item: '' on a plain semaphore, else
+-- "VER\nCLASSES\nTOKEN TOKEN ..." (the tokens marked granted); '!' when the semaphore was
+-- created fair (its record says so) but the fair record is gone: never read as plain.
+local function fair_item()
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    if redis.call('HGET', KEYS[1], 'fair') then
+      return '!'
+    end
+    return ''
+  end
+  local f = redis.call('HMGET', KEYS[5], 'ver', 'classes', 'granted')
+  return (f[1] or '?') .. '\n' .. (f[2] or '?') .. '\n' .. (f[3] or '')
 end

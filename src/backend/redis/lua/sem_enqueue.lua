@@ -1,12 +1,19 @@
 -- Appends entry ARGV[2] (ARGV[3] permits, session ARGV[4] kept until now + ARGV[5] ms, since
--- ARGV[6] ms, owner ARGV[7]), or finds it again (a retried request). Its token is the server's
--- time in µs, above every earlier token: strictly increasing, also across a failover that lost
--- the last tokens (unless the new primary's clock is behind).
--- Returns {'nosem'}, {'heavy', CAPACITY} (nothing queued), or
--- {'ok', TOKEN, CAPACITY, FLOOR, then TOKEN, VALUE pairs of the queue up to the entry}.
+-- ARGV[6] ms, owner ARGV[7], and on a fair semaphore the tag ARGV[8] when given), or finds it
+-- again (a retried request). Its token is the server's time in µs, above every earlier token:
+-- strictly increasing, also across a failover that lost the last tokens (unless the new
+-- primary's clock is behind).
+-- Returns {'nosem'}, {'heavy', CAPACITY} (nothing queued), {'plain'} (a tag on a plain
+-- semaphore: nothing queued), {'ok', TOKEN, CAPACITY, FLOOR, then TOKEN, VALUE pairs of the
+-- queue up to the entry}, or on a fair semaphore {'fair', TOKEN, CAPACITY, FLOOR, FAIR (see
+-- fair_item), then TOKEN, VALUE pairs of the whole queue}.
 local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last')
 if not cap[1] then
   return {'nosem'}
+end
+local fair = fair_item()
+if ARGV[8] and fair == '' then
+  return {'plain'}
 end
 local capacity = tonumber(cap[1])
 prune()
@@ -25,11 +32,15 @@ else
   token = math.max(tonumber(cap[3]) + 1, now_us)
   redis.call('HSET', KEYS[1], 'last', int(token))
   redis.call('ZADD', KEYS[2], int(token), ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7])
+  local value = ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7]
+  redis.call('HSET', KEYS[3], ARGV[2], value .. (ARGV[8] or ''))
 end
 redis.call('HSET', KEYS[4], ARGV[4], int(now_ms + tonumber(ARGV[5])))
-local out = {'ok', int(token), cap[1], cap[2]}
-for _, v in ipairs(queue_upto(token)) do
+local out, upto = {'ok', int(token), cap[1], cap[2]}, token
+if fair ~= '' then
+  out, upto = {'fair', int(token), cap[1], cap[2], fair}, nil
+end
+for _, v in ipairs(queue_upto(upto)) do
   out[#out + 1] = v
 end
 return out
