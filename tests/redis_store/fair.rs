@@ -120,3 +120,54 @@ fn fair_grants_go_on_after_a_flushed_script_cache() {
         l.close().await.unwrap();
     });
 }
+
+/// What a fair semaphore costs in store requests: an uncontended acquire is its enqueue and
+/// its grant (the grant decides from the enqueue's reply: no read), a release one removal; a
+/// handoff costs the waiting Limiter its watch's read, the grant (from that read) and the read
+/// that sees the grant.
+#[test]
+fn fair_costs_in_store_requests() {
+    let server = single();
+    let url = server.url(&unique_prefix());
+    run(async move {
+        let (l, other) = (
+            Limiter::connect(&url).await.unwrap(),
+            Limiter::connect(&url).await.unwrap(),
+        );
+        let sem = l.fair_semaphore("db", 1, Classes::single()).await.unwrap();
+        let theirs = other.open_semaphore("db").await.unwrap();
+        let before = l.stats();
+        let held = sem
+            .acquire_with(AcquireOptions::new().flow("a"))
+            .await
+            .unwrap();
+        let cost = l.stats().since(&before);
+        assert_eq!((cost.txn, cost.total()), (2, 2), "acquire: {cost:?}");
+        let waiter =
+            tokio::spawn(async move { theirs.acquire_with(AcquireOptions::new().flow("b")).await });
+        within("queued", PROMPT, async {
+            while sem.status().await.unwrap().waiting == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        // Let the waiter's watch settle on its first read.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (before, theirs_before) = (l.stats(), other.stats());
+        held.release().await.unwrap();
+        let granted = within("handed over", PROMPT, waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        let cost = l.stats().since(&before);
+        assert_eq!((cost.delete, cost.total()), (1, 1), "release: {cost:?}");
+        let cost = other.stats().since(&theirs_before);
+        assert_eq!(cost.txn, 1, "one grant: {cost:?}");
+        // Two reads (before the grant, and the one that sees it); one more only when the
+        // waiter's first read came after the snapshot on a slow machine.
+        assert!((2..=3).contains(&cost.range), "handoff reads: {cost:?}");
+        granted.release().await.unwrap();
+        l.close().await.unwrap();
+        other.close().await.unwrap();
+    });
+}

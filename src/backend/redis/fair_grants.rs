@@ -9,12 +9,13 @@
 use super::fair_record::LOST;
 use super::permits::Permits;
 use super::sem_reply::SemState;
+use crate::backend::lock;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// What a grant script call came to (`lua/sem_grant.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,12 +105,16 @@ pub(super) async fn grant(
 }
 
 /// The background grant of one fair semaphore's watch: kicked when a read shows the rule
-/// granting one of our waiters; one pass at a time, and one more if kicked meanwhile.
+/// granting one of our waiters; one pass at a time, and one more if kicked meanwhile. A pass
+/// decides from the read that kicked it (no read of its own; a stale one only costs a
+/// conflict, then a fresh read).
 pub(super) struct Granter {
     permits: Weak<Permits>,
     name: String,
     running: AtomicBool,
     again: AtomicBool,
+    /// The newest read that kicked a pass not yet run.
+    read: Mutex<Option<SemState>>,
 }
 
 impl Granter {
@@ -119,11 +124,13 @@ impl Granter {
             name: name.to_string(),
             running: AtomicBool::new(false),
             again: AtomicBool::new(false),
+            read: Mutex::new(None),
         })
     }
 
-    /// Starts a grant pass, or asks the running one for one more.
-    pub(super) fn kick(self: &Arc<Self>) {
+    /// Starts a grant pass from `read`, or asks the running one for one more.
+    pub(super) fn kick(self: &Arc<Self>, read: SemState) {
+        *lock(&self.read) = Some(read);
         self.again.store(true, Ordering::SeqCst);
         if self.running.swap(true, Ordering::SeqCst) {
             return;
@@ -136,7 +143,8 @@ impl Granter {
                     else {
                         break;
                     };
-                    if let Err(e) = grant(&permits, &me.name, None).await {
+                    let read = lock(&me.read).take();
+                    if let Err(e) = grant(&permits, &me.name, read).await {
                         tracing::warn!(semaphore = %me.name, "granting on a fair semaphore failed: {e}; its waiters are granted at the next change of it");
                     }
                 }

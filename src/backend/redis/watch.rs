@@ -126,8 +126,8 @@ impl SemWatch {
         permits: u32,
     ) -> Option<oneshot::Receiver<WaitOutcome>> {
         let (told, grantable) = self.register_locked(token, permits)?;
-        if grantable {
-            self.granter.kick();
+        if let Some(read) = grantable {
+            self.granter.kick(read);
         }
         Some(told)
     }
@@ -136,7 +136,7 @@ impl SemWatch {
         &self,
         token: u64,
         permits: u32,
-    ) -> Option<(oneshot::Receiver<WaitOutcome>, bool)> {
+    ) -> Option<(oneshot::Receiver<WaitOutcome>, Option<SemState>)> {
         let mut state = lock(&self.state);
         let State {
             seen,
@@ -153,11 +153,11 @@ impl SemWatch {
                 let told = waiters.register(s, token, permits);
                 (told, grants_one_of(s, waiters))
             }
-            Some(Seen::Absent) => (waiters.register(&ABSENT, token, permits), false),
+            Some(Seen::Absent) => (waiters.register(&ABSENT, token, permits), None),
             _ => {
                 // Newer than the last read: read again.
                 self.wake.notify_one();
-                (waiters.register(&UNSEEN, token, permits), false)
+                (waiters.register(&UNSEEN, token, permits), None)
             }
         })
     }
@@ -182,8 +182,8 @@ impl SemWatch {
                     Ok(read) => {
                         outage.ok("reading a semaphore");
                         let (next, grantable) = self.apply(read);
-                        if grantable {
-                            self.granter.kick();
+                        if let Some(read) = grantable {
+                            self.granter.kick(read);
                         }
                         next
                     }
@@ -218,9 +218,9 @@ impl SemWatch {
         Some(state.upto)
     }
 
-    /// Decides waiters from a read; returns when to read again at the latest, and whether the
-    /// fair rule grants one of our waiters now.
-    fn apply(&self, read: Option<SemState>) -> (Duration, bool) {
+    /// Decides waiters from a read; returns when to read again at the latest, and the read
+    /// when the fair rule grants one of our waiters from it.
+    fn apply(&self, read: Option<SemState>) -> (Duration, Option<SemState>) {
         let mut state = lock(&self.state);
         let State {
             seen,
@@ -239,7 +239,7 @@ impl SemWatch {
             None => {
                 waiters.resolve(&ABSENT);
                 *seen = Some(Seen::Absent);
-                (LINGER, false)
+                (LINGER, None)
             }
         };
         if waiters.is_empty() {
@@ -271,14 +271,18 @@ impl SemWatch {
     }
 }
 
-/// Whether the fair rule, applied to `state`, grants one of `waiters` now (always false on a
-/// plain semaphore).
-fn grants_one_of(state: &SemState, waiters: &Waiters) -> bool {
+/// `state` when the fair rule, applied to it, grants one of `waiters` now (never on a plain
+/// semaphore): the read a grant decides from.
+fn grants_one_of(state: &SemState, waiters: &Waiters) -> Option<SemState> {
     if state.fair.is_none() || waiters.is_empty() {
-        return false;
+        return None;
     }
     let ours = waiters.tokens();
-    state.next_grants().iter().any(|t| ours.contains(t))
+    let grants = state.next_grants();
+    grants
+        .iter()
+        .any(|t| ours.contains(t))
+        .then(|| state.clone())
 }
 
 /// A view with no queue: before a read has seen a waiter's entry (`seen: false`: nothing is
