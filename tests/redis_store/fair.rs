@@ -121,10 +121,11 @@ fn fair_grants_go_on_after_a_flushed_script_cache() {
     });
 }
 
-/// What a fair semaphore costs in store requests: an uncontended acquire is its enqueue and
-/// its grant (the grant decides from the enqueue's reply: no read), a release one removal; a
-/// handoff costs the waiting Limiter its watch's read, the grant (from that read) and the read
-/// that sees the grant.
+/// What a fair semaphore costs in store requests: an uncontended acquire is its enqueue alone
+/// (the one waiter marks itself in the enqueue script), as on a plain semaphore; a release one
+/// removal; a handoff costs the waiting Limiter its watch's read, the grant (decided from that
+/// read) and the read that sees the grant. A class the semaphore lacks is refused by the
+/// enqueue script itself.
 #[test]
 fn fair_costs_in_store_requests() {
     let server = single();
@@ -142,7 +143,15 @@ fn fair_costs_in_store_requests() {
             .await
             .unwrap();
         let cost = l.stats().since(&before);
-        assert_eq!((cost.txn, cost.total()), (2, 2), "acquire: {cost:?}");
+        assert_eq!((cost.txn, cost.total()), (1, 1), "acquire: {cost:?}");
+        let before = l.stats();
+        let bad = sem.acquire_with(AcquireOptions::new().flow("a").class("nope").no_wait());
+        let text = bad.await.unwrap_err().to_string();
+        assert!(text.contains("class \"nope\" is not one of"), "{text}");
+        let cost = l.stats().since(&before);
+        // The enqueue refuses it (no grant is tried); the Limiter's removal after any failed
+        // acquire is the one other request.
+        assert_eq!((cost.txn, cost.total()), (1, 2), "{cost:?}");
         let waiter =
             tokio::spawn(async move { theirs.acquire_with(AcquireOptions::new().flow("b")).await });
         within("queued", PROMPT, async {

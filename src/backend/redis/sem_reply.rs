@@ -172,6 +172,8 @@ pub(super) enum Enqueue {
     },
     /// A flow on a plain semaphore: nothing is queued.
     Plain,
+    /// A class the fair semaphore lacks (its classes as stored): nothing is queued.
+    NoClass(String),
     /// Queued with `token` on a fair semaphore, which the enqueue saw as `state` (the whole
     /// queue and the fair record; not the record's version).
     Fair {
@@ -185,6 +187,7 @@ impl Enqueue {
         match items {
             [tag] if tag == "nosem" => Ok(Enqueue::NoSemaphore),
             [tag] if tag == "plain" => Ok(Enqueue::Plain),
+            [tag, classes] if tag == "noclass" => Ok(Enqueue::NoClass(classes.clone())),
             [tag, capacity] if tag == "heavy" => Ok(Enqueue::Heavy(number(capacity, "capacity")?)),
             [tag, token, capacity, floor, fair, rest @ ..] if tag == "fair" => {
                 let token = number(token, "token")?;
@@ -379,6 +382,10 @@ mod tests {
         };
         assert_eq!((token, state.next_grants()), (30, vec![30]));
         assert_eq!(Enqueue::parse(&s(&["plain"])), Ok(Enqueue::Plain));
+        assert_eq!(
+            Enqueue::parse(&s(&["noclass", "a=0"])),
+            Ok(Enqueue::NoClass("a=0".into()))
+        );
         assert!(Enqueue::parse(&s(&["fair", "40", "2", "0", ""])).is_err());
     }
 }

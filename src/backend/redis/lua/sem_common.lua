@@ -86,3 +86,35 @@ local function fair_item()
   local f = redis.call('HMGET', KEYS[5], 'ver', 'classes', 'granted')
   return (f[1] or '?') .. '\n' .. (f[2] or '?') .. '\n' .. (f[3] or '')
 end
+
+-- The uncontended acquire of a fair semaphore marks itself: when every other entry of `queue`
+-- (token, value pairs) is marked, the rule's next grant is entry `token` (the one waiter),
+-- granted if its `permits` fit beside the marked ones. Written in this script, so no grant
+-- decided from the record's old version can be written after it. Anything else is decided
+-- in Rust (fair_grants.rs). Marks of entries gone are dropped on the way.
+local function mark_if_alone(queue, token, permits, capacity)
+  local f = redis.call('HMGET', KEYS[5], 'ver', 'granted')
+  if not tonumber(f[1]) then
+    return false
+  end
+  local marked = {}
+  for t in string.gmatch(f[2] or '', '%d+') do
+    marked[t] = true
+  end
+  local used, keep = 0, {}
+  for i = 1, #queue, 2 do
+    local t = queue[i]
+    if marked[t] then
+      used = used + (tonumber(string.match(queue[i + 1], '^(%d+) ')) or math.huge)
+      keep[#keep + 1] = t
+    elseif t ~= token then
+      return false
+    end
+  end
+  if used + permits > capacity then
+    return false
+  end
+  keep[#keep + 1] = token
+  redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', table.concat(keep, ' '))
+  return true
+end

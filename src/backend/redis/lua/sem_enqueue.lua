@@ -4,9 +4,10 @@
 -- strictly increasing, also across a failover that lost the last tokens (unless the new
 -- primary's clock is behind).
 -- Returns {'nosem'}, {'heavy', CAPACITY} (nothing queued), {'plain'} (a tag on a plain
--- semaphore: nothing queued), {'ok', TOKEN, CAPACITY, FLOOR, then TOKEN, VALUE pairs of the
--- queue up to the entry}, or on a fair semaphore {'fair', TOKEN, CAPACITY, FLOOR, FAIR (see
--- fair_item), then TOKEN, VALUE pairs of the whole queue}.
+-- semaphore: nothing queued), {'noclass', CLASSES} (a class the fair semaphore lacks: nothing
+-- queued), {'ok', TOKEN, CAPACITY, FLOOR, then TOKEN, VALUE pairs of the queue up to the
+-- entry}, or on a fair semaphore {'fair', TOKEN, CAPACITY, FLOOR, FAIR (see fair_item), then
+-- TOKEN, VALUE pairs of the whole queue}.
 local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last')
 if not cap[1] then
   return {'nosem'}
@@ -16,8 +17,20 @@ if ARGV[8] and fair == '' then
   return {'plain'}
 end
 local capacity = tonumber(cap[1])
+if ARGV[8] and fair ~= '!' then
+  local class = string.match(ARGV[8], '^\n%d+\n([^\n]*)\n')
+  local classes = redis.call('HGET', KEYS[5], 'classes') or ''
+  local known = class == ''
+  for name in string.gmatch(classes, '([^,=]+)=[^,]*') do
+    known = known or name == class
+  end
+  if not known then
+    return {'noclass', classes}
+  end
+end
 prune()
 local token = redis.call('ZSCORE', KEYS[2], ARGV[2])
+local fresh = not token
 if token then
   token = tonumber(token)
   if tonumber(ARGV[3]) > capacity then
@@ -36,11 +49,19 @@ else
   redis.call('HSET', KEYS[3], ARGV[2], value .. (ARGV[8] or ''))
 end
 redis.call('HSET', KEYS[4], ARGV[4], int(now_ms + tonumber(ARGV[5])))
-local out, upto = {'ok', int(token), cap[1], cap[2]}, token
-if fair ~= '' then
-  out, upto = {'fair', int(token), cap[1], cap[2], fair}, nil
+if fair == '' then
+  local out = {'ok', int(token), cap[1], cap[2]}
+  for _, v in ipairs(queue_upto(token)) do
+    out[#out + 1] = v
+  end
+  return out
 end
-for _, v in ipairs(queue_upto(upto)) do
+local queue = queue_upto(nil)
+if fresh and fair ~= '!' then
+  mark_if_alone(queue, int(token), tonumber(ARGV[3]), capacity)
+end
+local out = {'fair', int(token), cap[1], cap[2], fair_item()}
+for _, v in ipairs(queue) do
   out[#out + 1] = v
 end
 return out
