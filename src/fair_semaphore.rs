@@ -18,8 +18,8 @@ impl Limiter {
     /// `"default"` of the first class. `Classes::single()` (one class): flows only.
     ///
     /// Errors: `InvalidArgument` for a bad name or capacity, classes whose guaranteed permits do
-    /// not fit in the capacity, a store that keeps no fair semaphores yet (today memory://,
-    /// etcd and ZooKeeper do; Redis refuses), a plain semaphore of that name, or one with other
+    /// not fit in the capacity, a store that keeps no fair semaphores (every store of the crate
+    /// keeps them; a backend written outside it may not), a plain semaphore of that name, or one with other
     /// classes (the message names both tables); `CapacityMismatch` as for
     /// [`semaphore`](Limiter::semaphore). [`open_semaphore`](Limiter::open_semaphore) opens a
     /// fair semaphore too, and [`set_capacity`](Limiter::set_capacity) resizes it (refusing a

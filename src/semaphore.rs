@@ -178,7 +178,7 @@ impl Semaphore {
             if !self.limiter.backend.keeps_fair_semaphores() {
                 return Err(Error::invalid(format!(
                     "flows, classes and weights need a fair semaphore, and this store keeps \
-                     none yet (semaphore {:?}); memory://, etcd and ZooKeeper do",
+                     none yet (semaphore {:?}); memory://, etcd, ZooKeeper and Redis do",
                     self.name
                 )));
             }

@@ -1,7 +1,6 @@
 //! `clusterlimit run --flow/--class/--weight` and `--classes` (a fair semaphore) as a real
 //! process: on memory:// and on etcd (a second process's `status` sees the classes and the
-//! holder's flow), bad values exiting 64 with the reason, and ZooKeeper (which keeps no fair
-//! semaphores yet) refusing clearly.
+//! holder's flow), bad values exiting 64 with the reason.
 
 use crate::binary;
 use crate::support;
@@ -97,39 +96,6 @@ async fn bad_values_exit_64_with_the_reason() {
             "{args:?}: {}",
             out.stderr
         );
-    }
-}
-
-/// Redis keeps no fair semaphores yet: `--classes` and a tagged run on a plain semaphore
-/// exit 64 saying so, without running the command.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_refuses_fair_runs_clearly() {
-    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
-        .await
-        .unwrap();
-    let url = redis.url("fair");
-    let base = [
-        "--store",
-        url.as_str(),
-        "--semaphore",
-        "db",
-        "--capacity",
-        "2",
-    ];
-    for (args, said) in [
-        (
-            &["--classes", "a=1,b"][..],
-            "this store keeps no fair semaphores yet (semaphore \"db\"); memory://, etcd and ZooKeeper do",
-        ),
-        (
-            &["--flow", "tenant-a"],
-            "flows, classes and weights need a fair semaphore, and this store keeps none yet",
-        ),
-    ] {
-        let out = run(&[&base[..], args].concat()).await;
-        assert_eq!(out.code, Some(64), "{args:?}: {}", out.stderr);
-        assert!(out.stderr.contains(said), "{args:?}: {}", out.stderr);
-        assert!(!out.stdout.contains("ran"), "{args:?}: the command ran");
     }
 }
 

@@ -203,7 +203,7 @@ clusterlimit::contract_suite!(memory, MemoryHarness);
 clusterlimit::contract_suite!(etcd, EtcdHarness);
 clusterlimit::contract_suite!(zookeeper, ZkHarness);
 
-// Fair semaphores: kept by memory://, etcd and ZooKeeper so far, refused clearly by the others.
+// Fair semaphores: memory://, etcd and ZooKeeper here (Redis: tests/redis_store.rs).
 clusterlimit::fair_contract_suite!(memory_fair, MemoryHarness);
 clusterlimit::fair_contract_suite!(etcd_fair, EtcdHarness);
 clusterlimit::fair_contract_suite!(zookeeper_fair, ZkHarness);

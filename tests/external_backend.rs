@@ -194,6 +194,8 @@ impl Harness for ExternalHarness {
 }
 
 clusterlimit::contract_suite!(counted_memory, ExternalHarness);
+// A backend that keeps no fair semaphores (the trait's defaults) refuses them clearly.
+clusterlimit::fair_contract_suite!(counted_memory_fair, ExternalHarness, refused);
 
 /// The suite's Limiters call the outside backend: four cases, each on a fresh harness,
 /// reach every method the Limiter uses on a healthy store.

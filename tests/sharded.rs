@@ -169,6 +169,7 @@ impl Harness for ShardedZk {
 clusterlimit::rate_contract_suite!(zk_rate, ShardedZk);
 clusterlimit::rate_contract_suite!(memory_rate, ShardedMemory);
 clusterlimit::contract_suite!(memory, ShardedMemory);
+clusterlimit::fair_contract_suite!(memory_fair, ShardedMemory);
 clusterlimit::rate_contract_suite!(etcd_rate, ShardedEtcd);
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 //! Fair semaphores through `clusterlimit serve`: one declared in the config with `classes`,
 //! acquires naming `flow`, `class` and `weight`, the status with its classes and the holders'
-//! flows, bad values as 400s naming the field (memory://); on ZooKeeper, which keeps none yet,
-//! the config and a tagged acquire are refused clearly.
+//! flows, bad values as 400s naming the field (memory://).
 
 use crate::binary;
 use crate::support;
@@ -230,46 +229,4 @@ async fn check_config_shows_the_classes_and_refuses_a_table_that_does_not_fit() 
         assert_eq!(out.code, Some(64), "{classes}: {}", out.stderr);
         assert!(out.stderr.contains(why), "{classes}: {}", out.stderr);
     }
-}
-
-/// Redis keeps no fair semaphores yet: a config declaring one stops the sidecar at start
-/// with exit 64 saying so, and a tagged acquire is a 400 naming the field.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_refuses_fair_semaphores_clearly() {
-    let redis = tokio::task::spawn_blocking(support::redis::RedisServer::start)
-        .await
-        .unwrap();
-    let url = redis.url("fair");
-    let dir = tempfile::tempdir().unwrap();
-    let path = config(&dir, &url, "critical=1,batch");
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        path.to_str().unwrap(),
-    ];
-    let out = binary::output(binary::cmd(&args), LIMIT).await;
-    assert_eq!(out.code, Some(64), "{}", out.stderr);
-    assert!(
-        out.stderr.contains(
-            "cannot declare semaphore \"db\" of the config: this store keeps no fair semaphores yet"
-        ),
-        "{}",
-        out.stderr
-    );
-
-    let sc = Sidecar::start(&["--store", &url]).await;
-    let (c, base) = (client(), sc.url.as_str());
-    let (s, p) = acquire(&c, base, "jobs", json!({"capacity": 2, "flow": "tenant-a"})).await;
-    assert_eq!(s, StatusCode::BAD_REQUEST, "{p}");
-    assert_eq!(p["field"], "flow", "{p}");
-    let detail = p["detail"].as_str().unwrap();
-    assert!(detail.contains("this store keeps none yet"), "{detail}");
-    let st = status_of(&c, base, "jobs").await;
-    assert_eq!(
-        (&st["used"], &st["waiting"]),
-        (&json!(0), &json!(0)),
-        "{st}"
-    );
 }

@@ -109,7 +109,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         _classes: Option<&crate::fair::Classes>,
     ) -> Result<u32> {
         Err(crate::error::Error::invalid(format!(
-            "this store keeps no fair semaphores yet (semaphore {name:?}); memory://, etcd and ZooKeeper do"
+            "this store keeps no fair semaphores yet (semaphore {name:?}); memory://, etcd, ZooKeeper and Redis do"
         )))
     }
 

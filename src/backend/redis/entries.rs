@@ -1,11 +1,15 @@
-//! Queue entries on Redis: enqueue (one script call that also tells whether the entry holds),
-//! the wait for an entry's fate (a watch of the semaphore, `watch.rs`), and removal.
+//! Queue entries on Redis: enqueue (one script call that also tells whether the entry holds;
+//! on a fair semaphore, one more that grants it when the rule gives it now), the wait for an
+//! entry's fate (a watch of the semaphore, `watch.rs`), and removal.
 
+use super::fair_grants;
+use super::fair_record::tag_suffix;
 use super::permits::Permits;
-use super::sem_reply::Enqueue;
+use super::sem_reply::{Enqueue, SemState};
 use super::session::RedisSession;
-use crate::backend::{waiters, Enqueued, EntryRequest};
+use crate::backend::{fair_checks, waiters, Enqueued, EntryRequest};
 use crate::error::{Error, Result};
+use crate::fair::Classes;
 use crate::stats::RequestKind;
 use crate::status::unix_ms_now;
 use std::sync::Arc;
@@ -32,7 +36,7 @@ impl Permits {
     }
 
     async fn enqueue_in(&self, req: &EntryRequest, session: &RedisSession) -> Result<(u64, bool)> {
-        let args = [
+        let mut args = vec![
             req.id.clone(),
             req.permits.to_string(),
             session.id.clone(),
@@ -40,6 +44,8 @@ impl Permits {
             unix_ms_now().to_string(),
             req.owner.clone(),
         ];
+        // A plain acquire sends what it always sent.
+        args.extend(req.fair.as_ref().map(tag_suffix));
         let keys = self.keys(&req.name);
         let items: Vec<String> = self
             .call(RequestKind::Txn, &self.scripts.enqueue, &keys, &args)
@@ -48,6 +54,43 @@ impl Permits {
             Enqueue::NoSemaphore => Err(Error::NotFound(req.name.clone())),
             Enqueue::Heavy(capacity) => Err(waiters::over_capacity(req, capacity)),
             Enqueue::Queued { token, holds } => Ok((token, holds)),
+            Enqueue::Plain => Err(fair_checks::not_fair(&req.name)),
+            Enqueue::NoClass(text) => Err(self.no_class(req, &text)),
+            Enqueue::Fair { token, state } => self.fair_verdict(req, token, *state).await,
+        }
+    }
+
+    /// Whether entry `token`, just queued on a fair semaphore seen as `state`, holds: marked
+    /// by the enqueue itself (the one waiter, and it fits), or granted now by the rule (written
+    /// here, `fair_grants.rs`), or not yet (its watch waits for the mark).
+    async fn fair_verdict(
+        &self,
+        req: &EntryRequest,
+        token: u64,
+        state: SemState,
+    ) -> Result<(u64, bool)> {
+        if let Some(fair) = &state.fair {
+            // Checked by the script before queuing; again here against what it returned.
+            fair_checks::check_tag(&req.name, &fair.classes, req.fair.as_ref())?;
+            if fair.marks.contains(&token) {
+                return Ok((token, true));
+            }
+        }
+        let marks = fair_grants::grant(self, &req.name, Some(state)).await?;
+        Ok((token, marks.is_some_and(|m| m.contains(&token))))
+    }
+
+    /// The refusal of a class the fair semaphore lacks (`classes`: its classes as stored).
+    fn no_class(&self, req: &EntryRequest, classes: &str) -> Error {
+        let refused = classes
+            .parse::<Classes>()
+            .map(|c| fair_checks::check_tag(&req.name, &c, req.fair.as_ref()));
+        match refused {
+            Ok(Err(e)) => e,
+            _ => self.unreadable(
+                &req.name,
+                format!("a fair record whose classes ({classes:?}) refused a known class"),
+            ),
         }
     }
 

@@ -2,7 +2,9 @@
 //! limits and permits on Redis, at Redis's speed. Rate limits: exact per key (one script
 //! checks and writes each batch atomically, see `rate.rs`), many keys per call, keys expired
 //! by Redis itself. Permits: the same queue as every store (`crate::queue`), one script per
-//! step on the semaphore's keys, sessions kept alive by the Limiter (`permits.rs`).
+//! step on the semaphore's keys, sessions kept alive by the Limiter (`permits.rs`). Fair
+//! semaphores too: a fair record beside the semaphore's keys, grants written by one script
+//! that compares its version (`fair_record.rs`, `fair_grants.rs`).
 //!
 //! Redis replicates asynchronously: a write acknowledged by a primary that fails before its
 //! replicas have it is lost in a failover (a key's count goes back by what that interval
@@ -18,6 +20,8 @@ mod board;
 mod config;
 mod describe;
 mod entries;
+mod fair_grants;
+mod fair_record;
 mod keeper;
 mod keys;
 mod link;
@@ -91,6 +95,19 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     async fn ensure_semaphore(&self, name: &str, capacity: Option<u32>) -> Result<u32> {
         self.permits.open(name, capacity).await
+    }
+
+    fn keeps_fair_semaphores(&self) -> bool {
+        true
+    }
+
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        self.permits.open_fair(name, capacity, classes).await
     }
 
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {

@@ -92,6 +92,14 @@ impl Permits {
 
     /// A reply of semaphore `name` that did not read, as an error naming both.
     pub(super) fn unreadable(&self, name: &str, what: String) -> Error {
+        if what == super::fair_record::LOST {
+            return Error::store(format!(
+                "{}: semaphore {name:?} was created fair but its fair record (the key ending in \
+                 :fair) is gone, so who holds cannot be known; nothing is granted there until \
+                 its keys are deleted and it is created again",
+                self.link.shown()
+            ));
+        }
         Error::store(format!(
             "{}: semaphore {name:?} holds something clusterlimit did not write: {what}",
             self.link.shown()

@@ -1,12 +1,13 @@
-//! Where a semaphore lives in Redis: four keys and a channel, all under the hash tag
-//! `{PREFIX:s:NAME}`, so one script call reaches them on a Redis Cluster too (a script may only
-//! touch keys of one hash slot). The names of all semaphores are a set beside them.
+//! Where a semaphore lives in Redis: five keys (the fifth, the fair record, only on a fair
+//! semaphore) and a channel, all under the hash tag `{PREFIX:s:NAME}`, so one script call
+//! reaches them on a Redis Cluster too (a script may only touch keys of one hash slot). The
+//! names of all semaphores are a set beside them.
 
 /// The keys of one semaphore, in the order the permit scripts take them (`lua/sem_common.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct SemKeys {
-    /// `[record, queue, entries, sessions]`.
-    pub(super) keys: [String; 4],
+    /// `[record, queue, entries, sessions, fair record]`.
+    pub(super) keys: [String; 5],
     /// Told of every change that can decide a waiter.
     pub(super) channel: String,
 }
@@ -20,6 +21,7 @@ impl SemKeys {
                 format!("{tag}:q"),
                 format!("{tag}:e"),
                 format!("{tag}:sessions"),
+                format!("{tag}:fair"),
             ],
             channel: format!("{tag}:changed"),
         }

@@ -21,6 +21,8 @@ pub(super) struct SemScripts {
     pub(super) touch: Script,
     pub(super) end_session: Script,
     pub(super) resize: Script,
+    pub(super) open_fair: Script,
+    pub(super) grant: Script,
 }
 
 impl SemScripts {
@@ -33,6 +35,8 @@ impl SemScripts {
             touch: with_head!("sem_touch.lua"),
             end_session: with_head!("sem_end_session.lua"),
             resize: with_head!("sem_resize.lua"),
+            open_fair: with_head!("sem_open_fair.lua"),
+            grant: with_head!("sem_grant.lua"),
         }
     }
 }

@@ -1,10 +1,13 @@
 //! A semaphore's own record on Redis: created, opened, read, resized, listed.
 
+use super::fair_record::FairState;
 use super::permits::Permits;
 use super::sem_keys;
 use super::sem_reply::{Resize, SemState};
+use crate::backend::fair_checks;
 use crate::backend::retry::Attempts;
 use crate::error::{Error, Result};
+use crate::fair::Classes;
 use crate::queue;
 use crate::stats::RequestKind;
 use crate::status::Status;
@@ -27,24 +30,72 @@ impl Permits {
             return Err(Error::CapacityMismatch { stored, requested });
         }
         if capacity.is_some() {
-            // The name index is another key (another slot on a cluster): written after the
-            // record, again on every open with a capacity, so a failed write heals itself.
-            let names = sem_keys::names(&self.prefix);
-            let deadline = tokio::time::Instant::now() + self.link.request_timeout();
-            self.link
-                .run(RequestKind::Put, deadline, |mut c| {
-                    let (names, name) = (names.clone(), name.to_string());
-                    async move {
-                        redis::cmd("SADD")
-                            .arg(names)
-                            .arg(name)
-                            .query_async::<()>(&mut c)
-                            .await
-                    }
-                })
-                .await?;
+            self.index_name(name).await?;
         }
         Ok(stored)
+    }
+
+    /// Creates the fair semaphore with `capacity` and `classes` if absent (its record, marked
+    /// fair, and its fair record in one script call), or opens it (see
+    /// [`Backend::ensure_fair_semaphore`](crate::backend::Backend::ensure_fair_semaphore)).
+    pub(super) async fn open_fair(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&Classes>,
+    ) -> Result<u32> {
+        let create = capacity.zip(classes);
+        let args = match create {
+            Some((c, classes)) => [c.to_string(), classes.to_string()],
+            None => [String::new(), String::new()],
+        };
+        let kind = match create {
+            Some(_) => RequestKind::Txn,
+            None => RequestKind::Range,
+        };
+        let items: Vec<String> = self
+            .call(kind, &self.scripts.open_fair, &self.keys(name), &args)
+            .await?;
+        let (stored, fair) = match items.as_slice() {
+            [tag] if tag == "nosem" => return Err(Error::NotFound(name.to_string())),
+            [tag, stored, fair] if tag == "ok" => (stored.parse::<u32>().ok(), fair),
+            _ => (None, &String::new()),
+        };
+        let stored = stored.ok_or_else(|| {
+            self.unreadable(name, format!("an open answer of {} items", items.len()))
+        })?;
+        let fair = FairState::parse(fair)
+            .map_err(|e| self.unreadable(name, e))?
+            .ok_or_else(|| fair_checks::not_fair(name))?;
+        if let Some(asked) = classes.filter(|c| **c != fair.classes) {
+            return Err(fair_checks::classes_differ(name, &fair.classes, asked));
+        }
+        if let Some(requested) = capacity.filter(|c| *c != stored) {
+            return Err(Error::CapacityMismatch { stored, requested });
+        }
+        if create.is_some() {
+            self.index_name(name).await?;
+        }
+        Ok(stored)
+    }
+
+    /// The name index is another key (another slot on a cluster): written after the record,
+    /// again on every open with a capacity, so a failed write heals itself.
+    async fn index_name(&self, name: &str) -> Result<()> {
+        let names = sem_keys::names(&self.prefix);
+        let deadline = tokio::time::Instant::now() + self.link.request_timeout();
+        self.link
+            .run(RequestKind::Put, deadline, |mut c| {
+                let (names, name) = (names.clone(), name.to_string());
+                async move {
+                    redis::cmd("SADD")
+                        .arg(names)
+                        .arg(name)
+                        .query_async::<()>(&mut c)
+                        .await
+                }
+            })
+            .await
     }
 
     /// The semaphore as one read sees it, its queue up to token `upto` (all: `None`);
@@ -69,7 +120,9 @@ impl Permits {
         }
     }
 
-    /// Changes the capacity; shrinking keeps current holders (their tokens go under the floor).
+    /// Changes the capacity; shrinking keeps current holders (their tokens go under the floor;
+    /// on a fair semaphore, holders are its marks, which a shrink keeps: no floor, and the
+    /// classes' guaranteed permits must fit the new capacity).
     ///
     /// As on etcd, the write compares the record alone, so acquires and releases never make it
     /// fail (only another capacity write does): the floor written is the one of the read, which
@@ -86,8 +139,14 @@ impl Permits {
             if state.capacity == capacity {
                 return Ok(());
             }
+            if let Some(fair) = &state.fair {
+                fair.classes.check(capacity)?;
+            }
             let queue: Vec<queue::Entry> = crate::backend::QueueView::entries(&state).collect();
-            let floor = queue::floor_after_resize(&queue, state.capacity, capacity, state.floor);
+            let floor = match state.fair {
+                Some(_) => state.floor,
+                None => queue::floor_after_resize(&queue, state.capacity, capacity, state.floor),
+            };
             let args = [state.ver.clone(), capacity.to_string(), floor.to_string()];
             let items: Vec<String> = self
                 .call(RequestKind::Txn, &self.scripts.resize, &keys, &args)
@@ -97,7 +156,7 @@ impl Permits {
                 Resize::Done { ver, queue } => {
                     let exact =
                         queue::floor_after_resize(&queue, state.capacity, capacity, state.floor);
-                    if exact > floor {
+                    if exact > floor && state.fair.is_none() {
                         self.raise_floor(name, ver, capacity, exact).await;
                     }
                     return Ok(());

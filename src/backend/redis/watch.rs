@@ -1,8 +1,10 @@
 //! A Limiter's watch of one semaphore it has waiters in: reads the semaphore when told of a
 //! change (`notify.rs`), when the earliest session there may have lapsed, and after a broken
 //! subscription, and tells exactly the waiters whose fate is decided ([`Waiters`]). One read
-//! per Limiter and change, however many of its waiters there are.
+//! per Limiter and change, however many of its waiters there are. On a fair semaphore a read
+//! that shows the rule granting one of our waiters kicks our grant (`fair_grants.rs`).
 
+use super::fair_grants::Granter;
 use super::permits::Permits;
 use super::sem_reply::SemState;
 use crate::backend::outage::Outage;
@@ -70,6 +72,8 @@ pub(super) struct SemWatch {
     state: Mutex<State>,
     /// Woken by the semaphore's channel, and by a waiter that needs a newer read.
     wake: Arc<Notify>,
+    /// Writes the grants a read shows the fair rule giving one of our waiters.
+    granter: Arc<Granter>,
 }
 
 #[derive(Default)]
@@ -103,6 +107,7 @@ impl SemWatch {
             name: name.to_string(),
             state: Mutex::new(State::default()),
             wake: Arc::new(Notify::new()),
+            granter: Granter::new(permits.clone(), name),
         });
         tokio::spawn(watch.clone().run(permits, stop));
         watch
@@ -113,12 +118,25 @@ impl SemWatch {
     }
 
     /// Registers entry `token`; the receiver gets its outcome (at once if the last read
-    /// decides it). `None` when the watch has stopped.
+    /// decides it). `None` when the watch has stopped. On a fair semaphore, if the last read
+    /// shows the rule granting it (or another waiter of ours), the grant is written.
     pub(super) fn register(
         &self,
         token: u64,
         permits: u32,
     ) -> Option<oneshot::Receiver<WaitOutcome>> {
+        let (told, grantable) = self.register_locked(token, permits)?;
+        if let Some(read) = grantable {
+            self.granter.kick(read);
+        }
+        Some(told)
+    }
+
+    fn register_locked(
+        &self,
+        token: u64,
+        permits: u32,
+    ) -> Option<(oneshot::Receiver<WaitOutcome>, Option<SemState>)> {
         let mut state = lock(&self.state);
         let State {
             seen,
@@ -131,12 +149,15 @@ impl SemWatch {
         }
         *upto = (*upto).max(token);
         Some(match seen {
-            Some(Seen::Present(s)) if s.has_seen(token) => waiters.register(s, token, permits),
-            Some(Seen::Absent) => waiters.register(&ABSENT, token, permits),
+            Some(Seen::Present(s)) if s.has_seen(token) => {
+                let told = waiters.register(s, token, permits);
+                (told, grants_one_of(s, waiters))
+            }
+            Some(Seen::Absent) => (waiters.register(&ABSENT, token, permits), None),
             _ => {
                 // Newer than the last read: read again.
                 self.wake.notify_one();
-                waiters.register(&UNSEEN, token, permits)
+                (waiters.register(&UNSEEN, token, permits), None)
             }
         })
     }
@@ -160,7 +181,11 @@ impl SemWatch {
                 Some(upto) => match p.read(&self.name, Some(upto)).await {
                     Ok(read) => {
                         outage.ok("reading a semaphore");
-                        self.apply(read)
+                        let (next, grantable) = self.apply(read);
+                        if let Some(read) = grantable {
+                            self.granter.kick(read);
+                        }
+                        next
                     }
                     Err(e) => {
                         outage.failed(&format!("reading semaphore {:?}", self.name), &store, &e);
@@ -193,8 +218,9 @@ impl SemWatch {
         Some(state.upto)
     }
 
-    /// Decides waiters from a read; returns when to read again at the latest.
-    fn apply(&self, read: Option<SemState>) -> Duration {
+    /// Decides waiters from a read; returns when to read again at the latest, and the read
+    /// when the fair rule grants one of our waiters from it.
+    fn apply(&self, read: Option<SemState>) -> (Duration, Option<SemState>) {
         let mut state = lock(&self.state);
         let State {
             seen,
@@ -206,13 +232,14 @@ impl SemWatch {
             Some(s) => {
                 waiters.resolve(&s);
                 let next = s.next_expiry.map_or(LINGER, |d| d + EXPIRY_MARGIN);
+                let grantable = grants_one_of(&s, waiters);
                 *seen = Some(Seen::Present(s));
-                next
+                (next, grantable)
             }
             None => {
                 waiters.resolve(&ABSENT);
                 *seen = Some(Seen::Absent);
-                LINGER
+                (LINGER, None)
             }
         };
         if waiters.is_empty() {
@@ -242,6 +269,20 @@ impl SemWatch {
         state.stopped = true;
         state.waiters = Waiters::default();
     }
+}
+
+/// `state` when the fair rule, applied to it, grants one of `waiters` now (never on a plain
+/// semaphore): the read a grant decides from.
+fn grants_one_of(state: &SemState, waiters: &Waiters) -> Option<SemState> {
+    if state.fair.is_none() || waiters.is_empty() {
+        return None;
+    }
+    let ours = waiters.tokens();
+    let grants = state.next_grants();
+    grants
+        .iter()
+        .any(|t| ours.contains(t))
+        .then(|| state.clone())
 }
 
 /// A view with no queue: before a read has seen a waiter's entry (`seen: false`: nothing is

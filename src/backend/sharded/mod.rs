@@ -140,6 +140,21 @@ impl Backend for ShardedBackend {
         self.first().ensure_semaphore(name, capacity).await
     }
 
+    fn keeps_fair_semaphores(&self) -> bool {
+        self.first().keeps_fair_semaphores()
+    }
+
+    async fn ensure_fair_semaphore(
+        &self,
+        name: &str,
+        capacity: Option<u32>,
+        classes: Option<&crate::fair::Classes>,
+    ) -> Result<u32> {
+        self.first()
+            .ensure_fair_semaphore(name, capacity, classes)
+            .await
+    }
+
     async fn enqueue(&self, req: &EntryRequest) -> Result<Enqueued> {
         self.first().enqueue(req).await
     }

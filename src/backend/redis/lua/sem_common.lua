@@ -2,7 +2,10 @@
 -- KEYS[1]: the semaphore's record (hash: capacity, floor, last token, ver);
 -- KEYS[2]: its queue (sorted set: entry id -> token);
 -- KEYS[3]: its entries (hash: entry id -> "PERMITS SESSION SINCE_MS OWNER");
--- KEYS[4]: the sessions with entries in it (hash: session id -> deadline, server ms).
+-- KEYS[4]: the sessions with entries in it (hash: session id -> deadline, server ms);
+-- KEYS[5]: a fair semaphore's fair record (hash: classes, granted, ver; see fair_record.rs),
+--          absent on a plain one. An entry of a fair semaphore may carry its tag after the
+--          owner: "\nWEIGHT\nCLASS\nFLOW" (names have no control characters).
 -- ARGV[1]: the channel told of every change that can decide a waiter.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -68,4 +71,50 @@ local function queue_upto(upto)
     out[#out + 1] = values[i] or '0 ? 0 ?'
   end
   return out
+end
+
+-- A fair semaphore's record as one reply item: '' on a plain semaphore, else
+-- "VER\nCLASSES\nTOKEN TOKEN ..." (the tokens marked granted); '!' when the semaphore was
+-- created fair (its record says so) but the fair record is gone: never read as plain.
+local function fair_item()
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    if redis.call('HGET', KEYS[1], 'fair') then
+      return '!'
+    end
+    return ''
+  end
+  local f = redis.call('HMGET', KEYS[5], 'ver', 'classes', 'granted')
+  return (f[1] or '?') .. '\n' .. (f[2] or '?') .. '\n' .. (f[3] or '')
+end
+
+-- The uncontended acquire of a fair semaphore marks itself: when every other entry of `queue`
+-- (token, value pairs) is marked, the rule's next grant is entry `token` (the one waiter),
+-- granted if its `permits` fit beside the marked ones. Written in this script, so no grant
+-- decided from the record's old version can be written after it. Anything else is decided
+-- in Rust (fair_grants.rs). Marks of entries gone are dropped on the way.
+local function mark_if_alone(queue, token, permits, capacity)
+  local f = redis.call('HMGET', KEYS[5], 'ver', 'granted')
+  if not tonumber(f[1]) then
+    return false
+  end
+  local marked = {}
+  for t in string.gmatch(f[2] or '', '%d+') do
+    marked[t] = true
+  end
+  local used, keep = 0, {}
+  for i = 1, #queue, 2 do
+    local t = queue[i]
+    if marked[t] then
+      used = used + (tonumber(string.match(queue[i + 1], '^(%d+) ')) or math.huge)
+      keep[#keep + 1] = t
+    elseif t ~= token then
+      return false
+    end
+  end
+  if used + permits > capacity then
+    return false
+  end
+  keep[#keep + 1] = token
+  redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', table.concat(keep, ' '))
+  return true
 end

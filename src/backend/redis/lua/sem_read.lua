@@ -1,7 +1,9 @@
--- The semaphore now: {} when absent, else {CAPACITY, FLOOR, LAST, VER, NEXT_EXPIRY_MS, then
--- TOKEN, VALUE pairs in token order, up to token ARGV[2] when given}; NEXT_EXPIRY_MS is when the
--- earliest session with entries here lapses, from now (-1: none), so a waiter knows when to
--- look again. A watch reads only up to its last waiter: a long queue behind it costs nothing.
+-- The semaphore now: {} when absent, else {CAPACITY, FLOOR, LAST, VER, NEXT_EXPIRY_MS, FAIR,
+-- then TOKEN, VALUE pairs in token order, up to token ARGV[2] when given}; NEXT_EXPIRY_MS is
+-- when the earliest session with entries here lapses, from now (-1: none), so a waiter knows
+-- when to look again; FAIR is the fair record (see fair_item: '' on a plain semaphore). A
+-- watch reads only up to its last waiter: a long queue behind it costs nothing; on a fair
+-- semaphore the whole queue is read (a later flow may be granted first).
 local cap = redis.call('HMGET', KEYS[1], 'capacity', 'floor', 'last', 'ver')
 if not cap[1] then
   return {}
@@ -15,9 +17,10 @@ for _, d in ipairs(sessions) do
     next_expiry = left
   end
 end
-local out = {cap[1], cap[2], cap[3], cap[4], int(next_expiry)}
+local fair = fair_item()
+local out = {cap[1], cap[2], cap[3], cap[4], int(next_expiry), fair}
 local upto = nil
-if ARGV[2] and ARGV[2] ~= '' then
+if ARGV[2] and ARGV[2] ~= '' and fair == '' then
   upto = tonumber(ARGV[2])
 end
 for _, v in ipairs(queue_upto(upto)) do
