@@ -4,7 +4,7 @@
 use crate::fair::FairTag;
 use std::time::Duration;
 
-/// How to acquire: weight, deadline, owner label, wait or not. Used by [`Semaphore::acquire_with`].
+/// How to acquire: weight, deadline, owner label, wait or not. Used by [`Semaphore::acquire_with`](crate::Semaphore::acquire_with).
 ///
 /// ```
 /// use clusterlimit::AcquireOptions;

@@ -3,7 +3,6 @@
 //! flows, bad values as 400s naming the field (memory://).
 
 use crate::binary;
-use crate::support;
 
 use binary::{http_client as client, within, Sidecar};
 use reqwest::{Client, StatusCode};

@@ -77,7 +77,7 @@ impl<'a> NamedEntry<'a> {
     }
 }
 
-/// [`next_grants`] for entries named as the store keeps them: flows are interned per call (two
+/// [`next_grants`](super::next_grants) for entries named as the store keeps them: flows are interned per call (two
 /// names are never merged) and a class is looked up in `classes` (a name it does not know is a
 /// best-effort class of its own, so the rule stays total; stores refuse such requests first).
 ///

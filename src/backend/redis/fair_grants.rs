@@ -69,11 +69,12 @@ pub(super) async fn grant(
         let Some(fair) = &state.fair else {
             return Ok(None);
         };
-        let grants = state.next_grants();
+        let (grants, vtimes) = state.next_grants_and_vtimes();
         if grants.is_empty() {
             return Ok(Some(fair.marks.clone()));
         }
-        let mut args = vec![fair.ver.clone(), state.capacity.to_string()];
+        let vtimes = serde_json::to_string(&vtimes).unwrap_or_default();
+        let mut args = vec![fair.ver.clone(), state.capacity.to_string(), vtimes];
         args.extend(grants.iter().map(u64::to_string));
         let keys = permits.keys(name);
         let items: Vec<String> = permits

@@ -9,7 +9,7 @@
 //! An entry of a fair semaphore carries its tag after the owner, `\nWEIGHT\nCLASS\nFLOW` (an
 //! empty class is the first one); a plain entry's bytes are unchanged.
 
-use crate::fair::{Classes, FairTag};
+use crate::fair::{Classes, FairTag, VTimes};
 use std::collections::HashSet;
 
 /// What [`FairState::parse`] answers for a fair semaphore whose fair record is gone.
@@ -23,6 +23,10 @@ pub(super) struct FairState {
     pub(super) classes: Classes,
     /// Tokens of the entries marked granted (some may be gone).
     pub(super) marks: HashSet<u64>,
+    /// The flows' virtual times at the last grant decided in Rust (see
+    /// `crate::fair::FairEntry::vtime`; an uncontended acquire that marks itself in its script
+    /// leaves them as they were).
+    pub(super) vtimes: VTimes,
 }
 
 impl FairState {
@@ -35,8 +39,13 @@ impl FairState {
         if item == "!" {
             return Err(LOST.into());
         }
-        let mut lines = item.splitn(3, '\n');
+        let mut lines = item.splitn(4, '\n');
         let (ver, classes, granted) = (lines.next(), lines.next(), lines.next());
+        let vtimes = match lines.next().filter(|v| !v.is_empty()) {
+            None => VTimes::new(),
+            Some(v) => serde_json::from_str(v)
+                .map_err(|_| format!("a fair record with unreadable virtual times ({v:?})"))?,
+        };
         let ver = ver
             .filter(|v| v.parse::<u64>().is_ok())
             .ok_or("a fair record without its version")?;
@@ -53,6 +62,7 @@ impl FairState {
             ver: ver.to_string(),
             classes,
             marks,
+            vtimes,
         }))
     }
 }

@@ -119,8 +119,13 @@ impl SemState {
 
     /// The entries the fair rule grants now (none on a plain semaphore).
     pub(super) fn next_grants(&self) -> Vec<u64> {
+        self.next_grants_and_vtimes().0
+    }
+
+    /// [`next_grants`](Self::next_grants), and the flows' virtual times to record with them.
+    pub(super) fn next_grants_and_vtimes(&self) -> (Vec<u64>, crate::fair::VTimes) {
         let Some(fair) = &self.fair else {
-            return Vec::new();
+            return Default::default();
         };
         let named: Vec<NamedEntry<'_>> = self
             .entries
@@ -130,7 +135,7 @@ impl SemState {
                 NamedEntry::tagged(e.token, e.permits, e.tag.as_ref(), marked)
             })
             .collect();
-        crate::fair::next_grants_named(&named, self.capacity, &fair.classes)
+        crate::fair::next_grants_recorded(&named, self.capacity, &fair.classes, &fair.vtimes)
     }
 }
 

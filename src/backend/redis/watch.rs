@@ -88,7 +88,7 @@ struct State {
 
 /// The last read.
 enum Seen {
-    Present(SemState),
+    Present(Box<SemState>),
     /// The semaphore does not exist (any more).
     Absent,
 }
@@ -150,7 +150,7 @@ impl SemWatch {
         *upto = (*upto).max(token);
         Some(match seen {
             Some(Seen::Present(s)) if s.has_seen(token) => {
-                let told = waiters.register(s, token, permits);
+                let told = waiters.register(&**s, token, permits);
                 (told, grants_one_of(s, waiters))
             }
             Some(Seen::Absent) => (waiters.register(&ABSENT, token, permits), None),
@@ -233,7 +233,7 @@ impl SemWatch {
                 waiters.resolve(&s);
                 let next = s.next_expiry.map_or(LINGER, |d| d + EXPIRY_MARGIN);
                 let grantable = grants_one_of(&s, waiters);
-                *seen = Some(Seen::Present(s));
+                *seen = Some(Seen::Present(Box::new(s)));
                 (next, grantable)
             }
             None => {

@@ -106,19 +106,20 @@ pub async fn fair_dead_holder_and_heavy_entry<H: Harness>(h: &H) {
     heavy_entry_is_granted_whole_first(&sem_a, &sem_b).await;
 }
 
+// Fresh flows: none has a recorded virtual time, so the earliest waiter breaks the tie.
 async fn heavy_entry_is_granted_whole_first(sem_a: &crate::Semaphore, sem_b: &crate::Semaphore) {
     wait_status(sem_a, "nothing held", PROMPT, |st| {
         st.used == 0 && st.waiting == 0
     })
     .await;
     let gate = take(sem_a, ask("gate", "", 3, 1)).await;
-    let mut heavy = queue(sem_b, &ask("b", "", 3, 1), 1, 0).await;
-    let mut light = queue(sem_a, &ask("a", "", 1, 1), 3, 1).await;
+    let mut heavy = queue(sem_b, &ask("heavy", "", 3, 1), 1, 0).await;
+    let mut light = queue(sem_a, &ask("light", "", 1, 1), 3, 1).await;
     within("release", PROMPT, gate.release())
         .await
         .expect("release");
     let st = wait_status(sem_a, "the heavy request granted", PROMPT, |st| {
-        held_by_flow(st).get("b") == Some(&3)
+        held_by_flow(st).get("heavy") == Some(&3)
     })
     .await;
     assert_eq!(st.waiting, 3, "the light requests wait behind it: {st:?}");

@@ -74,7 +74,8 @@ local function queue_upto(upto)
 end
 
 -- A fair semaphore's record as one reply item: '' on a plain semaphore, else
--- "VER\nCLASSES\nTOKEN TOKEN ..." (the tokens marked granted); '!' when the semaphore was
+-- "VER\nCLASSES\nTOKEN TOKEN ...\nVTIMES" (the tokens marked granted, the flows' virtual times
+-- as JSON, see fair_record.rs); '!' when the semaphore was
 -- created fair (its record says so) but the fair record is gone: never read as plain.
 local function fair_item()
   if redis.call('EXISTS', KEYS[5]) == 0 then
@@ -83,8 +84,47 @@ local function fair_item()
     end
     return ''
   end
-  local f = redis.call('HMGET', KEYS[5], 'ver', 'classes', 'granted')
-  return (f[1] or '?') .. '\n' .. (f[2] or '?') .. '\n' .. (f[3] or '')
+  local f = redis.call('HMGET', KEYS[5], 'ver', 'classes', 'granted', 'vtimes')
+  return (f[1] or '?') .. '\n' .. (f[2] or '?') .. '\n' .. (f[3] or '') .. '\n' .. (f[4] or '')
+end
+
+-- The flows' virtual times (see fair_record.rs) after the uncontended acquire of ARGV[8]'s
+-- flow (tag "\nWEIGHT\nCLASS\nFLOW"; none: the flow 'default' of the first class, weight 1)
+-- was granted `permits` here, as the rule in Rust would record them: a flow without a recorded
+-- time starts one permit ahead of the least served (at 0 if none), then advances by permits ×
+-- 1000000 / weight.
+local function advance_vtime(permits)
+  local raw = redis.call('HGET', KEYS[5], 'vtimes')
+  local ok, vt = pcall(cjson.decode, (raw and raw ~= '') and raw or '{}')
+  if not ok or type(vt) ~= 'table' then
+    vt = {}
+  end
+  local weight, class, flow = 1, '', 'default'
+  if ARGV[8] then
+    local w, c, fl = string.match(ARGV[8], '^\n(%d+)\n([^\n]*)\n(.*)$')
+    if w then
+      weight, class, flow = math.max(tonumber(w), 1), c, fl
+    end
+  end
+  if class == '' then
+    local classes = redis.call('HGET', KEYS[5], 'classes') or ''
+    class = string.match(classes, '^([^=,]*)') or ''
+  end
+  local key = class .. '\31' .. flow
+  local least = nil
+  for _, v in pairs(vt) do
+    if type(v) == 'number' and (least == nil or v < least) then
+      least = v
+    end
+  end
+  local start = vt[key] or (least and math.max(least - 1000000, 0)) or 0
+  vt[key] = start + math.floor(permits * 1000000 / weight)
+  -- Integers as JSON integers (cjson writes large numbers with exponents otherwise).
+  local parts = {}
+  for k, v in pairs(vt) do
+    parts[#parts + 1] = cjson.encode(k) .. ':' .. string.format('%d', v)
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
 end
 
 -- The uncontended acquire of a fair semaphore marks itself: when every other entry of `queue`
@@ -115,6 +155,7 @@ local function mark_if_alone(queue, token, permits, capacity)
     return false
   end
   keep[#keep + 1] = token
-  redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', table.concat(keep, ' '))
+  redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', table.concat(keep, ' '),
+    'vtimes', advance_vtime(permits))
   return true
 end

@@ -1,4 +1,5 @@
--- Marks entries ARGV[4..] granted on a fair semaphore, if its fair record is still at version
+-- Marks entries ARGV[5..] granted on a fair semaphore (and stores ARGV[4], the flows' virtual
+-- times after these grants, as JSON), if its fair record is still at version
 -- ARGV[2] and its capacity still ARGV[3]: the read the decision was made from, so two
 -- Limiters never grant from the same marks. Marks of entries gone are dropped. The marked
 -- entries' permits must fit the capacity, else nothing is written (a check, never expected
@@ -33,13 +34,13 @@ end
 for t in string.gmatch(f[2] or '', '%d+') do
   mark(t)
 end
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   mark(ARGV[i])
 end
 if used > tonumber(cap) then
   return {'over', int(used)}
 end
 local granted = table.concat(marks, ' ', 2)
-redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', granted)
+redis.call('HSET', KEYS[5], 'ver', int(tonumber(f[1]) + 1), 'granted', granted, 'vtimes', ARGV[4])
 redis.call('PUBLISH', ARGV[1], 'granted')
 return marks
