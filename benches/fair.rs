@@ -2,9 +2,8 @@
 //! its section into BENCHMARKS.md), `-- --quick` (small sizes, prints only). `cargo test
 //! --all-targets` runs the quick mode as a test.
 //!
-//! One run starts a real 1-node etcd (the test support's child process) and measures, on
-//! memory:// and on etcd (the stores that keep fair semaphores; ZooKeeper and Redis refuse them
-//! so far): row 1, a noisy tenant (flow A keeps hundreds of acquires queued, flow B sends one
+//! One run starts a real 1-node etcd, a 1-node ZooKeeper and one Redis (the test support's
+//! child processes) and measures, on each of them and on memory://: row 1, a noisy tenant (flow A keeps hundreds of acquires queued, flow B sends one
 //! at a time: B's wait on a fair semaphore, on a FIFO one, and alone); row 2, flows of weights
 //! 1:2:5 saturating capacity 8 (time-averaged shares); row 3, a class guaranteed 25% (lent
 //! while idle, its first request, its share with both classes saturating). Targets are printed
@@ -36,7 +35,8 @@ use plan::Plan;
 use report::StoreRows;
 use std::process::ExitCode;
 use std::time::Instant;
-use support::EtcdCluster;
+use support::redis::RedisServer;
+use support::{EtcdCluster, ZkCluster};
 
 fn main() -> ExitCode {
     common::main(plan::parse, run)
@@ -45,18 +45,22 @@ fn main() -> ExitCode {
 fn run(plan: &Plan) -> anyhow::Result<()> {
     let runtime = common::runtime()?;
     let (started, load_before) = (Instant::now(), load_average());
-    eprintln!("fair bench: starting a 1-node etcd");
+    eprintln!("fair bench: starting a 1-node etcd, a 1-node ZooKeeper and one Redis");
     let etcd = EtcdCluster::single();
+    let zk = ZkCluster::single();
+    let redis = RedisServer::start();
     let stores = [
         ("memory", "memory://fair-bench".to_string()),
         ("etcd", etcd.url("fair-bench")),
+        ("ZooKeeper", zk.url("/fair-bench")),
+        ("Redis", redis.url("fair-bench")),
     ];
     let mut rows = Vec::new();
     for (label, url) in &stores {
         eprintln!("fair bench: {label}");
         rows.push(runtime.block_on(store_rows(label, url, plan))?);
     }
-    drop(etcd);
+    drop((etcd, zk, redis));
     let about = run_lines(
         started.elapsed(),
         "the whole run",

@@ -108,8 +108,9 @@ impl Entries {
                     }
                     // The view lags (or its stream broke): never decide from it; read.
                     None => {
-                        let (_, kvs) = read_semaphore(&self.link, &req.name).await?;
-                        (self.decide_from_read(&req.name, &kvs, token), Some(kvs))
+                        let (revision, kvs) = read_semaphore(&self.link, &req.name).await?;
+                        let seen = self.decide_from_read(&req.name, &kvs, token);
+                        (seen, Some((revision, kvs)))
                     }
                 };
                 (token, self.fair_verdict(req, seen, token, read).await?)
@@ -120,7 +121,7 @@ impl Entries {
                 let (revision, kvs) = (header_revision(&resp), get_kvs(ops.get(1)));
                 let seen = self.decide_from_read(&req.name, kvs, token);
                 let granted = self
-                    .fair_verdict(req, seen, token, Some(kvs.to_vec()))
+                    .fair_verdict(req, seen, token, Some((revision, kvs.to_vec())))
                     .await?;
                 // The Txn's own read is the view's starting point: no extra read.
                 if (req.wait && !granted) || self.enqueued_before(&req.name) {
@@ -147,7 +148,7 @@ impl Entries {
         req: &EntryRequest,
         seen: Seen,
         token: u64,
-        read: Option<Vec<etcd_client::KeyValue>>,
+        read: Option<(i64, Vec<etcd_client::KeyValue>)>,
     ) -> Result<bool> {
         let granted = verdict(req, seen)?;
         if !matches!(seen, Seen::Entry { fair: true, .. }) {
@@ -164,14 +165,14 @@ impl Entries {
                 return Ok(granted);
             }
         }
-        let kvs = match read {
-            Some(kvs) => kvs,
-            None => read_semaphore(&self.link, &req.name).await?.1,
+        let (revision, kvs) = match read {
+            Some(read) => read,
+            None => read_semaphore(&self.link, &req.name).await?,
         };
         if let Some(r) = FairRead::of(&self.link, &req.name, &kvs)? {
             fair_checks::check_tag(&req.name, &r.fair.classes, req.fair.as_ref())?;
         }
-        fair_grants::grant_own(&self.link, &req.name, &kvs, token).await
+        fair_grants::grant_own(&self.link, &req.name, (revision, &kvs), token).await
     }
 
     /// [`fair_verdict`](Self::fair_verdict) from the live view, once it shows our entry (no

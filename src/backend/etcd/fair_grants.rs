@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 pub(super) async fn grant_own(
     link: &Link,
     name: &str,
-    kvs: &[KeyValue],
+    (revision, kvs): (i64, &[KeyValue]),
     token: u64,
 ) -> Result<bool> {
     let Some(read) = FairRead::of(link, name, kvs)? else {
@@ -42,10 +42,37 @@ pub(super) async fn grant_own(
     let queued: HashSet<u64> = read.queue.iter().map(|e| e.0).collect();
     let plan = GrantPlan {
         fair_revision: read.fair.mod_revision,
+        cap_revision: read.cap_revision,
+        seen_revision: revision,
         record: read.fair.with_grants(&queued, &grants, vtimes),
         grants,
     };
     write_plan(link, name, &plan).await
+}
+
+/// What a grant compares: the fair record and the capacity are still those the decision read
+/// (so two Limiters never grant from the same marks, and no grant decided before a resize
+/// lands after it).
+fn decided_from(link: &Link, name: &str, plan: &GrantPlan) -> Vec<Compare> {
+    vec![
+        Compare::mod_revision(link.keys.fair(name), CompareOp::Equal, plan.fair_revision),
+        Compare::mod_revision(link.keys.cap(name), CompareOp::Equal, plan.cap_revision),
+    ]
+}
+
+/// A release's grant compares more: that nothing was queued since its view's revision. A
+/// releaser's view that has not seen a newcomer would grant past it; then the delete alone
+/// applies, and the waiters' views (each has seen its own entry) grant. The waiters' own grants
+/// do not compare this: they decide for themselves, and would otherwise fail again and again
+/// while entries keep arriving.
+fn release_decided_from(link: &Link, name: &str, plan: &GrantPlan) -> Vec<Compare> {
+    let queued_since = plan.seen_revision.saturating_add(1);
+    let mut compares = decided_from(link, name, plan);
+    compares.push(
+        Compare::create_revision(link.keys.queue_prefix(name), CompareOp::Less, queued_since)
+            .with_prefix(),
+    );
+    compares
 }
 
 /// Writes a grant decided from a view: one Txn, applied only if the fair record is still the
@@ -54,11 +81,7 @@ pub(super) async fn grant_own(
 pub(super) async fn write_plan(link: &Link, name: &str, plan: &GrantPlan) -> Result<bool> {
     let fair_key = link.keys.fair(name);
     let txn = Txn::new()
-        .when([Compare::mod_revision(
-            fair_key.clone(),
-            CompareOp::Equal,
-            plan.fair_revision,
-        )])
+        .when(decided_from(link, name, plan))
         .and_then([TxnOp::put(fair_key, plan.record.encode(), None)]);
     Ok(link.txn(txn).await?.succeeded())
 }
@@ -74,11 +97,7 @@ pub(super) async fn release_granting(
 ) -> Result<()> {
     let fair_key = link.keys.fair(name);
     let txn = Txn::new()
-        .when([Compare::mod_revision(
-            fair_key.clone(),
-            CompareOp::Equal,
-            plan.fair_revision,
-        )])
+        .when(release_decided_from(link, name, plan))
         .and_then([
             TxnOp::delete(key, None),
             TxnOp::put(fair_key, plan.record.encode(), None),

@@ -101,6 +101,8 @@ pub(super) fn next_grants(queue: &[Tagged], capacity: u32, fair: &FairState) -> 
 /// A fair semaphore as one read shows it.
 pub(super) struct FairRead {
     pub capacity: u32,
+    /// The capacity key's `mod_revision` in this read.
+    pub cap_revision: i64,
     pub fair: FairState,
     pub queue: Vec<Tagged>,
 }
@@ -111,7 +113,9 @@ impl FairRead {
     pub(super) fn of(link: &Link, name: &str, kvs: &[KeyValue]) -> Result<Option<FairRead>> {
         let (cap_key, fair_key) = (link.keys.cap(name), link.keys.fair(name));
         let find = |key: &str| kvs.iter().find(|kv| kv.key() == key.as_bytes());
-        let Some(cap) = find(&cap_key).and_then(|kv| CapValue::parse(kv.value())) else {
+        let Some((cap, cap_revision)) = find(&cap_key)
+            .and_then(|kv| CapValue::parse(kv.value()).map(|c| (c, kv.mod_revision())))
+        else {
             return Err(Error::NotFound(name.to_string()));
         };
         let Some(kv) = find(&fair_key) else {
@@ -128,6 +132,7 @@ impl FairRead {
             .collect();
         Ok(Some(FairRead {
             capacity: cap.capacity,
+            cap_revision,
             fair,
             queue,
         }))

@@ -40,6 +40,9 @@ use tokio_util::sync::CancellationToken;
 pub(super) struct View {
     pub revision: i64,
     cap: Option<CapValue>,
+    /// The capacity key's `mod_revision` (a grant compares it: no grant decided before a
+    /// resize lands after it).
+    cap_revision: i64,
     /// create revision → weight
     entries: BTreeMap<i64, u32>,
     /// key → create revision, to place delete events
@@ -54,6 +57,12 @@ pub(super) struct View {
 #[derive(Debug, Clone)]
 pub(super) struct GrantPlan {
     pub fair_revision: i64,
+    /// The capacity key's revision the decision read: a grant decided before a shrink must not
+    /// land after it.
+    pub cap_revision: i64,
+    /// The revision the decision's queue is exact at: a grant applies only if no entry was
+    /// queued since (one the decision did not see might be next by the rule).
+    pub seen_revision: i64,
     pub record: super::fair_record::FairRecord,
     pub grants: Vec<u64>,
 }
@@ -84,6 +93,7 @@ impl View {
             // Unreadable capacity: keep the last good one rather than guess.
             if let Some(cap) = CapValue::parse(kv.value()) {
                 self.cap = Some(cap);
+                self.cap_revision = kv.mod_revision();
             }
         } else if kv.key() == keys.fair.as_bytes() {
             // Unreadable: no marks known, so nothing granted from the view (never a guess).
@@ -138,6 +148,8 @@ impl View {
         let queued = queue.iter().map(|e| e.0).collect();
         Some(GrantPlan {
             fair_revision: fair.mod_revision,
+            cap_revision: self.cap_revision,
+            seen_revision: self.revision,
             record: fair.with_grants(&queued, &grants, vtimes),
             grants,
         })
@@ -618,6 +630,7 @@ mod tests {
                 .collect(),
             fair: None,
             tags: HashMap::new(),
+            cap_revision: 0,
         }
     }
 
