@@ -8,7 +8,7 @@
 
 use super::calls::Link;
 use super::fair_record::{next_grants, FairRead};
-use super::view::GrantPlan;
+use super::view_state::GrantPlan;
 use crate::backend::lock;
 use crate::error::Result;
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};

@@ -48,6 +48,7 @@ mod sweep_state;
 mod sweeper;
 mod tls_probe;
 mod view;
+mod view_state;
 
 use super::{Backend, Enqueued, EntryRequest, OrphanSink, RateStore};
 use crate::backend::rate_forward::rate_store_by;
