@@ -23,6 +23,7 @@ mod due_queue;
 pub mod etcd;
 mod expiry;
 pub(crate) mod fair_checks;
+mod fair_record;
 pub(crate) mod key_hash;
 pub mod memory;
 pub(crate) mod outage;

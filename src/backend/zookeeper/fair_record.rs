@@ -12,36 +12,9 @@
 //! than the listing (a mark of an entry the listing has not seen yet) decides nothing: dropping
 //! that mark would revoke a fresh holder, and not counting it would over-grant.
 
+pub(super) use crate::backend::fair_record::FairRecord;
 use crate::fair::{Classes, FairTag, NamedEntry, VTimes};
-use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-
-/// The stored bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct FairRecord {
-    /// The class table as text (`critical=25%,batch=0`).
-    pub classes: String,
-    /// Tokens (sequence + 1) of the entries granted.
-    #[serde(default)]
-    pub granted: Vec<u64>,
-    /// The flows' virtual times at the last grant (see `crate::fair::FairEntry::vtime`).
-    #[serde(default, skip_serializing_if = "VTimes::is_empty")]
-    pub vtimes: VTimes,
-}
-
-impl FairRecord {
-    pub(super) fn new(classes: &Classes) -> FairRecord {
-        FairRecord {
-            classes: classes.to_string(),
-            granted: Vec::new(),
-            vtimes: VTimes::new(),
-        }
-    }
-
-    pub(super) fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
 
 /// A fair record as read, at its data version.
 #[derive(Debug, Clone, PartialEq, Eq)]
