@@ -53,7 +53,9 @@ pub fn next_grants_and_vtimes(
     let mut snapshot = Snapshot::new(entries, floor, &classes.mins(capacity));
     let mut grants = Vec::new();
     while let Some((class, flow)) = snapshot.choose() {
-        let head = snapshot.head(class, flow);
+        let Some(head) = snapshot.head(class, flow) else {
+            break; // (choose only picks a flow with a waiter)
+        };
         if snapshot.used.saturating_add(u64::from(head.permits)) > u64::from(capacity) {
             break; // The chosen entry waits for room, and nobody passes it meanwhile.
         }
@@ -174,14 +176,29 @@ impl<'a> Snapshot<'a> {
         Some((class_id, flow_id))
     }
 
-    fn head(&self, class: usize, flow: u64) -> &'a FairEntry {
-        self.classes[&class].flows[&flow].waiting[0]
+    /// The earliest waiter of `flow` in `class`.
+    fn head(&self, class: usize, flow: u64) -> Option<&'a FairEntry> {
+        self.classes
+            .get(&class)?
+            .flows
+            .get(&flow)?
+            .waiting
+            .front()
+            .copied()
     }
 
+    /// Grants the earliest waiter of `flow` in `class` (one `head` returned): no panic path,
+    /// whatever the ids.
     fn grant(&mut self, class: usize, flow: u64) {
-        let class = self.classes.get_mut(&class).expect("chosen class");
-        let flow = class.flows.get_mut(&flow).expect("chosen flow");
-        let e = flow.waiting.pop_front().expect("chosen head");
+        let Some(class) = self.classes.get_mut(&class) else {
+            return;
+        };
+        let Some(flow) = class.flows.get_mut(&flow) else {
+            return;
+        };
+        let Some(e) = flow.waiting.pop_front() else {
+            return;
+        };
         let permits = u64::from(e.permits);
         flow.vtime = Some(advance(flow.vtime.unwrap_or(0), e.permits, flow.weight));
         flow.held += permits;
