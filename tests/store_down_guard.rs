@@ -374,3 +374,40 @@ async fn a_guarded_wait_ends_at_a_fallback_and_waits_on_a_local_share() {
         t.elapsed()
     );
 }
+
+/// A wait that may not wait (`deadline` now, as the sidecar's `timeout_ms: 0`) is one check,
+/// and a store that takes a few ms to answer it is busy, not down: the store decides (one
+/// admitted, the rest denied and counted), fail open admits nothing it did not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_may_not_wait_is_answered_by_the_store() {
+    let cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-zero-wait")).await;
+    let rl = limiter
+        .rate_limit("api", Quota::per_minute(1))
+        .await
+        .unwrap();
+    let open = guard(StoreDownPolicy::FailOpen);
+    let mut sources = Vec::new();
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let t = Instant::now();
+        let w = open
+            .wait_until(&rl, "k", 1, Some(Instant::now()))
+            .await
+            .unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            t.elapsed()
+        );
+        let g = w.into_answer().unwrap();
+        admitted += usize::from(g.decision.allowed);
+        sources.push(g.source);
+    }
+    assert!(
+        sources.iter().all(|s| *s == DecisionSource::Store),
+        "{sources:?}"
+    );
+    assert_eq!(admitted, 1, "{sources:?}");
+    assert!(!open.store_down());
+}

@@ -195,7 +195,8 @@ impl RateLimit {
 
     /// Waits at most `timeout` for a request of `cost` for `key` to be admitted. `Timeout`
     /// consumes nothing; it comes at once when a denial's `retry_after` already reaches past the
-    /// deadline, and at the deadline when the store does not answer (then, as for
+    /// deadline, and at the deadline when the store does not answer (a check gets at least
+    /// 100 ms, so a timeout of zero is one check; then, as for
     /// [`check_within`](Self::check_within), the last check's write may still land).
     /// Cancel-safe: dropping it between checks consumes nothing.
     pub async fn wait_timeout(&self, key: &str, cost: u64, timeout: Duration) -> Result<Decision> {
@@ -232,7 +233,8 @@ impl RateLimit {
     ///
     /// Errors: `InvalidArgument` for a bad key, a cost of 0 (a peek: use
     /// [`check_n`](Self::check_n)) or above the quota; `Timeout` when the store does not
-    /// answer a check by the deadline (that check's write may still land); the rest as
+    /// answer a check by the deadline (a check gets at least 100 ms, so a deadline of now is
+    /// one check; that check's write may still land); the rest as
     /// `check_n`. Cancel-safe: dropping it between checks consumes nothing.
     pub async fn wait_until(
         &self,

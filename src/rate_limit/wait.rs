@@ -13,6 +13,12 @@ use tokio::time::Instant;
 /// Shortest pause between the checks of a wait (a denial's `retry_after` can be a few ns).
 const MIN_WAIT_STEP: Duration = Duration::from_millis(1);
 
+/// Least time a check the wait starts gets to answer, past the deadline if need be: a wait
+/// that may not wait (deadline now) is one check, and a store that takes a few ms to answer
+/// it is busy, not down (a guarded wait would otherwise take the store-down answer, and fail
+/// open would admit what nobody counted). A deadline is kept within 100 ms.
+pub(crate) const CHECK_GRACE: Duration = Duration::from_millis(100);
+
 /// How a wait ended. Nothing was consumed unless it is `Admitted` (a denial of a quota with a
 /// ban starts the ban, as any denial does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,10 +64,11 @@ impl WaitAnswer for Decision {
     }
 }
 
-/// Checks (each `check` gets the deadline, to answer by it) until admitted, sleeping each
-/// denial's `retry_after` (at least [`MIN_WAIT_STEP`]) while the next check still falls
-/// before `deadline` (`None`: no deadline). `stop` is raced against the sleeps only.
-/// Bounded by the deadline (or by admission): each round sleeps at least 1 ms.
+/// Checks (each `check` gets the deadline, or [`CHECK_GRACE`] from its start if later, to
+/// answer by it) until admitted, sleeping each denial's `retry_after` (at least
+/// [`MIN_WAIT_STEP`]) while the next check still falls before `deadline` (`None`: no
+/// deadline). `stop` is raced against the sleeps only. Bounded by the deadline (or by
+/// admission): each round sleeps at least 1 ms.
 pub(crate) async fn until<A, C, F>(
     deadline: Option<Instant>,
     stop: impl Future<Output = ()>,
@@ -74,7 +81,7 @@ where
 {
     let mut stop = std::pin::pin!(stop);
     loop {
-        let answer = check(deadline).await?;
+        let answer = check(deadline.map(|d| d.max(Instant::now() + CHECK_GRACE))).await?;
         let d = answer.decision();
         if d.allowed {
             return Ok(Waited::Admitted(answer));

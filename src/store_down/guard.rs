@@ -272,8 +272,9 @@ impl StoreDownGuard {
 
     /// [`RateLimit::wait_until`] through the guard: checks until admitted, sleeping each
     /// denial's `retry_after`, while the next check still falls before `deadline` (`None`:
-    /// none). Each check gets at most what is left of the wait (and the store timeout). A
-    /// store-down answer ends the wait at once: fail open admits, fail closed is
+    /// none). Each check gets what is left of the wait, but at least 100 ms (a deadline of now
+    /// is one check, not a store-down answer), and at most the store timeout. A store-down
+    /// answer ends the wait at once: fail open admits, fail closed is
     /// [`Waited::Denied`] (waiting does not bring the store back); a local share's denial is
     /// waited on like the store's.
     ///
@@ -309,9 +310,7 @@ impl StoreDownGuard {
         wait::until(deadline, stop, |deadline| async move {
             match deadline {
                 Some(d) => {
-                    let left = d
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1));
+                    let left = d.saturating_duration_since(Instant::now());
                     self.check_n_within(limit, key, cost, left).await
                 }
                 None => self.check_n(limit, key, cost).await,
