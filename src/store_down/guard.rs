@@ -232,7 +232,8 @@ impl StoreDownGuard {
         key: &str,
         cost: u64,
     ) -> Result<GuardedDecision> {
-        self.check_n_by(limit, key, cost, None, self.store_timeout)
+        let options = CheckOptions::new().cost(cost);
+        self.check_by(limit, key, &options, self.store_timeout)
             .await
     }
 
@@ -240,7 +241,7 @@ impl StoreDownGuard {
     /// down: the options' cost and class, and their budget as
     /// [`check_n_within`](Self::check_n_within)'s. A class is the quota's: `Local` shares
     /// keep each class's share of its reserve, fail open admits a class with its reserve as
-    /// `remaining` held back.
+    /// `remaining` held back. The options reach the store's check whole.
     pub async fn check_with(
         &self,
         limit: &RateLimit,
@@ -251,8 +252,7 @@ impl StoreDownGuard {
             (Some(b), Some(t)) => Some(b.min(t)),
             (b, t) => b.or(t),
         };
-        let (cost, class) = (options.cost_of(), options.class_of());
-        self.check_n_by(limit, key, cost, class, bound).await
+        self.check_by(limit, key, &options, bound).await
     }
 
     /// [`check_n`](Self::check_n) for a caller that owes its own answer within `budget` (an
@@ -267,7 +267,8 @@ impl StoreDownGuard {
         budget: Duration,
     ) -> Result<GuardedDecision> {
         let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
-        self.check_n_by(limit, key, cost, None, Some(bound)).await
+        let options = CheckOptions::new().cost(cost);
+        self.check_by(limit, key, &options, Some(bound)).await
     }
 
     /// [`RateLimit::wait_until`] through the guard: checks until admitted, sleeping each
@@ -302,44 +303,117 @@ impl StoreDownGuard {
         deadline: Option<Instant>,
         stop: impl Future<Output = ()>,
     ) -> Result<Waited<GuardedDecision>> {
-        if cost == 0 {
+        let options = CheckOptions::new().cost(cost);
+        self.wait_by(limit, key, options, deadline, stop).await
+    }
+
+    /// [`RateLimit::wait_with`] through the guard: [`wait_until`](Self::wait_until) as
+    /// `options` say, their budget ([`CheckOptions::within`]) the wait's (none: as long as it
+    /// takes). Each check is [`check_with`](Self::check_with) with the options whole (their
+    /// cost, their priority class, whatever else they carry), given what is left of the wait
+    /// but at least 100 ms, and at most the store timeout. While the store is down the
+    /// policy answers as the class: fail open admits it, a local share keeps its share of the
+    /// class's reserve (and its denials are waited on).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota, StoreDownGuard, StoreDownPolicy, Waited};
+    /// use std::time::Duration;
+    /// let limiter = Limiter::connect("memory://guard-wait-with-doc").await?;
+    /// let jobs = limiter.rate_limit("jobs", Quota::per_minute(10).reserve("batch", 9)).await?;
+    /// let guard = StoreDownGuard::new(StoreDownPolicy::FailOpen);
+    /// let batch = CheckOptions::new().class("batch").within(Duration::from_millis(50));
+    /// assert!(matches!(guard.wait_with(&jobs, "host-a", batch.clone()).await?, Waited::Admitted(_)));
+    /// // Batch may take 1 of 10; the next is 6 s away: denied at once, nothing consumed.
+    /// assert!(matches!(guard.wait_with(&jobs, "host-a", batch).await?, Waited::Denied(_)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`wait_until`](Self::wait_until), and `InvalidArgument` for a class the
+    /// quota does not declare or a cost above what the class can ever take.
+    pub async fn wait_with(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        options: CheckOptions,
+    ) -> Result<Waited<GuardedDecision>> {
+        self.wait_with_or(limit, key, options, std::future::pending())
+            .await
+    }
+
+    /// [`wait_with`](Self::wait_with), ended by `stop` ([`Waited::Stopped`]) if it finishes
+    /// while the wait sleeps between checks, as [`wait_until_or`](Self::wait_until_or).
+    pub async fn wait_with_or(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        options: CheckOptions,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Waited<GuardedDecision>> {
+        // A budget too long to represent is no deadline.
+        let deadline = options
+            .budget_of()
+            .and_then(|b| Instant::now().checked_add(b));
+        self.wait_by(limit, key, options, deadline, stop).await
+    }
+
+    /// The one guarded wait: `options`' checks until admitted or `deadline`, each check
+    /// given what is left of the wait (at least [`wait::CHECK_GRACE`], the store timeout at
+    /// most).
+    async fn wait_by(
+        &self,
+        limit: &RateLimit,
+        key: &str,
+        options: CheckOptions,
+        deadline: Option<Instant>,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Waited<GuardedDecision>> {
+        if options.cost_of() == 0 {
             return Err(Error::invalid(
                 "a wait needs a cost of at least 1 (cost 0 is a peek: use check_n)",
             ));
         }
+        let options = &options;
         wait::until(deadline, stop, |deadline| async move {
             match deadline {
+                // `until` gives each check at least CHECK_GRACE past its start.
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
-                    self.check_n_within(limit, key, cost, left).await
+                    self.check_with(limit, key, options.clone().within(left))
+                        .await
                 }
-                None => self.check_n(limit, key, cost).await,
+                None => self.check_with(limit, key, options.clone()).await,
             }
         })
         .await
     }
 
-    async fn check_n_by(
+    /// One check as `options` say, the store given `bound` (`None`: the Limiter's own
+    /// timeouts), else the policy's answer.
+    async fn check_by(
         &self,
         limit: &RateLimit,
         key: &str,
-        cost: u64,
-        class: Option<&str>,
+        options: &CheckOptions,
         bound: Option<Duration>,
     ) -> Result<GuardedDecision> {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
+        let (cost, class) = (options.cost_of(), options.class_of());
         limit.quota().check_class(limit.name(), class, cost)?;
-        let class_name = class
-            .map(ClassName::new)
-            .transpose()
-            .map_err(Error::invalid)?;
+        if let Some(c) = class {
+            ClassName::new(c).map_err(Error::invalid)?;
+        }
         let health = self.health_of(limit, key);
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
             let started = Instant::now();
-            let deadline = bound.and_then(|t| started.checked_add(t));
-            match limit.check_class_by(key, cost, class_name, deadline).await {
+            let asked = match bound {
+                Some(b) => options.clone().within(b),
+                None => options.clone(),
+            };
+            match limit.check_with(key, asked).await {
                 Ok(decision) => {
                     health.up(limit.name());
                     return Ok(GuardedDecision {
@@ -354,7 +428,7 @@ impl StoreDownGuard {
                 },
             }
         }
-        let mut answers = self.fallback(&[(limit, key, cost, class)]).await?;
+        let mut answers = self.fallback(&[(limit, key, options.clone())]).await?;
         answers
             .pop()
             .ok_or_else(|| Error::invalid("no check given"))
@@ -395,9 +469,10 @@ impl StoreDownGuard {
             // One check: `check_n`'s path, with the deadline inside the check so that
             // coalescing and pacing keep to it (as `Limiter::check_all` chooses).
             check_all::validate(&limiter.inner, checks)?;
-            let (limit, key, cost) = only.parts();
-            let class = only.class_of();
-            return Ok(vec![self.check_n_by(limit, key, cost, class, bound).await?]);
+            let (limit, key, _) = only.parts();
+            return Ok(vec![
+                self.check_by(limit, key, &options_of(only), bound).await?,
+            ]);
         }
         let name = first.parts().0.name().to_string();
         let health = self.joint_health(limiter, checks);
@@ -437,7 +512,7 @@ impl StoreDownGuard {
             limit
                 .quota()
                 .check_class(limit.name(), c.class_of(), cost)?;
-            parts.push((limit, key, cost, c.class_of()));
+            parts.push((limit, key, options_of(c)));
         }
         self.fallback(&parts).await
     }
@@ -456,19 +531,20 @@ impl StoreDownGuard {
             .then(|| self.health(store, first))
     }
 
-    /// The policy's answers for checks (limit, key, cost, class) the store could not decide.
+    /// The policy's answers for checks (limit, key, options) the store could not decide.
     async fn fallback(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let fixed = |allowed: bool| {
             checks
                 .iter()
-                .map(|(limit, _, _, class)| {
+                .map(|(limit, _, options)| {
                     let quota = limit.quota();
                     let max = quota.max_cost();
                     let decision = if allowed {
                         Decision {
                             allowed: true,
                             limit: max,
-                            remaining: max.saturating_sub(quota.reserves.reserve_of(*class)),
+                            remaining: max
+                                .saturating_sub(quota.reserves.reserve_of(options.class_of())),
                             retry_after: None,
                             reset_after: Duration::ZERO,
                         }
@@ -506,13 +582,13 @@ impl StoreDownGuard {
     async fn local(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let local = &self.shared.local;
         let mut twins = Vec::with_capacity(checks.len());
-        for (limit, _, _, _) in checks {
+        for (limit, _, _) in checks {
             twins.push(local.twin(limit).await?);
         }
         let too_big = checks
             .iter()
             .zip(&twins)
-            .any(|((_, _, cost, class), twin)| !fits(&twin.quota(), *cost, *class));
+            .any(|((_, _, o), twin)| !fits(&twin.quota(), o.cost_of(), o.class_of()));
         let decisions = if too_big {
             // A share smaller than the cost can never admit it: deny, as the store would if
             // the others had taken the rest.
@@ -526,21 +602,18 @@ impl StoreDownGuard {
                     reset_after: self.retry_interval,
                 })
                 .collect()
-        } else if let [(_, key, cost, class)] = checks {
-            let options = CheckOptions::new().cost(*cost);
-            let options = match class {
-                Some(c) => options.class(*c),
-                None => options,
-            };
-            vec![twins[0].check_with(key, options).await?]
+        } else if let [(_, key, options)] = checks {
+            // The caller's budget was the store's: this process's share answers at once.
+            let unbounded = options.clone().within(Duration::MAX);
+            vec![twins[0].check_with(key, unbounded).await?]
         } else {
             let local_checks: Vec<KeyCheck<'_>> = checks
                 .iter()
                 .zip(&twins)
-                .map(|((_, key, cost, class), twin)| {
-                    let check = KeyCheck::new(twin, *key, *cost);
-                    match class {
-                        Some(c) => check.class(*c),
+                .map(|((_, key, options), twin)| {
+                    let check = KeyCheck::new(twin, *key, options.cost_of());
+                    match options.class_of() {
+                        Some(c) => check.class(c),
                         None => check,
                     }
                 })
@@ -558,8 +631,17 @@ impl StoreDownGuard {
     }
 }
 
-/// One check as the policy answers it: limit, key, cost, class.
-type GuardCheck<'a> = (&'a RateLimit, &'a str, u64, Option<&'a str>);
+/// One check as the policy answers it: limit, key, and how it asks.
+type GuardCheck<'a> = (&'a RateLimit, &'a str, CheckOptions);
+
+/// The options of one check of a `check_all`: its cost and class.
+fn options_of(check: &KeyCheck<'_>) -> CheckOptions {
+    let options = CheckOptions::new().cost(check.parts().2);
+    match check.class_of() {
+        Some(c) => options.class(c),
+        None => options,
+    }
+}
 
 /// What the log says of a failed check (a bare `Timeout` says too little).
 fn cause(e: Error, bound: Option<Duration>) -> Error {
