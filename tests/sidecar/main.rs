@@ -35,6 +35,9 @@ mod sidecar_messages;
 mod sidecar_per_member;
 #[path = "../sidecar_rate_http.rs"]
 mod sidecar_rate_http;
+// Priority classes over HTTP: `/wait`, the preview, `[[rate_limits]]` reserves.
+#[path = "../sidecar_rate_classes.rs"]
+mod sidecar_rate_classes;
 #[path = "../sidecar_rls.rs"]
 mod sidecar_rls;
 #[path = "../sidecar_security.rs"]

@@ -150,7 +150,7 @@ impl Rls {
             self.shadowed(rule),
             Some(c.latency),
         );
-        rate.record_key(limit.name(), key, &g, hits);
+        rate.record_key(limit.name(), key, None, &g, hits);
         rate.keys_cached(limit.name(), limit.cached_keys());
         Outcome::Decided {
             rule,
