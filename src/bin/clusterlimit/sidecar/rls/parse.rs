@@ -3,7 +3,7 @@
 
 use super::rules::{limit_name, Domain, Level, Rule, Unit, Wildcard};
 use super::yaml::{self, Node, Value};
-use clusterlimit::{Algorithm, Quota, StoreDownPolicy};
+use clusterlimit::{Algorithm, Quota, Reserves, StoreDownPolicy};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -134,9 +134,14 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
     if doc.value == Value::Null {
         return Err(cx.err(1, "empty file: a config needs a domain"));
     }
-    let fields = cx.fields(&doc, "the file", &["domain", "descriptors", "store_down"])?;
+    let fields = cx.fields(
+        &doc,
+        "the file",
+        &["domain", "descriptors", "store_down", "class_key"],
+    )?;
     let mut name = None;
     let mut store_down = None;
+    let mut class_key = None;
     let mut descriptors: &[Node] = &[];
     for (key, v, _) in fields {
         match key {
@@ -148,6 +153,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
                         .map_err(|e| cx.err(v.line, format!("store_down: {e}")))?,
                 );
             }
+            "class_key" => class_key = Some(read_class_key(&cx, v)?),
             _ => descriptors = cx.list(v, "descriptors")?,
         }
     }
@@ -166,6 +172,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
         files: vec![file.to_path_buf()],
         line,
         store_down,
+        class_key,
         root: Level::default(),
         rules: Vec::new(),
     };
@@ -178,6 +185,19 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
     load_level(&cx, &top, &mut domain.root, descriptors, &mut rules)?;
     domain.rules = rules;
     Ok(domain)
+}
+
+/// Our extension `class_key`: the descriptor entry key whose value names a check's priority
+/// class. Not empty, and not a key a rule could match on by mistake.
+fn read_class_key(cx: &Ctx<'_>, v: &Node) -> Result<String, String> {
+    let key = cx.string(v, "class_key")?;
+    if key.is_empty() {
+        return Err(cx.err(
+            v.line,
+            "class_key must name a descriptor entry key (e.g. \"priority\"), got an empty one",
+        ));
+    }
+    Ok(key)
 }
 
 /// Deepest nesting of descriptors (the walk is recursive; a request has as many entries).
@@ -196,6 +216,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "metadata",
     "algorithm",
     "burst",
+    "reserves",
 ];
 const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
@@ -288,11 +309,10 @@ fn load_descriptor(
             child.rule = Some(rule);
         }
         None => {
-            let tuning = settings.algorithm.map(|(_, l)| l);
-            if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
+            if let Some(line) = settings.tuning_line() {
                 return Err(cx.err(
                     line,
-                    "algorithm and burst apply to a descriptor with a rate_limit",
+                    "algorithm, burst and reserves apply to a descriptor with a rate_limit",
                 ));
             }
         }
@@ -336,6 +356,18 @@ struct RuleSettings {
     share_threshold: bool,
     algorithm: Option<(Algorithm, usize)>,
     burst: Option<(u64, usize)>,
+    /// Our extension: priority classes and the units each must leave.
+    reserves: Option<(Reserves, usize)>,
+}
+
+impl RuleSettings {
+    /// The line of the first of our tuning keys given (algorithm, burst, reserves).
+    fn tuning_line(&self) -> Option<usize> {
+        let algorithm = self.algorithm.map(|(_, l)| l);
+        algorithm
+            .or(self.burst.map(|(_, l)| l))
+            .or(self.reserves.map(|(_, l)| l))
+    }
 }
 
 /// The descriptor's settings (in envoyproxy's order of checks); the fields loaded only for
@@ -369,6 +401,10 @@ fn rule_settings(
         Some((v, line)) => Some((cx.number::<u64>(v, "burst", "(1 or more)")?, line)),
         None => None,
     };
+    let reserves = match fields.get("reserves") {
+        Some((v, line)) => Some((read_reserves(cx, v)?, line)),
+        None => None,
+    };
     Ok(RuleSettings {
         shadow,
         quota_mode,
@@ -376,7 +412,20 @@ fn rule_settings(
         share_threshold,
         algorithm,
         burst,
+        reserves,
     })
+}
+
+/// Our extension `reserves: {batch: 20}`: each class and the units its checks must leave
+/// (names and bounds are checked with the rule's quota).
+fn read_reserves(cx: &Ctx<'_>, v: &Node) -> Result<Reserves, String> {
+    let mut reserves = Reserves::new();
+    for (k, units) in cx.map(v, "reserves")? {
+        let class = cx.string(k, "a reserves class")?;
+        let units = cx.number::<u64>(units, &format!("reserves.{class}"), "(0 or more)")?;
+        reserves = reserves.with(&class, units);
+    }
+    Ok(reserves)
 }
 
 /// `share_threshold`, which applies to a wildcard descriptor only.
@@ -449,9 +498,11 @@ fn parse_rule(
         if let Some((_, line)) = unit.or(rpu) {
             return Err(cx.err(line, "unlimited: true takes no unit or requests_per_unit"));
         }
-        let tuning = settings.algorithm.map(|(_, l)| l);
-        if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
-            return Err(cx.err(line, "unlimited: true takes no algorithm or burst"));
+        if let Some(line) = settings.tuning_line() {
+            return Err(cx.err(
+                line,
+                "unlimited: true takes no algorithm, burst or reserves",
+            ));
         }
         return Ok(rule);
     }
@@ -527,6 +578,12 @@ fn quota_of(
         }
     }
     if requests_per_unit == 0 {
+        if let Some((_, line)) = settings.reserves {
+            return Err(cx.err(
+                line,
+                "reserves apply to a rule that counts (requests_per_unit above 0)",
+            ));
+        }
         return Ok(None);
     }
     let mut q = Quota::new(u64::from(requests_per_unit), unit.period()).algorithm(algorithm);
@@ -535,5 +592,10 @@ fn quota_of(
     }
     q.validate()
         .map_err(|e| cx.err(settings.burst.map_or(line, |(_, l)| l), e.to_string()))?;
+    if let Some((reserves, line)) = settings.reserves {
+        q = q.reserves(reserves);
+        q.validate()
+            .map_err(|e| cx.err(line, format!("reserves: {e}")))?;
+    }
     Ok(Some(q))
 }
