@@ -1,131 +1,13 @@
 //! One file of RLS rules: envoyproxy/ratelimit's YAML read into its [`Domain`] of the rule
 //! tree (`rules.rs`), every error naming `file:line`.
 
+use super::parse_classes::{read_class_key, read_reserves};
+use super::parse_ctx::Ctx;
 use super::rules::{limit_name, Domain, Level, Rule, Unit, Wildcard};
 use super::yaml::{self, Node, Value};
 use clusterlimit::{Algorithm, Quota, Reserves, StoreDownPolicy};
 use std::path::Path;
 use std::sync::Arc;
-
-/// The context of errors: the file.
-struct Ctx<'a> {
-    file: &'a Path,
-}
-
-impl Ctx<'_> {
-    fn err(&self, line: usize, why: impl std::fmt::Display) -> String {
-        format!("{}:{line}: {why}", self.file.display())
-    }
-
-    fn map<'n>(&self, node: &'n Node, what: &str) -> Result<&'n [(Node, Node)], String> {
-        match &node.value {
-            Value::Map(pairs) => Ok(pairs),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a mapping, got {}", v.kind()),
-            )),
-        }
-    }
-
-    /// The mapping's keys as text, each checked against `allowed` and for duplicates.
-    fn fields<'n>(
-        &self,
-        node: &'n Node,
-        what: &str,
-        allowed: &[&str],
-    ) -> Result<Vec<(&'n str, &'n Node, usize)>, String> {
-        let mut out: Vec<(&str, &Node, usize)> = Vec::new();
-        for (k, v) in self.map(node, what)? {
-            let Value::Scalar { text, .. } = &k.value else {
-                return Err(self.err(k.line, format!("{what}: keys must be strings")));
-            };
-            if !allowed.contains(&text.as_str()) {
-                return Err(self.err(
-                    k.line,
-                    format!(
-                        "unknown key {text:?} in {what} (allowed: {})",
-                        allowed.join(", ")
-                    ),
-                ));
-            }
-            if out.iter().any(|(seen, _, _)| *seen == text) {
-                return Err(self.err(k.line, format!("key {text:?} given twice in {what}")));
-            }
-            out.push((text, v, k.line));
-        }
-        Ok(out)
-    }
-
-    fn string(&self, node: &Node, what: &str) -> Result<String, String> {
-        match &node.value {
-            Value::Scalar { text, .. } => Ok(text.clone()),
-            Value::Null => Ok(String::new()),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a string, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn bool(&self, node: &Node, what: &str) -> Result<bool, String> {
-        match &node.value {
-            Value::Scalar {
-                text,
-                quoted: false,
-            } => match text.as_str() {
-                "true" | "True" | "TRUE" => Ok(true),
-                "false" | "False" | "FALSE" => Ok(false),
-                _ => Err(self.err(
-                    node.line,
-                    format!("{what} must be true or false, got {text:?}"),
-                )),
-            },
-            Value::Null => Ok(false),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be true or false, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn number<T: std::str::FromStr>(
-        &self,
-        node: &Node,
-        what: &str,
-        range: &str,
-    ) -> Result<T, String> {
-        match &node.value {
-            Value::Scalar {
-                text,
-                quoted: false,
-            } => text.parse().map_err(|_| {
-                self.err(
-                    node.line,
-                    format!("{what} must be a whole number {range}, got {text:?}"),
-                )
-            }),
-            Value::Scalar { text, .. } => Err(self.err(
-                node.line,
-                format!("{what} must be a number, got the string {text:?}"),
-            )),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a number, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn list<'n>(&self, node: &'n Node, what: &str) -> Result<&'n [Node], String> {
-        match &node.value {
-            Value::Seq(items) => Ok(items),
-            Value::Null => Ok(&[]),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a list, got {}", v.kind()),
-            )),
-        }
-    }
-}
 
 /// Parses one file into its domain.
 pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
@@ -185,19 +67,6 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
     load_level(&cx, &top, &mut domain.root, descriptors, &mut rules)?;
     domain.rules = rules;
     Ok(domain)
-}
-
-/// Our extension `class_key`: the descriptor entry key whose value names a check's priority
-/// class. Not empty, and not a key a rule could match on by mistake.
-fn read_class_key(cx: &Ctx<'_>, v: &Node) -> Result<String, String> {
-    let key = cx.string(v, "class_key")?;
-    if key.is_empty() {
-        return Err(cx.err(
-            v.line,
-            "class_key must name a descriptor entry key (e.g. \"priority\"), got an empty one",
-        ));
-    }
-    Ok(key)
 }
 
 /// Deepest nesting of descriptors (the walk is recursive; a request has as many entries).
@@ -414,18 +283,6 @@ fn rule_settings(
         burst,
         reserves,
     })
-}
-
-/// Our extension `reserves: {batch: 20}`: each class and the units its checks must leave
-/// (names and bounds are checked with the rule's quota).
-fn read_reserves(cx: &Ctx<'_>, v: &Node) -> Result<Reserves, String> {
-    let mut reserves = Reserves::new();
-    for (k, units) in cx.map(v, "reserves")? {
-        let class = cx.string(k, "a reserves class")?;
-        let units = cx.number::<u64>(units, &format!("reserves.{class}"), "(0 or more)")?;
-        reserves = reserves.with(&class, units);
-    }
-    Ok(reserves)
 }
 
 /// `share_threshold`, which applies to a wildcard descriptor only.

@@ -142,7 +142,7 @@ fn names_are_valid_and_distinct() {
 }
 
 /// Our extensions for priority classes: a domain's `class_key`, a rule's `reserves` in its
-/// quota (and summary); every mistake named at its line.
+/// quota (and summary).
 #[test]
 fn reserves_and_class_key() {
     let d = load(
@@ -171,7 +171,11 @@ fn reserves_and_class_key() {
     let plain = d.root.children["plain"].rule.clone().unwrap();
     assert!(plain.quota.unwrap().reserves.is_empty());
     assert!(load("domain: a\n").unwrap().class_key.is_none());
+}
 
+/// Every mistake in `class_key` and `reserves` named at its line, with the reason.
+#[test]
+fn bad_reserves_and_class_keys() {
     let rule = |extra: &str, rate_limit: &str| {
         format!("domain: a\ndescriptors:\n  - key: k\n{extra}    rate_limit: {rate_limit}\n")
     };
