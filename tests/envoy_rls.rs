@@ -6,7 +6,8 @@
 //! etcd); with etcd killed, the sidecar's fail-open policy answers at once. And with Envoy's
 //! default 20 ms filter timeout and the sidecar's default settings, concurrent clients on a
 //! healthy etcd get exactly the requests beyond the quota answered 429, none let through by
-//! either side's failure mode.
+//! either side's failure mode. A priority class sent as a descriptor entry (our `class_key`)
+//! stops at its rule's reserve.
 
 use crate::binary;
 use crate::support;
@@ -88,15 +89,23 @@ struct Answer {
 }
 
 async fn get(http: &reqwest::Client, envoy: &Envoy, user: &str) -> Answer {
-    let response = within(
-        "Envoy to answer",
-        WAIT,
-        http.get(format!("{}/", envoy.url))
-            .header("x-user", user)
-            .send(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("GET through Envoy: {e}\n{}", envoy.log_tail()));
+    get_as(http, envoy, user, None).await
+}
+
+/// [`get`] with `x-priority: PRIORITY` too, if given.
+async fn get_as(
+    http: &reqwest::Client,
+    envoy: &Envoy,
+    user: &str,
+    priority: Option<&str>,
+) -> Answer {
+    let mut request = http.get(format!("{}/", envoy.url)).header("x-user", user);
+    if let Some(p) = priority {
+        request = request.header("x-priority", p);
+    }
+    let response = within("Envoy to answer", WAIT, request.send())
+        .await
+        .unwrap_or_else(|e| panic!("GET through Envoy: {e}\n{}", envoy.log_tail()));
     let header = |name: &str| {
         response
             .headers()
@@ -421,4 +430,83 @@ async fn sidecar_fail_open(http: &reqwest::Client, sidecar: &Sidecar) -> String 
     } else {
         lines.join(", ")
     }
+}
+
+/// deploy/envoy/envoy.yaml's `x-user` action, to which the class test adds `x-priority`.
+const USER_ACTION: &str = concat!(
+    "                                  - request_headers:\n",
+    "                                      header_name: x-user\n",
+    "                                      descriptor_key: user\n",
+);
+
+/// A priority class through a real Envoy: the route sends `("priority", x-priority)` with the
+/// user when the header is there (`skip_if_absent`), the rules' `class_key: priority` takes it
+/// as the class, and the user rule's `reserves: {batch: 3}` stops batch requests with 3 of 5
+/// left while requests without a priority take the rest; an unknown class is a 429 that
+/// counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_sends_a_priority_class_that_stops_at_its_reserve() {
+    let etcd = EtcdCluster::single();
+    let store = etcd.url("/envoy-classes");
+    let upstream = start_upstream().await;
+    let rls = SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("ratelimit.yaml");
+    std::fs::write(
+        &config,
+        "domain: edge\nclass_key: priority\ndescriptors:\n  - key: user\n    reserves: {batch: 3}\n    \
+         algorithm: gcra\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .expect("write the rules");
+    let sidecar = start_sidecar_with(&store, rls, &config, &["--rls-store-timeout", "1s"]).await;
+    let settings = EnvoySettings {
+        upstream,
+        rls,
+        failure_mode_deny: true,
+        timeout: RLS_TIMEOUT,
+    };
+    let envoy = Envoy::start_adapted(&settings, |text| {
+        assert_eq!(
+            text.matches(USER_ACTION).count(),
+            1,
+            "the x-user action moved"
+        );
+        let priority = concat!(
+            "                                  - request_headers:\n",
+            "                                      header_name: x-priority\n",
+            "                                      descriptor_key: priority\n",
+            "                                      skip_if_absent: true\n",
+        );
+        text.replace(USER_ACTION, &format!("{USER_ACTION}{priority}"))
+    });
+    let http = reqwest::Client::new();
+    let batch = |user| get_as(&http, &envoy, user, Some("batch"));
+
+    // 5 an hour, batch leaves 3: two batch requests, then 429; no priority takes the 3 left.
+    for _ in 0..2 {
+        let a = batch("carol").await;
+        assert_eq!(a.status, 200, "{a:?}\n{}", envoy.log_tail());
+    }
+    let denied = batch("carol").await;
+    assert_eq!(denied.status, 429, "{denied:?}");
+    for _ in 0..3 {
+        let a = get(&http, &envoy, "carol").await;
+        assert_eq!(a.status, 200, "the reserve is the unclassed's: {a:?}");
+    }
+    assert_eq!(get(&http, &envoy, "carol").await.status, 429);
+
+    // An unknown class: 429, nothing counted (dave still has all 5).
+    let unknown = get_as(&http, &envoy, "dave", Some("bulk")).await;
+    assert_eq!(unknown.status, 429, "{unknown:?}");
+    for _ in 0..5 {
+        assert_eq!(get(&http, &envoy, "dave").await.status, 200);
+    }
+    // failure_mode_deny is on: an RLS error would have been a 500, not a 429.
+    let over = envoy.stat("cluster.upstream.ratelimit.over_limit");
+    assert_eq!(
+        over,
+        Some(3),
+        "carol's 2 and dave's 1 answered OVER_LIMIT by the RLS"
+    );
+    drop(sidecar);
 }

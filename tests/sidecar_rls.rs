@@ -25,10 +25,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tonic::transport::Channel;
 
-type Client = RateLimitServiceClient<Channel>;
+pub(crate) type Client = RateLimitServiceClient<Channel>;
 
 /// A running `serve` with the RLS on; SIGKILLed when dropped.
-struct Rls {
+pub(crate) struct Rls {
     _child: Child,
     http: String,
     grpc: String,
@@ -79,7 +79,7 @@ impl Rls {
         }
     }
 
-    async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         RateLimitServiceClient::connect(self.grpc.clone())
             .await
             .unwrap()
@@ -99,7 +99,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
-fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+pub(crate) fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
@@ -112,7 +112,11 @@ fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
-fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+pub(crate) fn req(
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+    hits_addend: u32,
+) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.to_string(),
         descriptors,
@@ -120,7 +124,7 @@ fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) ->
     }
 }
 
-async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
+pub(crate) async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
     within(
         "ShouldRateLimit",
         Duration::from_secs(10),
@@ -132,15 +136,19 @@ async fn call(c: &mut Client, r: RateLimitRequest) -> RateLimitResponse {
 }
 
 /// One descriptor, one hit.
-async fn one(c: &mut Client, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+pub(crate) async fn one(
+    c: &mut Client,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
     call(c, req(domain, vec![desc(entries)], 0)).await
 }
 
-fn code(s: &DescriptorStatus) -> Code {
+pub(crate) fn code(s: &DescriptorStatus) -> Code {
     Code::try_from(s.code).unwrap()
 }
 
-fn overall(r: &RateLimitResponse) -> Code {
+pub(crate) fn overall(r: &RateLimitResponse) -> Code {
     Code::try_from(r.overall_code).unwrap()
 }
 
@@ -199,7 +207,7 @@ async fn refused(
 
 /// A sidecar on `store` with one config file `name` holding `yaml`, then `extra` flags; the
 /// temp dir is returned to live as long as the sidecar.
-async fn start_with(
+pub(crate) async fn start_with(
     store: &str,
     name: &str,
     yaml: &str,

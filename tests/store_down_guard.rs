@@ -411,3 +411,100 @@ async fn a_wait_that_may_not_wait_is_answered_by_the_store() {
     assert_eq!(admitted, 1, "{sources:?}");
     assert!(!open.store_down());
 }
+
+/// The guarded wait as a priority class (`wait_with`): on etcd it waits out the class's
+/// reserve (the unclassed check then takes it), a budget of zero is one check, bad classes and
+/// costs are errors before anything is asked; while etcd is down fail open admits as the class
+/// (its reserve held back in `remaining`), and a local share keeps the class's share of its
+/// reserve, its denial waited on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_wait_as_a_class_keeps_its_reserve() {
+    use clusterlimit::{CheckOptions, Waited};
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-wait-class")).await;
+    // 4 a second, burst 3, batch leaves 2: batch takes 1 of a full bucket, then one per 250 ms.
+    let quota = Quota::per_second(4).burst(3).reserve("batch", 2);
+    let rl = limiter.rate_limit("api", quota).await.unwrap();
+    let open = guard(StoreDownPolicy::FailOpen);
+    let local = guard(StoreDownPolicy::Local { replicas: 1 });
+    let batch = || CheckOptions::new().class("batch");
+    let up_to = |d: u64| batch().within(Duration::from_millis(d));
+
+    let first = open.wait_with(&rl, "k", up_to(2000)).await.unwrap();
+    assert!(
+        matches!(first, Waited::Admitted(g) if g.source == DecisionSource::Store && g.decision.remaining == 0),
+        "{first:?}"
+    );
+    // No time to wait: one check, denied, nothing consumed.
+    let now = open.wait_with(&rl, "k", up_to(0)).await.unwrap();
+    assert!(
+        matches!(now, Waited::Denied(g) if g.source == DecisionSource::Store),
+        "{now:?}"
+    );
+    let t = Instant::now();
+    let second = open.wait_with(&rl, "k", up_to(2000)).await.unwrap();
+    assert!(matches!(second, Waited::Admitted(_)), "{second:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "batch waited only {:?} for its reserve to refill",
+        t.elapsed()
+    );
+    // Without a class the reserve is there to take.
+    let plain = open.check_n(&rl, "k", 2).await.unwrap();
+    assert!(plain.decision.allowed, "{plain:?}");
+    // Stopped while it sleeps: nothing consumed.
+    let stopped = open
+        .wait_with_or(&rl, "k", batch(), async {})
+        .await
+        .unwrap();
+    assert!(matches!(stopped, Waited::Stopped), "{stopped:?}");
+
+    // Bad input is an error, asked of nobody.
+    for (options, what) in [
+        (CheckOptions::new().class("bulk"), "bulk"),
+        (batch().cost(2), "batch"),
+        (batch().cost(0), "cost 0"),
+        (CheckOptions::new().class("a b"), "a b"),
+    ] {
+        let e = open.wait_with(&rl, "k", options).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains(what), "{what} in {e}");
+    }
+
+    cluster.kill(0);
+    first_after_death(&open, &rl, "down").await;
+    let w = open.wait_with(&rl, "k", up_to(2000)).await.unwrap();
+    assert!(
+        matches!(w, Waited::Admitted(g) if g.source == DecisionSource::FailOpen && g.decision.remaining == 1),
+        "fail open admits the class with its reserve held back: {w:?}"
+    );
+    let e = open.wait_with(&rl, "k", batch().cost(2)).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+
+    // The local share (the whole quota, one replica): batch takes 1, then waits ~250 ms.
+    first_after_death(&local, &rl, "down").await;
+    let w = local.wait_with(&rl, "w", up_to(2000)).await.unwrap();
+    assert!(
+        matches!(w, Waited::Admitted(g) if g.source == DecisionSource::Local),
+        "{w:?}"
+    );
+    let denied = local.wait_with(&rl, "w", up_to(0)).await.unwrap();
+    assert!(
+        matches!(denied, Waited::Denied(g) if g.source == DecisionSource::Local),
+        "{denied:?}"
+    );
+    let t = Instant::now();
+    let again = local.wait_with(&rl, "w", up_to(2000)).await.unwrap();
+    assert!(
+        matches!(again, Waited::Admitted(g) if g.source == DecisionSource::Local),
+        "{again:?}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    // The share keeps the reserve for the unclassed.
+    let plain = local.check_n(&rl, "w", 2).await.unwrap();
+    assert!(plain.decision.allowed, "{plain:?}");
+}

@@ -11,9 +11,8 @@ use crate::rate::Decision;
 use crate::rate_limit::check_all::{self, KeyCheck};
 use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::options::CheckOptions;
-use crate::rate_limit::wait::{self, WaitAnswer, Waited};
+use crate::rate_limit::wait::WaitAnswer;
 use crate::store_down::breaker::{BreakerStats, Failure, StoreHealth};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -232,7 +231,8 @@ impl StoreDownGuard {
         key: &str,
         cost: u64,
     ) -> Result<GuardedDecision> {
-        self.check_n_by(limit, key, cost, None, self.store_timeout)
+        let options = CheckOptions::new().cost(cost);
+        self.check_by(limit, key, &options, self.store_timeout)
             .await
     }
 
@@ -240,7 +240,7 @@ impl StoreDownGuard {
     /// down: the options' cost and class, and their budget as
     /// [`check_n_within`](Self::check_n_within)'s. A class is the quota's: `Local` shares
     /// keep each class's share of its reserve, fail open admits a class with its reserve as
-    /// `remaining` held back.
+    /// `remaining` held back. The options reach the store's check whole.
     pub async fn check_with(
         &self,
         limit: &RateLimit,
@@ -251,8 +251,7 @@ impl StoreDownGuard {
             (Some(b), Some(t)) => Some(b.min(t)),
             (b, t) => b.or(t),
         };
-        let (cost, class) = (options.cost_of(), options.class_of());
-        self.check_n_by(limit, key, cost, class, bound).await
+        self.check_by(limit, key, &options, bound).await
     }
 
     /// [`check_n`](Self::check_n) for a caller that owes its own answer within `budget` (an
@@ -267,79 +266,35 @@ impl StoreDownGuard {
         budget: Duration,
     ) -> Result<GuardedDecision> {
         let bound = self.store_timeout.map_or(budget, |t| t.min(budget));
-        self.check_n_by(limit, key, cost, None, Some(bound)).await
+        let options = CheckOptions::new().cost(cost);
+        self.check_by(limit, key, &options, Some(bound)).await
     }
 
-    /// [`RateLimit::wait_until`] through the guard: checks until admitted, sleeping each
-    /// denial's `retry_after`, while the next check still falls before `deadline` (`None`:
-    /// none). Each check gets what is left of the wait, but at least 100 ms (a deadline of now
-    /// is one check, not a store-down answer), and at most the store timeout. A store-down
-    /// answer ends the wait at once: fail open admits, fail closed is
-    /// [`Waited::Denied`] (waiting does not bring the store back); a local share's denial is
-    /// waited on like the store's.
-    ///
-    /// Errors: `InvalidArgument` for a bad key or a cost of 0 or above the quota.
-    /// Cancel-safe: dropping it between checks consumes nothing.
-    pub async fn wait_until(
+    /// One check as `options` say, the store given `bound` (`None`: the Limiter's own
+    /// timeouts), else the policy's answer.
+    async fn check_by(
         &self,
         limit: &RateLimit,
         key: &str,
-        cost: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Waited<GuardedDecision>> {
-        self.wait_until_or(limit, key, cost, deadline, std::future::pending())
-            .await
-    }
-
-    /// [`wait_until`](Self::wait_until), ended by `stop` ([`Waited::Stopped`]) if it
-    /// finishes while the wait sleeps between checks: for a server that must answer its
-    /// callers at shutdown without cutting off a check whose write may already count.
-    pub async fn wait_until_or(
-        &self,
-        limit: &RateLimit,
-        key: &str,
-        cost: u64,
-        deadline: Option<Instant>,
-        stop: impl Future<Output = ()>,
-    ) -> Result<Waited<GuardedDecision>> {
-        if cost == 0 {
-            return Err(Error::invalid(
-                "a wait needs a cost of at least 1 (cost 0 is a peek: use check_n)",
-            ));
-        }
-        wait::until(deadline, stop, |deadline| async move {
-            match deadline {
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    self.check_n_within(limit, key, cost, left).await
-                }
-                None => self.check_n(limit, key, cost).await,
-            }
-        })
-        .await
-    }
-
-    async fn check_n_by(
-        &self,
-        limit: &RateLimit,
-        key: &str,
-        cost: u64,
-        class: Option<&str>,
+        options: &CheckOptions,
         bound: Option<Duration>,
     ) -> Result<GuardedDecision> {
         // Bad input is an error whether or not the store answers.
         validate_key(key)?;
+        let (cost, class) = (options.cost_of(), options.class_of());
         limit.quota().check_class(limit.name(), class, cost)?;
-        let class_name = class
-            .map(ClassName::new)
-            .transpose()
-            .map_err(Error::invalid)?;
+        if let Some(c) = class {
+            ClassName::new(c).map_err(Error::invalid)?;
+        }
         let health = self.health_of(limit, key);
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
             let started = Instant::now();
-            let deadline = bound.and_then(|t| started.checked_add(t));
-            match limit.check_class_by(key, cost, class_name, deadline).await {
+            let asked = match bound {
+                Some(b) => options.clone().within(b),
+                None => options.clone(),
+            };
+            match limit.check_with(key, asked).await {
                 Ok(decision) => {
                     health.up(limit.name());
                     return Ok(GuardedDecision {
@@ -354,7 +309,7 @@ impl StoreDownGuard {
                 },
             }
         }
-        let mut answers = self.fallback(&[(limit, key, cost, class)]).await?;
+        let mut answers = self.fallback(&[(limit, key, options.clone())]).await?;
         answers
             .pop()
             .ok_or_else(|| Error::invalid("no check given"))
@@ -395,9 +350,10 @@ impl StoreDownGuard {
             // One check: `check_n`'s path, with the deadline inside the check so that
             // coalescing and pacing keep to it (as `Limiter::check_all` chooses).
             check_all::validate(&limiter.inner, checks)?;
-            let (limit, key, cost) = only.parts();
-            let class = only.class_of();
-            return Ok(vec![self.check_n_by(limit, key, cost, class, bound).await?]);
+            let (limit, key, _) = only.parts();
+            return Ok(vec![
+                self.check_by(limit, key, &options_of(only), bound).await?,
+            ]);
         }
         let name = first.parts().0.name().to_string();
         let health = self.joint_health(limiter, checks);
@@ -437,7 +393,7 @@ impl StoreDownGuard {
             limit
                 .quota()
                 .check_class(limit.name(), c.class_of(), cost)?;
-            parts.push((limit, key, cost, c.class_of()));
+            parts.push((limit, key, options_of(c)));
         }
         self.fallback(&parts).await
     }
@@ -456,19 +412,20 @@ impl StoreDownGuard {
             .then(|| self.health(store, first))
     }
 
-    /// The policy's answers for checks (limit, key, cost, class) the store could not decide.
+    /// The policy's answers for checks (limit, key, options) the store could not decide.
     async fn fallback(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let fixed = |allowed: bool| {
             checks
                 .iter()
-                .map(|(limit, _, _, class)| {
+                .map(|(limit, _, options)| {
                     let quota = limit.quota();
                     let max = quota.max_cost();
                     let decision = if allowed {
                         Decision {
                             allowed: true,
                             limit: max,
-                            remaining: max.saturating_sub(quota.reserves.reserve_of(*class)),
+                            remaining: max
+                                .saturating_sub(quota.reserves.reserve_of(options.class_of())),
                             retry_after: None,
                             reset_after: Duration::ZERO,
                         }
@@ -506,13 +463,13 @@ impl StoreDownGuard {
     async fn local(&self, checks: &[GuardCheck<'_>]) -> Result<Vec<GuardedDecision>> {
         let local = &self.shared.local;
         let mut twins = Vec::with_capacity(checks.len());
-        for (limit, _, _, _) in checks {
+        for (limit, _, _) in checks {
             twins.push(local.twin(limit).await?);
         }
         let too_big = checks
             .iter()
             .zip(&twins)
-            .any(|((_, _, cost, class), twin)| !fits(&twin.quota(), *cost, *class));
+            .any(|((_, _, o), twin)| !fits(&twin.quota(), o.cost_of(), o.class_of()));
         let decisions = if too_big {
             // A share smaller than the cost can never admit it: deny, as the store would if
             // the others had taken the rest.
@@ -526,21 +483,18 @@ impl StoreDownGuard {
                     reset_after: self.retry_interval,
                 })
                 .collect()
-        } else if let [(_, key, cost, class)] = checks {
-            let options = CheckOptions::new().cost(*cost);
-            let options = match class {
-                Some(c) => options.class(*c),
-                None => options,
-            };
-            vec![twins[0].check_with(key, options).await?]
+        } else if let [(_, key, options)] = checks {
+            // The caller's budget was the store's: this process's share answers at once.
+            let unbounded = options.clone().within(Duration::MAX);
+            vec![twins[0].check_with(key, unbounded).await?]
         } else {
             let local_checks: Vec<KeyCheck<'_>> = checks
                 .iter()
                 .zip(&twins)
-                .map(|((_, key, cost, class), twin)| {
-                    let check = KeyCheck::new(twin, *key, *cost);
-                    match class {
-                        Some(c) => check.class(*c),
+                .map(|((_, key, options), twin)| {
+                    let check = KeyCheck::new(twin, *key, options.cost_of());
+                    match options.class_of() {
+                        Some(c) => check.class(c),
                         None => check,
                     }
                 })
@@ -558,8 +512,17 @@ impl StoreDownGuard {
     }
 }
 
-/// One check as the policy answers it: limit, key, cost, class.
-type GuardCheck<'a> = (&'a RateLimit, &'a str, u64, Option<&'a str>);
+/// One check as the policy answers it: limit, key, and how it asks.
+type GuardCheck<'a> = (&'a RateLimit, &'a str, CheckOptions);
+
+/// The options of one check of a `check_all`: its cost and class.
+fn options_of(check: &KeyCheck<'_>) -> CheckOptions {
+    let options = CheckOptions::new().cost(check.parts().2);
+    match check.class_of() {
+        Some(c) => options.class(c),
+        None => options,
+    }
+}
 
 /// What the log says of a failed check (a bare `Timeout` says too little).
 fn cause(e: Error, bound: Option<Duration>) -> Error {

@@ -7,12 +7,14 @@
 //!   closed, or an in-process share of the limit).
 //! * `guard.rs`: [`StoreDownGuard`], rate checks through the store while it answers and the
 //!   policy's answer while it does not, each answer saying where it came from
-//!   ([`DecisionSource`]); `local.rs` holds the in-process shares.
+//!   ([`DecisionSource`]); `guard_wait.rs` its waits (a rate limit's one wait over guarded
+//!   checks); `local.rs` holds the in-process shares.
 //!
 //! Used by the tower layers (`crate::tower`) and the sidecar's HTTP and RLS answers.
 
 pub(crate) mod breaker;
 pub(crate) mod guard;
+mod guard_wait;
 mod local;
 pub(crate) mod policy;
 

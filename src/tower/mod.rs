@@ -132,6 +132,10 @@
 //!   without one: [`OnMissingKey`] (reject with 400, default; count it under a shared key; or
 //!   run it unchecked). Keys are stored as they are (etcd key names, ZooKeeper paths): hash a
 //!   secret one ([`key::Header::hashed`]).
+//! * **Priority class**: a closure over the request ([`classes`](ClusterRateLimitLayer::classes))
+//!   names the class it is checked as, on a quota that keeps reserves
+//!   ([`Quota::reserve`](crate::Quota::reserve)), in both modes and by the store-down answers;
+//!   a class the quota lacks is a 400 on `class`.
 //! * **Over the limit**: [`OnLimit::Reject`] (default) or [`OnLimit::WaitUpTo`] (checks again
 //!   after each denial's `retry_after` until the deadline; rejected then, nothing consumed).
 //! * **Answers**: for `http` services ([`HttpResponses`], the default), a rejection is a
@@ -173,7 +177,7 @@ pub use concurrency::{
     GlobalConcurrencyLimit, GlobalConcurrencyLimitLayer, GlobalConcurrencyLimitLayerBuilder,
 };
 pub use rate::{
-    key, AsErrors, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses, OnLimit,
-    OnMissingKey, OnePerRequest, RateLimitError, RateLimitFuture, RateLimitInfo, Respond,
-    DEFAULT_RATE_STORE_TIMEOUT,
+    key, AsErrors, ClassFn, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses,
+    IntoClass, NoClass, OnLimit, OnMissingKey, OnePerRequest, RateLimitError, RateLimitFuture,
+    RateLimitInfo, Respond, DEFAULT_RATE_STORE_TIMEOUT,
 };

@@ -22,6 +22,9 @@ mod rls_python;
 // Hot reload of the RLS rules (files, directories, SIGHUP) on the real binary.
 #[path = "../rls_reload.rs"]
 mod rls_reload;
+// Priority classes in the RLS: `class_key` entries and rules' `reserves`.
+#[path = "../rls_classes.rs"]
+mod rls_classes;
 // Fair semaphores: declared in the config, flows and classes in acquires, status per class.
 #[path = "../sidecar_fair.rs"]
 mod sidecar_fair;
@@ -35,6 +38,9 @@ mod sidecar_messages;
 mod sidecar_per_member;
 #[path = "../sidecar_rate_http.rs"]
 mod sidecar_rate_http;
+// Priority classes over HTTP: `/wait`, the preview, `[[rate_limits]]` reserves.
+#[path = "../sidecar_rate_classes.rs"]
+mod sidecar_rate_classes;
 #[path = "../sidecar_rls.rs"]
 mod sidecar_rls;
 #[path = "../sidecar_security.rs"]

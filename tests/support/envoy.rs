@@ -123,8 +123,14 @@ impl Envoy {
     /// Starts Envoy with deploy/envoy/envoy.yaml adapted by `settings`, on free ports, and
     /// waits until its admin interface says LIVE.
     pub fn start(settings: &EnvoySettings) -> Envoy {
+        Envoy::start_adapted(settings, |config| config)
+    }
+
+    /// [`start`](Self::start) with the adapted deploy file changed further by `adapt` (a
+    /// test's own route actions, say).
+    pub fn start_adapted(settings: &EnvoySettings, adapt: impl FnOnce(String) -> String) -> Envoy {
         let ports = free_ports(2);
-        let config = deploy_config(ports[0], ports[1], settings);
+        let config = adapt(deploy_config(ports[0], ports[1], settings));
         let mut server = ServerProcess::new("envoy", "clusterlimit-envoy-", "envoy.log");
         let config_path = server.dir().join("envoy.yaml");
         std::fs::write(&config_path, config).expect("write envoy.yaml");

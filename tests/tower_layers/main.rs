@@ -15,6 +15,10 @@ mod tower_layer;
 #[path = "../tower_rate_layer.rs"]
 #[cfg(feature = "axum")]
 mod tower_rate_layer;
+// `classes` on a rate limit with reserves (etcd).
+#[path = "../tower_rate_classes.rs"]
+#[cfg(feature = "axum")]
+mod tower_rate_classes;
 // `flows` on a fair semaphore (memory://).
 #[path = "../tower_fair_layer.rs"]
 mod tower_fair_layer;

@@ -6,10 +6,9 @@ use super::options::{OnLimit, OnMissingKey};
 use crate::error::Error;
 use crate::rate::headers::{rate_limit_headers, HeaderNames};
 use crate::rate_limit::handle::{validate_key, RateLimit};
+use crate::rate_limit::options::CheckOptions;
 use crate::store_down::{DecisionSource, GuardedDecision, StoreDownGuard};
 use std::convert::Infallible;
-use std::time::Duration;
-use tokio::time::Instant;
 
 /// Header fields to put on the response: name (lower case, static) and value.
 pub(crate) type Fields = Vec<(&'static str, String)>;
@@ -35,8 +34,8 @@ pub(crate) enum Admission {
 /// What the request's key and cost call for, decided in `call` (the request is not kept for
 /// the check).
 pub(crate) enum Plan {
-    /// Check `cost` for the key.
-    Check(String, u64),
+    /// Check the key as the options say (its cost, its class).
+    Check(String, CheckOptions),
     /// Run the request unchecked (cost 0, or no key and `OnMissingKey::Admit`).
     Free,
     /// Refuse it without asking the store.
@@ -44,8 +43,14 @@ pub(crate) enum Plan {
 }
 
 impl Policy {
-    /// The plan for a request whose key function answered `key` and whose cost is `cost`.
-    pub(crate) fn plan(&self, key: Result<String, String>, cost: u64) -> Plan {
+    /// The plan for a request whose key function answered `key`, whose cost is `cost` and
+    /// whose class is `class`.
+    pub(crate) fn plan(
+        &self,
+        key: Result<String, String>,
+        cost: u64,
+        class: Option<String>,
+    ) -> Plan {
         // A free request is not checked, so it needs no key either.
         if cost == 0 {
             return Plan::Free;
@@ -73,14 +78,26 @@ impl Policy {
                 source,
             });
         }
-        Plan::Check(key, cost)
+        let options = CheckOptions::new().cost(cost);
+        let Some(class) = class else {
+            return Plan::Check(key, options);
+        };
+        // A class the quota lacks, or a cost the class can never take: the class's fault.
+        let quota = self.limit.quota();
+        if let Err(source) = quota.check_class(self.limit.name(), Some(&class), cost) {
+            return Plan::Refuse(RateLimitError::InvalidRequest {
+                field: "class",
+                source,
+            });
+        }
+        Plan::Check(key, options.class(class))
     }
 
     /// Carries out `plan`. Never waits on the store past the guard's store timeout per check,
     /// nor (in wait mode) past the deadline plus one check.
     pub(crate) async fn admit(&self, plan: Plan) -> Admission {
-        let (key, cost) = match plan {
-            Plan::Check(key, cost) => (key, cost),
+        let (key, options) = match plan {
+            Plan::Check(key, options) => (key, options),
             Plan::Free => return Admission::Pass(None, Vec::new()),
             Plan::Refuse(e) => return Admission::Reject(e, Vec::new()),
         };
@@ -92,8 +109,8 @@ impl Policy {
             );
         }
         let answer = match self.on_limit {
-            OnLimit::Reject => self.guard.check_n(&self.limit, &key, cost).await,
-            OnLimit::WaitUpTo(up_to) => self.wait(&key, cost, up_to).await,
+            OnLimit::Reject => self.guard.check_with(&self.limit, &key, options).await,
+            OnLimit::WaitUpTo(up_to) => self.wait(&key, options.within(up_to)).await,
         };
         let guarded = match answer {
             Ok(g) => g,
@@ -120,20 +137,15 @@ impl Policy {
         }
     }
 
-    /// [`StoreDownGuard::wait_until`] up to `up_to`, keeping the last denial for the 429's
-    /// headers (a fallback's answer is final: waiting would not bring the store back).
+    /// [`StoreDownGuard::wait_with`] up to the options' budget, keeping the last denial for
+    /// the 429's headers (a fallback's answer is final: waiting would not bring the store
+    /// back).
     async fn wait(
         &self,
         key: &str,
-        cost: u64,
-        up_to: Duration,
+        options: CheckOptions,
     ) -> crate::error::Result<GuardedDecision> {
-        // `None`: a deadline too far to represent, i.e. none.
-        let deadline = Instant::now().checked_add(up_to);
-        let waited = self
-            .guard
-            .wait_until(&self.limit, key, cost, deadline)
-            .await?;
+        let waited = self.guard.wait_with(&self.limit, key, options).await?;
         // Without a stop future a wait ends with an answer.
         waited
             .into_answer()

@@ -62,11 +62,13 @@ pub enum RateLimitError<E> {
         /// Why there is no key (from the key function).
         reason: String,
     },
-    /// The request's key or cost cannot be checked: a key of 0 or more than
-    /// [`MAX_KEY_LEN`](crate::RateLimit::MAX_KEY_LEN) bytes (`field` is `"key"`), or a cost above what
-    /// the quota ever admits at once (`"cost"`). An `InvalidArgument` that says which.
+    /// The request's key, cost or class cannot be checked: a key of 0 or more than
+    /// [`MAX_KEY_LEN`](crate::RateLimit::MAX_KEY_LEN) bytes (`field` is `"key"`), a cost above what
+    /// the quota ever admits at once (`"cost"`), or a class the quota does not declare or
+    /// whose reserve leaves no room for the cost (`"class"`). An `InvalidArgument` that says
+    /// which.
     InvalidRequest {
-        /// `"key"` or `"cost"`.
+        /// `"key"`, `"cost"` or `"class"`.
         field: &'static str,
         /// The `InvalidArgument` error.
         source: Error,

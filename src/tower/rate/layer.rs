@@ -1,6 +1,7 @@
 //! The layer and its options.
 
 use super::admit::Policy;
+use super::class::NoClass;
 use super::cost::OnePerRequest;
 use super::options::{OnLimit, OnMissingKey};
 use super::respond::{AsErrors, HttpResponses};
@@ -25,7 +26,8 @@ pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// [`key::peer_ip`](super::key::peer_ip), or a closure `Fn(&Req) -> String | Option<String> |
 /// Result<String, E>`); `C` its cost ([`cost`](Self::cost), default 1); `M` how rejections
 /// are answered: [`HttpResponses`] (default, `http::Request`/`http::Response` services) or
-/// [`AsErrors`] ([`reject_as_error`](Self::reject_as_error), any other service).
+/// [`AsErrors`] ([`reject_as_error`](Self::reject_as_error), any other service); `L` its
+/// priority class ([`classes`](Self::classes), default none).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -55,22 +57,24 @@ pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Debug)]
 #[must_use]
-pub struct ClusterRateLimitLayer<K, C = OnePerRequest, M = HttpResponses> {
+pub struct ClusterRateLimitLayer<K, C = OnePerRequest, M = HttpResponses, L = NoClass> {
     policy: Policy,
     key: Arc<K>,
     cost: Arc<C>,
+    classes: Arc<L>,
     store_down: StoreDownPolicy,
     store_timeout: Duration,
     store_retry_interval: Duration,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<K, C, M> Clone for ClusterRateLimitLayer<K, C, M> {
+impl<K, C, M, L> Clone for ClusterRateLimitLayer<K, C, M, L> {
     fn clone(&self) -> Self {
         ClusterRateLimitLayer {
             policy: self.policy.clone(),
             key: self.key.clone(),
             cost: self.cost.clone(),
+            classes: self.classes.clone(),
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -102,6 +106,7 @@ impl<K> ClusterRateLimitLayer<K> {
             },
             key: Arc::new(key),
             cost: Arc::new(OnePerRequest),
+            classes: Arc::new(NoClass),
             store_down,
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
             store_retry_interval: DEFAULT_GUARD_RETRY_INTERVAL,
@@ -110,15 +115,16 @@ impl<K> ClusterRateLimitLayer<K> {
     }
 }
 
-impl<K, C, M> ClusterRateLimitLayer<K, C, M> {
+impl<K, C, M, L> ClusterRateLimitLayer<K, C, M, L> {
     /// Each request costs `cost(&req)` (a `Fn(&Req) -> u64`), e.g. by its size. 0 lets it
     /// through unchecked; above what the quota admits at once (its burst, or a window's
     /// limit) it is refused as a bad request (400, `field: "cost"`).
-    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M> {
+    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M, L> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: Arc::new(cost),
+            classes: self.classes,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -151,11 +157,56 @@ impl<K, C, M> ClusterRateLimitLayer<K, C, M> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors> {
+    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors, L> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
+            classes: self.classes,
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+
+    /// Each request is checked as the priority class `classes(&req)` names (a
+    /// [`ClassFn`](super::ClassFn): a closure returning a class name or an `Option` of one),
+    /// on a quota that keeps a reserve per class ([`Quota::reserve`](crate::Quota::reserve)):
+    /// admitted only if the class's reserve is left after it, in both modes
+    /// ([`OnLimit::WaitUpTo`] waits as the class) and by the store-down answers (a `Local`
+    /// share keeps the class's share of its reserve). A class the quota lacks, or a cost above
+    /// what the class can ever take, is refused without a check: 400 with `field: "class"`
+    /// (or [`RateLimitError::InvalidRequest`](super::RateLimitError::InvalidRequest)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::tower::ClusterRateLimitLayer;
+    /// use clusterlimit::{Limiter, Quota};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let limiter = Limiter::connect("memory://rate-layer-classes-doc").await?;
+    /// // Reports (class `batch`) must leave 2 of 3 for the rest.
+    /// let api = limiter.rate_limit("api", Quota::per_minute(3).reserve("batch", 2)).await?;
+    /// let svc = ClusterRateLimitLayer::new(api, |_: &http::Request<String>| "tenant-1".to_string())
+    ///     .classes(|req: &http::Request<String>| req.uri().path().starts_with("/reports").then_some("batch"))
+    ///     .layer(service_fn(|_req: http::Request<String>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    ///     }));
+    /// let get = |path: &str| http::Request::get(path).body(String::new()).unwrap();
+    /// let status = |res: http::Response<String>| res.status().as_u16();
+    /// assert_eq!(status(svc.clone().oneshot(get("/reports/1")).await.unwrap()), 200);
+    /// assert_eq!(status(svc.clone().oneshot(get("/reports/2")).await.unwrap()), 429);
+    /// assert_eq!(status(svc.clone().oneshot(get("/orders")).await.unwrap()), 200); // the reserve
+    /// # Ok(()) }
+    /// ```
+    pub fn classes<L2>(self, classes: L2) -> ClusterRateLimitLayer<K, C, M, L2> {
+        ClusterRateLimitLayer {
+            policy: self.policy,
+            key: self.key,
+            cost: self.cost,
+            classes: Arc::new(classes),
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -238,8 +289,8 @@ fn build_guard(policy: StoreDownPolicy, timeout: Duration, retry: Duration) -> S
         .store_timeout(timeout)
 }
 
-impl<S, K, C, M> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M> {
-    type Service = ClusterRateLimit<S, K, C, M>;
+impl<S, K, C, M, L> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L> {
+    type Service = ClusterRateLimit<S, K, C, M, L>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ClusterRateLimit::new(
@@ -247,6 +298,7 @@ impl<S, K, C, M> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M> {
             Arc::new(self.policy.clone()),
             self.key.clone(),
             self.cost.clone(),
+            self.classes.clone(),
         )
     }
 }

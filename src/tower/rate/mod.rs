@@ -2,6 +2,7 @@
 //! (documented in the [`tower`](crate::tower) module docs, "Rate limits").
 
 mod admit;
+mod class;
 mod cost;
 mod error;
 mod future;
@@ -12,6 +13,7 @@ mod options;
 mod respond;
 mod service;
 
+pub use class::{ClassFn, IntoClass, NoClass};
 pub use cost::{CostFn, OnePerRequest};
 pub use error::{RateLimitError, RateLimitInfo};
 pub use future::RateLimitFuture;

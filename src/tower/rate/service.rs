@@ -1,6 +1,7 @@
 //! The rate-limited service.
 
 use super::admit::Policy;
+use super::class::{ClassFn, NoClass};
 use super::cost::CostFn;
 use super::future::RateLimitFuture;
 use super::key::KeyFn;
@@ -25,27 +26,29 @@ use tower_service::Service;
 /// dropped in `call`, and a fresh clone is polled ready once the request is admitted (its
 /// cost is then spent even if that readiness takes a while or fails). In reject mode the
 /// clone polled ready is kept through the one check (at most the store timeout).
-pub struct ClusterRateLimit<S, K, C, M> {
+pub struct ClusterRateLimit<S, K, C, M, L = NoClass> {
     inner: S,
     policy: Arc<Policy>,
     key: Arc<K>,
     cost: Arc<C>,
+    classes: Arc<L>,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<S: Clone, K, C, M> Clone for ClusterRateLimit<S, K, C, M> {
+impl<S: Clone, K, C, M, L> Clone for ClusterRateLimit<S, K, C, M, L> {
     fn clone(&self) -> Self {
         ClusterRateLimit {
             inner: self.inner.clone(),
             policy: self.policy.clone(),
             key: self.key.clone(),
             cost: self.cost.clone(),
+            classes: self.classes.clone(),
             mode: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, K, C, M> std::fmt::Debug for ClusterRateLimit<S, K, C, M> {
+impl<S: std::fmt::Debug, K, C, M, L> std::fmt::Debug for ClusterRateLimit<S, K, C, M, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterRateLimit")
             .field("inner", &self.inner)
@@ -54,13 +57,20 @@ impl<S: std::fmt::Debug, K, C, M> std::fmt::Debug for ClusterRateLimit<S, K, C, 
     }
 }
 
-impl<S, K, C, M> ClusterRateLimit<S, K, C, M> {
-    pub(crate) fn new(inner: S, policy: Arc<Policy>, key: Arc<K>, cost: Arc<C>) -> Self {
+impl<S, K, C, M, L> ClusterRateLimit<S, K, C, M, L> {
+    pub(crate) fn new(
+        inner: S,
+        policy: Arc<Policy>,
+        key: Arc<K>,
+        cost: Arc<C>,
+        classes: Arc<L>,
+    ) -> Self {
         ClusterRateLimit {
             inner,
             policy,
             key,
             cost,
+            classes,
             mode: PhantomData,
         }
     }
@@ -68,11 +78,12 @@ impl<S, K, C, M> ClusterRateLimit<S, K, C, M> {
     inner_accessors!();
 }
 
-impl<S, Req, K, C, M> Service<Req> for ClusterRateLimit<S, K, C, M>
+impl<S, Req, K, C, M, L> Service<Req> for ClusterRateLimit<S, K, C, M, L>
 where
     S: Service<Req> + Clone,
     K: KeyFn<Req>,
     C: CostFn<Req>,
+    L: ClassFn<Req>,
     M: Respond<S::Response, S::Error>,
 {
     type Response = S::Response;
@@ -84,7 +95,10 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let plan = self.policy.plan(self.key.key(&req), self.cost.cost(&req));
+        let cost = self.cost.cost(&req);
+        let plan = self
+            .policy
+            .plan(self.key.key(&req), cost, self.classes.class(&req));
         // Called once admitted.
         let ready = take_ready(&mut self.inner);
         RateLimitFuture::new(self.policy.clone(), plan, ready, req)

@@ -134,6 +134,7 @@ mod tests {
                     &key,
                     Hit {
                         cost: 1,
+                        class: crate::live::top_keys::ClassTag::NONE,
                         allowed: false,
                         remaining: 0,
                         limit: 5,

@@ -233,10 +233,12 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::top_keys::ClassTag;
 
     fn hit(now_ms: u64, allowed: bool, remaining: u64) -> Hit {
         Hit {
             cost: 1,
+            class: ClassTag::NONE,
             allowed,
             remaining,
             limit: 10,

@@ -2,12 +2,13 @@
 //! (as recorded per second, see `top_keys.rs`) replayed through the rate-limit meaning
 //! (`clusterlimit::rate::decide`) under the current and the proposed quota.
 //!
-//! Only counts per second are kept, so each second's checks are replayed evenly spread over
-//! it, each key starting full at the window's start: an estimate, exact for traffic that is
-//! even within each second.
+//! Only counts per second (and class) are kept, so each second's checks of each class are
+//! replayed evenly spread over it, interleaved with the other classes', each as its class
+//! (`decide_as`: a class the quota does not declare is denied), each key starting full at the
+//! window's start: an estimate, exact for traffic that is even within each second.
 
-use super::top_keys::Second;
-use clusterlimit::rate::{decide, KeyState};
+use super::top_keys::{ClassTag, Second};
+use clusterlimit::rate::{decide_as, KeyState};
 use clusterlimit::Quota;
 use serde::{Deserialize, Serialize};
 
@@ -76,16 +77,14 @@ pub fn preview(current: &Quota, proposed: &Quota, keys: &[(String, Vec<Second>)]
     p
 }
 
-/// Checks of `seconds` that `quota` denies, replayed evenly within each second.
+/// Checks of `seconds` (in time order) that `quota` denies, replayed evenly within each
+/// second, the classes of a second interleaved.
 fn replay(quota: &Quota, seconds: &[Second]) -> u64 {
     let mut state: Option<KeyState> = None;
     let mut denied = 0;
-    for s in seconds {
-        let n = u64::from(s.checks.max(1));
-        let each = (s.cost / n).max(1).min(quota.max_cost());
-        for i in 0..n {
-            let now = s.unix_sec * 1_000_000_000 + i * 1_000_000_000 / n;
-            let v = decide(quota, state.as_ref(), each, now);
+    for same_second in seconds.chunk_by(|a, b| a.unix_sec == b.unix_sec) {
+        for (now, each, class) in spread(quota, same_second) {
+            let v = decide_as(quota, state.as_ref(), each, class.name(), now);
             if let Some(next) = v.state {
                 state = Some(next);
             }
@@ -97,6 +96,23 @@ fn replay(quota: &Quota, seconds: &[Second]) -> u64 {
     denied
 }
 
+/// One second's checks (one `Second` per class) as (time, cost, class), in time order: each
+/// class's checks evenly spread over the second, each of its average cost.
+fn spread(quota: &Quota, same_second: &[Second]) -> Vec<(u64, u64, ClassTag)> {
+    let mut checks = Vec::new();
+    for s in same_second {
+        let n = u64::from(s.checks.max(1));
+        let each = (s.cost / n).max(1).min(quota.max_cost());
+        for i in 0..n {
+            let now = s.unix_sec * 1_000_000_000 + i * 1_000_000_000 / n;
+            checks.push((now, each, s.class));
+        }
+    }
+    // Stable: at one instant, classes in the order they were first seen that second.
+    checks.sort_by_key(|c| c.0);
+    checks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +121,7 @@ mod tests {
         (0..secs)
             .map(|s| Second {
                 unix_sec: 1_700_000_000 + s,
+                class: ClassTag::NONE,
                 checks: per_sec,
                 cost: u64::from(per_sec),
                 denied: 0,
@@ -129,6 +146,31 @@ mod tests {
         let raised = preview(&halved, &now, &keys);
         assert_eq!(raised.denied_proposed, 0);
         assert_eq!(raised.changed[0].key, "k");
+    }
+
+    /// Checks of a class replay as that class: a proposed reserve holds the class back, the
+    /// unclassed checks of the same seconds keep their share, and a class the proposed quota
+    /// drops is denied.
+    #[test]
+    fn classes_replay_as_their_class() {
+        let batch = ClassTag::of(Some("batch"));
+        let mut seconds = Vec::new();
+        for s in steady(10, 60) {
+            seconds.push(Second { class: batch, ..s });
+            seconds.push(s);
+        }
+        let keys = vec![("k".to_string(), seconds)];
+        let window = Quota::per_second(20).algorithm(clusterlimit::Algorithm::FixedWindow);
+        let now = window.reserve("batch", 0);
+        // Batch must leave 15 of each window of 20: with the checks alternating (batch
+        // first), batch gets 3 a second (counts 1, 3, 5), the rest all of theirs.
+        let reserved = window.reserve("batch", 15);
+        let p = preview(&now, &reserved, &keys);
+        assert_eq!((p.checks, p.denied_current), (1200, 0));
+        assert_eq!(p.denied_proposed, 7 * 60);
+        // Without the class, every batch check is refused.
+        let p = preview(&now, &Quota::per_second(40), &keys);
+        assert_eq!(p.denied_proposed, 600);
     }
 
     #[test]

@@ -10,10 +10,56 @@ pub const REPLAY_SECONDS: u64 = 120;
 /// "Now" for the live view: what happened in the last this many seconds.
 pub const RECENT_SECONDS: u64 = 10;
 
+/// A check's priority class (`Quota::reserve`), kept inline so that counts stay `Copy`: the
+/// library refuses a class name longer than [`MAX_CLASS_LEN`] bytes before it is recorded.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ClassTag {
+    len: u8,
+    bytes: [u8; MAX_CLASS_LEN],
+}
+
+/// Longest class name the library accepts, in bytes.
+const MAX_CLASS_LEN: usize = clusterlimit::rate::MAX_CLASS_LEN;
+
+impl ClassTag {
+    /// No class.
+    pub const NONE: ClassTag = ClassTag {
+        len: 0,
+        bytes: [0; MAX_CLASS_LEN],
+    };
+
+    /// The tag of `class` (`None`, or a name too long to be a class: no class).
+    pub fn of(class: Option<&str>) -> ClassTag {
+        let Some(name) = class.filter(|c| c.len() <= MAX_CLASS_LEN) else {
+            return ClassTag::NONE;
+        };
+        let mut bytes = [0; MAX_CLASS_LEN];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        ClassTag {
+            len: u8::try_from(name.len()).unwrap_or(0),
+            bytes,
+        }
+    }
+
+    /// The class's name, `None` for no class.
+    pub fn name(&self) -> Option<&str> {
+        let name = std::str::from_utf8(&self.bytes[..usize::from(self.len)]).ok()?;
+        (!name.is_empty()).then_some(name)
+    }
+}
+
+impl std::fmt::Debug for ClassTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.name(), f)
+    }
+}
+
 /// What one check of a key did.
 #[derive(Debug, Clone, Copy)]
 pub struct Hit {
     pub cost: u64,
+    /// The check's priority class, replayed as such by a quota preview.
+    pub class: ClassTag,
     pub allowed: bool,
     pub remaining: u64,
     pub limit: u64,
@@ -21,10 +67,12 @@ pub struct Hit {
     pub now_ms: u64,
 }
 
-/// Checks of one key in one second.
+/// Checks of one key of one class in one second (a second with checks of several classes has
+/// one of these per class, at most the quota's classes and none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Second {
     pub unix_sec: u64,
+    pub class: ClassTag,
     pub checks: u32,
     pub cost: u64,
     pub denied: u32,
@@ -58,14 +106,22 @@ impl Tracked {
     fn count(&mut self, hit: &Hit) {
         let sec = hit.now_ms / 1000;
         let denied = u32::from(!hit.allowed);
-        match self.seconds.back_mut() {
-            Some(s) if s.unix_sec == sec => {
+        // This second's counts of the hit's class, among this second's (one per class).
+        let same = self
+            .seconds
+            .iter_mut()
+            .rev()
+            .take_while(|s| s.unix_sec == sec)
+            .find(|s| s.class == hit.class);
+        match same {
+            Some(s) => {
                 s.checks = s.checks.saturating_add(1);
                 s.cost = s.cost.saturating_add(hit.cost);
                 s.denied = s.denied.saturating_add(denied);
             }
-            _ => self.seconds.push_back(Second {
+            None => self.seconds.push_back(Second {
                 unix_sec: sec,
+                class: hit.class,
                 checks: 1,
                 cost: hit.cost,
                 denied,
@@ -172,6 +228,7 @@ mod tests {
     fn hit(now_ms: u64, allowed: bool) -> Hit {
         Hit {
             cost: 1,
+            class: ClassTag::NONE,
             allowed,
             remaining: 0,
             limit: 10,
@@ -218,6 +275,50 @@ mod tests {
         let a = t.tracked()[0];
         assert_eq!(a.seconds.len() as u64, REPLAY_SECONDS + 1);
         assert_eq!(a.recent((REPLAY_SECONDS + 29) * 1000), (11, 0));
+    }
+
+    #[test]
+    fn each_second_counts_each_class_apart() {
+        let mut t = TopKeys::new(4, 60_000);
+        let batch = ClassTag::of(Some("batch"));
+        // Classes interleaved within one second: one count per class, not per alternation.
+        for i in 0..10 {
+            let class = if i % 2 == 0 { batch } else { ClassTag::NONE };
+            t.record(
+                "a",
+                1,
+                &Hit {
+                    class,
+                    ..hit(5_000 + i, i < 8)
+                },
+            );
+        }
+        t.record(
+            "a",
+            1,
+            &Hit {
+                class: batch,
+                ..hit(6_000, true)
+            },
+        );
+        let a = t.tracked()[0];
+        let seen: Vec<(u64, Option<&str>, u32, u32)> = a
+            .seconds
+            .iter()
+            .map(|s| (s.unix_sec, s.class.name(), s.checks, s.denied))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (5, Some("batch"), 5, 1),
+                (5, None, 5, 1),
+                (6, Some("batch"), 1, 0)
+            ]
+        );
+        assert_eq!(a.recent(6_500), (11, 2));
+        // A name too long to be a class is no class.
+        assert_eq!(ClassTag::of(Some(&"x".repeat(25))), ClassTag::NONE);
+        assert_eq!(ClassTag::of(None).name(), None);
     }
 
     #[test]

@@ -126,14 +126,23 @@ impl RateMetrics {
         }
     }
 
-    /// One answered check of `key` on rate limit `limit` for the live view.
-    pub fn record_key(&self, limit: &str, key: &str, g: &GuardedDecision, cost: u64) {
+    /// One answered check of `key` (of priority class `class`, if any) on rate limit `limit`
+    /// for the live view and quota previews.
+    pub fn record_key(
+        &self,
+        limit: &str,
+        key: &str,
+        class: Option<&str>,
+        g: &GuardedDecision,
+        cost: u64,
+    ) {
         let d = &g.decision;
         self.live.record(
             limit,
             key,
             crate::live::top_keys::Hit {
                 cost,
+                class: crate::live::top_keys::ClassTag::of(class),
                 allowed: d.allowed,
                 remaining: d.remaining,
                 limit: d.limit,

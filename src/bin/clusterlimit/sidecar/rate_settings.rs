@@ -7,8 +7,9 @@ use crate::common::quota_print::quota_text;
 use crate::common::quota_spec::{duration_text, FieldError, QuotaParts};
 use crate::common::{format_duration, parse_duration, Failure};
 use clap::Args;
-use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, StoreDownPolicy};
+use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, Reserves, StoreDownPolicy};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Default bound on one store check of a rate limit: past it the store counts as down and the
@@ -103,6 +104,8 @@ pub struct DeclaredRate {
     pub ban: Option<String>,
     pub warmup: Option<String>,
     pub cold_factor: Option<i64>,
+    /// Priority classes and the units each must leave (`reserves = { batch = 20 }`).
+    pub reserves: Option<BTreeMap<String, i64>>,
 }
 
 impl DeclaredRate {
@@ -124,9 +127,26 @@ impl DeclaredRate {
                 .map(|w| duration_text("warmup", w))
                 .transpose()?,
             cold_factor: self.cold_factor,
-            reserves: None,
+            reserves: self.reserves().map(Some)?,
         }
         .to_quota()
+    }
+
+    /// The declared reserves (none: `None`), each a whole number of 0 or more.
+    fn reserves(&self) -> Result<Reserves, FieldError> {
+        let mut reserves = Reserves::new();
+        for (class, units) in self.reserves.iter().flatten() {
+            let Ok(units) = u64::try_from(*units) else {
+                return Err(FieldError {
+                    field: "reserves",
+                    message: format!(
+                        "reserve of class {class:?} must be a whole number of 0 or more, got {units}"
+                    ),
+                });
+            };
+            reserves = reserves.with(class, units);
+        }
+        Ok(reserves)
     }
 }
 
@@ -244,6 +264,51 @@ mod tests {
         assert_eq!(
             check_declared(&cold).unwrap_err().0,
             "rate_limits[0].cold_factor"
+        );
+    }
+
+    #[test]
+    fn declared_reserves_are_checked_and_named() {
+        let parse = |t: &str| -> Vec<DeclaredRate> {
+            #[derive(Deserialize)]
+            struct F {
+                rate_limits: Vec<DeclaredRate>,
+            }
+            toml::from_str::<F>(t).unwrap().rate_limits
+        };
+        let entry = "[[rate_limits]]\nname = \"api\"\nlimit = 100\nperiod = \"1m\"\n";
+        let ok = parse(&format!(
+            "{entry}reserves = {{ batch = 20, critical = 0 }}\n"
+        ));
+        assert_eq!(check_declared(&ok), Ok(()));
+        let q = ok[0].quota().unwrap();
+        assert_eq!(
+            q.reserves.iter().collect::<Vec<_>>(),
+            [("batch", 20), ("critical", 0)]
+        );
+        // No reserves: none, as before.
+        assert!(parse(entry)[0].quota().unwrap().reserves.is_empty());
+        for (bad, why) in [
+            (
+                "{ batch = -1 }",
+                "must be a whole number of 0 or more, got -1",
+            ),
+            ("{ batch = 100 }", "batch"),
+            ("{ \"a b\" = 1 }", "\"a b\""),
+            ("{ a = 1, b = 1, c = 1, d = 1, e = 1 }", "4"),
+        ] {
+            let declared = parse(&format!("{entry}reserves = {bad}\n"));
+            let (field, message) = check_declared(&declared).unwrap_err();
+            assert_eq!(field, "rate_limits[0].reserves", "{bad}");
+            assert!(message.contains(why), "{bad}: {message}");
+        }
+        // Reserves and a warm-up do not combine.
+        let warm = parse(&format!(
+            "{entry}warmup = \"1h\"\nreserves = {{ batch = 1 }}\n"
+        ));
+        assert_eq!(
+            check_declared(&warm).unwrap_err().0,
+            "rate_limits[0].reserves"
         );
     }
 }

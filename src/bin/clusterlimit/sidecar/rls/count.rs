@@ -45,7 +45,7 @@ impl Rls {
     ) -> Result<Vec<Option<Checked>>, Status> {
         let shadow = |rule: &Rule| rule.shadow || self.shadow;
         let over_anyway = plans.iter().any(|p| match p {
-            Plan::AlwaysOver(rule, _) => !shadow(rule),
+            Plan::AlwaysOver(rule, _) | Plan::BadClass(rule, _) => !shadow(rule),
             Plan::StoreDown(rule, _) => {
                 matches!(policy, StoreDownPolicy::FailClosed) && !shadow(rule)
             }
@@ -64,17 +64,23 @@ impl Rls {
                 limit,
                 key,
                 cost,
+                class,
                 ..
             } = p
             {
+                let check = |cost: u64| {
+                    let check = KeyCheck::new(limit, key.clone(), cost);
+                    match class {
+                        Some(c) => check.class(c.clone()),
+                        None => check,
+                    }
+                };
                 if shadow(rule) {
-                    alone.push((i, KeyCheck::new(limit, key.clone(), *cost), *cost));
+                    alone.push((i, check(*cost), *cost));
                 } else {
                     enforced.asked.push((i, *cost));
                     let counted = if over_anyway { 0 } else { *cost };
-                    enforced
-                        .checks
-                        .push(KeyCheck::new(limit, key.clone(), counted));
+                    enforced.checks.push(check(counted));
                 }
             }
         }

@@ -65,6 +65,21 @@ impl Domain {
             (None, b) => self.store_down = b,
             _ => {}
         }
+        match (&self.class_key, other.class_key) {
+            (Some(a), Some(b)) if *a != b => {
+                return Err(format!(
+                    "{}:{}: class_key {b:?} for domain {:?}, but {} gives it {a:?}: give it once",
+                    file.display(),
+                    other.line,
+                    self.name,
+                    self.files
+                        .first()
+                        .map_or(String::new(), |f| f.display().to_string()),
+                ))
+            }
+            (None, b) => self.class_key = b,
+            _ => {}
+        }
         let mut children: Vec<(String, Level)> = other.root.children.into_iter().collect();
         children.sort_by_key(|(_, l)| l.line);
         for (key, child) in children {

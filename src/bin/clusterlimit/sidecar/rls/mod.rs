@@ -11,6 +11,8 @@ mod matcher;
 #[cfg(test)]
 mod parity_tests;
 mod parse;
+mod parse_classes;
+mod parse_ctx;
 #[cfg(test)]
 mod parse_tests;
 mod plan;

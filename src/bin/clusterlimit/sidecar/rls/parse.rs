@@ -1,131 +1,13 @@
 //! One file of RLS rules: envoyproxy/ratelimit's YAML read into its [`Domain`] of the rule
 //! tree (`rules.rs`), every error naming `file:line`.
 
+use super::parse_classes::{read_class_key, read_reserves};
+use super::parse_ctx::Ctx;
 use super::rules::{limit_name, Domain, Level, Rule, Unit, Wildcard};
 use super::yaml::{self, Node, Value};
-use clusterlimit::{Algorithm, Quota, StoreDownPolicy};
+use clusterlimit::{Algorithm, Quota, Reserves, StoreDownPolicy};
 use std::path::Path;
 use std::sync::Arc;
-
-/// The context of errors: the file.
-struct Ctx<'a> {
-    file: &'a Path,
-}
-
-impl Ctx<'_> {
-    fn err(&self, line: usize, why: impl std::fmt::Display) -> String {
-        format!("{}:{line}: {why}", self.file.display())
-    }
-
-    fn map<'n>(&self, node: &'n Node, what: &str) -> Result<&'n [(Node, Node)], String> {
-        match &node.value {
-            Value::Map(pairs) => Ok(pairs),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a mapping, got {}", v.kind()),
-            )),
-        }
-    }
-
-    /// The mapping's keys as text, each checked against `allowed` and for duplicates.
-    fn fields<'n>(
-        &self,
-        node: &'n Node,
-        what: &str,
-        allowed: &[&str],
-    ) -> Result<Vec<(&'n str, &'n Node, usize)>, String> {
-        let mut out: Vec<(&str, &Node, usize)> = Vec::new();
-        for (k, v) in self.map(node, what)? {
-            let Value::Scalar { text, .. } = &k.value else {
-                return Err(self.err(k.line, format!("{what}: keys must be strings")));
-            };
-            if !allowed.contains(&text.as_str()) {
-                return Err(self.err(
-                    k.line,
-                    format!(
-                        "unknown key {text:?} in {what} (allowed: {})",
-                        allowed.join(", ")
-                    ),
-                ));
-            }
-            if out.iter().any(|(seen, _, _)| *seen == text) {
-                return Err(self.err(k.line, format!("key {text:?} given twice in {what}")));
-            }
-            out.push((text, v, k.line));
-        }
-        Ok(out)
-    }
-
-    fn string(&self, node: &Node, what: &str) -> Result<String, String> {
-        match &node.value {
-            Value::Scalar { text, .. } => Ok(text.clone()),
-            Value::Null => Ok(String::new()),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a string, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn bool(&self, node: &Node, what: &str) -> Result<bool, String> {
-        match &node.value {
-            Value::Scalar {
-                text,
-                quoted: false,
-            } => match text.as_str() {
-                "true" | "True" | "TRUE" => Ok(true),
-                "false" | "False" | "FALSE" => Ok(false),
-                _ => Err(self.err(
-                    node.line,
-                    format!("{what} must be true or false, got {text:?}"),
-                )),
-            },
-            Value::Null => Ok(false),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be true or false, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn number<T: std::str::FromStr>(
-        &self,
-        node: &Node,
-        what: &str,
-        range: &str,
-    ) -> Result<T, String> {
-        match &node.value {
-            Value::Scalar {
-                text,
-                quoted: false,
-            } => text.parse().map_err(|_| {
-                self.err(
-                    node.line,
-                    format!("{what} must be a whole number {range}, got {text:?}"),
-                )
-            }),
-            Value::Scalar { text, .. } => Err(self.err(
-                node.line,
-                format!("{what} must be a number, got the string {text:?}"),
-            )),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a number, got {}", v.kind()),
-            )),
-        }
-    }
-
-    fn list<'n>(&self, node: &'n Node, what: &str) -> Result<&'n [Node], String> {
-        match &node.value {
-            Value::Seq(items) => Ok(items),
-            Value::Null => Ok(&[]),
-            v => Err(self.err(
-                node.line,
-                format!("{what} must be a list, got {}", v.kind()),
-            )),
-        }
-    }
-}
 
 /// Parses one file into its domain.
 pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
@@ -134,9 +16,14 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
     if doc.value == Value::Null {
         return Err(cx.err(1, "empty file: a config needs a domain"));
     }
-    let fields = cx.fields(&doc, "the file", &["domain", "descriptors", "store_down"])?;
+    let fields = cx.fields(
+        &doc,
+        "the file",
+        &["domain", "descriptors", "store_down", "class_key"],
+    )?;
     let mut name = None;
     let mut store_down = None;
+    let mut class_key = None;
     let mut descriptors: &[Node] = &[];
     for (key, v, _) in fields {
         match key {
@@ -148,6 +35,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
                         .map_err(|e| cx.err(v.line, format!("store_down: {e}")))?,
                 );
             }
+            "class_key" => class_key = Some(read_class_key(&cx, v)?),
             _ => descriptors = cx.list(v, "descriptors")?,
         }
     }
@@ -166,6 +54,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<Domain, String> {
         files: vec![file.to_path_buf()],
         line,
         store_down,
+        class_key,
         root: Level::default(),
         rules: Vec::new(),
     };
@@ -196,6 +85,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "metadata",
     "algorithm",
     "burst",
+    "reserves",
 ];
 const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
@@ -288,11 +178,10 @@ fn load_descriptor(
             child.rule = Some(rule);
         }
         None => {
-            let tuning = settings.algorithm.map(|(_, l)| l);
-            if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
+            if let Some(line) = settings.tuning_line() {
                 return Err(cx.err(
                     line,
-                    "algorithm and burst apply to a descriptor with a rate_limit",
+                    "algorithm, burst and reserves apply to a descriptor with a rate_limit",
                 ));
             }
         }
@@ -336,6 +225,18 @@ struct RuleSettings {
     share_threshold: bool,
     algorithm: Option<(Algorithm, usize)>,
     burst: Option<(u64, usize)>,
+    /// Our extension: priority classes and the units each must leave.
+    reserves: Option<(Reserves, usize)>,
+}
+
+impl RuleSettings {
+    /// The line of the first of our tuning keys given (algorithm, burst, reserves).
+    fn tuning_line(&self) -> Option<usize> {
+        let algorithm = self.algorithm.map(|(_, l)| l);
+        algorithm
+            .or(self.burst.map(|(_, l)| l))
+            .or(self.reserves.map(|(_, l)| l))
+    }
 }
 
 /// The descriptor's settings (in envoyproxy's order of checks); the fields loaded only for
@@ -369,6 +270,10 @@ fn rule_settings(
         Some((v, line)) => Some((cx.number::<u64>(v, "burst", "(1 or more)")?, line)),
         None => None,
     };
+    let reserves = match fields.get("reserves") {
+        Some((v, line)) => Some((read_reserves(cx, v)?, line)),
+        None => None,
+    };
     Ok(RuleSettings {
         shadow,
         quota_mode,
@@ -376,6 +281,7 @@ fn rule_settings(
         share_threshold,
         algorithm,
         burst,
+        reserves,
     })
 }
 
@@ -449,9 +355,11 @@ fn parse_rule(
         if let Some((_, line)) = unit.or(rpu) {
             return Err(cx.err(line, "unlimited: true takes no unit or requests_per_unit"));
         }
-        let tuning = settings.algorithm.map(|(_, l)| l);
-        if let Some(line) = tuning.or(settings.burst.map(|(_, l)| l)) {
-            return Err(cx.err(line, "unlimited: true takes no algorithm or burst"));
+        if let Some(line) = settings.tuning_line() {
+            return Err(cx.err(
+                line,
+                "unlimited: true takes no algorithm, burst or reserves",
+            ));
         }
         return Ok(rule);
     }
@@ -527,6 +435,12 @@ fn quota_of(
         }
     }
     if requests_per_unit == 0 {
+        if let Some((_, line)) = settings.reserves {
+            return Err(cx.err(
+                line,
+                "reserves apply to a rule that counts (requests_per_unit above 0)",
+            ));
+        }
         return Ok(None);
     }
     let mut q = Quota::new(u64::from(requests_per_unit), unit.period()).algorithm(algorithm);
@@ -535,5 +449,10 @@ fn quota_of(
     }
     q.validate()
         .map_err(|e| cx.err(settings.burst.map_or(line, |(_, l)| l), e.to_string()))?;
+    if let Some((reserves, line)) = settings.reserves {
+        q = q.reserves(reserves);
+        q.validate()
+            .map_err(|e| cx.err(line, format!("reserves: {e}")))?;
+    }
     Ok(Some(q))
 }

@@ -140,3 +140,95 @@ fn names_are_valid_and_distinct() {
         clusterlimit::validate::name(n).unwrap();
     }
 }
+
+/// Our extensions for priority classes: a domain's `class_key`, a rule's `reserves` in its
+/// quota (and summary).
+#[test]
+fn reserves_and_class_key() {
+    let d = load(
+        "domain: api\n\
+         class_key: priority\n\
+         descriptors:\n\
+         \x20 - key: user\n\
+         \x20   reserves: {batch: 20, critical: 0}\n\
+         \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n\
+         \x20 - key: plain\n\
+         \x20   rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    assert_eq!(d.class_key.as_deref(), Some("priority"));
+    let user = d.root.children["user"].rule.clone().unwrap();
+    let q = user.quota.unwrap();
+    assert_eq!(
+        q.reserves.iter().collect::<Vec<_>>(),
+        [("batch", 20), ("critical", 0)]
+    );
+    assert!(
+        user.summary().contains("reserves batch 20, critical 0"),
+        "{}",
+        user.summary()
+    );
+    let plain = d.root.children["plain"].rule.clone().unwrap();
+    assert!(plain.quota.unwrap().reserves.is_empty());
+    assert!(load("domain: a\n").unwrap().class_key.is_none());
+}
+
+/// Every mistake in `class_key` and `reserves` named at its line, with the reason.
+#[test]
+fn bad_reserves_and_class_keys() {
+    let rule = |extra: &str, rate_limit: &str| {
+        format!("domain: a\ndescriptors:\n  - key: k\n{extra}    rate_limit: {rate_limit}\n")
+    };
+    let minute = "{unit: minute, requests_per_unit: 10}";
+    for (text, want) in [
+        (
+            "domain: a\nclass_key: \"\"\n".to_string(),
+            "t.yaml:2: class_key must name",
+        ),
+        (
+            "domain: a\nclass_key: [x]\n".to_string(),
+            "t.yaml:2: class_key must be a string",
+        ),
+        (
+            rule("    reserves: {batch: 10}\n", minute),
+            "t.yaml:4: reserves: ",
+        ),
+        (
+            rule("    reserves: {batch: -1}\n", minute),
+            "t.yaml:4: reserves.batch must be a whole number (0 or more)",
+        ),
+        (
+            rule("    reserves: {\"a b\": 1}\n", minute),
+            "t.yaml:4: reserves: ",
+        ),
+        (
+            rule("    reserves: [batch]\n", minute),
+            "t.yaml:4: reserves must be a mapping",
+        ),
+        (
+            rule("    reserves: {a: 1, b: 1, c: 1, d: 1, e: 1}\n", minute),
+            "t.yaml:4: reserves: ",
+        ),
+        (
+            rule("    reserves: {batch: 1}\n", "{unlimited: true}"),
+            "t.yaml:4: unlimited: true takes no algorithm, burst or reserves",
+        ),
+        (
+            rule(
+                "    reserves: {batch: 1}\n",
+                "{unit: minute, requests_per_unit: 0}",
+            ),
+            "t.yaml:4: reserves apply to a rule that counts",
+        ),
+        (
+            "domain: a\ndescriptors:\n  - key: k\n    reserves: {batch: 1}\n".to_string(),
+            "t.yaml:4: algorithm, burst and reserves apply to a descriptor with a rate_limit",
+        ),
+    ] {
+        let e = load(&text).unwrap_err();
+        assert!(e.contains(want), "{text}: {e}");
+    }
+    // The reason names the class and the bound.
+    let e = load(&rule("    reserves: {batch: 10}\n", minute)).unwrap_err();
+    assert!(e.contains("batch"), "{e}");
+}

@@ -9,6 +9,7 @@ use clusterlimit::{Error, RateLimit, StoreDownPolicy};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Status;
@@ -22,24 +23,62 @@ pub enum Plan {
     /// The rule's rate limit could not be opened (a new override while the store is down or
     /// hung): answered by the domain's store-down policy, `cost` not counted.
     StoreDown(Arc<Rule>, u64),
-    /// Check `cost` on `limit`; `too_big`: the cost is above what the limit ever admits at
-    /// once, so the descriptor is over (envoyproxy answers OVER_LIMIT, not an error) and the
-    /// check only reads the key (cost 0).
+    /// The descriptor names a priority class its rule's quota does not declare (or two
+    /// classes): over, nothing counted, so an unknown class never gets the whole quota.
+    BadClass(Arc<Rule>, u64),
+    /// Check `cost` on `limit`, as `class` if any; `too_big`: the cost is above what the
+    /// limit (or the class) ever admits at once, so the descriptor is over (envoyproxy answers
+    /// OVER_LIMIT, not an error) and the check only reads the key (cost 0).
     Check {
         rule: Arc<Rule>,
         limit: RateLimit,
         key: String,
         cost: u64,
+        class: Option<String>,
         too_big: bool,
     },
 }
 
 /// One descriptor as matched: its rule (none: no limit), its entries as counted (from the
-/// request, or the rule's wildcards), its hits.
+/// request, or the rule's wildcards; without the class entry), its hits, its class.
 pub struct Picked<'r> {
     pub rule: Option<Arc<Rule>>,
     pub entries: Vec<Entry<'r>>,
     pub cost: u64,
+    pub class: Asked<'r>,
+}
+
+/// The priority class a descriptor asks for, by its domain's `class_key` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked<'r> {
+    /// No class entry: the descriptor may use its rule's whole quota.
+    None,
+    /// One class (the entry given more than once with one value counts once).
+    Class(&'r str),
+    /// Two different values: no class can be chosen.
+    Conflict(&'r str, &'r str),
+}
+
+impl<'r> Asked<'r> {
+    /// The class entries of `entries` (keyed `class_key`) taken out, and the class they name.
+    fn take(class_key: Option<&str>, entries: &mut Vec<Entry<'r>>) -> Asked<'r> {
+        let Some(class_key) = class_key else {
+            return Asked::None;
+        };
+        let mut asked = Asked::None;
+        entries.retain(|(k, v)| {
+            if *k != class_key {
+                return true;
+            }
+            asked = match asked {
+                Asked::None => Asked::Class(v),
+                Asked::Class(c) if c != *v => Asked::Conflict(c, v),
+                kept => kept,
+            };
+            false
+        });
+        asked
+    }
 }
 
 impl Rls {
@@ -90,6 +129,8 @@ impl Rls {
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()))
             .collect();
+        // The class entry says how to check, not what: it neither matches nor counts.
+        let class = Asked::take(domain.class_key.as_deref(), &mut entries);
         let rule = match &d.limit {
             Some(o) => Some(self.override_rule(domain, i, &entries, o)?),
             // Counted (and labelled) by the entries as matched: share_threshold values
@@ -109,6 +150,7 @@ impl Rls {
             rule,
             entries,
             cost,
+            class,
         })
     }
 
@@ -146,15 +188,60 @@ impl Rls {
             }
             Err(e) => return Err(status(e)),
         };
-        let too_big = p.cost > quota.max_cost();
+        let class = match p.class {
+            Asked::None => None,
+            Asked::Class(c) if quota.reserves.get(c).is_some() => Some(c),
+            asked => {
+                bad_class(r, asked);
+                return Ok(Plan::BadClass(counted, p.cost));
+            }
+        };
+        let reserve = class.and_then(|c| quota.reserves.get(c)).unwrap_or(0);
+        let too_big = p.cost.saturating_add(reserve) > quota.max_cost();
         Ok(Plan::Check {
             rule: counted,
             limit,
             key: matcher::counter_key(&p.entries),
             cost: if too_big { 0 } else { p.cost },
+            class: class.map(str::to_string),
             too_big,
         })
     }
+}
+
+/// Unix second of the last warning of a bad class (at most one per [`WARN_EVERY_S`]: every
+/// request of a misconfigured Envoy would log one).
+static BAD_CLASS_WARNED: AtomicU64 = AtomicU64::new(0);
+const WARN_EVERY_S: u64 = 10;
+
+/// Logs (now and then) a descriptor whose class `rule` cannot check: what was asked, what
+/// the rule declares, and what the descriptor got.
+fn bad_class(rule: &Rule, asked: Asked<'_>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = BAD_CLASS_WARNED.load(Ordering::Relaxed);
+    if now < last + WARN_EVERY_S
+        || BAD_CLASS_WARNED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let declared = rule.quota.map_or(String::new(), |q| q.reserves.to_string());
+    let why = match asked {
+        Asked::Conflict(a, b) => format!("two classes, {a:?} and {b:?}"),
+        Asked::Class(c) => format!("class {c:?}"),
+        Asked::None => "no class".to_string(),
+    };
+    tracing::warn!(
+        domain = %rule.domain, rule = %rule.path, origin = %rule.origin,
+        "a descriptor asks for {why}, which this rule does not declare (its reserves: {}); \
+         answered OVER_LIMIT, nothing counted (declare the class under the rule's reserves, \
+         or fix the Envoy action that sets it); further such warnings within {WARN_EVERY_S} s \
+         are not logged",
+        if declared.is_empty() { "none" } else { &declared }
+    );
 }
 
 /// The matched rule behind the `counted` one of a plan (see [`counted_alone`]).

@@ -59,7 +59,7 @@ impl Rls {
         Ok(match plan {
             Plan::NoLimit => Outcome::NoLimit,
             Plan::Unlimited => Outcome::Unlimited,
-            Plan::AlwaysOver(rule, cost) => {
+            Plan::AlwaysOver(rule, cost) | Plan::BadClass(rule, cost) => {
                 let rule = configured(&picked.rule, rule);
                 self.metrics.rate.record_answer(
                     &domain.name,
@@ -129,6 +129,7 @@ impl Rls {
             rule,
             limit,
             key,
+            class,
             too_big,
             ..
         } = plan
@@ -150,7 +151,7 @@ impl Rls {
             self.shadowed(rule),
             Some(c.latency),
         );
-        rate.record_key(limit.name(), key, &g, hits);
+        rate.record_key(limit.name(), key, class.as_deref(), &g, hits);
         rate.keys_cached(limit.name(), limit.cached_keys());
         Outcome::Decided {
             rule,

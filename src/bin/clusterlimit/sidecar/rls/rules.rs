@@ -1,7 +1,7 @@
 //! The RLS rules as a tree: envoyproxy/ratelimit's YAML (`domain`, nested `descriptors` with
 //! `key`, `value`, `rate_limit`, `shadow_mode`, `quota_mode`, `share_threshold`,
 //! `detailed_metric`, `value_to_metric`, `metadata`), plus our extensions (`algorithm`, `burst`,
-//! a domain's `store_down`), as domains of levels of rules; and the rate limit each rule counts
+//! `reserves`, a domain's `store_down` and `class_key`), as domains of levels of rules; and the rate limit each rule counts
 //! in. Read from the files by `load.rs` and `parse.rs` (every error names `file:line`), walked
 //! by `matcher.rs`.
 
@@ -170,6 +170,9 @@ pub struct Domain {
     pub line: usize,
     /// Our extension: this domain's answer while the store is down (else the global one).
     pub store_down: Option<StoreDownPolicy>,
+    /// Our extension: the descriptor entry key whose value names a descriptor's priority
+    /// class (the entry is taken out before matching); `None`: no classes.
+    pub class_key: Option<String>,
     pub root: Level,
     /// Every rule, in file order (for the summary and start-up).
     pub rules: Vec<Arc<Rule>>,
@@ -198,9 +201,12 @@ impl Rules {
     pub fn describe(&self) -> String {
         let mut out = String::new();
         for d in self.domains.values() {
-            let policy = d
+            let mut policy = d
                 .store_down
                 .map_or(String::new(), |p| format!(", store_down {p}"));
+            if let Some(k) = &d.class_key {
+                policy.push_str(&format!(", class_key {k:?}"));
+            }
             let files: Vec<String> = d.files.iter().map(|f| f.display().to_string()).collect();
             out.push_str(&format!(
                 "rls domain   {} ({} rules, {}{policy})\n",
@@ -239,6 +245,9 @@ impl Rule {
                 self.unit.name()
             )
         };
+        if let Some(q) = self.quota.filter(|q| !q.reserves.is_empty()) {
+            s.push_str(&format!(", reserves {}", q.reserves));
+        }
         if !self.name.is_empty() {
             s.push_str(&format!(", name {:?}", self.name));
         }

@@ -49,6 +49,8 @@ pub struct WaitBody {
     key: String,
     cost: Option<i64>,
     timeout_ms: Option<i64>,
+    /// A priority class of the quota: waits until admitted with its reserve left after.
+    class: Option<String>,
 }
 
 fn check_key(key: &str) -> Result<(), Problem> {
@@ -137,44 +139,51 @@ fn source_name(s: DecisionSource) -> &'static str {
     }
 }
 
+/// How a check of `cost` (of `class`, if given) asks.
+fn options(cost: u64, class: Option<&str>) -> CheckOptions {
+    let options = CheckOptions::new().cost(cost);
+    match class {
+        Some(c) => options.class(c),
+        None => options,
+    }
+}
+
 /// One guarded check (the store gets at most the store timeout).
 async fn guarded(
     st: &AppState,
     rl: &RateLimit,
     key: &str,
-    cost: u64,
+    options: CheckOptions,
 ) -> Result<GuardedDecision, Problem> {
-    st.rate
-        .guard
-        .check_n(rl, key, cost)
-        .await
-        .map_err(|e| lib_problem(e, rl.name()))
-}
-
-/// One guarded check of a priority class.
-async fn guarded_class(
-    st: &AppState,
-    rl: &RateLimit,
-    key: &str,
-    cost: u64,
-    class: &str,
-) -> Result<GuardedDecision, Problem> {
-    let options = CheckOptions::new().cost(cost).class(class);
+    let classed = options.class_of().is_some();
     st.rate
         .guard
         .check_with(rl, key, options)
         .await
-        .map_err(|e| match e {
-            Error::InvalidArgument(_) => Problem::from_lib(e, "class"),
-            e => lib_problem(e, rl.name()),
-        })
+        .map_err(|e| check_problem(e, rl.name(), classed))
+}
+
+/// The problem of a failed check: a bad argument of a check with a class is the class's
+/// (the cost was checked before), else as [`lib_problem`].
+fn check_problem(e: Error, name: &str, classed: bool) -> Problem {
+    match e {
+        Error::InvalidArgument(_) if classed => Problem::from_lib(e, "class"),
+        e => lib_problem(e, name),
+    }
 }
 
 /// Counts one answered request in the metrics (a wait counts once, by its last check).
-fn record(st: &AppState, rl: &RateLimit, key: &str, g: &GuardedDecision, cost: u64) {
+fn record(
+    st: &AppState,
+    rl: &RateLimit,
+    key: &str,
+    class: Option<&str>,
+    g: &GuardedDecision,
+    cost: u64,
+) {
     let m = &st.metrics.rate;
     m.record(DOMAIN, rl.name(), g, cost, false, g.store_latency);
-    m.record_key(rl.name(), key, g, cost);
+    m.record_key(rl.name(), key, class, g, cost);
     m.keys_cached(rl.name(), rl.cached_keys());
 }
 
@@ -359,20 +368,17 @@ pub async fn check(
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
     admissible_class(&st, &rl, body.class.as_deref(), cost).await?;
-    let g = match &body.class {
-        None => guarded(&st, &rl, &body.key, cost).await?,
-        Some(class) => guarded_class(&st, &rl, &body.key, cost, class).await?,
-    };
+    let g = guarded(&st, &rl, &body.key, options(cost, body.class.as_deref())).await?;
     if g.decision.never_admits() {
         return Err(never_admitted(&rl, cost));
     }
-    record(&st, &rl, &body.key, &g, cost);
+    record(&st, &rl, &body.key, body.class.as_deref(), &g, cost);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
-/// `POST /v1/ratelimits/{name}/wait`: checks, and after a denial sleeps its `retry_after`,
-/// until admitted (200) or `timeout_ms` would pass (429, nothing consumed; on a quota with a
-/// ban, the denial starts the ban); 503 at shutdown.
+/// `POST /v1/ratelimits/{name}/wait`: checks (as `class`, if given), and after a denial
+/// sleeps its `retry_after`, until admitted (200) or `timeout_ms` would pass (429, nothing
+/// consumed; on a quota with a ban, the denial starts the ban); 503 at shutdown.
 pub async fn wait(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -391,8 +397,9 @@ pub async fn wait(
     }
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let class = body.class.as_deref();
+    admissible_class(&st, &rl, class, cost).await?;
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     let _in_flight = InFlight::new(st.metrics.rate.waits_in_flight(rl.name()));
     if st.shutdown.is_cancelled() {
         return Err(shutting_down());
@@ -402,18 +409,17 @@ pub async fn wait(
     let waited = st
         .rate
         .guard
-        .wait_until_or(
+        .wait_with_or(
             &rl,
             &body.key,
-            cost,
-            Some(deadline),
+            options(cost, class).within(timeout),
             st.shutdown.cancelled(),
         )
         .await
-        .map_err(|e| lib_problem(e, rl.name()))?;
+        .map_err(|e| check_problem(e, rl.name(), class.is_some()))?;
     let g = match waited {
         Waited::Admitted(g) => {
-            record(&st, &rl, &body.key, &g, cost);
+            record(&st, &rl, &body.key, class, &g, cost);
             return Ok(answer(&st, &rl, &body.key, cost, &g, true, None));
         }
         Waited::Never(_) => return Err(never_admitted(&rl, cost)),
@@ -434,7 +440,7 @@ pub async fn wait(
             )
         }
     );
-    record(&st, &rl, &body.key, &g, cost);
+    record(&st, &rl, &body.key, class, &g, cost);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, Some(why)))
 }
 
@@ -476,7 +482,7 @@ pub async fn peek(
 ) -> Result<Response, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let g = guarded(&st, &rl, &key, 0).await?;
+    let g = guarded(&st, &rl, &key, options(0, None)).await?;
     Ok(answer(&st, &rl, &key, 0, &g, false, None))
 }
 
