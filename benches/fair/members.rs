@@ -44,6 +44,9 @@ impl Leave {
 pub struct Sequence {
     pub leave: Leave,
     pub steps: [Option<Duration>; 3],
+    /// The last step: time until the members' announcements were gone (their sessions ended),
+    /// the part of the step before the controller's count.
+    pub gone: Option<Duration>,
 }
 
 /// Row 4 on one store.
@@ -73,9 +76,9 @@ async fn sequence(url: &str, name: &str, leave: Leave, local: bool) -> anyhow::R
     let started = join(url, name, local, &mut members, SIZES[0]).await?;
     let observer = Limiter::builder(url).owner("observer").connect().await?;
     let sem = observer.open_semaphore(name).await?;
-    steps[0] = follows(&sem, SIZES[0], started).await?;
+    steps[0] = follows(&sem, SIZES[0], started).await?.0;
     let started = join(url, name, local, &mut members, SIZES[1] - SIZES[0]).await?;
-    steps[1] = follows(&sem, SIZES[1], started).await?;
+    steps[1] = follows(&sem, SIZES[1], started).await?.0;
     let controller = sem.per_member_status().await?.and_then(|s| s.controller);
     let mut going = Vec::new();
     while going.len() < SIZES[1] - SIZES[2] {
@@ -91,12 +94,13 @@ async fn sequence(url: &str, name: &str, leave: Leave, local: bool) -> anyhow::R
     for m in &mut going {
         m.leave(leave).await?;
     }
-    steps[2] = follows(&sem, SIZES[2], started).await?;
+    let gone;
+    (steps[2], gone) = follows(&sem, SIZES[2], started).await?;
     for m in going.into_iter().chain(members) {
         m.end().await;
     }
     observer.close().await?;
-    Ok(Sequence { leave, steps })
+    Ok(Sequence { leave, steps, gone })
 }
 
 /// Starts `n` more members at once; returns when the last one has its semaphore open.
@@ -114,20 +118,26 @@ async fn join(
     Ok(Instant::now())
 }
 
-/// Time from `since` until `sem`'s stored capacity is `members`' worth, or `None`.
+/// Time from `since` until `sem`'s stored capacity is `members`' worth, and until its board
+/// shows `members` (`None`: not within [`GIVE_UP`]).
 async fn follows(
     sem: &Semaphore,
     members: usize,
     since: Instant,
-) -> anyhow::Result<Option<Duration>> {
+) -> anyhow::Result<(Option<Duration>, Option<Duration>)> {
     let want = PER_MEMBER * members as u32;
+    let mut counted = None;
     while since.elapsed() < GIVE_UP {
+        let board = sem.per_member_status().await?.map(|s| s.members);
+        if counted.is_none() && board == Some(members) {
+            counted = Some(since.elapsed());
+        }
         if sem.status().await?.capacity == want {
-            return Ok(Some(since.elapsed()));
+            return Ok((Some(since.elapsed()), counted.or(Some(since.elapsed()))));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(None)
+    Ok((None, counted))
 }
 
 fn config() -> PerMember {

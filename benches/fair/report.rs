@@ -162,7 +162,9 @@ fn members_table(md: &mut String, rows: &[StoreRows]) {
          killed (SIGKILL: its session has to expire; in process the Limiter is dropped without \
          `close`, and its drop ends the session). Each a sequence of its own; time from the \
          change (the last joiner's command running, the signals sent) until the stored \
-         capacity, read every 20 ms, is the new one; joins as close sequence / kill sequence. \
+         capacity, read every 20 ms, is the new one (and, for the 3 that go, until their \
+         announcements are gone from the board: the sessions' end, before the controller's \
+         count); joins as close sequence / kill sequence. \
          Target: every step ≤ one session TTL.\n\n\
          | store | members | {} join (→ {a}) | {} more (→ {b}) | {} close (→ {c}) | {} killed (→ {c}) | target |\n\
          |---|---|---|---|---|---|---|",
@@ -182,7 +184,11 @@ fn members_table(md: &mut String, rows: &[StoreRows]) {
             let cells: Vec<String> = m.sequences.iter().map(|s| secs(s.steps[i])).collect();
             cells.join(" / ")
         };
-        let leaving = |leave: Leave| of(leave).map_or("–".to_string(), |s| secs(s.steps[2]));
+        let leaving = |leave: Leave| {
+            of(leave).map_or("–".to_string(), |s| {
+                format!("{} (sessions gone {})", secs(s.steps[2]), secs(s.gone))
+            })
+        };
         let missed: Vec<String> = m
             .sequences
             .iter()
