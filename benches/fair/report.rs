@@ -41,9 +41,10 @@ fn noisy_table(md: &mut String, plan: &Plan, rows: &[StoreRows]) {
          (each released at once), flow B sends one request at a time from a fifth; waits in ms \
          (p50 / p99). A handoff is the mean time a permit takes to pass to the next holder under \
          A's load (capacity ÷ A's grants per second). Target: B's p99 on the fair semaphore ≤ \
-         B alone + 2 handoffs.\n\n\
-         | store | B alone | B, fair | B, FIFO | A's grants/s (fair) | handoff | target |\n\
-         |---|---|---|---|---|---|---|",
+         B alone + 2 handoffs. Beside it, A's grants while each of B's fair requests waited \
+         (p50 / p99: handoffs B waited, counted, whatever the machine's speed).\n\n\
+         | store | B alone | B, fair | B, FIFO | A's grants/s (fair) | handoff | A's grants during B's wait | target |\n\
+         |---|---|---|---|---|---|---|---|",
         crate::noisy::CAPACITY,
         plan.noisy_a
     );
@@ -52,13 +53,15 @@ fn noisy_table(md: &mut String, plan: &Plan, rows: &[StoreRows]) {
         let bound = n.alone.p99() + n.handoff * 2;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} | {} | {} (bound {} ms) |",
+            "| {} | {} | {} | {} | {:.0} | {} | {} / {} | {} (bound {} ms) |",
             r.store,
             p50_p99(&n.alone),
             p50_p99(&n.fair),
             p50_p99(&n.fifo),
             n.a_per_sec,
             ms(n.handoff),
+            n.a_during_b.0,
+            n.a_during_b.1,
             verdict(n.fair.p99() <= bound),
             ms(bound)
         );
