@@ -13,6 +13,8 @@
 //! ratio. Targets are printed as met / not met; the run fails only on an error (a request that
 //! fails, a server that does not start).
 
+#[path = "fair/apart.rs"]
+mod apart;
 #[path = "../tests/binary/mod.rs"]
 mod binary;
 #[allow(dead_code)] // the machine lines it does not print

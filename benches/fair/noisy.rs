@@ -1,6 +1,7 @@
 //! Row 1, the noisy tenant: flow A keeps `noisy_a` acquires queued (looping tasks spread over 4
 //! Limiters, each releasing at once), flow B sends one request at a time from a fifth Limiter.
-//! B's wait on a fair semaphore, on a plain (FIFO) one under the same load, and with B alone.
+//! B's wait on a fair semaphore, on a plain (FIFO) one under the same load, and with B alone;
+//! B runs on a runtime of its own (`apart.rs`), as another process would.
 
 use crate::plan::Plan;
 use crate::stats::Samples;
@@ -106,7 +107,7 @@ async fn under_load(
     // Let A's queue fill before B's first request.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (start, before) = (Instant::now(), grants.load(SeqCst));
-    let waits = b_waits(url, name, fair, b_requests, Some(&grants)).await;
+    let waits = b_waits(url, name, fair, b_requests, Some(grants.clone())).await;
     let per_sec = (grants.load(SeqCst) - before) as f64 / start.elapsed().as_secs_f64();
     stop.store(true, SeqCst);
     for l in &limiters {
@@ -119,16 +120,28 @@ async fn under_load(
     Ok((waits, per_sec, during))
 }
 
-/// `n` requests of flow B, one at a time: the time each took to be granted, and the p50 and
-/// p99 of `others`' count's growth during each.
+/// `n` requests of flow B, one at a time, from a Limiter on a runtime of its own: the time
+/// each took to be granted, and the p50 and p99 of `others`' count's growth during each.
 async fn b_waits(
     url: &str,
     name: &str,
     fair: bool,
     n: usize,
-    others: Option<&AtomicU64>,
+    others: Option<Arc<AtomicU64>>,
 ) -> anyhow::Result<(Samples, (u64, u64))> {
-    let count = || others.map_or(0, |o| o.load(SeqCst));
+    let (url, name) = (url.to_string(), name.to_string());
+    crate::apart::apart(move || b_loop(url, name, fair, n, others)).await
+}
+
+async fn b_loop(
+    url: String,
+    name: String,
+    fair: bool,
+    n: usize,
+    others: Option<Arc<AtomicU64>>,
+) -> anyhow::Result<(Samples, (u64, u64))> {
+    let (url, name) = (url.as_str(), name.as_str());
+    let count = || others.as_ref().map_or(0, |o| o.load(SeqCst));
     let limiter = Limiter::builder(url).owner("b").connect().await?;
     let sem = open(&limiter, name, fair).await?;
     let (mut waits, mut during) = (Vec::with_capacity(n), Vec::with_capacity(n));

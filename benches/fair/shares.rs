@@ -58,17 +58,8 @@ pub async fn reserve(url: &str, run_for: Duration) -> anyhow::Result<Reserve> {
     let (idle, peaks) = batch.sample(run_for / 3).await;
     let lent = idle.first().map_or(0.0, |f| f.1);
     let lent_peak = peaks.first().copied().unwrap_or(0);
-    let limiter = Limiter::builder(url).owner("pager").connect().await?;
-    let sem = limiter
-        .fair_semaphore("shares-reserve", CAPACITY, classes.clone())
-        .await?;
-    let (before, t) = (batch.grants.load(SeqCst), Instant::now());
-    let p = sem
-        .acquire_with(AcquireOptions::new().flow("pager").class("critical"))
-        .await?;
-    let (first_wait, meanwhile) = (t.elapsed(), batch.grants.load(SeqCst) - before);
-    p.release().await?;
-    limiter.close().await?;
+    let first = (url.to_string(), classes.clone(), batch.grants.clone());
+    let (first_wait, meanwhile) = crate::apart::apart(move || first_request(first)).await?;
     let critical =
         Load::start(url, "shares-reserve", &classes, &[("pager", "critical", 1)]).await?;
     critical.warm().await;
@@ -92,6 +83,25 @@ pub async fn reserve(url: &str, run_for: Duration) -> anyhow::Result<Reserve> {
         store_reads,
         store_below,
     })
+}
+
+/// Critical's first request, from a Limiter on a runtime of its own (`apart.rs`), as another
+/// process's: its wait, and the grants `batch` counted meanwhile.
+async fn first_request(
+    (url, classes, batch): (String, Classes, Arc<AtomicUsize>),
+) -> anyhow::Result<(Duration, usize)> {
+    let limiter = Limiter::builder(&url).owner("pager").connect().await?;
+    let sem = limiter
+        .fair_semaphore("shares-reserve", CAPACITY, classes)
+        .await?;
+    let (before, t) = (batch.load(SeqCst), Instant::now());
+    let p = sem
+        .acquire_with(AcquireOptions::new().flow("pager").class("critical"))
+        .await?;
+    let (wait, meanwhile) = (t.elapsed(), batch.load(SeqCst) - before);
+    p.release().await?;
+    limiter.close().await?;
+    Ok((wait, meanwhile))
 }
 
 /// Both loads sampled together: the shares, and how often critical held fewer than its 2.
