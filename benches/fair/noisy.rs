@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 pub const CAPACITY: u32 = 8;
 const LIMITERS: usize = 4;
-/// B's requests measured on the FIFO semaphore (each waits behind A's whole queue).
+/// B's requests measured on the FIFO semaphore (each waits behind A's whole queue); half as
+/// many in the quick run.
 const FIFO_B: usize = 10;
 
 /// What row 1 measured on one store.
@@ -54,7 +55,8 @@ pub async fn measure(url: &str, plan: &Plan) -> anyhow::Result<Noisy> {
     let (fair, a_per_sec, a_during_b) =
         under_load(url, "noisy-fair", true, plan, plan.noisy_b).await?;
     // Behind A's whole queue each time: a few requests tell it.
-    let (fifo, _, _) = under_load(url, "noisy-fifo", false, plan, FIFO_B).await?;
+    let fifo_b = if plan.quick { FIFO_B / 2 } else { FIFO_B };
+    let (fifo, _, _) = under_load(url, "noisy-fifo", false, plan, fifo_b).await?;
     let handoff = Duration::from_secs_f64(f64::from(CAPACITY) / a_per_sec.max(1e-9));
     Ok(Noisy {
         alone,

@@ -49,7 +49,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
                     out: args.out,
                     noisy_a: 200,
                     noisy_b: 30,
-                    share_for: Duration::from_secs(2),
+                    share_for: Duration::from_secs(1),
                     plain_rounds: 4,
                     plain_pairs: 20,
                 }
