@@ -25,7 +25,7 @@ pub async fn weights(url: &str, run_for: Duration) -> anyhow::Result<Shares> {
     let flows = [("w1", "", 1), ("w2", "", 2), ("w5", "", 5)];
     let load = Load::start(url, "shares-weights", &classes, &flows).await?;
     load.warm().await;
-    let flows = load.sample(run_for).await;
+    let (flows, _) = load.sample(run_for).await;
     load.stop().await;
     Ok(Shares { flows })
 }
@@ -35,12 +35,18 @@ pub async fn weights(url: &str, run_for: Duration) -> anyhow::Result<Shares> {
 pub struct Reserve {
     /// Batch's permits held (time average) while critical is idle: critical's share lent.
     pub lent: f64,
+    /// The most batch held at once meanwhile (the whole capacity: critical's share lent too).
+    pub lent_peak: u32,
     /// Critical's first request, with batch saturating: its wait, and batch's grants meanwhile.
     pub first_wait: Duration,
     pub batch_grants_meanwhile: usize,
     /// Both saturating: the shares, and the fraction of samples with critical below its 2.
     pub both: Shares,
     pub critical_below_min: f64,
+    /// The store's own view meanwhile: status reads, and those showing critical with requests
+    /// waiting and fewer permits than it is guaranteed.
+    pub store_reads: usize,
+    pub store_below: usize,
 }
 
 /// Row 3: class `critical` guaranteed 25% of 8, `batch` saturating: batch's share while
@@ -49,32 +55,53 @@ pub async fn reserve(url: &str, run_for: Duration) -> anyhow::Result<Reserve> {
     let classes: Classes = "critical=25%,batch".parse()?;
     let batch = Load::start(url, "shares-reserve", &classes, &[("nightly", "batch", 1)]).await?;
     batch.warm().await;
-    let idle = batch.sample(run_for / 3).await;
+    let (idle, peaks) = batch.sample(run_for / 3).await;
     let lent = idle.first().map_or(0.0, |f| f.1);
-    let limiter = Limiter::builder(url).owner("pager").connect().await?;
-    let sem = limiter
-        .fair_semaphore("shares-reserve", CAPACITY, classes.clone())
-        .await?;
-    let (before, t) = (batch.grants.load(SeqCst), Instant::now());
-    let p = sem
-        .acquire_with(AcquireOptions::new().flow("pager").class("critical"))
-        .await?;
-    let (first_wait, meanwhile) = (t.elapsed(), batch.grants.load(SeqCst) - before);
-    p.release().await?;
-    limiter.close().await?;
+    let lent_peak = peaks.first().copied().unwrap_or(0);
+    let first = (url.to_string(), classes.clone(), batch.grants.clone());
+    let (first_wait, meanwhile) = crate::apart::apart(move || first_request(first)).await?;
     let critical =
         Load::start(url, "shares-reserve", &classes, &[("pager", "critical", 1)]).await?;
     critical.warm().await;
-    let (both, below) = both_sampled(&batch, &critical, run_for / 3).await;
+    let observer = Limiter::builder(url).owner("observer").connect().await?;
+    let seen = observer.open_semaphore("shares-reserve").await?;
+    let ((both, below), store) = tokio::join!(
+        both_sampled(&batch, &critical, run_for / 3),
+        store_below(&seen, run_for / 3)
+    );
+    observer.close().await?;
     batch.stop().await;
     critical.stop().await;
+    let (store_reads, store_below) = store?;
     Ok(Reserve {
         lent,
+        lent_peak,
         first_wait,
         batch_grants_meanwhile: meanwhile,
         both: Shares { flows: both },
         critical_below_min: below,
+        store_reads,
+        store_below,
     })
+}
+
+/// Critical's first request, from a Limiter on a runtime of its own (`apart.rs`), as another
+/// process's: its wait, and the grants `batch` counted meanwhile.
+async fn first_request(
+    (url, classes, batch): (String, Classes, Arc<AtomicUsize>),
+) -> anyhow::Result<(Duration, usize)> {
+    let limiter = Limiter::builder(&url).owner("pager").connect().await?;
+    let sem = limiter
+        .fair_semaphore("shares-reserve", CAPACITY, classes)
+        .await?;
+    let (before, t) = (batch.load(SeqCst), Instant::now());
+    let p = sem
+        .acquire_with(AcquireOptions::new().flow("pager").class("critical"))
+        .await?;
+    let (wait, meanwhile) = (t.elapsed(), batch.load(SeqCst) - before);
+    p.release().await?;
+    limiter.close().await?;
+    Ok((wait, meanwhile))
 }
 
 /// Both loads sampled together: the shares, and how often critical held fewer than its 2.
@@ -100,6 +127,22 @@ async fn both_sampled(
         ("pager".to_string(), sc as f64 / n_f),
     ];
     (shares, below as f64 / n_f)
+}
+
+/// Status reads every 25 ms for `run_for`: how many, and how many showed class `critical` with
+/// requests waiting below its guaranteed permits (what "never below its share while it has
+/// demand" forbids; the in-process counts also dip while a permit passes between two holders).
+async fn store_below(sem: &Semaphore, run_for: Duration) -> anyhow::Result<(usize, usize)> {
+    let (start, mut reads, mut below) = (Instant::now(), 0, 0);
+    while start.elapsed() < run_for {
+        let status = sem.status().await?;
+        if let Some(c) = status.classes.iter().find(|c| c.name == "critical") {
+            reads += 1;
+            below += usize::from(c.waiting > 0 && c.held < c.guaranteed);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Ok((reads, below))
 }
 
 /// Saturating flows on one fair semaphore.
@@ -156,13 +199,16 @@ impl Load {
     }
 
     /// Each flow's permits held, averaged over samples every millisecond for `run_for` (one
-    /// sample when zero).
-    async fn sample(&self, run_for: Duration) -> Vec<(String, f64)> {
+    /// sample when zero), and the most it held in a sample.
+    async fn sample(&self, run_for: Duration) -> (Vec<(String, f64)>, Vec<u32>) {
         let mut sums = vec![0u64; self.held.len()];
+        let mut peaks = vec![0u32; self.held.len()];
         let (start, mut n) = (Instant::now(), 0u64);
         loop {
-            for (sum, (_, held)) in sums.iter_mut().zip(&self.held) {
-                *sum += u64::from(held.load(SeqCst));
+            for ((sum, peak), (_, held)) in sums.iter_mut().zip(&mut peaks).zip(&self.held) {
+                let now = held.load(SeqCst);
+                *sum += u64::from(now);
+                *peak = (*peak).max(now);
             }
             n += 1;
             if start.elapsed() >= run_for {
@@ -170,11 +216,13 @@ impl Load {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        self.held
+        let means = self
+            .held
             .iter()
             .zip(sums)
             .map(|((flow, _), sum)| (flow.clone(), sum as f64 / n as f64))
-            .collect()
+            .collect();
+        (means, peaks)
     }
 
     async fn stop(self) {
