@@ -324,8 +324,10 @@ impl Limiter {
     /// `name` is dropped or it closes (then at once), or it dies (then when its session
     /// expires). One of the members at a time (the holder of the semaphore
     /// `<name>.controller`, taken over within a session TTL when it dies) counts them every
-    /// third of a session TTL and stores the capacity when the stored one differs: after a
-    /// join, a close or a death the capacity follows within one session TTL. A change is an
+    /// third of a session TTL (at most every second) and stores the capacity when the stored
+    /// one differs: after a join or a close the capacity follows within one count, after a
+    /// death within the session's expiry (about one session TTL) and one count (measured
+    /// 2.0–2.7 s at a TTL of 2 s, BENCHMARKS.md). A change is an
     /// ordinary live capacity change (holders are never revoked); a capacity set by hand is
     /// put back at the next count. The controller uses its own `config`: give every Limiter
     /// the same one. Opening the same name again in this Limiter shares its membership.

@@ -165,3 +165,75 @@ async fn run_per_member_refuses_bad_flags() {
         out.stderr
     );
 }
+
+/// A `run` on ZooKeeper that exits ends its session on the server before it goes: the member
+/// it was is gone at once, not a session timeout (10 s here) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_exits_leaves_zookeeper_at_once() {
+    let cluster = support::ZkCluster::single();
+    let url = cluster.url("/per-member-exit");
+    let limiter = Limiter::builder(&url)
+        .owner("test")
+        .session_ttl(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let sem = limiter
+        .per_member_semaphore("db", PerMember::new(2.0).max(50))
+        .await
+        .unwrap();
+    let mut run = cmd(&[
+        "run",
+        "-q",
+        "--store",
+        &url,
+        "--semaphore",
+        "db",
+        "--per-member",
+        "2",
+        "--max",
+        "50",
+        "--session-ttl",
+        "10s",
+        "--owner",
+        "brief",
+        "--",
+        "sleep",
+        "2",
+    ]);
+    run.stdout(Stdio::null()).stderr(Stdio::piped());
+    let run = run.spawn().expect("spawn clusterlimit run");
+    let members = || async { sem.per_member_status().await.unwrap().map(|s| s.members) };
+    let joined = Instant::now();
+    while members().await != Some(2) {
+        assert!(
+            joined.elapsed() < FOLLOWS,
+            "the run never counted as a member"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = within("the run", LIMIT, run.wait_with_output())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exited = Instant::now();
+    let mut seen = Vec::new();
+    while exited.elapsed() < Duration::from_secs(3) {
+        seen.push(members().await);
+        if seen.last() == Some(&Some(1)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&Some(1)),
+        "live members after the run exited: {seen:?}"
+    );
+    let _ = limiter.close().await;
+}

@@ -6,8 +6,8 @@
 //!
 //! **One controller at a time:** the holder of the seat `<name>.controller` (`adaptive/seat.rs`).
 //! A controller that may have lost its permit does not write. A member that dies without
-//! closing is counted until its session expires: the capacity follows within one session TTL
-//! and a count.
+//! closing is counted until its session expires: the capacity follows within the session's
+//! expiry (about one session TTL) and a count.
 
 use super::announced::{Count, Member};
 use super::config::PerMember;

@@ -78,6 +78,10 @@ use semaphore::Semaphores;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Longest a close waits for ZooKeeper to confirm the session's end (a round trip, when the
+/// server answers; when it does not, the session expires there anyway).
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
 /// The `zk://` backend: one session, one watch per semaphore in use.
 pub struct ZkBackend {
     link: Arc<Link>,
@@ -224,8 +228,19 @@ impl Backend for ZkBackend {
 
     async fn close(&self) -> Result<()> {
         self.link.end_locally();
-        if self.link.session.end().await.is_some() {
+        self.rates.forget_client();
+        if let Some(session) = self.link.session.end().await {
             self.link.stats.count(RequestKind::Lease);
+            // The close goes out from the client's own task: wait for it, so a process that
+            // exits next (a `run`, a sidecar) ends its session now, not a timeout later.
+            let bound = self.link.config.request_timeout.min(CLOSE_WAIT);
+            if !session.closed_on_server(bound).await {
+                tracing::debug!(
+                    "ZooKeeper did not confirm the session's close within {} ms; the server \
+                     expires it within the session timeout",
+                    bound.as_millis()
+                );
+            }
         }
         Ok(())
     }

@@ -102,6 +102,11 @@ pub(super) struct Rates {
 }
 
 impl Rates {
+    /// Lets go of the session's client (see [`Sweeper::forget_client`]).
+    pub(super) fn forget_client(&self) {
+        self.sweeper.forget_client();
+    }
+
     /// The rate store on `link`; its sweeper stops with the backend.
     pub(super) fn new(link: Arc<Link>) -> Rates {
         let sweep = ZkSweep::new(link.stats.clone(), link.config.request_timeout);

@@ -56,6 +56,10 @@ impl Shared {
 #[derive(Debug)]
 pub(super) struct ZkSession {
     shared: Arc<Shared>,
+    /// The session's states, taken at connect: after [`end`](Self::end) it reports `Closed`
+    /// once the server has closed the session (the client sends the close when its last clone
+    /// goes), without keeping the client alive.
+    states: zk::StateWatcher,
     /// One view per semaphore this session has used (made under this lock, once).
     pub views: tokio::sync::Mutex<HashMap<String, Arc<SemView>>>,
 }
@@ -128,10 +132,12 @@ impl ZkSession {
             stats: cfg.stats,
             loss: cfg.loss,
         };
+        let states = keeper.client.state_watcher();
         tokio::spawn(keeper.run());
         tracing::debug!(session = %shared.id, timeout = ?negotiated, "ZooKeeper session started");
         Ok(Arc::new(ZkSession {
             shared,
+            states,
             views: tokio::sync::Mutex::new(HashMap::new()),
         }))
     }
@@ -161,6 +167,21 @@ impl ZkSession {
     /// (in flight elsewhere) is gone. Never blocks, never panics.
     pub(super) fn end(&self) {
         self.shared.end();
+    }
+
+    /// After [`end`](Self::end): waits, at most `bound`, until the session is closed on the
+    /// server (or otherwise over), so a process that exits next does not leave its ephemeral
+    /// nodes (entries, announcements, seats) to expire a session timeout later. `false` if it
+    /// was not seen closed in time: the server then expires it.
+    pub(super) async fn closed_on_server(&self, bound: Duration) -> bool {
+        let mut states = self.states.clone();
+        let closed = async {
+            while !states.peek_state().is_terminated() {
+                // Pending for ever if the client task ended without a state: the bound ends it.
+                states.changed().await;
+            }
+        };
+        timeout(bound, closed).await.is_ok()
     }
 }
 

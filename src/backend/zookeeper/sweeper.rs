@@ -69,6 +69,12 @@ impl Sweeper {
         }
     }
 
+    /// Lets go of the session's client at once (the backend is closing): the client sends the
+    /// session's close only when its last clone goes.
+    pub(super) fn forget_client(&self) {
+        lock(&self.store().state).client = None;
+    }
+
     /// We wrote `path` at `version` (zxid `mzxid`, 0 if unknown); its state expires at
     /// `expires_at` (Unix ns).
     pub(super) fn wrote(&self, path: String, version: i32, mzxid: i64, expires_at: u64) {

@@ -258,6 +258,9 @@ impl SemView {
     async fn run(self: Arc<Self>, cfg: ViewConfig, mut watcher: zk::PersistentWatcher) {
         loop {
             let event = tokio::select! {
+                // Stop first: once the session is given up its client goes, and
+                // zookeeper-client's watcher panics if polled after its channel closed.
+                biased;
                 _ = self.stop.cancelled() => break,
                 e = watcher.changed() => e,
             };
@@ -269,6 +272,7 @@ impl SemView {
                             // Stopped meanwhile: leave at once (below), so the session's client
                             // is not kept alive by this task after the session was given up.
                             let renewed = tokio::select! {
+                                biased;
                                 _ = self.stop.cancelled() => break,
                                 r = self.rewatch(&cfg) => r,
                             };
@@ -285,6 +289,7 @@ impl SemView {
                 },
                 EventType::NodeCreated | EventType::NodeDeleted | EventType::NodeDataChanged => {
                     tokio::select! {
+                        biased;
                         _ = self.stop.cancelled() => break,
                         () = self.apply(&cfg, event.event_type, &event.path) => {}
                     }
