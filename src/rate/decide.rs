@@ -1,6 +1,7 @@
 //! [`decide`]: one check against one key's state, for every algorithm, with the ban around it.
 
 use super::decision::Decision;
+use super::flows::{FlowId, FlowTable};
 use super::gcra::{Gcra, GcraMeter};
 use super::quota::{Algorithm, Quota};
 use super::state::{KeyState, Meter, UnixNanos};
@@ -9,13 +10,14 @@ use super::window::Window;
 use std::time::Duration;
 
 /// The outcome of [`decide`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Verdict {
     /// The answer.
     pub decision: Decision,
-    /// The state to store, `Some` iff the store must change (an admitted check of cost ≥ 1, or
-    /// a denial that starts a ban). Its `tag` is 0: the writer sets its own.
+    /// The state to store, `Some` iff the store must change (an admitted check of cost ≥ 1, a
+    /// denial that starts a ban, or on a quota with fair flows a denial of a flow below its
+    /// level, which counts as asked). Its `tag` is 0: the writer sets its own.
     pub state: Option<KeyState>,
     /// When the key's state (the new one, or the old one if unchanged) is worth nothing any
     /// more: back to full and not banned. A store may forget the key after this instant.
@@ -62,7 +64,70 @@ pub fn decide_as(
     class: Option<&str>,
     now: UnixNanos,
 ) -> Verdict {
-    reserving(quota, state, cost, quota.reserves.reserve_of(class), now)
+    decide_flow(quota, state, cost, class, None, now)
+}
+
+/// [`decide_as`] for a check of flow `flow` (`None`: the anonymous flow all checks without
+/// one share) on a quota with fair flows ([`Quota::fair_flows`]; on any other quota the flow
+/// is ignored and this is `decide_as`).
+///
+/// The check must leave, besides its class's reserve, what the other flows of the key are due
+/// this fairness window and have not used (`flows.rs`), but never so much that it could never
+/// be admitted (at most `max_cost − cost − class reserve`: then it passes only on a full
+/// key). `remaining` and `retry_after` are the flow's. A denial this alone makes starts no
+/// ban. An admitted check counts its cost as asked and used by its flow; a denied one counts
+/// as asked while the flow has asked less than its level (`Verdict::state` is then `Some`:
+/// the others see the demand), and writes nothing beyond it, so a flow over its share is
+/// refused without writes. Peeks and checks during a ban count nothing.
+pub fn decide_flow(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    cost: u64,
+    class: Option<&str>,
+    flow: Option<FlowId>,
+    now: UnixNanos,
+) -> Verdict {
+    let class_reserve = quota.reserves.reserve_of(class);
+    if !quota.fair_flows {
+        return reserving(quota, state, cost, class_reserve, now);
+    }
+    let now = state.map_or(now, |s| now.max(s.stamp));
+    let period = quota.period.as_nanos().max(1);
+    let window = u64::try_from(u128::from(now) / period).unwrap_or(u64::MAX);
+    let mut table = state
+        .map_or_else(FlowTable::new, |s| s.flows.clone())
+        .rolled(window);
+    let share = table.share(flow.unwrap_or_else(FlowId::anonymous), quota.limit);
+    let room = quota
+        .max_cost()
+        .saturating_sub(cost.max(1))
+        .saturating_sub(class_reserve);
+    let reserve = class_reserve.saturating_add(share.reserve.min(room));
+    let mut v = reserving(quota, state, cost, reserve, now);
+    let banned = state.is_some_and(|s| s.banned_until > now);
+    let never = cost.saturating_add(class_reserve) > quota.max_cost();
+    if cost > 0 && !banned && !never {
+        if v.decision.allowed {
+            table.count(&share, cost, cost);
+        } else if table.below_level(&share) {
+            table.count(&share, cost, 0);
+            if v.state.is_none() {
+                let meter = state
+                    .map(|s| s.meter)
+                    .filter(|m| m.algorithm() == quota.algorithm)
+                    .unwrap_or_else(|| Algo::new(quota, 0).empty(now));
+                let banned_until = state.map_or(0, |s| s.banned_until);
+                v.state = Some(KeyState::new(meter, banned_until, now, 0));
+            }
+        }
+    }
+    if let Some(s) = v.state.as_mut() {
+        s.flows = table.clone();
+    }
+    v.expires_at = v
+        .expires_at
+        .max(clamp_u64(table.worthless_at(period)).max(now));
+    v
 }
 
 /// [`decide`] keeping `reserve` units for others.
@@ -113,12 +178,7 @@ fn reserving(
                     retry_after: None,
                     reset_after: duration(after.reset_ns),
                 },
-                state: Some(KeyState {
-                    meter: new,
-                    banned_until,
-                    stamp: now,
-                    tag: 0,
-                }),
+                state: Some(KeyState::new(new, banned_until, now, 0)),
                 expires_at: expiry(after.worthless_at, banned_until, now),
             }
         }
@@ -139,12 +199,12 @@ fn reserving(
                     retry_after: Some(duration(retry.max(ban))),
                     reset_after: duration(current.reset_ns.max(ban)),
                 },
-                state: Some(KeyState {
-                    meter: meter.unwrap_or_else(|| algo.empty(now)),
+                state: Some(KeyState::new(
+                    meter.unwrap_or_else(|| algo.empty(now)),
                     banned_until,
-                    stamp: now,
-                    tag: 0,
-                }),
+                    now,
+                    0,
+                )),
                 expires_at: expiry(current.worthless_at, banned_until, now),
             }
         }
@@ -273,8 +333,8 @@ mod tests {
     /// Checks in order on one key, storing what decide says to store.
     fn run(quota: &Quota, key: &mut Option<KeyState>, cost: u64, now: u64) -> Verdict {
         let v = decide(quota, key.as_ref(), cost, now);
-        if let Some(s) = v.state {
-            *key = Some(s);
+        if let Some(s) = &v.state {
+            *key = Some(s.clone());
         }
         v
     }
@@ -292,6 +352,7 @@ mod tests {
             banned_until: 0,
             stamp: T0,
             tag: 0,
+            flows: FlowTable::new(),
         };
         assert_eq!(v.state, Some(want));
         assert_eq!(v.expires_at, T0 + S);
@@ -358,6 +419,7 @@ mod tests {
             banned_until: T0 + 10 * S,
             stamp: T0,
             tag: 0,
+            flows: FlowTable::new(),
         };
         assert_eq!(v.state, Some(want));
         // The meter would admit at T0 + 1 s; the ban says no, and writes nothing.
@@ -402,6 +464,7 @@ mod tests {
             banned_until: 0,
             stamp: T0,
             tag: 7,
+            flows: FlowTable::new(),
         };
         let v = decide(&fixed, Some(&stored), 1, T0);
         assert!(v.decision.allowed);
@@ -412,7 +475,7 @@ mod tests {
         );
         let banned = KeyState {
             banned_until: T0 + 3 * S,
-            ..stored
+            ..stored.clone()
         };
         let v = decide(&fixed, Some(&banned), 1, T0);
         assert!(!v.decision.allowed);
@@ -428,7 +491,7 @@ mod tests {
                 count: 1,
                 previous: 0,
             },
-            ..stored
+            ..stored.clone()
         };
         let v = decide(&q, Some(&full), 1, T0);
         assert_eq!(v.state.map(|s| s.meter), Some(full.meter));
@@ -521,6 +584,7 @@ mod tests {
                         banned_until,
                         stamp,
                         tag: 1,
+                        flows: FlowTable::new(),
                     };
                     for cost in [0, 1, u64::MAX] {
                         for now in [0, T0, u64::MAX] {
