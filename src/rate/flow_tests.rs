@@ -353,33 +353,25 @@ fn a_quota_without_fair_flows_drops_a_stored_table() {
 }
 
 #[test]
-fn scratch_first_window() {
-    let q = Quota::new(100, Duration::from_secs(365 * 86400)).fair_flows();
-    let mut key = None;
-    let t = T0 + 5 * S;
-    for _ in 0..10 {
-        assert!(run(&q, &mut key, 1, "light", t).decision.allowed);
-    }
-    let mut got = [0u64; 2];
-    let mut rng = fastrand::Rng::with_seed(7);
-    for i in 0..400u64 {
-        let f = rng.usize(0..2);
-        let v = run(&q, &mut key, 1, ["h1", "h2"][f], t + i);
-        if v.decision.allowed {
-            got[f] += 1
-        } else {
-            let rows: Vec<_> = key
-                .as_ref()
-                .unwrap()
-                .flows
-                .iter()
-                .map(|e| (e.asked, e.prev, e.used))
-                .collect();
-            eprintln!(
-                "{f} denied at {got:?}: {rows:?} {:?}",
-                v.decision.retry_after
-            );
+fn state_size_with_1_8_64_flows() {
+    let q = Quota::per_second(1_000_000).fair_flows();
+    let mut sizes = Vec::new();
+    for n in [1usize, 8, 64] {
+        let mut key = None;
+        for i in 0..n {
+            // Realistic counts: a few thousand units per flow.
+            run(&q, &mut key, 1000 + i as u64, &format!("tenant-{i}"), T0);
         }
+        let mut s = key.expect("admitted");
+        s.tag = u64::MAX / 3;
+        sizes.push((n, s.encode().len()));
     }
-    panic!("{got:?}");
+    let plain = KeyState::new(Meter::Gcra { tat: T0 }, 0, T0, u64::MAX / 3)
+        .encode()
+        .len();
+    println!("state bytes: none {plain}, flows {sizes:?}");
+    assert!(
+        sizes.iter().all(|&(n, b)| b <= plain + 16 + 40 * n),
+        "{sizes:?}"
+    );
 }
