@@ -1,7 +1,7 @@
 //! [`decide`]: one check against one key's state, for every algorithm, with the ban around it.
 
 use super::decision::Decision;
-use super::flows::{FlowId, FlowTable};
+use super::flows::{FlowId, FlowTable, Share};
 use super::gcra::{Gcra, GcraMeter};
 use super::quota::{Algorithm, Quota};
 use super::state::{KeyState, Meter, UnixNanos};
@@ -98,12 +98,16 @@ pub fn decide_flow(
         .map_or_else(FlowTable::new, |s| s.flows.clone())
         .rolled(window);
     let share = table.share(flow.unwrap_or_else(FlowId::anonymous), quota.limit);
-    let room = quota
-        .max_cost()
-        .saturating_sub(cost.max(1))
-        .saturating_sub(class_reserve);
-    let reserve = class_reserve.saturating_add(share.reserve.min(room));
-    let mut v = reserving(quota, state, cost, reserve, now);
+    let v = reserving(quota, state, cost, class_reserve, now);
+    let window_left = (u128::from(window) + 1) * period - u128::from(now);
+    let ask = Ask {
+        quota,
+        state,
+        cost,
+        class_reserve,
+        now,
+    };
+    let mut v = ask.within_share(&share, v, window_left);
     let banned = state.is_some_and(|s| s.banned_until > now);
     let never = cost.saturating_add(class_reserve) > quota.max_cost();
     if cost > 0 && !banned && !never {
@@ -112,12 +116,7 @@ pub fn decide_flow(
         } else if table.below_level(&share) {
             table.count(&share, cost, 0);
             if v.state.is_none() {
-                let meter = state
-                    .map(|s| s.meter)
-                    .filter(|m| m.algorithm() == quota.algorithm)
-                    .unwrap_or_else(|| Algo::new(quota, 0).empty(now));
-                let banned_until = state.map_or(0, |s| s.banned_until);
-                v.state = Some(KeyState::new(meter, banned_until, now, 0));
+                v.state = Some(ask.unchanged_state());
             }
         }
     }
@@ -128,6 +127,71 @@ pub fn decide_flow(
         .expires_at
         .max(clamp_u64(table.worthless_at(period)).max(now));
     v
+}
+
+/// One check of a flow, for [`decide_flow`]'s steps.
+struct Ask<'a> {
+    quota: &'a Quota,
+    state: Option<&'a KeyState>,
+    cost: u64,
+    class_reserve: u64,
+    now: UnixNanos,
+}
+
+impl Ask<'_> {
+    /// The meter's verdict `v` limited to what the flow may take this window (`share.room`,
+    /// less the class's reserve): beyond it, denied (nothing written, no ban) until the
+    /// window ends. A check bigger than the flow's whole share this window passes only on a
+    /// full key, so it is never refused for ever. On a fixed window this is exactly a check
+    /// keeping the class's reserve plus what the other flows are due; on GCRA the meter
+    /// paces every flow and each takes at most its share of the window (the others' due is
+    /// not kept back in the bucket, where it would stall the key).
+    fn within_share(&self, share: &Share, mut v: Verdict, window_left: u128) -> Verdict {
+        let Some(room) = share.room else { return v };
+        let max_cost = self.quota.max_cost();
+        let need = self.cost.max(1).saturating_add(self.class_reserve);
+        let fits = if need > room.saturating_add(share.used) {
+            let full = reserving(self.quota, self.state, 0, 0, self.now);
+            full.decision.remaining >= max_cost
+        } else {
+            need <= room
+        };
+        let left = room.saturating_sub(self.class_reserve);
+        if v.decision.allowed && self.cost > 0 && !fits {
+            let peek = reserving(self.quota, self.state, 0, self.class_reserve, self.now);
+            return Verdict {
+                decision: Decision {
+                    allowed: false,
+                    remaining: peek.decision.remaining.min(left),
+                    retry_after: Some(duration(window_left)),
+                    ..peek.decision
+                },
+                state: None,
+                expires_at: peek.expires_at,
+            };
+        }
+        let d = &mut v.decision;
+        if !fits {
+            d.allowed = false;
+            let retry = d.retry_after.map_or(0, |r| r.as_nanos());
+            d.retry_after = Some(duration(retry.max(window_left)));
+        }
+        let taken = if d.allowed { self.cost } else { 0 };
+        d.remaining = d.remaining.min(left.saturating_sub(taken));
+        v
+    }
+
+    /// The key's state as it stands, to write a denial's count on: the meter unchanged (an
+    /// absent one as an empty one of the quota's algorithm).
+    fn unchanged_state(&self) -> KeyState {
+        let meter = self
+            .state
+            .map(|s| s.meter)
+            .filter(|m| m.algorithm() == self.quota.algorithm)
+            .unwrap_or_else(|| Algo::new(self.quota, 0).empty(self.now));
+        let banned_until = self.state.map_or(0, |s| s.banned_until);
+        KeyState::new(meter, banned_until, self.now, 0)
+    }
 }
 
 /// [`decide`] keeping `reserve` units for others.

@@ -99,21 +99,56 @@ fn a_denial_for_the_flow_reserve_starts_no_ban_one_past_the_quota_does() {
 }
 
 #[test]
-fn the_flow_reserve_never_makes_a_check_impossible() {
-    // GCRA 10 per 10 s, burst 2: a flow due more than the burst is kept at most the burst
-    // less the cost.
+fn gcra_paces_every_flow_and_caps_each_at_its_share_of_the_window() {
+    // GCRA 10 per 10 s (one a second), burst 2: each flow gets its share of the window's 10,
+    // at the meter's pace; a flow's due is not hoarded in the bucket.
     let q = Quota::new(10, Duration::from_secs(10))
         .burst(2)
         .fair_flows();
     let mut key = None;
     assert!(run(&q, &mut key, 2, "a", T0).decision.allowed);
-    let v = run(&q, &mut key, 1, "a", T0);
-    assert!(!v.decision.allowed);
-    // a asked 3, used 2: b keeps 1 for it (its burst 2 less its cost 1): b waits for a full
-    // bucket, 2 s.
+    assert!(!run(&q, &mut key, 1, "a", T0).decision.allowed, "asked 3");
+    // b may take 7 this window (a is due 3), one a second as the bucket refills.
     let v = run(&q, &mut key, 1, "b", T0);
-    assert_eq!(v.decision.retry_after, Some(Duration::from_secs(2)));
-    assert!(run(&q, &mut key, 1, "b", T0 + 2 * S).decision.allowed);
+    assert_eq!(v.decision.retry_after, Some(Duration::from_secs(1)));
+    for k in 1..=7 {
+        let v = run(&q, &mut key, 1, "b", T0 + k * S);
+        assert!(v.decision.allowed, "b's unit {k}: {v:?}");
+    }
+    let v = run(&q, &mut key, 1, "b", T0 + 8 * S);
+    assert!(
+        !v.decision.allowed && v.state.is_none(),
+        "over its share: {v:?}"
+    );
+    assert_eq!(
+        v.decision.retry_after,
+        Some(Duration::from_secs(2)),
+        "the window's end"
+    );
+    assert_eq!(v.decision.remaining, 0);
+    assert!(
+        run(&q, &mut key, 1, "a", T0 + 9 * S).decision.allowed,
+        "a's due"
+    );
+}
+
+#[test]
+fn a_check_bigger_than_the_flows_share_passes_on_a_full_key() {
+    // 10 per window, two flows due 5 each: a check of 8 of a fresh flow waits for a full key.
+    let q = fixed(10);
+    let mut key = None;
+    assert!(run(&q, &mut key, 1, "a", T0).decision.allowed);
+    assert!(
+        !run(&q, &mut key, 10, "a", T0).decision.allowed,
+        "counted: a asked 11"
+    );
+    assert!(
+        !run(&q, &mut key, 9, "b", T0).decision.allowed,
+        "a is due 4 more"
+    );
+    let next = T0 + 100 * S;
+    let v = run(&q, &mut key, 8, "b", next);
+    assert!(v.decision.allowed, "a full key (new window): {v:?}");
 }
 
 #[test]

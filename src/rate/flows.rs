@@ -18,7 +18,6 @@
 //! nobody over, it is the fill above. Whether a denial counts as asked uses the level of the
 //! demands alone (`f`'s max-min share, whatever was used), so next window's demand is right.
 
-use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Most flows a key's table names; beyond them, new flows share one more entry ("others").
@@ -83,7 +82,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// One flow's counts in a [`FlowTable`]'s window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FlowEntry {
     /// The flow ([`FlowId::get`]); 0 is the entry the flows beyond [`MAX_FLOWS`] share.
@@ -113,8 +112,14 @@ pub struct FlowTable {
 pub(crate) struct Share {
     /// The entry `f` counts in (itself, or the shared one).
     pub(crate) id: u64,
-    /// Units `f` must leave for the other flows' allocations.
+    /// Units `f` may still take this window: the quota less what every flow used less what
+    /// the others are due (`R_f`). `None`: no limit by flow (no other flow, or the flows used
+    /// the whole quota already: the meter alone decides).
+    pub(crate) room: Option<u64>,
+    /// What the others are due and have not used (`R_f`; 0 without a limit by flow).
     pub(crate) reserve: u64,
+    /// What `f` used this window.
+    pub(crate) used: u64,
     /// `f`'s level `L` as a fraction (numerator, denominator ≥ 1).
     level: (u128, u128),
 }
@@ -196,9 +201,19 @@ impl FlowTable {
             })
             .collect();
         let demands: Vec<(u128, u128)> = others.iter().map(|&(_, d)| (0, d)).collect();
+        let used: u128 = mine + others.iter().map(|&(u, _)| u).sum::<u128>();
+        let limited = !others.is_empty() && used < q;
+        let reserve = if limited {
+            kept_for_others(q, &others, mine)
+        } else {
+            0
+        };
+        let room = limited.then(|| (q - used).saturating_sub(reserve));
         Share {
             id,
-            reserve: u64::try_from(kept_for_others(q, &others, mine)).unwrap_or(u64::MAX),
+            room: room.map(|r| u64::try_from(r).unwrap_or(u64::MAX)),
+            reserve: u64::try_from(reserve).unwrap_or(u64::MAX),
+            used: u64::try_from(mine).unwrap_or(u64::MAX),
             level: level(q, &demands, 0).0,
         }
     }
@@ -370,13 +385,21 @@ mod tests {
         assert!(FlowId::of(&"x".repeat(MAX_FLOW_LEN)).is_ok());
     }
 
+    /// What the flow `name` must leave the others (checking that its room is the rest).
+    fn reserve(t: &FlowTable, name: &str) -> u64 {
+        let s = t.share(flow(name), 100);
+        let used: u64 = t.iter().map(|e| e.used).sum();
+        assert_eq!(s.room, Some(100 - used - s.reserve));
+        s.reserve
+    }
+
     #[test]
-    fn alone_a_flow_keeps_nothing_for_others() {
+    fn alone_a_flow_is_not_limited_by_flow() {
         let t = FlowTable::new();
         let s = t.share(flow("a"), 100);
-        assert_eq!((s.reserve, s.level), (0, (100, 1)));
+        assert_eq!((s.room, s.level), (None, (100, 1)));
         let t = table(&[("a", 70, 0, 70)]);
-        assert_eq!(t.share(flow("a"), 100).reserve, 0);
+        assert_eq!(t.share(flow("a"), 100).room, None);
     }
 
     #[test]
@@ -386,17 +409,18 @@ mod tests {
         let s = t.share(flow("a"), 100);
         // Level: 10 + L + L = 100: L = 45. Light keeps 10 − 4, b 45 − 30.
         assert_eq!(s.level, (90, 2));
-        assert_eq!(s.reserve, 6 + 15);
+        assert_eq!(reserve(&t, "a"), 6 + 15);
+        assert_eq!(s.room, Some(45));
         // The previous window's demand counts too.
         let t = table(&[("light", 0, 10, 0), ("b", 0, 80, 0)]);
-        assert_eq!(t.share(flow("a"), 100).reserve, 10 + 45);
+        assert_eq!(reserve(&t, "a"), 10 + 45);
         // A fraction: three heavy flows of 100: the others keep ⌊33.3⌋ each, a may take 34.
         let t = table(&[("b", 100, 0, 0), ("c", 100, 0, 0)]);
         let s = t.share(flow("a"), 100);
-        assert_eq!((s.reserve, s.level), (66, (100, 3)));
+        assert_eq!((s.room, s.level), (Some(34), (100, 3)));
         // Over their allocation, others keep nothing.
         let t = table(&[("b", 100, 0, 90)]);
-        assert_eq!(t.share(flow("a"), 100).reserve, 0);
+        assert_eq!(reserve(&t, "a"), 0);
     }
 
     #[test]
@@ -405,15 +429,15 @@ mod tests {
         let t = table(&[("h1", 60, 0, 60), ("light", 50, 0, 0)]);
         let s = t.share(flow("h2"), 100);
         assert_eq!(
-            s.reserve, 20,
+            reserve(&t, "h2"),
+            20,
             "light is kept 20, not its max-min 33 that is gone"
         );
         assert_eq!(s.level, (100, 3), "a denial counts up to the max-min level");
-        let s = t.share(flow("light"), 100);
-        assert_eq!(s.reserve, 0, "h2 asked nothing yet");
-        // Everyone used the quota: nothing kept (GCRA refills are anybody's).
+        assert_eq!(reserve(&t, "light"), 0, "h2 asked nothing yet");
+        // Everyone used the quota: no limit by flow (GCRA refills are anybody's).
         let t = table(&[("a", 70, 0, 70), ("b", 40, 0, 40)]);
-        assert_eq!(t.share(flow("c"), 100).reserve, 0);
+        assert_eq!(t.share(flow("c"), 100).room, None);
         assert_eq!(level(100, &[(70, 70), (40, 40)], 0).0, (0, 1));
     }
 
