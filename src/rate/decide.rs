@@ -71,11 +71,13 @@ pub fn decide_as(
 /// one share) on a quota with fair flows ([`Quota::fair_flows`]; on any other quota the flow
 /// is ignored and this is `decide_as`).
 ///
-/// The check must leave, besides its class's reserve, what the other flows of the key are due
-/// this fairness window and have not used (`flows.rs`), but never so much that it could never
-/// be admitted (at most `max_cost − cost − class reserve`: then it passes only on a full
-/// key). `remaining` and `retry_after` are the flow's. A denial this alone makes starts no
-/// ban. An admitted check counts its cost as asked and used by its flow; a denied one counts
+/// The meter decides as for `decide_as`, and the flow may take at most its share of this
+/// fairness window: the quota less what every flow used less what the other flows of the key
+/// are due and have not used (`flows.rs`), less the class's reserve. On a fixed window this is
+/// exactly a check keeping the class's reserve plus the others' due. A check bigger than the
+/// flow's whole share passes only on a full key (so it is never refused for ever). Beyond its
+/// share, a check is denied until the window ends, writes nothing and starts no ban.
+/// `remaining` and `retry_after` are the flow's. An admitted check counts its cost as asked and used by its flow; a denied one counts
 /// as asked while the flow has asked less than its level (`Verdict::state` is then `Some`:
 /// the others see the demand), and writes nothing beyond it, so a flow over its share is
 /// refused without writes. Peeks and checks during a ban count nothing.

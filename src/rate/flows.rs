@@ -8,8 +8,11 @@
 //! flow's demand is `d_g = max(asked, prev)`. The checking flow `f`, with infinite demand, and
 //! the other flows water-fill the quota `Q`: level `L` with `Σ_{g≠f} min(d_g, L) + L = Q`.
 //! The others' allocations `a_g = min(d_g, L)` (rounded down) less what they used is the
-//! reserve `f` must leave: `R_f = Σ_{g≠f} max(0, a_g − used_g)`. Rounding the others'
-//! allocations down (and so `f`'s up) keeps every flow's `⌊L⌋` and leaves no unit to nobody.
+//! reserve `f` must leave: `R_f = Σ_{g≠f} max(0, a_g − used_g)`, so `f` may take at most
+//! `Q − Σ used − R_f` more this window (its room; the meter still paces it). Rounding the
+//! others' allocations down (and so `f`'s up) keeps every flow's `⌊L⌋` and leaves no unit to
+//! nobody. A flow alone, or a key whose flows used `Q` already this window, is not limited by
+//! flow (GCRA refills within a window are anybody's).
 //!
 //! One refinement: a flow that already used more than its allocation (it was alone earlier
 //! in the window) cannot give it back, so the fill counts it at what it used, `clamp(L, used,
@@ -116,8 +119,6 @@ pub(crate) struct Share {
     /// the others are due (`R_f`). `None`: no limit by flow (no other flow, or the flows used
     /// the whole quota already: the meter alone decides).
     pub(crate) room: Option<u64>,
-    /// What the others are due and have not used (`R_f`; 0 without a limit by flow).
-    pub(crate) reserve: u64,
     /// What `f` used this window.
     pub(crate) used: u64,
     /// `f`'s level `L` as a fraction (numerator, denominator ≥ 1).
@@ -202,17 +203,12 @@ impl FlowTable {
             .collect();
         let demands: Vec<(u128, u128)> = others.iter().map(|&(_, d)| (0, d)).collect();
         let used: u128 = mine + others.iter().map(|&(u, _)| u).sum::<u128>();
+        // Alone, or with the quota used this window: the meter alone decides.
         let limited = !others.is_empty() && used < q;
-        let reserve = if limited {
-            kept_for_others(q, &others, mine)
-        } else {
-            0
-        };
-        let room = limited.then(|| (q - used).saturating_sub(reserve));
+        let room = limited.then(|| (q - used).saturating_sub(kept_for_others(q, &others, mine)));
         Share {
             id,
             room: room.map(|r| u64::try_from(r).unwrap_or(u64::MAX)),
-            reserve: u64::try_from(reserve).unwrap_or(u64::MAX),
             used: u64::try_from(mine).unwrap_or(u64::MAX),
             level: level(q, &demands, 0).0,
         }
@@ -385,12 +381,11 @@ mod tests {
         assert!(FlowId::of(&"x".repeat(MAX_FLOW_LEN)).is_ok());
     }
 
-    /// What the flow `name` must leave the others (checking that its room is the rest).
+    /// What the flow `name` must leave the others of 100: the rest less its room.
     fn reserve(t: &FlowTable, name: &str) -> u64 {
         let s = t.share(flow(name), 100);
         let used: u64 = t.iter().map(|e| e.used).sum();
-        assert_eq!(s.room, Some(100 - used - s.reserve));
-        s.reserve
+        100 - used - s.room.expect("limited by flow")
     }
 
     #[test]
