@@ -3,6 +3,7 @@
 //! write (`joint.rs`) and are decided together, in arrival order.
 
 use super::batch::{by, pause_after_conflict, rate_store};
+use super::call::decide_call;
 use super::cell::{KeyCell, Start};
 use super::handle::{validate_key, RateLimit};
 use super::joint::{CallCheck, JointCall, JointGroup};
@@ -12,7 +13,7 @@ use crate::backend::{KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::reserves::ClassName;
-use crate::rate::{decide, Algorithm, Decision, FlowId, KeyState, Meter, Quota};
+use crate::rate::{Decision, FlowId, KeyState, Quota};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -450,163 +451,6 @@ impl Joint<'_> {
         }
         Ok(false)
     }
-}
-
-/// How one call came out against given states.
-struct CallPass {
-    decisions: Vec<Decision>,
-    allowed: bool,
-    /// Groups with a denied check.
-    denied_groups: Vec<usize>,
-    /// (group, new state, its expiry): every changed group when all were admitted; else the
-    /// bans a denial started, on the meters as they were.
-    writes: Vec<(usize, KeyState, u64)>,
-}
-
-/// Decides one call's checks (as (group, cost, asker), in order) from each group's state: all
-/// admitted, or all denied (the ones that would have passed with their `remaining` as it is
-/// and the longest `retry_after` of the denials) and nothing consumed but what denials write
-/// (the bans they start; on a quota with fair flows, their flows' asked counts).
-fn decide_call(
-    checks: &[CallCheck],
-    quotas: &[Quota],
-    states: &[Option<KeyState>],
-    now: u64,
-) -> CallPass {
-    let n = quotas.len();
-    let mut state: Vec<Option<KeyState>> = states.to_vec();
-    let mut ban_state: Vec<Option<KeyState>> = states.to_vec();
-    let mut changed = vec![false; n];
-    let mut denial_wrote = vec![false; n];
-    let mut expires = vec![now; n];
-    let mut decisions = Vec::with_capacity(checks.len());
-    let mut denied_groups = Vec::new();
-    for (g, cost, asker) in checks {
-        let g = *g;
-        let quota = &quotas[g];
-        let v = asker.decide(quota, state[g].as_ref(), *cost, now);
-        expires[g] = v.expires_at;
-        decisions.push(v.decision);
-        if v.decision.allowed {
-            if v.state.is_some() {
-                state[g] = v.state;
-                changed[g] = true;
-            }
-            continue;
-        }
-        if !denied_groups.contains(&g) {
-            denied_groups.push(g);
-        }
-        if let Some(b) = v.state {
-            // A denial that writes: keep what it writes, but on the state as it was before
-            // this call (when any check is denied, nothing is consumed).
-            let before = ban_state[g].take();
-            match denial_only(quota, asker, *cost, before.clone(), b, now) {
-                Some(write) => {
-                    ban_state[g] = Some(write);
-                    denial_wrote[g] = true;
-                }
-                None => ban_state[g] = before,
-            }
-        }
-    }
-    let allowed = decisions.iter().all(|d| d.allowed);
-    if allowed {
-        let writes = (0..n)
-            .filter_map(|g| {
-                let s = state[g].clone().filter(|_| changed[g])?;
-                Some((g, s, expires[g]))
-            })
-            .collect();
-        return CallPass {
-            decisions,
-            allowed,
-            denied_groups,
-            writes,
-        };
-    }
-    let retry = decisions.iter().filter_map(|d| d.retry_after).max();
-    let decisions = decisions
-        .into_iter()
-        .zip(checks)
-        .map(|(d, (g, _, asker))| {
-            if d.allowed {
-                Decision {
-                    allowed: false,
-                    retry_after: retry,
-                    ..asker
-                        .decide(&quotas[*g], states[*g].as_ref(), 0, now)
-                        .decision
-                }
-            } else {
-                d
-            }
-        })
-        .collect();
-    let writes = (0..n)
-        .filter_map(|g| {
-            ban_state[g].clone().filter(|_| denial_wrote[g]).map(|b| {
-                let exp = decide(&quotas[g], Some(&b), 0, now).expires_at;
-                (g, b, exp)
-            })
-        })
-        .collect();
-    CallPass {
-        decisions,
-        allowed,
-        denied_groups,
-        writes,
-    }
-}
-
-/// What a denied check of a denied call writes, on `before` (the state as it was before the
-/// call): on a quota with fair flows, the check decided again on `before` (its ban, its
-/// flow's asked count); else, or if that writes nothing, `before` with the ban `denial`
-/// started (`None`: it started none, nothing to write).
-fn denial_only(
-    quota: &Quota,
-    asker: &Asker,
-    cost: u64,
-    before: Option<KeyState>,
-    denial: KeyState,
-    now: u64,
-) -> Option<KeyState> {
-    if quota.fair_flows {
-        let again = asker.decide(quota, before.as_ref(), cost, now);
-        if let (false, Some(s)) = (again.decision.allowed, again.state) {
-            return Some(s);
-        }
-        let was = before.as_ref().map_or(0, |s| s.banned_until);
-        if denial.banned_until <= was {
-            return None;
-        }
-    }
-    Some(ban_only(quota, before, &denial))
-}
-
-/// `before` (or a full meter) with the ban that `denial` started.
-fn ban_only(quota: &Quota, before: Option<KeyState>, denial: &KeyState) -> KeyState {
-    let meter = before.as_ref().map_or(
-        match quota.algorithm {
-            Algorithm::FixedWindow => Meter::Fixed {
-                window: 0,
-                count: 0,
-            },
-            Algorithm::SlidingWindow => Meter::Sliding {
-                window: 0,
-                count: 0,
-                previous: 0,
-            },
-            _ => Meter::Gcra { tat: 0 },
-        },
-        |s| s.meter,
-    );
-    let banned_until = denial
-        .banned_until
-        .max(before.as_ref().map_or(0, |s| s.banned_until));
-    let mut s = KeyState::new(meter, banned_until, denial.stamp, 0);
-    s.flows = before.map(|b| b.flows).unwrap_or_default();
-    s
 }
 
 fn tagged(mut s: KeyState) -> KeyState {

@@ -55,8 +55,14 @@ pub async fn rate_flows_stored(h: &impl Harness) {
     assert!(d.allowed && d.remaining == 0, "light gets its 20: {d:?}");
     assert!(!flow_check(&ra, "h1", 1).await.allowed, "the quota is used");
 
+    calls_and_refusals(&b, &c).await;
+}
+
+/// `check_all` and `wait_with` with flows; a flow on a quota without fair flows ignored; bad
+/// flow names refused before any request.
+async fn calls_and_refusals(b: &Limiter, c: &Limiter) {
     // check_all with flows, all or nothing (keys tagged: one cluster of a sharded store).
-    let j = open(&b, "flows-joint", Quota::new(10, YEAR).fair_flows()).await;
+    let j = open(b, "flows-joint", Quota::new(10, YEAR).fair_flows()).await;
     let call = |flow: &str, cost: u64| {
         [
             KeyCheck::new(&j, "{f}j1", cost).flow(flow),
@@ -75,7 +81,7 @@ pub async fn rate_flows_stored(h: &impl Harness) {
     assert!(ds.iter().all(|d| d.allowed), "y gets it: {ds:?}");
 
     // A wait of a flow: admitted within its share, then denied at once past its budget.
-    let w = open(&c, "flows-wait", Quota::new(4, YEAR).fair_flows()).await;
+    let w = open(c, "flows-wait", Quota::new(4, YEAR).fair_flows()).await;
     let soon = |flow: &str| {
         CheckOptions::new()
             .flow(flow)
@@ -89,7 +95,7 @@ pub async fn rate_flows_stored(h: &impl Harness) {
     assert!(matches!(r, Waited::Denied(_)), "{r:?}");
 
     // A flow on a quota without fair flows is ignored; a bad name is refused, no request.
-    let plain = open(&c, "flows-plain", Quota::new(4, YEAR)).await;
+    let plain = open(c, "flows-plain", Quota::new(4, YEAR)).await;
     assert!(flow_check(&plain, "a", 3).await.allowed);
     assert!(!flow_check(&plain, "b", 2).await.allowed);
     // With fair flows a would now keep 1 for b; without, it takes it.
