@@ -519,6 +519,65 @@ async fn reserve_and_class_on_etcd() {
     );
 }
 
+/// `--fair-flows` on a quota (kept by set-quota unless switched off with `--no-fair-flows`),
+/// `--flow` on check and wait: a flow that asked is kept its share from the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_flows_and_flow_on_etcd() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("cli-flows");
+    let set = ["set-quota", "api", "--limit", "10", "--per", "365d"];
+    let set_fair = [&set[..], &["--algorithm", "fixed_window", "--fair-flows"]].concat();
+    rate_ok(&url, &set_fair).await;
+    let out = rate_ok(&url, &["status", "api", "--json"]).await;
+    assert_eq!(
+        json(&out)["fair_flows"],
+        serde_json::json!(true),
+        "{}",
+        out.stdout
+    );
+    let flow =
+        |f: &'static str, cost: &'static str| ["check", "api", "k", "--flow", f, "--cost", cost];
+    let out = rate_ok(&url, &[&flow("a", "8")[..], &["--json"]].concat()).await;
+    assert_eq!(json(&out)["flow"], serde_json::json!("a"), "{}", out.stdout);
+    // b asks 5 with 2 left: denied, and counted; a must leave b those 2.
+    assert_eq!(rate(&url, &flow("b", "5")).await.code, Some(75));
+    let out = rate(&url, &flow("a", "1")).await;
+    assert_eq!(out.code, Some(75), "a keeps b's share: {}", out.stdout);
+    // A new limit keeps fair flows; the wait of b takes its 2 at once.
+    rate_ok(&url, &["set-quota", "api", "--ban", "0s"]).await;
+    let out = rate_ok(&url, &["status", "api"]).await;
+    assert_stdout_has(&out, "fair flows");
+    let wait = [
+        "wait",
+        "api",
+        "k",
+        "--flow",
+        "b",
+        "--cost",
+        "2",
+        "--timeout",
+        "5s",
+    ];
+    rate_ok(&url, &wait).await;
+    // Off: flows are ignored, a takes what is left on a fresh key.
+    rate_ok(&url, &["set-quota", "api", "--no-fair-flows"]).await;
+    let out = rate_ok(&url, &["status", "api", "--json"]).await;
+    assert!(json(&out).get("fair_flows").is_none(), "{}", out.stdout);
+    let out = rate(&url, &["check", "api", "k", "--flow", ""]).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("flow name must be 1-128 bytes"),
+        "{}",
+        out.stderr
+    );
+    let both = [&set[..], &["--fair-flows", "--no-fair-flows"]].concat();
+    assert_eq!(rate(&url, &both).await.code, Some(64));
+    let warm = [&set[..], &["--warmup", "200d", "--fair-flows", "--replace"]].concat();
+    let out = rate(&url, &warm).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert!(out.stderr.contains("without a warm-up"), "{}", out.stderr);
+}
+
 /// Bad input exits 64 naming the flag or argument at fault, before touching the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_exits_64_naming_the_flag() {

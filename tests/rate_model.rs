@@ -324,7 +324,7 @@ fn run(quota: Quota, start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
             clock + delta
         };
         let cost = cost_of(op.cost, quota.max_cost());
-        let before = key;
+        let before = key.clone();
         let v: Verdict = decide(&quota, key.as_ref(), cost, clock);
         let now = clock.max(model.stamp);
         let ctx = format!("op {i} at {now} (clock {clock}), cost {cost}, {before:?} → {v:?}");
@@ -357,7 +357,7 @@ fn run(quota: Quota, start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
         prop_assert_eq!(nanos(d.reset_after), model.reset_after(now), "{}", ctx);
 
         // What is written.
-        match v.state {
+        match &v.state {
             None => prop_assert!(cost == 0 || !d.allowed, "an admission must write: {}", ctx),
             Some(s) => {
                 prop_assert!(cost > 0, "a peek wrote: {}", ctx);
@@ -365,19 +365,22 @@ fn run(quota: Quota, start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(s.meter.algorithm(), quota.algorithm, "{}", ctx);
                 if !d.allowed {
                     // Only the start of a ban: the meter untouched.
-                    let started = before.map_or(0, |b| b.banned_until) <= now;
+                    let started = before.as_ref().map_or(0, |b| b.banned_until) <= now;
                     prop_assert!(started && !quota.ban.is_zero(), "{}", ctx);
                     prop_assert_eq!(s.banned_until, model.banned_until, "{}", ctx);
-                    if let Some(b) = before {
+                    if let Some(b) = &before {
                         prop_assert_eq!(s.meter, b.meter, "{}", ctx);
                     }
                 } else {
-                    prop_assert_eq!(s.banned_until, before.map_or(0, |b| b.banned_until));
+                    prop_assert_eq!(
+                        s.banned_until,
+                        before.as_ref().map_or(0, |b| b.banned_until)
+                    );
                 }
             }
         }
-        if let Some(s) = v.state {
-            key = Some(s);
+        if let Some(s) = &v.state {
+            key = Some(s.clone());
         }
 
         check_expiry(&quota, key.as_ref(), &v, now, &ctx)?;
@@ -535,12 +538,7 @@ fn the_model_sees_admissions_denials_and_bans() {
     assert_eq!(m.banned_until, t0 + 10_000_000);
     assert!(!m.admits(1, t0 + 10_000_000));
     assert!(m.admits(1, t0 + 500_000_000));
-    let state = KeyState {
-        meter: Meter::Gcra { tat: t0 },
-        banned_until: 0,
-        stamp: t0,
-        tag: 0,
-    };
+    let state = KeyState::new(Meter::Gcra { tat: t0 }, 0, t0, 0);
     assert!(decide(&q, Some(&state), 2, t0).decision.allowed);
 }
 
@@ -586,8 +584,8 @@ proptest! {
         prop_assume!(meter.algorithm() != quota.algorithm);
         let stamp = now + stamp_ahead;
         let banned_until = ban_ahead.map_or(0, |d| stamp + d);
-        let stored = KeyState { meter, banned_until, stamp, tag: 9 };
-        let blank = KeyState { meter: spent(quota.algorithm), ..stored };
+        let stored = KeyState::new(meter, banned_until, stamp, 9);
+        let blank = KeyState::new(spent(quota.algorithm), banned_until, stamp, 9);
         let cost = cost_of(cost_sel, quota.max_cost());
         let v = decide(&quota, Some(&stored), cost, now);
         let w = decide(&quota, Some(&blank), cost, now);
@@ -635,9 +633,9 @@ proptest! {
         };
         while now <= start + w + t {
             let v = decide(&quota, key.as_ref(), 1, now);
-            if let Some(s) = v.state {
+            if let Some(s) = &v.state {
                 admitted += 1;
-                key = Some(s);
+                key = Some(s.clone());
                 if matches!(s.meter, Meter::GcraWarmUp { cold: 0, .. }) {
                     warm_at = Some(now);
                     break;
@@ -647,10 +645,11 @@ proptest! {
         }
         prop_assert!(warm_at.is_some(), "still cold after {} admitted: {:?}", admitted, key);
         // Then: the same decisions as plain GCRA on the same tat, for two periods.
-        let Some(Meter::GcraWarmUp { tat, .. }) = key.map(|k| k.meter) else {
+        let Some(Meter::GcraWarmUp { tat, .. }) = key.as_ref().map(|k| k.meter) else {
             return Err(TestCaseError::fail("a warm-up meter"));
         };
-        let mut plain_key = key.map(|k| KeyState { meter: Meter::Gcra { tat }, ..k });
+        let mut plain_key =
+            key.as_ref().map(|k| KeyState::new(Meter::Gcra { tat }, k.banned_until, k.stamp, k.tag));
         let end = now + 2 * u64::try_from(quota.period.as_nanos()).unwrap();
         let mut v = decide(&quota, key.as_ref(), 0, now);
         while now <= end {
@@ -658,7 +657,7 @@ proptest! {
             v = decide(&quota, key.as_ref(), 1, now);
             let p = decide(&plain, plain_key.as_ref(), 1, now);
             prop_assert_eq!(v.decision, p.decision, "at {}", now);
-            if let (Some(s), Some(ps)) = (v.state, p.state) {
+            if let (Some(s), Some(ps)) = (v.state.clone(), p.state) {
                 let Meter::GcraWarmUp { tat, cold } = s.meter else {
                     return Err(TestCaseError::fail("a warm-up meter"));
                 };

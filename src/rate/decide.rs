@@ -9,13 +9,14 @@ use super::window::Window;
 use std::time::Duration;
 
 /// The outcome of [`decide`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Verdict {
     /// The answer.
     pub decision: Decision,
-    /// The state to store, `Some` iff the store must change (an admitted check of cost ≥ 1, or
-    /// a denial that starts a ban). Its `tag` is 0: the writer sets its own.
+    /// The state to store, `Some` iff the store must change (an admitted check of cost ≥ 1, a
+    /// denial that starts a ban, or on a quota with fair flows a denial of a flow below its
+    /// level, which counts as asked). Its `tag` is 0: the writer sets its own.
     pub state: Option<KeyState>,
     /// When the key's state (the new one, or the old one if unchanged) is worth nothing any
     /// more: back to full and not banned. A store may forget the key after this instant.
@@ -45,28 +46,8 @@ pub fn decide(quota: &Quota, state: Option<&KeyState>, cost: u64, now: UnixNanos
     reserving(quota, state, cost, 0, now)
 }
 
-/// [`decide`] for a check of priority class `class` (`None`: no class, exactly `decide`):
-/// admitted only if at least the class's reserve ([`Quota::reserves`]) would still be left
-/// after it, so a check of `cost` is admitted exactly when a check of `cost + reserve` without
-/// a class would be, and consumes `cost`. `remaining` is what the class can still take
-/// (what is left beyond its reserve), `retry_after` when the class could take `cost`.
-///
-/// A denial the reserve alone makes (the key itself could still take `cost`) never starts a
-/// ban: the reserve stays for the checks it is kept for. A class the quota does not name (it
-/// was removed since the caller checked) admits nothing: denied with `retry_after =
-/// Duration::MAX`, like a cost above the maximum.
-pub fn decide_as(
-    quota: &Quota,
-    state: Option<&KeyState>,
-    cost: u64,
-    class: Option<&str>,
-    now: UnixNanos,
-) -> Verdict {
-    reserving(quota, state, cost, quota.reserves.reserve_of(class), now)
-}
-
 /// [`decide`] keeping `reserve` units for others.
-fn reserving(
+pub(super) fn reserving(
     quota: &Quota,
     state: Option<&KeyState>,
     cost: u64,
@@ -113,12 +94,7 @@ fn reserving(
                     retry_after: None,
                     reset_after: duration(after.reset_ns),
                 },
-                state: Some(KeyState {
-                    meter: new,
-                    banned_until,
-                    stamp: now,
-                    tag: 0,
-                }),
+                state: Some(KeyState::new(new, banned_until, now, 0)),
                 expires_at: expiry(after.worthless_at, banned_until, now),
             }
         }
@@ -139,12 +115,12 @@ fn reserving(
                     retry_after: Some(duration(retry.max(ban))),
                     reset_after: duration(current.reset_ns.max(ban)),
                 },
-                state: Some(KeyState {
-                    meter: meter.unwrap_or_else(|| algo.empty(now)),
+                state: Some(KeyState::new(
+                    meter.unwrap_or_else(|| algo.empty(now)),
                     banned_until,
-                    stamp: now,
-                    tag: 0,
-                }),
+                    now,
+                    0,
+                )),
                 expires_at: expiry(current.worthless_at, banned_until, now),
             }
         }
@@ -152,7 +128,7 @@ fn reserving(
 }
 
 /// The quota's algorithm with its constants.
-enum Algo {
+pub(super) enum Algo {
     Gcra(Gcra),
     Fixed(Window),
     Sliding(Window),
@@ -161,7 +137,7 @@ enum Algo {
 impl Algo {
     /// The algorithm as a check keeping `reserve` units sees it: everything but the reserve
     /// (GCRA's tolerance less `reserve` intervals, a window's limit less `reserve`).
-    fn new(quota: &Quota, reserve: u64) -> Algo {
+    pub(super) fn new(quota: &Quota, reserve: u64) -> Algo {
         match quota.algorithm {
             Algorithm::Gcra => Algo::Gcra(Gcra::new(quota).keeping(reserve)),
             Algorithm::FixedWindow => Algo::Fixed(Window::new(quota).keeping(reserve)),
@@ -197,7 +173,7 @@ impl Algo {
     }
 
     /// A meter worth exactly as much as an absent one, for a ban on a key without a meter.
-    fn empty(&self, now: UnixNanos) -> Meter {
+    pub(super) fn empty(&self, now: UnixNanos) -> Meter {
         match self {
             Algo::Gcra(g) => g.empty(now),
             Algo::Fixed(w) => Meter::Fixed {
@@ -244,12 +220,12 @@ fn expiry(worthless_at: u128, banned_until: UnixNanos, now: UnixNanos) -> UnixNa
     clamp_u64(worthless_at).max(banned_until).max(now)
 }
 
-fn clamp_u64(ns: u128) -> u64 {
+pub(super) fn clamp_u64(ns: u128) -> u64 {
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 /// Nanoseconds as a `Duration`, saturating at `Duration::MAX`.
-fn duration(ns: u128) -> Duration {
+pub(super) fn duration(ns: u128) -> Duration {
     const NS: u128 = 1_000_000_000;
     match u64::try_from(ns / NS) {
         // The remainder is below 10⁹, so it fits a u32.
@@ -261,6 +237,7 @@ fn duration(ns: u128) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate::flows::FlowTable;
     use crate::rate::{MAX_PERIOD, MAX_RATE};
 
     const S: u64 = 1_000_000_000;
@@ -273,8 +250,8 @@ mod tests {
     /// Checks in order on one key, storing what decide says to store.
     fn run(quota: &Quota, key: &mut Option<KeyState>, cost: u64, now: u64) -> Verdict {
         let v = decide(quota, key.as_ref(), cost, now);
-        if let Some(s) = v.state {
-            *key = Some(s);
+        if let Some(s) = &v.state {
+            *key = Some(s.clone());
         }
         v
     }
@@ -292,6 +269,7 @@ mod tests {
             banned_until: 0,
             stamp: T0,
             tag: 0,
+            flows: FlowTable::new(),
         };
         assert_eq!(v.state, Some(want));
         assert_eq!(v.expires_at, T0 + S);
@@ -358,6 +336,7 @@ mod tests {
             banned_until: T0 + 10 * S,
             stamp: T0,
             tag: 0,
+            flows: FlowTable::new(),
         };
         assert_eq!(v.state, Some(want));
         // The meter would admit at T0 + 1 s; the ban says no, and writes nothing.
@@ -402,6 +381,7 @@ mod tests {
             banned_until: 0,
             stamp: T0,
             tag: 7,
+            flows: FlowTable::new(),
         };
         let v = decide(&fixed, Some(&stored), 1, T0);
         assert!(v.decision.allowed);
@@ -412,7 +392,7 @@ mod tests {
         );
         let banned = KeyState {
             banned_until: T0 + 3 * S,
-            ..stored
+            ..stored.clone()
         };
         let v = decide(&fixed, Some(&banned), 1, T0);
         assert!(!v.decision.allowed);
@@ -428,7 +408,7 @@ mod tests {
                 count: 1,
                 previous: 0,
             },
-            ..stored
+            ..stored.clone()
         };
         let v = decide(&q, Some(&full), 1, T0);
         assert_eq!(v.state.map(|s| s.meter), Some(full.meter));
@@ -521,6 +501,7 @@ mod tests {
                         banned_until,
                         stamp,
                         tag: 1,
+                        flows: FlowTable::new(),
                     };
                     for cost in [0, 1, u64::MAX] {
                         for now in [0, T0, u64::MAX] {

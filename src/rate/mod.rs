@@ -5,10 +5,13 @@
 //! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
 //! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
 //! `quota.rs` (what can be wrong with one: `quota_checks.rs`; its priority classes `reserves.rs`), a key's stored state
-//! `state.rs`, the answer `decision.rs`.
+//! `state.rs` (with its flows' shares, `flows.rs`, decided within in `flow_decide.rs`), the
+//! answer `decision.rs`.
 
 mod decide;
 mod decision;
+mod flow_decide;
+pub(crate) mod flows;
 mod gcra;
 pub mod headers;
 pub(crate) mod quota;
@@ -18,13 +21,17 @@ mod state;
 mod take;
 mod window;
 
-pub use decide::{decide, decide_as, Verdict};
+pub use decide::{decide, Verdict};
 pub use decision::Decision;
+pub use flow_decide::{decide_as, decide_flow};
+pub use flows::{FlowEntry, FlowId, FlowTable, MAX_FLOWS, MAX_FLOW_LEN};
 pub use quota::{
     Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
 };
 pub use reserves::{Reserves, MAX_CLASSES, MAX_CLASS_LEN};
 pub use state::{KeyState, Meter, UnixNanos};
 
+#[cfg(test)]
+mod flow_tests;
 #[cfg(test)]
 mod reserve_tests;

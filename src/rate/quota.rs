@@ -94,6 +94,15 @@ pub struct Quota {
     /// it; a check without a class may use everything. Not with a warm-up.
     #[serde(default, skip_serializing_if = "Reserves::is_empty")]
     pub reserves: Reserves,
+    /// Each key is shared max-min fairly among the flows checking it (`CheckOptions::flow`;
+    /// off by default): a check must leave what the other active flows are due. See
+    /// [`fair_flows`](Self::fair_flows). Not with a warm-up.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fair_flows: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn default_cold_factor() -> u32 {
@@ -116,6 +125,7 @@ impl Quota {
             warmup: Duration::ZERO,
             cold_factor: DEFAULT_COLD_FACTOR,
             reserves: Reserves::new(),
+            fair_flows: false,
         }
     }
     /// `n` per second.
@@ -188,6 +198,27 @@ impl Quota {
         self
     }
 
+    /// Shares each key max-min fairly among the flows checking it now (tenants, users:
+    /// `CheckOptions::flow`). Per period, each flow is due its demand (what it asked this
+    /// period or the one before, the larger) up to a level that the flows' dues fill the
+    /// quota; a check must leave the other flows what they are due and have not used yet.
+    /// So a flow alone gets everything, a light flow gets all it asks, and heavy flows split
+    /// the rest evenly. Checks without a flow count as one flow together; beyond 64 flows
+    /// seen in two periods, the rest share one flow's share.
+    ///
+    /// ```
+    /// use clusterlimit::Quota;
+    /// let q = Quota::per_minute(100).fair_flows();
+    /// assert!(q.fair_flows);
+    /// assert_eq!(q.to_string(), "100 per 60s (gcra, burst 100, fair flows)");
+    /// ```
+    ///
+    /// To switch it off, set the field: `quota.fair_flows = false`.
+    pub fn fair_flows(mut self) -> Quota {
+        self.fair_flows = true;
+        self
+    }
+
     /// The shortest warm-up this quota may have: `cold_factor` emission intervals (one
     /// admission from cold), rounded up to a whole nanosecond.
     pub fn min_warmup(&self) -> Duration {
@@ -232,6 +263,9 @@ impl fmt::Display for Quota {
         }
         if !self.reserves.is_empty() {
             write!(f, ", reserve {}", self.reserves)?;
+        }
+        if self.fair_flows {
+            f.write_str(", fair flows")?;
         }
         f.write_str(")")
     }
@@ -454,7 +488,7 @@ mod tests {
             .ban(Duration::from_millis(1500));
         assert_eq!(Quota::decode(&q.encode()).ok(), Some(q));
         assert!(matches!(Quota::decode(b"{"), Err(Error::Store(_))));
-        let future = br#"{"v":4,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
+        let future = br#"{"v":5,"limit":1,"period":{"secs":1,"nanos":0},"burst":1,"algorithm":"gcra","ban":{"secs":0,"nanos":0}}"#;
         assert!(matches!(Quota::decode(future), Err(Error::Store(_))));
     }
 }

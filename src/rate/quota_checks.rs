@@ -119,6 +119,13 @@ impl Quota {
                     .into(),
             );
         }
+        if self.fair_flows && !self.warmup.is_zero() {
+            return bad(
+                "fair flows apply to a quota without a warm-up (a flow's share is kept in \
+                 units, and a cold key's units cost more, so the share would not be exact)"
+                    .into(),
+            );
+        }
         let (what, most) = match self.algorithm {
             Algorithm::Gcra => ("burst", self.burst),
             Algorithm::SlidingWindow | Algorithm::FixedWindow => ("limit", self.limit),
@@ -176,10 +183,12 @@ impl Quota {
 
     /// The quota as stored (JSON, versioned by its `v` field): version 1 without a warm-up
     /// or reserves (byte for byte what builds before warm-ups wrote), version 2 with a
-    /// warm-up, 3 with reserves, so that an older build refuses it (a store error naming the
-    /// version) instead of applying the quota without them.
+    /// warm-up, 3 with reserves, 4 with fair flows, so that an older build refuses it (a
+    /// store error naming the version) instead of applying the quota without them.
     pub fn encode(&self) -> Vec<u8> {
-        let v = if !self.reserves.is_empty() {
+        let v = if self.fair_flows {
+            4
+        } else if !self.reserves.is_empty() {
             3
         } else if self.warmup.is_zero() {
             1
@@ -198,9 +207,9 @@ impl Quota {
                 String::from_utf8_lossy(raw)
             ))
         })?;
-        if !(1..=3).contains(&stored.v) {
+        if !(1..=4).contains(&stored.v) {
             return Err(Error::store(format!(
-                "stored quota has format version {}, this build reads 1 to 3",
+                "stored quota has format version {}, this build reads 1 to 4",
                 stored.v
             )));
         }

@@ -12,8 +12,8 @@ const T0: u64 = 1_700_000_000 * S;
 /// Checks in order on one key, storing what decide says to store.
 fn run(q: &Quota, key: &mut Option<KeyState>, cost: u64, class: Option<&str>, now: u64) -> Verdict {
     let v = decide_as(q, key.as_ref(), cost, class, now);
-    if let Some(s) = v.state {
-        *key = Some(s);
+    if let Some(s) = &v.state {
+        *key = Some(s.clone());
     }
     v
 }
@@ -166,18 +166,18 @@ proptest! {
             let took = decide(&q, key.as_ref(), cost, now);
             prop_assert_eq!(mine.decision.allowed, plain.decision.allowed);
             if mine.decision.allowed {
-                prop_assert_eq!(mine.state, took.state);
+                prop_assert_eq!(&mine.state, &took.state);
                 prop_assert_eq!(mine.decision.reset_after, took.decision.reset_after);
                 prop_assert_eq!(mine.decision.remaining, took.decision.remaining.saturating_sub(r));
-                if let Some(s) = mine.state {
-                    let left = decide(&q, Some(&s), 0, now).decision.remaining;
+                if let Some(s) = &mine.state {
+                    let left = decide(&q, Some(s), 0, now).decision.remaining;
                     prop_assert!(left >= r, "{q}: class left {left} < reserve {r}");
                 }
             } else if !ban {
                 prop_assert_eq!(mine.decision.retry_after, plain.decision.retry_after);
                 prop_assert_eq!(mine.decision.reset_after, plain.decision.reset_after);
                 prop_assert_eq!(mine.decision.remaining, plain.decision.remaining.saturating_sub(r));
-                prop_assert_eq!(mine.state, None);
+                prop_assert_eq!(&mine.state, &None);
             }
             if let Some(s) = mine.state {
                 key = Some(s);
@@ -206,7 +206,7 @@ proptest! {
             let cost = c % (with.max_cost() + 2);
             let a = decide_as(&with, key.as_ref(), cost, CLASSES[class], now);
             let b = decide(&without, key.as_ref(), cost, now);
-            prop_assert_eq!(a, b);
+            prop_assert_eq!(&a, &b);
             if let Some(s) = a.state {
                 key = Some(s);
             }

@@ -1,6 +1,7 @@
 //! [`KeyState`]: what a store keeps per key, and its encoding (short text, readable with
 //! `etcdctl get` or `zkCli get`).
 
+use super::flows::FlowTable;
 use super::quota::Algorithm;
 use crate::error::{Error, Result};
 
@@ -58,7 +59,8 @@ impl Meter {
 }
 
 /// The stored state of one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyState {
     /// The counting state.
     pub meter: Meter,
@@ -70,15 +72,32 @@ pub struct KeyState {
     /// A random number per write, so a writer that retries a write whose reply was lost
     /// recognises its own write instead of counting it twice.
     pub tag: u64,
+    /// On a quota that shares by flow (`Quota::fair_flows`): the flows checking the key in
+    /// this fairness window and the one before (empty otherwise).
+    pub flows: FlowTable,
 }
 
 impl KeyState {
+    /// A state without flows.
+    pub fn new(meter: Meter, banned_until: UnixNanos, stamp: UnixNanos, tag: u64) -> KeyState {
+        KeyState {
+            meter,
+            banned_until,
+            stamp,
+            tag,
+            flows: FlowTable::new(),
+        }
+    }
+
     /// `1 <kind> <stamp> <banned_until> <tag> <fields…>`, all decimal: kind `g` (fields `tat`),
     /// `w` (`tat cold`: GCRA with a warm-up), `f` (`window count`), `s` (`window count
-    /// previous`). Builds before warm-ups refuse `w` as unreadable (a store error).
+    /// previous`). Builds before warm-ups refuse `w` as unreadable (a store error). A state
+    /// with flows starts with `2` instead and ends with ` F <window> <id>:<asked>:<prev>:<used>
+    /// …` (ids in hex), so builds before flows refuse it rather than drop the table.
     pub fn encode(&self) -> Vec<u8> {
-        let head = |k: &str| format!("1 {k} {} {} {}", self.stamp, self.banned_until, self.tag);
-        let text = match self.meter {
+        let v = if self.flows.is_empty() { 1 } else { 2 };
+        let head = |k: &str| format!("{v} {k} {} {} {}", self.stamp, self.banned_until, self.tag);
+        let mut text = match self.meter {
             Meter::Gcra { tat } => format!("{} {tat}", head("g")),
             Meter::GcraWarmUp { tat, cold } => format!("{} {tat} {cold}", head("w")),
             Meter::Fixed { window, count } => format!("{} {window} {count}", head("f")),
@@ -88,6 +107,9 @@ impl KeyState {
                 previous,
             } => format!("{} {window} {count} {previous}", head("s")),
         };
+        if !self.flows.is_empty() {
+            self.flows.encode_into(&mut text);
+        }
         text.into_bytes()
     }
 
@@ -100,10 +122,15 @@ impl KeyState {
             ))
         };
         let text = std::str::from_utf8(raw).map_err(|_| bad())?;
+        let (text, flows) = match text.strip_prefix("2 ") {
+            Some(rest) => {
+                let (meter, table) = rest.split_once(" F ").ok_or_else(bad)?;
+                let flows = FlowTable::decode(table.split(' ')).ok_or_else(bad)?;
+                (meter, flows)
+            }
+            None => (text.strip_prefix("1 ").ok_or_else(bad)?, FlowTable::new()),
+        };
         let mut parts = text.split(' ');
-        if parts.next() != Some("1") {
-            return Err(bad());
-        }
         let kind = parts.next().ok_or_else(bad)?;
         let nums: Vec<u64> = parts
             .map(|p| p.parse::<u64>().map_err(|_| bad()))
@@ -130,6 +157,7 @@ impl KeyState {
             stamp: nums[0],
             banned_until: nums[1],
             tag: nums[2],
+            flows,
         })
     }
 }
@@ -156,22 +184,38 @@ mod tests {
                 previous: 4,
             },
         ] {
-            let s = KeyState {
-                meter,
-                banned_until: 5,
-                stamp: 6,
-                tag: 42,
-            };
+            let s = KeyState::new(meter, 5, 6, 42);
             assert_eq!(KeyState::decode(&s.encode()).ok(), Some(s));
         }
-        let warm = KeyState {
-            meter: Meter::GcraWarmUp { tat: 9, cold: 30 },
-            banned_until: 0,
-            stamp: 8,
-            tag: 7,
-        };
+        let warm = KeyState::new(Meter::GcraWarmUp { tat: 9, cold: 30 }, 0, 8, 7);
         assert_eq!(warm.encode(), b"1 w 8 0 7 9 30");
         assert_eq!(warm.meter.algorithm(), Algorithm::Gcra);
+    }
+
+    #[test]
+    fn without_flows_the_bytes_are_todays_with_flows_version_2() {
+        // Byte for byte what builds before flows wrote and read.
+        let plain = KeyState::new(
+            Meter::Fixed {
+                window: 7,
+                count: 3,
+            },
+            0,
+            6,
+            42,
+        );
+        assert_eq!(plain.encode(), b"1 f 6 0 42 7 3");
+        let raw = b"2 f 6 0 42 7 3 F 9 a:5:2:4 cbf29ce484222325:1:0:1";
+        let with = KeyState::decode(raw).expect("a state with flows");
+        assert_eq!(with.meter, plain.meter);
+        assert_eq!((with.stamp, with.tag, with.flows.window), (6, 42, 9));
+        let rows: Vec<(u64, u64, u64, u64)> = with
+            .flows
+            .iter()
+            .map(|e| (e.id, e.asked, e.prev, e.used))
+            .collect();
+        assert_eq!(rows, [(10, 5, 2, 4), (0xcbf2_9ce4_8422_2325, 1, 0, 1)]);
+        assert_eq!(with.encode(), raw.to_vec());
     }
 
     #[test]
@@ -187,6 +231,13 @@ mod tests {
             b"1 w 1 2 3 4 5 6",
             b"1 f 1 2 3 4",
             b"1 q 1 2 3 4",
+            b"1 f 1 2 3 4 5 F 9 a:1:1:1",
+            b"2 f 1 2 3 4 5",
+            b"2 f 1 2 3 4 5 F 9",
+            b"2 f 1 2 3 4 5 F 9 a:1:1",
+            b"2 f 1 2 3 4 F 9 a:1:1:1",
+            b"2 f 1 2 3 4 5 F 9 b:1:1:1 a:1:1:1",
+            b"3 f 1 2 3 4 5",
             b"\xff",
         ] {
             assert!(

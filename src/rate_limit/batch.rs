@@ -12,12 +12,11 @@
 
 use super::cell::{Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
+use super::options::Asker;
 use super::registry::{learn, LimitShared};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::decide_as;
-use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, KeyState, Quota, UnixNanos};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,15 +29,15 @@ const QUICK_RETRIES: u32 = 2;
 /// Cap of those pauses.
 const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
-/// Decides a check of `cost` of priority class `class` (`None`: none) on `key`: locally if the known state proves it, else in the next
-/// batch of this key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
+/// Decides a check of `cost` by `asker` (its priority class and flow) on `key`: locally if
+/// the known state proves it, else in the next batch of this key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
 /// may still be consumed), and pacing never holds the check for more than part of what is left.
 pub(crate) async fn check(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
     key: &str,
     cost: u64,
-    class: Option<ClassName>,
+    asker: Asker,
     deadline: Option<Instant>,
 ) -> Result<Decision> {
     // A check answered here never waits on anything, so a caller looping on denials would hold
@@ -50,12 +49,12 @@ pub(crate) async fn check(
     let now = inner.now_ns();
     let rx = {
         let life = rate_store(inner)?.version_life();
-        if let Some(d) = cell.local_answer(&quota, cost, class, now, life) {
+        if let Some(d) = cell.local_answer(&quota, cost, asker, now, life) {
             inner.rates.count_local_answer();
             return Ok(d);
         }
         let (tx, rx) = oneshot::channel();
-        match cell.enqueue(&quota, cost, class, now, deadline, tx) {
+        match cell.enqueue(&quota, cost, asker, now, deadline, tx) {
             Enqueued::StartDriver => {
                 let driver = Driver {
                     sender: inner.write_sender(),
@@ -136,8 +135,7 @@ impl Driver {
                 return;
             };
             self.cell.sent();
-            let asks: Vec<(u64, Option<ClassName>)> =
-                batch.iter().map(|p| (p.cost, p.class)).collect();
+            let asks: Vec<(u64, Asker)> = batch.iter().map(|p| (p.cost, p.asker)).collect();
             self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
             // not get a whole new bound on top.
@@ -173,7 +171,7 @@ impl Driver {
     /// The batch's decisions, and the store requests they took.
     async fn decide_batch(
         &self,
-        asks: &[(u64, Option<ClassName>)],
+        asks: &[(u64, Asker)],
         deadline: Instant,
     ) -> Result<(Vec<Decision>, u64)> {
         self.inner.check_open()?;
@@ -251,22 +249,21 @@ impl Driver {
     }
 }
 
-/// The batch's checks (cost, class) decided in arrival order from `state`, each against the
-/// state the ones before it left (so checks of different classes in one write are decided
-/// exactly as one after the other): the decisions, the state to write if any of them changed
-/// it, and when the key's state expires.
+/// The batch's checks (cost, asker) decided in arrival order from `state`, each against the
+/// state the ones before it left (so checks of different classes and flows in one write are
+/// decided exactly as one after the other, each flow's counts moving with them): the
+/// decisions, the state to write if any of them changed it, and when the key's state expires.
 fn decide_in_order(
     quota: &Quota,
     mut state: Option<KeyState>,
-    asks: &[(u64, Option<ClassName>)],
+    asks: &[(u64, Asker)],
     now: UnixNanos,
 ) -> (Vec<Decision>, Option<KeyState>, UnixNanos) {
     let mut changed = false;
     let mut expires_at = now;
     let mut decisions = Vec::with_capacity(asks.len());
-    for (cost, class) in asks {
-        let class = class.as_ref().map(ClassName::as_str);
-        let v = decide_as(quota, state.as_ref(), *cost, class, now);
+    for (cost, asker) in asks {
+        let v = asker.decide(quota, state.as_ref(), *cost, now);
         decisions.push(v.decision);
         if v.state.is_some() {
             state = v.state;

@@ -1,11 +1,11 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
+use super::options::Asker;
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
 use crate::backend::lock;
 use crate::error::{Error, Result};
-use crate::rate::reserves::ClassName;
-use crate::rate::{decide_as, Decision, KeyState, Quota, UnixNanos};
+use crate::rate::{Decision, KeyState, Quota, UnixNanos};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -20,8 +20,9 @@ const MIN_RETRY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) cost: u64,
-    /// Its priority class (`None`: none), decided against the quota's reserve for it.
-    pub(crate) class: Option<ClassName>,
+    /// Its priority class and flow, decided against the quota's reserve for the class and
+    /// the other flows' due.
+    pub(crate) asker: Asker,
     /// When the check came: its answer is due within twice the request timeout from here.
     pub(crate) arrived: Instant,
     /// The latest its key's write may be sent for it: [`JOIN_WINDOW`] after it came, or
@@ -65,7 +66,7 @@ pub(crate) enum Enqueued {
 }
 
 /// The key as the store last showed it to us.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Known {
     /// `None`: absent.
     state: Option<KeyState>,
@@ -80,7 +81,7 @@ struct Known {
 }
 
 /// What a decision starts from: a state and its version, read together.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Start {
     pub(crate) state: Option<KeyState>,
     pub(crate) version: Option<u64>,
@@ -92,19 +93,23 @@ impl KeyCell {
     /// No check waits, no batch runs, and what we know is worth nothing: the cell may go.
     pub(crate) fn is_idle(&self) -> bool {
         let c = lock(&self.inner);
-        c.pending.is_empty() && !c.driving && c.known.is_none_or(|k| k.idle_at <= Instant::now())
+        c.pending.is_empty()
+            && !c.driving
+            && c.known.as_ref().is_none_or(|k| k.idle_at <= Instant::now())
     }
 
     /// Queues a check for the next write of its key, or, on a saturated key, denies it at once
     /// when the next write is not due soon or already carries its share (see `pace.rs`). Quotas with a ban are never
-    /// turned away (a ban starts with a denial the store makes).
+    /// turned away (a ban starts with a denial the store makes), nor, on a quota with fair
+    /// flows, a check the known state admits for its flow: a light flow on a key the heavy
+    /// ones saturate still gets its share.
     /// A queued check waits on pacing at most [`JOIN_WINDOW`], and at most 1/[`HURRY_SHARE`]
     /// of what is left of its budget when it has a `deadline` (see [`KeyCell::pace_pause`]).
     pub(crate) fn enqueue(
         &self,
         quota: &Quota,
         cost: u64,
-        class: Option<ClassName>,
+        asker: Asker,
         now: UnixNanos,
         deadline: Option<Instant>,
         reply: oneshot::Sender<Result<Decision>>,
@@ -125,22 +130,23 @@ impl KeyCell {
             None
         };
         if let Some(wait) = turned_away {
-            let state = c.known.and_then(|k| k.state);
-            let class = class.as_ref().map(ClassName::as_str);
-            let base = decide_as(quota, state.as_ref(), cost, class, now).decision;
-            return Enqueued::TurnedAway(Decision {
-                allowed: false,
-                remaining: 0,
-                retry_after: Some(wait.max(MIN_RETRY)),
-                ..base
-            });
+            let state = c.known.as_ref().and_then(|k| k.state.as_ref());
+            let base = asker.decide(quota, state, cost, now).decision;
+            if !(quota.fair_flows && base.allowed) {
+                return Enqueued::TurnedAway(Decision {
+                    allowed: false,
+                    remaining: 0,
+                    retry_after: Some(wait.max(MIN_RETRY)),
+                    ..base
+                });
+            }
         }
         let patience = deadline.map_or(JOIN_WINDOW, |d| {
             (d.saturating_duration_since(arrived) / HURRY_SHARE).min(JOIN_WINDOW)
         });
         c.pending.push(Pending {
             cost,
-            class,
+            asker,
             arrived,
             send_by: arrived + patience,
             reply,
@@ -253,16 +259,16 @@ impl KeyCell {
     ) -> Start {
         let life = u64::try_from(version_life.as_nanos()).unwrap_or(u64::MAX);
         let mut c = lock(&self.inner);
-        if c.known.is_some_and(|k| {
+        if c.known.as_ref().is_some_and(|k| {
             k.version.is_some()
                 && k.expires_at.saturating_add(life) <= now
                 && k.confirmed < fresh_since
         }) {
             c.known = None;
         }
-        match c.known {
+        match &c.known {
             Some(k) => Start {
-                state: k.state,
+                state: k.state.clone(),
                 version: k.version,
                 trusted: k.confirmed.elapsed() < TRUSTED_FOR,
             },
@@ -297,7 +303,7 @@ impl KeyCell {
         &self,
         quota: &Quota,
         cost: u64,
-        class: Option<ClassName>,
+        asker: Asker,
         now: UnixNanos,
         version_life: Duration,
     ) -> Option<Decision> {
@@ -305,8 +311,7 @@ impl KeyCell {
         if !start.trusted {
             return None;
         }
-        let class = class.as_ref().map(ClassName::as_str);
-        let verdict = decide_as(quota, start.state.as_ref(), cost, class, now);
+        let verdict = asker.decide(quota, start.state.as_ref(), cost, now);
         (cost == 0 || (!verdict.decision.allowed && verdict.state.is_none()))
             .then_some(verdict.decision)
     }
@@ -347,7 +352,7 @@ mod tests {
     ) -> std::result::Result<oneshot::Receiver<Result<Decision>>, Decision> {
         let (tx, rx) = oneshot::channel();
         let deadline = budget.map(|b| Instant::now() + b);
-        match cell.enqueue(quota, 1, None, 0, deadline, tx) {
+        match cell.enqueue(quota, 1, Asker::default(), 0, deadline, tx) {
             Enqueued::TurnedAway(d) => Err(d),
             Enqueued::StartDriver | Enqueued::Joined => Ok(rx),
         }
@@ -494,15 +499,15 @@ mod tests {
         let (tx2, rx2) = oneshot::channel();
         let (tx3, rx3) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 1, None, 0, None, tx1),
+            cell.enqueue(&q, 1, Asker::default(), 0, None, tx1),
             Enqueued::StartDriver
         ));
         assert!(matches!(
-            cell.enqueue(&q, 2, None, 0, None, tx2),
+            cell.enqueue(&q, 2, Asker::default(), 0, None, tx2),
             Enqueued::Joined
         ));
         assert!(matches!(
-            cell.enqueue(&q, 3, None, 0, None, tx3),
+            cell.enqueue(&q, 3, Asker::default(), 0, None, tx3),
             Enqueued::Joined
         ));
         drop(rx2);
@@ -514,7 +519,7 @@ mod tests {
         // Only gone callers queued: no batch, and the driver ends (the next check starts one).
         let (tx4, rx4) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 4, None, 0, None, tx4),
+            cell.enqueue(&q, 4, Asker::default(), 0, None, tx4),
             Enqueued::Joined
         ));
         drop(rx4);
@@ -522,7 +527,7 @@ mod tests {
         assert!(lock(&cell.inner).pending.is_empty());
         let (tx5, _rx5) = oneshot::channel();
         assert!(matches!(
-            cell.enqueue(&q, 5, None, 0, None, tx5),
+            cell.enqueue(&q, 5, Asker::default(), 0, None, tx5),
             Enqueued::StartDriver
         ));
     }

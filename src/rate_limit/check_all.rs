@@ -3,27 +3,31 @@
 //! write (`joint.rs`) and are decided together, in arrival order.
 
 use super::batch::{by, pause_after_conflict, rate_store};
+use super::call::decide_call;
 use super::cell::{KeyCell, Start};
 use super::handle::{validate_key, RateLimit};
 use super::joint::{CallCheck, JointCall, JointGroup};
+use super::options::Asker;
 use super::registry::{learn, LimitShared};
 use crate::backend::{KeyWrite, RateStore, WriteOutcome};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::reserves::ClassName;
-use crate::rate::{decide, decide_as, Algorithm, Decision, KeyState, Meter, Quota};
+use crate::rate::{Decision, FlowId, KeyState, Quota};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// One check of a [`Limiter::check_all`](crate::Limiter::check_all): `cost` for `key` on a rate
-/// limit, of a priority class if [`class`](Self::class) says so.
+/// limit, of a priority class if [`class`](Self::class) says so, of a flow if
+/// [`flow`](Self::flow) does.
 #[derive(Debug, Clone)]
 pub struct KeyCheck<'a> {
     limit: &'a RateLimit,
     key: String,
     cost: u64,
     class: Option<String>,
+    flow: Option<String>,
 }
 
 impl<'a> KeyCheck<'a> {
@@ -34,6 +38,7 @@ impl<'a> KeyCheck<'a> {
             key: key.into(),
             cost,
             class: None,
+            flow: None,
         }
     }
 
@@ -46,9 +51,21 @@ impl<'a> KeyCheck<'a> {
         self
     }
 
-    /// The class, as validated (`validate` refuses a name that is not one).
-    fn class_name(&self) -> Option<ClassName> {
-        self.class.as_deref().and_then(|c| ClassName::new(c).ok())
+    /// This check belongs to flow `flow`: on a quota with fair flows it must leave the other
+    /// flows of its key their due, as [`RateLimit::check_with`] with that flow (ignored on
+    /// other quotas).
+    #[must_use]
+    pub fn flow(mut self, flow: impl Into<String>) -> KeyCheck<'a> {
+        self.flow = Some(flow.into());
+        self
+    }
+
+    /// Its class and flow, as validated (`validate` refuses names that are not ones).
+    fn asker(&self) -> Asker {
+        Asker {
+            class: self.class.as_deref().and_then(|c| ClassName::new(c).ok()),
+            flow: self.flow.as_deref().and_then(|f| FlowId::of(f).ok()),
+        }
     }
 
     /// The class of this check, as given.
@@ -79,7 +96,7 @@ pub(crate) async fn run(
     if let [only] = checks {
         return Ok(vec![
             only.limit
-                .check_class_by(&only.key, only.cost, only.class_name(), deadline)
+                .check_as_by(&only.key, only.cost, only.asker(), deadline)
                 .await?,
         ]);
     }
@@ -103,9 +120,7 @@ pub(crate) fn validate(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Re
         c.limit
             .quota()
             .check_class(c.limit.name(), c.class.as_deref(), c.cost)?;
-        if let Some(class) = &c.class {
-            ClassName::new(class).map_err(Error::invalid)?;
-        }
+        Asker::new(c.class.as_deref(), c.flow.as_deref())?;
     }
     Ok(())
 }
@@ -150,7 +165,7 @@ async fn joint(inner: &Arc<LimiterInner>, checks: &[KeyCheck<'_>]) -> Result<Vec
     }
 }
 
-/// The distinct (limit, key) pairs of a call, and its checks as (group, cost, class), in order.
+/// The distinct (limit, key) pairs of a call, and its checks as (group, cost, asker), in order.
 fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<CallCheck>) {
     let mut groups: Vec<JointGroup> = Vec::new();
     let mut order = Vec::with_capacity(checks.len());
@@ -167,7 +182,7 @@ fn group(checks: &[KeyCheck<'_>]) -> (Vec<JointGroup>, Vec<CallCheck>) {
                 groups.len() - 1
             }
         };
-        order.push((g, c.cost, c.class_name()));
+        order.push((g, c.cost, c.asker()));
     }
     (groups, order)
 }
@@ -187,7 +202,7 @@ fn local_denial(
         return None;
     }
     let quotas: Vec<Quota> = groups.iter().map(|g| g.limit.quota().0).collect();
-    let states: Vec<Option<KeyState>> = starts.iter().map(|s| s.state).collect();
+    let states: Vec<Option<KeyState>> = starts.iter().map(|s| s.state.clone()).collect();
     let pass = decide_call(order, &quotas, &states, now);
     (!pass.allowed && pass.writes.is_empty()).then_some(pass.decisions)
 }
@@ -324,13 +339,13 @@ impl Joint<'_> {
             .map(|s| s.cell.start(now, self.began, life))
             .collect();
         let quotas: Vec<(Quota, u64)> = self.slots.iter().map(|s| s.limit.quota()).collect();
-        let mut work: Vec<Option<KeyState>> = starts.iter().map(|s| s.state).collect();
+        let mut work: Vec<Option<KeyState>> = starts.iter().map(|s| s.state.clone()).collect();
         let mut written: Vec<Option<u64>> = vec![None; self.slots.len()];
         let mut to_read = Vec::new();
         let mut decided = Vec::with_capacity(batch.len());
         for (call, mine) in batch.iter().zip(slot_of) {
             let call_quotas: Vec<Quota> = mine.iter().map(|&s| quotas[s].0).collect();
-            let states: Vec<Option<KeyState>> = mine.iter().map(|&s| work[s]).collect();
+            let states: Vec<Option<KeyState>> = mine.iter().map(|&s| work[s].clone()).collect();
             let pass = decide_call(&call.checks, &call_quotas, &states, now);
             to_read.extend(
                 pass.denied_groups
@@ -379,7 +394,7 @@ impl Joint<'_> {
             .enumerate()
             .filter_map(|(s, exp)| {
                 let expires_at = (*exp)?;
-                Some((s, tagged(pass.work[s]?), expires_at))
+                Some((s, tagged(pass.work[s].clone()?), expires_at))
             })
             .collect();
         if changed.is_empty() {
@@ -387,7 +402,8 @@ impl Joint<'_> {
         }
         let writes: Vec<KeyWrite> = changed
             .iter()
-            .map(|&(s, state, expires_at)| KeyWrite {
+            .map(|(s, state, expires_at)| (*s, state, *expires_at))
+            .map(|(s, state, expires_at)| KeyWrite {
                 limit: self.slots[s].limit.name.clone(),
                 quota_version: pass.quotas[s].1,
                 key: self.slots[s].key.clone(),
@@ -398,7 +414,7 @@ impl Joint<'_> {
             .collect();
         let found = match by(self.deadline, self.store.write_keys(&writes)).await? {
             WriteOutcome::Written(versions) => {
-                for (&(s, state, expires_at), v) in changed.iter().zip(versions) {
+                for ((s, state, expires_at), v) in changed.into_iter().zip(versions) {
                     self.slots[s]
                         .cell
                         .set_known(Some(state), Some(v), expires_at, now);
@@ -414,7 +430,7 @@ impl Joint<'_> {
                 .all(|(f, w)| f.key.as_ref().is_some_and(|k| k.value == w.value));
         if ours {
             // A retried request of ours applied after all.
-            for (&(s, state, expires_at), f) in changed.iter().zip(&found) {
+            for ((s, state, expires_at), f) in changed.into_iter().zip(&found) {
                 let v = f.key.as_ref().map(|k| k.version);
                 self.slots[s]
                     .cell
@@ -437,134 +453,7 @@ impl Joint<'_> {
     }
 }
 
-/// How one call came out against given states.
-struct CallPass {
-    decisions: Vec<Decision>,
-    allowed: bool,
-    /// Groups with a denied check.
-    denied_groups: Vec<usize>,
-    /// (group, new state, its expiry): every changed group when all were admitted; else the
-    /// bans a denial started, on the meters as they were.
-    writes: Vec<(usize, KeyState, u64)>,
-}
-
-/// Decides one call's checks (as (group, cost, class), in order) from each group's state: all
-/// admitted, or all denied (the ones that would have passed with their `remaining` as it is
-/// and the longest `retry_after` of the denials) and nothing consumed but the bans denials
-/// start.
-fn decide_call(
-    checks: &[CallCheck],
-    quotas: &[Quota],
-    states: &[Option<KeyState>],
-    now: u64,
-) -> CallPass {
-    let n = quotas.len();
-    let mut state: Vec<Option<KeyState>> = states.to_vec();
-    let mut ban_state: Vec<Option<KeyState>> = states.to_vec();
-    let mut changed = vec![false; n];
-    let mut banned = vec![false; n];
-    let mut expires = vec![now; n];
-    let mut decisions = Vec::with_capacity(checks.len());
-    let mut denied_groups = Vec::new();
-    for (g, cost, class) in checks {
-        let (g, class) = (*g, class.as_ref().map(ClassName::as_str));
-        let quota = &quotas[g];
-        let v = decide_as(quota, state[g].as_ref(), *cost, class, now);
-        if v.decision.allowed {
-            if v.state.is_some() {
-                state[g] = v.state;
-                changed[g] = true;
-            }
-        } else if !denied_groups.contains(&g) {
-            denied_groups.push(g);
-        }
-        if let (false, Some(b)) = (v.decision.allowed, v.state) {
-            // A denial that starts a ban: keep the ban, but on the meter as it was before
-            // this call (when any check is denied, nothing is consumed).
-            ban_state[g] = Some(ban_only(quota, ban_state[g], &b));
-            banned[g] = true;
-        }
-        expires[g] = v.expires_at;
-        decisions.push(v.decision);
-    }
-    let allowed = decisions.iter().all(|d| d.allowed);
-    if allowed {
-        let writes = (0..n)
-            .filter_map(|g| state[g].filter(|_| changed[g]).map(|s| (g, s, expires[g])))
-            .collect();
-        return CallPass {
-            decisions,
-            allowed,
-            denied_groups,
-            writes,
-        };
-    }
-    let retry = decisions.iter().filter_map(|d| d.retry_after).max();
-    let decisions = decisions
-        .into_iter()
-        .zip(checks)
-        .map(|(d, (g, _, class))| {
-            if d.allowed {
-                Decision {
-                    allowed: false,
-                    retry_after: retry,
-                    ..peek(&quotas[*g], states[*g], class.as_ref(), now)
-                }
-            } else {
-                d
-            }
-        })
-        .collect();
-    let writes = (0..n)
-        .filter_map(|g| {
-            ban_state[g].filter(|_| banned[g]).map(|b| {
-                let exp = decide(&quotas[g], Some(&b), 0, now).expires_at;
-                (g, b, exp)
-            })
-        })
-        .collect();
-    CallPass {
-        decisions,
-        allowed,
-        denied_groups,
-        writes,
-    }
-}
-
-/// `before` (or a full meter) with the ban that `denial` started.
-fn ban_only(quota: &Quota, before: Option<KeyState>, denial: &KeyState) -> KeyState {
-    let meter = before.map_or(
-        match quota.algorithm {
-            Algorithm::FixedWindow => Meter::Fixed {
-                window: 0,
-                count: 0,
-            },
-            Algorithm::SlidingWindow => Meter::Sliding {
-                window: 0,
-                count: 0,
-                previous: 0,
-            },
-            _ => Meter::Gcra { tat: 0 },
-        },
-        |s| s.meter,
-    );
-    KeyState {
-        meter,
-        banned_until: denial
-            .banned_until
-            .max(before.map_or(0, |s| s.banned_until)),
-        stamp: denial.stamp,
-        tag: 0,
-    }
-}
-
 fn tagged(mut s: KeyState) -> KeyState {
     s.tag = fastrand::u64(1..);
     s
-}
-
-/// A peek of `class` (`None`: none): its `remaining` is the class's.
-fn peek(quota: &Quota, state: Option<KeyState>, class: Option<&ClassName>, now: u64) -> Decision {
-    let class = class.map(ClassName::as_str);
-    decide_as(quota, state.as_ref(), 0, class, now).decision
 }

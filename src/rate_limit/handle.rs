@@ -2,7 +2,7 @@
 //! validates a check and hands it to its key's batch (`batch.rs`).
 
 use super::batch;
-use super::options::CheckOptions;
+use super::options::{Asker, CheckOptions};
 use super::registry::LimitShared;
 use super::wait::{self, Waited};
 use crate::error::{Error, Result};
@@ -78,10 +78,10 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, None, None).await
+        batch::check(&self.inner, &self.limit, key, cost, Asker::default(), None).await
     }
 
-    /// A check as `options` say: its cost, its priority class, its budget.
+    /// A check as `options` say: its cost, its priority class, its flow, its budget.
     ///
     /// With a class, the check is admitted only if at least the class's reserve would still
     /// be left after it (so a check of `cost` passes exactly when one of `cost + reserve`
@@ -107,26 +107,46 @@ impl RateLimit {
     /// # Ok(()) }
     /// ```
     ///
+    /// With a flow, on a quota with fair flows ([`Quota::fair_flows`]), the check must also
+    /// leave the other flows checking the key what they are due and have not used yet;
+    /// `remaining` and `retry_after` are the flow's. On other quotas the flow is ignored.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::{CheckOptions, Limiter, Quota};
+    /// let limiter = Limiter::connect("memory://check-flow-doc").await?;
+    /// let api = limiter.rate_limit("api", Quota::per_hour(100).fair_flows()).await?;
+    /// let of = |tenant: &str| CheckOptions::new().flow(tenant);
+    /// assert!(api.check_with("all", of("light").cost(10)).await?.allowed);
+    /// // Light has asked 10 and used them: heavy may take the other 90.
+    /// let d = api.check_with("all", of("heavy").cost(90)).await?;
+    /// assert!(d.allowed && d.remaining == 0);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// Errors as [`check_n`](Self::check_n) (and `Timeout` with a budget, as
     /// [`check_within`](Self::check_within)); `InvalidArgument` also for a class the quota
     /// does not declare, or a cost above what the class can ever take (the quota's burst, or
-    /// limit for windows, less its reserve). A class removed by a `set_quota` elsewhere
+    /// limit for windows, less its reserve), or a flow name that is not one (1–128 bytes, no
+    /// control characters). A class removed by a `set_quota` elsewhere
     /// after the check was validated is denied with a `retry_after` meaning never.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
         let cost = options.cost_of();
-        validate_key(key)?;
-        // A name that is no class name is no class of the quota: refused as unknown.
-        self.quota()
-            .check_class(self.name(), options.class_of(), cost)?;
-        let class = options
-            .class_of()
-            .map(ClassName::new)
-            .transpose()
-            .map_err(Error::invalid)?;
+        let asker = self.asker(key, &options)?;
         let deadline = options
             .budget_of()
             .and_then(|b| Instant::now().checked_add(b));
-        self.check_class_by(key, cost, class, deadline).await
+        self.check_as_by(key, cost, asker, deadline).await
+    }
+
+    /// The key, the class and the flow of `options` checked: who the check is.
+    fn asker(&self, key: &str, options: &CheckOptions) -> Result<Asker> {
+        validate_key(key)?;
+        // A name that is no class name is no class of the quota: refused as unknown.
+        self.quota()
+            .check_class(self.name(), options.class_of(), options.cost_of())?;
+        Asker::new(options.class_of(), options.flow_of())
     }
 
     /// [`check_n`](Self::check_n) with a deadline: the decision, or `Timeout` once `budget`
@@ -175,11 +195,24 @@ impl RateLimit {
         class: Option<ClassName>,
         deadline: Option<Instant>,
     ) -> Result<Decision> {
+        self.check_as_by(key, cost, Asker::of_class(class), deadline)
+            .await
+    }
+
+    /// `check_by` by `asker`: its class must be one of the quota's (`Quota::check_class`) or
+    /// the check is refused; its flow counts on a quota with fair flows.
+    pub(crate) async fn check_as_by(
+        &self,
+        key: &str,
+        cost: u64,
+        asker: Asker,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
         validate_key(key)?;
-        let name = class.as_ref().map(ClassName::as_str);
-        self.quota().check_class(self.name(), name, cost)?;
+        self.quota()
+            .check_class(self.name(), asker.class_name(), cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, class, deadline).await
+        batch::check(&self.inner, &self.limit, key, cost, asker, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`
@@ -255,8 +288,8 @@ impl RateLimit {
         .await
     }
 
-    /// [`wait_until`](Self::wait_until) as `options` say: their cost and priority class (see
-    /// [`check_with`](Self::check_with)), and their budget ([`CheckOptions::within`]) as the
+    /// [`wait_until`](Self::wait_until) as `options` say: their cost, priority class and flow
+    /// (see [`check_with`](Self::check_with)), and their budget ([`CheckOptions::within`]) as the
     /// deadline (none: as long as it takes).
     ///
     /// ```
@@ -274,7 +307,7 @@ impl RateLimit {
     /// ```
     ///
     /// Errors as [`wait_until`](Self::wait_until), and `InvalidArgument` for a class the
-    /// quota does not declare or a cost above what the class can ever take.
+    /// quota does not declare, a cost above what the class can ever take, or a bad flow name.
     pub async fn wait_with(&self, key: &str, options: CheckOptions) -> Result<Waited> {
         let cost = options.cost_of();
         if cost == 0 {
@@ -282,19 +315,12 @@ impl RateLimit {
                 "a wait needs a cost of at least 1 (cost 0 is a peek: use check_with)",
             ));
         }
-        validate_key(key)?;
-        self.quota()
-            .check_class(self.name(), options.class_of(), cost)?;
-        let class = options
-            .class_of()
-            .map(ClassName::new)
-            .transpose()
-            .map_err(Error::invalid)?;
+        let asker = self.asker(key, &options)?;
         let deadline = options
             .budget_of()
             .and_then(|b| Instant::now().checked_add(b));
         wait::until(deadline, std::future::pending(), |deadline| {
-            self.check_class_by(key, cost, class, deadline)
+            self.check_as_by(key, cost, asker, deadline)
         })
         .await
     }

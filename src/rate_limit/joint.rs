@@ -5,10 +5,10 @@
 //! this Limiter's own requests).
 
 use super::cell::KeyCell;
+use super::options::Asker;
 use super::registry::LimitShared;
 use crate::backend::lock;
 use crate::error::Result;
-use crate::rate::reserves::ClassName;
 use crate::rate::Decision;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -23,8 +23,8 @@ pub(crate) struct JointGroup {
     pub(crate) cell: Arc<KeyCell>,
 }
 
-/// One check of a `check_all` call: (group, cost, priority class).
-pub(crate) type CallCheck = (usize, u64, Option<ClassName>);
+/// One check of a `check_all` call: (group, cost, its class and flow).
+pub(crate) type CallCheck = (usize, u64, Asker);
 
 /// One `check_all` call: its groups and its checks, in order.
 #[derive(Debug)]

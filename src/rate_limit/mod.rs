@@ -2,12 +2,13 @@
 //! wait loop (`wait.rs`), the coalescing of concurrent checks of a key into one write (`batch.rs`, paced
 //! by `pace.rs`), what the Limiter last saw of each key (`cell.rs`, in `registry.rs`), writes of
 //! many keys sharing one request (`combine.rs`), and `check_all`'s joint writes (`joint.rs`,
-//! decided in `check_all.rs`); a Limiter keeps them in one [`Rates`](rates::Rates) (`rates.rs`). The meaning of a rate limit is pure code in [`crate::rate`]; the
+//! decided in `check_all.rs`, each call by `call.rs`); a Limiter keeps them in one [`Rates`](rates::Rates) (`rates.rs`). The meaning of a rate limit is pure code in [`crate::rate`]; the
 //! storage is behind [`RateStore`](crate::backend::RateStore).
 //!
 //! Files name each other directly (never through this file), so imports run one way.
 
 pub(crate) mod batch;
+pub(crate) mod call;
 pub(crate) mod cell;
 pub(crate) mod check_all;
 pub(crate) mod combine;

@@ -37,13 +37,16 @@ pub fn quota_text(quota: &Quota) -> String {
     if !quota.reserves.is_empty() {
         s.push_str(&format!(", reserve {}", quota.reserves));
     }
+    if quota.fair_flows {
+        s.push_str(", fair flows");
+    }
     s.push(')');
     s
 }
 
 /// The JSON of a rate limit's quota, as the sidecar answers and `rate status --json` prints;
 /// `warmup`, `warmup_ms` and `cold_factor` only for a quota with a warm-up, `reserves` only for
-/// one with priority classes.
+/// one with priority classes, `fair_flows` only for one that shares by flow.
 pub fn quota_json(name: &str, quota: &Quota) -> Value {
     let mut v = json!({
         "name": name,
@@ -61,6 +64,9 @@ pub fn quota_json(name: &str, quota: &Quota) -> Value {
     }
     if !quota.reserves.is_empty() {
         v["reserves"] = json!(quota.reserves);
+    }
+    if quota.fair_flows {
+        v["fair_flows"] = json!(true);
     }
     v
 }
@@ -105,5 +111,9 @@ mod tests {
             "5 per 1s (gcra, burst 5, reserve batch 2)"
         );
         assert_eq!(quota_json("q", &classes)["reserves"], json!({"batch": 2}));
+        assert!(quota_json("q", &classes).get("fair_flows").is_none());
+        let fair = Quota::per_second(5).fair_flows();
+        assert_eq!(quota_text(&fair), "5 per 1s (gcra, burst 5, fair flows)");
+        assert_eq!(quota_json("q", &fair)["fair_flows"], json!(true));
     }
 }

@@ -91,6 +91,14 @@ pub struct QuotaFlags {
     /// (repeat for more; `rate check --class CLASS` checks as that class) [default: none].
     #[arg(long, value_name = "CLASS=N", value_parser = parse_reserve)]
     pub reserve: Vec<(String, u64)>,
+    /// Share each key max-min fairly among the flows checking it (`rate check --flow F`):
+    /// a flow must leave the others what they are due this period [default: off; set-quota
+    /// keeps the stored setting unless given].
+    #[arg(long, conflicts_with = "no_fair_flows")]
+    pub fair_flows: bool,
+    /// Switch --fair-flows off (set-quota: checks' flows are then ignored).
+    #[arg(long)]
+    pub no_fair_flows: bool,
 }
 
 /// `CLASS=N` of `--reserve`.
@@ -116,6 +124,8 @@ impl QuotaFlags {
             || self.warmup.is_some()
             || self.cold_factor.is_some()
             || !self.reserve.is_empty()
+            || self.fair_flows
+            || self.no_fair_flows
     }
 
     /// The flags as quota parts (numbers too large for i64 are out of range anyway).
@@ -136,6 +146,15 @@ impl QuotaFlags {
             }),
         }
     }
+
+    /// `--fair-flows` (true), `--no-fair-flows` (false), or neither.
+    pub fn fair(&self) -> Option<bool> {
+        match (self.fair_flows, self.no_fair_flows) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +170,11 @@ pub struct CheckArgs {
     /// class's reserve is still left after it [default: none, the whole quota].
     #[arg(long, value_name = "CLASS")]
     pub class: Option<String>,
+    /// Check as this flow (a tenant, a user; 1-128 bytes): on a quota with --fair-flows it
+    /// must leave the other flows of the key their due; ignored on other quotas
+    /// [default: none, one flow for all checks without one].
+    #[arg(long, value_name = "F")]
+    pub flow: Option<String>,
     /// With --limit and --per: create the limit with this quota if absent (an existing limit
     /// keeps its stored quota).
     #[command(flatten)]

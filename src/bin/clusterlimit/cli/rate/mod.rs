@@ -34,11 +34,22 @@ pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
 
 /// The quota the flags give, or a usage error naming the flag at fault.
 fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
-    quota_of_parts(flags.parts())
+    quota_of_parts(flags.parts(), flags.fair().unwrap_or(false))
 }
 
-/// The quota of `parts` (from the flags), or a usage error naming the flag at fault.
-fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
+/// The quota of `parts` (from the flags), sharing by flow if `fair`, or a usage error naming
+/// the flag at fault.
+fn quota_of_parts(parts: QuotaParts, fair: bool) -> Result<Quota, Failure> {
+    let mut quota = quota_of_fields(parts)?;
+    quota.fair_flows = fair;
+    quota
+        .validate()
+        .map_err(|e| Failure::usage(format!("--fair-flows: {e}")))?;
+    Ok(quota)
+}
+
+/// The quota of `parts` without fair flows, or a usage error naming the flag at fault.
+fn quota_of_fields(parts: QuotaParts) -> Result<Quota, Failure> {
     let missing = parts.limit.is_none() || parts.period.is_none();
     parts.to_quota().map_err(|e| {
         let flag = match e.field {
@@ -48,6 +59,7 @@ fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
             "algorithm" => "--algorithm",
             "warmup" => "--warmup",
             "cold_factor" => "--cold-factor",
+            "reserves" => "--reserve",
             _ => "--ban",
         };
         let hint = if missing {
@@ -99,13 +111,29 @@ fn check_cost(rl: &RateLimit, cost: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A decision of `check` or `wait` as JSON, with its class when it has one.
+/// A decision of `check` or `wait` as JSON, with its class and flow when it has them.
 fn check_json(a: &CheckArgs, d: &Decision) -> serde_json::Value {
     let mut v = decision_json(&a.target.name, &a.target.key, a.cost, d, "store");
     if let Some(class) = &a.class {
         v["class"] = serde_json::json!(class);
     }
+    if let Some(flow) = &a.flow {
+        v["flow"] = serde_json::json!(flow);
+    }
     v
+}
+
+/// The check's options: its cost, class and flow.
+fn check_options(a: &CheckArgs) -> CheckOptions {
+    let opts = CheckOptions::new().cost(a.cost);
+    let opts = match &a.class {
+        Some(class) => opts.class(class),
+        None => opts,
+    };
+    match &a.flow {
+        Some(flow) => opts.flow(flow),
+        None => opts,
+    }
 }
 
 /// Prints an admission (JSON or a line) and returns exit 0.
@@ -130,14 +158,10 @@ async fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     with_limiter(&a.target.store, async |limiter| {
         let rl = open(limiter, &a.target.name, &a.quota).await?;
         check_cost(&rl, a.cost)?;
-        let d = match &a.class {
-            None => rl.check_n(&a.target.key, a.cost).await,
-            Some(class) => {
-                let opts = CheckOptions::new().cost(a.cost).class(class);
-                rl.check_with(&a.target.key, opts).await
-            }
-        }
-        .map_err(Failure::from_lib)?;
+        let d = rl
+            .check_with(&a.target.key, check_options(&a))
+            .await
+            .map_err(Failure::from_lib)?;
         if d.allowed {
             return Ok(admitted(&a, &d));
         }
@@ -169,8 +193,8 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
             .bound(&opening, open(limiter, &a.target.name, &a.quota))
             .await?;
         check_cost(&rl, a.cost)?;
-        let class = a.class.as_deref();
-        let waited = wait::wait(&rl, &a.target.key, a.cost, class, deadline.remaining())
+        let options = check_options(a);
+        let waited = wait::wait(&rl, &a.target.key, options, deadline.remaining())
             .await
             .map_err(Failure::from_lib)?;
         match waited {
@@ -203,7 +227,8 @@ async fn wait(w: WaitArgs) -> Result<ExitCode, Failure> {
 async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
     if !a.quota.any() {
         return Err(Failure::usage(
-            "give the quota fields to set (--limit, --per, --burst, --algorithm, --ban)",
+            "give the quota fields to set (--limit, --per, --burst, --algorithm, --ban, \
+             --warmup, --reserve, --fair-flows)",
         ));
     }
     let name = a.name.as_str();
@@ -221,7 +246,8 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
         let new = if a.replace {
             quota_of(&a.quota)?
         } else {
-            quota_of_parts(a.quota.parts().over(&old))?
+            let fair = a.quota.fair().unwrap_or(old.fair_flows);
+            quota_of_parts(a.quota.parts().over(&old), fair)?
         };
         if new != old {
             rl.set_quota(new).await.map_err(Failure::from_lib)?;

@@ -135,6 +135,19 @@ fn table(quotas: &[(String, Quota)]) -> String {
             q.algorithm.to_string(),
         );
     }
+    // What the columns leave out, one line per limit that has it.
+    for (name, q) in quotas {
+        let mut more = Vec::new();
+        if !q.reserves.is_empty() {
+            more.push(format!("reserve {}", q.reserves));
+        }
+        if q.fair_flows {
+            more.push("fair flows (each key shared among the flows checking it)".to_string());
+        }
+        if !more.is_empty() {
+            let _ = writeln!(s, "{name}: {}", more.join("; "));
+        }
+    }
     s.truncate(s.trim_end().len());
     s
 }

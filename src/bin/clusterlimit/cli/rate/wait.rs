@@ -7,28 +7,23 @@ use clusterlimit::{CheckOptions, Decision, Error, RateLimit, Waited};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Waits until `cost` of `class` (none: no class) for `key` is admitted ([`Waited::Admitted`])
-/// or its next chance lies past `timeout` ([`Waited::Denied`], the last denial; none: no end).
+/// Waits until a check of `options` (cost, class, flow) for `key` is admitted
+/// ([`Waited::Admitted`]) or its next chance lies past `timeout` ([`Waited::Denied`], the last
+/// denial; none: no end).
 pub async fn wait(
     rl: &RateLimit,
     key: &str,
-    cost: u64,
-    class: Option<&str>,
+    options: CheckOptions,
     timeout: Option<Duration>,
 ) -> Result<Waited<Decision>, Error> {
+    let cost = options.cost_of();
     // A timeout too long to represent is no timeout.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    let waited = match class {
-        None => rl.wait_until(key, cost, deadline).await,
-        Some(class) => {
-            let options = CheckOptions::new().cost(cost).class(class);
-            let options = match deadline {
-                Some(d) => options.within(d.saturating_duration_since(Instant::now())),
-                None => options,
-            };
-            rl.wait_with(key, options).await
-        }
+    let options = match deadline {
+        Some(d) => options.within(d.saturating_duration_since(Instant::now())),
+        None => options,
     };
+    let waited = rl.wait_with(key, options).await;
     match waited {
         // A store that does not answer by the deadline ends the wait there (exit 69).
         Err(Error::Timeout) => Err(Error::store("the store did not answer within --timeout")),
