@@ -508,3 +508,80 @@ async fn a_guarded_wait_as_a_class_keeps_its_reserve() {
     let plain = local.check_n(&rl, "w", 2).await.unwrap();
     assert!(plain.decision.allowed, "{plain:?}");
 }
+
+/// Fair flows through the guard: bad flow names are errors before anything is asked (store up
+/// or down); while etcd is down fail open admits whatever the flow, and a local share keeps
+/// fair flows among the flows this process sees — in `check_with` and in `check_all`, whose
+/// checks keep their flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_share_keeps_fair_flows_while_etcd_is_down() {
+    use clusterlimit::{Algorithm, CheckOptions};
+    let mut cluster = EtcdCluster::single();
+    let limiter = quick_limiter(&cluster.url("guard-flows")).await;
+    // 20 a year, two replicas: a share of 10, still shared by flow.
+    let quota = Quota::new(20, Duration::from_secs(365 * 86_400))
+        .algorithm(Algorithm::FixedWindow)
+        .fair_flows();
+    let rl = limiter.rate_limit("api", quota).await.unwrap();
+    let open = guard(StoreDownPolicy::FailOpen);
+    let local = guard(StoreDownPolicy::Local { replicas: 2 });
+    let flow = |f: &str, cost: u64| CheckOptions::new().flow(f).cost(cost);
+    let warm = local.check_with(&rl, "warm", flow("a", 1)).await.unwrap();
+    assert_eq!(warm.source, DecisionSource::Store, "{warm:?}");
+    bad_flows(&local, &limiter, &rl).await;
+
+    cluster.kill(0);
+    first_after_death(&open, &rl, "down").await;
+    let a = open.check_with(&rl, "k", flow("a", 20)).await.unwrap();
+    assert!(
+        a.decision.allowed && a.source == DecisionSource::FailOpen,
+        "{a:?}"
+    );
+    bad_flows(&open, &limiter, &rl).await;
+
+    first_after_death(&local, &rl, "down").await;
+    let a = local.check_with(&rl, "k", flow("a", 8)).await.unwrap();
+    assert!(
+        a.decision.allowed && a.source == DecisionSource::Local,
+        "{a:?}"
+    );
+    // b asks 5 with 2 left: denied, and counted; a must leave b those 2.
+    let b = local.check_with(&rl, "k", flow("b", 5)).await.unwrap();
+    assert!(!b.decision.allowed, "{b:?}");
+    let a = local.check_with(&rl, "k", flow("a", 1)).await.unwrap();
+    assert!(!a.decision.allowed, "a keeps b's share: {a:?}");
+    // check_all (all or nothing) with each check's flow.
+    let of = |f: &str, cost: u64| {
+        [
+            KeyCheck::new(&rl, "k", cost).flow(f),
+            KeyCheck::new(&rl, "other", 1).flow(f),
+        ]
+    };
+    let answers = local.check_all(&limiter, &of("a", 1)).await.unwrap();
+    assert!(answers.iter().all(|g| g.source == DecisionSource::Local));
+    assert!(!answers[0].decision.allowed, "{answers:?}");
+    let answers = local.check_all(&limiter, &of("b", 2)).await.unwrap();
+    assert!(
+        answers.iter().all(|g| g.decision.allowed),
+        "b takes its due: {answers:?}"
+    );
+    bad_flows(&local, &limiter, &rl).await;
+}
+
+/// Bad flow names are `InvalidArgument` through `g`, alone and in a `check_all` of two.
+async fn bad_flows(g: &StoreDownGuard, limiter: &Limiter, rl: &RateLimit) {
+    use clusterlimit::CheckOptions;
+    let e = g
+        .check_with(rl, "k", CheckOptions::new().flow(""))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("flow name"), "{e}");
+    let checks = [
+        KeyCheck::new(rl, "k", 1).flow("a\tb"),
+        KeyCheck::new(rl, "other", 1),
+    ];
+    let e = g.check_all(limiter, &checks).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("control character"), "{e}");
+}

@@ -73,6 +73,11 @@ impl<'a> KeyCheck<'a> {
         self.class.as_deref()
     }
 
+    /// The flow of this check, as given.
+    pub(crate) fn flow_of(&self) -> Option<&str> {
+        self.flow.as_deref()
+    }
+
     /// The limit, key and cost of this check.
     pub(crate) fn parts(&self) -> (&'a RateLimit, &str, u64) {
         (self.limit, &self.key, self.cost)

@@ -7,7 +7,7 @@ use crate::backend::{lock, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::rate::reserves::ClassName;
-use crate::rate::Decision;
+use crate::rate::{Decision, FlowId};
 use crate::rate_limit::check_all::{self, KeyCheck};
 use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::options::CheckOptions;
@@ -286,6 +286,7 @@ impl StoreDownGuard {
         if let Some(c) = class {
             ClassName::new(c).map_err(Error::invalid)?;
         }
+        check_flow(options.flow_of())?;
         let health = self.health_of(limit, key);
         if health.may_try() {
             // The deadline goes into the check, so coalescing and pacing keep to it.
@@ -393,6 +394,7 @@ impl StoreDownGuard {
             limit
                 .quota()
                 .check_class(limit.name(), c.class_of(), cost)?;
+            check_flow(c.flow_of())?;
             parts.push((limit, key, options_of(c)));
         }
         self.fallback(&parts).await
@@ -493,8 +495,12 @@ impl StoreDownGuard {
                 .zip(&twins)
                 .map(|((_, key, options), twin)| {
                     let check = KeyCheck::new(twin, *key, options.cost_of());
-                    match options.class_of() {
+                    let check = match options.class_of() {
                         Some(c) => check.class(c),
+                        None => check,
+                    };
+                    match options.flow_of() {
+                        Some(f) => check.flow(f),
                         None => check,
                     }
                 })
@@ -515,12 +521,24 @@ impl StoreDownGuard {
 /// One check as the policy answers it: limit, key, and how it asks.
 type GuardCheck<'a> = (&'a RateLimit, &'a str, CheckOptions);
 
-/// The options of one check of a `check_all`: its cost and class.
+/// The options of one check of a `check_all`: its cost, class and flow.
 fn options_of(check: &KeyCheck<'_>) -> CheckOptions {
     let options = CheckOptions::new().cost(check.parts().2);
-    match check.class_of() {
+    let options = match check.class_of() {
         Some(c) => options.class(c),
         None => options,
+    };
+    match check.flow_of() {
+        Some(f) => options.flow(f),
+        None => options,
+    }
+}
+
+/// A flow name is bad input whether or not the store answers (`InvalidArgument`).
+fn check_flow(flow: Option<&str>) -> Result<()> {
+    match flow.map(FlowId::of) {
+        Some(Err(why)) => Err(Error::invalid(why)),
+        _ => Ok(()),
     }
 }
 

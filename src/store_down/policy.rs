@@ -64,7 +64,10 @@ impl StoreDownPolicy {
             .fold(Reserves::new(), |r, (class, units)| {
                 r.with(class, (units / u64::from(replicas.max(1))).min(most - 1))
             });
-        local.reserves(reserves)
+        // Fair flows stay: this process shares its slice among the flows it sees.
+        let mut local = local.reserves(reserves);
+        local.fair_flows = quota.fair_flows;
+        local
     }
 }
 
@@ -183,5 +186,15 @@ mod tests {
         let tiny = StoreDownPolicy::local_share(&Quota::per_minute(10).reserve("batch", 9), 5);
         assert_eq!((tiny.burst, tiny.reserves.get("batch")), (2, Some(1)));
         tiny.validate().unwrap();
+    }
+
+    #[test]
+    fn a_local_share_keeps_fair_flows() {
+        let fair = Quota::per_minute(10).fair_flows();
+        let local = StoreDownPolicy::local_share(&fair, 2);
+        assert!(local.fair_flows);
+        assert_eq!(local.limit, 5);
+        local.validate().unwrap();
+        assert!(!StoreDownPolicy::local_share(&Quota::per_minute(10), 2).fair_flows);
     }
 }

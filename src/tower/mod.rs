@@ -136,6 +136,10 @@
 //!   names the class it is checked as, on a quota that keeps reserves
 //!   ([`Quota::reserve`](crate::Quota::reserve)), in both modes and by the store-down answers;
 //!   a class the quota lacks is a 400 on `class`.
+//! * **Flow**: a closure over the request ([`flows`](ClusterRateLimitLayer::flows)) names the
+//!   flow (tenant) it is checked as, on a quota that shares each key among its flows
+//!   ([`Quota::fair_flows`](crate::Quota::fair_flows)), in both modes and by the store-down
+//!   answers; a bad flow name is a 400 on `flow`.
 //! * **Over the limit**: [`OnLimit::Reject`] (default) or [`OnLimit::WaitUpTo`] (checks again
 //!   after each denial's `retry_after` until the deadline; rejected then, nothing consumed).
 //! * **Answers**: for `http` services ([`HttpResponses`], the default), a rejection is a
@@ -178,6 +182,6 @@ pub use concurrency::{
 };
 pub use rate::{
     key, AsErrors, ClassFn, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses,
-    IntoClass, NoClass, OnLimit, OnMissingKey, OnePerRequest, RateLimitError, RateLimitFuture,
-    RateLimitInfo, Respond, DEFAULT_RATE_STORE_TIMEOUT,
+    IntoClass, NoClass, NoRateFlow, OnLimit, OnMissingKey, OnePerRequest, RateFlowFn,
+    RateLimitError, RateLimitFuture, RateLimitInfo, Respond, DEFAULT_RATE_STORE_TIMEOUT,
 };

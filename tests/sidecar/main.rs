@@ -41,6 +41,9 @@ mod sidecar_rate_http;
 // Priority classes over HTTP: `/wait`, the preview, `[[rate_limits]]` reserves.
 #[path = "../sidecar_rate_classes.rs"]
 mod sidecar_rate_classes;
+// Fair flows over HTTP: `"fair_flows"` in quota bodies and `[[rate_limits]]`, `"flow"` in checks.
+#[path = "../sidecar_rate_flows.rs"]
+mod sidecar_rate_flows;
 #[path = "../sidecar_rls.rs"]
 mod sidecar_rls;
 #[path = "../sidecar_security.rs"]

@@ -19,6 +19,10 @@ mod tower_rate_layer;
 #[path = "../tower_rate_classes.rs"]
 #[cfg(feature = "axum")]
 mod tower_rate_classes;
+// `flows` on a rate limit with fair flows (etcd).
+#[path = "../tower_rate_flows.rs"]
+#[cfg(feature = "axum")]
+mod tower_rate_flows;
 // `flows` on a fair semaphore (memory://).
 #[path = "../tower_fair_layer.rs"]
 mod tower_fair_layer;

@@ -5,6 +5,7 @@ use super::error::{RateLimitError, RateLimitInfo};
 use super::options::{OnLimit, OnMissingKey};
 use crate::error::Error;
 use crate::rate::headers::{rate_limit_headers, HeaderNames};
+use crate::rate::FlowId;
 use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::options::CheckOptions;
 use crate::store_down::{DecisionSource, GuardedDecision, StoreDownGuard};
@@ -44,13 +45,14 @@ pub(crate) enum Plan {
 
 impl Policy {
     /// The plan for a request whose key function answered `key`, whose cost is `cost` and
-    /// whose class is `class`.
+    /// whose class and flow are `asker`.
     pub(crate) fn plan(
         &self,
         key: Result<String, String>,
         cost: u64,
-        class: Option<String>,
+        asker: (Option<String>, Option<String>),
     ) -> Plan {
+        let (class, flow) = asker;
         // A free request is not checked, so it needs no key either.
         if cost == 0 {
             return Plan::Free;
@@ -78,7 +80,18 @@ impl Policy {
                 source,
             });
         }
-        let options = CheckOptions::new().cost(cost);
+        let options = match flow {
+            Some(flow) => match FlowId::of(&flow) {
+                Ok(_) => CheckOptions::new().cost(cost).flow(flow),
+                Err(why) => {
+                    return Plan::Refuse(RateLimitError::InvalidRequest {
+                        field: "flow",
+                        source: Error::invalid(why),
+                    })
+                }
+            },
+            None => CheckOptions::new().cost(cost),
+        };
         let Some(class) = class else {
             return Plan::Check(key, options);
         };

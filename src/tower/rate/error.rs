@@ -62,13 +62,13 @@ pub enum RateLimitError<E> {
         /// Why there is no key (from the key function).
         reason: String,
     },
-    /// The request's key, cost or class cannot be checked: a key of 0 or more than
+    /// The request's key, cost, class or flow cannot be checked: a key of 0 or more than
     /// [`MAX_KEY_LEN`](crate::RateLimit::MAX_KEY_LEN) bytes (`field` is `"key"`), a cost above what
     /// the quota ever admits at once (`"cost"`), or a class the quota does not declare or
-    /// whose reserve leaves no room for the cost (`"class"`). An `InvalidArgument` that says
-    /// which.
+    /// whose reserve leaves no room for the cost (`"class"`), or a bad flow name (`"flow"`).
+    /// An `InvalidArgument` that says which.
     InvalidRequest {
-        /// `"key"`, `"cost"` or `"class"`.
+        /// `"key"`, `"cost"`, `"class"` or `"flow"`.
         field: &'static str,
         /// The `InvalidArgument` error.
         source: Error,

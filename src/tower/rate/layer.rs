@@ -3,6 +3,7 @@
 use super::admit::Policy;
 use super::class::NoClass;
 use super::cost::OnePerRequest;
+use super::flow::NoRateFlow;
 use super::options::{OnLimit, OnMissingKey};
 use super::respond::{AsErrors, HttpResponses};
 use super::service::ClusterRateLimit;
@@ -27,7 +28,8 @@ pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Result<String, E>`); `C` its cost ([`cost`](Self::cost), default 1); `M` how rejections
 /// are answered: [`HttpResponses`] (default, `http::Request`/`http::Response` services) or
 /// [`AsErrors`] ([`reject_as_error`](Self::reject_as_error), any other service); `L` its
-/// priority class ([`classes`](Self::classes), default none).
+/// priority class ([`classes`](Self::classes), default none); `F` its flow
+/// ([`flows`](Self::flows), default none).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -57,24 +59,32 @@ pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Debug)]
 #[must_use]
-pub struct ClusterRateLimitLayer<K, C = OnePerRequest, M = HttpResponses, L = NoClass> {
+pub struct ClusterRateLimitLayer<
+    K,
+    C = OnePerRequest,
+    M = HttpResponses,
+    L = NoClass,
+    F = NoRateFlow,
+> {
     policy: Policy,
     key: Arc<K>,
     cost: Arc<C>,
     classes: Arc<L>,
+    flows: Arc<F>,
     store_down: StoreDownPolicy,
     store_timeout: Duration,
     store_retry_interval: Duration,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<K, C, M, L> Clone for ClusterRateLimitLayer<K, C, M, L> {
+impl<K, C, M, L, F> Clone for ClusterRateLimitLayer<K, C, M, L, F> {
     fn clone(&self) -> Self {
         ClusterRateLimitLayer {
             policy: self.policy.clone(),
             key: self.key.clone(),
             cost: self.cost.clone(),
             classes: self.classes.clone(),
+            flows: self.flows.clone(),
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -107,6 +117,7 @@ impl<K> ClusterRateLimitLayer<K> {
             key: Arc::new(key),
             cost: Arc::new(OnePerRequest),
             classes: Arc::new(NoClass),
+            flows: Arc::new(NoRateFlow),
             store_down,
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
             store_retry_interval: DEFAULT_GUARD_RETRY_INTERVAL,
@@ -115,16 +126,17 @@ impl<K> ClusterRateLimitLayer<K> {
     }
 }
 
-impl<K, C, M, L> ClusterRateLimitLayer<K, C, M, L> {
+impl<K, C, M, L, F> ClusterRateLimitLayer<K, C, M, L, F> {
     /// Each request costs `cost(&req)` (a `Fn(&Req) -> u64`), e.g. by its size. 0 lets it
     /// through unchecked; above what the quota admits at once (its burst, or a window's
     /// limit) it is refused as a bad request (400, `field: "cost"`).
-    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M, L> {
+    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M, L, F> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: Arc::new(cost),
             classes: self.classes,
+            flows: self.flows,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -157,12 +169,13 @@ impl<K, C, M, L> ClusterRateLimitLayer<K, C, M, L> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors, L> {
+    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors, L, F> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
             classes: self.classes,
+            flows: self.flows,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -201,12 +214,67 @@ impl<K, C, M, L> ClusterRateLimitLayer<K, C, M, L> {
     /// assert_eq!(status(svc.clone().oneshot(get("/orders")).await.unwrap()), 200); // the reserve
     /// # Ok(()) }
     /// ```
-    pub fn classes<L2>(self, classes: L2) -> ClusterRateLimitLayer<K, C, M, L2> {
+    pub fn classes<L2>(self, classes: L2) -> ClusterRateLimitLayer<K, C, M, L2, F> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
             classes: Arc::new(classes),
+            flows: self.flows,
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+
+    /// Each request is checked as the flow `flows(&req)` names (a [`RateFlowFn`](super::RateFlowFn):
+    /// a closure returning a flow name or an `Option` of one), on a quota that shares each key
+    /// max-min fairly among its flows ([`Quota::fair_flows`](crate::Quota::fair_flows)): a
+    /// request must leave the other flows of its key their due, in both modes
+    /// ([`OnLimit::WaitUpTo`] waits for the flow's share) and by the store-down answers (a
+    /// `Local` share keeps fair flows among this process's requests). A bad flow name is
+    /// refused without a check: 400 with `field: "flow"` (or
+    /// [`RateLimitError::InvalidRequest`](super::RateLimitError::InvalidRequest)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> clusterlimit::Result<()> {
+    /// use clusterlimit::tower::ClusterRateLimitLayer;
+    /// use clusterlimit::{Algorithm, Limiter, Quota};
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let limiter = Limiter::connect("memory://rate-layer-flows-doc").await?;
+    /// let year = Duration::from_secs(365 * 86_400);
+    /// let quota = Quota::new(10, year).algorithm(Algorithm::FixedWindow).fair_flows();
+    /// let upstream = limiter.rate_limit("upstream", quota).await?;
+    /// // One key for everyone, each tenant (its `x-tenant` header) a flow.
+    /// let svc = ClusterRateLimitLayer::new(upstream, |_: &http::Request<String>| "all".to_string())
+    ///     .cost(|req: &http::Request<String>| req.body().len() as u64)
+    ///     .flows(|req: &http::Request<String>| {
+    ///         req.headers().get("x-tenant").and_then(|v| v.to_str().ok()).map(str::to_string)
+    ///     })
+    ///     .layer(service_fn(|_req: http::Request<String>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    ///     }));
+    /// let req = |tenant: &str, cost: usize| {
+    ///     http::Request::post("/").header("x-tenant", tenant).body("x".repeat(cost)).unwrap()
+    /// };
+    /// let status = |res: http::Response<String>| res.status().as_u16();
+    /// assert_eq!(status(svc.clone().oneshot(req("big", 8)).await.unwrap()), 200);
+    /// assert_eq!(status(svc.clone().oneshot(req("small", 5)).await.unwrap()), 429); // 2 left: asked
+    /// assert_eq!(status(svc.clone().oneshot(req("big", 1)).await.unwrap()), 429); // small's due
+    /// assert_eq!(status(svc.clone().oneshot(req("small", 2)).await.unwrap()), 200);
+    /// # Ok(()) }
+    /// ```
+    pub fn flows<F2>(self, flows: F2) -> ClusterRateLimitLayer<K, C, M, L, F2> {
+        ClusterRateLimitLayer {
+            policy: self.policy,
+            key: self.key,
+            cost: self.cost,
+            classes: self.classes,
+            flows: Arc::new(flows),
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -289,8 +357,8 @@ fn build_guard(policy: StoreDownPolicy, timeout: Duration, retry: Duration) -> S
         .store_timeout(timeout)
 }
 
-impl<S, K, C, M, L> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L> {
-    type Service = ClusterRateLimit<S, K, C, M, L>;
+impl<S, K, C, M, L, F> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L, F> {
+    type Service = ClusterRateLimit<S, K, C, M, L, F>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ClusterRateLimit::new(
@@ -299,6 +367,7 @@ impl<S, K, C, M, L> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L> 
             self.key.clone(),
             self.cost.clone(),
             self.classes.clone(),
+            self.flows.clone(),
         )
     }
 }

@@ -3,6 +3,7 @@
 use super::admit::Policy;
 use super::class::{ClassFn, NoClass};
 use super::cost::CostFn;
+use super::flow::{NoRateFlow, RateFlowFn};
 use super::future::RateLimitFuture;
 use super::key::KeyFn;
 use super::respond::Respond;
@@ -26,16 +27,17 @@ use tower_service::Service;
 /// dropped in `call`, and a fresh clone is polled ready once the request is admitted (its
 /// cost is then spent even if that readiness takes a while or fails). In reject mode the
 /// clone polled ready is kept through the one check (at most the store timeout).
-pub struct ClusterRateLimit<S, K, C, M, L = NoClass> {
+pub struct ClusterRateLimit<S, K, C, M, L = NoClass, F = NoRateFlow> {
     inner: S,
     policy: Arc<Policy>,
     key: Arc<K>,
     cost: Arc<C>,
     classes: Arc<L>,
+    flows: Arc<F>,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<S: Clone, K, C, M, L> Clone for ClusterRateLimit<S, K, C, M, L> {
+impl<S: Clone, K, C, M, L, F> Clone for ClusterRateLimit<S, K, C, M, L, F> {
     fn clone(&self) -> Self {
         ClusterRateLimit {
             inner: self.inner.clone(),
@@ -43,12 +45,13 @@ impl<S: Clone, K, C, M, L> Clone for ClusterRateLimit<S, K, C, M, L> {
             key: self.key.clone(),
             cost: self.cost.clone(),
             classes: self.classes.clone(),
+            flows: self.flows.clone(),
             mode: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, K, C, M, L> std::fmt::Debug for ClusterRateLimit<S, K, C, M, L> {
+impl<S: std::fmt::Debug, K, C, M, L, F> std::fmt::Debug for ClusterRateLimit<S, K, C, M, L, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterRateLimit")
             .field("inner", &self.inner)
@@ -57,13 +60,14 @@ impl<S: std::fmt::Debug, K, C, M, L> std::fmt::Debug for ClusterRateLimit<S, K, 
     }
 }
 
-impl<S, K, C, M, L> ClusterRateLimit<S, K, C, M, L> {
+impl<S, K, C, M, L, F> ClusterRateLimit<S, K, C, M, L, F> {
     pub(crate) fn new(
         inner: S,
         policy: Arc<Policy>,
         key: Arc<K>,
         cost: Arc<C>,
         classes: Arc<L>,
+        flows: Arc<F>,
     ) -> Self {
         ClusterRateLimit {
             inner,
@@ -71,6 +75,7 @@ impl<S, K, C, M, L> ClusterRateLimit<S, K, C, M, L> {
             key,
             cost,
             classes,
+            flows,
             mode: PhantomData,
         }
     }
@@ -78,12 +83,13 @@ impl<S, K, C, M, L> ClusterRateLimit<S, K, C, M, L> {
     inner_accessors!();
 }
 
-impl<S, Req, K, C, M, L> Service<Req> for ClusterRateLimit<S, K, C, M, L>
+impl<S, Req, K, C, M, L, F> Service<Req> for ClusterRateLimit<S, K, C, M, L, F>
 where
     S: Service<Req> + Clone,
     K: KeyFn<Req>,
     C: CostFn<Req>,
     L: ClassFn<Req>,
+    F: RateFlowFn<Req>,
     M: Respond<S::Response, S::Error>,
 {
     type Response = S::Response;
@@ -96,9 +102,8 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let cost = self.cost.cost(&req);
-        let plan = self
-            .policy
-            .plan(self.key.key(&req), cost, self.classes.class(&req));
+        let asker = (self.classes.class(&req), self.flows.flow(&req));
+        let plan = self.policy.plan(self.key.key(&req), cost, asker);
         // Called once admitted.
         let ready = take_ready(&mut self.inner);
         RateLimitFuture::new(self.policy.clone(), plan, ready, req)

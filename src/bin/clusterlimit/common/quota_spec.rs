@@ -14,8 +14,8 @@ use std::time::Duration;
 /// A field of a quota that is wrong, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    /// `limit`, `period`, `burst`, `algorithm`, `ban`, `warmup`, `cold_factor` or `reserves`
-    /// (or the `_ms` form given).
+    /// `limit`, `period`, `burst`, `algorithm`, `ban`, `warmup`, `cold_factor`, `reserves` or
+    /// `fair_flows` (or the `_ms` form given).
     pub field: &'static str,
     pub message: String,
 }
@@ -37,6 +37,9 @@ pub struct QuotaParts {
     pub cold_factor: Option<i64>,
     /// Priority classes and their reserves (`None`: none, or kept by [`over`](Self::over)).
     pub reserves: Option<Reserves>,
+    /// Each key shared max-min fairly among its flows (`None`: off, or kept by
+    /// [`over`](Self::over)).
+    pub fair_flows: Option<bool>,
 }
 
 impl QuotaParts {
@@ -64,10 +67,15 @@ impl QuotaParts {
             return fail("burst", e.to_string());
         }
         // Then the reserves: names, each below the burst (limit for windows), no warm-up.
-        let quota = quota.reserves(self.reserves.unwrap_or_default());
+        let mut quota = quota.reserves(self.reserves.unwrap_or_default());
+        if let Err(e) = quota.validate() {
+            return fail("reserves", e.to_string());
+        }
+        // Last the fair flows: not with a warm-up.
+        quota.fair_flows = self.fair_flows.unwrap_or(false);
         match quota.validate() {
             Ok(()) => Ok(quota),
-            Err(e) => fail("reserves", e.to_string()),
+            Err(e) => fail("fair_flows", e.to_string()),
         }
     }
 
@@ -203,7 +211,7 @@ impl QuotaParts {
     /// (equal to its limit; a window's is always), and is kept when it was set on purpose.
     /// The cold factor is kept with the warm-up, and back to its default when the warm-up is
     /// set to zero (or when the algorithm becomes a window, which drops the warm-up). The
-    /// reserves are kept unless given (an empty set removes them).
+    /// reserves are kept unless given (an empty set removes them), and so are the fair flows.
     pub fn over(&self, stored: &Quota) -> QuotaParts {
         let num = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let algorithm = self.algorithm.unwrap_or(stored.algorithm);
@@ -232,6 +240,20 @@ impl QuotaParts {
             warmup: Some(warmup),
             cold_factor,
             reserves: self.reserves.or(Some(stored.reserves)),
+            fair_flows: self.fair_flows.or(Some(stored.fair_flows)),
+        }
+    }
+}
+
+impl QuotaParts {
+    /// These parts over a stored quota for the sidecar's `PUT`, which gives the whole quota:
+    /// only the reserves and the fair flows are kept unless given (they are not part of the
+    /// pace, and a client setting a new limit should not switch them off unknowingly).
+    pub fn keeping_shares(&self, stored: &Quota) -> QuotaParts {
+        QuotaParts {
+            reserves: self.reserves.or(Some(stored.reserves)),
+            fair_flows: self.fair_flows.or(Some(stored.fair_flows)),
+            ..self.clone()
         }
     }
 }
@@ -252,6 +274,8 @@ pub struct QuotaBody {
     pub cold_factor: Option<i64>,
     /// `{"class": reserve, …}` (`{}`: none).
     pub reserves: Option<BTreeMap<String, u64>>,
+    /// Each key shared max-min fairly among its flows (`false`: not).
+    pub fair_flows: Option<bool>,
 }
 
 impl QuotaBody {
@@ -269,6 +293,7 @@ impl QuotaBody {
                 m.iter()
                     .fold(Reserves::new(), |r, (class, units)| r.with(class, *units))
             }),
+            fair_flows: self.fair_flows,
         })
     }
 }
@@ -542,6 +567,34 @@ mod tests {
         };
         let q = to_window.over(&stored).to_quota().unwrap();
         assert_eq!((q.warmup, q.cold_factor), (Duration::ZERO, 3));
+    }
+
+    /// Fair flows: set, kept over a stored quota unless given, refused with a warm-up.
+    #[test]
+    fn fair_flows_are_kept_unless_given() {
+        let body: QuotaBody =
+            serde_json::from_str(r#"{"limit":5,"period":"1m","fair_flows":true}"#).unwrap();
+        let fair = body.parts().unwrap().to_quota().unwrap();
+        assert!(fair.fair_flows);
+        let only_limit = QuotaParts {
+            limit: Some(20),
+            ..QuotaParts::default()
+        };
+        assert!(only_limit.over(&fair).to_quota().unwrap().fair_flows);
+        let off = QuotaParts {
+            fair_flows: Some(false),
+            ..QuotaParts::default()
+        };
+        assert_eq!(off.over(&fair).to_quota().unwrap(), Quota::per_minute(5));
+        let e = QuotaParts {
+            warmup: Some(Duration::from_secs(600)),
+            fair_flows: Some(true),
+            ..base()
+        }
+        .to_quota()
+        .unwrap_err();
+        assert_eq!(e.field, "fair_flows");
+        assert!(e.message.contains("without a warm-up"), "{}", e.message);
     }
 
     #[test]

@@ -106,6 +106,8 @@ pub struct DeclaredRate {
     pub cold_factor: Option<i64>,
     /// Priority classes and the units each must leave (`reserves = { batch = 20 }`).
     pub reserves: Option<BTreeMap<String, i64>>,
+    /// Each key shared max-min fairly among its flows (`fair_flows = true`; not with a warm-up).
+    pub fair_flows: Option<bool>,
 }
 
 impl DeclaredRate {
@@ -128,6 +130,7 @@ impl DeclaredRate {
                 .transpose()?,
             cold_factor: self.cold_factor,
             reserves: self.reserves().map(Some)?,
+            fair_flows: self.fair_flows,
         }
         .to_quota()
     }
@@ -310,5 +313,33 @@ mod tests {
             check_declared(&warm).unwrap_err().0,
             "rate_limits[0].reserves"
         );
+    }
+
+    #[test]
+    fn declared_fair_flows_are_checked_and_shown() {
+        let parse = |t: &str| -> Vec<DeclaredRate> {
+            #[derive(Deserialize)]
+            struct F {
+                rate_limits: Vec<DeclaredRate>,
+            }
+            toml::from_str::<F>(t).unwrap().rate_limits
+        };
+        let entry = "[[rate_limits]]\nname = \"api\"\nlimit = 100\nperiod = \"1m\"\n";
+        let fair = parse(&format!("{entry}fair_flows = true\n"));
+        assert_eq!(check_declared(&fair), Ok(()));
+        assert!(fair[0].quota().unwrap().fair_flows);
+        assert!(!parse(entry)[0].quota().unwrap().fair_flows);
+        let settings = RateSettings {
+            headers: HeaderMode::HTTP_DEFAULT,
+            store_down: StoreDownPolicy::default(),
+            store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
+        };
+        let shown = describe(&settings, &fair);
+        assert!(shown.contains("fair flows"), "{shown}");
+        // Fair flows and a warm-up do not combine: the entry and the field are named.
+        let warm = parse(&format!("{entry}warmup = \"1h\"\nfair_flows = true\n"));
+        let (field, message) = check_declared(&warm).unwrap_err();
+        assert_eq!(field, "rate_limits[0].fair_flows");
+        assert!(message.contains("without a warm-up"), "{message}");
     }
 }

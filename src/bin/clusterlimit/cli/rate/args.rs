@@ -144,6 +144,7 @@ impl QuotaFlags {
                     .iter()
                     .fold(Reserves::new(), |r, (class, units)| r.with(class, *units))
             }),
+            fair_flows: self.fair(),
         }
     }
 

@@ -34,22 +34,11 @@ pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
 
 /// The quota the flags give, or a usage error naming the flag at fault.
 fn quota_of(flags: &QuotaFlags) -> Result<Quota, Failure> {
-    quota_of_parts(flags.parts(), flags.fair().unwrap_or(false))
+    quota_of_parts(flags.parts())
 }
 
-/// The quota of `parts` (from the flags), sharing by flow if `fair`, or a usage error naming
-/// the flag at fault.
-fn quota_of_parts(parts: QuotaParts, fair: bool) -> Result<Quota, Failure> {
-    let mut quota = quota_of_fields(parts)?;
-    quota.fair_flows = fair;
-    quota
-        .validate()
-        .map_err(|e| Failure::usage(format!("--fair-flows: {e}")))?;
-    Ok(quota)
-}
-
-/// The quota of `parts` without fair flows, or a usage error naming the flag at fault.
-fn quota_of_fields(parts: QuotaParts) -> Result<Quota, Failure> {
+/// The quota of `parts` (from the flags), or a usage error naming the flag at fault.
+fn quota_of_parts(parts: QuotaParts) -> Result<Quota, Failure> {
     let missing = parts.limit.is_none() || parts.period.is_none();
     parts.to_quota().map_err(|e| {
         let flag = match e.field {
@@ -60,6 +49,7 @@ fn quota_of_fields(parts: QuotaParts) -> Result<Quota, Failure> {
             "warmup" => "--warmup",
             "cold_factor" => "--cold-factor",
             "reserves" => "--reserve",
+            "fair_flows" => "--fair-flows",
             _ => "--ban",
         };
         let hint = if missing {
@@ -246,8 +236,7 @@ async fn set_quota(a: SetQuotaArgs) -> Result<ExitCode, Failure> {
         let new = if a.replace {
             quota_of(&a.quota)?
         } else {
-            let fair = a.quota.fair().unwrap_or(old.fair_flows);
-            quota_of_parts(a.quota.parts().over(&old), fair)?
+            quota_of_parts(a.quota.parts().over(&old))?
         };
         if new != old {
             rl.set_quota(new).await.map_err(Failure::from_lib)?;

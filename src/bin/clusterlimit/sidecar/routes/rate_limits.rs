@@ -7,7 +7,7 @@
 use super::rate_state::unknown;
 use super::state::{AppState, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::common::quota_print::{decision_json, quota_json, quota_text};
-use crate::common::quota_spec::QuotaBody;
+use crate::common::quota_spec::{FieldError, QuotaBody};
 use crate::sidecar::body::JsonBody;
 use crate::sidecar::header_mode::HeaderMode;
 use crate::sidecar::path_param::{path_problem, PathParam};
@@ -18,6 +18,7 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
+use clusterlimit::rate::FlowId;
 use clusterlimit::{
     validate, CheckOptions, DecisionSource, Error, GuardedDecision, RateLimit, Waited,
 };
@@ -40,6 +41,9 @@ pub struct CheckBody {
     cost: Option<i64>,
     /// A priority class of the quota (`reserves`): admitted only if its reserve is left after.
     class: Option<String>,
+    /// The flow (tenant) checking: on a quota with fair flows, it must leave the others their
+    /// due.
+    flow: Option<String>,
 }
 
 /// `POST /v1/ratelimits/{name}/wait`.
@@ -51,6 +55,8 @@ pub struct WaitBody {
     timeout_ms: Option<i64>,
     /// A priority class of the quota: waits until admitted with its reserve left after.
     class: Option<String>,
+    /// The flow (tenant) waiting: on a quota with fair flows, waits for its share.
+    flow: Option<String>,
 }
 
 fn check_key(key: &str) -> Result<(), Problem> {
@@ -64,6 +70,14 @@ fn check_key(key: &str) -> Result<(), Problem> {
         ));
     }
     Ok(())
+}
+
+/// The flow, if given, when it is a flow name (as the library checks it); else 400 on `flow`.
+fn check_flow(flow: Option<&str>) -> Result<(), Problem> {
+    match flow.map(FlowId::of) {
+        Some(Err(why)) => Err(Problem::field("flow", why)),
+        _ => Ok(()),
+    }
 }
 
 /// The cost (default 1) if the limit could ever admit it at once. A cost above the cached
@@ -139,11 +153,15 @@ fn source_name(s: DecisionSource) -> &'static str {
     }
 }
 
-/// How a check of `cost` (of `class`, if given) asks.
-fn options(cost: u64, class: Option<&str>) -> CheckOptions {
+/// How a check of `cost` (of `class` and `flow`, if given) asks.
+fn options(cost: u64, class: Option<&str>, flow: Option<&str>) -> CheckOptions {
     let options = CheckOptions::new().cost(cost);
-    match class {
+    let options = match class {
         Some(c) => options.class(c),
+        None => options,
+    };
+    match flow {
+        Some(f) => options.flow(f),
         None => options,
     }
 }
@@ -300,35 +318,39 @@ pub async fn quota(
     Ok(Json(quota_json(&name, &rl.quota())))
 }
 
-/// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota.
+/// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota; the stored
+/// reserves and fair flows are kept unless the body gives them.
 pub async fn set_quota(
     State(st): State<Shared>,
     PathParam(name): PathParam,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<Json<Value>, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
-    let quota = body
-        .parts()
-        .and_then(|p| p.to_quota())
-        .map_err(|e| Problem::field(e.field, e.message))?;
+    let field = |e: FieldError| Problem::field(e.field, e.message);
+    let parts = body.parts().map_err(field)?;
+    let quota = parts.to_quota().map_err(field)?;
     let create_or_change = async {
         match st.limiter.rate_limit(&name, quota).await {
-            Ok(rl) => Ok(rl),
+            Ok(rl) => Ok((rl, quota)),
             Err(Error::QuotaMismatch { .. }) => {
                 let rl = st
                     .limiter
                     .open_rate_limit(&name)
                     .await
                     .map_err(|e| Problem::from_lib(e, "name"))?;
-                rl.set_quota(quota)
+                let kept = parts
+                    .keeping_shares(&rl.quota())
+                    .to_quota()
+                    .map_err(field)?;
+                rl.set_quota(kept)
                     .await
                     .map_err(|e| Problem::from_lib(e, "limit"))?;
-                Ok(rl)
+                Ok((rl, kept))
             }
             Err(e) => Err(Problem::from_lib(e, "limit")),
         }
     };
-    let rl = st.rate.bounded(create_or_change).await??;
+    let (rl, quota) = st.rate.bounded(create_or_change).await??;
     st.rate.remember(rl);
     Ok(Json(quota_json(&name, &quota)))
 }
@@ -365,14 +387,16 @@ pub async fn check(
     JsonBody(body): JsonBody<CheckBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
+    check_flow(body.flow.as_deref())?;
     let rl = st.rate.open(&st.limiter, &name).await?;
     let cost = admissible_cost(&st, &rl, body.cost).await?;
-    admissible_class(&st, &rl, body.class.as_deref(), cost).await?;
-    let g = guarded(&st, &rl, &body.key, options(cost, body.class.as_deref())).await?;
+    let (class, flow) = (body.class.as_deref(), body.flow.as_deref());
+    admissible_class(&st, &rl, class, cost).await?;
+    let g = guarded(&st, &rl, &body.key, options(cost, class, flow)).await?;
     if g.decision.never_admits() {
         return Err(never_admitted(&rl, cost));
     }
-    record(&st, &rl, &body.key, body.class.as_deref(), &g, cost);
+    record(&st, &rl, &body.key, class, &g, cost);
     Ok(answer(&st, &rl, &body.key, cost, &g, true, None))
 }
 
@@ -385,6 +409,7 @@ pub async fn wait(
     JsonBody(body): JsonBody<WaitBody>,
 ) -> Result<Response, Problem> {
     check_key(&body.key)?;
+    check_flow(body.flow.as_deref())?;
     let max = i64::try_from(MAX_TIMEOUT.as_millis()).unwrap_or(i64::MAX);
     let timeout_ms = body
         .timeout_ms
@@ -412,7 +437,7 @@ pub async fn wait(
         .wait_with_or(
             &rl,
             &body.key,
-            options(cost, class).within(timeout),
+            options(cost, class, body.flow.as_deref()).within(timeout),
             st.shutdown.cancelled(),
         )
         .await
@@ -482,7 +507,7 @@ pub async fn peek(
 ) -> Result<Response, Problem> {
     let (name, key) = key_path(path)?;
     let rl = st.rate.open(&st.limiter, &name).await?;
-    let g = guarded(&st, &rl, &key, options(0, None)).await?;
+    let g = guarded(&st, &rl, &key, options(0, None, None)).await?;
     Ok(answer(&st, &rl, &key, 0, &g, false, None))
 }
 
