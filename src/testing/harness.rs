@@ -115,6 +115,11 @@ pub trait Harness: Sized {
     /// back: for a network store, its session TTL ([`SHORT_TTL`]) plus a margin.
     const DEAD_HOLDER_FREED_WITHIN: Duration;
 
+    /// Whether the store lowers a held weight ([`Permit::shrink_to`](crate::Permit::shrink_to),
+    /// [`Backend::shrink_entry`](crate::backend::Backend::shrink_entry)); `false`: the contract
+    /// checks instead that it refuses with `InvalidArgument` and changes nothing.
+    const SHRINKS_PERMITS: bool = true;
+
     /// A fresh, empty store for one test.
     async fn start() -> Self;
 

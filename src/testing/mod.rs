@@ -198,6 +198,7 @@ macro_rules! contract_suite {
             fencing_tokens,
             drop_releases,
             announcements,
+            shrink,
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {
