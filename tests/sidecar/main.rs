@@ -45,5 +45,7 @@ mod sidecar_rate_classes;
 mod sidecar_rls;
 #[path = "../sidecar_security.rs"]
 mod sidecar_security;
+#[path = "../sidecar_shrink.rs"]
+mod sidecar_shrink;
 #[path = "../web_view.rs"]
 mod web_view;

@@ -121,7 +121,12 @@ impl Permits {
         self.stop.check()?;
         let args = [id.to_string(), permits.to_string()];
         let stored: i64 = self
-            .call(RequestKind::Txn, &self.scripts.shrink, &self.keys(name), &args)
+            .call(
+                RequestKind::Txn,
+                &self.scripts.shrink,
+                &self.keys(name),
+                &args,
+            )
             .await?;
         match stored {
             -1 => Err(Error::SessionLost),

@@ -40,7 +40,11 @@ async fn shrink_grants_the_waiter<H: Harness>(h: &H) {
     within("shrink to the same weight", PROMPT, holder.shrink_to(8))
         .await
         .unwrap_or_else(|e| panic!("shrink to the same weight: {e}"));
-    assert_eq!(main.stats().since(&before).total(), 0, "a no-op shrink sent a request");
+    assert_eq!(
+        main.stats().since(&before).total(),
+        0,
+        "a no-op shrink sent a request"
+    );
     let waiter = spawn_acquire(&open(&limiter(h).await, "shrink").await, 5);
     wait_status(&sem, "waiter of 5 queued", PROMPT, |st| st.waiting == 1).await;
     assert_still_waiting("waiter of 5 behind 8 of 10", &waiter, ms(100)).await;
@@ -51,7 +55,10 @@ async fn shrink_grants_the_waiter<H: Harness>(h: &H) {
         .unwrap_or_else(|e| panic!("shrink 8 → 5: {e}"));
     let sent = main.stats().since(&before).total();
     println!("shrink: {sent} store request(s)");
-    assert!((1..=2).contains(&sent), "a shrink took {sent} store requests");
+    assert!(
+        (1..=2).contains(&sent),
+        "a shrink took {sent} store requests"
+    );
     assert_eq!((holder.permits(), holder.fencing_token()), (5, token));
     let granted = join("waiter of 5 granted after the shrink", PROMPT, waiter)
         .await
@@ -65,13 +72,21 @@ async fn shrink_grants_the_waiter<H: Harness>(h: &H) {
 /// 0 and more than the weight held are `InvalidArgument`, and the weight stays.
 async fn bad_weights_change_nothing(holder: &mut Permit) {
     let held = holder.permits();
-    assert_err!(holder.shrink_to(0).await, Error::InvalidArgument(_), "shrink to 0");
+    assert_err!(
+        holder.shrink_to(0).await,
+        Error::InvalidArgument(_),
+        "shrink to 0"
+    );
     assert_err!(
         holder.shrink_to(held + 1).await,
         Error::InvalidArgument(_),
         "shrink above the weight held"
     );
-    assert_eq!(holder.permits(), held, "a refused shrink changed the weight");
+    assert_eq!(
+        holder.permits(),
+        held,
+        "a refused shrink changed the weight"
+    );
 }
 
 /// Holder 8, then a heavy waiter of 6 and a light one of 5: a shrink to 5 frees 5, which the
@@ -90,7 +105,10 @@ async fn shrink_keeps_a_heavy_head<H: Harness>(h: &H) {
         .unwrap_or_else(|e| panic!("shrink 8 → 5: {e}"));
     wait_status(&sem, "5 held after the shrink", PROMPT, |st| st.used == 5).await;
     assert_still_waiting("heavy head of 6 with 5 free", &heavy, ms(200)).await;
-    assert!(!light.is_finished(), "the waiter of 5 passed the heavy head");
+    assert!(
+        !light.is_finished(),
+        "the waiter of 5 passed the heavy head"
+    );
     within("shrink 5 → 4", PROMPT, holder.shrink_to(4))
         .await
         .unwrap_or_else(|e| panic!("shrink 5 → 4: {e}"));
@@ -110,8 +128,17 @@ async fn shrink_after_loss<H: Harness>(h: &H) {
     let sem = create(&main, "shrink-lost", 10).await;
     let mut holder = take(&sem, 8).await;
     h.revoke_sessions().await;
-    within("lost() after the sessions were revoked", PROMPT, holder.lost()).await;
-    assert_err!(holder.shrink_to(2).await, Error::SessionLost, "shrink after loss");
+    within(
+        "lost() after the sessions were revoked",
+        PROMPT,
+        holder.lost(),
+    )
+    .await;
+    assert_err!(
+        holder.shrink_to(2).await,
+        Error::SessionLost,
+        "shrink after loss"
+    );
     assert_eq!(holder.permits(), 8);
 }
 
@@ -146,13 +173,19 @@ struct CapacityWatch {
 /// Starts a [`CapacityWatch`] on `sem` (opened on a Limiter of its own, so the watch's reads
 /// are not counted in the shrinking Limiter's requests); returns after its first read.
 async fn watch_capacity(sem: Semaphore) -> CapacityWatch {
-    let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (stop, reads) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
     let (flag, count) = (stop.clone(), reads.clone());
     let task = tokio::spawn(async move {
         let start = std::time::Instant::now();
         while !flag.load(Ordering::Acquire) && start.elapsed() < WATCH_LIMIT {
             if let Ok(st) = sem.status().await {
-                assert!(st.used <= st.capacity, "more than the capacity held: {st:?}");
+                assert!(
+                    st.used <= st.capacity,
+                    "more than the capacity held: {st:?}"
+                );
                 count.fetch_add(1, Ordering::AcqRel);
             }
             tokio::time::sleep(POLL).await;
@@ -162,7 +195,10 @@ async fn watch_capacity(sem: Semaphore) -> CapacityWatch {
     while reads.load(Ordering::Acquire) == 0 && started.elapsed() < PROMPT {
         tokio::time::sleep(POLL).await;
     }
-    assert!(reads.load(Ordering::Acquire) > 0, "the status watcher read nothing");
+    assert!(
+        reads.load(Ordering::Acquire) > 0,
+        "the status watcher read nothing"
+    );
     CapacityWatch { stop, task }
 }
 
