@@ -25,6 +25,8 @@ pub async fn shrink<H: Harness>(h: &H) {
     }
     shrink_grants_the_waiter(h).await;
     shrink_keeps_a_heavy_head(h).await;
+    dropped_shrink_settles(h).await;
+    shrink_after_close(h).await;
     shrink_after_loss(h).await;
 }
 
@@ -120,6 +122,38 @@ async fn shrink_keeps_a_heavy_head<H: Harness>(h: &H) {
     drop((head, holder));
     let last = join("light waiter granted after the releases", PROMPT, light).await;
     drop(last.unwrap_or_else(|e| panic!("light waiter: {e}")));
+}
+
+/// A shrink whose call is dropped at its first await still reaches the store, and
+/// `permits()` then reports what the store holds.
+async fn dropped_shrink_settles<H: Harness>(h: &H) {
+    let main = limiter(h).await;
+    let sem = create(&main, "shrink-dropped", 10).await;
+    let mut holder = take(&sem, 8).await;
+    let cut = tokio::time::timeout(Duration::ZERO, holder.shrink_to(3)).await;
+    drop(cut); // either way: done, or its request goes on without us
+    let start = std::time::Instant::now();
+    while holder.permits() != 3 && start.elapsed() < PROMPT {
+        tokio::time::sleep(POLL).await;
+    }
+    assert_eq!(holder.permits(), 3, "the dropped shrink did not settle");
+    wait_status(&sem, "3 held", PROMPT, |st| st.used == 3).await;
+}
+
+/// After `Limiter::close` a shrink fails (the permit went with the close) and sends nothing.
+async fn shrink_after_close<H: Harness>(h: &H) {
+    let main = limiter(h).await;
+    let sem = create(&main, "shrink-closed", 10).await;
+    let mut holder = take(&sem, 8).await;
+    within("close", PROMPT, main.close())
+        .await
+        .unwrap_or_else(|e| panic!("close: {e}"));
+    assert_err!(
+        holder.shrink_to(2).await,
+        Error::Closed | Error::SessionLost,
+        "shrink after close"
+    );
+    assert_eq!(holder.permits(), 8);
 }
 
 /// A lost permit refuses to shrink with `SessionLost` and keeps its weight.
