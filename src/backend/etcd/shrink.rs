@@ -2,14 +2,16 @@
 //! its value with the lower weight if the key was not changed meanwhile. A put keeps the key's
 //! create revision (its place in the queue and fencing token) and its lease; every view sees
 //! the put as a change of the entry's weight and decides its waiters again (only the ones it
-//! grants are woken).
+//! grants are woken). On a fair semaphore the Limiter of a waiter the rule now grants writes
+//! that grant from its view (`fair_grants.rs`), as after a holder's expiry: a weight only
+//! falls, so a grant decided from a view that missed the put is smaller, never too large.
 
 use super::calls::Link;
-use super::client::{get_kvs, kv};
+use super::client::kv;
 use super::keys::EntryValue;
 use crate::error::{Error, Result};
 use crate::stats::RequestKind;
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 /// Compare-and-put attempts before giving up: only a concurrent write of the same entry (none
 /// of ours but a retried shrink) makes one fail.
@@ -20,7 +22,7 @@ const ATTEMPTS: usize = 3;
 pub(super) async fn shrink_entry(link: &Link, name: &str, id: &str, permits: u32) -> Result<u32> {
     let key = link.keys.entry(name, id);
     for _ in 0..ATTEMPTS {
-        let Some(entry) = read_entry(link, name, &key).await? else {
+        let Some(entry) = read_entry(link, &key).await? else {
             return Err(Error::SessionLost); // the key went with its lease
         };
         let Some(mut value) = EntryValue::parse(entry.value()) else {
@@ -41,30 +43,15 @@ pub(super) async fn shrink_entry(link: &Link, name: &str, id: &str, permits: u32
     )))
 }
 
-/// The entry's key, read with (in the same request) whether the semaphore is fair: a shrink
-/// there is refused (see docs/semaphores.md): its grants are written marks, which a put of an
-/// entry does not write.
-async fn read_entry(link: &Link, name: &str, key: &str) -> Result<Option<etcd_client::KeyValue>> {
-    let fair = link.keys.fair(name);
-    let txn = Txn::new().and_then([
-        TxnOp::get(key, None),
-        TxnOp::get(fair, Some(GetOptions::new().with_count_only())),
-    ]);
+/// The entry's key, read.
+async fn read_entry(link: &Link, key: &str) -> Result<Option<etcd_client::KeyValue>> {
     let resp = link
-        .retry(RequestKind::Range, |c| {
-            let t = txn.clone();
-            async move { kv(&c).txn(t).await }
+        .retry(RequestKind::Range, |mut c| {
+            let k = key.to_string();
+            async move { c.get(k, None).await }
         })
         .await?;
-    let ops = resp.op_responses();
-    if let Some(etcd_client::TxnOpResponse::Get(g)) = ops.get(1) {
-        if g.count() > 0 {
-            return Err(Error::invalid(format!(
-                "semaphore {name:?} is fair: on etcd a held permit of a fair semaphore cannot be shrunk yet; release it and acquire the lower weight instead"
-            )));
-        }
-    }
-    Ok(get_kvs(ops.first()).first().cloned())
+    Ok(resp.kvs().first().cloned())
 }
 
 /// Puts `value` on the entry read as `entry`, under its lease, if nothing changed the key since.

@@ -130,11 +130,9 @@ impl Permits {
             .await?;
         match stored {
             -1 => Err(Error::SessionLost),
-            -2 => Err(Error::invalid(format!(
-                "semaphore {name:?} is fair: on Redis a held permit of a fair semaphore cannot be shrunk yet; release it and acquire the lower weight instead"
-            ))),
-            n => u32::try_from(n)
-                .map_err(|_| self.unreadable(name, format!("an entry whose weight is unreadable ({n})"))),
+            n => u32::try_from(n).map_err(|_| {
+                self.unreadable(name, format!("an entry whose weight is unreadable ({n})"))
+            }),
         }
     }
 

@@ -1,11 +1,9 @@
 -- Lowers entry ARGV[2]'s weight to ARGV[3] when it is above it, keeping its token; tells
 -- waiters when it changed. Returns the weight stored afterwards; -1 when the entry is absent
--- (gone with its session), -2 on a fair semaphore (refused: its grants are marks that this
--- script does not write), -3 when the entry's value is not ours.
+-- (gone with its session), -3 when the entry's value is not ours. On a fair semaphore the
+-- Limiter of a waiter the rule now grants writes that grant (fair_grants.rs), as after a
+-- release: a weight only falls, so a grant decided before this change is never too large.
 prune()
-if redis.call('HGET', KEYS[1], 'fair') or redis.call('EXISTS', KEYS[5]) == 1 then
-  return -2
-end
 local value = redis.call('HGET', KEYS[3], ARGV[2])
 if not value then
   return -1
