@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod shrink;
+
 /// Owns one queue entry: removes it when dropped unless disarmed by an explicit removal.
 #[derive(Debug)]
 pub(crate) struct EntryGuard {
@@ -148,7 +150,9 @@ impl Drop for EntryGuard {
 pub struct Permit {
     guard: EntryGuard,
     token: u64,
-    permits: u32,
+    /// The weight the store holds, as last confirmed: lowered by [`shrink_to`](Permit::shrink_to)'s
+    /// request when the store answers, even if that call was dropped meanwhile.
+    permits: Arc<std::sync::atomic::AtomicU32>,
     lost: LostSignal,
     granted_at: std::time::Instant,
     /// An adaptive semaphore's permit: counted in flight, and its outcome reported when it goes.
@@ -166,7 +170,7 @@ impl Permit {
         Permit {
             guard,
             token,
-            permits,
+            permits: Arc::new(std::sync::atomic::AtomicU32::new(permits)),
             lost,
             granted_at: std::time::Instant::now(),
             held,
@@ -225,9 +229,9 @@ impl Permit {
         self.token
     }
 
-    /// Weight held.
+    /// Weight held: as acquired, or as lowered by [`shrink_to`](Permit::shrink_to).
     pub fn permits(&self) -> u32 {
-        self.permits
+        self.permits.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Name of the semaphore.

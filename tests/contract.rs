@@ -33,6 +33,8 @@ impl MemoryHarness {
 
 impl Harness for MemoryHarness {
     const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(1);
+    // memory:// lowers a held weight on a fair semaphore too (the fair rule grants it).
+    const SHRINKS_FAIR_PERMITS: bool = true;
 
     async fn start() -> Self {
         static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -93,6 +95,8 @@ struct EtcdHarness {
 
 impl Harness for EtcdHarness {
     const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
+    // etcd lowers a held weight on a fair semaphore too (the waiters' views grant).
+    const SHRINKS_FAIR_PERMITS: bool = true;
 
     async fn start() -> Self {
         EtcdHarness {
@@ -146,6 +150,8 @@ impl ZkHarness {
 
 impl Harness for ZkHarness {
     const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
+    // ZooKeeper states a weight in the entry's node name: a shrink is refused there.
+    const SHRINKS_PERMITS: bool = false;
 
     async fn start() -> Self {
         let cluster = support::ZkCluster::builder()

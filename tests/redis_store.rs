@@ -55,6 +55,8 @@ macro_rules! redis_harness {
 
         impl Harness for $name {
             const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
+            // Redis lowers a held weight on a fair semaphore too (the waiters' Limiters grant).
+            const SHRINKS_FAIR_PERMITS: bool = true;
 
             async fn start() -> Self {
                 let prefix = unique_prefix();
@@ -856,6 +858,41 @@ fn a_vanished_entry_reports_lost() {
             p.lost(),
         )
         .await;
+        l.close().await.unwrap();
+    });
+}
+
+/// `Permit::shrink_to` on entries changed behind the holder: a value not ours is refused by
+/// name and left as it was, the weight kept; an entry gone is `SessionLost` and the permit
+/// reports lost.
+#[test]
+fn shrink_of_foreign_or_vanished_entries() {
+    let server = single();
+    let prefix = unique_prefix();
+    let url = server.url(&prefix);
+    run(async move {
+        let l = Limiter::connect(&url).await.unwrap();
+        let sem = l.semaphore("db", 4).await.unwrap();
+        let opts = clusterlimit::AcquireOptions::new().permits(4);
+        let mut p = sem.acquire_with(opts.clone()).await.unwrap();
+        let entries = format!("{{{prefix}:s:db}}:e");
+        let (id, _, _) = only_entry(server, &prefix, "db");
+        server.cli(&["hset", &entries, &id, "garbage"]);
+        let text = p.shrink_to(2).await.unwrap_err().to_string();
+        assert!(
+            text.contains("\"db\"") && text.contains("did not write"),
+            "{text}"
+        );
+        assert_eq!(p.permits(), 4);
+        assert_eq!(server.cli(&["hget", &entries, &id]).trim(), "garbage");
+        server.cli(&["hdel", &entries, &id]);
+        server.cli(&["zrem", &format!("{{{prefix}:s:db}}:q"), &id]);
+        let lost = p.shrink_to(2).await;
+        assert!(
+            matches!(lost, Err(clusterlimit::Error::SessionLost)),
+            "{lost:?}"
+        );
+        assert!(p.is_lost() && p.permits() == 4);
         l.close().await.unwrap();
     });
 }

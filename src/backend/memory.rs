@@ -379,6 +379,26 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        self.stop.check()?;
+        self.stats.count(RequestKind::Txn);
+        let mut st = lock(&self.store.state);
+        let sem = st.sem(name)?;
+        let q = &mut sem.queue;
+        let entry = q
+            .by_id
+            .get(id)
+            .and_then(|t| q.entries.get_mut(t))
+            .ok_or(Error::SessionLost)?;
+        if permits >= entry.permits {
+            return Ok(entry.permits);
+        }
+        entry.permits = permits;
+        q.grant_fair();
+        sem.waiters.resolve(&sem.queue);
+        Ok(permits)
+    }
+
     async fn status(&self, name: &str) -> Result<Status> {
         self.stop.check()?;
         self.stats.count(RequestKind::Range);

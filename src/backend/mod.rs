@@ -129,6 +129,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Removes an entry (release or cancel). Removing an absent entry succeeds.
     async fn remove(&self, name: &str, id: &str) -> Result<()>;
 
+    /// Lowers the weight of entry `id` of semaphore `name` (a holder) to `permits` when it is
+    /// above that, in one atomic step with whatever the freed weight grants (the queue rule
+    /// decides, as after a removal; the entry keeps its token), and tells only the waiters it
+    /// decides. Returns the weight stored afterwards: `min(permits, stored)`, so a repeated or
+    /// late request never raises it. An absent entry → `SessionLost` (it went with its
+    /// session). The default refuses with `InvalidArgument` (a store that cannot lower a
+    /// held weight).
+    async fn shrink_entry(&self, name: &str, _id: &str, _permits: u32) -> Result<u32> {
+        Err(crate::error::Error::invalid(format!(
+            "this store cannot lower a held permit's weight (semaphore {name:?}); release it and acquire the lower weight instead"
+        )))
+    }
+
     /// Reads the semaphore's state.
     async fn status(&self, name: &str) -> Result<Status>;
 

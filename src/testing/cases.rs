@@ -14,6 +14,7 @@ mod grants;
 mod load;
 mod loss;
 mod setup;
+mod shrink;
 mod status;
 mod waits;
 
@@ -23,5 +24,6 @@ pub use capacity::{capacity_mismatch, set_capacity};
 pub use grants::{fencing_tokens, fifo_order, try_acquire, weighted};
 pub use load::safety_under_load;
 pub use loss::{close, drop_releases, holder_dies, lost};
+pub use shrink::shrink;
 pub use status::{request_counts, status_counts};
 pub use waits::{cancelled_waits_leave_nothing, timeouts};

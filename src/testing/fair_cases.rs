@@ -9,6 +9,7 @@ mod bad_input;
 mod classes;
 mod flows;
 mod load;
+mod permit_shrink;
 mod setup;
 
 pub use bad_input::{fair_bad_input, fair_refused_where_not_kept};
@@ -18,3 +19,4 @@ pub use flows::{
     fair_turns_at_capacity_one, fair_weights_share,
 };
 pub use load::fair_safety_under_load;
+pub use permit_shrink::fair_permit_shrink;

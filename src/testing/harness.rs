@@ -115,6 +115,16 @@ pub trait Harness: Sized {
     /// back: for a network store, its session TTL ([`SHORT_TTL`]) plus a margin.
     const DEAD_HOLDER_FREED_WITHIN: Duration;
 
+    /// Whether the store lowers a held weight ([`Permit::shrink_to`](crate::Permit::shrink_to),
+    /// [`Backend::shrink_entry`](crate::backend::Backend::shrink_entry)); `false`: the contract
+    /// checks instead that it refuses with `InvalidArgument` and changes nothing.
+    const SHRINKS_PERMITS: bool = true;
+
+    /// Whether the store lowers a held weight on a fair semaphore too (the crate's stores do,
+    /// but ZooKeeper, which refuses every shrink); `false`, the default: the fair contract
+    /// checks that it refuses clearly.
+    const SHRINKS_FAIR_PERMITS: bool = false;
+
     /// A fresh, empty store for one test.
     async fn start() -> Self;
 

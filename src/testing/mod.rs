@@ -161,6 +161,7 @@ macro_rules! fair_contract_suite {
             fair_cases::fair_dead_holder_and_heavy_entry,
             fair_cases::fair_reserve_is_lent_and_returned,
             fair_cases::fair_shrink_keeps_holders,
+            fair_cases::fair_permit_shrink,
             fair_cases::fair_bad_input,
         );
     };
@@ -201,6 +202,7 @@ macro_rules! contract_suite {
             fencing_tokens,
             drop_releases,
             announcements,
+            shrink,
         );
     };
     (@cases $module:ident, $harness:ty; $($case:ident),* $(,)?) => {

@@ -48,5 +48,7 @@ mod sidecar_rate_flows;
 mod sidecar_rls;
 #[path = "../sidecar_security.rs"]
 mod sidecar_security;
+#[path = "../sidecar_shrink.rs"]
+mod sidecar_shrink;
 #[path = "../web_view.rs"]
 mod web_view;

@@ -17,6 +17,8 @@ mod etcd_costs;
 mod etcd_faults;
 #[path = "../etcd_rate_store.rs"]
 mod etcd_rate_store;
+#[path = "../etcd_shrink.rs"]
+mod etcd_shrink;
 #[path = "../harness_smoke.rs"]
 mod harness_smoke;
 #[path = "../hung_store_timeouts.rs"]

@@ -43,6 +43,7 @@ mod scan;
 mod security;
 mod semaphore;
 mod session;
+mod shrink;
 mod strays;
 mod sweep_state;
 mod sweeper;
@@ -159,6 +160,10 @@ impl Backend for EtcdBackend {
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         self.entries.remove(name, id).await
+    }
+
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        shrink::shrink_entry(&self.link, name, id, permits).await
     }
 
     async fn status(&self, name: &str) -> Result<Status> {

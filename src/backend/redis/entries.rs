@@ -115,6 +115,27 @@ impl Permits {
         Ok(())
     }
 
+    /// Lowers entry `id`'s weight to `permits` if above (one script call); returns the weight
+    /// stored afterwards. See [`Backend::shrink_entry`](crate::backend::Backend::shrink_entry).
+    pub(super) async fn shrink(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        self.stop.check()?;
+        let args = [id.to_string(), permits.to_string()];
+        let stored: i64 = self
+            .call(
+                RequestKind::Txn,
+                &self.scripts.shrink,
+                &self.keys(name),
+                &args,
+            )
+            .await?;
+        match stored {
+            -1 => Err(Error::SessionLost),
+            n => u32::try_from(n).map_err(|_| {
+                self.unreadable(name, format!("an entry whose weight is unreadable ({n})"))
+            }),
+        }
+    }
+
     /// Drops the entries of `session` in every semaphore it is in (its end, asked of Redis).
     /// Best effort: what fails lapses with the session's deadline.
     pub(super) async fn drop_session(&self, session: &RedisSession) {

@@ -122,6 +122,10 @@ impl Backend for RedisBackend {
         self.permits.remove(name, id).await
     }
 
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        self.permits.shrink(name, id, permits).await
+    }
+
     async fn status(&self, name: &str) -> Result<Status> {
         self.permits.status(name).await
     }

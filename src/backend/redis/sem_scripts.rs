@@ -23,6 +23,7 @@ pub(super) struct SemScripts {
     pub(super) resize: Script,
     pub(super) open_fair: Script,
     pub(super) grant: Script,
+    pub(super) shrink: Script,
 }
 
 impl SemScripts {
@@ -37,6 +38,7 @@ impl SemScripts {
             resize: with_head!("sem_resize.lua"),
             open_fair: with_head!("sem_open_fair.lua"),
             grant: with_head!("sem_grant.lua"),
+            shrink: with_head!("sem_shrink.lua"),
         }
     }
 }

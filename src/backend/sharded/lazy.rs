@@ -161,6 +161,10 @@ impl Backend for LazyBackend {
         self.get().await?.remove(name, id).await
     }
 
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        self.get().await?.shrink_entry(name, id, permits).await
+    }
+
     async fn status(&self, name: &str) -> Result<Status> {
         self.get().await?.status(name).await
     }

@@ -167,6 +167,10 @@ impl Backend for ShardedBackend {
         self.first().remove(name, id).await
     }
 
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        self.first().shrink_entry(name, id, permits).await
+    }
+
     async fn status(&self, name: &str) -> Result<Status> {
         self.first().status(name).await
     }

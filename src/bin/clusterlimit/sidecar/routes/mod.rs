@@ -1,7 +1,7 @@
-//! The sidecar's HTTP/JSON API, by resource: `semaphores.rs` (semaphores and the permits taken
-//! of them, held in `permit_table.rs`), `adaptive.rs` (what the routes read of adaptive
-//! semaphores), `rate_limits.rs` (rate limits and their keys, with `rate_state.rs` their shared
-//! state), `probes.rs` (`/metrics`, `/healthz`, `/readyz`); `state.rs` is what every route
+//! The sidecar's HTTP/JSON API, by resource: `semaphores.rs` (semaphores and the permits taken of
+//! them, held in `permit_table.rs`, lowered by `shrink.rs`), `adaptive.rs` (what the routes read of
+//! adaptive semaphores), `rate_limits.rs` (rate limits and their keys, with `rate_state.rs` their
+//! shared state), `probes.rs` (`/metrics`, `/healthz`, `/readyz`); `state.rs` is what every route
 //! shares. This file only builds the router.
 
 mod adaptive;
@@ -10,6 +10,7 @@ mod probes;
 mod rate_limits;
 mod rate_state;
 mod semaphores;
+mod shrink;
 mod state;
 
 pub use rate_state::RateApi;
@@ -32,6 +33,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/semaphores/{name}/permits", post(semaphores::acquire))
         .route("/v1/permits/{id}/keepalive", post(semaphores::keepalive))
+        .route("/v1/permits/{id}/shrink", post(shrink::shrink))
         .route("/v1/permits/{id}", delete(semaphores::release))
         // Rate limits (rate_limits.rs).
         .route("/v1/ratelimits", get(rate_limits::list))

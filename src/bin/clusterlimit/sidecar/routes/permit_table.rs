@@ -1,7 +1,7 @@
 //! HTTP permits. Each is held by a task of its own that releases it when the client asks,
 //! releases it when the client's TTL runs out without a keepalive (so a crashed client's
 //! permit comes back even though nobody calls us again), and reports it lost when the store
-//! session ends behind it.
+//! session ends behind it. The task also lowers its permit's weight when asked (a shrink).
 
 use crate::common::lock;
 use crate::sidecar::metrics::Metrics;
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// How the permit task answers a release: the store's result.
@@ -20,6 +20,10 @@ type ReleaseReply = oneshot::Sender<clusterlimit::Result<()>>;
 /// A release asked of the permit task: the outcome to report and where to answer.
 type ReleaseAsk = (Reported, ReleaseReply);
 
+/// A shrink asked of the permit task: the weight to lower to, and where to answer with the
+/// store's result (the weight held afterwards).
+type ShrinkAsk = (u32, oneshot::Sender<clusterlimit::Result<u32>>);
+
 /// What the table knows of one permit; the `Permit` itself lives in its task.
 struct Slot {
     semaphore: String,
@@ -27,12 +31,23 @@ struct Slot {
     deadline: Instant,
     lost: bool,
     release: Option<oneshot::Sender<ReleaseAsk>>,
+    shrink: mpsc::Sender<ShrinkAsk>,
 }
 
 /// Outcome of a keepalive.
 pub enum KeepAlive {
     /// The client TTL was extended by this much from now.
     Extended(Duration),
+    /// The permit was lost: the store may have given it to someone else.
+    Lost,
+    /// No such permit (never existed, released, or expired).
+    Unknown,
+}
+
+/// Outcome of a shrink.
+pub enum Shrunk {
+    /// The store's answer: the weight held now, or why not.
+    Done(clusterlimit::Result<u32>),
     /// The permit was lost: the store may have given it to someone else.
     Lost,
     /// No such permit (never existed, released, or expired).
@@ -64,6 +79,8 @@ impl Table {
     pub fn insert(self: &Arc<Self>, permit: Permit, ttl: Duration) -> String {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let (tx, rx) = oneshot::channel();
+        // One shrink at a time per permit; a second waits for the first's turn.
+        let (shrink_tx, shrink_rx) = mpsc::channel(1);
         self.metrics
             .held(permit.semaphore(), i64::from(permit.permits()));
         self.slots().insert(
@@ -74,9 +91,14 @@ impl Table {
                 deadline: Instant::now() + ttl,
                 lost: false,
                 release: Some(tx),
+                shrink: shrink_tx,
             },
         );
-        tokio::spawn(hold(self.clone(), id.clone(), permit, rx));
+        let asks = Asks {
+            release: rx,
+            shrink: shrink_rx,
+        };
+        tokio::spawn(hold(self.clone(), id.clone(), permit, asks));
         id
     }
 
@@ -102,6 +124,24 @@ impl Table {
         }
         // The task always answers; if it is gone, the permit is gone with it.
         Some(reply_rx.await.unwrap_or(Ok(())))
+    }
+
+    /// Lowers the weight of `id` to `permits` (checked by the library: 1 ≤ permits ≤ held).
+    pub async fn shrink(&self, id: &str, permits: u32) -> Shrunk {
+        let sender = match self.slots().get(id) {
+            None => return Shrunk::Unknown,
+            Some(slot) if slot.lost => return Shrunk::Lost,
+            Some(slot) => slot.shrink.clone(),
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if sender.send((permits, reply_tx)).await.is_err() {
+            return Shrunk::Unknown; // the task ended: released or expired meanwhile
+        }
+        match reply_rx.await {
+            Ok(Err(clusterlimit::Error::SessionLost)) => Shrunk::Lost,
+            Ok(result) => Shrunk::Done(result),
+            Err(_) => Shrunk::Unknown,
+        }
     }
 
     /// From now on, lost permits are the shutdown's doing: no warnings, no lost count.
@@ -134,40 +174,42 @@ impl Table {
     }
 }
 
-/// The permit's task: waits for a release request, the client deadline, or loss.
-async fn hold(
-    table: Arc<Table>,
-    id: String,
-    permit: Permit,
-    mut release_rx: oneshot::Receiver<ReleaseAsk>,
-) {
+/// What a permit's task is asked through: a release (once), shrinks (any number).
+struct Asks {
+    release: oneshot::Receiver<ReleaseAsk>,
+    shrink: mpsc::Receiver<ShrinkAsk>,
+}
+
+/// The permit's task: waits for a release or shrink request, the client deadline, or loss.
+async fn hold(table: Arc<Table>, id: String, permit: Permit, mut asks: Asks) {
     let semaphore = permit.semaphore().to_string();
-    let weight = i64::from(permit.permits());
+    let mut weight = i64::from(permit.permits());
     let mut held = Some(permit);
+    let mut shrinks_open = true;
     loop {
         let deadline = table.deadline(&id);
         tokio::select! {
-            msg = &mut release_rx => {
-                // A sender gone without asking (never: the table asks before dropping it) says
-                // nothing of the work.
-                let (said, reply) = match msg {
-                    Ok((said, reply)) => (said, Some(reply)),
-                    Err(_) => (Reported::Ignore, None),
-                };
-                let result = match held.take() {
-                    Some(p) => {
-                        table.metrics.held(&semaphore, -weight);
-                        let outcome = said.outcome(&p);
-                        p.release_with(outcome).await
-                    }
-                    None => Ok(()),
-                };
-                tracing::debug!(%id, %semaphore, ?said, "released");
-                if let Some(reply) = reply {
+            msg = &mut asks.release => {
+                let result = release(&table, &semaphore, weight, held.take(), msg).await;
+                tracing::debug!(%id, %semaphore, "released");
+                if let Some((result, reply)) = result {
                     let _ = reply.send(result);
                 }
                 return;
             }
+            ask = asks.shrink.recv(), if shrinks_open => match ask {
+                Some((permits, reply)) => {
+                    let result = shrink(held.as_mut(), permits).await;
+                    // Also after an error: the store may have answered late (see shrink_to).
+                    if let Some(now) = held.as_ref().map(|p| i64::from(p.permits())) {
+                        table.metrics.held(&semaphore, now - weight);
+                        weight = now;
+                    }
+                    tracing::debug!(%id, %semaphore, permits, ok = result.is_ok(), "shrink");
+                    let _ = reply.send(result);
+                }
+                None => shrinks_open = false,
+            },
             () = lost(held.as_ref()) => {
                 // Dropping it is harmless: its entry is gone or going with the session.
                 held = None;
@@ -192,6 +234,38 @@ async fn hold(
             }
         }
     }
+}
+
+/// Releases `held` with the outcome asked in `msg`; the result and where to answer, if asked.
+async fn release(
+    table: &Table,
+    semaphore: &str,
+    weight: i64,
+    held: Option<Permit>,
+    msg: Result<ReleaseAsk, oneshot::error::RecvError>,
+) -> Option<(clusterlimit::Result<()>, ReleaseReply)> {
+    // A sender gone without asking (never: the table asks before dropping it) says nothing
+    // of the work.
+    let (said, reply) = match msg {
+        Ok((said, reply)) => (said, Some(reply)),
+        Err(_) => (Reported::Ignore, None),
+    };
+    let result = match held {
+        Some(p) => {
+            table.metrics.held(semaphore, -weight);
+            let outcome = said.outcome(&p);
+            p.release_with(outcome).await
+        }
+        None => Ok(()),
+    };
+    reply.map(|r| (result, r))
+}
+
+/// Lowers `held` to `permits`; the weight held afterwards. A permit already gone is lost.
+async fn shrink(held: Option<&mut Permit>, permits: u32) -> clusterlimit::Result<u32> {
+    let permit = held.ok_or(clusterlimit::Error::SessionLost)?;
+    permit.shrink_to(permits).await?;
+    Ok(permit.permits())
 }
 
 async fn lost(permit: Option<&Permit>) {
