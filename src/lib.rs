@@ -106,7 +106,10 @@ pub use members::StoreMember;
 pub use per_member::{PerMember, PerMemberStatus};
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota, Reserves};
-pub use rate_limit::{CheckOptions, KeyCheck, RateLimit, Waited};
+pub use rate_limit::{
+    Balance, CheckOptions, KeyCheck, RateLimit, Reservation, Waited, DEFAULT_SETTLE_WITHIN,
+    MAX_CHARGE,
+};
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};
 pub use status::{ClassUsage, Holder, Status};

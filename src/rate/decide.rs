@@ -189,6 +189,62 @@ impl Algo {
     }
 }
 
+impl Algo {
+    /// `meter` charged `n` whatever it holds (`adjust.rs`).
+    pub(super) fn charge(&self, meter: Option<Meter>, n: u64, now: UnixNanos) -> Meter {
+        match self {
+            Algo::Gcra(g) => g.charge(gcra_of(meter), n, now),
+            Algo::Fixed(w) => {
+                let (window, count) = w.fixed_charge(fixed_of(meter), n, now);
+                Meter::Fixed { window, count }
+            }
+            Algo::Sliding(w) => {
+                let (window, count, previous) = w.sliding_charge(sliding_of(meter), n, now);
+                Meter::Sliding {
+                    window,
+                    count,
+                    previous,
+                }
+            }
+        }
+    }
+
+    /// `meter` given back `n` taken at `taken_at` (`adjust.rs`).
+    pub(super) fn refund(
+        &self,
+        meter: Option<Meter>,
+        n: u64,
+        taken_at: UnixNanos,
+        now: UnixNanos,
+    ) -> Meter {
+        match self {
+            Algo::Gcra(g) => g.refund(gcra_of(meter), n, now),
+            Algo::Fixed(w) => {
+                let (window, count) = w.fixed_refund(fixed_of(meter), n, taken_at, now);
+                Meter::Fixed { window, count }
+            }
+            Algo::Sliding(w) => {
+                let (window, count, previous) =
+                    w.sliding_refund(sliding_of(meter), n, taken_at, now);
+                Meter::Sliding {
+                    window,
+                    count,
+                    previous,
+                }
+            }
+        }
+    }
+
+    /// What `meter` owes beyond empty at `now`.
+    pub(super) fn debt(&self, meter: Option<Meter>, now: UnixNanos) -> u64 {
+        match self {
+            Algo::Gcra(g) => g.debt(gcra_of(meter), now),
+            Algo::Fixed(w) => w.fixed_debt(fixed_of(meter), now),
+            Algo::Sliding(w) => w.sliding_debt(sliding_of(meter), now),
+        }
+    }
+}
+
 fn gcra_of(meter: Option<Meter>) -> Option<GcraMeter> {
     match meter {
         Some(Meter::Gcra { tat }) => Some((tat, None)),

@@ -189,14 +189,49 @@ impl Gcra {
         }
         // A tat past u64::MAX (the year 2554) cannot be stored: deny rather than store less.
         let tat = UnixNanos::try_from(base.saturating_add(price)).map_err(|_| u128::MAX)?;
-        Ok(match self.warm {
+        Ok(self.meter(tat, cold))
+    }
+
+    /// A meter charged `n` units whatever it holds: `tat` moves by their price even past the
+    /// tolerance (a debt: checks are denied until time has paid it off). A `tat` past
+    /// `u64::MAX` (the year 2554) is stored as `u64::MAX`.
+    pub(super) fn charge(&self, meter: Option<GcraMeter>, n: u64, now: UnixNanos) -> Meter {
+        let (base, c) = self.at(meter, u128::from(now));
+        let (price, cold) = self.cost(n, c);
+        let tat = UnixNanos::try_from(base.saturating_add(price)).unwrap_or(UnixNanos::MAX);
+        self.meter(tat, cold)
+    }
+
+    /// A meter given back `n` units: `tat` moves back by `n` intervals, never before `now`
+    /// (a full bucket), which is exactly where a charge of that much less would have left it.
+    /// The coldness stays.
+    pub(super) fn refund(&self, meter: Option<GcraMeter>, n: u64, now: UnixNanos) -> Meter {
+        let now = u128::from(now);
+        let (base, c) = self.at(meter, now);
+        let back = base.saturating_sub(self.t.saturating_mul(u128::from(n)));
+        // ≤ base, which fits (it is the stored tat or now).
+        let tat = UnixNanos::try_from(back.max(now)).unwrap_or(UnixNanos::MAX);
+        self.meter(tat, c)
+    }
+
+    /// The units owed beyond the tolerance at `now`, rounded up (0: not in debt).
+    pub(super) fn debt(&self, meter: Option<GcraMeter>, now: UnixNanos) -> u64 {
+        let now = u128::from(now);
+        let (base, _) = self.at(meter, now);
+        let over = (base - now).saturating_sub(self.tau);
+        u64::try_from(over.div_ceil(self.t)).unwrap_or(u64::MAX)
+    }
+
+    /// A meter of this quota's kind: plain, or with its coldness at `tat` (≤ W ≤ u64::MAX for
+    /// a valid quota).
+    fn meter(&self, tat: UnixNanos, cold: u128) -> Meter {
+        match self.warm {
             None => Meter::Gcra { tat },
-            // cold ≤ W ≤ u64::MAX for a valid quota.
             Some(_) => Meter::GcraWarmUp {
                 tat,
                 cold: u64::try_from(cold).unwrap_or(u64::MAX),
             },
-        })
+        }
     }
 
     /// A meter worth exactly as much as an absent one at `now`.

@@ -2,12 +2,15 @@
 //! [`decide`] maps (quota, stored state, cost, now) to a [`Decision`] and the state to store.
 //! Every backend only reads and compare-and-swaps these states, so all stores mean the same.
 //!
+//! Charges and refunds after the fact, which may run a key into debt: `adjust.rs`.
+//!
 //! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
 //! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
 //! `quota.rs` (what can be wrong with one: `quota_checks.rs`; its priority classes `reserves.rs`), a key's stored state
 //! `state.rs` (with its flows' shares, `flows.rs`, decided within in `flow_decide.rs`), the
 //! answer `decision.rs`.
 
+mod adjust;
 mod decide;
 mod decision;
 mod flow_decide;
@@ -21,6 +24,7 @@ mod state;
 mod take;
 mod window;
 
+pub use adjust::{adjust, debt, Adjustment};
 pub use decide::{decide, Verdict};
 pub use decision::Decision;
 pub use flow_decide::{decide_as, decide_flow};
@@ -31,6 +35,8 @@ pub use quota::{
 pub use reserves::{Reserves, MAX_CLASSES, MAX_CLASS_LEN};
 pub use state::{KeyState, Meter, UnixNanos};
 
+#[cfg(test)]
+mod adjust_tests;
 #[cfg(test)]
 mod flow_tests;
 #[cfg(test)]

@@ -6,6 +6,14 @@
 //! `w`, `estimate = ⌈previous × (period − elapsed) / period⌉ + count` must stay within `limit`.
 //! The weighted part is computed exactly and rounded up, so rounding never admits more.
 //! All arithmetic is in `u128` and saturating: no input overflows or panics.
+//!
+//! # Debt
+//!
+//! A charge after the fact (`adjust.rs`) may take a window's count past the limit. What is
+//! over the limit is carried into the next window, and so on: a count `c` stored for window
+//! `w` reads as `c − k × limit` (never below 0) in window `w + k`, and the sliding window's
+//! previous counter is what lived in the window before, at most the limit. Checks only ever
+//! keep a count within the limit, which therefore reads as 0 a window later, as without debt.
 
 use super::quota::Quota;
 use super::state::UnixNanos;
@@ -17,6 +25,8 @@ pub(super) struct Window {
     /// The period in nanoseconds (≥ 1).
     period: u128,
     limit: u64,
+    /// The quota's limit, also when `keeping` lowered `limit`: what a window pays off of a debt.
+    full: u64,
 }
 
 impl Window {
@@ -25,6 +35,7 @@ impl Window {
             // max(1): an invalid quota must not divide by zero below.
             period: quota.period.as_nanos().max(1),
             limit: quota.limit,
+            full: quota.limit,
         }
     }
 
@@ -54,11 +65,28 @@ impl Window {
         u128::from(now) % self.period
     }
 
-    /// The fixed window's count at `now`: a state of another window counts 0.
+    /// What a count stored for a window still weighs `k` windows later: what is over the
+    /// limit, carried from window to window (see "Debt" above).
+    fn living(&self, count: u64, k: u64) -> u64 {
+        count.saturating_sub(self.full.saturating_mul(k))
+    }
+
+    /// How many windows from the current one until a count `count` of it weighs at most
+    /// `room` (≥ 1: the current window is not counted).
+    fn windows_until(&self, count: u64, room: u64) -> u128 {
+        let over = u128::from(count.saturating_sub(room));
+        over.div_ceil(u128::from(self.full.max(1))).max(1)
+    }
+
+    /// The fixed window's count at `now`: a state of an earlier window weighs what it carried
+    /// over; of a later one (after a period change), 0.
     fn fixed_count(&self, meter: Option<(u64, u64)>, now: UnixNanos) -> u64 {
         match meter {
-            Some((window, count)) if window == self.index(now) => count,
-            _ => 0,
+            Some((window, count)) => match self.index(now).checked_sub(window) {
+                Some(k) => self.living(count, k),
+                None => 0,
+            },
+            None => 0,
         }
     }
 
@@ -66,7 +94,7 @@ impl Window {
     pub(super) fn fixed_status(&self, meter: Option<(u64, u64)>, now: UnixNanos) -> Status {
         let count = self.fixed_count(meter, now);
         let reset = if count > 0 {
-            self.until_boundary(now, 1)
+            self.until_boundary(now, self.windows_until(count, 0))
         } else {
             0
         };
@@ -78,7 +106,8 @@ impl Window {
     }
 
     /// A check of `cost` on a fixed window: the new `(window, count)` if admitted, else how long
-    /// until the window ends (exact for `cost ≤ limit`: the next window starts at 0).
+    /// until the window that admits it starts (exact for `cost ≤ limit`: the next window,
+    /// or a later one while a debt is carried).
     pub(super) fn fixed_take(
         &self,
         meter: Option<(u64, u64)>,
@@ -88,19 +117,33 @@ impl Window {
         let count = self.fixed_count(meter, now);
         match count.checked_add(cost) {
             Some(after) if after <= self.limit => Ok((self.index(now), after)),
-            _ => Err(self.until_boundary(now, 1)),
+            _ => {
+                let room = self.limit.saturating_sub(cost);
+                Err(self.until_boundary(now, self.windows_until(count, room)))
+            }
         }
     }
 
     /// The sliding window's `(count, previous)` shifted to the window `now` is in.
     fn shifted(&self, meter: Option<(u64, u64, u64)>, now: UnixNanos) -> (u64, u64) {
-        let w = self.index(now);
-        match meter {
-            Some((window, count, previous)) if window == w => (count, previous),
-            Some((window, count, _)) if window.checked_add(1) == Some(w) => (0, count),
-            // Older (or, after a period change, "newer"): nothing in the last period.
-            _ => (0, 0),
+        let Some((window, count, previous)) = meter else {
+            return (0, 0);
+        };
+        match self.index(now).checked_sub(window) {
+            Some(0) => (count, previous),
+            Some(k) => self.ahead(count, k),
+            // After a period change, "newer": nothing in the last period.
+            None => (0, 0),
         }
+    }
+
+    /// The sliding counters `(count, previous)` `k ≥ 1` windows after one whose count was
+    /// `count`: what it carries into each (see "Debt" above).
+    fn ahead(&self, count: u64, k: u64) -> (u64, u64) {
+        (
+            self.living(count, k),
+            self.living(count, k - 1).min(self.full),
+        )
     }
 
     /// `⌈previous × (period − elapsed) / period⌉`: the previous window's weighted part.
@@ -119,7 +162,7 @@ impl Window {
         // The current count weighs in until the end of the next window, the previous one
         // until the end of this one.
         let reset = if count > 0 {
-            self.until_boundary(now, 2)
+            self.until_boundary(now, self.windows_until(count, 0).saturating_add(1))
         } else if previous > 0 {
             self.until_boundary(now, 1)
         } else {
@@ -145,6 +188,8 @@ impl Window {
         let elapsed = self.elapsed(now);
         let p = self.period;
         let limit = u128::from(self.limit);
+        let stored = count;
+        let room_after = self.limit.saturating_sub(cost);
         let (count, cost) = (u128::from(count), u128::from(cost));
         let estimate = self.weighted(previous, elapsed).saturating_add(count);
         if estimate.saturating_add(cost) <= limit {
@@ -164,16 +209,91 @@ impl Window {
                 return Err(at - elapsed);
             }
         }
-        // In the next window, where this count becomes the fading one.
-        let next = self.until_boundary(now, 1);
-        if let Some(room) = limit.checked_sub(cost) {
-            let at = first_elapsed(count, room);
-            if at < p {
-                return Err(next.saturating_add(at));
+        // In the first window whose carried count leaves room for the cost, or the two after
+        // it: in the third, both counters have faded (the count carried there is 0).
+        let first = self.windows_until(stored, room_after);
+        let first = u64::try_from(first).unwrap_or(u64::MAX);
+        for j in first..first.saturating_add(2) {
+            let (carried, faded) = self.ahead(stored, j);
+            if let Some(room) = limit.checked_sub(u128::from(carried).saturating_add(cost)) {
+                let at = first_elapsed(u128::from(faded), room);
+                if at < p {
+                    return Err(self.until_boundary(now, u128::from(j)).saturating_add(at));
+                }
             }
         }
-        // The window after next: both counters are gone.
-        Err(self.until_boundary(now, 2))
+        Err(self.until_boundary(now, u128::from(first).saturating_add(2)))
+    }
+    /// A fixed window charged `n` whatever it holds (the count may pass the limit: a debt).
+    pub(super) fn fixed_charge(
+        &self,
+        meter: Option<(u64, u64)>,
+        n: u64,
+        now: UnixNanos,
+    ) -> (u64, u64) {
+        let count = self.fixed_count(meter, now);
+        (self.index(now), count.saturating_add(n))
+    }
+
+    /// A fixed window given back `n` taken at `taken_at`: only while that window lasts (a
+    /// past window's unused budget is gone, as any past window's), never below empty.
+    pub(super) fn fixed_refund(
+        &self,
+        meter: Option<(u64, u64)>,
+        n: u64,
+        taken_at: UnixNanos,
+        now: UnixNanos,
+    ) -> (u64, u64) {
+        let count = self.fixed_count(meter, now);
+        let w = self.index(now);
+        if self.index(taken_at) == w {
+            (w, count.saturating_sub(n))
+        } else {
+            (w, count)
+        }
+    }
+
+    /// The fixed window's debt at `now`: its count over the limit.
+    pub(super) fn fixed_debt(&self, meter: Option<(u64, u64)>, now: UnixNanos) -> u64 {
+        self.fixed_count(meter, now).saturating_sub(self.full)
+    }
+
+    /// A sliding window charged `n` whatever it holds, in the current window.
+    pub(super) fn sliding_charge(
+        &self,
+        meter: Option<(u64, u64, u64)>,
+        n: u64,
+        now: UnixNanos,
+    ) -> (u64, u64, u64) {
+        let (count, previous) = self.shifted(meter, now);
+        (self.index(now), count.saturating_add(n), previous)
+    }
+
+    /// A sliding window given back `n` taken at `taken_at`, from the counter that holds it (the
+    /// current window's or the previous one's); taken earlier, it has faded: nothing to give.
+    pub(super) fn sliding_refund(
+        &self,
+        meter: Option<(u64, u64, u64)>,
+        n: u64,
+        taken_at: UnixNanos,
+        now: UnixNanos,
+    ) -> (u64, u64, u64) {
+        let (count, previous) = self.shifted(meter, now);
+        let w = self.index(now);
+        match w.checked_sub(self.index(taken_at)) {
+            Some(0) => (w, count.saturating_sub(n), previous),
+            Some(1) => (w, count, previous.saturating_sub(n)),
+            _ => (w, count, previous),
+        }
+    }
+
+    /// The sliding window's debt at `now`: its estimate over the limit.
+    pub(super) fn sliding_debt(&self, meter: Option<(u64, u64, u64)>, now: UnixNanos) -> u64 {
+        let (count, previous) = self.shifted(meter, now);
+        let estimate = self
+            .weighted(previous, self.elapsed(now))
+            .saturating_add(u128::from(count));
+        u64::try_from(estimate.saturating_sub(u128::from(self.full))).unwrap_or(u64::MAX)
     }
 }
 

@@ -10,14 +10,14 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::cell::{Enqueued, KeyCell};
+use super::cell::{Answer, Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
 use super::options::Asker;
 use super::registry::{learn, LimitShared};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::{Decision, KeyState, Quota, UnixNanos};
+use crate::rate::{adjust, debt, Adjustment, Decision, KeyState, Quota, UnixNanos};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -55,25 +55,62 @@ pub(crate) async fn check(
         }
         let (tx, rx) = oneshot::channel();
         match cell.enqueue(&quota, cost, asker, now, deadline, tx) {
-            Enqueued::StartDriver => {
-                let driver = Driver {
-                    sender: inner.write_sender(),
-                    inner: inner.clone(),
-                    limit: limit.clone(),
-                    key: key.to_string(),
-                    cell: cell.clone(),
-                    finished: false,
-                };
-                inner.runtime.spawn(driver.run());
-            }
-            Enqueued::Joined => {}
             Enqueued::TurnedAway(d) => {
                 inner.rates.count_local_answer();
                 return Ok(d);
             }
+            queued => start_driver(inner, limit, key, &cell, queued),
         }
         rx
     };
+    Ok(answer(inner, limit, key, rx, deadline).await?.decision)
+}
+
+/// Applies a charge or refund to `key` in its next batch (one write, shared with the checks
+/// of that batch): the key after it, and its debt. It is applied even if this call is dropped.
+pub(crate) async fn adjust_key(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    adjustment: Adjustment,
+) -> Result<Answer> {
+    rate_store(inner)?;
+    let cell = limit.cell(key);
+    let (tx, rx) = oneshot::channel();
+    let queued = cell.enqueue_adjustment(adjustment, tx);
+    start_driver(inner, limit, key, &cell, queued);
+    answer(inner, limit, key, rx, None).await
+}
+
+/// Starts the key's batch task if `queued` says none runs.
+fn start_driver(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    queued: Enqueued,
+) {
+    if let Enqueued::StartDriver = queued {
+        let driver = Driver {
+            sender: inner.write_sender(),
+            inner: inner.clone(),
+            limit: limit.clone(),
+            key: key.to_string(),
+            cell: cell.clone(),
+            finished: false,
+        };
+        inner.runtime.spawn(driver.run());
+    }
+}
+
+/// The answer the batch task sends on `rx`, by `deadline` (`None`: none).
+async fn answer(
+    inner: &LimiterInner,
+    limit: &LimitShared,
+    key: &str,
+    rx: oneshot::Receiver<Result<Answer>>,
+    deadline: Option<Instant>,
+) -> Result<Answer> {
     let answer = match deadline {
         None => rx.await,
         Some(d) => match tokio::time::timeout_at(d, rx).await {
@@ -135,7 +172,7 @@ impl Driver {
                 return;
             };
             self.cell.sent();
-            let asks: Vec<(u64, Asker)> = batch.iter().map(|p| (p.cost, p.asker)).collect();
+            let asks: Vec<Ask> = batch.iter().map(|p| (p.cost, p.asker, p.adjust)).collect();
             self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
             // not get a whole new bound on top.
@@ -144,8 +181,8 @@ impl Driver {
             match self.decide_batch(&asks, deadline).await {
                 Ok((decisions, requests)) => {
                     let (mut admitted, mut denied) = (0, 0);
-                    for (d, (cost, _)) in decisions.iter().zip(&asks) {
-                        if d.allowed {
+                    for (a, (cost, _, _)) in decisions.iter().zip(&asks) {
+                        if a.decision.allowed {
                             admitted += cost;
                         } else {
                             denied += cost;
@@ -169,11 +206,7 @@ impl Driver {
     }
 
     /// The batch's decisions, and the store requests they took.
-    async fn decide_batch(
-        &self,
-        asks: &[(u64, Asker)],
-        deadline: Instant,
-    ) -> Result<(Vec<Decision>, u64)> {
+    async fn decide_batch(&self, asks: &[Ask], deadline: Instant) -> Result<(Vec<Answer>, u64)> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
         let mut conflicts = 0u32;
@@ -249,29 +282,39 @@ impl Driver {
     }
 }
 
-/// The batch's checks (cost, asker) decided in arrival order from `state`, each against the
-/// state the ones before it left (so checks of different classes and flows in one write are
-/// decided exactly as one after the other, each flow's counts moving with them): the
-/// decisions, the state to write if any of them changed it, and when the key's state expires.
+/// A queued check (cost, asker) or, with `Some`, a charge or refund.
+type Ask = (u64, Asker, Option<Adjustment>);
+
+/// The batch's checks (cost, asker) and adjustments decided in arrival order from `state`,
+/// each against the state the ones before it left (so checks of different classes and flows
+/// in one write are decided exactly as one after the other, each flow's counts moving with
+/// them): the answers, the state to write if any of them changed it, and when the key's state
+/// expires.
 fn decide_in_order(
     quota: &Quota,
     mut state: Option<KeyState>,
-    asks: &[(u64, Asker)],
+    asks: &[Ask],
     now: UnixNanos,
-) -> (Vec<Decision>, Option<KeyState>, UnixNanos) {
+) -> (Vec<Answer>, Option<KeyState>, UnixNanos) {
     let mut changed = false;
     let mut expires_at = now;
-    let mut decisions = Vec::with_capacity(asks.len());
-    for (cost, asker) in asks {
-        let v = asker.decide(quota, state.as_ref(), *cost, now);
-        decisions.push(v.decision);
+    let mut answers = Vec::with_capacity(asks.len());
+    for (cost, asker, adjustment) in asks {
+        let v = match adjustment {
+            Some(a) => adjust(quota, state.as_ref(), *a, now),
+            None => asker.decide(quota, state.as_ref(), *cost, now),
+        };
         if v.state.is_some() {
             state = v.state;
             changed = true;
         }
+        answers.push(Answer {
+            decision: v.decision,
+            debt: debt(quota, state.as_ref(), now),
+        });
         expires_at = v.expires_at;
     }
-    (decisions, state.filter(|_| changed), expires_at)
+    (answers, state.filter(|_| changed), expires_at)
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict

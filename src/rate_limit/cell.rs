@@ -5,7 +5,7 @@ use super::options::Asker;
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
 use crate::backend::lock;
 use crate::error::{Error, Result};
-use crate::rate::{Decision, KeyState, Quota, UnixNanos};
+use crate::rate::{Adjustment, Decision, KeyState, Quota, UnixNanos};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -16,10 +16,15 @@ pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(1);
 /// The shortest `retry_after` of a check turned away on a saturated key.
 const MIN_RETRY: Duration = Duration::from_millis(1);
 
-/// A check waiting for the next write of its key.
+/// A check (or a charge or refund) waiting for the next write of its key.
 #[derive(Debug)]
 pub(crate) struct Pending {
+    /// The check's cost (0 for an adjustment: it is not a request).
     pub(crate) cost: u64,
+    /// A charge or refund instead of a check: applied whatever the key holds, and even if
+    /// its caller has gone (it was asked for; dropping the wait for its answer does not
+    /// take it back).
+    pub(crate) adjust: Option<Adjustment>,
     /// Its priority class and flow, decided against the quota's reserve for the class and
     /// the other flows' due.
     pub(crate) asker: Asker,
@@ -29,7 +34,16 @@ pub(crate) struct Pending {
     /// sooner for a check whose deadline cannot wait that long (1/[`HURRY_SHARE`] of its
     /// budget).
     pub(crate) send_by: Instant,
-    pub(crate) reply: oneshot::Sender<Result<Decision>>,
+    pub(crate) reply: oneshot::Sender<Result<Answer>>,
+}
+
+/// What a queued check or adjustment is answered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    /// The check's decision; for an adjustment, a peek at the key after it.
+    pub(crate) decision: Decision,
+    /// What the key owes beyond empty after it (`rate::debt`).
+    pub(crate) debt: u64,
 }
 
 /// A check may wait on pacing for at most this fraction of the budget it has left: one
@@ -112,7 +126,7 @@ impl KeyCell {
         asker: Asker,
         now: UnixNanos,
         deadline: Option<Instant>,
-        reply: oneshot::Sender<Result<Decision>>,
+        reply: oneshot::Sender<Result<Answer>>,
     ) -> Enqueued {
         let mut c = lock(&self.inner);
         let queued: u64 = c.pending.iter().map(|p| p.cost).sum();
@@ -144,13 +158,44 @@ impl KeyCell {
         let patience = deadline.map_or(JOIN_WINDOW, |d| {
             (d.saturating_duration_since(arrived) / HURRY_SHARE).min(JOIN_WINDOW)
         });
-        c.pending.push(Pending {
-            cost,
-            asker,
-            arrived,
-            send_by: arrived + patience,
-            reply,
-        });
+        self.push(
+            &mut c,
+            Pending {
+                cost,
+                adjust: None,
+                asker,
+                arrived,
+                send_by: arrived + patience,
+                reply,
+            },
+        )
+    }
+
+    /// Queues a charge or refund for the next write of its key: never turned away (it is not a
+    /// request to admit), never dropped for a caller that has gone.
+    pub(crate) fn enqueue_adjustment(
+        &self,
+        adjustment: Adjustment,
+        reply: oneshot::Sender<Result<Answer>>,
+    ) -> Enqueued {
+        let mut c = lock(&self.inner);
+        let arrived = Instant::now();
+        self.push(
+            &mut c,
+            Pending {
+                cost: 0,
+                adjust: Some(adjustment),
+                asker: Asker::default(),
+                arrived,
+                send_by: arrived + JOIN_WINDOW,
+                reply,
+            },
+        )
+    }
+
+    /// Adds `pending` to the queue: whether a batch task must be started for it.
+    fn push(&self, c: &mut CellInner, pending: Pending) -> Enqueued {
+        c.pending.push(pending);
         if c.pace.next_send().is_some() {
             // The batch task may be pausing: it looks at the new `send_by`.
             self.joined.notify_one();
@@ -212,10 +257,11 @@ impl KeyCell {
 
     /// Every queued check, or `None` (and the batch task ends) when none waits.
     /// Checks whose caller is gone (dropped, or past its deadline) are left out: a write
-    /// does not spend the key's tokens on answers nobody reads.
+    /// does not spend the key's tokens on answers nobody reads. Adjustments stay.
     pub(crate) fn take_batch(&self) -> Option<Vec<Pending>> {
         let mut c = lock(&self.inner);
-        c.pending.retain(|p| !p.reply.is_closed());
+        c.pending
+            .retain(|p| p.adjust.is_some() || !p.reply.is_closed());
         if c.pending.is_empty() {
             c.driving = false;
             return None;
@@ -349,7 +395,7 @@ mod tests {
         cell: &KeyCell,
         quota: &Quota,
         budget: Option<Duration>,
-    ) -> std::result::Result<oneshot::Receiver<Result<Decision>>, Decision> {
+    ) -> std::result::Result<oneshot::Receiver<Result<Answer>>, Decision> {
         let (tx, rx) = oneshot::channel();
         let deadline = budget.map(|b| Instant::now() + b);
         match cell.enqueue(quota, 1, Asker::default(), 0, deadline, tx) {

@@ -24,6 +24,7 @@ pub struct CheckOptions {
     class: Option<String>,
     flow: Option<String>,
     budget: Option<Duration>,
+    settle_within: Option<Duration>,
 }
 
 impl Default for CheckOptions {
@@ -33,6 +34,7 @@ impl Default for CheckOptions {
             class: None,
             flow: None,
             budget: None,
+            settle_within: None,
         }
     }
 }
@@ -75,6 +77,14 @@ impl CheckOptions {
         self
     }
 
+    /// For [`RateLimit::reserve_with`](crate::RateLimit::reserve_with): how long the
+    /// reservation may be settled (default [`DEFAULT_SETTLE_WITHIN`](crate::DEFAULT_SETTLE_WITHIN));
+    /// past it, it counts as settled at its estimate. Checks ignore it.
+    pub fn settle_within(mut self, limit: Duration) -> Self {
+        self.settle_within = Some(limit);
+        self
+    }
+
     /// The cost set.
     pub fn cost_of(&self) -> u64 {
         self.cost
@@ -93,6 +103,11 @@ impl CheckOptions {
     /// The budget set, if any.
     pub fn budget_of(&self) -> Option<Duration> {
         self.budget
+    }
+
+    /// The reservation time limit set, if any.
+    pub fn settle_within_of(&self) -> Option<Duration> {
+        self.settle_within
     }
 }
 

@@ -1,0 +1,80 @@
+//! [`adjust`]: charges and refunds after the fact, for costs known only once the work is done
+//! (LLM tokens, bytes, rows). Unlike a check they are not admitted or denied: a charge always
+//! counts, even past the limit (the key is then in **debt**, and checks are denied until time
+//! has paid it off); a refund gives back what a charge or an admitted check took, never past
+//! a full key.
+
+use super::decide::{decide, Algo, Verdict};
+use super::quota::Quota;
+use super::state::{KeyState, UnixNanos};
+
+/// An unconditional change of a key's count, decided by [`adjust`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Adjustment {
+    /// Counts `n` whatever the key holds. GCRA: the theoretical arrival time moves by `n`
+    /// intervals, past the tolerance if need be; windows: the current window's count grows by
+    /// `n`, past the limit if need be, and what is over the limit is carried into the next
+    /// window, and on.
+    Charge(u64),
+    /// Gives back `amount` that was taken at `taken_at` (the caller's clock when it asked).
+    /// GCRA: the arrival time moves back by `amount` intervals, never before now (exactly
+    /// where a charge of that much less would have left it); windows: from the window that
+    /// took it while it still counts (a fixed window: only while it lasts; a sliding one: also
+    /// as the previous window), never below 0.
+    Refund {
+        /// Units to give back.
+        amount: u64,
+        /// When they were taken.
+        taken_at: UnixNanos,
+    },
+}
+
+/// Applies `adjustment` to a key whose stored state is `state` (`None`: absent, i.e. full) at
+/// `now` (clamped to the state's stamp, as [`decide`] does).
+///
+/// The verdict's decision is a peek at the key afterwards (whether a check of 1 would be
+/// admitted now, `remaining`, a `retry_after` while in debt); its state is `Some` iff the
+/// key's count changed. A ban and the fair flows' table are kept as they are: a charge is
+/// not a request, so it neither starts a ban nor counts as any flow's demand.
+pub fn adjust(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    adjustment: Adjustment,
+    now: UnixNanos,
+) -> Verdict {
+    let now = state.map_or(now, |s| now.max(s.stamp));
+    let meter = state
+        .map(|s| s.meter)
+        .filter(|m| m.algorithm() == quota.algorithm);
+    let algo = Algo::new(quota, 0);
+    let new = match adjustment {
+        Adjustment::Charge(0) | Adjustment::Refund { amount: 0, .. } => None,
+        // Nothing taken: nothing to give back.
+        Adjustment::Refund { .. } if meter.is_none() => None,
+        Adjustment::Charge(n) => Some(algo.charge(meter, n, now)),
+        Adjustment::Refund { amount, taken_at } => Some(algo.refund(meter, amount, taken_at, now)),
+    };
+    // Unchanged: the same as the stored meter merely brought to `now` (a charge of 0).
+    let Some(new) = new.filter(|m| Some(*m) != meter && *m != algo.charge(meter, 0, now)) else {
+        return decide(quota, state, 0, now);
+    };
+    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0);
+    after.flows = state.map(|s| s.flows.clone()).unwrap_or_default();
+    let peek = decide(quota, Some(&after), 0, now);
+    Verdict {
+        state: Some(after),
+        ..peek
+    }
+}
+
+/// The units `state` owes beyond an empty key at `now` (0: not in debt): GCRA's arrival time
+/// past the tolerance, in intervals rounded up; a window's count (sliding: its estimate) over
+/// the limit.
+pub fn debt(quota: &Quota, state: Option<&KeyState>, now: UnixNanos) -> u64 {
+    let now = state.map_or(now, |s| now.max(s.stamp));
+    let meter = state
+        .map(|s| s.meter)
+        .filter(|m| m.algorithm() == quota.algorithm);
+    Algo::new(quota, 0).debt(meter, now)
+}
