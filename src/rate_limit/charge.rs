@@ -49,6 +49,10 @@ impl RateLimit {
     /// from the window now counting (what an earlier window took is gone with it: use
     /// [`Reservation::settle`](crate::Reservation::settle), which knows when it was taken).
     ///
+    /// Other Limiters see what comes back at their next write of the key, or within a second
+    /// of checks (as a [`reset`](Self::reset)): until then one may still deny from the debt it
+    /// saw last.
+    ///
     /// Errors as [`charge`](Self::charge).
     pub async fn refund(&self, key: &str, amount: u64) -> Result<Balance> {
         let taken_at = self.inner().now_ns();

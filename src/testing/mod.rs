@@ -80,6 +80,7 @@ pub mod per_member_cases;
 pub mod rate_cases;
 pub mod rate_history;
 pub mod rate_store_cases;
+pub mod settle_history;
 mod util;
 mod within;
 
@@ -133,6 +134,10 @@ macro_rules! rate_contract_suite {
             rate_cases::rate_flows_share_under_contention,
             rate_cases::rate_flows_steady_split,
             rate_cases::rate_write_each,
+            rate_cases::rate_settle,
+            rate_cases::rate_settle_refusals,
+            rate_cases::rate_debt_windows,
+            rate_cases::rate_settle_exact_under_contention,
             rate_store_cases::store_limits,
             rate_store_cases::store_compare_and_swap,
             rate_store_cases::store_quota_versions,

@@ -19,6 +19,7 @@ mod load;
 mod quotas;
 mod refusals;
 mod reserves;
+mod settle;
 mod setup;
 mod write_each;
 
@@ -31,4 +32,7 @@ pub use load::{rate_exact_under_contention, rate_request_counts};
 pub use quotas::{rate_quota_storage, rate_reset, rate_set_quota_is_live, rate_warm_up};
 pub use refusals::{rate_bad_input, rate_closed};
 pub use reserves::{rate_reserve_stored, rate_reserve_under_contention};
+pub use settle::{
+    rate_debt_windows, rate_settle, rate_settle_exact_under_contention, rate_settle_refusals,
+};
 pub use write_each::rate_write_each;
