@@ -14,7 +14,7 @@ use std::time::Duration;
 /// # async fn main() -> clusterlimit::Result<()> {
 /// use clusterlimit::{Limiter, Quota};
 /// let limiter = Limiter::connect("memory://balance-doc").await?;
-/// let tokens = limiter.rate_limit("tokens", Quota::per_minute(1000)).await?;
+/// let tokens = limiter.rate_limit("tokens", Quota::per_day(1000)).await?;
 /// let b = tokens.charge("tenant-a", 1300).await?; // the work cost more than the key had
 /// assert_eq!((b.remaining, b.debt), (0, 300));
 /// assert!(b.retry_after.is_some()); // checks are denied until the debt is paid off

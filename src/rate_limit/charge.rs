@@ -25,7 +25,7 @@ impl RateLimit {
     /// # async fn main() -> clusterlimit::Result<()> {
     /// use clusterlimit::{Limiter, Quota};
     /// let limiter = Limiter::connect("memory://charge-doc").await?;
-    /// let tokens = limiter.rate_limit("tokens", Quota::per_minute(10_000)).await?;
+    /// let tokens = limiter.rate_limit("tokens", Quota::per_day(10_000)).await?;
     /// assert!(tokens.check("tenant-a").await?.allowed); // admitted; its cost is unknown yet
     /// let b = tokens.charge("tenant-a", 12_000).await?; // it used 12,000 tokens
     /// assert_eq!(b.debt, 2_001);

@@ -23,7 +23,7 @@ impl RateLimit {
     /// # async fn main() -> clusterlimit::Result<()> {
     /// use clusterlimit::{Limiter, Quota};
     /// let limiter = Limiter::connect("memory://reserve-doc").await?;
-    /// let tokens = limiter.rate_limit("tokens", Quota::per_minute(10_000)).await?;
+    /// let tokens = limiter.rate_limit("tokens", Quota::per_day(10_000)).await?;
     /// let call = tokens.reserve("tenant-a", 4_000).await?; // max_tokens of the request
     /// assert!(call.allowed());
     /// // ... the LLM answers, having used 1,200 tokens:
