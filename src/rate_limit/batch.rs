@@ -188,8 +188,13 @@ impl Driver {
                             denied += cost;
                         }
                     }
-                    self.cell
-                        .decided(&self.limit.quota().0, admitted, denied, requests);
+                    if asks.iter().all(|(_, _, adjust)| adjust.is_some()) {
+                        // Charges and refunds only: no demand to pace by.
+                        self.cell.batch_failed();
+                    } else {
+                        self.cell
+                            .decided(&self.limit.quota().0, admitted, denied, requests);
+                    }
                     for (p, d) in batch.into_iter().zip(decisions) {
                         let _ = p.reply.send(Ok(d));
                     }

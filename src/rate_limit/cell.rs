@@ -229,7 +229,8 @@ impl KeyCell {
         }
     }
 
-    /// The key's batch ended in an error: its write is no longer in flight.
+    /// The key's batch ended without deciding any check (an error, or charges and refunds
+    /// only): its write is no longer in flight.
     pub(crate) fn batch_failed(&self) {
         lock(&self.inner).pace.failed();
     }

@@ -122,7 +122,8 @@ impl Pace {
         self.in_flight = Some(now);
     }
 
-    /// The write in flight ended without a decision (an error): nothing is in flight.
+    /// The write in flight ended without a decision on any check (an error, or a batch of
+    /// charges and refunds only, which says nothing of demand): nothing is in flight.
     pub(crate) fn failed(&mut self) {
         self.in_flight = None;
     }
