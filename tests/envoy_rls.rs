@@ -564,6 +564,34 @@ async fn start_token_upstream() -> SocketAddr {
     addr
 }
 
+/// Waits until the sidecar's `clusterlimit_rate_hits_total` of the tenant rule is `want`
+/// (at most 300 reads within [`WAIT`]); panics with the last value otherwise.
+async fn charged_until(http: &reqwest::Client, sidecar: &Sidecar, want: u64) {
+    let prefix = "clusterlimit_rate_hits_total{domain=\"edge\",limit=\"tenant\"} ";
+    let deadline = Instant::now() + WAIT;
+    let mut last = None;
+    for _ in 0..300 {
+        let text = within(
+            "the sidecar's /metrics",
+            WAIT,
+            http.get(format!("{}/metrics", sidecar.url)).send(),
+        )
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the /metrics body");
+        last = text
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix)?.trim().parse::<u64>().ok());
+        if last == Some(want) || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(last, Some(want), "tokens charged by the stream-done calls");
+}
+
 /// One request of `tenant` through Envoy: status and `x-ratelimit-remaining`.
 async fn as_tenant(http: &reqwest::Client, envoy: &Envoy, tenant: &str) -> (u16, Option<String>) {
     let response = within(
@@ -602,7 +630,7 @@ async fn envoy_charges_the_usage_its_upstream_reports_after_the_response() {
          rate_limit: {unit: hour, requests_per_unit: 1000}\n",
     )
     .expect("write the rules");
-    let _sidecar = start_sidecar_with(&store, rls, &config, &["--rls-store-timeout", "1s"]).await;
+    let sidecar = start_sidecar_with(&store, rls, &config, &["--rls-store-timeout", "1s"]).await;
     let settings = EnvoySettings {
         upstream,
         rls,
@@ -621,13 +649,14 @@ async fn envoy_charges_the_usage_its_upstream_reports_after_the_response() {
     let http = reqwest::Client::new();
 
     // 1,000 tokens: four answers of 300 are admitted (the fourth with 100 left), and leave
-    // acme 200 in debt. The stream-done call follows each answer: wait for it before the next.
+    // acme 200 in debt. The stream-done call follows each answer: the sidecar's hits metric
+    // (charges only: a peek counts 0) says when it has landed.
     let mut seen = Vec::new();
-    for _ in 0..4 {
+    for n in 1..=4 {
         let (status, remaining) = as_tenant(&http, &envoy, "acme").await;
         assert_eq!(status, 200, "{seen:?}\n{}", envoy.log_tail());
         seen.push(remaining);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        charged_until(&http, &sidecar, n * TOKENS_PER_ANSWER).await;
     }
     let want: Vec<Option<String>> = ["1000", "700", "400", "100"]
         .iter()
