@@ -181,3 +181,44 @@ async fn what_cannot_be_a_charge_is_refused_with_the_reason() {
         out.stderr
     );
 }
+
+/// With the store down, a charge cannot be recorded: UNAVAILABLE naming the descriptor, the
+/// key and the rule (it may or may not have applied; Envoy does not retry a stream-done
+/// call), never an OK that would claim it was; a peek follows the store-down policy (fail
+/// open, the default: OK). Back up, charges apply again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_the_store_does_not_take_is_unavailable_naming_it() {
+    let mut cluster = EtcdCluster::single();
+    let (_dir, sc) = start_with(&cluster.url("/rls-charge-down"), "llm.yaml", LLM, &[]).await;
+    let mut c = sc.client().await;
+    assert_eq!(charge(&mut c, "acme", 100).await, (Code::Ok, 900));
+
+    cluster.kill(0);
+    let r = req("llm", vec![tenant("acme", Some(300))], 0);
+    let e = c.should_rate_limit(r).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+    assert!(
+        e.message()
+            .contains("descriptors[0]: the charge of 300 to key")
+            && e.message().contains("on rule llm.tenant was not recorded")
+            && e.message().contains("not retried"),
+        "{e}"
+    );
+    let (code, _) = peek(&mut c, "globex").await;
+    assert_eq!(code, Code::Ok, "a peek while the store is down: fail open");
+
+    cluster.restart(0);
+    let back = crate::binary::eventually(
+        "a charge once etcd is back",
+        std::time::Duration::from_secs(30),
+        || {
+            let mut c = c.clone();
+            async move {
+                let r = req("llm", vec![tenant("initech", Some(10))], 0);
+                c.should_rate_limit(r).await.ok()
+            }
+        },
+    )
+    .await;
+    assert_eq!(only(&back.into_inner()), (Code::Ok, 990));
+}
