@@ -7,7 +7,9 @@
 //! default 20 ms filter timeout and the sidecar's default settings, concurrent clients on a
 //! healthy etcd get exactly the requests beyond the quota answered 429, none let through by
 //! either side's failure mode. A priority class sent as a descriptor entry (our `class_key`)
-//! stops at its rule's reserve.
+//! stops at its rule's reserve. Usage the upstream reports after the response (a header,
+//! sent by Envoy's stream-done call as hits_addend) is charged by a `charge: true` rule, and
+//! the tenant's next request is denied once its budget is spent.
 
 use crate::binary;
 use crate::support;
