@@ -7,7 +7,9 @@
 //! default 20 ms filter timeout and the sidecar's default settings, concurrent clients on a
 //! healthy etcd get exactly the requests beyond the quota answered 429, none let through by
 //! either side's failure mode. A priority class sent as a descriptor entry (our `class_key`)
-//! stops at its rule's reserve.
+//! stops at its rule's reserve. Usage the upstream reports after the response (a header,
+//! sent by Envoy's stream-done call as hits_addend) is charged by a `charge: true` rule, and
+//! the tenant's next request is denied once its budget is spent.
 
 use crate::binary;
 use crate::support;
@@ -509,4 +511,174 @@ async fn envoy_sends_a_priority_class_that_stops_at_its_reserve() {
         "carol's 2 and dave's 1 answered OVER_LIMIT by the RLS"
     );
     drop(sidecar);
+}
+
+/// deploy/envoy/envoy.yaml's route `rate_limits` (the x-user and generic_key actions),
+/// which the token budget test replaces with its own.
+const ROUTE_RATE_LIMITS: &str = concat!(
+    "                            rate_limits:\n",
+    "                              # One descriptor per entry: (\"user\", <x-user header>), sent only\n",
+    "                              # when the header is there ...\n",
+    "                              - actions:\n",
+    "                                  - request_headers:\n",
+    "                                      header_name: x-user\n",
+    "                                      descriptor_key: user\n",
+    "                              # ... and (\"generic_key\", \"all\") on every request.\n",
+    "                              - actions:\n",
+    "                                  - generic_key: { descriptor_value: all }\n",
+);
+
+/// The route's token budget, per tenant (`x-tenant`): at the request, one descriptor with no
+/// hits (a peek on the `charge` rule: admitted while the tenant is not spent or in debt);
+/// when the stream is done, the same descriptor with the upstream's `x-tokens-used` as its
+/// hits_addend (charged, into debt if need be).
+const TOKEN_BUDGET: &str = concat!(
+    "                          typed_per_filter_config:\n",
+    "                            envoy.filters.http.ratelimit:\n",
+    "                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n",
+    "                              rate_limits:\n",
+    "                                - actions:\n",
+    "                                    - request_headers: { header_name: x-tenant, descriptor_key: tenant }\n",
+    "                                - actions:\n",
+    "                                    - request_headers: { header_name: x-tenant, descriptor_key: tenant }\n",
+    "                                  apply_on_stream_done: true\n",
+    "                                  hits_addend: { format: \"%RESP(x-tokens-used)%\" }\n",
+);
+
+/// Tokens each answer of the token upstream reports.
+const TOKENS_PER_ANSWER: u64 = 300;
+
+/// An upstream that reports its usage: `x-tokens-used: 300` on every answer.
+async fn start_token_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = listener.local_addr().expect("upstream addr");
+    let app = axum::Router::new().fallback(|| async {
+        (
+            [("x-tokens-used", TOKENS_PER_ANSWER.to_string())],
+            "upstream ok",
+        )
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// Waits until the sidecar's `clusterlimit_rate_hits_total` of the tenant rule is `want`
+/// (at most 300 reads within [`WAIT`]); panics with the last value otherwise.
+async fn charged_until(http: &reqwest::Client, sidecar: &Sidecar, want: u64) {
+    let prefix = "clusterlimit_rate_hits_total{domain=\"edge\",limit=\"tenant\"} ";
+    let deadline = Instant::now() + WAIT;
+    let mut last = None;
+    for _ in 0..300 {
+        let text = within(
+            "the sidecar's /metrics",
+            WAIT,
+            http.get(format!("{}/metrics", sidecar.url)).send(),
+        )
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the /metrics body");
+        last = text
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix)?.trim().parse::<u64>().ok());
+        if last == Some(want) || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(last, Some(want), "tokens charged by the stream-done calls");
+}
+
+/// One request of `tenant` through Envoy: status and `x-ratelimit-remaining`.
+async fn as_tenant(http: &reqwest::Client, envoy: &Envoy, tenant: &str) -> (u16, Option<String>) {
+    let response = within(
+        "Envoy to answer",
+        WAIT,
+        http.get(format!("{}/", envoy.url))
+            .header("x-tenant", tenant)
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("GET through Envoy: {e}\n{}", envoy.log_tail()));
+    let remaining = response
+        .headers()
+        .get("x-ratelimit-remaining")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (response.status().as_u16(), remaining)
+}
+
+/// Costs known only afterwards, through a real Envoy: the upstream reports its token usage in
+/// `x-tokens-used`, Envoy's `apply_on_stream_done` call carries it as hits_addend, the
+/// sidecar's `charge: true` rule charges it (into debt if need be, never denied); the
+/// request-time call peeks, so once a tenant's 1,000 tokens an hour are spent, its next
+/// request is answered 429, while another tenant goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_charges_the_usage_its_upstream_reports_after_the_response() {
+    let etcd = EtcdCluster::single();
+    let store = etcd.url("/envoy-tokens");
+    let upstream = start_token_upstream().await;
+    let rls = SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("ratelimit.yaml");
+    std::fs::write(
+        &config,
+        "domain: edge\ndescriptors:\n  - key: tenant\n    charge: true\n    algorithm: gcra\n    \
+         rate_limit: {unit: hour, requests_per_unit: 1000}\n",
+    )
+    .expect("write the rules");
+    let sidecar = start_sidecar_with(&store, rls, &config, &["--rls-store-timeout", "1s"]).await;
+    let settings = EnvoySettings {
+        upstream,
+        rls,
+        // An RLS error would be a 500: every answer below is the RLS's own.
+        failure_mode_deny: true,
+        timeout: RLS_TIMEOUT,
+    };
+    let envoy = Envoy::start_adapted(&settings, |text| {
+        assert_eq!(
+            text.matches(ROUTE_RATE_LIMITS).count(),
+            1,
+            "the route's rate_limits moved"
+        );
+        text.replace(ROUTE_RATE_LIMITS, TOKEN_BUDGET)
+    });
+    let http = reqwest::Client::new();
+
+    // 1,000 tokens: four answers of 300 are admitted (the fourth with 100 left), and leave
+    // acme 200 in debt. The stream-done call follows each answer: the sidecar's hits metric
+    // (charges only: a peek counts 0) says when it has landed.
+    let mut seen = Vec::new();
+    for n in 1..=4 {
+        let (status, remaining) = as_tenant(&http, &envoy, "acme").await;
+        assert_eq!(status, 200, "{seen:?}\n{}", envoy.log_tail());
+        seen.push(remaining);
+        charged_until(&http, &sidecar, n * TOKENS_PER_ANSWER).await;
+    }
+    let want: Vec<Option<String>> = ["1000", "700", "400", "100"]
+        .iter()
+        .map(|r| Some(r.to_string()))
+        .collect();
+    assert_eq!(seen, want, "each peek sees the usage charged before it");
+    let (status, remaining) = as_tenant(&http, &envoy, "acme").await;
+    assert_eq!(status, 429, "acme spent its budget\n{}", envoy.log_tail());
+    assert_eq!(remaining.as_deref(), Some("0"));
+    // Another tenant is unaffected.
+    let (status, remaining) = as_tenant(&http, &envoy, "globex").await;
+    assert_eq!((status, remaining.as_deref()), (200, Some("1000")));
+
+    let stat = |name: &str| envoy.stat(&format!("cluster.upstream.ratelimit.{name}"));
+    println!(
+        "token budget through Envoy: ratelimit stats ok {:?}, over_limit {:?}, error {:?}",
+        stat("ok"),
+        stat("over_limit"),
+        stat("error")
+    );
+    assert_eq!(stat("over_limit"), Some(1), "only acme's fifth request");
+    assert_eq!(stat("error").unwrap_or(0), 0, "no RLS error");
 }

@@ -25,6 +25,9 @@ mod rls_reload;
 // Priority classes in the RLS: `class_key` entries and rules' `reserves`.
 #[path = "../rls_classes.rs"]
 mod rls_classes;
+// Usage charged after the response in the RLS: rules' `charge`, debt, peeks, refunds.
+#[path = "../rls_charge.rs"]
+mod rls_charge;
 // Fair semaphores: declared in the config, flows and classes in acquires, status per class.
 #[path = "../sidecar_fair.rs"]
 mod sidecar_fair;

@@ -5,7 +5,7 @@
 use super::rules::{Rule, Unit};
 use crate::sidecar::header_mode::HeaderMode;
 use clusterlimit::rate::headers::{rate_limit_headers, HeaderNames};
-use clusterlimit::{Algorithm, Decision};
+use clusterlimit::{Algorithm, Balance, Decision};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit as PbUnit, Code, DescriptorStatus, RateLimit as PbRateLimit,
@@ -30,6 +30,8 @@ pub enum Outcome<'r> {
         over: bool,
         store: bool,
     },
+    /// A charge (or refund) on a `charge` rule: OK, with the key's balance afterwards.
+    Charged { rule: &'r Rule, balance: Balance },
 }
 
 /// The status of one descriptor.
@@ -43,6 +45,15 @@ pub fn status(outcome: &Outcome<'_>) -> DescriptorStatus {
             code: Code::Ok as i32,
             limit_remaining: u32::MAX,
             ..Default::default()
+        },
+        Outcome::Charged { rule, balance } => DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(current_limit(rule)),
+            limit_remaining: u32::try_from(balance.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(pb_duration(
+                balance.retry_after.unwrap_or(balance.reset_after),
+            )),
+            quota: None,
         },
         Outcome::Decided {
             rule,
@@ -319,6 +330,7 @@ mod tests {
             shadow,
             quota_mode: false,
             detailed_metric: false,
+            charge: false,
             replaces: Vec::new(),
             quota: Some(Quota::per_minute(2).algorithm(Algorithm::FixedWindow)),
             limit_name: "rls.d.k".into(),

@@ -26,8 +26,8 @@ pub struct Checked {
 
 /// The enforced checks of a request, by plan index, as counted together.
 struct Enforced<'p> {
-    /// (plan index, the cost it asked for).
-    asked: Vec<(usize, u64)>,
+    /// (plan index, the cost it asked for, whether it is a peek).
+    asked: Vec<(usize, u64, bool)>,
     checks: Vec<KeyCheck<'p>>,
     /// Another descriptor is over anyway: the checks only read (cost 0), charging nobody.
     over_anyway: bool,
@@ -65,6 +65,7 @@ impl Rls {
                 key,
                 cost,
                 class,
+                peek,
                 ..
             } = p
             {
@@ -78,7 +79,7 @@ impl Rls {
                 if shadow(rule) {
                     alone.push((i, check(*cost), *cost));
                 } else {
-                    enforced.asked.push((i, *cost));
+                    enforced.asked.push((i, *cost, *peek));
                     let counted = if over_anyway { 0 } else { *cost };
                     enforced.checks.push(check(counted));
                 }
@@ -134,10 +135,11 @@ impl Enforced<'_> {
     fn mark(&self, gs: &[GuardedDecision], latency: Duration, out: &mut [Option<Checked>]) {
         let denied = gs.iter().any(|g| !g.decision.allowed);
         let mut marked = false;
-        for ((i, cost), g) in self.asked.iter().zip(gs) {
+        for ((i, cost, peek), g) in self.asked.iter().zip(gs) {
             // In a denied batch every decision says denied: over are the ones that could not
-            // take their cost.
-            let over = !g.decision.allowed && *cost > 0 && g.decision.remaining < *cost;
+            // take their cost (a peek: 1).
+            let need = if *peek { 1 } else { *cost };
+            let over = !g.decision.allowed && need > 0 && g.decision.remaining < need;
             marked |= over;
             out[*i] = Some(Checked {
                 guarded: *g,
@@ -149,9 +151,9 @@ impl Enforced<'_> {
         }
         if denied && !marked {
             // Denied for a reason no remaining shows (a ban): every charged check is over.
-            for (i, cost) in &self.asked {
+            for (i, cost, peek) in &self.asked {
                 if let Some(c) = out[*i].as_mut() {
-                    c.over = *cost > 0 && !c.guarded.decision.allowed;
+                    c.over = (*cost > 0 || *peek) && !c.guarded.decision.allowed;
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! envoyproxy/ratelimit) on the sidecar's Limiter, with envoyproxy's YAML rules.
 
 mod answer;
+mod charge;
 mod count;
 mod flags;
 mod grpc;

@@ -86,6 +86,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "algorithm",
     "burst",
     "reserves",
+    "charge",
 ];
 const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
@@ -181,7 +182,8 @@ fn load_descriptor(
             if let Some(line) = settings.tuning_line() {
                 return Err(cx.err(
                     line,
-                    "algorithm, burst and reserves apply to a descriptor with a rate_limit",
+                    "algorithm, burst, reserves and charge apply to a descriptor with a \
+                     rate_limit",
                 ));
             }
         }
@@ -227,6 +229,8 @@ struct RuleSettings {
     burst: Option<(u64, usize)>,
     /// Our extension: priority classes and the units each must leave.
     reserves: Option<(Reserves, usize)>,
+    /// Our extension: hits are charges of usage already spent (the line of the key when on).
+    charge: Option<usize>,
 }
 
 impl RuleSettings {
@@ -236,6 +240,7 @@ impl RuleSettings {
         algorithm
             .or(self.burst.map(|(_, l)| l))
             .or(self.reserves.map(|(_, l)| l))
+            .or(self.charge)
     }
 }
 
@@ -274,6 +279,10 @@ fn rule_settings(
         Some((v, line)) => Some((read_reserves(cx, v)?, line)),
         None => None,
     };
+    let charge = match fields.get("charge") {
+        Some((v, line)) => cx.bool(v, "charge")?.then_some(line),
+        None => None,
+    };
     Ok(RuleSettings {
         shadow,
         quota_mode,
@@ -282,6 +291,7 @@ fn rule_settings(
         algorithm,
         burst,
         reserves,
+        charge,
     })
 }
 
@@ -346,6 +356,7 @@ fn parse_rule(
         shadow: settings.shadow,
         quota_mode: settings.quota_mode,
         detailed_metric: settings.detailed_metric,
+        charge: settings.charge.is_some(),
         replaces,
         quota: None,
         limit_name: limit_name(domain, path),
@@ -358,7 +369,7 @@ fn parse_rule(
         if let Some(line) = settings.tuning_line() {
             return Err(cx.err(
                 line,
-                "unlimited: true takes no algorithm, burst or reserves",
+                "unlimited: true takes no algorithm, burst, reserves or charge",
             ));
         }
         return Ok(rule);
@@ -371,12 +382,33 @@ fn parse_rule(
         Some((v, _)) => cx.number::<u32>(v, "requests_per_unit", "(0 to 4294967295)")?,
         None => 0,
     };
+    check_charge(cx, requests_per_unit, settings)?;
     Ok(Rule {
         unit,
         requests_per_unit,
         quota: quota_of(cx, at.line, unit, requests_per_unit, settings)?,
         ..rule
     })
+}
+
+/// `charge: true` with what contradicts it: a rule of 0 (nothing to charge: every peek is
+/// over), `quota_mode` (whose over-limit answers count only together, while a charge is never
+/// over) and `reserves` (a charge takes no class: it is usage already spent).
+fn check_charge(cx: &Ctx<'_>, requests_per_unit: u32, s: &RuleSettings) -> Result<(), String> {
+    let Some(line) = s.charge else {
+        return Ok(());
+    };
+    let clash = if requests_per_unit == 0 {
+        "requests_per_unit: 0 (a budget of nothing: every request would be over)"
+    } else if s.quota_mode {
+        "quota_mode (a charge is never over, so it cannot take part in quota mode's answer)"
+    } else if s.reserves.is_some() {
+        "reserves (a charge is usage already spent, taken whatever class asked: reserve for \
+         classes on a rule without charge)"
+    } else {
+        return Ok(());
+    };
+    Err(cx.err(line, format!("charge: true cannot go with {clash}")))
 }
 
 /// The `replaces` entries of the rule `name`.

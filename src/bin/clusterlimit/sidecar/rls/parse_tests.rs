@@ -211,7 +211,7 @@ fn bad_reserves_and_class_keys() {
         ),
         (
             rule("    reserves: {batch: 1}\n", "{unlimited: true}"),
-            "t.yaml:4: unlimited: true takes no algorithm, burst or reserves",
+            "t.yaml:4: unlimited: true takes no algorithm, burst, reserves or charge",
         ),
         (
             rule(
@@ -222,7 +222,7 @@ fn bad_reserves_and_class_keys() {
         ),
         (
             "domain: a\ndescriptors:\n  - key: k\n    reserves: {batch: 1}\n".to_string(),
-            "t.yaml:4: algorithm, burst and reserves apply to a descriptor with a rate_limit",
+            "t.yaml:4: algorithm, burst, reserves and charge apply to a descriptor with a rate_limit",
         ),
     ] {
         let e = load(&text).unwrap_err();
@@ -231,4 +231,69 @@ fn bad_reserves_and_class_keys() {
     // The reason names the class and the bound.
     let e = load(&rule("    reserves: {batch: 10}\n", minute)).unwrap_err();
     assert!(e.contains("batch"), "{e}");
+}
+
+#[test]
+fn charge_rules() {
+    let d = load(
+        "domain: llm\n\
+         descriptors:\n\
+         \x20 - key: tenant\n\
+         \x20   charge: true\n\
+         \x20   algorithm: gcra\n\
+         \x20   rate_limit: {unit: hour, requests_per_unit: 1000}\n\
+         \x20 - key: user\n\
+         \x20   charge: false\n\
+         \x20   rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    let tenant = d.root.children["tenant"].rule.clone().unwrap();
+    assert!(tenant.charge);
+    assert!(
+        tenant.summary().contains(", charge"),
+        "{}",
+        tenant.summary()
+    );
+    assert_eq!(tenant.quota.map(|q| q.algorithm), Some(Algorithm::Gcra));
+    let user = d.root.children["user"].rule.clone().unwrap();
+    assert!(!user.charge && !user.summary().contains("charge"));
+}
+
+#[test]
+fn charge_refuses_what_contradicts_it() {
+    let rule = |extra: &str, rate_limit: &str| {
+        format!("domain: a\ndescriptors:\n  - key: k\n{extra}    rate_limit: {rate_limit}\n")
+    };
+    let hour = "{unit: hour, requests_per_unit: 1000}";
+    for (text, want) in [
+        (
+            rule("    charge: true\n", "{unlimited: true}"),
+            "t.yaml:4: unlimited: true takes no algorithm, burst, reserves or charge",
+        ),
+        (
+            rule("    charge: true\n", "{unit: hour, requests_per_unit: 0}"),
+            "t.yaml:4: charge: true cannot go with requests_per_unit: 0",
+        ),
+        (
+            rule("    charge: true\n    quota_mode: true\n", hour),
+            "t.yaml:4: charge: true cannot go with quota_mode",
+        ),
+        (
+            rule("    charge: true\n    reserves: {batch: 10}\n", hour),
+            "t.yaml:4: charge: true cannot go with reserves",
+        ),
+        (
+            "domain: a\ndescriptors:\n  - key: k\n    charge: true\n".to_string(),
+            "t.yaml:4: algorithm, burst, reserves and charge apply to a descriptor with a rate_limit",
+        ),
+        (
+            rule("    charge: 300\n", hour),
+            "t.yaml:4: charge must be true or false",
+        ),
+    ] {
+        let e = load(&text).unwrap_err();
+        assert!(e.contains(want), "{text}: {e}");
+    }
+    // Off, it contradicts nothing.
+    assert!(load(&rule("    charge: false\n    quota_mode: true\n", hour)).is_ok());
 }

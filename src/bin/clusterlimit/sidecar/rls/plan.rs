@@ -5,7 +5,7 @@ use super::lib_error::status;
 use super::matcher::{self, Entry};
 use super::rules::{Domain, Rule};
 use super::service::Rls;
-use clusterlimit::{Error, RateLimit, StoreDownPolicy};
+use clusterlimit::{Error, RateLimit, StoreDownPolicy, MAX_CHARGE};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use std::collections::HashSet;
@@ -36,6 +36,17 @@ pub enum Plan {
         cost: u64,
         class: Option<String>,
         too_big: bool,
+        /// A `charge` rule's hits 0: over while the key cannot take 1 (spent or in debt).
+        peek: bool,
+    },
+    /// A `charge` rule's hits: `amount` charged to `key` whatever it holds (given back when
+    /// `refund`: Envoy's `is_negative_hits`), never over.
+    Charge {
+        rule: Arc<Rule>,
+        limit: RateLimit,
+        key: String,
+        amount: u64,
+        refund: bool,
     },
 }
 
@@ -46,6 +57,8 @@ pub struct Picked<'r> {
     pub entries: Vec<Entry<'r>>,
     pub cost: u64,
     pub class: Asked<'r>,
+    /// `is_negative_hits` (on a `charge` rule only): the hits are given back.
+    pub refund: bool,
 }
 
 /// The priority class a descriptor asks for, by its domain's `class_key` entry.
@@ -119,11 +132,6 @@ impl Rls {
         d: &'r RateLimitDescriptor,
         request_hits: u32,
     ) -> Result<Picked<'r>, Status> {
-        if d.is_negative_hits {
-            return Err(Status::invalid_argument(format!(
-                "descriptors[{i}].is_negative_hits is not supported"
-            )));
-        }
         let mut entries: Vec<Entry<'_>> = d
             .entries
             .iter()
@@ -140,17 +148,14 @@ impl Rls {
                 found.rule.clone()
             }),
         };
-        // envoyproxy: a descriptor's own hits_addend wins (0 there only reads); the
-        // request's counts as 1 when 0.
-        let cost = match &d.hits_addend {
-            Some(h) => h.value,
-            None => u64::from(request_hits.max(1)),
-        };
+        let charge = rule.as_ref().is_some_and(|r| r.charge);
+        let cost = hits(i, d, request_hits, charge)?;
         Ok(Picked {
             rule,
             entries,
             cost,
             class,
+            refund: d.is_negative_hits,
         })
     }
 
@@ -188,6 +193,16 @@ impl Rls {
             }
             Err(e) => return Err(status(e)),
         };
+        let key = matcher::counter_key(&p.entries);
+        if r.charge && (p.cost > 0 || p.refund) {
+            return Ok(Plan::Charge {
+                rule: counted,
+                limit,
+                key,
+                amount: p.cost,
+                refund: p.refund,
+            });
+        }
         let class = match p.class {
             Asked::None => None,
             Asked::Class(c) if quota.reserves.get(c).is_some() => Some(c),
@@ -201,12 +216,40 @@ impl Rls {
         Ok(Plan::Check {
             rule: counted,
             limit,
-            key: matcher::counter_key(&p.entries),
+            key,
             cost: if too_big { 0 } else { p.cost },
             class: class.map(str::to_string),
             too_big,
+            peek: r.charge,
         })
     }
+}
+
+/// Descriptor `i`'s hits. envoyproxy: its own hits_addend wins (0 there only reads); the
+/// request's counts as 1 when 0. On a `charge` rule the request's 0 stays 0 (a peek: Envoy's
+/// request-time call, which sets no hits), and a charge or a refund is bounded by what one
+/// may move a key by. `is_negative_hits` is a refund of a charge: on other rules it is
+/// refused.
+fn hits(i: usize, d: &RateLimitDescriptor, request_hits: u32, charge: bool) -> Result<u64, Status> {
+    if d.is_negative_hits && !charge {
+        return Err(Status::invalid_argument(format!(
+            "descriptors[{i}].is_negative_hits gives usage back, which only a rule with \
+             `charge: true` takes (a refund of what was charged); the descriptor's rule has no \
+             charge, or it matched none"
+        )));
+    }
+    let cost = match &d.hits_addend {
+        Some(h) => h.value,
+        None if charge => u64::from(request_hits),
+        None => u64::from(request_hits.max(1)),
+    };
+    if charge && cost > MAX_CHARGE {
+        return Err(Status::invalid_argument(format!(
+            "descriptors[{i}].hits_addend: {cost} is above {MAX_CHARGE}, the most one charge or \
+             refund may move a key by (Envoy's own bound on hits_addend)"
+        )));
+    }
+    Ok(cost)
 }
 
 /// Unix second of the last warning of a bad class (at most one per [`WARN_EVERY_S`]: every

@@ -8,7 +8,7 @@ use super::count::Checked;
 use super::plan::{configured, Picked, Plan};
 use super::rules::{Domain, Rule};
 use super::service::{Rls, MAX_DESCRIPTORS};
-use clusterlimit::{DecisionSource, StoreDownPolicy};
+use clusterlimit::{Balance, DecisionSource, StoreDownPolicy};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,10 +37,22 @@ impl Rls {
             .guards
             .get(&policy)
             .ok_or_else(|| Status::internal("no guard for the domain's store_down policy"))?;
-        let decided = self.count(guard, policy, &plans, budget).await?;
+        // Charges go to the store whatever the checks say: the usage is spent already.
+        let (decided, charged) = futures::future::join(
+            self.count(guard, policy, &plans, budget),
+            self.charge(&plans, budget),
+        )
+        .await;
+        let (decided, charged) = (decided?, charged?);
         let mut outcomes = Vec::with_capacity(plans.len());
-        for ((plan, picked), checked) in plans.iter().zip(&picked).zip(&decided) {
-            outcomes.push(self.respond(domain, policy, plan, picked, checked)?);
+        for (((plan, picked), checked), balance) in
+            plans.iter().zip(&picked).zip(&decided).zip(charged)
+        {
+            let outcome = match balance {
+                Some(balance) => self.charged(domain, plan, picked, balance),
+                None => self.respond(domain, policy, plan, picked, checked)?,
+            };
+            outcomes.push(outcome);
         }
         Ok(answer::response(&outcomes, self.shadow, self.headers))
     }
@@ -77,6 +89,9 @@ impl Rls {
                 }
             }
             Plan::StoreDown(rule, cost) => self.store_down(domain, policy, rule, *cost),
+            Plan::Charge { .. } => {
+                return Err(Status::internal("a charged descriptor got no balance"))
+            }
             Plan::Check { .. } => {
                 let c = checked
                     .ok_or_else(|| Status::internal("a checked descriptor got no decision"))?;
@@ -159,6 +174,37 @@ impl Rls {
             over,
             store: c.guarded.source == DecisionSource::Store,
         }
+    }
+
+    /// A charged descriptor's outcome: OK, with the key's balance; measured as admitted
+    /// with the hits charged (a refund: 0).
+    fn charged<'p>(
+        &self,
+        domain: &Domain,
+        plan: &'p Plan,
+        picked: &'p Picked<'_>,
+        balance: Balance,
+    ) -> Outcome<'p> {
+        let Plan::Charge {
+            rule,
+            amount,
+            refund,
+            ..
+        } = plan
+        else {
+            return Outcome::NoLimit;
+        };
+        let rule = configured(&picked.rule, rule);
+        let hits = if *refund { 0 } else { *amount };
+        self.metrics.rate.record_answer(
+            &domain.name,
+            &rule.path,
+            true,
+            false,
+            hits,
+            self.shadowed(rule),
+        );
+        Outcome::Charged { rule, balance }
     }
 
     /// Whether `rule` is answered as shadow (its own setting, or the service's).

@@ -1,7 +1,7 @@
 //! The RLS rules as a tree: envoyproxy/ratelimit's YAML (`domain`, nested `descriptors` with
 //! `key`, `value`, `rate_limit`, `shadow_mode`, `quota_mode`, `share_threshold`,
 //! `detailed_metric`, `value_to_metric`, `metadata`), plus our extensions (`algorithm`, `burst`,
-//! `reserves`, a domain's `store_down` and `class_key`), as domains of levels of rules; and the rate limit each rule counts
+//! `reserves`, `charge`, a domain's `store_down` and `class_key`), as domains of levels of rules; and the rate limit each rule counts
 //! in. Read from the files by `load.rs` and `parse.rs` (every error names `file:line`), walked
 //! by `matcher.rs`.
 
@@ -87,6 +87,11 @@ pub struct Rule {
     /// answer is OVER_LIMIT only when every quota-mode descriptor of the request is over.
     pub quota_mode: bool,
     pub detailed_metric: bool,
+    /// Our extension (`charge: true`): a descriptor's hits on this rule are usage already
+    /// spent (Envoy's `apply_on_stream_done` call), charged whatever the key holds, into debt
+    /// if need be, and answered OK; hits 0 is a peek, over while the key is spent or in debt
+    /// (see `plan.rs`).
+    pub charge: bool,
     pub replaces: Vec<String>,
     /// How it counts; `None` when nothing is counted (`unlimited`, or `requests_per_unit: 0`,
     /// which envoyproxy answers OVER_LIMIT to every time).
@@ -259,6 +264,9 @@ impl Rule {
         }
         if self.quota_mode {
             s.push_str(", quota_mode");
+        }
+        if self.charge {
+            s.push_str(", charge");
         }
         s.push_str(&format!(" [{}]", self.origin));
         s

@@ -232,6 +232,7 @@ impl Rls {
             quota_mode: false,
             // Labelled by the rule, not the request's values: metrics stay bounded.
             detailed_metric: false,
+            charge: false,
             replaces: Vec::new(),
             quota,
             limit_name: name.clone(),
