@@ -31,7 +31,17 @@ pub struct RateFlags {
     /// [default: 1s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub rate_store_timeout: Option<Duration>,
+    /// Most reservations (`POST /v1/ratelimits/{name}/reservations`) open at once; past it a
+    /// reservation answers 503 and takes nothing [default: 100000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_RESERVATIONS))]
+    pub max_reservations: Option<u64>,
 }
+
+/// The most `max_reservations` may be: ten million open reservations (about a gigabyte).
+pub const MAX_RESERVATIONS: u64 = 10_000_000;
+
+/// Default of `max_reservations`.
+pub const DEFAULT_MAX_RESERVATIONS: u64 = 100_000;
 
 fn parse_policy(s: &str) -> Result<StoreDownPolicy, String> {
     s.parse().map_err(|e: clusterlimit::Error| e.to_string())
@@ -43,6 +53,7 @@ pub struct RateFileKeys {
     pub rate_limit_headers: Option<String>,
     pub rate_store_down: Option<String>,
     pub rate_store_timeout: Option<String>,
+    pub max_reservations: Option<i64>,
 }
 
 /// The rate-limit settings in force.
@@ -51,6 +62,8 @@ pub struct RateSettings {
     pub headers: HeaderMode,
     pub store_down: StoreDownPolicy,
     pub store_timeout: Duration,
+    /// Most reservations open at once on the HTTP API.
+    pub max_reservations: usize,
 }
 
 impl RateSettings {
@@ -83,12 +96,32 @@ impl RateSettings {
                 format_duration(store_timeout)
             )));
         }
+        let max_reservations = max_reservations(flags.max_reservations, file.max_reservations)?;
         Ok(RateSettings {
             headers,
             store_down,
             store_timeout,
+            max_reservations,
         })
     }
+}
+
+/// `max_reservations`: the flag over the file's key over the default, 1 to
+/// [`MAX_RESERVATIONS`].
+fn max_reservations(flag: Option<u64>, file: Option<i64>) -> Result<usize, Failure> {
+    let n = match (flag, file) {
+        (Some(n), _) => n,
+        (None, Some(n)) => u64::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_RESERVATIONS).contains(n))
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "config max_reservations must be from 1 to {MAX_RESERVATIONS}, got {n}"
+                ))
+            })?,
+        (None, None) => DEFAULT_MAX_RESERVATIONS,
+    };
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// A `[[rate_limits]]` entry: created at start if absent; an existing limit keeps its stored
@@ -333,6 +366,7 @@ mod tests {
             headers: HeaderMode::HTTP_DEFAULT,
             store_down: StoreDownPolicy::default(),
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
+            max_reservations: 1,
         };
         let shown = describe(&settings, &fair);
         assert!(shown.contains("fair flows"), "{shown}");
