@@ -307,6 +307,7 @@ async fn settle_now(
     };
     st.metrics.settle.open(table.len());
     let estimate = r.estimate();
+    let kept = actual.is_none();
     let actual = actual.unwrap_or(estimate);
     let key = r.key().to_string();
     let budget = st.rate.store_timeout();
@@ -318,11 +319,7 @@ async fn settle_now(
         })
     })
     .await;
-    let ending = if actual == estimate {
-        Ending::Kept
-    } else {
-        Ending::Settled
-    };
+    let ending = if kept { Ending::Kept } else { Ending::Settled };
     st.metrics.settle.ended(name, ending);
     let balance = settled.map_err(|p| {
         if p.status() == StatusCode::SERVICE_UNAVAILABLE {
