@@ -12,9 +12,9 @@ use std::process::ExitCode;
 
 /// Runs `rate charge` (`refund` false) or `rate refund`.
 pub async fn adjust(a: AdjustArgs, refund: bool) -> Result<ExitCode, Failure> {
-    check_key(&a.target.key)?;
-    let (name, key) = (&a.target.name, &a.target.key);
-    with_limiter(&a.target.store, async |limiter| {
+    check_key(&a.key)?;
+    let (name, key) = (&a.name, &a.key);
+    with_limiter(&a.store, async |limiter| {
         let rl = open_existing(limiter, name).await?;
         let b = if refund {
             rl.refund(key, a.units).await

@@ -67,7 +67,7 @@ impl RateCommand {
             RateCommand::Status(a) => &a.store.store,
             RateCommand::SetQuota(a) => &a.store.store,
             RateCommand::Reset(a) => &a.target.store.store,
-            RateCommand::Charge(a) | RateCommand::Refund(a) => &a.target.store.store,
+            RateCommand::Charge(a) | RateCommand::Refund(a) => &a.store.store,
         }
     }
 }
@@ -245,12 +245,17 @@ pub struct ResetArgs {
     pub target: KeyArgs,
 }
 
+/// `rate charge|refund STORE NAME KEY N` (KeyArgs' fields, declared here so N comes last).
 #[derive(Debug, Args)]
-#[command(mut_arg("name", |a| a.help("Rate limit of the key")))]
-#[command(mut_arg("key", |a| a.help("The key charged or given back to: any UTF-8, 1-512 bytes")))]
 pub struct AdjustArgs {
     #[command(flatten)]
-    pub target: KeyArgs,
+    pub store: StoreArg,
+    /// Rate limit of the key.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The key charged or given back to: any UTF-8, 1-512 bytes.
+    #[arg(value_name = "KEY")]
+    pub key: String,
     /// The units charged or given back, 0 to 1000000000.
     #[arg(value_name = "N", value_parser = whole::<u64>(0, MAX_CHARGE), allow_negative_numbers = true)]
     pub units: u64,
