@@ -91,10 +91,14 @@ impl Reservations {
 
     /// Keeps an admitted reservation of `limit`; its id, or the reservation back when the
     /// table filled up meanwhile (the caller gives its estimate back).
-    pub fn insert(&self, limit: &str, reservation: Reservation) -> Result<String, Reservation> {
+    pub fn insert(
+        &self,
+        limit: &str,
+        reservation: Reservation,
+    ) -> Result<String, Box<Reservation>> {
         let mut inner = self.inner();
         if inner.open.len() >= self.cap {
-            return Err(reservation);
+            return Err(Box::new(reservation));
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
         let now = Instant::now();

@@ -205,7 +205,7 @@ pub async fn reserve(
     }
     let id = table.insert(rl.name(), r).map_err(|r| {
         // Filled up meanwhile: give the estimate back.
-        tokio::spawn(r.settle(0));
+        tokio::spawn((*r).settle(0));
         table_full(table.cap())
     })?;
     st.metrics.settle.open(table.len());
@@ -321,11 +321,10 @@ async fn settle_now(
     .await;
     let ending = if kept { Ending::Kept } else { Ending::Settled };
     st.metrics.settle.ended(name, ending);
-    let balance = settled.map_err(|p| {
+    let balance = settled.inspect_err(|p| {
         if p.status() == StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(%id, limit = name, key = %key, "settling a reservation: the store did not answer; it may or may not have applied");
         }
-        p
     })?;
     st.metrics.settle.settled(name, estimate, actual);
     Ok(balance_json(name, &key, &balance))
