@@ -498,3 +498,39 @@ async fn two_sidecars_on_one_etcd_share_the_debt() {
     })
     .await;
 }
+
+/// A settle whose client hangs up mid-request is still applied: etcd paused, so the settle
+/// waits for the store; the request written on a raw connection that is closed while it
+/// waits; etcd resumed; the settle lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_whose_client_hangs_up_is_applied() {
+    use tokio::io::AsyncWriteExt;
+    let mut cluster = EtcdCluster::single();
+    let url = cluster.url("settle-hangup");
+    let sc = Sidecar::start(&["--store", &url, "--rate-store-timeout", "20s"]).await;
+    let (c, base) = (client(), sc.url.as_str());
+    put_quota(&c, base, "tok", json!({"limit": 100, "period": "1h"})).await;
+    let r = reserve(&c, base, "tok", json!({"key": "k", "estimate": 40})).await;
+    let id = r["id"].as_str().unwrap();
+    let body = r#"{"actual":10}"#;
+    let request = format!(
+        "POST /v1/ratelimits/tok/reservations/{id}/settle HTTP/1.1\r\nhost: x\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    cluster.pause(0);
+    let addr = base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    // The sidecar has read it and is waiting for the store when the client goes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.resume(0);
+    eventually("the settle applied", Duration::from_secs(15), || async {
+        (balance(&c, base, "tok", "k").await["remaining"] == 90).then_some(())
+    })
+    .await;
+    let (s, p) = settle(&c, base, "tok", &r["id"], json!({"actual": 10})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{p}");
+}
