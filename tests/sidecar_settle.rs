@@ -534,3 +534,37 @@ async fn a_settle_whose_client_hangs_up_is_applied() {
     let (s, p) = settle(&c, base, "tok", &r["id"], json!({"actual": 10})).await;
     assert_eq!(s, StatusCode::CONFLICT, "{p}");
 }
+
+/// `max_reservations` out of range, in the config file or as the flag: exit 64 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_max_reservations_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["0", "-3", "1000001"] {
+        let path = dir.path().join("serve.toml");
+        let text = format!("store = \"memory://x\"\nmax_reservations = {n}\n");
+        std::fs::write(&path, text).unwrap();
+        let out = binary::check_config(&path).await;
+        assert_eq!(out.code, Some(64), "{n}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("max_reservations must be from 1 to 1000000"),
+            "{n}: {}",
+            out.stderr
+        );
+        let flag = binary::cmd(&[
+            "serve",
+            "--check-config",
+            "--store",
+            "memory://x",
+            "--max-reservations",
+            n,
+        ]);
+        let out = binary::output(flag, Duration::from_secs(20)).await;
+        assert_eq!(out.code, Some(64), "--max-reservations {n}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("--max-reservations"),
+            "{n}: {}",
+            out.stderr
+        );
+    }
+}

@@ -33,15 +33,25 @@ pub struct RateFlags {
     pub rate_store_timeout: Option<Duration>,
     /// Most reservations (`POST /v1/ratelimits/{name}/reservations`) open at once; past it a
     /// reservation answers 503 and takes nothing [default: 100000].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_RESERVATIONS))]
+    #[arg(long, value_name = "N", value_parser = parse_max_reservations, allow_negative_numbers = true)]
     pub max_reservations: Option<u64>,
 }
 
-/// The most `max_reservations` may be: ten million open reservations (about a gigabyte).
-pub const MAX_RESERVATIONS: u64 = 10_000_000;
+/// The most `max_reservations` may be: a million open reservations (about 500 MB: each
+/// takes about 500 bytes, measured).
+pub const MAX_RESERVATIONS: u64 = 1_000_000;
 
 /// Default of `max_reservations`.
 pub const DEFAULT_MAX_RESERVATIONS: u64 = 100_000;
+
+/// `--max-reservations N`: a whole number from 1 to [`MAX_RESERVATIONS`].
+fn parse_max_reservations(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=MAX_RESERVATIONS).contains(n))
+        .ok_or_else(|| format!("must be a whole number from 1 to {MAX_RESERVATIONS}, got {s}"))
+}
 
 fn parse_policy(s: &str) -> Result<StoreDownPolicy, String> {
     s.parse().map_err(|e: clusterlimit::Error| e.to_string())
