@@ -47,7 +47,8 @@ fn sidecar_sources() -> String {
 
 /// Permits and rate checks through the sidecar's HTTP API, so their metric families get
 /// series: a held permit, a timed-out acquire, a permit that expired without keepalive, rate
-/// checks admitted, near the limit, over it, answered from the cache, and a rate wait.
+/// checks admitted, near the limit, over it, answered from the cache, a rate wait, and
+/// reservations, settlements, a charge and a refund.
 async fn drive(base: &str) {
     let c = reqwest::Client::new();
     let post = |url: String, body: Value| {
@@ -83,6 +84,33 @@ async fn drive(base: &str) {
     }
     let wait = format!("{base}/v1/ratelimits/dash/wait");
     post(wait, json!({"key": "w", "timeout_ms": 100})).await;
+    // Costs known afterwards: reservations admitted, denied, settled lower and kept; a charge
+    // and a refund.
+    let reservations = format!("{base}/v1/ratelimits/dash/reservations");
+    for actual in [0, 1] {
+        let r = c
+            .post(&reservations)
+            .json(&json!({"key": "r", "estimate": 1}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST reservation: {e}"));
+        assert_eq!(r.status().as_u16(), 201, "reservation");
+        let r: Value = r
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("reservation: {e}"));
+        let id = r["id"].as_str().unwrap_or_default();
+        let settle = format!("{reservations}/{id}/settle");
+        assert_eq!(post(settle, json!({"actual": actual})).await, 200);
+    }
+    assert_eq!(
+        post(reservations, json!({"key": "k", "estimate": 1})).await,
+        429
+    );
+    let charge = format!("{base}/v1/ratelimits/dash/charge");
+    assert_eq!(post(charge, json!({"key": "r", "cost": 2})).await, 200);
+    let refund = format!("{base}/v1/ratelimits/dash/refund");
+    assert_eq!(post(refund, json!({"key": "r", "amount": 1})).await, 200);
     // The permit without keepalive expires (ttl 1 s; the sidecar's sweep runs every ~second):
     // wait until /metrics counts it, for at most 10 s.
     let metrics = format!("{base}/metrics");

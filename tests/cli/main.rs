@@ -26,6 +26,9 @@ mod cli_messages;
 // `clusterlimit rate …` (src/bin/clusterlimit/cli/rate).
 #[path = "../cli_rate.rs"]
 mod cli_rate;
+// `rate charge` and `rate refund`: costs known afterwards, debt.
+#[path = "../cli_rate_charge.rs"]
+mod cli_rate_charge;
 #[path = "../cli_run.rs"]
 mod cli_run;
 #[path = "../cli_status.rs"]

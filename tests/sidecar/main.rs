@@ -53,5 +53,8 @@ mod sidecar_rls;
 mod sidecar_security;
 #[path = "../sidecar_shrink.rs"]
 mod sidecar_shrink;
+// Reservations settled at the real cost, charges into debt, refunds, balances (issue 42).
+#[path = "../sidecar_settle.rs"]
+mod sidecar_settle;
 #[path = "../web_view.rs"]
 mod web_view;

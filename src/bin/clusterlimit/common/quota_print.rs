@@ -1,9 +1,9 @@
 //! Rate-limit quotas and decisions as both front ends print them: a quota for people
 //! (`5 per 1s (gcra, burst 5)`), and the JSON of a quota and of a decision that the sidecar
-//! answers and `clusterlimit rate … --json` prints.
+//! answers and `clusterlimit rate … --json` prints, and a key's balance (with its debt).
 
 use super::duration::format_duration;
-use clusterlimit::{Algorithm, Decision, Quota};
+use clusterlimit::{Algorithm, Balance, Decision, Quota};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -83,6 +83,20 @@ pub fn decision_json(name: &str, key: &str, cost: u64, d: &Decision, source: &st
         "retry_after_ms": d.retry_after.map(millis_up),
         "reset_after_ms": millis_up(d.reset_after),
         "source": source,
+    })
+}
+
+/// A key's balance after a charge, refund or settlement (or as it stands) as JSON: what a
+/// check could take now, and what the key owes.
+pub fn balance_json(name: &str, key: &str, b: &Balance) -> Value {
+    json!({
+        "name": name,
+        "key": key,
+        "limit": b.limit,
+        "remaining": b.remaining,
+        "debt": b.debt,
+        "retry_after_ms": b.retry_after.map(millis_up),
+        "reset_after_ms": millis_up(b.reset_after),
     })
 }
 

@@ -4,6 +4,7 @@ use super::adaptive_metrics::AdaptiveMetrics;
 use super::rate_metrics::RateMetrics;
 use super::rls::reload_report::ReloadReport;
 use super::sem_label::SemLabel;
+use super::settle_metrics::SettleMetrics;
 use crate::common::lock;
 use clusterlimit::{BreakerStats, RequestStats, StoreDownGuard};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -55,6 +56,8 @@ pub struct Metrics {
     breakers: Mutex<Vec<Watched>>,
     /// Rate-limit metrics (HTTP API and RLS).
     pub rate: RateMetrics,
+    /// Reservations, settlements and charges of the HTTP API.
+    pub settle: SettleMetrics,
     /// Adaptive semaphores declared in the config, read at each scrape.
     pub adaptive: AdaptiveMetrics,
     /// Reloads of the RLS rules, and the last one's status for the health routes.
@@ -224,6 +227,7 @@ impl Metrics {
             Counter::default(),
         );
         let rate = RateMetrics::register(&mut registry);
+        let settle = SettleMetrics::register(&mut registry);
         let adaptive = AdaptiveMetrics::register(&mut registry);
         let rls_reload = ReloadReport::register(&mut registry);
         Metrics {
@@ -233,6 +237,7 @@ impl Metrics {
             store,
             unauthorized,
             rate,
+            settle,
             adaptive,
             rls_reload,
             breakers: Mutex::new(Vec::new()),

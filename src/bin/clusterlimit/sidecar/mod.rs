@@ -24,6 +24,7 @@ mod routes;
 mod running;
 mod sem_label;
 mod settings;
+mod settle_metrics;
 mod startup;
 mod token;
 mod ui;

@@ -31,6 +31,26 @@ pub struct RateFlags {
     /// [default: 1s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub rate_store_timeout: Option<Duration>,
+    /// Most reservations (`POST /v1/ratelimits/{name}/reservations`) open at once; past it a
+    /// reservation answers 503 and takes nothing [default: 100000].
+    #[arg(long, value_name = "N", value_parser = parse_max_reservations, allow_negative_numbers = true)]
+    pub max_reservations: Option<u64>,
+}
+
+/// The most `max_reservations` may be: a million open reservations (about 500 MB: each
+/// takes about 500 bytes, measured).
+pub const MAX_RESERVATIONS: u64 = 1_000_000;
+
+/// Default of `max_reservations`.
+pub const DEFAULT_MAX_RESERVATIONS: u64 = 100_000;
+
+/// `--max-reservations N`: a whole number from 1 to [`MAX_RESERVATIONS`].
+fn parse_max_reservations(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=MAX_RESERVATIONS).contains(n))
+        .ok_or_else(|| format!("must be a whole number from 1 to {MAX_RESERVATIONS}, got {s}"))
 }
 
 fn parse_policy(s: &str) -> Result<StoreDownPolicy, String> {
@@ -43,6 +63,7 @@ pub struct RateFileKeys {
     pub rate_limit_headers: Option<String>,
     pub rate_store_down: Option<String>,
     pub rate_store_timeout: Option<String>,
+    pub max_reservations: Option<i64>,
 }
 
 /// The rate-limit settings in force.
@@ -51,6 +72,8 @@ pub struct RateSettings {
     pub headers: HeaderMode,
     pub store_down: StoreDownPolicy,
     pub store_timeout: Duration,
+    /// Most reservations open at once on the HTTP API.
+    pub max_reservations: usize,
 }
 
 impl RateSettings {
@@ -83,12 +106,32 @@ impl RateSettings {
                 format_duration(store_timeout)
             )));
         }
+        let max_reservations = max_reservations(flags.max_reservations, file.max_reservations)?;
         Ok(RateSettings {
             headers,
             store_down,
             store_timeout,
+            max_reservations,
         })
     }
+}
+
+/// `max_reservations`: the flag over the file's key over the default, 1 to
+/// [`MAX_RESERVATIONS`].
+fn max_reservations(flag: Option<u64>, file: Option<i64>) -> Result<usize, Failure> {
+    let n = match (flag, file) {
+        (Some(n), _) => n,
+        (None, Some(n)) => u64::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_RESERVATIONS).contains(n))
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "config max_reservations must be from 1 to {MAX_RESERVATIONS}, got {n}"
+                ))
+            })?,
+        (None, None) => DEFAULT_MAX_RESERVATIONS,
+    };
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// A `[[rate_limits]]` entry: created at start if absent; an existing limit keeps its stored
@@ -333,6 +376,7 @@ mod tests {
             headers: HeaderMode::HTTP_DEFAULT,
             store_down: StoreDownPolicy::default(),
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
+            max_reservations: 1,
         };
         let shown = describe(&settings, &fair);
         assert!(shown.contains("fair flows"), "{shown}");

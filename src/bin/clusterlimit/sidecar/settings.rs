@@ -47,6 +47,7 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// rate_limit_headers = "ietf"        # legacy, both, off
 /// rate_store_down = "fail_open"      # fail_closed, local:N
 /// rate_store_timeout = "1s"
+/// max_reservations = 100000         # reservations open at once (POST …/reservations)
 ///
 /// [[semaphores]]
 /// name = "nightly-export"
@@ -102,6 +103,7 @@ struct FileConfig {
     rate_limit_headers: Option<String>,
     rate_store_down: Option<String>,
     rate_store_timeout: Option<String>,
+    max_reservations: Option<i64>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
     /// Adaptive semaphores (see adaptive_settings.rs).
@@ -267,6 +269,7 @@ impl FileConfig {
             rate_limit_headers: self.rate_limit_headers.take(),
             rate_store_down: self.rate_store_down.take(),
             rate_store_timeout: self.rate_store_timeout.take(),
+            max_reservations: self.max_reservations.take(),
         }
     }
 

@@ -37,6 +37,7 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
     let state = routes::AppState::new(limiter.clone(), cfg.permit_ttl, cfg.timeouts.request, rate);
     declare_adaptive(cfg, &limiter, &state).await?;
     declare_per_member(cfg, &limiter, &state).await?;
+    tokio::spawn(routes::sweep_reservations(state.clone()));
     state.metrics.watch_breaker(
         &format!("http:{}", cfg.rate.store_down),
         state.rate.guard().clone(),

@@ -6,7 +6,7 @@ use crate::common::parse_duration;
 use crate::common::quota_spec::{parse_algorithm, QuotaParts};
 use clap::{Args, Subcommand};
 use clusterlimit::rate::{COLD_FACTORS, MAX_RATE};
-use clusterlimit::{Algorithm, Reserves};
+use clusterlimit::{Algorithm, Reserves, MAX_CHARGE};
 use std::time::Duration;
 
 /// `clusterlimit rate SUBCOMMAND`.
@@ -36,6 +36,13 @@ pub enum RateCommand {
     SetQuota(SetQuotaArgs),
     /// Forget KEY: its next check starts from a full quota (and any ban ends).
     Reset(ResetArgs),
+    /// Charge N to KEY after the fact (work whose cost is known only once done: tokens,
+    /// bytes, rows), whatever it has left: past it, KEY goes into debt and its checks are
+    /// denied until time has paid it off. Prints the balance, debt included.
+    Charge(AdjustArgs),
+    /// Give N back to KEY (work that cost less than it took), never past a full quota.
+    /// Prints the balance.
+    Refund(AdjustArgs),
 }
 
 impl RateCommand {
@@ -47,6 +54,8 @@ impl RateCommand {
             RateCommand::Status(_) => "rate status",
             RateCommand::SetQuota(_) => "rate set-quota",
             RateCommand::Reset(_) => "rate reset",
+            RateCommand::Charge(_) => "rate charge",
+            RateCommand::Refund(_) => "rate refund",
         }
     }
 
@@ -58,6 +67,7 @@ impl RateCommand {
             RateCommand::Status(a) => &a.store.store,
             RateCommand::SetQuota(a) => &a.store.store,
             RateCommand::Reset(a) => &a.target.store.store,
+            RateCommand::Charge(a) | RateCommand::Refund(a) => &a.store.store,
         }
     }
 }
@@ -233,6 +243,25 @@ pub struct SetQuotaArgs {
 pub struct ResetArgs {
     #[command(flatten)]
     pub target: KeyArgs,
+}
+
+/// `rate charge|refund STORE NAME KEY N` (KeyArgs' fields, declared here so N comes last).
+#[derive(Debug, Args)]
+pub struct AdjustArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Rate limit of the key.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The key charged or given back to: any UTF-8, 1-512 bytes.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The units charged or given back, 0 to 1000000000.
+    #[arg(value_name = "N", value_parser = whole::<u64>(0, MAX_CHARGE), allow_negative_numbers = true)]
+    pub units: u64,
+    /// Print the balance as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// One key of one rate limit in a store: `STORE NAME KEY`, what `check`, `wait` and `reset`

@@ -1,8 +1,9 @@
-//! `clusterlimit rate check|wait|status|set-quota|reset`: cluster-wide rate limits from the
-//! shell, straight on the store (no sidecar). `check` and `wait` exit 0 when admitted and 75
+//! `clusterlimit rate check|wait|status|set-quota|reset|charge|refund`: cluster-wide rate
+//! limits from the shell, straight on the store (no sidecar). `check` and `wait` exit 0 when admitted and 75
 //! (EX_TEMPFAIL) when denied or timed out, so `clusterlimit rate wait nightly "$HOST" --timeout
 //! 5m && job` is a fleet-wide cap on how often `job` runs.
 
+mod adjust;
 mod args;
 mod open;
 mod status;
@@ -29,6 +30,8 @@ pub async fn rate(args: RateArgs) -> Result<ExitCode, Failure> {
         RateCommand::Status(a) => status::status(a).await,
         RateCommand::SetQuota(a) => set_quota(a).await,
         RateCommand::Reset(a) => reset(a).await,
+        RateCommand::Charge(a) => adjust::adjust(a, false).await,
+        RateCommand::Refund(a) => adjust::adjust(a, true).await,
     }
 }
 

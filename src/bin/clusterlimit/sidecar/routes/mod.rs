@@ -1,19 +1,24 @@
 //! The sidecar's HTTP/JSON API, by resource: `semaphores.rs` (semaphores and the permits taken of
 //! them, held in `permit_table.rs`, lowered by `shrink.rs`), `adaptive.rs` (what the routes read of
 //! adaptive semaphores), `rate_limits.rs` (rate limits and their keys, with `rate_state.rs` their
-//! shared state), `probes.rs` (`/metrics`, `/healthz`, `/readyz`); `state.rs` is what every route
+//! shared state; `reservations.rs` with `reservation_table.rs` and `charges.rs` for costs
+//! known afterwards), `probes.rs` (`/metrics`, `/healthz`, `/readyz`); `state.rs` is what every route
 //! shares. This file only builds the router.
 
 mod adaptive;
+mod charges;
 mod permit_table;
 mod probes;
 mod rate_limits;
 mod rate_state;
+mod reservation_table;
+mod reservations;
 mod semaphores;
 mod shrink;
 mod state;
 
 pub use rate_state::RateApi;
+pub use reservations::sweep as sweep_reservations;
 pub use state::{AppState, Shared, MIN_TTL};
 
 use crate::sidecar::body::MAX_BODY;
@@ -49,6 +54,29 @@ pub fn router(state: Shared) -> Router {
             get(rate_limits::peek).delete(rate_limits::reset),
         )
         .route("/v1/ratelimits/{name}/keys/", any(rate_limits::empty_key))
+        // Costs known afterwards (reservations.rs, charges.rs).
+        .route(
+            "/v1/ratelimits/{name}/reservations",
+            post(reservations::reserve),
+        )
+        .route(
+            "/v1/ratelimits/{name}/reservations/{id}/settle",
+            post(reservations::settle),
+        )
+        .route(
+            "/v1/ratelimits/{name}/reservations/{id}",
+            delete(reservations::keep),
+        )
+        .route("/v1/ratelimits/{name}/charge", post(charges::charge))
+        .route("/v1/ratelimits/{name}/refund", post(charges::refund))
+        .route(
+            "/v1/ratelimits/{name}/balances/{*key}",
+            get(charges::balance),
+        )
+        .route(
+            "/v1/ratelimits/{name}/balances/",
+            any(rate_limits::empty_key),
+        )
         .route("/metrics", get(probes::metrics))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))

@@ -20,7 +20,7 @@ use axum::Json;
 use clusterlimit::rate::headers::{rate_limit_headers, retry_after_secs, HeaderNames};
 use clusterlimit::rate::FlowId;
 use clusterlimit::{
-    validate, CheckOptions, DecisionSource, Error, GuardedDecision, RateLimit, Waited,
+    validate, CheckOptions, Decision, DecisionSource, Error, GuardedDecision, RateLimit, Waited,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
@@ -59,7 +59,7 @@ pub struct WaitBody {
     flow: Option<String>,
 }
 
-fn check_key(key: &str) -> Result<(), Problem> {
+pub(super) fn check_key(key: &str) -> Result<(), Problem> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(Problem::field(
             "key",
@@ -73,7 +73,7 @@ fn check_key(key: &str) -> Result<(), Problem> {
 }
 
 /// The flow, if given, when it is a flow name (as the library checks it); else 400 on `flow`.
-fn check_flow(flow: Option<&str>) -> Result<(), Problem> {
+pub(super) fn check_flow(flow: Option<&str>) -> Result<(), Problem> {
     match flow.map(FlowId::of) {
         Some(Err(why)) => Err(Problem::field("flow", why)),
         _ => Ok(()),
@@ -113,7 +113,7 @@ fn check_cost(rl: &RateLimit, cost: Option<i64>) -> Result<u64, Problem> {
 /// The class, if given, when the limit's quota declares it (read afresh from the store when
 /// the cached quota does not: it may have been added elsewhere) and `cost` plus its reserve
 /// fits at once; else 400 on `class`.
-async fn admissible_class(
+pub(super) async fn admissible_class(
     st: &AppState,
     rl: &RateLimit,
     class: Option<&str>,
@@ -132,7 +132,7 @@ async fn admissible_class(
 /// 400 on `cost` when a denial says the cost can never be admitted
 /// ([`Decision::never_admits`](clusterlimit::Decision::never_admits): the quota was lowered
 /// by another client), rather than a 429 with a meaningless Retry-After.
-fn never_admitted(rl: &RateLimit, cost: u64) -> Problem {
+pub(super) fn never_admitted(rl: &RateLimit, cost: u64) -> Problem {
     Problem::field(
         "cost",
         format!(
@@ -154,7 +154,7 @@ fn source_name(s: DecisionSource) -> &'static str {
 }
 
 /// How a check of `cost` (of `class` and `flow`, if given) asks.
-fn options(cost: u64, class: Option<&str>, flow: Option<&str>) -> CheckOptions {
+pub(super) fn options(cost: u64, class: Option<&str>, flow: Option<&str>) -> CheckOptions {
     let options = CheckOptions::new().cost(cost);
     let options = match class {
         Some(c) => options.class(c),
@@ -183,7 +183,7 @@ async fn guarded(
 
 /// The problem of a failed check: a bad argument of a check with a class is the class's
 /// (the cost was checked before), else as [`lib_problem`].
-fn check_problem(e: Error, name: &str, classed: bool) -> Problem {
+pub(super) fn check_problem(e: Error, name: &str, classed: bool) -> Problem {
     match e {
         Error::InvalidArgument(_) if classed => Problem::from_lib(e, "class"),
         e => lib_problem(e, name),
@@ -205,7 +205,7 @@ fn record(
     m.keys_cached(rl.name(), rl.cached_keys());
 }
 
-fn lib_problem(e: Error, name: &str) -> Problem {
+pub(super) fn lib_problem(e: Error, name: &str) -> Problem {
     match e {
         Error::NotFound(_) => unknown(name),
         Error::InvalidArgument(_) => Problem::from_lib(e, "cost"),
@@ -213,8 +213,8 @@ fn lib_problem(e: Error, name: &str) -> Problem {
     }
 }
 
-/// Adds the RateLimit fields of `g` to `resp` in the configured naming.
-fn add_fields(st: &AppState, rl: &RateLimit, g: &GuardedDecision, resp: &mut Response) {
+/// Adds the RateLimit fields of `d` to `resp` in the configured naming.
+pub(super) fn add_fields(st: &AppState, rl: &RateLimit, d: &Decision, resp: &mut Response) {
     let sets: &[HeaderNames] = match st.rate.headers {
         HeaderMode::Ietf => &[HeaderNames::Ietf],
         HeaderMode::Legacy => &[HeaderNames::Legacy],
@@ -223,7 +223,7 @@ fn add_fields(st: &AppState, rl: &RateLimit, g: &GuardedDecision, resp: &mut Res
     };
     let quota = rl.quota();
     for names in sets {
-        for (name, value) in rate_limit_headers(rl.name(), &quota, &g.decision, *names) {
+        for (name, value) in rate_limit_headers(rl.name(), &quota, d, *names) {
             if let Ok(v) = HeaderValue::try_from(value) {
                 resp.headers_mut().insert(HeaderName::from_static(name), v);
             }
@@ -243,7 +243,7 @@ fn answer(
     why: Option<String>,
 ) -> Response {
     let d = &g.decision;
-    let mut body = decision_json(rl.name(), key, cost, d, source_name(g.source));
+    let body = decision_json(rl.name(), key, cost, d, source_name(g.source));
     let mut resp = if d.allowed || !deny_429 {
         (StatusCode::OK, Json(body)).into_response()
     } else {
@@ -268,29 +268,41 @@ fn answer(
             });
             (StatusCode::TOO_MANY_REQUESTS, "rate_limited", detail)
         };
-        if let Value::Object(map) = &mut body {
-            for (k, v) in [
-                ("type", json!("about:blank")),
-                ("title", json!(status.canonical_reason().unwrap_or("Error"))),
-                ("status", json!(status.as_u16())),
-                ("code", json!(code)),
-                ("detail", json!(detail)),
-            ] {
-                map.insert(k.to_string(), v);
-            }
-        }
-        let mut resp = (status, Json(body)).into_response();
-        let headers = resp.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        if let Some(secs) = retry_after_secs(d) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
+        problem_response(body, status, code, detail, d)
     };
-    add_fields(st, rl, g, &mut resp);
+    add_fields(st, rl, d, &mut resp);
+    resp
+}
+
+/// A denial's `body` (its decision's fields) as a problem+json with `status`, `code` and
+/// `detail` added, and `Retry-After` from `d`.
+pub(super) fn problem_response(
+    mut body: Value,
+    status: StatusCode,
+    code: &str,
+    detail: String,
+    d: &Decision,
+) -> Response {
+    if let Value::Object(map) = &mut body {
+        for (k, v) in [
+            ("type", json!("about:blank")),
+            ("title", json!(status.canonical_reason().unwrap_or("Error"))),
+            ("status", json!(status.as_u16())),
+            ("code", json!(code)),
+            ("detail", json!(detail)),
+        ] {
+            map.insert(k.to_string(), v);
+        }
+    }
+    let mut resp = (status, Json(body)).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    if let Some(secs) = retry_after_secs(d) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     resp
 }
 

@@ -1,6 +1,7 @@
 //! What the rate-limit routes share: the `StoreDownGuard` every check goes through, the
-//! header mode, and the limits opened so far.
+//! header mode, the limits opened so far, and the open reservations.
 
+use super::reservation_table::Reservations;
 use crate::common::format_duration;
 use crate::common::lock;
 use crate::sidecar::header_mode::HeaderMode;
@@ -20,6 +21,8 @@ pub struct RateApi {
     /// Opened limits, so a check costs no extra "does it exist" request and a limit used once
     /// is still answered by the policy while the store is down.
     opened: Mutex<HashMap<String, RateLimit>>,
+    /// Reservations admitted and not settled yet (`reservations.rs`).
+    pub(super) reservations: Reservations,
 }
 
 impl RateApi {
@@ -30,12 +33,18 @@ impl RateApi {
             headers: settings.headers,
             store_timeout: settings.store_timeout,
             opened: Mutex::new(HashMap::new()),
+            reservations: Reservations::new(settings.max_reservations),
         }
     }
 
     /// The guard every check of the HTTP API goes through (its breaker is in `/metrics`).
     pub fn guard(&self) -> &StoreDownGuard {
         &self.guard
+    }
+
+    /// How long a rate route waits for the store (`rate_store_timeout`).
+    pub(super) fn store_timeout(&self) -> Duration {
+        self.store_timeout
     }
 
     /// Remembers an opened limit (the declared ones at start, each one a request opens).
