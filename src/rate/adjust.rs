@@ -17,16 +17,24 @@ pub enum Adjustment {
     /// `n`, past the limit if need be, and what is over the limit is carried into the next
     /// window, and on.
     Charge(u64),
-    /// Gives back `amount` that was taken at `taken_at` (the caller's clock when it asked).
-    /// GCRA: the arrival time moves back by `amount` intervals, never before now (exactly
-    /// where a charge of that much less would have left it); windows: from the window that
-    /// took it while it still counts (a fixed window: only while it lasts; a sliding one: also
-    /// as the previous window), never below 0.
+    /// Gives back `amount` that was taken at `taken_at` (the caller's clock when it asked)
+    /// and held the key until `held_until`.
+    ///
+    /// GCRA: the arrival time moves back by what of `amount` still lies ahead of now, never
+    /// before now. The units taken were the last `amount` intervals before `held_until` (the
+    /// arrival time their check left, at the earliest); those already past came back by
+    /// themselves as time went by, and giving them back again would let a burst through
+    /// beyond the burst. So a refund leaves the key where a smaller charge would have left it.
+    /// Windows: from the window that took it while it still counts (a fixed window: only
+    /// while it lasts; a sliding one: also as the previous window), never below 0.
     Refund {
         /// Units to give back.
         amount: u64,
-        /// When they were taken.
+        /// When they were taken, at the latest (windows).
         taken_at: UnixNanos,
+        /// Until when they held the key, at the earliest (GCRA; `UnixNanos::MAX`: unknown,
+        /// give back all of `amount` the key holds).
+        held_until: UnixNanos,
     },
 }
 
@@ -53,7 +61,11 @@ pub fn adjust(
         // Nothing taken: nothing to give back.
         Adjustment::Refund { .. } if meter.is_none() => None,
         Adjustment::Charge(n) => Some(algo.charge(meter, n, now)),
-        Adjustment::Refund { amount, taken_at } => Some(algo.refund(meter, amount, taken_at, now)),
+        Adjustment::Refund {
+            amount,
+            taken_at,
+            held_until,
+        } => Some(algo.refund(meter, amount, (taken_at, held_until), now)),
     };
     // Unchanged: the same as the stored meter merely brought to `now` (a charge of 0).
     let Some(new) = new.filter(|m| Some(*m) != meter && *m != algo.charge(meter, 0, now)) else {

@@ -19,12 +19,30 @@ fn charge(q: &Quota, key: &mut Option<KeyState>, n: u64, now: u64) -> Verdict {
     keep(key, adjust(q, key.as_ref(), Adjustment::Charge(n), now))
 }
 
+/// A refund without a reservation: all of `n` the key holds.
 fn refund(q: &Quota, key: &mut Option<KeyState>, n: u64, taken_at: u64, now: u64) -> Verdict {
+    settle_back(q, key, n, (taken_at, u64::MAX), now)
+}
+
+/// A reservation's refund: `n` taken at `taken_at` that held the key until `held_until`.
+fn settle_back(
+    q: &Quota,
+    key: &mut Option<KeyState>,
+    n: u64,
+    (taken_at, held_until): (u64, u64),
+    now: u64,
+) -> Verdict {
     let a = Adjustment::Refund {
         amount: n,
         taken_at,
+        held_until,
     };
     keep(key, adjust(q, key.as_ref(), a, now))
+}
+
+/// Until when an admitted check's units held the key: `reset_after` after it.
+fn held_until(v: &Verdict, at: u64) -> u64 {
+    at + u64::try_from(v.decision.reset_after.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn keep(key: &mut Option<KeyState>, v: Verdict) -> Verdict {
@@ -66,8 +84,10 @@ fn gcra_a_refund_is_where_a_smaller_charge_would_have_left_the_key() {
         let (mut reserved, mut direct) = (None, None);
         check(&q, &mut reserved, 3, T0);
         check(&q, &mut direct, 3, T0);
-        assert!(check(&q, &mut reserved, estimate, T0).decision.allowed);
-        refund(&q, &mut reserved, estimate - actual, T0, T0 + wait);
+        let v = check(&q, &mut reserved, estimate, T0);
+        assert!(v.decision.allowed);
+        let held = (T0, held_until(&v, T0));
+        settle_back(&q, &mut reserved, estimate - actual, held, T0 + wait);
         charge(&q, &mut direct, actual, T0);
         let (a, b) = (
             decide(&q, reserved.as_ref(), 0, T0 + wait).decision,
@@ -86,6 +106,28 @@ fn gcra_a_refund_is_where_a_smaller_charge_would_have_left_the_key() {
     // Nothing taken (absent key): nothing written.
     let v = refund(&q, &mut None, 5, T0, T0);
     assert_eq!((v.state, v.decision.remaining), (None, 20));
+}
+
+#[test]
+fn gcra_gives_back_only_what_still_holds_the_key() {
+    // 20 at once, one every 5 ms. A reservation of all 20 at T0 held the key until T0 + 100 ms.
+    let q = Quota::per_second(200).burst(20);
+    let mut key = None;
+    let v = check(&q, &mut key, 20, T0);
+    let held = (T0, held_until(&v, T0));
+    // 99 ms later 19 have come back by themselves, and are taken by others.
+    assert!(check(&q, &mut key, 19, T0 + 99 * MS).decision.allowed);
+    // Settled at 0 at T0 + 100 ms: its units have all passed, nothing more to give back
+    // (giving 20 back would let 39 through in a millisecond where a burst is 20).
+    let v = settle_back(&q, &mut key, 20, held, T0 + 100 * MS);
+    assert_eq!(v.state, None, "nothing ahead to give back");
+    assert!(!check(&q, &mut key, 2, T0 + 100 * MS).decision.allowed);
+    // Settled halfway, 10 of its intervals are still ahead: those come back.
+    let mut key = None;
+    let v = check(&q, &mut key, 20, T0);
+    let held = (T0, held_until(&v, T0));
+    let v = settle_back(&q, &mut key, 20, held, T0 + 50 * MS);
+    assert_eq!(v.decision.remaining, 20, "full: 10 came back by time, 10 given");
 }
 
 #[test]
@@ -198,8 +240,8 @@ fn extreme_adjustments_neither_overflow_nor_panic() {
     }
 }
 
-/// One step of a key's life: a check, a charge, or a refund of part of the last admitted
-/// check (a reservation settled lower).
+/// One step of a key's life: a check, a charge, or a refund of part of the oldest admitted
+/// check not settled yet (a reservation settled lower).
 #[derive(Debug, Clone)]
 enum Step {
     Check(u64),
@@ -213,7 +255,7 @@ fn step() -> impl Strategy<Value = (Step, u64)> {
         (0u64..=30).prop_map(Step::Charge),
         (0u64..=10).prop_map(Step::SettleLower),
     ];
-    (s, 0u64..3_000)
+    (s, prop_oneof![0u64..200, 0u64..3_000])
 }
 
 fn quotas() -> impl Strategy<Value = Quota> {
@@ -224,10 +266,28 @@ fn quotas() -> impl Strategy<Value = Quota> {
     ]
 }
 
+/// Whether, in every interval [a reservation's start, another's end], what the reservations
+/// wholly inside it kept (estimate less what came back) stays within GCRA's bound.
+fn kept_within_gcra(q: &Quota, events: &[(u64, u64, u64)]) -> bool {
+    let t = q.emission_interval_ns() as f64;
+    events.iter().all(|&(from, _, _)| {
+        events.iter().filter(|e| e.1 >= from).all(|&(_, to, _)| {
+            let kept: u64 = events
+                .iter()
+                .filter(|e| e.0 >= from && e.1 <= to)
+                .map(|e| e.2)
+                .sum();
+            kept as f64 <= q.burst as f64 + (to - from) as f64 / t
+        })
+    })
+}
+
 proptest! {
     /// What checks admitted plus what was charged, less what was given back, never exceeds
-    /// the quota over the time seen (the limit per period, plus one burst) plus the last
-    /// charge's overshoot: a debt is paid before anything more is admitted.
+    /// the quota over the time seen (the limit per period, plus one burst) plus what the key
+    /// still owes: a debt is paid before anything more is admitted. And on GCRA,
+    /// without charges, what reservations kept is within the bound in every interval: a
+    /// refund never lets a burst through beyond the burst.
     #[test]
     fn admitted_plus_charged_less_refunded_stays_within_the_meter(
         q in quotas(),
@@ -235,35 +295,47 @@ proptest! {
     ) {
         let mut key = None;
         let mut now = T0;
-        let (mut net, mut last_check, mut biggest_charge): (u64, Option<(u64, u64)>, u64) = (0, None, 0);
+        let mut net = 0u64;
+        // Admitted checks not settled yet, oldest first: (cost, at, held until, event index).
+        let mut open: std::collections::VecDeque<(u64, u64, u64, usize)> = Default::default();
+        // (start, end, kept) of every admitted check, for the interval check.
+        let mut events: Vec<(u64, u64, u64)> = Vec::new();
+        let mut charged = false;
         for (s, gap_ms) in steps {
             now += gap_ms * MS;
             match s {
                 Step::Check(c) => {
-                    if check(&q, &mut key, c, now).decision.allowed {
+                    let v = check(&q, &mut key, c, now);
+                    if v.decision.allowed {
                         net += c;
-                        last_check = Some((c, now));
+                        open.push_back((c, now, held_until(&v, now), events.len()));
+                        events.push((now, now, c));
                     }
                 }
                 Step::Charge(c) => {
                     charge(&q, &mut key, c, now);
                     net += c;
-                    biggest_charge = biggest_charge.max(c);
+                    charged |= c > 0;
                 }
                 Step::SettleLower(back) => {
-                    if let Some((c, at)) = last_check.take() {
+                    if let Some((c, at, held, i)) = open.pop_front() {
                         let back = back.min(c);
-                        let v = refund(&q, &mut key, back, at, now);
+                        let v = settle_back(&q, &mut key, back, (at, held), now);
                         // What came back can be spent again: count it as not taken.
                         if v.state.is_some() {
                             net -= back;
                         }
+                        events[i] = (at, now, c - back);
                     }
                 }
             }
         }
         let periods = (now - T0).div_ceil(S) + 2;
-        let bound = 10 * periods + biggest_charge;
-        prop_assert!(net <= bound, "net {net} > bound {bound}");
+        let owed = debt(&q, key.as_ref(), now);
+        let bound = 10 * periods + owed;
+        prop_assert!(net <= bound, "net {net} > bound {bound} (owing {owed})");
+        if q.algorithm == Algorithm::Gcra && !charged {
+            prop_assert!(kept_within_gcra(&q, &events), "a burst beyond the burst: {events:?}");
+        }
     }
 }

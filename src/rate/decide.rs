@@ -209,16 +209,16 @@ impl Algo {
         }
     }
 
-    /// `meter` given back `n` taken at `taken_at` (`adjust.rs`).
+    /// `meter` given back `n` taken at `taken_at` and held until `held_until` (`adjust.rs`).
     pub(super) fn refund(
         &self,
         meter: Option<Meter>,
         n: u64,
-        taken_at: UnixNanos,
+        (taken_at, held_until): (UnixNanos, UnixNanos),
         now: UnixNanos,
     ) -> Meter {
         match self {
-            Algo::Gcra(g) => g.refund(gcra_of(meter), n, now),
+            Algo::Gcra(g) => g.refund(gcra_of(meter), n, held_until, now),
             Algo::Fixed(w) => {
                 let (window, count) = w.fixed_refund(fixed_of(meter), n, taken_at, now);
                 Meter::Fixed { window, count }

@@ -202,13 +202,21 @@ impl Gcra {
         self.meter(tat, cold)
     }
 
-    /// A meter given back `n` units: `tat` moves back by `n` intervals, never before `now`
-    /// (a full bucket), which is exactly where a charge of that much less would have left it.
-    /// The coldness stays.
-    pub(super) fn refund(&self, meter: Option<GcraMeter>, n: u64, now: UnixNanos) -> Meter {
+    /// A meter given back `n` units that held it until `held_until`: `tat` moves back by the
+    /// whole intervals of them still ahead of `now` (those past came back by themselves),
+    /// never before `now` (a full bucket). The coldness stays.
+    pub(super) fn refund(
+        &self,
+        meter: Option<GcraMeter>,
+        n: u64,
+        held_until: UnixNanos,
+        now: UnixNanos,
+    ) -> Meter {
         let now = u128::from(now);
         let (base, c) = self.at(meter, now);
-        let back = base.saturating_sub(self.t.saturating_mul(u128::from(n)));
+        let ahead = u128::from(held_until).saturating_sub(now) / self.t;
+        let n = u128::from(n).min(ahead);
+        let back = base.saturating_sub(self.t.saturating_mul(n));
         // ≤ base, which fits (it is the stored tat or now).
         let tat = UnixNanos::try_from(back.max(now)).unwrap_or(UnixNanos::MAX);
         self.meter(tat, c)

@@ -6,7 +6,7 @@ use super::balance::Balance;
 use super::batch;
 use super::handle::{validate_key, RateLimit};
 use crate::error::{Error, Result};
-use crate::rate::{Adjustment, MAX_RATE};
+use crate::rate::{Adjustment, UnixNanos, MAX_RATE};
 
 /// The most one charge, refund or settlement may move a key by: a billion units (a GCRA
 /// debt of that many intervals lasts longer than anyone waits for).
@@ -56,8 +56,12 @@ impl RateLimit {
     /// Errors as [`charge`](Self::charge).
     pub async fn refund(&self, key: &str, amount: u64) -> Result<Balance> {
         let taken_at = self.inner().now_ns();
-        self.adjust(key, amount, Adjustment::Refund { amount, taken_at })
-            .await
+        let back = Adjustment::Refund {
+            amount,
+            taken_at,
+            held_until: UnixNanos::MAX,
+        };
+        self.adjust(key, amount, back).await
     }
 
     /// `key` as it stands: what a check could take, and what it owes. A peek: it writes

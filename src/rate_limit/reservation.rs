@@ -120,8 +120,9 @@ impl Reservation {
     }
 
     /// Settles the work at its real cost `actual`: a smaller cost gives the difference back
-    /// (never more than the estimate, never past a full key; a window gives back only while
-    /// the window that took it still counts), a larger one charges the rest whatever the key
+    /// (never more than the estimate, never past a full key; GCRA gives back only what of it
+    /// still holds the key, as what has passed came back by itself with time; a window gives
+    /// back only while the window that took it still counts), a larger one charges the rest whatever the key
     /// holds, into debt if need be ([`RateLimit::charge`]). `actual == estimate` takes no store
     /// request; otherwise one write, shared with the key's concurrent checks.
     ///
@@ -137,9 +138,13 @@ impl Reservation {
             return rl.adjust(&self.key, extra, Adjustment::Charge(extra)).await;
         }
         let amount = self.estimate - actual;
+        // The check left the key full again `reset_after` after it was decided, which was
+        // after `taken_at`: its units held the key until then at the earliest.
+        let reset = u64::try_from(self.decision.reset_after.as_nanos()).unwrap_or(u64::MAX);
         let back = Adjustment::Refund {
             amount,
             taken_at: self.taken_at,
+            held_until: self.taken_at.saturating_add(reset),
         };
         rl.adjust(&self.key, amount, back).await
     }
