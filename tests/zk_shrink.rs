@@ -2,8 +2,9 @@
 //! `testing::cases::shrink` and `testing::fair_cases::fair_permit_shrink`): the lowered weight
 //! lives in the entry's data while its name (token, place) stays; it costs one write, plus one
 //! read per watching Limiter; a view started later reads it; shrinks racing releases and the
-//! views' grants never put more than the capacity in hands; foreign data and a deleted entry
-//! keep the weight.
+//! views' grants never put more than the capacity in hands, nor does a weight a lagging view
+//! reads late beside a capacity lowered meanwhile; foreign data and a deleted entry keep the
+//! weight.
 
 use crate::support;
 
@@ -303,4 +304,55 @@ async fn shrink_on_a_fair_semaphore_is_one_write() {
     assert_eq!(sent.put, 1, "one setData: {sent:?}");
     assert_eq!((permit.permits(), sem.status().await.unwrap().used), (2, 2));
     limiter.close().await.unwrap();
+}
+
+/// A view reads a lowered weight when it applies the entry's change, which may be after later
+/// changes: holder 8 → 7, capacity 10 → 6 (the holder grandfathered), 7 → 5, in that order,
+/// while the waiter's Limiter sees everything 100 ms late (a proxy's lag), so its read of the
+/// first change lands after the last. A view combining the 5 with the capacity of 10 would
+/// grant a waiter of 5 (10 of 6 held); it reads the capacity with the weight, so the waiter
+/// waits until the holder leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_read_late_is_never_combined_with_an_older_capacity() {
+    const ROUNDS: usize = 5;
+    let zk = ZkCluster::single();
+    let proxy = support::FaultProxy::start(zk.client_addr(0));
+    let holding = Limiter::connect(&zk.url("/late-weight")).await.unwrap();
+    let lagging = support::zookeeper::zk_url(&proxy.connect_string(), "/late-weight");
+    let waiting = Limiter::connect(&lagging).await.unwrap();
+    for round in 0..ROUNDS {
+        let name = format!("s{round}");
+        let sem = holding.semaphore(&name, 10).await.unwrap();
+        let mut holder = take(&sem, 8).await;
+        let other = waiting.open_semaphore(&name).await.unwrap();
+        let waiter =
+            tokio::spawn(async move { other.acquire_with(AcquireOptions::new().permits(5)).await });
+        support::eventually("waiter queued", PROMPT, || async {
+            sem.status().await.is_ok_and(|s| s.waiting == 1)
+        })
+        .await;
+        proxy.lag(Duration::from_millis(100));
+        holder.shrink_to(7).await.unwrap();
+        sem.set_capacity(6).await.unwrap();
+        holder.shrink_to(5).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        proxy.pass();
+        assert!(
+            !waiter.is_finished(),
+            "round {round}: a waiter of 5 granted beside 5 held of 6"
+        );
+        let st = sem.status().await.unwrap();
+        assert_eq!(
+            (st.capacity, st.used, st.waiting),
+            (6, 5, 1),
+            "round {round}: {st:?}"
+        );
+        holder.release().await.unwrap();
+        let p = timeout(PROMPT, waiter)
+            .await
+            .expect("granted after the release");
+        drop(p.unwrap().unwrap());
+    }
+    waiting.close().await.unwrap();
+    holding.close().await.unwrap();
 }
