@@ -150,8 +150,9 @@ impl ZkHarness {
 
 impl Harness for ZkHarness {
     const DEAD_HOLDER_FREED_WITHIN: Duration = Duration::from_secs(SHORT_TTL.as_secs() + 2);
-    // ZooKeeper states a weight in the entry's node name: a shrink is refused there.
-    const SHRINKS_PERMITS: bool = false;
+    // ZooKeeper lowers a held weight in the entry's data (its name keeps the token), on a
+    // fair semaphore too (the waiters' views grant).
+    const SHRINKS_FAIR_PERMITS: bool = true;
 
     async fn start() -> Self {
         let cluster = support::ZkCluster::builder()

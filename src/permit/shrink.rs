@@ -10,9 +10,9 @@ impl Permit {
     /// keeping the place in the queue and the [fencing token](Permit::fencing_token). The
     /// weight freed goes to the waiters as a partial release would: in FIFO order, a heavy head
     /// of the queue never passed (on a fair semaphore, by the fair rule). One store request on
-    /// `memory://` and Redis, two on etcd (a read of the entry and a compare-and-put); `permits`
-    /// equal to the weight held sends nothing. ZooKeeper refuses with `InvalidArgument` (see
-    /// docs/semaphores.md).
+    /// `memory://`, Redis and ZooKeeper (a conditional write of the entry's data), two on etcd
+    /// (a read of the entry and a compare-and-put); `permits` equal to the weight held sends
+    /// nothing (see docs/semaphores.md).
     ///
     /// Errors: `InvalidArgument` for 0 or more than the weight held (nothing sent);
     /// `SessionLost` once the permit is [lost](Permit::lost) (nothing changes); `Closed`

@@ -120,9 +120,8 @@ pub trait Harness: Sized {
     /// checks instead that it refuses with `InvalidArgument` and changes nothing.
     const SHRINKS_PERMITS: bool = true;
 
-    /// Whether the store lowers a held weight on a fair semaphore too (the crate's stores do,
-    /// but ZooKeeper, which refuses every shrink); `false`, the default: the fair contract
-    /// checks that it refuses clearly.
+    /// Whether the store lowers a held weight on a fair semaphore too (every store of the
+    /// crate does); `false`, the default: the fair contract checks that it refuses clearly.
     const SHRINKS_FAIR_PERMITS: bool = false;
 
     /// A fresh, empty store for one test.

@@ -37,5 +37,7 @@ mod zk_faults;
 mod zk_harness_smoke;
 #[path = "../zk_rate_store.rs"]
 mod zk_rate_store;
+#[path = "../zk_shrink.rs"]
+mod zk_shrink;
 #[path = "../zk_tls.rs"]
 mod zk_tls;

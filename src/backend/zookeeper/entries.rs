@@ -26,6 +26,8 @@ enum Created {
     Node {
         token: u64,
         node: String,
+        /// The data it was created with (data version 0).
+        data: EntryData,
     },
     /// The connection dropped: the create may or may not have been applied.
     InDoubt,
@@ -93,11 +95,12 @@ impl Permits {
     ) -> Result<Created> {
         let id = id_part(&req.id, req.fair.as_ref());
         let prefix = self.link.paths.entry_prefix(&req.name, req.permits, &id);
-        let data = EntryData {
+        let entry = EntryData {
             owner: req.owner.clone(),
             since_unix_ms: unix_ms_now(),
-        }
-        .encode();
+            permits: None,
+        };
+        let data = entry.encode();
         let options = CreateMode::EphemeralSequential.with_acls(self.link.acls);
         self.link.stats.count(RequestKind::Put);
         lock(&self.link.entries.in_doubt).insert(req.id.clone());
@@ -109,7 +112,11 @@ impl Permits {
                     .map_err(|_| Error::store("ZooKeeper returned a negative sequence number"))?
                     + 1;
                 let node = EntryName::node(req.permits, &id, token);
-                Ok(Created::Node { token, node })
+                Ok(Created::Node {
+                    token,
+                    node,
+                    data: entry,
+                })
             }
             Ok(Err(e)) if view::is_connection_error(&e) => Ok(Created::InDoubt),
             Ok(Err(zk::Error::NoNode)) => {
@@ -128,19 +135,20 @@ impl Permits {
     }
 
     /// Creates `req`'s node, retrying across reconnects; a create whose reply was lost is found
-    /// again in the view by its request id. Returns `(token, node)`.
+    /// again in the view by its request id. Returns `(token, node, the data it was created with
+    /// when known)`: a node found again may be of an earlier attempt, whose data differs.
     async fn create_entry(
         &self,
         session: &ZkSession,
         view: &SemView,
         req: &EntryRequest,
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, String, Option<EntryData>)> {
         let client = session.client()?;
         let deadline = Attempts::new(self.link.config.request_timeout).deadline();
         loop {
             let snapshots = view.snapshots();
             match self.create_once(&client, req, deadline).await? {
-                Created::Node { token, node } => return Ok((token, node)),
+                Created::Node { token, node, data } => return Ok((token, node, Some(data))),
                 Created::InDoubt => {
                     tracing::debug!(semaphore = %req.name, id = %req.id, "create reply lost; looking for the node after the reconnect");
                     // A snapshot taken after the loss shows the node if the create was applied.
@@ -151,9 +159,9 @@ impl Permits {
                     if !resynced {
                         return Err(Error::store("ZooKeeper connection lost during the create"));
                     }
-                    if let Some(found) = view.find(&req.id) {
+                    if let Some((token, node)) = view.find(&req.id) {
                         lock(&self.link.entries.in_doubt).remove(&req.id);
-                        return Ok(found);
+                        return Ok((token, node, None));
                     }
                 }
             }
@@ -171,7 +179,7 @@ impl Permits {
         }
         // Refused before anything is queued: flows on a plain semaphore, an unknown class.
         check_fair(req, &view.fair())?;
-        let (token, node) = match self.create_entry(&session, &view, req).await {
+        let (token, node, data) = match self.create_entry(&session, &view, req).await {
             Ok(created) => created,
             Err(e) => {
                 self.abandon_in_doubt(&view, req);
@@ -184,6 +192,7 @@ impl Permits {
             LiveEntry {
                 node: node.clone(),
                 lost: lost.clone(),
+                data: data.map(|d| (d, 0)),
             },
         );
         // A create retried after a lost reply may have applied twice, the first one late. A

@@ -6,6 +6,9 @@
 //!   `view.rs`), and ZooKeeper delivers that watch's events before the create's reply, so the
 //!   local view knows the whole queue ahead of the new entry without a read.
 //! * Release: one delete.
+//! * Shrink (`Permit::shrink_to`): one `setData` of the entry's data, which then states the
+//!   lowered weight (the name keeps the weight it was created with, so token and place stay;
+//!   see `shrink.rs`); each watching process reads the entry's data with the capacity once.
 //! * Waiting: no request at all. A release costs one delete plus one watch event per watching
 //!   process; nobody re-reads, nobody watches "the node N places ahead".
 //! * A create whose reply was lost (connection dropped) is found again by its request id in the
@@ -45,6 +48,7 @@ mod calls;
 mod config;
 mod connect;
 mod entries;
+mod entry_weights;
 mod fair_grants;
 mod fair_record;
 mod nodes;
@@ -53,6 +57,7 @@ mod scan;
 mod semaphore;
 mod semaphore_fair;
 mod session;
+mod shrink;
 mod sweep_state;
 mod sweeper;
 mod tls;
@@ -157,6 +162,10 @@ impl Backend for ZkBackend {
 
     async fn remove(&self, name: &str, id: &str) -> Result<()> {
         self.permits.remove(name, id).await
+    }
+
+    async fn shrink_entry(&self, name: &str, id: &str, permits: u32) -> Result<u32> {
+        shrink::shrink_entry(&self.link, name, id, permits).await
     }
 
     async fn status(&self, name: &str) -> Result<Status> {

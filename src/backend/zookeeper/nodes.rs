@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! <root>/s/<name>                          {"capacity":N,"floor":F}  (persistent)
-//! <root>/s/<name>/<permits>-<id>-<seq>     {"owner":"…","since_unix_ms":T}  (ephemeral sequential)
+//! <root>/s/<name>/<permits>-<id>-<seq>     {"owner":"…","since_unix_ms":T[,"permits":P]}  (ephemeral sequential)
 //! <root>/s/<name>/fair                     {"classes":"…","granted":[tokens]}  (persistent, fair only)
 //! <root>/s/<name>/<permits>-<id>.<weight>.<class>.<flow>-<seq>   an entry of a fair semaphore
 //! ```
@@ -23,7 +23,13 @@
 //!   [`crate::queue`] requires.
 //! * `<id>` is the request id (32 hex digits, chosen before the first attempt): a create whose
 //!   reply was lost is found again by it after a reconnect, and never created twice.
-//! * `<permits>` is in the name so that a child listing alone decides who holds.
+//! * `<permits>` is in the name so that a child listing alone decides who holds. A held entry
+//!   whose weight was lowered (`Permit::shrink_to`, see `shrink.rs`) keeps its name (so its
+//!   sequence, token and place stay) and states the lowered weight `P` in its data: every
+//!   reader takes the lower of the two ([`EntryData::weight`]). An entry without `permits` in
+//!   its data (all of them before shrinks existed) weighs what its name says. A build that
+//!   predates shrinks ignores the field and counts the name's weight: it over-counts a shrunk
+//!   entry, so it may grant later than it could, never more than the capacity.
 //!
 //! Names are validated to `[A-Za-z0-9._-]` and ids are hex, so a name never reaches outside
 //! its parent.
@@ -223,9 +229,26 @@ impl EntryName {
 pub(super) struct EntryData {
     pub owner: String,
     pub since_unix_ms: u64,
+    /// The weight the entry was lowered to, if it was (absent: the name's weight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
 }
 
 impl EntryData {
+    /// The entry's weight, its name stating `named`: the lowered weight when one is stored
+    /// and lower (data never raises a weight; a stored 0 is not ours and ignored).
+    pub(super) fn weight(&self, named: u32) -> u32 {
+        self.permits
+            .filter(|&p| p > 0)
+            .map_or(named, |p| p.min(named))
+    }
+
+    /// The weight of an entry named with `named` whose data is `raw` (unreadable data: the
+    /// name's weight).
+    pub(super) fn weight_of(raw: &[u8], named: u32) -> u32 {
+        EntryData::parse(raw).map_or(named, |d| d.weight(named))
+    }
+
     pub(super) fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
@@ -285,6 +308,38 @@ mod tests {
         // Unreadable tags are the default flow, never a refusal to count the entry.
         let e = EntryName::parse("2-x.zz.%G1.f-0000000003").unwrap();
         assert_eq!((e.permits, e.tag), (2, Some(FairTag::default())));
+    }
+
+    #[test]
+    fn a_lowered_weight_is_read_from_the_data() {
+        let mut d = EntryData {
+            owner: "o".into(),
+            since_unix_ms: 1,
+            permits: None,
+        };
+        // Written before shrinks existed (no field): the name's weight, and no field written.
+        assert_eq!(d.weight(8), 8);
+        assert!(!String::from_utf8_lossy(&d.encode()).contains("permits"));
+        assert_eq!(
+            EntryData::weight_of(br#"{"owner":"o","since_unix_ms":1}"#, 8),
+            8
+        );
+        d.permits = Some(5);
+        assert_eq!(EntryData::weight_of(&d.encode(), 8), 5);
+        // Never raised, 0 ignored, unreadable data is the name's weight.
+        assert_eq!(d.weight(3), 3);
+        d.permits = Some(0);
+        assert_eq!(d.weight(8), 8);
+        assert_eq!(EntryData::weight_of(b"junk", 8), 8);
+        // What a build before shrinks reads of a shrunk entry: its owner and time, unchanged.
+        #[derive(serde::Deserialize)]
+        struct Older {
+            owner: String,
+            since_unix_ms: u64,
+        }
+        let older: Older =
+            serde_json::from_slice(br#"{"owner":"o","since_unix_ms":1,"permits":5}"#).unwrap();
+        assert_eq!((older.owner.as_str(), older.since_unix_ms), ("o", 1));
     }
 
     #[test]

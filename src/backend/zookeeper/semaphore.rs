@@ -3,6 +3,7 @@
 //! it reads and writes through the link, and learns from the session's views.
 
 use super::calls::{is_zk, not_found_as, Link};
+use super::entry_weights;
 use super::nodes::{EntryData, EntryName};
 use super::semaphore_fair::{open_fair, read_fair};
 use crate::backend::capacity::CapValue;
@@ -18,6 +19,9 @@ use zookeeper_client::{self as zk, CreateMode};
 
 /// The longest a shrink waits for this session's view to apply it before raising its floor.
 const RAISE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Each entry's data and stat, as `entry_weights::read` gives them (`None`: gone).
+type EntryRows = Vec<Option<(Vec<u8>, zk::Stat)>>;
 
 /// The semaphores of a backend: their nodes, capacities, statuses and names.
 pub(super) struct Semaphores {
@@ -105,16 +109,26 @@ impl Semaphores {
         open_fair(&self.link, name, capacity, classes).await
     }
 
-    /// The semaphore's holders and waiters: its queue, its capacity, and the owners of its
-    /// entries in one multi-read. On a fair semaphore the record is read first (a mark always
-    /// refers to an entry created before it), and the marked entries hold.
+    /// The semaphore's holders and waiters: its queue, then its entries' data (owners, lowered
+    /// weights) with its capacity in one multi-read (`entry_weights.rs`). On a fair semaphore
+    /// the record is read first (a mark always refers to an entry created before it), and the
+    /// marked entries hold.
     pub(super) async fn status(&self, name: &str) -> Result<Status> {
         let session = self.link.session().await?;
         let client = session.client()?;
         let fair = read_fair(&self.link, &client, name).await?;
-        // The queue first, then the capacity: never a capacity older than the queue.
-        let (entries, nodes) = self.read_queue(&client, name).await?;
-        let (cap, _) = self.read_capacity(&client, name).await?;
+        let (mut entries, nodes) = self.read_queue(&client, name).await?;
+        let node = |token: u64| nodes.get(&token).map(String::as_str).unwrap_or_default();
+        let paths: Vec<String> = entries
+            .iter()
+            .map(|e| self.link.paths.entry(name, node(e.token)))
+            .collect();
+        let (data, cap) = self.read_entries(&client, name, &paths).await?;
+        for (e, d) in entries.iter_mut().zip(&data) {
+            if let Some((raw, _)) = d {
+                e.permits = EntryData::weight_of(raw, e.permits);
+            }
+        }
         let n = queue::holders(entries.iter().copied(), cap.capacity, cap.floor);
         let holds = |i: usize, token: u64| match &fair {
             Some(f) => f.marks.contains(&token),
@@ -124,24 +138,11 @@ impl Semaphores {
             .as_ref()
             .and_then(|f| f.classes.name(0))
             .unwrap_or_default();
-        // Owners of the holders and waiters, in one multi-read.
-        let mut reader = client.new_multi_reader();
-        for e in &entries {
-            let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
-            reader
-                .add_get_data(&self.link.paths.entry(name, node))
-                .map_err(Error::store)?;
-        }
-        let data = if entries.is_empty() {
-            Vec::new()
-        } else {
-            self.link.call(RequestKind::Range, reader.commit()).await?
-        };
         let mut holders = Vec::with_capacity(n);
         let mut waiters = Vec::with_capacity(entries.len().saturating_sub(n));
         for (i, (e, d)) in entries.iter().zip(data).enumerate() {
             // An entry released or withdrawn since the listing is no longer there.
-            let zk::MultiReadResult::Data { data, stat } = d else {
+            let Some((data, stat)) = d else {
                 continue;
             };
             let v = EntryData::parse(&data);
@@ -153,8 +154,7 @@ impl Semaphores {
                     .map_or(u64::try_from(stat.ctime).unwrap_or(0), |v| v.since_unix_ms),
             );
             if fair.is_some() {
-                let node = nodes.get(&e.token).map(String::as_str).unwrap_or_default();
-                let tag = EntryName::parse(node)
+                let tag = EntryName::parse(node(e.token))
                     .and_then(|n| n.tag)
                     .unwrap_or_default();
                 row = row.in_flow(&tag.flow, tag.class.as_deref().unwrap_or(first));
@@ -170,6 +170,29 @@ impl Semaphores {
             Some(f) => status.with_classes(&f.classes),
             None => status,
         })
+    }
+
+    /// The data of the entries at `paths` (each `None` if gone) and then the capacity, read at
+    /// once (bounded by the request timeout).
+    async fn read_entries(
+        &self,
+        client: &zk::Client,
+        name: &str,
+        paths: &[String],
+    ) -> Result<(EntryRows, CapValue)> {
+        let path = self.link.paths.semaphore(name);
+        let read = entry_weights::read(client, &self.link.stats, &path, paths);
+        let read = match tokio::time::timeout(self.link.config.request_timeout, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => return Err(self.link.map_error(e)),
+            Err(_) => return Err(Error::store("ZooKeeper did not answer in time")),
+        };
+        let Some((data, _)) = read.capacity else {
+            return Err(Error::NotFound(name.to_string()));
+        };
+        let cap = CapValue::parse(&data)
+            .ok_or_else(|| Error::store(format!("unreadable capacity at {path}")))?;
+        Ok((read.entries, cap))
     }
 
     /// Changes the capacity for every client; shrinking keeps current holders.
@@ -293,7 +316,9 @@ impl Semaphores {
         Ok(names)
     }
 
-    /// Reads the semaphore's children: `(entries in order, node names by token)`.
+    /// Reads the semaphore's children: `(entries in order, node names by token)`, each entry
+    /// with its name's weight. A shrink may have lowered one since (in its data): a floor
+    /// computed from these weights is then lower than exact, which is safe (see `resize`).
     async fn read_queue(
         &self,
         client: &zk::Client,

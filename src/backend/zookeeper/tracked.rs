@@ -1,7 +1,7 @@
 //! This Limiter's queue entries, by request id (live, in doubt, abandoned), and what the
 //! views' events mean for them: a node of ours deleted behind our back, a node nobody owns.
 
-use super::nodes::EntryName;
+use super::nodes::{EntryData, EntryName};
 use super::view::EntryEvents;
 use crate::backend::lock;
 use crate::lost::LostSignal;
@@ -23,6 +23,9 @@ pub(super) struct Entries {
 pub(super) struct LiveEntry {
     pub(super) node: String,
     pub(super) lost: LostSignal,
+    /// The node's data as last written by us, and its data version (`None`: not known, read
+    /// it first): lets a shrink be one conditional `setData`.
+    pub(super) data: Option<(EntryData, i32)>,
 }
 
 pub(super) type Reaper = Arc<dyn Fn(String) + Send + Sync>;

@@ -23,15 +23,23 @@
 //!   only ever sends the old `SetWatches` lists), and even re-registered ones lose the events of
 //!   the disconnected time (ZOOKEEPER-4698).
 //! * An entry is decided only once the view has seen its creation (`seen > token`).
+//! * An entry's weight is its name's, or lower once a shrink stored a lower one in its data
+//!   (`shrink.rs`). The snapshot reads every entry's data with the capacity (one multi-read,
+//!   `entry_weights.rs`), and each data change event of an entry reads that entry's data and
+//!   the capacity again (one multi-read): a weight is only ever combined with a capacity of
+//!   the same point or newer, since a lowered weight with a capacity older than it could grant
+//!   past a capacity lowered in between. The queue may be older than both: it only ever holds
+//!   entries that have left since, which blocks waiters, never grants them.
 //! * A fair semaphore's record (`<name>/fair`) is read first in a snapshot (before the listing
 //!   it is combined with), and again for each of its creation or data-change events, in order
 //!   with the queue's events; such a read may be ahead of the queue applied so far, and then
 //!   decides no grant until the queue has caught up (`fair_record.rs`). Each change of the view
 //!   that makes the fair rule grant one of its waiters hands the grant to its `Granter`.
 
+use super::entry_weights;
 use super::fair_grants::Granter;
 use super::fair_record::{Fair, FairState, GrantPlan};
-use super::nodes::EntryName;
+use super::nodes::{EntryData, EntryName};
 use super::view_queue::{install_capacity, note_shrink, Queue};
 use crate::backend::capacity::CapValue;
 use crate::backend::waiters::{WaitOutcome, Waiters};
@@ -92,7 +100,8 @@ const RESYNC_PAUSE: Duration = Duration::from_millis(100);
 const RESYNC_MAX_PAUSE: Duration = Duration::from_secs(2);
 
 impl SemView {
-    /// Sets up the watch, reads the first snapshot (3 requests) and starts the task. Returns
+    /// Sets up the watch, reads the first snapshot (3 requests: the fair record, the listing,
+    /// the entries' data with the capacity) and starts the task. Returns
     /// the view even when the semaphore does not exist (then `capacity()` is `None`).
     pub(super) async fn start(
         cfg: ViewConfig,
@@ -363,8 +372,33 @@ impl SemView {
                 }
                 cfg.events.vanished(node);
             }
+            EventType::NodeDataChanged => self.apply_weight(cfg, node, &entry).await,
             _ => {}
         }
+    }
+
+    /// Applies a data change of entry `node` (a shrink): reads its data and the capacity at
+    /// once and installs both (a weight only falls; a capacity only if newer). The capacity
+    /// read here may be ahead of the queue: no exact floor is noted from it.
+    async fn apply_weight(&self, cfg: &ViewConfig, node: &str, entry: &EntryName) {
+        let path = format!("{}/{node}", cfg.path);
+        let read = entry_weights::read(&cfg.client, &cfg.stats, &cfg.path, &[path]).await;
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(semaphore = %cfg.name, error = %e, "reading a lowered weight failed; reading a snapshot");
+                self.resync_until_done(cfg).await;
+                return;
+            }
+        };
+        let mut st = self.lock();
+        if let Some(Some((data, _))) = read.entries.first() {
+            let weight = EntryData::weight_of(data, entry.permits);
+            st.queue.lower(entry.token(), node, weight);
+        }
+        let cap = read.capacity.map(|(data, v)| (CapValue::parse(&data), v));
+        install_capacity(&mut st.queue, cap);
+        self.publish(&mut st);
     }
 
     /// Reads the fair record: `None` if there is none.
@@ -439,21 +473,31 @@ impl SemView {
             Err(zk::Error::NoNode) => Vec::new(),
             Err(e) => return Err(e),
         };
-        let cap = self.fetch_capacity(cfg).await?;
+        let named: Vec<(&String, EntryName)> = children
+            .iter()
+            .filter_map(|node| Some((node, EntryName::parse(node)?)))
+            .collect();
+        let paths: Vec<String> = named
+            .iter()
+            .map(|(node, _)| format!("{}/{node}", cfg.path))
+            .collect();
+        // Every entry's data (lowered weights) with the capacity, after the listing.
+        let read = entry_weights::read(&cfg.client, &cfg.stats, &cfg.path, &paths).await?;
+        let cap = read.capacity.map(|(data, v)| (CapValue::parse(&data), v));
         let mut appeared = Vec::new();
         {
             let mut st = self.lock();
             let q = &mut st.queue;
             let before = std::mem::take(&mut q.entries);
-            for node in &children {
-                if let Some(e) = EntryName::parse(node) {
-                    let token = e.token();
-                    if !before.contains_key(&token) {
-                        appeared.push(node.clone());
-                    }
-                    q.seen = q.seen.max(token + 1);
-                    q.insert(node, e);
+            for ((node, e), data) in named.into_iter().zip(read.entries) {
+                let token = e.token();
+                if !before.contains_key(&token) {
+                    appeared.push(node.clone());
                 }
+                q.seen = q.seen.max(token + 1);
+                let weight = data.map_or(e.permits, |(d, _)| EntryData::weight_of(&d, e.permits));
+                q.insert(node, e);
+                q.lower(token, node, weight);
             }
             q.fair = after_read(&q.fair, fair);
             install_capacity(q, cap);

@@ -10,9 +10,10 @@ use crate::fair::FairTag;
 use crate::queue;
 use std::collections::BTreeMap;
 
-/// One queue entry as its node name tells it.
+/// One queue entry as its node name tells it, with its weight lowered as its data says.
 #[derive(Debug, Clone)]
 pub(super) struct Queued {
+    /// The weight: the name's, or lower once a shrink's data was read (it never rises).
     pub permits: u32,
     pub id: String,
     pub node: String,
@@ -50,6 +51,14 @@ impl Queue {
                 tag: e.tag,
             },
         );
+    }
+
+    /// Lowers the weight of entry `token` (named `node`) to `weight` if that is lower: read
+    /// from its data (see `entry_weights.rs` for what it may be combined with).
+    pub(super) fn lower(&mut self, token: u64, node: &str, weight: u32) {
+        if let Some(e) = self.entries.get_mut(&token).filter(|e| e.node == node) {
+            e.permits = e.permits.min(weight);
+        }
     }
 
     /// The grant the fair rule makes on this view (without entry `without`: a release writes
