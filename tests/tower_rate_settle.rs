@@ -8,7 +8,10 @@
 use crate::support;
 
 use axum::http::{Request, Response, StatusCode};
-use clusterlimit::tower::{ClusterRateLimitLayer, NoResponse, OnNoResponse, RateLimitError};
+use clusterlimit::tower::{
+    ClusterRateLimitLayer, HttpResponses, NoClass, NoRateFlow, NoResponse, OnNoResponse,
+    RateLimitError,
+};
 use clusterlimit::{Algorithm, Limiter, Quota, RateLimit, StoreDownPolicy};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,17 +92,18 @@ fn usage_of(res: &Res) -> Option<u64> {
     res.headers().get("x-usage")?.to_str().ok()?.parse().ok()
 }
 
-/// The layer under test on `rl`: estimate from `x-estimate`, settled from `x-usage`.
-fn layer(
-    rl: &RateLimit,
-) -> ClusterRateLimitLayer<
+/// The layer of these tests: key, estimate and real cost read by plain functions.
+type SettleLayer = ClusterRateLimitLayer<
     fn(&Req) -> String,
     fn(&Req) -> u64,
-    clusterlimit::tower::HttpResponses,
-    clusterlimit::tower::NoClass,
-    clusterlimit::tower::NoRateFlow,
+    HttpResponses,
+    NoClass,
+    NoRateFlow,
     fn(&Res) -> Option<u64>,
-> {
+>;
+
+/// The layer under test on `rl`: estimate from `x-estimate`, settled from `x-usage`.
+fn layer(rl: &RateLimit) -> SettleLayer {
     ClusterRateLimitLayer::new(rl.clone(), key_of as fn(&Req) -> String)
         .cost(estimate_of as fn(&Req) -> u64)
         .settle(usage_of as fn(&Res) -> Option<u64>)

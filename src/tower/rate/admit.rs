@@ -36,7 +36,7 @@ pub(crate) struct Policy {
 pub(crate) enum Admission {
     /// Run it; the decision if it was checked, the fields to add to its response, and its
     /// reservation if it is to be settled.
-    Pass(Option<RateLimitInfo>, Fields, Option<Unsettled>),
+    Pass(Option<RateLimitInfo>, Fields, Option<Box<Unsettled>>),
     /// Do not run it.
     Reject(RateLimitError<Infallible>, Fields),
 }
@@ -179,19 +179,19 @@ impl Policy {
         key: &str,
         estimate: u64,
         guarded: &GuardedDecision,
-    ) -> Option<Unsettled> {
+    ) -> Option<Box<Unsettled>> {
         if guarded.source != DecisionSource::Store {
             return None;
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let reservation = opening.decided(&self.limit, key, estimate, guarded.decision);
-        Some(Unsettled::new(
+        Some(Box::new(Unsettled::new(
             reservation,
             self.limit.name(),
             self.on_no_response.clone(),
             self.settle_counts.clone(),
             runtime,
-        ))
+        )))
     }
 
     /// [`StoreDownGuard::wait_with`] up to the options' budget, keeping the last denial for

@@ -57,23 +57,27 @@ pin_project_lite::pin_project! {
         },
         // Admitted; waiting for the fresh clone to be ready.
         Readying {
-            // Both `Some` until the clone is ready.
+            // All `Some` until the clone is ready.
             inner: Option<S>,
             req: Option<Req>,
-            info: Option<RateLimitInfo>,
-            fields: Fields,
-            unsettled: Option<Unsettled>,
+            admitted: Option<Admitted>,
         },
         Running {
             #[pin]
             call: S::Future,
-            info: Option<RateLimitInfo>,
-            fields: Fields,
-            // Settled when the call ends, or when dropped with this state (cancelled).
-            unsettled: Option<Unsettled>,
+            // `Some` until the call ends; its reservation is settled when dropped with it.
+            admitted: Option<Admitted>,
         },
         Done,
     }
+}
+
+/// What an admitted request carries to its response: the decision, the fields to add, and its
+/// reservation if it is to be settled.
+struct Admitted {
+    info: Option<RateLimitInfo>,
+    fields: Fields,
+    unsettled: Option<Box<Unsettled>>,
 }
 
 impl<S: Service<Req> + Clone, Req, M, X> RateLimitFuture<S, Req, M, X> {
@@ -125,13 +129,18 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let settle: &X = this.settle;
         loop {
             match this.state.as_mut().project() {
                 StateProj::Admitting { admitting, unready } => {
-                    let (info, fields, unsettled, mut inner, req) = match ready!(admitting.poll(cx))
-                    {
+                    let (admitted, mut inner, req) = match ready!(admitting.poll(cx)) {
                         (Admission::Pass(info, fields, unsettled), Some((inner, req))) => {
-                            (info, fields, unsettled, inner, req)
+                            let admitted = Admitted {
+                                info,
+                                fields,
+                                unsettled,
+                            };
+                            (Some(admitted), inner, req)
                         }
                         (Admission::Reject(rejection, fields), _) => {
                             this.state.set(State::Done);
@@ -144,29 +153,21 @@ where
                         }
                     };
                     if *unready {
+                        let (inner, req) = (Some(inner), Some(req));
                         this.state.set(State::Readying {
-                            inner: Some(inner),
-                            req: Some(req),
-                            info,
-                            fields,
-                            unsettled,
+                            inner,
+                            req,
+                            admitted,
                         });
                         continue;
                     }
                     let call = inner.call(req);
-                    this.state.set(State::Running {
-                        call,
-                        info,
-                        fields,
-                        unsettled,
-                    });
+                    this.state.set(State::Running { call, admitted });
                 }
                 StateProj::Readying {
                     inner,
                     req,
-                    info,
-                    fields,
-                    unsettled,
+                    admitted,
                 } => {
                     let Some(service) = inner.as_mut() else {
                         // Not reachable: taken only below, right before leaving this state.
@@ -174,51 +175,60 @@ where
                         return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
                     };
                     if let Err(e) = ready!(service.poll_ready(cx)) {
-                        if let Some(u) = unsettled.take() {
-                            u.failed(this.settle.error(&e));
-                        }
+                        let admitted = admitted.take();
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(M::service_error(e)));
+                        return Poll::Ready(finish::<_, _, M, _>(Err(e), admitted, settle));
                     }
                     let (Some(mut service), Some(req)) = (inner.take(), req.take()) else {
                         this.state.set(State::Done);
                         return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()));
                     };
-                    let (info, fields) = (info.take(), std::mem::take(fields));
-                    let unsettled = unsettled.take();
+                    let admitted = admitted.take();
                     let call = service.call(req);
-                    this.state.set(State::Running {
-                        call,
-                        info,
-                        fields,
-                        unsettled,
-                    });
+                    this.state.set(State::Running { call, admitted });
                 }
-                StateProj::Running {
-                    call,
-                    info,
-                    fields,
-                    unsettled,
-                } => {
+                StateProj::Running { call, admitted } => {
                     let output = ready!(call.poll(cx));
-                    let (info, fields) = (info.take(), std::mem::take(fields));
-                    // Settled before the response goes out, but a store write only spawned.
-                    match (unsettled.take(), &output) {
-                        (Some(u), Ok(res)) => u.answered(this.settle.actual(res)),
-                        (Some(u), Err(e)) => u.failed(this.settle.error(e)),
-                        (None, _) => {}
-                    }
+                    let admitted = admitted.take();
                     this.state.set(State::Done);
-                    return Poll::Ready(match output {
-                        Ok(res) => Ok(M::admitted(res, info, fields)),
-                        Err(e) => Err(M::service_error(e)),
-                    });
+                    return Poll::Ready(finish::<_, _, M, _>(output, admitted, settle));
                 }
                 StateProj::Done => {
                     return Poll::Ready(M::rejected(polled_after_completion(), Vec::new()))
                 }
             }
         }
+    }
+}
+
+/// The answer to an admitted request whose inner service ended with `output`, its reservation
+/// settled first (a store write only spawned: the answer does not wait for it).
+fn finish<Res, E, M, X>(
+    output: Result<Res, E>,
+    admitted: Option<Admitted>,
+    settle: &X,
+) -> Result<Res, M::Error>
+where
+    M: Respond<Res, E>,
+    X: SettleFn<Res, E>,
+{
+    let Some(Admitted {
+        info,
+        fields,
+        unsettled,
+    }) = admitted
+    else {
+        // Not reachable: taken only when the call ends.
+        return M::rejected(polled_after_completion(), Vec::new());
+    };
+    match (unsettled, &output) {
+        (Some(u), Ok(res)) => u.answered(settle.actual(res)),
+        (Some(u), Err(e)) => u.failed(settle.error(e)),
+        (None, _) => {}
+    }
+    match output {
+        Ok(res) => Ok(M::admitted(res, info, fields)),
+        Err(e) => Err(M::service_error(e)),
     }
 }
 
