@@ -426,3 +426,93 @@ async fn a_store_down_answer_settles_nothing() {
     sleep(Duration::from_millis(200)).await;
     assert_eq!(layer.settle_stats(), Default::default());
 }
+
+/// The response does not wait for its settlement: with etcd hung (SIGSTOP) while the inner
+/// service runs, the response still comes back at once; the settlement lands once etcd
+/// answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_response_does_not_wait_for_the_settlement() {
+    let cluster = Arc::new(std::sync::Mutex::new(EtcdCluster::single()));
+    let url = cluster.lock().unwrap().url("settle-latency");
+    let limiter = Limiter::builder(&url)
+        .request_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let rl = limiter.rate_limit("tokens", quota()).await.unwrap();
+    let layer = layer(&rl);
+    let hang = cluster.clone();
+    let svc = layer.layer(service_fn(move |_req: Req| {
+        hang.lock().unwrap().pause(0);
+        let mut res = Response::new("ok".to_string());
+        res.headers_mut().insert("x-usage", 10.into());
+        async { Ok::<_, io::Error>(res) }
+    }));
+    let started = Instant::now();
+    let res = send(&svc, request("t1", 40, &[])).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        took < Duration::from_millis(500),
+        "the response took {took:?}"
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        layer.settle_stats().settled,
+        0,
+        "etcd is hung: not settled yet"
+    );
+    cluster.lock().unwrap().resume(0);
+    settled(|| layer.settle_stats(), 1).await;
+    assert_eq!(layer.settle_stats().failed, 0);
+    assert_remaining(&rl, "t1", 90, "etcd").await;
+    eprintln!("response with etcd hung after admission: {took:?}");
+}
+
+/// What settling costs the caller on etcd: response latency of a settled request (estimate
+/// 2, real cost 1: a store write each) beside a plain check of 1, 60 requests each, one
+/// after another (printed; bounded loosely).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_adds_no_latency_beside_a_check() {
+    let (_keep, rl) = {
+        let cluster = EtcdCluster::single();
+        let limiter = Limiter::connect(&cluster.url("settle-cost")).await.unwrap();
+        let rl = limiter
+            .rate_limit("tokens", Quota::new(1_000, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        ((cluster, limiter), rl)
+    };
+    let settling = layer(&rl);
+    let plain = ClusterRateLimitLayer::new(rl.clone(), key_of as fn(&Req) -> String);
+    let up = || upstream(Arc::default(), Arc::default());
+    let (settled_svc, plain_svc) = (settling.layer(up()), plain.layer(up()));
+    let mut times = [Vec::new(), Vec::new()];
+    for i in 0..60 {
+        let started = Instant::now();
+        let res = send(&settled_svc, request("a", 2, &[("x-use", "1")]))
+            .await
+            .unwrap();
+        times[0].push(started.elapsed());
+        assert_eq!(res.status(), StatusCode::OK, "request {i}");
+        let started = Instant::now();
+        let res = send(&plain_svc, request("b", 1, &[])).await.unwrap();
+        times[1].push(started.elapsed());
+        assert_eq!(res.status(), StatusCode::OK, "request {i}");
+    }
+    settled(|| settling.settle_stats(), 60).await;
+    assert_eq!(settling.settle_stats().failed, 0);
+    assert_remaining(&rl, "a", 940, "etcd").await;
+    let [mut s, mut p] = times;
+    s.sort();
+    p.sort();
+    let (sp50, pp50) = (s[30], p[30]);
+    eprintln!(
+        "etcd, 60 sequential requests: settled p50 {sp50:?} p99 {:?}; plain check p50 {pp50:?} p99 {:?}",
+        s[59], p[59]
+    );
+    assert!(
+        sp50 < pp50 * 3 + Duration::from_millis(20),
+        "settled p50 {sp50:?}, plain {pp50:?}"
+    );
+}
