@@ -383,10 +383,42 @@ async fn a_denied_reservation_is_a_429_and_an_estimate_of_0_a_peek() {
     }
 }
 
+/// The library's log lines at warn and above, captured once per test process (nextest runs
+/// each test in its own process; under `cargo test` the first test to ask installs it).
+fn warnings() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("clusterlimit=warn")
+            .with_ansi(false)
+            .with_target(false)
+            .with_writer(move || LogSink(sink.clone()))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A settlement the store refuses (a cost above the most one charge may move a key by) is
-/// counted as failed and leaves the estimate taken; the response is not held back by it.
+/// counted as failed, logged in words (which limit, which key, what it leaves behind), and
+/// leaves the estimate taken; the response is not held back by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_settlement_is_counted_and_keeps_the_estimate() {
+async fn a_failed_settlement_is_counted_and_logged_and_keeps_the_estimate() {
+    let logs = warnings();
     let (rls, _etcd) = stores("settle-failed").await;
     let huge = (clusterlimit::MAX_CHARGE + 100).to_string();
     for (store, rl) in &rls {
@@ -399,6 +431,23 @@ async fn a_failed_settlement_is_counted_and_keeps_the_estimate() {
         settled(|| layer.settle_stats(), 1).await;
         assert_eq!(layer.settle_stats().failed, 1, "{store}");
         assert_remaining(rl, "t1", 60, store).await;
+    }
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("settling")).collect();
+    assert_eq!(lines.len(), 2, "one warning per failure:\n{text}");
+    for line in lines {
+        for words in [
+            "WARN",
+            "limit=\"tokens\"",
+            "key=\"t1\"",
+            "estimate=40",
+            "is not charged",
+        ] {
+            assert!(line.contains(words), "{words:?} missing from:\n{line}");
+        }
+        for dump in ["Error(", "Some(", "::", "{ "] {
+            assert!(!line.contains(dump), "a debug dump ({dump:?}) in:\n{line}");
+        }
     }
 }
 

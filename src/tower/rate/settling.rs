@@ -135,7 +135,7 @@ fn log_failure(limit: &str, key: &str, estimate: u64, actual: u64, e: &crate::er
         key,
         estimate,
         actual,
-        "settling a request's reservation on rate limit {limit:?}, key {key:?}, at {actual} \
-         (estimate {estimate}) failed: {e}; {next}"
+        error = %e,
+        "settling a request's reservation at its real cost failed; {next}"
     );
 }
