@@ -565,3 +565,50 @@ async fn settling_adds_no_latency_beside_a_check() {
         "settled p50 {sp50:?}, plain {pp50:?}"
     );
 }
+
+/// An inner service whose first `poll_ready` succeeds and every later one fails.
+#[derive(Clone)]
+struct ReadyOnce(Arc<AtomicUsize>);
+
+impl Service<Req> for ReadyOnce {
+    type Response = Res;
+    type Error = io::Error;
+    type Future = std::future::Ready<Result<Res, io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(match self.0.fetch_add(1, Ordering::SeqCst) {
+            0 => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "upstream pool closed",
+            )),
+        })
+    }
+
+    fn call(&mut self, _: Req) -> Self::Future {
+        std::future::ready(Ok(Response::new("ok".to_string())))
+    }
+}
+
+/// Wait mode polls a fresh clone ready once admitted: when that fails, the request got no
+/// response and settles as the policy says (here: all given back), with the service's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_fails_to_get_ready_settles_as_the_policy_says() {
+    let (rls, _etcd) = stores("settle-unready").await;
+    for (store, rl) in &rls {
+        let layer = layer(rl)
+            .wait_up_to(Duration::from_millis(100))
+            .on_no_response(OnNoResponse::classify(|why, _| {
+                assert_eq!(
+                    why.error::<io::Error>().map(io::Error::kind),
+                    Some(io::ErrorKind::BrokenPipe)
+                );
+                0
+            }));
+        let svc = layer.layer(ReadyOnce(Arc::default()));
+        let e = send(&svc, request("t1", 40, &[])).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe, "{store}");
+        settled(|| layer.settle_stats(), 1).await;
+        assert_remaining(rl, "t1", 100, store).await;
+    }
+}
