@@ -47,26 +47,55 @@ impl RateLimit {
     ///
     /// Errors as [`check_with`](Self::check_with), and `InvalidArgument` for a time limit of 0.
     pub async fn reserve_with(&self, key: &str, options: CheckOptions) -> Result<Reservation> {
+        let opening = self.open_reservation(&options)?;
+        let decision = self.check_with(key, options.clone()).await?;
+        Ok(opening.decided(self, key, options.cost_of(), decision))
+    }
+
+    /// The start of a reservation as `options` say, to be taken by a check of their cost right
+    /// after (by this handle or a [`StoreDownGuard`](crate::StoreDownGuard)).
+    pub(crate) fn open_reservation(&self, options: &CheckOptions) -> Result<Opening> {
         let within = options.settle_within_of().unwrap_or(DEFAULT_SETTLE_WITHIN);
         if within.is_zero() {
             return Err(Error::invalid(
                 "a reservation's time limit (settle_within) must be longer than 0",
             ));
         }
-        // Taken no earlier than this: a window's refund is given back only if this is in the
-        // window now counting, so an instant too early can only give back less.
-        let taken_at = self.inner().now_ns();
-        let settle_by = Instant::now().checked_add(within);
-        let decision = self.check_with(key, options.clone()).await?;
-        Ok(Reservation {
-            limit: self.clone(),
-            key: key.to_string(),
-            estimate: options.cost_of(),
-            decision,
-            taken_at,
-            settle_by,
-            open: decision.allowed,
+        Ok(Opening {
+            // Taken no earlier than this: a window's refund is given back only if this is in
+            // the window now counting, so an instant too early can only give back less.
+            taken_at: self.inner().now_ns(),
+            settle_by: Instant::now().checked_add(within),
         })
+    }
+}
+
+/// A reservation opened before the check that takes its estimate: when it was taken at the
+/// earliest, and when its time limit ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opening {
+    taken_at: UnixNanos,
+    settle_by: Option<Instant>,
+}
+
+impl Opening {
+    /// The reservation of `estimate` on `key` of `limit`, as the check's `decision` made it.
+    pub(crate) fn decided(
+        self,
+        limit: &RateLimit,
+        key: &str,
+        estimate: u64,
+        decision: Decision,
+    ) -> Reservation {
+        Reservation {
+            limit: limit.clone(),
+            key: key.to_string(),
+            estimate,
+            decision,
+            taken_at: self.taken_at,
+            settle_by: self.settle_by,
+            open: decision.allowed,
+        }
     }
 }
 

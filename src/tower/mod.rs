@@ -163,6 +163,11 @@
 //!   back while it waits, and polls a fresh clone ready once admitted. Nothing is held across the request (a rate limit consumes, it
 //!   does not hold), so a dropped request leaves nothing behind; a check dropped in flight may
 //!   or may not have consumed, one dropped while waiting between checks has not.
+//! * **Costs known from the response** ([`settle`](ClusterRateLimitLayer::settle)): the cost
+//!   is an estimate, reserved before the inner call, and settled at what a closure reads off
+//!   the response (a usage header, an extension): the difference given back, or charged into
+//!   debt. An error or a dropped request settles as [`OnNoResponse`] says. The settlement's
+//!   store write is spawned: the response never waits for it.
 
 mod admitting;
 pub mod concurrency;
@@ -182,6 +187,7 @@ pub use concurrency::{
 };
 pub use rate::{
     key, AsErrors, ClassFn, ClusterRateLimit, ClusterRateLimitLayer, CostFn, HttpResponses,
-    IntoClass, NoClass, NoRateFlow, OnLimit, OnMissingKey, OnePerRequest, RateFlowFn,
-    RateLimitError, RateLimitFuture, RateLimitInfo, Respond, DEFAULT_RATE_STORE_TIMEOUT,
+    IntoActual, IntoClass, NoClass, NoRateFlow, NoResponse, NoResponseFn, NoSettle, OnLimit,
+    OnMissingKey, OnNoResponse, OnePerRequest, RateFlowFn, RateLimitError, RateLimitFuture,
+    RateLimitInfo, Respond, SettleFn, SettleStats, DEFAULT_RATE_STORE_TIMEOUT,
 };

@@ -23,6 +23,10 @@ mod tower_rate_classes;
 #[path = "../tower_rate_flows.rs"]
 #[cfg(feature = "axum")]
 mod tower_rate_flows;
+// `settle`: costs known from the response (memory://, etcd, Redis).
+#[path = "../tower_rate_settle.rs"]
+#[cfg(feature = "axum")]
+mod tower_rate_settle;
 // `flows` on a fair semaphore (memory://).
 #[path = "../tower_fair_layer.rs"]
 mod tower_fair_layer;

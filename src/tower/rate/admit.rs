@@ -3,13 +3,17 @@
 
 use super::error::{RateLimitError, RateLimitInfo};
 use super::options::{OnLimit, OnMissingKey};
+use super::settle::OnNoResponse;
+use super::settling::{SettleCounts, Unsettled};
 use crate::error::Error;
 use crate::rate::headers::{rate_limit_headers, HeaderNames};
 use crate::rate::FlowId;
 use crate::rate_limit::handle::{validate_key, RateLimit};
 use crate::rate_limit::options::CheckOptions;
+use crate::rate_limit::reservation::Opening;
 use crate::store_down::{DecisionSource, GuardedDecision, StoreDownGuard};
 use std::convert::Infallible;
+use std::sync::Arc;
 
 /// Header fields to put on the response: name (lower case, static) and value.
 pub(crate) type Fields = Vec<(&'static str, String)>;
@@ -22,12 +26,17 @@ pub(crate) struct Policy {
     pub(crate) on_limit: OnLimit,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: Option<HeaderNames>,
+    /// Admitted requests are reservations of their cost, settled from the response.
+    pub(crate) reserve: bool,
+    pub(crate) on_no_response: OnNoResponse,
+    pub(crate) settle_counts: Arc<SettleCounts>,
 }
 
 /// What one request gets.
 pub(crate) enum Admission {
-    /// Run it; the decision if it was checked, and the fields to add to its response.
-    Pass(Option<RateLimitInfo>, Fields),
+    /// Run it; the decision if it was checked, the fields to add to its response, and its
+    /// reservation if it is to be settled.
+    Pass(Option<RateLimitInfo>, Fields, Option<Box<Unsettled>>),
     /// Do not run it.
     Reject(RateLimitError<Infallible>, Fields),
 }
@@ -53,8 +62,9 @@ impl Policy {
         asker: (Option<String>, Option<String>),
     ) -> Plan {
         let (class, flow) = asker;
-        // A free request is not checked, so it needs no key either.
-        if cost == 0 {
+        // A free request is not checked, so it needs no key either. Settled, an estimate of 0
+        // is a peek: admitted while the key is not in debt, charged afterwards.
+        if cost == 0 && !self.reserve {
             return Plan::Free;
         }
         let key = match (key, &self.on_missing_key) {
@@ -111,7 +121,7 @@ impl Policy {
     pub(crate) async fn admit(&self, plan: Plan) -> Admission {
         let (key, options) = match plan {
             Plan::Check(key, options) => (key, options),
-            Plan::Free => return Admission::Pass(None, Vec::new()),
+            Plan::Free => return Admission::Pass(None, Vec::new(), None),
             Plan::Refuse(e) => return Admission::Reject(e, Vec::new()),
         };
         // The guard's timeouts and the waits need Tokio's timer: say so instead of panicking.
@@ -121,9 +131,18 @@ impl Policy {
                 Vec::new(),
             );
         }
+        let opening = match self.reserve.then(|| self.limit.open_reservation(&options)) {
+            Some(Err(e)) => return Admission::Reject(RateLimitError::Limiter(e), Vec::new()),
+            Some(Ok(opening)) => Some(opening),
+            None => None,
+        };
+        let estimate = options.cost_of();
         let answer = match self.on_limit {
-            OnLimit::Reject => self.guard.check_with(&self.limit, &key, options).await,
-            OnLimit::WaitUpTo(up_to) => self.wait(&key, options.within(up_to)).await,
+            // A wait needs a cost: an estimate of 0 (a peek) is checked once.
+            OnLimit::WaitUpTo(up_to) if estimate > 0 => {
+                self.wait(&key, options.within(up_to)).await
+            }
+            _ => self.guard.check_with(&self.limit, &key, options).await,
         };
         let guarded = match answer {
             Ok(g) => g,
@@ -137,7 +156,8 @@ impl Policy {
             source: guarded.source,
         };
         if guarded.decision.allowed {
-            Admission::Pass(Some(info), fields)
+            let unsettled = opening.and_then(|o| self.reserved(o, &key, estimate, &guarded));
+            Admission::Pass(Some(info), fields, unsettled)
         } else {
             Admission::Reject(
                 RateLimitError::RateLimited {
@@ -148,6 +168,30 @@ impl Policy {
                 fields,
             )
         }
+    }
+
+    /// The reservation an admitted request holds, opened as `opening`: none when the store did
+    /// not decide (a store-down answer took nothing in the store, so there is nothing there to
+    /// settle). Called within a Tokio runtime (checked by `admit`).
+    fn reserved(
+        &self,
+        opening: Opening,
+        key: &str,
+        estimate: u64,
+        guarded: &GuardedDecision,
+    ) -> Option<Box<Unsettled>> {
+        if guarded.source != DecisionSource::Store {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let reservation = opening.decided(&self.limit, key, estimate, guarded.decision);
+        Some(Box::new(Unsettled::new(
+            reservation,
+            self.limit.name(),
+            self.on_no_response.clone(),
+            self.settle_counts.clone(),
+            runtime,
+        )))
     }
 
     /// [`StoreDownGuard::wait_with`] up to the options' budget, keeping the last denial for

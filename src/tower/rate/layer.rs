@@ -6,7 +6,9 @@ use super::cost::OnePerRequest;
 use super::flow::NoRateFlow;
 use super::options::{OnLimit, OnMissingKey};
 use super::respond::{AsErrors, HttpResponses};
-use super::service::ClusterRateLimit;
+use super::service::{ClusterRateLimit, Parts};
+use super::settle::{NoSettle, OnNoResponse};
+use super::settling::SettleStats;
 use crate::rate::headers::HeaderNames;
 use crate::rate_limit::RateLimit;
 use crate::store_down::{StoreDownGuard, StoreDownPolicy, DEFAULT_GUARD_RETRY_INTERVAL};
@@ -29,7 +31,8 @@ pub const DEFAULT_RATE_STORE_TIMEOUT: Duration = Duration::from_secs(1);
 /// are answered: [`HttpResponses`] (default, `http::Request`/`http::Response` services) or
 /// [`AsErrors`] ([`reject_as_error`](Self::reject_as_error), any other service); `L` its
 /// priority class ([`classes`](Self::classes), default none); `F` its flow
-/// ([`flows`](Self::flows), default none).
+/// ([`flows`](Self::flows), default none); `X` how its real cost is read off the response
+/// ([`settle`](Self::settle), default none: the cost is final).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -65,19 +68,21 @@ pub struct ClusterRateLimitLayer<
     M = HttpResponses,
     L = NoClass,
     F = NoRateFlow,
+    X = NoSettle,
 > {
     policy: Policy,
     key: Arc<K>,
     cost: Arc<C>,
     classes: Arc<L>,
     flows: Arc<F>,
+    settle: Arc<X>,
     store_down: StoreDownPolicy,
     store_timeout: Duration,
     store_retry_interval: Duration,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<K, C, M, L, F> Clone for ClusterRateLimitLayer<K, C, M, L, F> {
+impl<K, C, M, L, F, X> Clone for ClusterRateLimitLayer<K, C, M, L, F, X> {
     fn clone(&self) -> Self {
         ClusterRateLimitLayer {
             policy: self.policy.clone(),
@@ -85,6 +90,7 @@ impl<K, C, M, L, F> Clone for ClusterRateLimitLayer<K, C, M, L, F> {
             cost: self.cost.clone(),
             classes: self.classes.clone(),
             flows: self.flows.clone(),
+            settle: self.settle.clone(),
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -113,11 +119,15 @@ impl<K> ClusterRateLimitLayer<K> {
                 on_limit: OnLimit::Reject,
                 on_missing_key: OnMissingKey::Reject,
                 headers: Some(HeaderNames::Ietf),
+                reserve: false,
+                on_no_response: OnNoResponse::KeepEstimate,
+                settle_counts: Arc::default(),
             },
             key: Arc::new(key),
             cost: Arc::new(OnePerRequest),
             classes: Arc::new(NoClass),
             flows: Arc::new(NoRateFlow),
+            settle: Arc::new(NoSettle),
             store_down,
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
             store_retry_interval: DEFAULT_GUARD_RETRY_INTERVAL,
@@ -126,17 +136,18 @@ impl<K> ClusterRateLimitLayer<K> {
     }
 }
 
-impl<K, C, M, L, F> ClusterRateLimitLayer<K, C, M, L, F> {
+impl<K, C, M, L, F, X> ClusterRateLimitLayer<K, C, M, L, F, X> {
     /// Each request costs `cost(&req)` (a `Fn(&Req) -> u64`), e.g. by its size. 0 lets it
     /// through unchecked; above what the quota admits at once (its burst, or a window's
     /// limit) it is refused as a bad request (400, `field: "cost"`).
-    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M, L, F> {
+    pub fn cost<C2>(self, cost: C2) -> ClusterRateLimitLayer<K, C2, M, L, F, X> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: Arc::new(cost),
             classes: self.classes,
             flows: self.flows,
+            settle: self.settle,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -169,13 +180,14 @@ impl<K, C, M, L, F> ClusterRateLimitLayer<K, C, M, L, F> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors, L, F> {
+    pub fn reject_as_error(self) -> ClusterRateLimitLayer<K, C, AsErrors, L, F, X> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
             classes: self.classes,
             flows: self.flows,
+            settle: self.settle,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -214,13 +226,14 @@ impl<K, C, M, L, F> ClusterRateLimitLayer<K, C, M, L, F> {
     /// assert_eq!(status(svc.clone().oneshot(get("/orders")).await.unwrap()), 200); // the reserve
     /// # Ok(()) }
     /// ```
-    pub fn classes<L2>(self, classes: L2) -> ClusterRateLimitLayer<K, C, M, L2, F> {
+    pub fn classes<L2>(self, classes: L2) -> ClusterRateLimitLayer<K, C, M, L2, F, X> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
             classes: Arc::new(classes),
             flows: self.flows,
+            settle: self.settle,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
@@ -268,18 +281,69 @@ impl<K, C, M, L, F> ClusterRateLimitLayer<K, C, M, L, F> {
     /// assert_eq!(status(svc.clone().oneshot(req("small", 2)).await.unwrap()), 200);
     /// # Ok(()) }
     /// ```
-    pub fn flows<F2>(self, flows: F2) -> ClusterRateLimitLayer<K, C, M, L, F2> {
+    pub fn flows<F2>(self, flows: F2) -> ClusterRateLimitLayer<K, C, M, L, F2, X> {
         ClusterRateLimitLayer {
             policy: self.policy,
             key: self.key,
             cost: self.cost,
             classes: self.classes,
             flows: Arc::new(flows),
+            settle: self.settle,
             store_down: self.store_down,
             store_timeout: self.store_timeout,
             store_retry_interval: self.store_retry_interval,
             mode: PhantomData,
         }
+    }
+
+    /// Each request's cost is an estimate, settled at the real cost once the inner service
+    /// answers: `settle(&response)` (a [`SettleFn`](super::SettleFn): a closure returning a
+    /// `u64`, or an `Option` of one) reads it off the response, e.g. an LLM's token usage from
+    /// a header. The estimate ([`cost`](Self::cost)) is reserved before the inner call
+    /// ([`RateLimit::reserve_with`]: admitted and denied as a check of it, answered as any
+    /// denial); then a smaller real cost gives the difference back and a larger one charges
+    /// the rest, into debt if need be (the key's next requests are refused until time pays it
+    /// off). `None` from the closure (the response does not say) keeps the estimate; an error
+    /// or a dropped request settles as [`on_no_response`](Self::on_no_response) says.
+    ///
+    /// The response never waits for the settlement: a store write (real cost ≠ estimate) runs
+    /// in a spawned task after the response is handed on, so the key shows it a moment later.
+    /// A failed settlement is logged as a warning and counted
+    /// ([`settle_stats`](Self::settle_stats)). An estimate of 0 is a peek (admitted while the
+    /// key is not in debt, checked once even in wait mode), charged afterwards. While the
+    /// store is down the store-down answer is final: nothing is settled.
+    ///
+    /// The closure sees the response head, not the body: for a usage the body reports, have
+    /// the inner service copy it into a header or a response extension.
+    pub fn settle<X2>(self, settle: X2) -> ClusterRateLimitLayer<K, C, M, L, F, X2> {
+        let mut policy = self.policy;
+        policy.reserve = true;
+        ClusterRateLimitLayer {
+            policy,
+            key: self.key,
+            cost: self.cost,
+            classes: self.classes,
+            flows: self.flows,
+            settle: Arc::new(settle),
+            store_down: self.store_down,
+            store_timeout: self.store_timeout,
+            store_retry_interval: self.store_retry_interval,
+            mode: PhantomData,
+        }
+    }
+
+    /// What an admitted request that got no response settles at (with
+    /// [`settle`](Self::settle)): one whose inner service failed, or whose response future was
+    /// dropped before the inner service answered. Default [`OnNoResponse::KeepEstimate`].
+    pub fn on_no_response(mut self, policy: OnNoResponse) -> Self {
+        self.policy.on_no_response = policy;
+        self
+    }
+
+    /// How this layer's settlements went so far (with [`settle`](Self::settle)), over every
+    /// service it made: settled, and failed.
+    pub fn settle_stats(&self) -> SettleStats {
+        self.policy.settle_counts.stats()
     }
 
     /// What a request over the limit gets (default [`OnLimit::Reject`]).
@@ -357,17 +421,17 @@ fn build_guard(policy: StoreDownPolicy, timeout: Duration, retry: Duration) -> S
         .store_timeout(timeout)
 }
 
-impl<S, K, C, M, L, F> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L, F> {
-    type Service = ClusterRateLimit<S, K, C, M, L, F>;
+impl<S, K, C, M, L, F, X> tower_layer::Layer<S> for ClusterRateLimitLayer<K, C, M, L, F, X> {
+    type Service = ClusterRateLimit<S, K, C, M, L, F, X>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ClusterRateLimit::new(
-            inner,
-            Arc::new(self.policy.clone()),
-            self.key.clone(),
-            self.cost.clone(),
-            self.classes.clone(),
-            self.flows.clone(),
-        )
+        let parts = Parts {
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            classes: self.classes.clone(),
+            flows: self.flows.clone(),
+            settle: self.settle.clone(),
+        };
+        ClusterRateLimit::new(inner, Arc::new(self.policy.clone()), parts)
     }
 }

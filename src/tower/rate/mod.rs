@@ -13,6 +13,8 @@ mod layer;
 mod options;
 mod respond;
 mod service;
+mod settle;
+mod settling;
 
 pub use class::{ClassFn, IntoClass, NoClass};
 pub use cost::{CostFn, OnePerRequest};
@@ -23,3 +25,5 @@ pub use layer::{ClusterRateLimitLayer, DEFAULT_RATE_STORE_TIMEOUT};
 pub use options::{OnLimit, OnMissingKey};
 pub use respond::{AsErrors, HttpResponses, Respond};
 pub use service::ClusterRateLimit;
+pub use settle::{IntoActual, NoResponse, NoResponseFn, NoSettle, OnNoResponse, SettleFn};
+pub use settling::SettleStats;

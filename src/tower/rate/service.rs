@@ -7,6 +7,8 @@ use super::flow::{NoRateFlow, RateFlowFn};
 use super::future::RateLimitFuture;
 use super::key::KeyFn;
 use super::respond::Respond;
+use super::settle::{NoSettle, SettleFn};
+use super::settling::SettleStats;
 use crate::tower::inner::{inner_accessors, take_ready};
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -27,17 +29,18 @@ use tower_service::Service;
 /// dropped in `call`, and a fresh clone is polled ready once the request is admitted (its
 /// cost is then spent even if that readiness takes a while or fails). In reject mode the
 /// clone polled ready is kept through the one check (at most the store timeout).
-pub struct ClusterRateLimit<S, K, C, M, L = NoClass, F = NoRateFlow> {
+pub struct ClusterRateLimit<S, K, C, M, L = NoClass, F = NoRateFlow, X = NoSettle> {
     inner: S,
     policy: Arc<Policy>,
     key: Arc<K>,
     cost: Arc<C>,
     classes: Arc<L>,
     flows: Arc<F>,
+    settle: Arc<X>,
     mode: PhantomData<fn() -> M>,
 }
 
-impl<S: Clone, K, C, M, L, F> Clone for ClusterRateLimit<S, K, C, M, L, F> {
+impl<S: Clone, K, C, M, L, F, X> Clone for ClusterRateLimit<S, K, C, M, L, F, X> {
     fn clone(&self) -> Self {
         ClusterRateLimit {
             inner: self.inner.clone(),
@@ -46,12 +49,15 @@ impl<S: Clone, K, C, M, L, F> Clone for ClusterRateLimit<S, K, C, M, L, F> {
             cost: self.cost.clone(),
             classes: self.classes.clone(),
             flows: self.flows.clone(),
+            settle: self.settle.clone(),
             mode: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, K, C, M, L, F> std::fmt::Debug for ClusterRateLimit<S, K, C, M, L, F> {
+impl<S: std::fmt::Debug, K, C, M, L, F, X> std::fmt::Debug
+    for ClusterRateLimit<S, K, C, M, L, F, X>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterRateLimit")
             .field("inner", &self.inner)
@@ -60,30 +66,39 @@ impl<S: std::fmt::Debug, K, C, M, L, F> std::fmt::Debug for ClusterRateLimit<S, 
     }
 }
 
-impl<S, K, C, M, L, F> ClusterRateLimit<S, K, C, M, L, F> {
-    pub(crate) fn new(
-        inner: S,
-        policy: Arc<Policy>,
-        key: Arc<K>,
-        cost: Arc<C>,
-        classes: Arc<L>,
-        flows: Arc<F>,
-    ) -> Self {
+/// What the layer gives each service it makes, besides the inner one.
+pub(crate) struct Parts<K, C, L, F, X> {
+    pub(crate) key: Arc<K>,
+    pub(crate) cost: Arc<C>,
+    pub(crate) classes: Arc<L>,
+    pub(crate) flows: Arc<F>,
+    pub(crate) settle: Arc<X>,
+}
+
+impl<S, K, C, M, L, F, X> ClusterRateLimit<S, K, C, M, L, F, X> {
+    pub(crate) fn new(inner: S, policy: Arc<Policy>, parts: Parts<K, C, L, F, X>) -> Self {
         ClusterRateLimit {
             inner,
             policy,
-            key,
-            cost,
-            classes,
-            flows,
+            key: parts.key,
+            cost: parts.cost,
+            classes: parts.classes,
+            flows: parts.flows,
+            settle: parts.settle,
             mode: PhantomData,
         }
+    }
+
+    /// How the settlements of the layer that made this service went (see
+    /// [`ClusterRateLimitLayer::settle_stats`](super::ClusterRateLimitLayer::settle_stats)).
+    pub fn settle_stats(&self) -> SettleStats {
+        self.policy.settle_counts.stats()
     }
 
     inner_accessors!();
 }
 
-impl<S, Req, K, C, M, L, F> Service<Req> for ClusterRateLimit<S, K, C, M, L, F>
+impl<S, Req, K, C, M, L, F, X> Service<Req> for ClusterRateLimit<S, K, C, M, L, F, X>
 where
     S: Service<Req> + Clone,
     K: KeyFn<Req>,
@@ -91,10 +106,11 @@ where
     L: ClassFn<Req>,
     F: RateFlowFn<Req>,
     M: Respond<S::Response, S::Error>,
+    X: SettleFn<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = M::Error;
-    type Future = RateLimitFuture<S, Req, M>;
+    type Future = RateLimitFuture<S, Req, M, X>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(M::service_error)
@@ -106,6 +122,7 @@ where
         let plan = self.policy.plan(self.key.key(&req), cost, asker);
         // Called once admitted.
         let ready = take_ready(&mut self.inner);
-        RateLimitFuture::new(self.policy.clone(), plan, ready, req)
+        let settle = self.settle.clone();
+        RateLimitFuture::new(self.policy.clone(), plan, ready, req, settle)
     }
 }
