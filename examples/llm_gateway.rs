@@ -186,7 +186,7 @@ async fn gateway(
 async fn complete(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let (tenant, max_tokens) = match read_request(&headers, &body) {
         Ok(r) => r,
-        Err(problem) => return problem,
+        Err((field, why)) => return problem(StatusCode::BAD_REQUEST, field, &why),
     };
     let call = match gw.tokens.reserve(&tenant, max_tokens).await {
         Ok(call) => call,
@@ -229,38 +229,30 @@ async fn complete(State(gw): State<Gateway>, headers: HeaderMap, body: Bytes) ->
     }
 }
 
-/// The tenant and `max_tokens` of a request, or the 400 saying which is wrong.
-fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(String, u64), Response> {
+/// What is wrong with a request: the field at fault (empty: none) and why.
+type BadInput = (&'static str, String);
+
+/// The tenant and `max_tokens` of a request.
+fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(String, u64), BadInput> {
     let tenant = headers
         .get(TENANT)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            problem(
-                StatusCode::BAD_REQUEST,
-                TENANT,
-                "the x-tenant header must name the tenant",
-            )
-        })?;
-    let json: Value = serde_json::from_slice(body).map_err(|e| {
-        problem(
-            StatusCode::BAD_REQUEST,
-            "",
-            &format!("the body is not JSON: {e}"),
-        )
-    })?;
+        .ok_or((
+            TENANT,
+            "the x-tenant header must name the tenant".to_string(),
+        ))?;
+    let json: Value =
+        serde_json::from_slice(body).map_err(|e| ("", format!("the body is not JSON: {e}")))?;
     let max_tokens = json
         .get("max_tokens")
         .and_then(Value::as_u64)
         .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            problem(
-                StatusCode::BAD_REQUEST,
-                "max_tokens",
-                "max_tokens must be a whole number above 0",
-            )
-        })?;
+        .ok_or((
+            "max_tokens",
+            "max_tokens must be a whole number above 0".to_string(),
+        ))?;
     Ok((tenant.to_string(), max_tokens))
 }
 
