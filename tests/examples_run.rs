@@ -596,3 +596,28 @@ async fn llm_gateway_settles_upstream_errors_as_documented() {
         assert_eq!(status, 502, "{body}");
     }
 }
+
+/// The store down mid-run: the gateway answers 503 (the budget cannot be checked), within the
+/// Limiter's own store timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_gateway_answers_503_when_the_store_is_down() {
+    let mut etcd = crate::support::EtcdCluster::single();
+    let (upstream, _server) = odd_upstream().await;
+    let args = gateway_args(&etcd.url("llmgw-down"), &upstream);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gw = Served::start("llm_gateway", &args).await;
+    let (status, body, _) = gateway_call(&gw.url, Some("t"), r#"{"max_tokens": 10}"#).await;
+    assert_eq!(status, 200, "{body}");
+    etcd.kill(0);
+    let (status, body, _) = binary::within(
+        "the gateway's answer with etcd down",
+        Duration::from_secs(60),
+        gateway_call(&gw.url, Some("t"), r#"{"max_tokens": 10}"#),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("retry later"),
+        "{body}"
+    );
+}
