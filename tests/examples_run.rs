@@ -621,3 +621,45 @@ async fn llm_gateway_answers_503_when_the_store_is_down() {
         "{body}"
     );
 }
+
+/// An upstream whose replies stop mid-body: the status line and headers of a 200 promising
+/// 100 bytes, 8 of them, then the connection closed. At most 10 connections.
+async fn cut_off_upstream() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        for _ in 0..10 {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request).await;
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+            let _ = conn
+                .write_all(format!("{head}{{\"usage\"").as_bytes())
+                .await;
+            let _ = conn.shutdown().await;
+        }
+    });
+    (url, server)
+}
+
+/// A reply cut off mid-body: 502, and the call stays charged at its max_tokens (the call may
+/// have run to its end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_gateway_keeps_the_reservation_of_a_reply_cut_off() {
+    let (upstream, _server) = cut_off_upstream().await;
+    let args = gateway_args("memory://llmgw-cut-off", &upstream);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gw = Served::start("llm_gateway", &args).await;
+    let (status, body, _) = gateway_call(&gw.url, Some("t"), r#"{"max_tokens": 1000}"#).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("cut off"),
+        "{body}"
+    );
+    let (status, body, _) = gateway_call(&gw.url, Some("t"), r#"{"max_tokens": 1}"#).await;
+    assert_eq!(status, 429, "the whole budget stays charged: {body}");
+}
