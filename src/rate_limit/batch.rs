@@ -171,7 +171,13 @@ impl Driver {
                 self.finished = true;
                 return;
             };
-            self.cell.sent();
+            // Charges and refunds alone say nothing of the key's demand: such a write is not
+            // paced, and leaves the pace as it was (counted as a paced send, a stream of
+            // settlements would push a saturated key's next check write away for ever).
+            let adjust_only = batch.iter().all(|p| p.adjust.is_some());
+            if !adjust_only {
+                self.cell.sent();
+            }
             let asks: Vec<Ask> = batch.iter().map(|p| (p.cost, p.asker, p.adjust)).collect();
             self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
@@ -188,10 +194,7 @@ impl Driver {
                             denied += cost;
                         }
                     }
-                    if asks.iter().all(|(_, _, adjust)| adjust.is_some()) {
-                        // Charges and refunds only: no demand to pace by.
-                        self.cell.batch_failed();
-                    } else {
+                    if !adjust_only {
                         self.cell
                             .decided(&self.limit.quota().0, admitted, denied, requests);
                     }
@@ -200,7 +203,9 @@ impl Driver {
                     }
                 }
                 Err(e) => {
-                    self.cell.batch_failed();
+                    if !adjust_only {
+                        self.cell.batch_failed();
+                    }
                     let e = self.inner.closed_or(e);
                     for p in batch {
                         let _ = p.reply.send(Err(e.copy()));

@@ -147,10 +147,14 @@ impl KeyCell {
             let state = c.known.as_ref().and_then(|k| k.state.as_ref());
             let base = asker.decide(quota, state, cost, now).decision;
             if !(quota.fair_flows && base.allowed) {
+                // A denial the known state makes says how long at least (states only move
+                // forward, but for a refund or reset elsewhere): callers that honour
+                // `retry_after` do not come back every millisecond to a spent window.
+                let known = base.retry_after.unwrap_or_default();
                 return Enqueued::TurnedAway(Decision {
                     allowed: false,
                     remaining: 0,
-                    retry_after: Some(wait.max(MIN_RETRY)),
+                    retry_after: Some(wait.max(known).max(MIN_RETRY)),
                     ..base
                 });
             }
@@ -229,8 +233,7 @@ impl KeyCell {
         }
     }
 
-    /// The key's batch ended without deciding any check (an error, or charges and refunds
-    /// only): its write is no longer in flight.
+    /// The key's batch ended in an error: its write is no longer in flight.
     pub(crate) fn batch_failed(&self) {
         lock(&self.inner).pace.failed();
     }

@@ -99,7 +99,10 @@ impl Pace {
         let opens = next.checked_sub(JOIN_WINDOW).unwrap_or(now);
         let retry = if opens > now {
             opens - now
-        } else if queued.saturating_add(cost) > self.allowance {
+        } else if queued > 0 && queued.saturating_add(cost) > self.allowance {
+            // The first check of a write always joins it, whatever its cost: a cost above
+            // the share (a reservation of an LLM call's max_tokens) would otherwise be turned
+            // away write after write while no write ran to let the share grow.
             next.saturating_duration_since(now)
         } else {
             return None;
@@ -122,8 +125,7 @@ impl Pace {
         self.in_flight = Some(now);
     }
 
-    /// The write in flight ended without a decision on any check (an error, or a batch of
-    /// charges and refunds only, which says nothing of demand): nothing is in flight.
+    /// The write in flight ended without a decision (an error): nothing is in flight.
     pub(crate) fn failed(&mut self) {
         self.in_flight = None;
     }
@@ -227,6 +229,18 @@ mod tests {
         // twice what passed, plus 2; beyond it, told to come back at the write
         assert_eq!(p.turn_away(7, 1, t), None);
         assert_eq!(p.turn_away(8, 1, t), Some(next - t));
+    }
+
+    #[test]
+    fn a_check_dearer_than_the_share_joins_a_write_that_carries_nothing_yet() {
+        let mut p = Pace::default();
+        let t = Instant::now();
+        p.sent(t);
+        p.decided(3, 29, 1, CAP, 0.0);
+        // The share is 8; a reservation of 1,000 alone still goes with the next write (turned
+        // away, it would be turned away at every write, none of which would run).
+        assert_eq!(p.turn_away(0, 1_000, t), None);
+        assert!(p.turn_away(1, 1_000, t).is_some());
     }
 
     #[test]
