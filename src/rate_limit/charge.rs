@@ -34,7 +34,10 @@ impl RateLimit {
     /// ```
     ///
     /// One store write, shared with the key's concurrent checks; a charge of 0 writes nothing.
-    /// It is applied even if the returned future is dropped once polled.
+    /// It is applied even if the returned future is dropped once polled. A GCRA debt that
+    /// would last past the year 2554 (a billion units on a quota of 100 per hour) is kept as
+    /// lasting until then: `debt` then says less than was charged, and the key is denied all
+    /// the same.
     ///
     /// Errors: `InvalidArgument` for a bad key or a cost above [`MAX_CHARGE`]; `NotFound` if
     /// the limit was deleted; `Store` if the store fails (the charge may or may not have
