@@ -127,7 +127,10 @@ fn gcra_gives_back_only_what_still_holds_the_key() {
     let v = check(&q, &mut key, 20, T0);
     let held = (T0, held_until(&v, T0));
     let v = settle_back(&q, &mut key, 20, held, T0 + 50 * MS);
-    assert_eq!(v.decision.remaining, 20, "full: 10 came back by time, 10 given");
+    assert_eq!(
+        v.decision.remaining, 20,
+        "full: 10 came back by time, 10 given"
+    );
 }
 
 #[test]
