@@ -203,7 +203,7 @@ impl Gcra {
     }
 
     /// A meter given back `n` units that held it until `held_until`: `tat` moves back by the
-    /// whole intervals of them still ahead of `now` (those past came back by themselves),
+    /// span of their intervals still ahead of `now` (what has passed came back by itself),
     /// never before `now` (a full bucket). The coldness stays.
     pub(super) fn refund(
         &self,
@@ -214,9 +214,10 @@ impl Gcra {
     ) -> Meter {
         let now = u128::from(now);
         let (base, c) = self.at(meter, now);
-        let ahead = u128::from(held_until).saturating_sub(now) / self.t;
-        let n = u128::from(n).min(ahead);
-        let back = base.saturating_sub(self.t.saturating_mul(n));
+        // The span of the units' slots still ahead of now, to the nanosecond.
+        let ahead = u128::from(held_until).saturating_sub(now);
+        let span = self.t.saturating_mul(u128::from(n)).min(ahead);
+        let back = base.saturating_sub(span);
         // ≤ base, which fits (it is the stored tat or now).
         let tat = UnixNanos::try_from(back.max(now)).unwrap_or(UnixNanos::MAX);
         self.meter(tat, c)
