@@ -146,7 +146,7 @@ impl Algo {
     }
 
     /// `meter` (`None`: absent, or of another algorithm) as it stands at `now`.
-    fn status(&self, meter: Option<Meter>, now: UnixNanos) -> Status {
+    pub(super) fn status(&self, meter: Option<Meter>, now: UnixNanos) -> Status {
         match self {
             Algo::Gcra(g) => g.status(gcra_of(meter), now),
             Algo::Fixed(w) => w.fixed_status(fixed_of(meter), now),
@@ -155,7 +155,7 @@ impl Algo {
     }
 
     /// A check of `cost` on `meter` at `now`.
-    fn take(&self, meter: Option<Meter>, cost: u64, now: UnixNanos) -> Take<Meter> {
+    pub(super) fn take(&self, meter: Option<Meter>, cost: u64, now: UnixNanos) -> Take<Meter> {
         match self {
             Algo::Gcra(g) => g.take(gcra_of(meter), cost, now),
             Algo::Fixed(w) => w

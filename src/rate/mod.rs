@@ -2,7 +2,8 @@
 //! [`decide`] maps (quota, stored state, cost, now) to a [`Decision`] and the state to store.
 //! Every backend only reads and compare-and-swaps these states, so all stores mean the same.
 //!
-//! Charges and refunds after the fact, which may run a key into debt: `adjust.rs`.
+//! Charges and refunds after the fact, which may run a key into debt: `adjust.rs`. Slices of a
+//! hot key's units taken in one write and spent locally, never over-admitting: `lease.rs`.
 //!
 //! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
 //! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
@@ -17,6 +18,7 @@ mod flow_decide;
 pub(crate) mod flows;
 mod gcra;
 pub mod headers;
+mod lease;
 pub(crate) mod quota;
 mod quota_checks;
 pub(crate) mod reserves;
@@ -29,6 +31,7 @@ pub use decide::{decide, Verdict};
 pub use decision::Decision;
 pub use flow_decide::{decide_as, decide_flow};
 pub use flows::{FlowEntry, FlowId, FlowTable, MAX_FLOWS, MAX_FLOW_LEN};
+pub use lease::{leasable, return_lease, take_lease, Lease, LeaseVerdict};
 pub use quota::{
     Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
 };
@@ -39,5 +42,7 @@ pub use state::{KeyState, Meter, UnixNanos};
 mod adjust_tests;
 #[cfg(test)]
 mod flow_tests;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod reserve_tests;
