@@ -83,7 +83,7 @@ impl Run {
     }
 
     fn apply(&mut self, op: &Op, now: u64) {
-        let q = self.quota.clone();
+        let q = self.quota;
         match *op {
             Op::Check(cost) => {
                 let v = decide(&q, self.key.as_ref(), cost, now);
@@ -215,7 +215,7 @@ proptest! {
     ) {
         // 100/s: T = 10 ms; the tolerance (250 ms at least) exceeds every hold.
         let q = Quota::per_second(100).burst(burst);
-        let r = run(q.clone(), hold_ms, &ops);
+        let r = run(q, hold_ms, &ops);
         let over = gcra_excess(&q, &r.log);
         prop_assert!(over <= 1e-9, "{over} over the bound");
     }
@@ -228,7 +228,7 @@ proptest! {
     ) {
         let algorithm = if sliding { Algorithm::SlidingWindow } else { Algorithm::FixedWindow };
         let q = Quota::per_second(40).algorithm(algorithm);
-        let r = run(q.clone(), hold_ms, &ops);
+        let r = run(q, hold_ms, &ops);
         prop_assert!(window_most(&q, &r.log) <= 40);
     }
 }
@@ -324,7 +324,7 @@ fn a_small_lease_spent_late_does_not_add_to_a_full_burst() {
         (0, Op::Check(25)),
         (0, Op::Check(25)),
     ];
-    let r = run(q.clone(), 200, &ops);
+    let r = run(q, 200, &ops);
     let over = gcra_excess(&q, &r.log);
     assert!(over <= 1e-9, "{over} over the bound: {:?}", r.log);
 }
