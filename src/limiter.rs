@@ -69,6 +69,7 @@ impl Limiter {
             etcd_user: None,
             zk_digest_file: None,
             clock: Clock::system(),
+            hot_key_leases: true,
         }
     }
 
@@ -79,6 +80,7 @@ impl Limiter {
             owner.into(),
             Clock::system(),
             crate::timing::DEFAULT_REQUEST_TIMEOUT,
+            true,
         )
     }
 
@@ -87,6 +89,7 @@ impl Limiter {
         owner: String,
         clock: Clock,
         request_timeout: Duration,
+        leases: bool,
     ) -> Result<Limiter> {
         validate::owner(&owner)?;
         let handle = tokio::runtime::Handle::try_current()
@@ -96,6 +99,7 @@ impl Limiter {
         let mut inner = LimiterInner::new(backend, releaser, owner, handle);
         inner.clock = clock;
         inner.request_timeout = request_timeout;
+        inner.leases = leases;
         Ok(Limiter {
             inner: Arc::new(inner),
         })
@@ -190,7 +194,13 @@ impl Limiter {
     pub fn stats(&self) -> RequestStats {
         let removals = self.inner.releaser.counters();
         let (rate_batches, rate_local_answers) = self.inner.rates.counted();
+        let leases = self.inner.rates.lease_counts();
         RequestStats {
+            rate_lease_admitted: leases.admitted,
+            rate_leases: leases.leases,
+            rate_leased_units: leases.leased_units,
+            rate_lease_returned_units: leases.returned_units,
+            rate_lease_lost_units: leases.lost_units,
             pending_removals: removals.pending(),
             removal_session_ends: removals.sessions_ended(),
             rate_batches,
@@ -505,9 +515,21 @@ pub struct LimiterBuilder {
     etcd_user: Option<EtcdUser>,
     zk_digest_file: Option<PathBuf>,
     clock: Clock,
+    hot_key_leases: bool,
 }
 
 impl LimiterBuilder {
+    /// Whether keys this Limiter checks hot are served from leases (default: yes). A lease is
+    /// a slice of a key's units taken in one write and spent here with no request, sized to
+    /// about 100 ms of this Limiter's demand on the key: a key checked at any rate costs at
+    /// most about 20 writes a second per Limiter, and never admits more than its quota (see
+    /// `docs/rate-limits.md`, "Hot keys: leased units"). Off: every check that admits goes to
+    /// the store in its key's batch.
+    pub fn hot_key_leases(mut self, on: bool) -> Self {
+        self.hot_key_leases = on;
+        self
+    }
+
     /// Session TTL (default 10 s, minimum 2 s; etcd rounds up to whole seconds; on ZooKeeper it
     /// is the session timeout, which the server may move into its own bounds, by default 2–20
     /// ticks). A dead holder's permits come back within it; a live holder's keepalives go out
@@ -621,7 +643,13 @@ impl LimiterBuilder {
                 ))
             })??,
         };
-        Limiter::wrap(backend, owner, self.clock, self.request_timeout)
+        Limiter::wrap(
+            backend,
+            owner,
+            self.clock,
+            self.request_timeout,
+            self.hot_key_leases,
+        )
     }
 }
 

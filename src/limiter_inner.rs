@@ -32,6 +32,8 @@ pub(crate) struct LimiterInner {
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
     pub(crate) request_timeout: Duration,
+    /// Whether hot keys are served from leases (`rate_limit/lease_book.rs`).
+    pub(crate) leases: bool,
     /// Adaptive semaphores open in this Limiter, by name (`adaptive/open.rs`).
     pub(crate) adaptive: std::sync::Mutex<
         std::collections::HashMap<String, std::sync::Weak<crate::adaptive::adaptivity::Adaptivity>>,
@@ -66,6 +68,7 @@ impl LimiterInner {
             rates: Rates::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
+            leases: true,
             adaptive: Default::default(),
             per_member: Default::default(),
             closed: AtomicBool::new(false),

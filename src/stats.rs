@@ -113,6 +113,18 @@ pub struct RequestStats {
     /// could answer: the store, not the capacity, was the limit (src/admission.rs). Costs no
     /// request.
     pub acquires_refused_store_busy: u64,
+    /// Rate-limit checks admitted from a lease of their key, without a store request (see
+    /// [`LimiterBuilder::hot_key_leases`](crate::LimiterBuilder::hot_key_leases)).
+    pub rate_lease_admitted: u64,
+    /// Leases taken (each in one of the key's writes, counted in `rate_batches`).
+    pub rate_leases: u64,
+    /// Units those leases took.
+    pub rate_leased_units: u64,
+    /// Leased units given back unspent (the key took them back).
+    pub rate_lease_returned_units: u64,
+    /// Leased units neither spent nor given back: the key admitted that much less than its
+    /// quota (a lease of a quota since changed, or one whose key was written after it).
+    pub rate_lease_lost_units: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -132,6 +144,11 @@ impl std::ops::Add for RequestStats {
             view_decisions: self.view_decisions + o.view_decisions,
             acquires_refused_store_busy: self.acquires_refused_store_busy
                 + o.acquires_refused_store_busy,
+            rate_lease_admitted: self.rate_lease_admitted + o.rate_lease_admitted,
+            rate_leases: self.rate_leases + o.rate_leases,
+            rate_leased_units: self.rate_leased_units + o.rate_leased_units,
+            rate_lease_returned_units: self.rate_lease_returned_units + o.rate_lease_returned_units,
+            rate_lease_lost_units: self.rate_lease_lost_units + o.rate_lease_lost_units,
         }
     }
 }
@@ -176,6 +193,19 @@ impl RequestStats {
             acquires_refused_store_busy: self
                 .acquires_refused_store_busy
                 .saturating_sub(earlier.acquires_refused_store_busy),
+            rate_lease_admitted: self
+                .rate_lease_admitted
+                .saturating_sub(earlier.rate_lease_admitted),
+            rate_leases: self.rate_leases.saturating_sub(earlier.rate_leases),
+            rate_leased_units: self
+                .rate_leased_units
+                .saturating_sub(earlier.rate_leased_units),
+            rate_lease_returned_units: self
+                .rate_lease_returned_units
+                .saturating_sub(earlier.rate_lease_returned_units),
+            rate_lease_lost_units: self
+                .rate_lease_lost_units
+                .saturating_sub(earlier.rate_lease_lost_units),
         }
     }
 }

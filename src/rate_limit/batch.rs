@@ -12,12 +12,16 @@
 
 use super::cell::{Answer, Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
+use super::lease_book::{LeaseAsk, LEASE_HOLD};
 use super::options::Asker;
 use super::registry::{learn, LimitShared};
 use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
-use crate::rate::{adjust, debt, Adjustment, Decision, KeyState, Quota, UnixNanos};
+use crate::rate::{
+    adjust, debt, return_lease, take_lease, Adjustment, Decision, KeyState, Lease, Quota,
+    UnixNanos, Verdict,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -29,8 +33,10 @@ const QUICK_RETRIES: u32 = 2;
 /// Cap of those pauses.
 const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(20);
 
-/// Decides a check of `cost` by `asker` (its priority class and flow) on `key`: locally if
-/// the known state proves it, else in the next batch of this key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
+/// Decides a check of `cost` by `asker` (its priority class and flow) on `key`: from a lease
+/// of this Limiter when `leased` allows it and one covers it (plain checks of a hot key,
+/// `lease_book.rs`), locally if the known state proves it, else in the next batch of this
+/// key. With a `deadline`, `Timeout` once it passes (the batch goes on: the cost
 /// may still be consumed), and pacing never holds the check for more than part of what is left.
 pub(crate) async fn check(
     inner: &Arc<LimiterInner>,
@@ -38,6 +44,7 @@ pub(crate) async fn check(
     key: &str,
     cost: u64,
     asker: Asker,
+    leased: Leased,
     deadline: Option<Instant>,
 ) -> Result<Decision> {
     // A check answered here never waits on anything, so a caller looping on denials would hold
@@ -45,8 +52,25 @@ pub(crate) async fn check(
     // the task's coop budget is spent, as tokio's own resources do.
     tokio::task::coop::consume_budget().await;
     let cell = limit.cell(key);
-    let (quota, _) = limit.quota();
+    let (quota, quota_version) = limit.quota();
     let now = inner.now_ns();
+    if leased == Leased::May && asker == Asker::default() && inner.leases && cost > 0 {
+        let (decision, unspent) = cell.spend_lease(&quota, quota_version, cost, now);
+        inner.rates.count_unspent(unspent);
+        let asked = send_lease_work(inner, limit, key, &cell, &quota);
+        if let Some(d) = decision {
+            inner.rates.count_lease_admitted();
+            return Ok(d);
+        }
+        // A lease write just asked: the check goes with it. Otherwise a leased key denies
+        // here until its next lease.
+        if !asked {
+            if let Some(d) = cell.lease_denial(&quota, now) {
+                inner.rates.count_local_answer();
+                return Ok(d);
+            }
+        }
+    }
     let rx = {
         let life = rate_store(inner)?.version_life();
         if let Some(d) = cell.local_answer(&quota, cost, asker, now, life) {
@@ -64,6 +88,58 @@ pub(crate) async fn check(
         rx
     };
     Ok(answer(inner, limit, key, rx, deadline).await?.decision)
+}
+
+/// Whether a check may be admitted from a lease of this Limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leased {
+    /// A plain check: yes.
+    May,
+    /// A reservation: no (its refund would give back leased units elsewhere than the
+    /// lease's own end, which `rate/lease.rs` forbids).
+    Never,
+}
+
+/// Queues what the key's leases need sent (units to give back, a lease due), starting the
+/// key's batch task if none runs. Nobody waits for it. Whether a lease was asked.
+fn send_lease_work(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    quota: &Quota,
+) -> bool {
+    let (returns, due) = cell.lease_work(quota);
+    let asked = due.is_some();
+    let asks = returns
+        .into_iter()
+        .map(|(lease, n)| LeaseAsk::Return(lease, n))
+        .chain(due.map(LeaseAsk::Take));
+    for ask in asks {
+        let queued = cell.enqueue_lease(ask);
+        start_driver(inner, limit, key, cell, queued);
+    }
+    asked
+}
+
+/// Once the lease just granted ends, sets aside what it has left and gives it back (one
+/// write), so a key whose demand stopped does not keep its units away from the others.
+fn schedule_lease_end(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    usable_until: UnixNanos,
+) {
+    let wait = Duration::from_nanos(usable_until.saturating_sub(inner.now_ns()));
+    let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.to_string(), cell.clone());
+    inner.runtime.clone().spawn(async move {
+        tokio::time::sleep(wait).await;
+        let (quota, version) = limit.quota();
+        let unspent = cell.leases_ended(inner.now_ns(), version);
+        inner.rates.count_unspent(unspent);
+        send_lease_work(&inner, &limit, &key, &cell, &quota);
+    });
 }
 
 /// Applies a charge or refund to `key` in its next batch (one write, shared with the checks
@@ -167,32 +243,46 @@ impl Driver {
             // meanwhile, up to the key's share.
             // (A check whose deadline cannot wait that long cuts the pause short.)
             self.cell.pace_pause().await;
-            let Some(batch) = self.cell.take_batch() else {
+            let Some(mut batch) = self.cell.take_batch() else {
                 self.finished = true;
                 return;
             };
-            // Charges and refunds alone say nothing of the key's demand: such a write is not
-            // paced, and leaves the pace as it was (counted as a paced send, a stream of
+            // Leases after the checks: a lease taken first would leave our own checks of the
+            // batch denied for units we then hold.
+            batch.sort_by_key(|p| p.lease.is_some());
+            // Charges, refunds and leases alone say nothing of the key's demand: such a write
+            // is not paced, and leaves the pace as it was (counted as a paced send, a stream of
             // settlements would push a saturated key's next check write away for ever).
-            let adjust_only = batch.iter().all(|p| p.adjust.is_some());
+            let adjust_only = batch
+                .iter()
+                .all(|p| p.adjust.is_some() || p.lease.is_some());
             if !adjust_only {
                 self.cell.sent();
             }
-            let asks: Vec<Ask> = batch.iter().map(|p| (p.cost, p.asker, p.adjust)).collect();
+            let asks: Vec<Ask> = batch
+                .iter()
+                .map(|p| Ask {
+                    cost: p.cost,
+                    asker: p.asker,
+                    adjust: p.adjust,
+                    lease: p.lease,
+                })
+                .collect();
             self.inner.rates.count_batch();
             // Due when its oldest check is: a check that waited for the previous batch does
             // not get a whole new bound on top.
             let oldest = batch.iter().map(|p| p.arrived).min();
             let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
             match self.decide_batch(&asks, deadline).await {
-                Ok((decisions, requests)) => {
+                Ok((decisions, requests, quota_version)) => {
                     let (mut admitted, mut denied) = (0, 0);
-                    for (a, (cost, _, _)) in decisions.iter().zip(&asks) {
+                    for (a, ask) in decisions.iter().zip(&asks) {
                         if a.decision.allowed {
-                            admitted += cost;
+                            admitted += ask.cost;
                         } else {
-                            denied += cost;
+                            denied += ask.cost;
                         }
+                        self.leases_answered(ask.lease, a.lease, quota_version);
                     }
                     if !adjust_only {
                         self.cell
@@ -206,6 +296,9 @@ impl Driver {
                     if !adjust_only {
                         self.cell.batch_failed();
                     }
+                    for ask in &asks {
+                        self.leases_answered(ask.lease, None, 0);
+                    }
                     let e = self.inner.closed_or(e);
                     for p in batch {
                         let _ = p.reply.send(Err(e.copy()));
@@ -215,8 +308,34 @@ impl Driver {
         }
     }
 
-    /// The batch's decisions, and the store requests they took.
-    async fn decide_batch(&self, asks: &[Ask], deadline: Instant) -> Result<(Vec<Answer>, u64)> {
+    /// Hands a lease asked or given back in the batch its outcome (`got`: `None` when the
+    /// write failed, or the key did not take returned units back).
+    fn leases_answered(&self, ask: Option<LeaseAsk>, got: Option<Lease>, quota_version: u64) {
+        let rates = &self.inner.rates;
+        match ask {
+            None => {}
+            Some(LeaseAsk::Take(_)) => {
+                self.cell.lease_answered(got, quota_version);
+                if let Some(l) = got.filter(|l| l.granted > 0) {
+                    rates.count_lease(l.granted);
+                    let (inner, limit, cell) = (&self.inner, &self.limit, &self.cell);
+                    schedule_lease_end(inner, limit, &self.key, cell, l.usable_until);
+                }
+            }
+            Some(LeaseAsk::Return(_, n)) => match got {
+                Some(_) => rates.count_lease_returned(n),
+                None => rates.count_lease_lost(n),
+            },
+        }
+    }
+
+    /// The batch's decisions, the store requests they took, and the quota version they were
+    /// decided under.
+    async fn decide_batch(
+        &self,
+        asks: &[Ask],
+        deadline: Instant,
+    ) -> Result<(Vec<Answer>, u64, u64)> {
         self.inner.check_open()?;
         let store = rate_store(&self.inner)?;
         let mut conflicts = 0u32;
@@ -229,7 +348,7 @@ impl Driver {
             let (decisions, changed, expires_at) = decide_in_order(&quota, start.state, asks, now);
             let Some(mut new) = changed else {
                 if start.trusted {
-                    return Ok((decisions, requests));
+                    return Ok((decisions, requests, quota_version));
                 }
                 // Only denials or peeks, from a state the store has not confirmed lately:
                 // read it, then decide again from the truth.
@@ -257,14 +376,14 @@ impl Driver {
                 Ok(KeyOutcome::Written(version)) => {
                     self.cell
                         .set_known(Some(new), Some(version), expires_at, now);
-                    return Ok((decisions, requests));
+                    return Ok((decisions, requests, quota_version));
                 }
                 Ok(KeyOutcome::Conflict(current)) => {
                     // A retried request of ours applied after all: the batch is decided.
                     if let Some(k) = current.key.as_ref().filter(|k| k.value == value) {
                         self.cell
                             .set_known(Some(new), Some(k.version), expires_at, now);
-                        return Ok((decisions, requests));
+                        return Ok((decisions, requests, quota_version));
                     }
                     self.learn(current, now)?;
                     conflicts += 1;
@@ -292,8 +411,13 @@ impl Driver {
     }
 }
 
-/// A queued check (cost, asker) or, with `Some`, a charge or refund.
-type Ask = (u64, Asker, Option<Adjustment>);
+/// A queued check (its cost and asker), or a charge or refund, or a lease to take or give back.
+struct Ask {
+    cost: u64,
+    asker: Asker,
+    adjust: Option<Adjustment>,
+    lease: Option<LeaseAsk>,
+}
 
 /// The batch's checks (cost, asker) and adjustments decided in arrival order from `state`,
 /// each against the state the ones before it left (so checks of different classes and flows
@@ -309,10 +433,25 @@ fn decide_in_order(
     let mut changed = false;
     let mut expires_at = now;
     let mut answers = Vec::with_capacity(asks.len());
-    for (cost, asker, adjustment) in asks {
-        let v = match adjustment {
-            Some(a) => adjust(quota, state.as_ref(), *a, now),
-            None => asker.decide(quota, state.as_ref(), *cost, now),
+    for ask in asks {
+        let (v, lease) = match (ask.adjust, ask.lease) {
+            (Some(a), _) => (adjust(quota, state.as_ref(), a, now), None),
+            (None, Some(LeaseAsk::Take(want))) => {
+                let t = take_lease(quota, state.as_ref(), want, LEASE_HOLD, now);
+                let peek = crate::rate::decide(quota, t.state.as_ref().or(state.as_ref()), 0, now);
+                let v = Verdict {
+                    state: t.state,
+                    expires_at: t.expires_at,
+                    ..peek
+                };
+                (v, Some(t.lease))
+            }
+            (None, Some(LeaseAsk::Return(lease, n))) => {
+                let v = return_lease(quota, state.as_ref(), &lease, n, now);
+                let back = v.state.is_some().then_some(lease);
+                (v, back)
+            }
+            (None, None) => (ask.asker.decide(quota, state.as_ref(), ask.cost, now), None),
         };
         if v.state.is_some() {
             state = v.state;
@@ -321,6 +460,7 @@ fn decide_in_order(
         answers.push(Answer {
             decision: v.decision,
             debt: debt(quota, state.as_ref(), now),
+            lease,
         });
         expires_at = v.expires_at;
     }

@@ -1,11 +1,12 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
+use super::lease_book::{LeaseAsk, LeaseBook, Unspent};
 use super::options::Asker;
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
 use crate::backend::lock;
 use crate::error::{Error, Result};
-use crate::rate::{Adjustment, Decision, KeyState, Quota, UnixNanos};
+use crate::rate::{decide, Adjustment, Decision, KeyState, Lease, Quota, UnixNanos};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -25,6 +26,9 @@ pub(crate) struct Pending {
     /// its caller has gone (it was asked for; dropping the wait for its answer does not
     /// take it back).
     pub(crate) adjust: Option<Adjustment>,
+    /// A lease to take or give back instead of a check (`lease_book.rs`): decided after the
+    /// batch's checks, kept like an adjustment when nobody waits for its answer.
+    pub(crate) lease: Option<LeaseAsk>,
     /// Its priority class and flow, decided against the quota's reserve for the class and
     /// the other flows' due.
     pub(crate) asker: Asker,
@@ -44,6 +48,9 @@ pub(crate) struct Answer {
     pub(crate) decision: Decision,
     /// What the key owes beyond empty after it (`rate::debt`).
     pub(crate) debt: u64,
+    /// For a lease asked: what it took; for one given back: `Some` iff the key took the
+    /// units back.
+    pub(crate) lease: Option<Lease>,
 }
 
 /// A check may wait on pacing for at most this fraction of the budget it has left: one
@@ -66,6 +73,8 @@ struct CellInner {
     driving: bool,
     /// How writes of this key are paced while it is saturated (`pace.rs`).
     pace: Pace,
+    /// This Limiter's leases of the key (`lease_book.rs`).
+    leases: LeaseBook,
 }
 
 /// What became of a check handed to [`KeyCell::enqueue`].
@@ -103,12 +112,21 @@ pub(crate) struct Start {
     pub(crate) trusted: bool,
 }
 
+impl CellInner {
+    /// The key as last seen, at `now`.
+    fn peek(&self, quota: &Quota, now: UnixNanos) -> Decision {
+        let state = self.known.as_ref().and_then(|k| k.state.as_ref());
+        decide(quota, state, 0, now).decision
+    }
+}
+
 impl KeyCell {
     /// No check waits, no batch runs, and what we know is worth nothing: the cell may go.
     pub(crate) fn is_idle(&self) -> bool {
         let c = lock(&self.inner);
         c.pending.is_empty()
             && !c.driving
+            && c.leases.is_idle()
             && c.known.as_ref().is_none_or(|k| k.idle_at <= Instant::now())
     }
 
@@ -167,6 +185,7 @@ impl KeyCell {
             Pending {
                 cost,
                 adjust: None,
+                lease: None,
                 asker,
                 arrived,
                 send_by: arrived + patience,
@@ -189,12 +208,94 @@ impl KeyCell {
             Pending {
                 cost: 0,
                 adjust: Some(adjustment),
+                lease: None,
                 asker: Asker::default(),
                 arrived,
                 send_by: arrived + JOIN_WINDOW,
                 reply,
             },
         )
+    }
+
+    /// Queues a lease to take or give back for the next write of its key (nobody waits for
+    /// its answer: the batch task hands it to [`KeyCell::lease_answered`]).
+    pub(crate) fn enqueue_lease(&self, ask: LeaseAsk) -> Enqueued {
+        let mut c = lock(&self.inner);
+        let arrived = Instant::now();
+        let (reply, _) = oneshot::channel();
+        self.push(
+            &mut c,
+            Pending {
+                cost: 0,
+                adjust: None,
+                lease: Some(ask),
+                asker: Asker::default(),
+                arrived,
+                send_by: arrived + JOIN_WINDOW,
+                reply,
+            },
+        )
+    }
+
+    /// A plain check of `cost` at `now` spent from this Limiter's leases of the key, if one
+    /// covers it (`remaining`: what the leases have left, never more than the key has; the
+    /// rest as a peek at the key as last seen says). Counts the check as demand either way.
+    pub(crate) fn spend_lease(
+        &self,
+        quota: &Quota,
+        quota_version: u64,
+        cost: u64,
+        now: UnixNanos,
+    ) -> (Option<Decision>, Unspent) {
+        let mut c = lock(&self.inner);
+        c.leases.asked(cost, Instant::now());
+        let (left, unspent) = c.leases.spend(cost, now, quota_version);
+        let decision = left.map(|left| Decision {
+            allowed: true,
+            remaining: left,
+            retry_after: None,
+            ..c.peek(quota, now)
+        });
+        (decision, unspent)
+    }
+
+    /// A check no lease covers, on a key this Limiter leases: denied here until the next lease
+    /// may be asked (see [`LeaseBook::leased_until`]); `None` when the key is not leased.
+    pub(crate) fn lease_denial(&self, quota: &Quota, now: UnixNanos) -> Option<Decision> {
+        let c = lock(&self.inner);
+        let at = Instant::now();
+        let until = c.leases.leased_until(at)?;
+        let peek = c.peek(quota, now);
+        let wait = (until - at).max(peek.retry_after.unwrap_or_default());
+        Some(Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: Some(wait.max(MIN_RETRY)),
+            ..peek
+        })
+    }
+
+    /// Leases that ended by `now` (or belong to another quota) set aside: see
+    /// [`LeaseBook::set_aside`].
+    pub(crate) fn leases_ended(&self, now: UnixNanos, quota_version: u64) -> Unspent {
+        lock(&self.inner).leases.set_aside(now, quota_version)
+    }
+
+    /// What to send for the key's leases now: units to give back, and the size of a lease to
+    /// ask for if one is due.
+    pub(crate) fn lease_work(&self, quota: &Quota) -> (Vec<(Lease, u64)>, Option<u64>) {
+        let mut c = lock(&self.inner);
+        let returns = c.leases.take_returns();
+        (returns, c.leases.due(quota, Instant::now()))
+    }
+
+    /// The lease asked was answered (`None`: its write failed).
+    pub(crate) fn lease_answered(&self, lease: Option<Lease>, quota_version: u64) {
+        let mut c = lock(&self.inner);
+        match lease {
+            Some(l) => c.leases.granted(l, quota_version),
+            None => c.leases.ask_failed(),
+        }
     }
 
     /// Adds `pending` to the queue: whether a batch task must be started for it.
@@ -265,7 +366,7 @@ impl KeyCell {
     pub(crate) fn take_batch(&self) -> Option<Vec<Pending>> {
         let mut c = lock(&self.inner);
         c.pending
-            .retain(|p| p.adjust.is_some() || !p.reply.is_closed());
+            .retain(|p| p.adjust.is_some() || p.lease.is_some() || !p.reply.is_closed());
         if c.pending.is_empty() {
             c.driving = false;
             return None;

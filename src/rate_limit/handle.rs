@@ -1,7 +1,7 @@
 //! [`RateLimit`]: a handle to one cluster-wide rate limit ("at most N per period, per key"):
 //! validates a check and hands it to its key's batch (`batch.rs`).
 
-use super::batch;
+use super::batch::{self, Leased};
 use super::options::{Asker, CheckOptions};
 use super::registry::LimitShared;
 use super::wait::{self, Waited};
@@ -78,7 +78,17 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, Asker::default(), None).await
+        let plain = Asker::default();
+        batch::check(
+            &self.inner,
+            &self.limit,
+            key,
+            cost,
+            plain,
+            Leased::May,
+            None,
+        )
+        .await
     }
 
     /// A check as `options` say: its cost, its priority class, its flow, its budget.
@@ -132,12 +142,17 @@ impl RateLimit {
     /// control characters). A class removed by a `set_quota` elsewhere
     /// after the check was validated is denied with a `retry_after` meaning never.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        let leased = match options.is_reserving() {
+            true => Leased::Never,
+            false => Leased::May,
+        };
         let cost = options.cost_of();
         let asker = self.asker(key, &options)?;
         let deadline = options
             .budget_of()
             .and_then(|b| Instant::now().checked_add(b));
-        self.check_as_by(key, cost, asker, deadline).await
+        self.check_leased_by(key, cost, asker, leased, deadline)
+            .await
     }
 
     /// The key, the class and the flow of `options` checked: who the check is.
@@ -208,11 +223,24 @@ impl RateLimit {
         asker: Asker,
         deadline: Option<Instant>,
     ) -> Result<Decision> {
+        self.check_leased_by(key, cost, asker, Leased::May, deadline)
+            .await
+    }
+
+    /// `check_as_by`, from a lease of this Limiter only if `leased` says it may be.
+    async fn check_leased_by(
+        &self,
+        key: &str,
+        cost: u64,
+        asker: Asker,
+        leased: Leased,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
         validate_key(key)?;
         self.quota()
             .check_class(self.name(), asker.class_name(), cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, asker, deadline).await
+        batch::check(&self.inner, &self.limit, key, cost, asker, leased, deadline).await
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`

@@ -25,6 +25,8 @@ pub struct CheckOptions {
     flow: Option<String>,
     budget: Option<Duration>,
     settle_within: Option<Duration>,
+    /// Taken for a reservation: never from a lease (`rate_limit/lease_book.rs`).
+    reserving: bool,
 }
 
 impl Default for CheckOptions {
@@ -35,6 +37,7 @@ impl Default for CheckOptions {
             flow: None,
             budget: None,
             settle_within: None,
+            reserving: false,
         }
     }
 }
@@ -103,6 +106,19 @@ impl CheckOptions {
     /// The budget set, if any.
     pub fn budget_of(&self) -> Option<Duration> {
         self.budget
+    }
+
+    /// The same check, taken for a reservation: a later refund gives back what it took, so
+    /// it is never admitted from a lease (a lease's units may be given back only at its own
+    /// end, `rate/lease.rs`).
+    pub(crate) fn reserving(mut self) -> Self {
+        self.reserving = true;
+        self
+    }
+
+    /// Whether the check is taken for a reservation.
+    pub(crate) fn is_reserving(&self) -> bool {
+        self.reserving
     }
 
     /// The reservation time limit set, if any.

@@ -5,6 +5,7 @@
 
 use super::combine::{Combiner, Sender};
 use super::joint::JointQueue;
+use super::lease_book::Unspent;
 use super::registry::{LimitShared, RateCounts, RateRegistry};
 use crate::backend::{KeyOutcome, KeyWrite};
 use crate::error::Result;
@@ -51,6 +52,46 @@ impl Rates {
         self.counts.batches.fetch_add(1, Relaxed);
     }
 
+    /// Counts a check admitted from a lease, without a store request.
+    pub(crate) fn count_lease_admitted(&self) {
+        self.counts.lease_admitted.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a lease taken, of `units`.
+    pub(crate) fn count_lease(&self, units: u64) {
+        self.counts.leases.fetch_add(1, Relaxed);
+        self.counts.leased_units.fetch_add(units, Relaxed);
+    }
+
+    /// Counts leased units the key took back.
+    pub(crate) fn count_lease_returned(&self, units: u64) {
+        self.counts.lease_returned_units.fetch_add(units, Relaxed);
+    }
+
+    /// Counts leased units neither spent nor taken back: the key under-admitted by them.
+    pub(crate) fn count_lease_lost(&self, units: u64) {
+        self.counts.lease_lost_units.fetch_add(units, Relaxed);
+    }
+
+    /// Counts what leases set aside lost (what they will give back is counted once it is).
+    pub(crate) fn count_unspent(&self, unspent: Unspent) {
+        if unspent.lost > 0 {
+            self.count_lease_lost(unspent.lost);
+        }
+    }
+
+    /// The lease counts so far.
+    pub(crate) fn lease_counts(&self) -> LeaseCounts {
+        let c = &self.counts;
+        LeaseCounts {
+            admitted: c.lease_admitted.load(Relaxed),
+            leases: c.leases.load(Relaxed),
+            leased_units: c.leased_units.load(Relaxed),
+            returned_units: c.lease_returned_units.load(Relaxed),
+            lost_units: c.lease_lost_units.load(Relaxed),
+        }
+    }
+
     /// (batches, local answers) so far.
     pub(crate) fn counted(&self) -> (u64, u64) {
         (
@@ -58,4 +99,14 @@ impl Rates {
             self.counts.local_answers.load(Relaxed),
         )
     }
+}
+
+/// What a Limiter's leases did so far (`Limiter::stats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LeaseCounts {
+    pub(crate) admitted: u64,
+    pub(crate) leases: u64,
+    pub(crate) leased_units: u64,
+    pub(crate) returned_units: u64,
+    pub(crate) lost_units: u64,
 }

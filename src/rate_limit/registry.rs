@@ -125,4 +125,9 @@ pub(crate) fn learn(
 pub(crate) struct RateCounts {
     pub(crate) batches: std::sync::atomic::AtomicU64,
     pub(crate) local_answers: std::sync::atomic::AtomicU64,
+    pub(crate) lease_admitted: std::sync::atomic::AtomicU64,
+    pub(crate) leases: std::sync::atomic::AtomicU64,
+    pub(crate) leased_units: std::sync::atomic::AtomicU64,
+    pub(crate) lease_returned_units: std::sync::atomic::AtomicU64,
+    pub(crate) lease_lost_units: std::sync::atomic::AtomicU64,
 }

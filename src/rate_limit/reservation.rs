@@ -48,7 +48,7 @@ impl RateLimit {
     /// Errors as [`check_with`](Self::check_with), and `InvalidArgument` for a time limit of 0.
     pub async fn reserve_with(&self, key: &str, options: CheckOptions) -> Result<Reservation> {
         let opening = self.open_reservation(&options)?;
-        let decision = self.check_with(key, options.clone()).await?;
+        let decision = self.check_with(key, options.clone().reserving()).await?;
         Ok(opening.decided(self, key, options.cost_of(), decision))
     }
 

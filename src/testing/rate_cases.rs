@@ -15,6 +15,7 @@
 mod calls;
 mod decisions;
 mod flows;
+mod leases;
 mod load;
 mod quotas;
 mod refusals;
@@ -28,6 +29,10 @@ pub use decisions::{
     rate_ban, rate_costs, rate_gcra_decisions, rate_shared_between_limiters, rate_windows,
 };
 pub use flows::{rate_flows_share_under_contention, rate_flows_steady_split, rate_flows_stored};
+pub use leases::{
+    rate_leases_exact_under_contention, rate_leases_follow_the_quota,
+    rate_leases_spare_reservations,
+};
 pub use load::{rate_exact_under_contention, rate_request_counts};
 pub use quotas::{rate_quota_storage, rate_reset, rate_set_quota_is_live, rate_warm_up};
 pub use refusals::{rate_bad_input, rate_closed};

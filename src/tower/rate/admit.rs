@@ -136,6 +136,10 @@ impl Policy {
             Some(Ok(opening)) => Some(opening),
             None => None,
         };
+        let options = match opening {
+            Some(_) => options.reserving(),
+            None => options,
+        };
         let estimate = options.cost_of();
         let answer = match self.on_limit {
             // A wait needs a cost: an estimate of 0 (a peek) is checked once.
