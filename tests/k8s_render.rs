@@ -435,6 +435,11 @@ async fn each_shape_runs_serve_listening_where_its_ports_and_probes_point() {
             "{}: the RLS is on in the rls shape only",
             shape.dir
         );
+        if shape.dir.ends_with("rls") {
+            // The rules of the rendered ConfigMap, loaded from where the pod mounts it.
+            let domain = setting(&stdout, "rls domain");
+            assert!(domain.starts_with("edge (2 rules"), "{domain}");
+        }
         // The store of the base's ConfigMap, the owner the pod's name.
         assert_eq!(setting(&stdout, "store"), env["CLUSTERLIMIT_STORE"]);
         assert!(env["CLUSTERLIMIT_STORE"].starts_with("etcds://"));
