@@ -15,6 +15,10 @@ mod support;
 #[path = "../deploy_files.rs"]
 #[cfg(feature = "cli")]
 mod deploy_files;
+// deploy/k8s rendered by `kubectl kustomize`: the base and each shape (overlay).
+#[path = "../k8s_render.rs"]
+#[cfg(feature = "cli")]
+mod k8s_render;
 // README.md, CONTRIBUTING.md and docs/*.md: runnable shell snippets run with the real binary,
 // links and cited paths exist (the Rust snippets are doctests, see src/lib.rs).
 #[path = "../docs_snippets.rs"]
