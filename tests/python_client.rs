@@ -60,7 +60,11 @@ async fn run(args: &[&str], limit: Duration) -> Out {
 async fn pytest_suite_passes_against_the_real_sidecar() {
     let args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"];
     let out = run(&args, SUITE_LIMIT).await;
-    assert_eq!(out.code, Some(0), "the Python client's pytest suite failed (output above)");
+    assert_eq!(
+        out.code,
+        Some(0),
+        "the Python client's pytest suite failed (output above)"
+    );
     assert!(out.stdout.contains(" passed"), "{}", out.stdout);
 }
 
@@ -69,5 +73,9 @@ async fn package_type_checks_with_mypy_strict() {
     // The config (`[tool.mypy]` in pyproject.toml) names the package; no cache left behind.
     let args = ["-m", "mypy", "--strict", "--cache-dir", "/dev/null"];
     let out = run(&args, Duration::from_secs(180)).await;
-    assert_eq!(out.code, Some(0), "mypy --strict found errors (output above)");
+    assert_eq!(
+        out.code,
+        Some(0),
+        "mypy --strict found errors (output above)"
+    );
 }

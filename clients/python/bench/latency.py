@@ -99,8 +99,9 @@ def main() -> None:
         row("Python Client: `check()`", measure(args.n, lambda: client.check(lim, "k") and None))
         row("httpx raw: POST check", measure(
             args.n, lambda: raw.post(f"/v1/ratelimits/{lim}/check", json={"key": "k"}) and None))
+        check_url = f"{url}/v1/ratelimits/{lim}/check"
         row("curl: POST check (1 process)", measure(
-            args.n, lambda: curl("-X", "POST", f"{url}/v1/ratelimits/{lim}/check", "-d", '{"key":"k"}') and None))
+            args.n, lambda: curl("-X", "POST", check_url, "-d", '{"key":"k"}') and None))
     finally:
         proc.kill()
         proc.wait(timeout=10)

@@ -132,7 +132,8 @@ class Sidecar:
         self.stderr: "queue.Queue[bytes]" = queue.Queue()
         lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
         threading.Thread(target=self._drain, args=(self.proc.stdout, lines), daemon=True).start()
-        threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr), daemon=True).start()
+        err = self.proc.stderr
+        threading.Thread(target=self._drain, args=(err, self.stderr), daemon=True).start()
         self.url = self._read_address(lines)
 
     @staticmethod

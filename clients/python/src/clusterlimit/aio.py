@@ -10,7 +10,18 @@ import asyncio
 import logging
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, Generator, Generic, Optional, Type, TypeVar, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import httpx
 
@@ -137,7 +148,9 @@ class AsyncPermit(_AsyncExit):
             self._stop()
             if exc is None and not self.lost:
                 raise
-            log.warning("clusterlimit: releasing permit %s of %s failed: %s", self.id, self.semaphore, err)
+            log.warning(
+                "clusterlimit: releasing permit %s of %s failed: %s", self.id, self.semaphore, err
+            )
 
     async def keepalive(self) -> None:
         """Renews the client TTL now; raises ``NotFound``/``PermitLost`` (and sets ``lost``)
@@ -157,7 +170,9 @@ class AsyncPermit(_AsyncExit):
             raise
         self.permits = int(answer.get("permits", permits))
 
-    async def release(self, outcome: Optional[str] = None, latency_ms: Optional[float] = None) -> None:
+    async def release(
+        self, outcome: Optional[str] = None, latency_ms: Optional[float] = None
+    ) -> None:
         """Releases the permit (again: nothing happens); see ``Permit.release``."""
         if self.released:
             return
@@ -347,7 +362,13 @@ class AsyncClient:
         return await self._t.send(call)
 
     async def check(
-        self, name: str, key: str, cost: int = 1, *, class_: Optional[str] = None, flow: Optional[str] = None
+        self,
+        name: str,
+        key: str,
+        cost: int = 1,
+        *,
+        class_: Optional[str] = None,
+        flow: Optional[str] = None,
     ) -> Decision:
         """See ``Client.check``: a denial is ``allowed`` false, not an error."""
         return Decision.from_json(await self._t.send(_wire.check(name, key, cost, class_, flow)))

@@ -71,7 +71,9 @@ class Permit:
             _signals.drop(self)
             if exc is None and not self.lost:
                 raise
-            log.warning("clusterlimit: releasing permit %s of %s failed: %s", self.id, self.semaphore, err)
+            log.warning(
+                "clusterlimit: releasing permit %s of %s failed: %s", self.id, self.semaphore, err
+            )
 
     def keepalive(self) -> None:
         """Renews the client TTL now (the thread does it anyway); raises ``NotFound`` or

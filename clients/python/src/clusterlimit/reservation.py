@@ -29,7 +29,8 @@ class Reservation:
         self._t = transport
 
     def __repr__(self) -> str:
-        return f"Reservation(name={self.info.name!r}, key={self.info.key!r}, estimate={self.info.estimate})"
+        i = self.info
+        return f"Reservation(name={i.name!r}, key={i.key!r}, estimate={i.estimate})"
 
     def __enter__(self) -> "Reservation":
         return self
