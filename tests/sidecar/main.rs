@@ -16,6 +16,8 @@ mod support;
 mod envoy_rls;
 #[path = "../grafana_dashboard.rs"]
 mod grafana_dashboard;
+#[path = "../python_client.rs"]
+mod python_client;
 // The rate limit service checked by Python's grpcio (an independent client).
 #[path = "../rls_python.rs"]
 mod rls_python;
