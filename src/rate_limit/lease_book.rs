@@ -7,7 +7,7 @@
 //! quarter of what the key can lease at once (so one Limiter cannot take the key from the
 //! others, and a Limiter's share follows its demand), and is asked for again when less than
 //! half a period of demand is left, so checks rarely meet an empty slice while the key has
-//! units. Its units may be spent for [`LEASE_HOLD`] (two periods: the next lease arrives
+//! units. Keys of quotas slower than [`MIN_LEASED_RATE`] are never leased. Its units may be spent for [`LEASE_HOLD`] (two periods: the next lease arrives
 //! well before). Lease writes are at most one per [`MIN_ASK_GAP`] per key and Limiter — 10
 //! a second whatever the quota (20 requests with a conflict each); while the key is leased,
 //! a check no lease covers is denied here until the next lease (which its demand sizes). A key whose demand is below [`MIN_LEASE`] units a period
@@ -22,8 +22,12 @@ use tokio::time::Instant;
 pub(crate) const LEASE_PERIOD: Duration = Duration::from_millis(150);
 /// How long a lease's units may be spent.
 pub(crate) const LEASE_HOLD: Duration = Duration::from_millis(300);
-/// The smallest lease worth a write: below it, checks take the per-check path.
-pub(crate) const MIN_LEASE: u64 = 8;
+/// The smallest lease worth a write (200 checks a second of demand): below it, checks take
+/// the per-check path, which costs at most a few hundred writes a second.
+pub(crate) const MIN_LEASE: u64 = 30;
+/// The slowest quota leased: one moving at least this many units a second (slower ones are
+/// never hot enough to need it, and a lease of them would hold units for long).
+pub(crate) const MIN_LEASED_RATE: f64 = 100.0;
 /// The shortest time between two lease writes of one key by one Limiter.
 pub(crate) const MIN_ASK_GAP: Duration = Duration::from_millis(100);
 /// Demand is measured over windows this long.
@@ -131,7 +135,8 @@ impl LeaseBook {
         if self.asking || self.last_ask.is_some_and(|t| at < t + self.gap) {
             return None;
         }
-        if !leasable(quota, LEASE_HOLD) {
+        let rate = quota.limit as f64 / quota.period.as_secs_f64().max(1e-9);
+        if rate < MIN_LEASED_RATE || !leasable(quota, LEASE_HOLD) {
             return None;
         }
         let per_period = self.demand.per_second(at) * LEASE_PERIOD.as_secs_f64();
