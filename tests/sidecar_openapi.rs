@@ -123,10 +123,14 @@ impl Contract {
             .json()
             .await
             .unwrap();
+        Contract::of(doc, base)
+    }
+
+    fn of(doc: Value, base: &str) -> Contract {
         Contract {
             doc,
             base: base.to_string(),
-            client,
+            client: binary::http_client(),
             seen: BTreeSet::new(),
         }
     }
@@ -287,6 +291,45 @@ impl Contract {
         }
         out
     }
+}
+
+/// The checks themselves fail: a field the schema lacks, a field missing, a status or a
+/// content type the operation does not list.
+#[test]
+fn the_checks_refuse_what_the_document_does_not_say() {
+    let doc = serde_json::from_str(&std::fs::read_to_string(COMMITTED).unwrap()).unwrap();
+    let c = Contract::of(doc, "");
+    let balance = json!({"name": "c", "key": "a", "limit": 10, "remaining": 9, "debt": 0,
+                         "retry_after_ms": null, "reset_after_ms": 360000});
+    let route = ("GET", "/v1/ratelimits/{name}/balances/{key}");
+    let check = |status: u16, ct: &str, body: &Value| {
+        let bytes = serde_json::to_vec(body).unwrap();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.check(route.0, route.1, status, Some(ct), &bytes)
+        }))
+        .is_ok()
+    };
+    assert!(check(200, "application/json", &balance));
+    let mut extra = balance.clone();
+    extra["owed"] = json!(1);
+    assert!(
+        !check(200, "application/json", &extra),
+        "an unknown field passed"
+    );
+    let mut missing = balance.clone();
+    missing.as_object_mut().unwrap().remove("debt");
+    assert!(
+        !check(200, "application/json", &missing),
+        "a missing field passed"
+    );
+    assert!(
+        !check(418, "application/json", &balance),
+        "an unlisted status passed"
+    );
+    assert!(
+        !check(200, "text/plain", &balance),
+        "an unlisted content type passed"
+    );
 }
 
 /// `template` with each `{param}` replaced by `value`.
