@@ -332,6 +332,22 @@ fn the_checks_refuse_what_the_document_does_not_say() {
     );
 }
 
+/// Operation ids are unique (OpenAPI requires it; generated clients name methods by them).
+#[test]
+fn operation_ids_are_unique() {
+    let doc = serde_json::from_str(&std::fs::read_to_string(COMMITTED).unwrap()).unwrap();
+    let c = Contract::of(doc, "");
+    let mut seen = BTreeSet::new();
+    for (method, template, op) in c.operations() {
+        let id = op["operationId"].as_str().unwrap_or_default().to_string();
+        assert!(!id.is_empty(), "{method} {template} has no operationId");
+        assert!(
+            seen.insert(id.clone()),
+            "operationId {id:?} twice ({method} {template})"
+        );
+    }
+}
+
 /// `template` with each `{param}` replaced by `value`.
 fn fill(template: &str, value: &str) -> String {
     let mut out = String::new();

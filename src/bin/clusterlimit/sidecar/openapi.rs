@@ -14,9 +14,21 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, InfoBuilder, LicenseBuilder, OpenApi, Ref, RefOr};
 use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The name of the bearer token's security scheme.
 const BEARER: &str = "bearer";
+
+/// The route of this document.
+pub fn router() -> axum::Router {
+    own().split_for_parts().0
+}
+
+/// This document's own route, with its operation.
+fn own() -> OpenApiRouter {
+    OpenApiRouter::new().routes(routes!(serve))
+}
 
 /// The whole document, as its JSON text (pretty, ending in a newline).
 pub fn document_json() -> &'static str {
@@ -47,6 +59,7 @@ pub async fn serve() -> Response {
 pub fn document() -> OpenApi {
     let mut doc = routes::api().into_openapi();
     doc.merge(ui::api().into_openapi());
+    doc.merge(own().into_openapi());
     doc.info = InfoBuilder::new()
         .title("clusterlimit sidecar")
         .version(env!("CARGO_PKG_VERSION"))
@@ -66,8 +79,16 @@ pub fn document() -> OpenApi {
     let paths = std::mem::take(&mut doc.paths.paths);
     for (path, mut item) in paths {
         let guarded = !auth::always_open(&path);
-        for op in operations(&mut item) {
+        let shared_id = shares_an_id(&mut item);
+        for (method, op) in operations(&mut item) {
             shared_answers(op, guarded);
+            // One handler for several methods: each operation needs an id of its own.
+            if shared_id {
+                if let Some(id) = &mut op.operation_id {
+                    id.push('_');
+                    id.push_str(method);
+                }
+            }
         }
         // axum's `{*key}` (the rest of the path) is OpenAPI's `{key}`.
         doc.paths.paths.insert(path.replace("{*", "{"), item);
@@ -81,20 +102,31 @@ pub fn document() -> OpenApi {
     doc
 }
 
-/// Every operation of a path.
-fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+/// Every operation of a path, with its method.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
     [
-        &mut item.get,
-        &mut item.put,
-        &mut item.post,
-        &mut item.delete,
-        &mut item.options,
-        &mut item.head,
-        &mut item.patch,
-        &mut item.trace,
+        ("get", &mut item.get),
+        ("put", &mut item.put),
+        ("post", &mut item.post),
+        ("delete", &mut item.delete),
+        ("options", &mut item.options),
+        ("head", &mut item.head),
+        ("patch", &mut item.patch),
+        ("trace", &mut item.trace),
     ]
     .into_iter()
-    .filter_map(Option::as_mut)
+    .filter_map(|(method, op)| Some((method, op.as_mut()?)))
+}
+
+/// Whether two operations of a path have the same id (one handler serving both methods).
+fn shares_an_id(item: &mut PathItem) -> bool {
+    let mut ids: Vec<_> = operations(item)
+        .filter_map(|(_, op)| op.operation_id.clone())
+        .collect();
+    let all = ids.len();
+    ids.sort();
+    ids.dedup();
+    ids.len() < all
 }
 
 /// The answers every route of its kind may give, whatever its handler does.

@@ -167,6 +167,7 @@ pub async fn balance(
 #[utoipa::path(
     get,
     path = "/v1/ratelimits/{name}/balances/",
+    operation_id = "empty_balance_key",
     tag = "costs",
     params(("name" = String, Path, description = "The rate limit")),
     responses(

@@ -58,7 +58,6 @@ pub fn api() -> OpenApiRouter<Shared> {
         .routes(routes!(probes::metrics))
         .routes(routes!(probes::healthz))
         .routes(routes!(probes::readyz))
-        .routes(routes!(crate::sidecar::openapi::serve))
 }
 
 /// Every route of the sidecar's API.

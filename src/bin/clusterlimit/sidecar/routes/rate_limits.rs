@@ -317,6 +317,7 @@ pub(super) fn problem_response(
 #[utoipa::path(
     get,
     path = "/v1/ratelimits",
+    operation_id = "list_rate_limits",
     tag = "rate limits",
     responses(
         (status = 200, description = "Every rate limit's quota", body = Vec<Quota>),

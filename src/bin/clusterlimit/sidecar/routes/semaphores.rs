@@ -447,6 +447,7 @@ pub async fn set_capacity(
 #[utoipa::path(
     get,
     path = "/v1/semaphores",
+    operation_id = "list_semaphores",
     tag = "semaphores",
     responses(
         (status = 200, description = "Every semaphore's status", body = Vec<SemaphoreStatus>),
