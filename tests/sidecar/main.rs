@@ -37,6 +37,9 @@ mod sidecar_fair;
 mod sidecar_http;
 #[path = "../sidecar_messages.rs"]
 mod sidecar_messages;
+// The OpenAPI document: every route driven to every documented answer, validated against it.
+#[path = "../sidecar_openapi.rs"]
+mod sidecar_openapi;
 // Rate limits over the sidecar's HTTP API (src/bin/clusterlimit/sidecar/routes/rate_limits.rs).
 // `[per_member.<name>]` tables: each sidecar one member.
 #[path = "../sidecar_per_member.rs"]

@@ -6,6 +6,7 @@ use super::per_member_view::PerMemberView;
 use clusterlimit::adaptive::{AdaptiveStatus, CapacityDecision};
 use clusterlimit::Status;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// A semaphore's status, with its adaptive or per-member state if its Limiters announce one.
 #[derive(Debug, Serialize)]
@@ -19,24 +20,27 @@ pub struct StatusView {
 }
 
 /// The `"adaptive"` object.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AdaptiveView {
     /// Limiters announcing outcomes for the semaphore now.
     pub reporters: usize,
     /// The controller's newest step; `null` until one is in control.
+    #[schema(required = true)]
     pub last: Option<DecisionView>,
 }
 
 /// One step of the controller, in milliseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct DecisionView {
     pub from: u32,
     pub to: u32,
     pub reason: String,
     pub ok: u64,
     pub dropped: u64,
+    #[schema(required = true)]
     pub p50_ms: Option<f64>,
     pub peak_in_flight: u64,
+    #[schema(required = true)]
     pub baseline_ms: Option<f64>,
     pub controller: String,
     pub at_unix_ms: u64,

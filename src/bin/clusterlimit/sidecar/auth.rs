@@ -27,9 +27,7 @@ pub struct Access {
 
 impl Access {
     fn is_open(&self, path: &str) -> bool {
-        matches!(path, "/healthz" | "/readyz")
-            || (path == "/metrics" && self.metrics_without_token)
-            || super::ui::is_open(path)
+        always_open(path) || (path == "/metrics" && self.metrics_without_token)
     }
 
     /// Whether the request carries a live web view login, and for a change, its CSRF value;
@@ -79,6 +77,12 @@ impl Access {
             Err(why) => Err(why),
         }
     }
+}
+
+/// Whether `path` is open whatever the configuration: the probes and the web view's page
+/// and login (`/metrics` is open only if configured so).
+pub fn always_open(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz") || super::ui::is_open(path)
 }
 
 /// Why a request is refused.

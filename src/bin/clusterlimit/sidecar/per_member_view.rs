@@ -3,17 +3,21 @@
 
 use clusterlimit::PerMemberStatus;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// The `"per_member"` object.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PerMemberView {
     /// Live Limiters that have the semaphore open as a per-member semaphore.
     pub members: usize,
     /// The controlling Limiter's owner label; `null` until one has counted.
+    #[schema(required = true)]
     pub controller: Option<String>,
     /// How many members the controller counted last.
+    #[schema(required = true)]
     pub counted: Option<usize>,
     /// The capacity that count makes.
+    #[schema(required = true)]
     pub capacity: Option<u32>,
 }
 

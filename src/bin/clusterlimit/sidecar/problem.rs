@@ -3,16 +3,24 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use utoipa::ToSchema;
 
-/// An HTTP error answer.
-#[derive(Debug, Serialize)]
+/// An HTTP error answer (RFC 9457 `application/problem+json`).
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
+    /// Always `about:blank`: `code` says which problem it is.
     #[serde(rename = "type")]
+    #[schema(value_type = String)]
     kind: &'static str,
+    /// The HTTP status's reason phrase.
+    #[schema(value_type = String)]
     title: &'static str,
+    /// The HTTP status.
     status: u16,
+    /// What failed and what to do, in words.
     detail: String,
     /// Stable machine-readable reason, e.g. `invalid_field`, `timeout`, `permit_lost`.
+    #[schema(value_type = String)]
     code: &'static str,
     /// The request field at fault (`permits`, `name`, …), for 400s.
     #[serde(skip_serializing_if = "Option::is_none")]

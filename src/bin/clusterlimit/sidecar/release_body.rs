@@ -6,17 +6,20 @@ use clusterlimit::adaptive::Outcome;
 use clusterlimit::Permit;
 use serde::Deserialize;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// Longest latency a client may report: a day (the controller's histogram tops out sooner).
 pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
 
 /// `{"outcome": "success" | "dropped" | "ignore", "latency_ms": <number>}`, both optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
-    /// A string, matched here: serde_json calls a number given for an enum a syntax error,
-    /// which would name no field.
+    /// `success`, `dropped` or `ignore` (the default).
+    // A string, matched here: serde_json calls a number given for an enum a syntax error,
+    // which would name no field.
     outcome: Option<String>,
+    /// With `success` only: how long the work took (default: as long as the permit was held).
     latency_ms: Option<f64>,
 }
 

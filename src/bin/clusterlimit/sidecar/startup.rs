@@ -3,7 +3,7 @@
 
 use super::routes::{self, Shared};
 use super::settings::ServeSettings;
-use super::{auth, rate_settings, rls, ui, unix_socket};
+use super::{auth, openapi, rate_settings, rls, ui, unix_socket};
 use crate::common::{connect, exit, Failure};
 use clusterlimit::Limiter;
 use std::sync::Arc;
@@ -150,9 +150,13 @@ pub fn app(
         metrics: state.metrics.clone(),
         logins,
     };
-    let app = routes::router(state.clone()).merge(ui::router(view)).layer(
-        axum::middleware::from_fn_with_state(access, auth::require_token),
-    );
+    let app = routes::router(state.clone())
+        .merge(ui::router(view))
+        .merge(openapi::router())
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            auth::require_token,
+        ));
     (app, publisher)
 }
 

@@ -9,26 +9,33 @@ use crate::common::quota_print::balance_json;
 use crate::sidecar::body::JsonBody;
 use crate::sidecar::path_param::{path_problem, PathParam};
 use crate::sidecar::problem::Problem;
+use crate::sidecar::schemas::Balance;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use clusterlimit::{Error, MAX_CHARGE};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
-/// `POST /v1/ratelimits/{name}/charge`. i64 so a negative cost is reported as out of range.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/charge`.
+// i64 so a negative cost is reported as out of range.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChargeBody {
+    /// The key (1-512 bytes).
     key: String,
+    /// The units the work used (required).
     cost: Option<i64>,
 }
 
-/// `POST /v1/ratelimits/{name}/refund`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/refund`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefundBody {
+    /// The key (1-512 bytes).
     key: String,
+    /// The units to give back (required).
     amount: Option<i64>,
 }
 
@@ -61,6 +68,19 @@ fn problem(e: Error, name: &str, field: &str) -> Problem {
 
 /// `POST /v1/ratelimits/{name}/charge`: charges `cost` to `key` whatever it holds (into debt
 /// past what it has left). 200 with the balance.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/charge",
+    tag = "costs",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = ChargeBody,
+    responses(
+        (status = 200, description = "Charged: the key's balance", body = Balance),
+        (status = 400, description = "A bad key or cost (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn charge(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -81,6 +101,19 @@ pub async fn charge(
 
 /// `POST /v1/ratelimits/{name}/refund`: gives `amount` back to `key` (never past full). 200
 /// with the balance.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/refund",
+    tag = "costs",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = RefundBody,
+    responses(
+        (status = 200, description = "Refunded: the key's balance", body = Balance),
+        (status = 400, description = "A bad key or amount (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn refund(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -100,6 +133,21 @@ pub async fn refund(
 
 /// `GET /v1/ratelimits/{name}/balances/{key}`: the key as it stands, with its debt (nothing
 /// taken). 200.
+#[utoipa::path(
+    get,
+    path = "/v1/ratelimits/{name}/balances/{*key}",
+    tag = "costs",
+    params(
+        ("name" = String, Path, description = "The rate limit"),
+        ("key" = String, Path, description = "The key, percent-encoded (it may hold `/`)"),
+    ),
+    responses(
+        (status = 200, description = "The key's balance", body = Balance),
+        (status = 400, description = "A bad name or key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn balance(
     State(st): State<Shared>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -113,4 +161,19 @@ pub async fn balance(
         .await?
         .map_err(|e| problem(e, &name, "key"))?;
     Ok(Json(balance_json(&name, &key, &b)))
+}
+
+/// `/v1/ratelimits/{name}/balances/` with no key.
+#[utoipa::path(
+    get,
+    path = "/v1/ratelimits/{name}/balances/",
+    operation_id = "empty_balance_key",
+    tag = "costs",
+    params(("name" = String, Path, description = "The rate limit")),
+    responses(
+        (status = 400, description = "No key: `field` is `key`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn empty_key() -> Problem {
+    super::rate_limits::empty_key().await
 }

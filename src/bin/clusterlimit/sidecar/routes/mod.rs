@@ -25,61 +25,45 @@ use crate::sidecar::body::MAX_BODY;
 use crate::sidecar::problem::Problem;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{any, delete, get, post};
 use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-/// Every route of the sidecar.
-pub fn router(state: Shared) -> Router {
-    Router::new()
-        .route("/v1/semaphores", get(semaphores::list))
-        .route(
-            "/v1/semaphores/{name}",
-            get(semaphores::status).put(semaphores::set_capacity),
-        )
-        .route("/v1/semaphores/{name}/permits", post(semaphores::acquire))
-        .route("/v1/permits/{id}/keepalive", post(semaphores::keepalive))
-        .route("/v1/permits/{id}/shrink", post(shrink::shrink))
-        .route("/v1/permits/{id}", delete(semaphores::release))
+/// Every route of the API, each from its handler's `#[utoipa::path]` (its path, methods and
+/// OpenAPI operation): the router and the document (`openapi.rs`) are built from this list.
+pub fn api() -> OpenApiRouter<Shared> {
+    OpenApiRouter::new()
+        .routes(routes!(semaphores::list))
+        .routes(routes!(semaphores::status, semaphores::set_capacity))
+        .routes(routes!(semaphores::acquire))
+        .routes(routes!(semaphores::keepalive))
+        .routes(routes!(shrink::shrink))
+        .routes(routes!(semaphores::release))
         // Rate limits (rate_limits.rs).
-        .route("/v1/ratelimits", get(rate_limits::list))
-        .route(
-            "/v1/ratelimits/{name}",
-            get(rate_limits::quota).put(rate_limits::set_quota),
-        )
-        .route("/v1/ratelimits/{name}/check", post(rate_limits::check))
-        .route("/v1/ratelimits/{name}/preview", post(rate_limits::preview))
-        .route("/v1/ratelimits/{name}/wait", post(rate_limits::wait))
-        .route(
-            "/v1/ratelimits/{name}/keys/{*key}",
-            get(rate_limits::peek).delete(rate_limits::reset),
-        )
-        .route("/v1/ratelimits/{name}/keys/", any(rate_limits::empty_key))
+        .routes(routes!(rate_limits::list))
+        .routes(routes!(rate_limits::quota, rate_limits::set_quota))
+        .routes(routes!(rate_limits::check))
+        .routes(routes!(rate_limits::preview))
+        .routes(routes!(rate_limits::wait))
+        .routes(routes!(rate_limits::peek, rate_limits::reset))
+        .routes(routes!(rate_limits::empty_key))
         // Costs known afterwards (reservations.rs, charges.rs).
-        .route(
-            "/v1/ratelimits/{name}/reservations",
-            post(reservations::reserve),
-        )
-        .route(
-            "/v1/ratelimits/{name}/reservations/{id}/settle",
-            post(reservations::settle),
-        )
-        .route(
-            "/v1/ratelimits/{name}/reservations/{id}",
-            delete(reservations::keep),
-        )
-        .route("/v1/ratelimits/{name}/charge", post(charges::charge))
-        .route("/v1/ratelimits/{name}/refund", post(charges::refund))
-        .route(
-            "/v1/ratelimits/{name}/balances/{*key}",
-            get(charges::balance),
-        )
-        .route(
-            "/v1/ratelimits/{name}/balances/",
-            any(rate_limits::empty_key),
-        )
-        .route("/metrics", get(probes::metrics))
-        .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
+        .routes(routes!(reservations::reserve))
+        .routes(routes!(reservations::settle))
+        .routes(routes!(reservations::keep))
+        .routes(routes!(charges::charge))
+        .routes(routes!(charges::refund))
+        .routes(routes!(charges::balance))
+        .routes(routes!(charges::empty_key))
+        .routes(routes!(probes::metrics))
+        .routes(routes!(probes::healthz))
+        .routes(routes!(probes::readyz))
+}
+
+/// Every route of the sidecar's API.
+pub fn router(state: Shared) -> Router {
+    let (router, _) = api().split_for_parts();
+    router
         .fallback(|| async { Problem::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(

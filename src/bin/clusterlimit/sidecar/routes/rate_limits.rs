@@ -7,11 +7,12 @@
 use super::rate_state::unknown;
 use super::state::{AppState, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::common::quota_print::{decision_json, quota_json, quota_text};
-use crate::common::quota_spec::{FieldError, QuotaBody};
+use crate::common::quota_spec::{self, FieldError};
 use crate::sidecar::body::JsonBody;
 use crate::sidecar::header_mode::HeaderMode;
 use crate::sidecar::path_param::{path_problem, PathParam};
 use crate::sidecar::problem::Problem;
+use crate::sidecar::schemas::{self, Quota, QuotaBody, RateLimitedProblem, StoreDownProblem};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
@@ -23,21 +24,24 @@ use clusterlimit::{
     validate, CheckOptions, Decision, DecisionSource, Error, GuardedDecision, RateLimit, Waited,
 };
 use prometheus_client::metrics::gauge::Gauge;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
+use utoipa::ToSchema;
 
 const MAX_KEY_LEN: usize = RateLimit::MAX_KEY_LEN;
 
 /// The metrics domain of the HTTP API's checks (the RLS uses its own domains).
 const DOMAIN: &str = "http";
 
-/// `POST /v1/ratelimits/{name}/check`. Numbers are i64 so a negative one is reported as out of
-/// range for its field.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/check`.
+// Numbers are i64 so a negative one is reported as out of range for its field.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckBody {
+    /// The key checked (1-512 bytes).
     key: String,
+    /// Units to take (default 1).
     cost: Option<i64>,
     /// A priority class of the quota (`reserves`): admitted only if its reserve is left after.
     class: Option<String>,
@@ -46,12 +50,15 @@ pub struct CheckBody {
     flow: Option<String>,
 }
 
-/// `POST /v1/ratelimits/{name}/wait`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/wait`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitBody {
+    /// The key checked (1-512 bytes).
     key: String,
+    /// Units to take (default 1).
     cost: Option<i64>,
+    /// How long to wait at most (default 30000; 0: check once).
     timeout_ms: Option<i64>,
     /// A priority class of the quota: waits until admitted with its reserve left after.
     class: Option<String>,
@@ -307,6 +314,16 @@ pub(super) fn problem_response(
 }
 
 /// `GET /v1/ratelimits`: every limit's quota.
+#[utoipa::path(
+    get,
+    path = "/v1/ratelimits",
+    operation_id = "list_rate_limits",
+    tag = "rate limits",
+    responses(
+        (status = 200, description = "Every rate limit's quota", body = Vec<Quota>),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem> {
     let names = st
         .rate
@@ -322,6 +339,18 @@ pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Value>>, Problem>
 }
 
 /// `GET /v1/ratelimits/{name}`: its quota.
+#[utoipa::path(
+    get,
+    path = "/v1/ratelimits/{name}",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    responses(
+        (status = 200, description = "Its quota", body = Quota),
+        (status = 400, description = "Not a valid rate limit name", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn quota(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -332,10 +361,22 @@ pub async fn quota(
 
 /// `PUT /v1/ratelimits/{name}`: creates it with the quota, or changes its quota; the stored
 /// reserves and fair flows are kept unless the body gives them.
+#[utoipa::path(
+    put,
+    path = "/v1/ratelimits/{name}",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = QuotaBody,
+    responses(
+        (status = 200, description = "The quota now in force", body = Quota),
+        (status = 400, description = "A bad name or quota field (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn set_quota(
     State(st): State<Shared>,
     PathParam(name): PathParam,
-    JsonBody(body): JsonBody<QuotaBody>,
+    JsonBody(body): JsonBody<quota_spec::QuotaBody>,
 ) -> Result<Json<Value>, Problem> {
     validate::name(&name).map_err(|e| Problem::from_lib(e, "name"))?;
     let field = |e: FieldError| Problem::field(e.field, e.message);
@@ -371,11 +412,24 @@ pub async fn set_quota(
 /// have denied of the last minutes' checks of the busiest and most denied keys, replayed from
 /// this sidecar's per-second counts (`live/replay.rs`), against the current quota. Changes
 /// nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/preview",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = QuotaBody,
+    responses(
+        (status = 200, description = "The replay under the current and the proposed quota", body = PreviewAnswer),
+        (status = 400, description = "A bad quota field (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn preview(
     State(st): State<Shared>,
     PathParam(name): PathParam,
-    JsonBody(body): JsonBody<QuotaBody>,
-) -> Result<Json<Value>, Problem> {
+    JsonBody(body): JsonBody<quota_spec::QuotaBody>,
+) -> Result<Json<PreviewAnswer>, Problem> {
     let proposed = body
         .parts()
         .and_then(|p| p.to_quota())
@@ -384,15 +438,42 @@ pub async fn preview(
     let current = rl.quota();
     let keys = st.metrics.rate.live.key_seconds(&name);
     let preview = crate::live::replay::preview(&current, &proposed, &keys);
-    Ok(Json(json!({
-        "name": name,
-        "current": quota_text(&current),
-        "proposed": quota_text(&proposed),
-        "preview": preview,
-    })))
+    Ok(Json(PreviewAnswer {
+        current: quota_text(&current),
+        name,
+        preview,
+        proposed: quota_text(&proposed),
+    }))
+}
+
+/// The answer of a preview. Fields in alphabetical order, as the JSON object it replaced
+/// printed them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PreviewAnswer {
+    /// The current quota, for people.
+    current: String,
+    name: String,
+    #[schema(value_type = schemas::Preview)]
+    preview: crate::live::replay::Preview,
+    /// The proposed quota, for people.
+    proposed: String,
 }
 
 /// `POST /v1/ratelimits/{name}/check`: 200 admitted (cost consumed), 429 denied.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/check",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = CheckBody,
+    responses(
+        (status = 200, description = "Admitted: the cost is taken; the RateLimit header fields", body = schemas::Decision),
+        (status = 400, description = "A bad key, cost, class or flow (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Denied (`Retry-After`, RateLimit header fields); nothing taken", body = RateLimitedProblem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is down (under fail_closed: the decision's fields too) or did not answer", body = StoreDownProblem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn check(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -415,6 +496,20 @@ pub async fn check(
 /// `POST /v1/ratelimits/{name}/wait`: checks (as `class`, if given), and after a denial
 /// sleeps its `retry_after`, until admitted (200) or `timeout_ms` would pass (429, nothing
 /// consumed; on a quota with a ban, the denial starts the ban); 503 at shutdown.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/wait",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = WaitBody,
+    responses(
+        (status = 200, description = "Admitted: the cost is taken", body = schemas::Decision),
+        (status = 400, description = "A bad key, cost, timeout, class or flow (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Not admitted within `timeout_ms`; nothing taken", body = RateLimitedProblem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is down or did not answer, or the sidecar is shutting down", body = StoreDownProblem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn wait(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -513,6 +608,21 @@ fn key_path(
 
 /// `GET /v1/ratelimits/{name}/keys/{key}`: the key's state (a check of cost 0: nothing
 /// consumed); `allowed` tells whether a request of 1 would pass now. Always 200.
+#[utoipa::path(
+    get,
+    path = "/v1/ratelimits/{name}/keys/{*key}",
+    tag = "rate limits",
+    params(
+        ("name" = String, Path, description = "The rate limit"),
+        ("key" = String, Path, description = "The key, percent-encoded (it may hold `/`)"),
+    ),
+    responses(
+        (status = 200, description = "The key's state (a check of cost 0)", body = schemas::Decision),
+        (status = 400, description = "A bad name or key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn peek(
     State(st): State<Shared>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -525,6 +635,21 @@ pub async fn peek(
 
 /// `DELETE /v1/ratelimits/{name}/keys/{key}`: forgets the key (full bucket, empty window, no
 /// ban). 204.
+#[utoipa::path(
+    delete,
+    path = "/v1/ratelimits/{name}/keys/{*key}",
+    tag = "rate limits",
+    params(
+        ("name" = String, Path, description = "The rate limit"),
+        ("key" = String, Path, description = "The key, percent-encoded (it may hold `/`)"),
+    ),
+    responses(
+        (status = 204, description = "Forgotten: full bucket, empty window, no ban"),
+        (status = 400, description = "A bad name or key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn reset(
     State(st): State<Shared>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -539,6 +664,15 @@ pub async fn reset(
 }
 
 /// `/v1/ratelimits/{name}/keys/` with no key.
+#[utoipa::path(
+    method(get, delete),
+    path = "/v1/ratelimits/{name}/keys/",
+    tag = "rate limits",
+    params(("name" = String, Path, description = "The rate limit")),
+    responses(
+        (status = 400, description = "No key: `field` is `key`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn empty_key() -> Problem {
     Problem::field(
         "key",

@@ -16,6 +16,7 @@ use crate::common::quota_print::{balance_json, quota_text};
 use crate::sidecar::body::JsonBody;
 use crate::sidecar::path_param::{path_problem, PathParam};
 use crate::sidecar::problem::Problem;
+use crate::sidecar::schemas::{Balance, ReservationProblem};
 use crate::sidecar::settle_metrics::Ending;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -23,9 +24,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use clusterlimit::{Error, RateLimit, Reservation, DEFAULT_SETTLE_WITHIN, MAX_CHARGE};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// The longest time limit a reservation may ask for (`settle_within_ms`): a client that
 /// vanishes holds a place in the table at most this long.
@@ -34,14 +35,18 @@ pub const MAX_SETTLE_WITHIN: Duration = Duration::from_secs(3600);
 /// How often the table forgets the reservations past their time limit.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
-/// `POST /v1/ratelimits/{name}/reservations`. Numbers are i64 so a negative one is reported
-/// as out of range for its field.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/reservations`.
+// Numbers are i64 so a negative one is reported as out of range for its field.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
+    /// The key (1-512 bytes).
     key: String,
+    /// The most the work is expected to cost (required; 0: admit now, settle at the real cost).
     estimate: Option<i64>,
+    /// A priority class of the quota.
     class: Option<String>,
+    /// The flow (tenant), on a quota with fair flows.
     flow: Option<String>,
     /// How long the check may wait for the store (default: the rate store timeout).
     timeout_ms: Option<i64>,
@@ -49,10 +54,11 @@ pub struct ReserveBody {
     settle_within_ms: Option<i64>,
 }
 
-/// `POST /v1/ratelimits/{name}/reservations/{id}/settle`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/ratelimits/{name}/reservations/{id}/settle`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettleBody {
+    /// What the work really cost (required).
     actual: Option<i64>,
 }
 
@@ -124,20 +130,43 @@ fn table_full(cap: usize) -> Problem {
     .retry_after(1)
 }
 
-/// The fields of a reservation's answer (`id` added when admitted).
-fn reservation_json(rl: &RateLimit, r: &Reservation, within: Duration) -> Value {
-    let d = r.decision();
-    json!({
-        "name": rl.name(),
-        "key": r.key(),
-        "allowed": d.allowed,
-        "estimate": r.estimate(),
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "retry_after_ms": d.retry_after.map(millis_up),
-        "reset_after_ms": millis_up(d.reset_after),
-        "settle_within_ms": u64::try_from(within.as_millis()).unwrap_or(u64::MAX),
-    })
+/// A reservation's answer (`id` only when admitted). Fields in alphabetical order, as the
+/// JSON object it replaced printed them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Reserved {
+    allowed: bool,
+    estimate: u64,
+    /// The id to settle it by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false)]
+    id: Option<String>,
+    key: String,
+    limit: u64,
+    name: String,
+    remaining: u64,
+    reset_after_ms: u64,
+    #[schema(required = true)]
+    retry_after_ms: Option<u64>,
+    /// How long it may be settled; past that it is settled at its estimate.
+    settle_within_ms: u64,
+}
+
+impl Reserved {
+    fn new(rl: &RateLimit, r: &Reservation, within: Duration) -> Reserved {
+        let d = r.decision();
+        Reserved {
+            allowed: d.allowed,
+            estimate: r.estimate(),
+            id: None,
+            key: r.key().to_string(),
+            limit: d.limit,
+            name: rl.name().to_string(),
+            remaining: d.remaining,
+            reset_after_ms: millis_up(d.reset_after),
+            retry_after_ms: d.retry_after.map(millis_up),
+            settle_within_ms: u64::try_from(within.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 /// Milliseconds rounded up: a client that waits this long is never early.
@@ -147,6 +176,20 @@ fn millis_up(d: Duration) -> u64 {
 
 /// `POST /v1/ratelimits/{name}/reservations`: 201 admitted (the estimate taken, an id to
 /// settle it by), 429 denied (nothing taken), 503 when the table is full.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/reservations",
+    tag = "costs",
+    params(("name" = String, Path, description = "The rate limit")),
+    request_body = ReserveBody,
+    responses(
+        (status = 201, description = "Admitted: the estimate is taken; `id` settles it", body = Reserved),
+        (status = 400, description = "A bad key, estimate, class, flow or time (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such rate limit", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Denied (`Retry-After`); nothing taken", body = ReservationProblem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer, or this sidecar holds its `max_reservations`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn reserve(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -186,7 +229,7 @@ pub async fn reserve(
         return Err(never_admitted(&rl, estimate));
     }
     st.metrics.settle.reserved(rl.name(), r.allowed());
-    let mut fields = reservation_json(&rl, &r, within);
+    let mut fields = Reserved::new(&rl, &r, within);
     let d = *r.decision();
     if !r.allowed() {
         let detail = format!(
@@ -194,7 +237,7 @@ pub async fn reserve(
             body.key
         );
         let mut resp = problem_response(
-            fields,
+            serde_json::to_value(&fields).unwrap_or_default(),
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
             detail,
@@ -209,7 +252,7 @@ pub async fn reserve(
         table_full(table.cap())
     })?;
     st.metrics.settle.open(table.len());
-    fields["id"] = json!(id);
+    fields.id = Some(id);
     let mut resp = (StatusCode::CREATED, Json(fields)).into_response();
     add_fields(&st, &rl, &d, &mut resp);
     Ok(resp)
@@ -225,11 +268,29 @@ fn id_path(
 
 /// `POST /v1/ratelimits/{name}/reservations/{id}/settle` with the real cost `actual`: 200
 /// with the key's balance; 409 settled before, 410 past its time limit, 404 unknown.
+#[utoipa::path(
+    post,
+    path = "/v1/ratelimits/{name}/reservations/{id}/settle",
+    tag = "costs",
+    params(
+        ("name" = String, Path, description = "The rate limit"),
+        ("id" = String, Path, description = "The reservation's id"),
+    ),
+    request_body = SettleBody,
+    responses(
+        (status = 200, description = "Settled: the key's balance", body = Balance),
+        (status = 400, description = "`actual` missing, negative, or too far above the estimate", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such reservation", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already settled", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Its time limit passed: it was settled at its estimate", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer (the settlement may or may not have applied)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn settle(
     State(st): State<Shared>,
     path: Result<Path<(String, String)>, PathRejection>,
     JsonBody(body): JsonBody<SettleBody>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let (name, id) = id_path(path)?;
     let Some(actual) = body.actual else {
         return Err(Problem::field(
@@ -248,10 +309,26 @@ pub async fn settle(
 
 /// `DELETE /v1/ratelimits/{name}/reservations/{id}`: settles it at its estimate now (200 with
 /// the key's balance); 409, 410 and 404 as a settle.
+#[utoipa::path(
+    delete,
+    path = "/v1/ratelimits/{name}/reservations/{id}",
+    tag = "costs",
+    params(
+        ("name" = String, Path, description = "The rate limit"),
+        ("id" = String, Path, description = "The reservation's id"),
+    ),
+    responses(
+        (status = 200, description = "Settled at its estimate: the key's balance", body = Balance),
+        (status = 404, description = "No such reservation", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already settled", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Its time limit passed: it was settled at its estimate", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn keep(
     State(st): State<Shared>,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let (name, id) = id_path(path)?;
     in_task(st, name, id, None).await
 }
@@ -263,7 +340,7 @@ async fn in_task(
     name: String,
     id: String,
     actual: Option<u64>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let task = tokio::spawn(async move { settle_now(&st, &name, &id, actual).await });
     match task.await {
         Ok(answer) => answer.map(Json),
@@ -280,7 +357,7 @@ async fn settle_now(
     name: &str,
     id: &str,
     actual: Option<u64>,
-) -> Result<Value, Problem> {
+) -> Result<serde_json::Value, Problem> {
     let table = &st.rate.reservations;
     if let (Some(actual), Some(estimate)) = (actual, table.estimate(name, id)) {
         check_actual(actual, estimate)?;

@@ -11,6 +11,7 @@ use crate::sidecar::metrics::Metrics;
 use crate::sidecar::path_param::PathParam;
 use crate::sidecar::problem::Problem;
 use crate::sidecar::release_body::ReleaseBody;
+use crate::sidecar::schemas::{SemaphoreStatus, SemaphoreView};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,20 +20,27 @@ use clusterlimit::fair::FairTag;
 use clusterlimit::{validate, AcquireOptions, Error, Semaphore, Status};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// How long past its deadline an acquire may take to answer on its own (the library's bound
 /// is 40 ms) before the sidecar answers 503 for it.
 const ACQUIRE_GRACE: Duration = Duration::from_millis(60);
 
-/// `POST /v1/semaphores/{name}/permits`. Numbers are read as i64 so that a negative one is
-/// reported as out of range for its field, not as a type error.
-#[derive(Debug, Default, Deserialize)]
+/// The body of `POST /v1/semaphores/{name}/permits` (every field optional).
+// Numbers are read as i64 so that a negative one is reported as out of range for its field,
+// not as a type error.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
+    /// Permits to take (default 1).
     permits: Option<i64>,
+    /// How long to wait for them (default 30000; 0: answer at once).
     timeout_ms: Option<i64>,
+    /// How long the permit lives without a keepalive (default: the sidecar's `permit_ttl`).
     ttl_ms: Option<i64>,
+    /// The holder's label in the semaphore's status.
     owner: Option<String>,
+    /// Creates the semaphore with this capacity if absent (409 if it exists with another).
     capacity: Option<i64>,
     /// On a fair semaphore: the request's flow, class and its flow's weight.
     flow: Option<String>,
@@ -41,8 +49,9 @@ pub struct AcquireBody {
 }
 
 /// 201 answer of an acquire.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Granted {
+    /// The permit's id, for keepalive, shrink and release.
     id: String,
     semaphore: String,
     permits: u32,
@@ -50,8 +59,8 @@ pub struct Granted {
     ttl_ms: u64,
 }
 
-/// `PUT /v1/semaphores/{name}`.
-#[derive(Debug, Deserialize)]
+/// The body of `PUT /v1/semaphores/{name}`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacityBody {
     capacity: i64,
@@ -196,6 +205,22 @@ fn fair_refusal(e: &Error, name: &str, tagged: Option<&'static str>) -> Option<P
         .then(|| Problem::field(field, why.clone()))
 }
 
+/// Takes permits of a semaphore, waiting up to `timeout_ms` for them.
+#[utoipa::path(
+    post,
+    path = "/v1/semaphores/{name}/permits",
+    tag = "semaphores",
+    params(("name" = String, Path, description = "The semaphore")),
+    request_body = AcquireBody,
+    responses(
+        (status = 201, description = "Granted; `Location` names the permit", body = Granted),
+        (status = 400, description = "A field out of range or malformed (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such semaphore, and no `capacity` to create it", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`capacity` differs from the stored one", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "No permit within `timeout_ms` (`Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer, or the sidecar is shutting down", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn acquire(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -286,15 +311,34 @@ async fn wait_for_permit(
     }
 }
 
+/// Answer of a keepalive: the permit's new time to live.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeptAlive {
+    id: String,
+    ttl_ms: u64,
+}
+
+/// Extends a permit's time to live.
+#[utoipa::path(
+    post,
+    path = "/v1/permits/{id}/keepalive",
+    tag = "permits",
+    params(("id" = String, Path, description = "The permit's id")),
+    responses(
+        (status = 200, description = "Extended", body = KeptAlive),
+        (status = 404, description = "No such permit (released, expired, never granted)", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The permit was lost (the store session ended): stop the work", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn keepalive(
     State(st): State<Shared>,
     PathParam(id): PathParam,
 ) -> Result<Response, Problem> {
     match st.table.keepalive(&id) {
-        KeepAlive::Extended(ttl) => Ok(Json(serde_json::json!({
-            "id": id,
-            "ttl_ms": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-        }))
+        KeepAlive::Extended(ttl) => Ok(Json(KeptAlive {
+            id,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        })
         .into_response()),
         KeepAlive::Lost => Err(Problem::new(
             StatusCode::GONE,
@@ -307,6 +351,18 @@ pub async fn keepalive(
 
 /// `DELETE /v1/permits/{id}`, with the work's outcome in an optional body (checked before
 /// anything is released).
+#[utoipa::path(
+    delete,
+    path = "/v1/permits/{id}",
+    tag = "permits",
+    params(("id" = String, Path, description = "The permit's id")),
+    request_body(content = Option<ReleaseBody>, description = "Optional: the work's outcome, for an adaptive semaphore"),
+    responses(
+        (status = 204, description = "Released"),
+        (status = 400, description = "A bad outcome body (`field` names it); the permit is still held", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such permit", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn release(
     State(st): State<Shared>,
     PathParam(id): PathParam,
@@ -330,6 +386,19 @@ fn unknown_permit(id: &str) -> Problem {
     ))
 }
 
+/// A semaphore's status, with its adaptive or per-member state if it has one.
+#[utoipa::path(
+    get,
+    path = "/v1/semaphores/{name}",
+    tag = "semaphores",
+    params(("name" = String, Path, description = "The semaphore")),
+    responses(
+        (status = 200, description = "Its status", body = SemaphoreView),
+        (status = 400, description = "Not a valid semaphore name", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such semaphore", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn status(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -337,6 +406,19 @@ pub async fn status(
     st.status_view(&name).await.map(Json)
 }
 
+/// Creates a semaphore with a capacity, or changes its capacity.
+#[utoipa::path(
+    put,
+    path = "/v1/semaphores/{name}",
+    tag = "semaphores",
+    params(("name" = String, Path, description = "The semaphore")),
+    request_body = CapacityBody,
+    responses(
+        (status = 200, description = "Its status after the change", body = SemaphoreStatus),
+        (status = 400, description = "A bad name or capacity (`field` names it)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn set_capacity(
     State(st): State<Shared>,
     PathParam(name): PathParam,
@@ -361,6 +443,17 @@ pub async fn set_capacity(
     st.status_of(&name).await.map(Json)
 }
 
+/// Every semaphore's status.
+#[utoipa::path(
+    get,
+    path = "/v1/semaphores",
+    operation_id = "list_semaphores",
+    tag = "semaphores",
+    responses(
+        (status = 200, description = "Every semaphore's status", body = Vec<SemaphoreStatus>),
+        (status = 503, description = "The store did not answer", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(State(st): State<Shared>) -> Result<Json<Vec<Status>>, Problem> {
     // Each store call within the store timeout: a long list on a busy store still answers,
     // a silent store fails at its first call.

@@ -10,17 +10,20 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-/// The body: the weight to hold from now on. Read as i64 so that a negative one is reported as
-/// out of range for its field, not as a type error.
-#[derive(Debug, Default, Deserialize)]
+/// The body of `POST /v1/permits/{id}/shrink`.
+// Read as i64 so that a negative one is reported as out of range for its field, not as a
+// type error.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShrinkBody {
+    /// The weight to hold from now on: at least 1, at most the weight held.
     permits: Option<i64>,
 }
 
 /// 200 answer: the weight held now.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ShrinkAnswer {
     id: String,
     permits: u32,
@@ -28,6 +31,19 @@ pub struct ShrinkAnswer {
 
 /// Lowers permit `id` to the body's `permits`: 400 naming `permits` for 0, more than held or
 /// not a number, 404 for an unknown permit, 410 for a lost one.
+#[utoipa::path(
+    post,
+    path = "/v1/permits/{id}/shrink",
+    tag = "permits",
+    params(("id" = String, Path, description = "The permit's id")),
+    request_body = ShrinkBody,
+    responses(
+        (status = 200, description = "The weight held now", body = ShrinkAnswer),
+        (status = 400, description = "`permits` missing, 0, or more than held", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such permit", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The permit was lost (the store session ended)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn shrink(
     State(st): State<Shared>,
     PathParam(id): PathParam,
