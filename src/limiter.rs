@@ -69,7 +69,7 @@ impl Limiter {
             etcd_user: None,
             zk_digest_file: None,
             clock: Clock::system(),
-            hot_key_leases: true,
+            hot_key_leases: false,
         }
     }
 
@@ -80,7 +80,7 @@ impl Limiter {
             owner.into(),
             Clock::system(),
             crate::timing::DEFAULT_REQUEST_TIMEOUT,
-            true,
+            false,
         )
     }
 
@@ -519,11 +519,13 @@ pub struct LimiterBuilder {
 }
 
 impl LimiterBuilder {
-    /// Whether keys this Limiter checks hot are served from leases (default: yes). A lease is
+    /// Whether keys this Limiter checks hot are served from leases (default: no). A lease is
     /// a slice of a key's units taken in one write and spent here with no request, sized to
     /// about 100 ms of this Limiter's demand on the key: a key checked at any rate costs at
     /// most about 20 writes a second per Limiter, and never admits more than its quota (see
-    /// `docs/rate-limits.md`, "Hot keys: leased units"). Off: every check that admits goes to
+    /// `docs/rate-limits.md`, "Hot keys: leased units"). The price: while a key is leased, a
+    /// check its slice does not cover is denied here until the next lease (up to ~100 ms),
+    /// though the key may have units when demand jumps. Off: every check that admits goes to
     /// the store in its key's batch.
     pub fn hot_key_leases(mut self, on: bool) -> Self {
         self.hot_key_leases = on;

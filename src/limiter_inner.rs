@@ -68,7 +68,7 @@ impl LimiterInner {
             rates: Rates::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
-            leases: true,
+            leases: false,
             adaptive: Default::default(),
             per_member: Default::default(),
             closed: AtomicBool::new(false),

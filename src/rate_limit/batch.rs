@@ -52,23 +52,11 @@ pub(crate) async fn check(
     // the task's coop budget is spent, as tokio's own resources do.
     tokio::task::coop::consume_budget().await;
     let cell = limit.cell(key);
-    let (quota, quota_version) = limit.quota();
+    let (quota, _) = limit.quota();
     let now = inner.now_ns();
     if leased == Leased::May && asker == Asker::default() && inner.leases && cost > 0 {
-        let (decision, unspent) = cell.spend_lease(&quota, quota_version, cost, now);
-        inner.rates.count_unspent(unspent);
-        let asked = send_lease_work(inner, limit, key, &cell, &quota);
-        if let Some(d) = decision {
-            inner.rates.count_lease_admitted();
+        if let Some(d) = from_leases(inner, limit, key, &cell, cost, deadline).await {
             return Ok(d);
-        }
-        // A lease write just asked: the check goes with it. Otherwise a leased key denies
-        // here until its next lease.
-        if !asked {
-            if let Some(d) = cell.lease_denial(&quota, now) {
-                inner.rates.count_local_answer();
-                return Ok(d);
-            }
         }
     }
     let rx = {
@@ -90,6 +78,41 @@ pub(crate) async fn check(
     Ok(answer(inner, limit, key, rx, deadline).await?.decision)
 }
 
+/// A plain check of `cost` answered by this Limiter's leases of `key`: admitted from a lease
+/// (after waiting, by `deadline`, for a lease being asked), or denied while the key is
+/// leased; `None` when the check goes to the store. Asks for a lease when one is due.
+async fn from_leases(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    cost: u64,
+    deadline: Option<Instant>,
+) -> Option<Decision> {
+    let mut waited = false;
+    loop {
+        let (quota, quota_version) = limit.quota();
+        let now = inner.now_ns();
+        let (decision, unspent) = cell.spend_lease(&quota, quota_version, cost, now);
+        inner.rates.count_unspent(unspent);
+        if let Some(d) = decision {
+            inner.rates.count_lease_admitted();
+            return Some(d);
+        }
+        if !waited {
+            send_lease_work(inner, limit, key, cell, &quota);
+            // A lease on its way: wait for it rather than write for this check alone.
+            let by = Instant::now() + inner.request_timeout * 2;
+            cell.lease_asked(deadline.map_or(by, |d| d.min(by))).await;
+            waited = true;
+            continue;
+        }
+        let d = cell.lease_denial(&quota, now)?;
+        inner.rates.count_local_answer();
+        return Some(d);
+    }
+}
+
 /// Whether a check may be admitted from a lease of this Limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leased {
@@ -101,16 +124,15 @@ pub(crate) enum Leased {
 }
 
 /// Queues what the key's leases need sent (units to give back, a lease due), starting the
-/// key's batch task if none runs. Nobody waits for it. Whether a lease was asked.
+/// key's batch task if none runs. Nobody waits for it.
 fn send_lease_work(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
     key: &str,
     cell: &Arc<KeyCell>,
     quota: &Quota,
-) -> bool {
+) {
     let (returns, due) = cell.lease_work(quota);
-    let asked = due.is_some();
     let asks = returns
         .into_iter()
         .map(|(lease, n)| LeaseAsk::Return(lease, n))
@@ -119,7 +141,6 @@ fn send_lease_work(
         let queued = cell.enqueue_lease(ask);
         start_driver(inner, limit, key, cell, queued);
     }
-    asked
 }
 
 /// Once the lease just granted ends, sets aside what it has left and gives it back (one

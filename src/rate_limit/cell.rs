@@ -64,6 +64,8 @@ pub(crate) struct KeyCell {
     /// Wakes the key's batch task from a pacing pause: a check joined, whose `send_by` may
     /// come before the paced send.
     joined: tokio::sync::Notify,
+    /// Wakes checks waiting for a lease being asked (`lease_answered`).
+    lease_came: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -259,6 +261,17 @@ impl KeyCell {
         (decision, unspent)
     }
 
+    /// Waits (at most until `by`) for the lease being asked to be answered; at once when none
+    /// is being asked.
+    pub(crate) async fn lease_asked(&self, by: Instant) {
+        let came = self.lease_came.notified();
+        tokio::pin!(came);
+        came.as_mut().enable();
+        if lock(&self.inner).leases.is_asking() {
+            let _ = tokio::time::timeout_at(by, came).await;
+        }
+    }
+
     /// A check no lease covers, on a key this Limiter leases: denied here until the next lease
     /// may be asked (see [`LeaseBook::leased_until`]); `None` when the key is not leased.
     pub(crate) fn lease_denial(&self, quota: &Quota, now: UnixNanos) -> Option<Decision> {
@@ -291,11 +304,14 @@ impl KeyCell {
 
     /// The lease asked was answered (`None`: its write failed).
     pub(crate) fn lease_answered(&self, lease: Option<Lease>, quota_version: u64) {
-        let mut c = lock(&self.inner);
-        match lease {
-            Some(l) => c.leases.granted(l, quota_version),
-            None => c.leases.ask_failed(),
+        {
+            let mut c = lock(&self.inner);
+            match lease {
+                Some(l) => c.leases.granted(l, quota_version),
+                None => c.leases.ask_failed(),
+            }
         }
+        self.lease_came.notify_waiters();
     }
 
     /// Adds `pending` to the queue: whether a batch task must be started for it.

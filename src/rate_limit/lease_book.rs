@@ -9,8 +9,9 @@
 //! half a period of demand is left, so checks rarely meet an empty slice while the key has
 //! units. Keys of quotas slower than [`MIN_LEASED_RATE`] are never leased. Its units may be spent for [`LEASE_HOLD`] (two periods: the next lease arrives
 //! well before). Lease writes are at most one per [`MIN_ASK_GAP`] per key and Limiter — 10
-//! a second whatever the quota (20 requests with a conflict each); while the key is leased,
-//! a check no lease covers is denied here until the next lease (which its demand sizes). A key whose demand is below [`MIN_LEASE`] units a period
+//! a second whatever the quota (20 requests with a conflict each). A check no lease covers
+//! waits for a lease being asked; past that, while the key is leased, it is denied here until
+//! the next lease (which its demand sizes). A key whose demand is below [`MIN_LEASE`] units a period
 //! is not leased: today's per-check path serves it.
 
 use crate::rate::{leasable, Algorithm, Lease, Quota, UnixNanos};
@@ -53,6 +54,7 @@ pub(crate) struct LeaseBook {
     /// When the last lease was asked, and the gap drawn after it.
     last_ask: Option<Instant>,
     gap: Duration,
+
     /// Units of ended leases to give back (sent with the key's next write).
     to_return: Vec<(Lease, u64)>,
 }
@@ -152,11 +154,17 @@ impl LeaseBook {
         Some(want)
     }
 
+    /// A lease is asked and not answered yet: a check no lease covers waits for it.
+    pub(crate) fn is_asking(&self) -> bool {
+        self.asking
+    }
+
     /// While the key is leased (a lease asked within a lease's time), a check no lease covers
-    /// and no lease write carries is denied here until the next lease may be asked: the next
-    /// lease is sized to the demand, denials included, so a key's units reach its Limiters
-    /// at a few writes a second whatever the rate. `None`: not leased, the check goes to the
-    /// store.
+    /// (after waiting for one being asked) is denied here until the next lease may be asked:
+    /// the next lease is sized to the demand, denials included, so a key's units reach its
+    /// Limiters at a few writes a second whatever the rate. The price: when demand jumps above
+    /// the slice, checks are denied for up to one gap though the key may have units. `None`:
+    /// not leased, the check goes to the store.
     pub(crate) fn leased_until(&self, at: Instant) -> Option<Instant> {
         let asked = self.last_ask?;
         (at < asked + LEASE_HOLD).then(|| (asked + self.gap).max(at))

@@ -28,6 +28,8 @@ pub struct LimiterOptions {
     pub request_timeout: Option<Duration>,
     /// The rate-limit clock ([`LimiterBuilder::clock`]).
     pub clock: Option<Clock>,
+    /// Leases of hot keys ([`LimiterBuilder::hot_key_leases`]).
+    pub hot_key_leases: Option<bool>,
 }
 
 impl LimiterOptions {
@@ -60,6 +62,12 @@ impl LimiterOptions {
         self
     }
 
+    /// Turns leases of hot keys on or off.
+    pub fn hot_key_leases(mut self, on: bool) -> Self {
+        self.hot_key_leases = Some(on);
+        self
+    }
+
     /// A [`LimiterBuilder`] for the store at `url` with these options: all a harness of a
     /// URL store (`memory://`, `etcd://`, `zk://`) needs in [`Harness::connect`].
     pub fn builder(&self, url: &str) -> LimiterBuilder {
@@ -75,6 +83,9 @@ impl LimiterOptions {
         }
         if let Some(clock) = &self.clock {
             b = b.clock(clock.clone());
+        }
+        if let Some(on) = self.hot_key_leases {
+            b = b.hot_key_leases(on);
         }
         b
     }

@@ -416,6 +416,7 @@ impl Metrics {
             .busy_refusals
             .inc_by(d.acquires_refused_store_busy);
         self.rate.cache_answers.inc_by(d.rate_local_answers);
+        self.rate.leases.add(&d);
         self.store
             .pending_removals
             .set(i64::try_from(now.pending_removals).unwrap_or(i64::MAX));

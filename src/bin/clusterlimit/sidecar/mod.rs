@@ -10,6 +10,7 @@ mod body;
 mod body_words;
 mod flags;
 mod header_mode;
+mod lease_metrics;
 mod metrics;
 mod openapi;
 mod path_param;

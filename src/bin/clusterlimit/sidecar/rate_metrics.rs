@@ -2,6 +2,7 @@
 //! (domain, limit) what envoyproxy/ratelimit reports (total hits, over limit, near limit,
 //! shadow mode, failure mode allowed), the store's latency, and the keys cached.
 
+use super::lease_metrics::LeaseMetrics;
 use super::registered::registered;
 use clusterlimit::{DecisionSource, GuardedDecision};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -54,6 +55,9 @@ pub struct RateMetrics {
     waits_in_flight: Family<LimitLabel, Gauge>,
     /// Checks answered from a cached state, no store request (set at each scrape).
     pub(super) cache_answers: Counter,
+    /// Hot keys' leases (set at each scrape): checks admitted from them, leases taken, units
+    /// leased, given back, and lost (the under-admission they cost).
+    pub(super) leases: LeaseMetrics,
     /// Per key and per second, for the live view (`/ui`, the fleet summary).
     pub live: std::sync::Arc<crate::live::recorder::Recorder>,
 }
@@ -122,6 +126,7 @@ impl RateMetrics {
                 "Rate-limit checks answered from a cached state without a store request",
                 Counter::default(),
             ),
+            leases: LeaseMetrics::new(registry),
             live: Default::default(),
         }
     }
