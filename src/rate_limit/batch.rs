@@ -107,7 +107,7 @@ async fn from_leases(
             waited = true;
             continue;
         }
-        let d = cell.lease_denial(&quota, now)?;
+        let d = cell.lease_denial(&quota, cost, now)?;
         inner.rates.count_local_answer();
         return Some(d);
     }

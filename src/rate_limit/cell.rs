@@ -250,7 +250,7 @@ impl KeyCell {
         now: UnixNanos,
     ) -> (Option<Decision>, Unspent) {
         let mut c = lock(&self.inner);
-        c.leases.asked(cost, Instant::now());
+        c.leases.asked(cost, quota, Instant::now());
         let (left, unspent) = c.leases.spend(cost, now, quota_version);
         let decision = left.map(|left| Decision {
             allowed: true,
@@ -274,10 +274,15 @@ impl KeyCell {
 
     /// A check no lease covers, on a key this Limiter leases: denied here until the next lease
     /// may be asked (see [`LeaseBook::leased_until`]); `None` when the key is not leased.
-    pub(crate) fn lease_denial(&self, quota: &Quota, now: UnixNanos) -> Option<Decision> {
+    pub(crate) fn lease_denial(
+        &self,
+        quota: &Quota,
+        cost: u64,
+        now: UnixNanos,
+    ) -> Option<Decision> {
         let c = lock(&self.inner);
         let at = Instant::now();
-        let until = c.leases.leased_until(at)?;
+        let until = c.leases.leased_until(at, cost, quota)?;
         let peek = c.peek(quota, now);
         let wait = (until - at).max(peek.retry_after.unwrap_or_default());
         Some(Decision {

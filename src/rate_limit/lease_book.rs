@@ -75,9 +75,12 @@ pub(crate) struct Unspent {
 }
 
 impl LeaseBook {
-    /// Counts `cost` asked for the key at `at`.
-    pub(crate) fn asked(&mut self, cost: u64, at: Instant) {
-        self.demand.add(cost, at);
+    /// Counts `cost` asked for the key at `at`. A check dearer than a lease may take is not
+    /// demand for leases (it goes to the store whole).
+    pub(crate) fn asked(&mut self, cost: u64, quota: &Quota, at: Instant) {
+        if cost <= cap(quota) {
+            self.demand.add(cost, at);
+        }
     }
 
     /// Spends `cost` from a lease usable at `now` under `quota_version`: the units left in
@@ -164,10 +167,11 @@ impl LeaseBook {
     /// the next lease is sized to the demand, denials included, so a key's units reach its
     /// Limiters at a few writes a second whatever the rate. The price: when demand jumps above
     /// the slice, checks are denied for up to one gap though the key may have units. `None`:
-    /// not leased, the check goes to the store.
-    pub(crate) fn leased_until(&self, at: Instant) -> Option<Instant> {
+    /// not leased, or the check of `cost` costs more than a lease may take: it goes to the
+    /// store whole.
+    pub(crate) fn leased_until(&self, at: Instant, cost: u64, quota: &Quota) -> Option<Instant> {
         let asked = self.last_ask?;
-        (at < asked + LEASE_HOLD).then(|| (asked + self.gap).max(at))
+        (at < asked + LEASE_HOLD && cost <= cap(quota)).then(|| (asked + self.gap).max(at))
     }
 
     /// The asked lease was answered: held if it took anything.
@@ -267,7 +271,7 @@ mod tests {
         assert_eq!(book.due(&q, t0), None, "no demand yet");
         // 10,000 asked over a quarter second: 40,000/s, so 6,000 a period.
         for i in 0..100 {
-            book.asked(100, t0 + Duration::from_micros(2_500 * i));
+            book.asked(100, &q, t0 + Duration::from_micros(2_500 * i));
         }
         let at = t0 + Duration::from_millis(250);
         let want = book.due(&q, at).expect("hot");

@@ -30,7 +30,7 @@ pub use decisions::{
 };
 pub use flows::{rate_flows_share_under_contention, rate_flows_steady_split, rate_flows_stored};
 pub use leases::{
-    rate_leases_exact_under_contention, rate_leases_follow_the_quota,
+    rate_leases_exact_under_contention, rate_leases_follow_the_quota, rate_leases_spare_big_checks,
     rate_leases_spare_reservations,
 };
 pub use load::{rate_exact_under_contention, rate_request_counts};

@@ -201,3 +201,19 @@ pub async fn rate_leases_spare_reservations(h: &impl Harness) {
     let since = l.stats().since(&before);
     assert_eq!(since.rate_lease_admitted, 0, "{since:?}");
 }
+
+/// A check dearer than a lease takes, on a key its Limiter leases, goes to the store whole:
+/// admitted while the key has the units, never denied for want of a lease.
+pub async fn rate_leases_spare_big_checks(h: &impl Harness) {
+    let l = limiter(h).await;
+    let rl = open(&l, "leased-big", Quota::per_second(100_000)).await;
+    let stop = Instant::now() + Duration::from_secs(5);
+    while l.stats().rate_leases == 0 && Instant::now() < stop {
+        let checks = (0..20).map(|_| rl.check("hot"));
+        futures::future::join_all(checks).await;
+    }
+    assert!(l.stats().rate_leases > 0, "{:?}", l.stats());
+    // The leases hold at most a quarter of what the key can lease, and its burst is 100,000.
+    let d = rl.check_n("hot", 20_000).await.expect("check");
+    assert!(d.allowed, "{d:?} {:?}", l.stats());
+}
