@@ -27,6 +27,12 @@ pub(crate) fn rate_check(name: &str, key: &str, cost: u64) -> Span {
     )
 }
 
+/// Several checks decided together (`Limiter::check_all`, an RLS request of several
+/// descriptors): their joint write is made by a task shared with other calls, not a child.
+pub(crate) fn check_all(checks: usize) -> Span {
+    tracing::debug_span!("rate_limit.check_all", checks)
+}
+
 /// A wait for admission (`RateLimit::wait*`): its checks are children.
 pub(crate) fn rate_wait(name: &str, key: &str, cost: u64) -> Span {
     tracing::debug_span!("rate_limit.wait", name, key, cost)
