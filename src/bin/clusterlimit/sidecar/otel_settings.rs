@@ -208,7 +208,7 @@ mod tests {
             );
         }
         let e = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")]);
-        let err = TracingSettings::resolve(None, e).err().expect("refused");
+        let err = TracingSettings::resolve(None, e).expect_err("refused");
         assert!(err.message.contains("OTEL_EXPORTER_OTLP_ENDPOINT"));
     }
 }
