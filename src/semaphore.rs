@@ -161,19 +161,19 @@ impl Semaphore {
         // The deadline starts before anything else, so the whole call keeps to it.
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
         let span = spans::acquire(&self.name, opts.permits, opts.wait);
-        match self.request(opts) {
+        let acquired = match self.request(opts) {
             Ok(req) => {
-                let acquired = self.acquire_reporting(req, deadline);
-                let acquired = acquired.instrument(span.clone()).await;
-                spans::granted(&span, &acquired.result);
-                acquired
+                let acquiring = self.acquire_reporting(req, deadline);
+                acquiring.instrument(span.clone()).await
             }
             // Nothing was sent: a caller's mistake or a closed Limiter, not the store's.
             Err(e) => Acquired {
                 result: Err(e),
                 store_answered: true,
             },
-        }
+        };
+        spans::granted(&span, &acquired.result);
+        acquired
     }
 
     /// Validates the options into the request sent to the store.
