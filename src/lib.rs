@@ -70,6 +70,7 @@ pub mod rate;
 mod rate_limit;
 mod release;
 mod semaphore;
+mod spans;
 mod stats;
 mod status;
 mod store_down;

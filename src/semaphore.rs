@@ -7,10 +7,12 @@ use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::lost::LostSignal;
 use crate::permit::{EntryGuard, Permit};
+use crate::spans;
 use crate::status::Status;
 use crate::validate;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// A named cluster-wide counting semaphore, opened through [`Limiter::semaphore`](crate::Limiter::semaphore).
 ///
@@ -158,14 +160,20 @@ impl Semaphore {
     pub(crate) async fn acquire_with_report(&self, opts: AcquireOptions) -> Acquired {
         // The deadline starts before anything else, so the whole call keeps to it.
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
-        match self.request(opts) {
-            Ok(req) => self.acquire_reporting(req, deadline).await,
+        let span = spans::acquire(&self.name, opts.permits, opts.wait);
+        let acquired = match self.request(opts) {
+            Ok(req) => {
+                let acquiring = self.acquire_reporting(req, deadline);
+                acquiring.instrument(span.clone()).await
+            }
             // Nothing was sent: a caller's mistake or a closed Limiter, not the store's.
             Err(e) => Acquired {
                 result: Err(e),
                 store_answered: true,
             },
-        }
+        };
+        spans::granted(&span, &acquired.result);
+        acquired
     }
 
     /// Validates the options into the request sent to the store.
@@ -229,8 +237,9 @@ impl Semaphore {
                     return Err(Error::NoPermits);
                 }
                 // The store's decision, or the session's loss, whichever comes first.
+                let waited = backend.wait_outcome(&req, &enq);
                 let outcome = tokio::select! {
-                    o = backend.wait_outcome(&req, &enq) => o?,
+                    o = waited.instrument(spans::queue_wait()) => o?,
                     _ = enq.lost.lost() => WaitOutcome::Gone,
                 };
                 outcome.into_result(&req, &enq.lost)?;
@@ -283,6 +292,8 @@ impl Semaphore {
         let limiter = self.limiter.clone();
         let name = self.name.clone();
         let req = req.clone();
+        // Opened here, so that the request sent from the task is a child of this acquire.
+        let span = spans::store_request("enqueue");
         self.limiter.runtime.spawn(async move {
             let _slot = slot;
             let mut tx = tx;
@@ -290,7 +301,7 @@ impl Semaphore {
             // Once the caller is gone, retrying the enqueue only writes an entry nobody wants
             // (and may write it again after its removal): stop.
             let result = tokio::select! {
-                r = limiter.backend.enqueue(&req) => Some(r),
+                r = spans::timed(span, limiter.backend.enqueue(&req)) => Some(r),
                 _ = tx.closed() => None,
             };
             if let Some(Ok(_)) = &result {

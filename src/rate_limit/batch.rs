@@ -22,10 +22,12 @@ use crate::rate::{
     adjust, debt, return_lease, take_lease, Adjustment, Decision, KeyState, Lease, Quota,
     UnixNanos, Verdict,
 };
+use crate::spans;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 /// Conflicts in a row answered by an immediate retry (the conflict brought the current state);
 /// after these, retries pause a little, with jitter, so writers of one key spread out.
@@ -195,6 +197,7 @@ fn start_driver(
             key: key.to_string(),
             cell: cell.clone(),
             finished: false,
+            parent: tracing::Span::current(),
         };
         inner.runtime.spawn(driver.run());
     }
@@ -245,6 +248,9 @@ struct Driver {
     /// Set when `run` returns normally; otherwise dropping the driver abandons the key's
     /// queue (see `Drop`).
     finished: bool,
+    /// The span of the check that started this task: its first batch's store requests are
+    /// that check's children (later batches' are traces of their own).
+    parent: tracing::Span,
 }
 
 /// A driver dropped before it finished (it panicked, or its runtime shut down before or while
@@ -294,7 +300,8 @@ impl Driver {
             // not get a whole new bound on top.
             let oldest = batch.iter().map(|p| p.arrived).min();
             let deadline = oldest.unwrap_or_else(Instant::now) + self.inner.request_timeout * 2;
-            match self.decide_batch(&asks, deadline).await {
+            let parent = std::mem::replace(&mut self.parent, tracing::Span::none());
+            match self.decide_batch(&asks, deadline).instrument(parent).await {
                 Ok((decisions, requests, quota_version)) => {
                     let (mut admitted, mut denied) = (0, 0);
                     for (a, ask) in decisions.iter().zip(&asks) {
@@ -374,7 +381,8 @@ impl Driver {
                 // Only denials or peeks, from a state the store has not confirmed lately:
                 // read it, then decide again from the truth.
                 requests += 1;
-                let current = by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
+                let read = by(deadline, store.read_key(&self.limit.name, &self.key));
+                let current = spans::store("read", read).await?;
                 self.learn(current, now)?;
                 continue;
             };
@@ -393,7 +401,7 @@ impl Driver {
             requests += 1;
             // Other keys' writes ready now go in the same request (`combine.rs`).
             let written = self.inner.rates.write(&self.sender, write);
-            match by(deadline, written).await {
+            match spans::store("write", by(deadline, written)).await {
                 Ok(KeyOutcome::Written(version)) => {
                     self.cell
                         .set_known(Some(new), Some(version), expires_at, now);
@@ -413,8 +421,8 @@ impl Driver {
                         // others wrote meanwhile, and a write decided from it would lose
                         // again, pause after pause, until the deadline. Read afresh.
                         requests += 1;
-                        let current =
-                            by(deadline, store.read_key(&self.limit.name, &self.key)).await?;
+                        let read = by(deadline, store.read_key(&self.limit.name, &self.key));
+                        let current = spans::store("read", read).await?;
                         self.learn(current, self.inner.now_ns())?;
                     }
                 }

@@ -14,9 +14,11 @@ use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, FlowId, KeyState, Quota};
+use crate::spans;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 /// One check of a [`Limiter::check_all`](crate::Limiter::check_all): `cost` for `key` on a rate
 /// limit, of a priority class if [`class`](Self::class) says so, of a flow if
@@ -105,7 +107,9 @@ pub(crate) async fn run(
                 .await?,
         ]);
     }
-    joint(inner, checks).await
+    joint(inner, checks)
+        .instrument(spans::check_all(checks.len()))
+        .await
 }
 
 /// Bad input is an error before any store request: no checks, a limit of another Limiter,

@@ -9,9 +9,11 @@ use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::reserves::ClassName;
 use crate::rate::{Decision, Quota};
+use crate::spans;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 /// Longest key, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 512;
@@ -78,17 +80,8 @@ impl RateLimit {
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision> {
         self.validate(key, cost)?;
         self.inner.check_open()?;
-        let plain = Asker::default();
-        batch::check(
-            &self.inner,
-            &self.limit,
-            key,
-            cost,
-            plain,
-            Leased::May,
-            None,
-        )
-        .await
+        self.decide(key, cost, Asker::default(), Leased::May, None)
+            .await
     }
 
     /// A check as `options` say: its cost, its priority class, its flow, its budget.
@@ -240,7 +233,22 @@ impl RateLimit {
         self.quota()
             .check_class(self.name(), asker.class_name(), cost)?;
         self.inner.check_open()?;
-        batch::check(&self.inner, &self.limit, key, cost, asker, leased, deadline).await
+        self.decide(key, cost, asker, leased, deadline).await
+    }
+
+    /// The check in its batch (`batch.rs`), inside a `rate_limit.check` span that records the
+    /// decision (`spans.rs`): the store request of its batch is a child.
+    async fn decide(
+        &self,
+        key: &str,
+        cost: u64,
+        asker: Asker,
+        leased: Leased,
+        deadline: Option<Instant>,
+    ) -> Result<Decision> {
+        let span = spans::rate_check(self.name(), key, cost);
+        let checked = batch::check(&self.inner, &self.limit, key, cost, asker, leased, deadline);
+        spans::decided(&span, checked.instrument(span.clone()).await)
     }
 
     /// Waits until a request of 1 for `key` is admitted (shaping, like nginx's `limit_req`
@@ -313,6 +321,7 @@ impl RateLimit {
             // Each check answers by the deadline too: a hung store cannot stretch the wait.
             self.check_by(key, cost, deadline)
         })
+        .instrument(spans::rate_wait(self.name(), key, cost))
         .await
     }
 
@@ -350,6 +359,7 @@ impl RateLimit {
         wait::until(deadline, std::future::pending(), |deadline| {
             self.check_as_by(key, cost, asker, deadline)
         })
+        .instrument(spans::rate_wait(self.name(), key, cost))
         .await
     }
 

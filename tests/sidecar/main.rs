@@ -58,6 +58,9 @@ mod sidecar_rls;
 mod sidecar_security;
 #[path = "../sidecar_shrink.rs"]
 mod sidecar_shrink;
+// Traces over OTLP to a receiver run by the test: traceparent in, library spans nested.
+#[path = "../sidecar_tracing.rs"]
+mod sidecar_tracing;
 // Reservations settled at the real cost, charges into debt, refunds, balances (issue 42).
 #[path = "../sidecar_settle.rs"]
 mod sidecar_settle;

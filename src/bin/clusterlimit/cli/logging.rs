@@ -3,8 +3,11 @@
 //! and ZooKeeper clients) would log every frame and drown the lines that matter, so they stay
 //! at `warn`. `RUST_LOG`, when set, wins: it is the expert's full filter.
 
+use crate::sidecar::otel_export::ExportLayer;
 use clap::ValueEnum;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// A preset of `--log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,13 +51,27 @@ pub fn directives(level: Option<LogLevel>, serve: bool, rust_log: Option<String>
     }
 }
 
-/// Installs the stderr subscriber. Bad `RUST_LOG` directives are skipped by `EnvFilter`.
-pub fn init(level: Option<LogLevel>, serve: bool) {
-    let filter = directives(level, serve, std::env::var("RUST_LOG").ok());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(filter))
+/// Installs the stderr subscriber, and under it `traces` (the sidecar's span export, with a
+/// filter of its own) when given. Bad `RUST_LOG` directives are skipped by `EnvFilter`.
+pub fn init(level: Option<LogLevel>, serve: bool, traces: Option<ExportLayer>) {
+    let filter = EnvFilter::new(directives(level, serve, std::env::var("RUST_LOG").ok()));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let Some(traces) = traces else {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .try_init();
+        return;
+    };
+    // Each layer filtered on its own: the log level does not limit what is exported.
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(traces)
+        .with(lines)
         .try_init();
 }
 

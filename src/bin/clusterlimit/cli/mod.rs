@@ -41,10 +41,6 @@ pub fn main() -> ExitCode {
     };
     let sub = cli.command.name();
     let serve = matches!(cli.command, Command::Serve(_));
-    logging::init(cli.log, serve);
-    if let Some(warning) = cli.command.one_shot_store().and_then(memory_store::warning) {
-        err_line!("{warning}");
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -56,6 +52,20 @@ pub fn main() -> ExitCode {
                 .report(|| usage_of(sub))
         }
     };
+    // `serve`'s trace export, if configured: its layer joins the log subscriber.
+    let traces = match &cli.command {
+        Command::Serve(a) => {
+            match runtime.block_on(async { crate::sidecar::otel_export::start(a) }) {
+                Ok(traces) => traces,
+                Err(failure) => return failure.report(|| usage_of(sub)),
+            }
+        }
+        _ => None,
+    };
+    logging::init(cli.log, serve, traces.as_ref().map(|t| t.layer()));
+    if let Some(warning) = cli.command.one_shot_store().and_then(memory_store::warning) {
+        err_line!("{warning}");
+    }
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(a) => run::run(a).await,
@@ -66,6 +76,10 @@ pub fn main() -> ExitCode {
             Command::Serve(a) => crate::sidecar::serve(a).await,
         }
     });
+    // The last spans are sent while the runtime (and the export's channel on it) still runs.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     // Background work (keepalives, releases of a closed session) must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_millis(500));
     let code = match result {

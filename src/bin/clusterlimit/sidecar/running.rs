@@ -56,6 +56,11 @@ pub fn start(
         rls,
     } = listeners;
     out_line!("clusterlimit serve: listening on http://{addr} (store {store})");
+    // Each request's server span, joined to the caller's trace: only when traces are exported.
+    let app = match cfg.tracing.endpoint {
+        Some(_) => app.layer(axum::middleware::from_fn(super::otel_http::server_span)),
+        None => app,
+    };
     let mut servers = JoinSet::new();
     servers.spawn(
         axum::serve(tcp, app.clone())
@@ -88,6 +93,14 @@ pub fn start(
         metrics_without_token = cfg.metrics_without_token,
         "serving"
     );
+    if let Some(e) = &cfg.tracing.endpoint {
+        tracing::info!(
+            "exporting traces over OTLP to {} (from {}) as service {}",
+            e.url,
+            e.from,
+            cfg.tracing.service_name
+        );
+    }
     servers
 }
 

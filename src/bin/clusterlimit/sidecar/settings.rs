@@ -3,6 +3,7 @@
 
 use super::adaptive_settings::{self, AdaptiveTables};
 use super::flags::ServeArgs;
+use super::otel_settings::{TracingFile, TracingSettings};
 use super::per_member_settings::{self, PerMemberTables};
 use super::rate_settings::{self, DeclaredRate, RateFileKeys, RateSettings};
 use super::token::Token;
@@ -75,6 +76,9 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// per_member = 10
 /// min = 10
 /// max = 200
+///
+/// [tracing]                          # OTLP/gRPC traces (also OTEL_EXPORTER_OTLP_ENDPOINT)
+/// otlp_endpoint = "http://127.0.0.1:4317"
 /// ```
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,6 +124,8 @@ struct FileConfig {
     rls_shadow_mode: Option<bool>,
     rls_response_headers: Option<String>,
     rls_merge_domain_config: Option<bool>,
+    /// Where traces go (see otel_settings.rs).
+    tracing: Option<TracingFile>,
 }
 
 impl FileConfig {
@@ -186,6 +192,18 @@ pub struct ServeSettings {
     pub per_member: PerMemberTables,
     /// Envoy's rate limit service, when `grpc_listen` and `rls_config` are given.
     pub rls: Option<super::rls::Settings>,
+    /// Where traces go, if anywhere (`[tracing]`, OTEL_* variables).
+    pub tracing: TracingSettings,
+}
+
+/// The trace export `args` configure: their config's `[tracing]` and the environment. Read
+/// before the rest of the settings, as the logging it joins starts first.
+pub fn tracing_of(args: &ServeArgs) -> Result<TracingSettings, Failure> {
+    let file = match &args.config {
+        Some(path) => read_file(path)?,
+        None => FileConfig::default(),
+    };
+    TracingSettings::resolve(file.tracing.as_ref(), |name| std::env::var(name).ok())
 }
 
 impl ServeSettings {
@@ -198,6 +216,8 @@ impl ServeSettings {
         let file_security = file.security();
         let rate = RateSettings::resolve(args.rate, file.rate_keys())?;
         let rls = super::rls::Settings::resolve(args.rls, file.rls_keys())?;
+        let tracing =
+            TracingSettings::resolve(file.tracing.as_ref(), |name| std::env::var(name).ok())?;
         let listen_text = args
             .listen
             .or(file.listen)
@@ -258,6 +278,7 @@ impl ServeSettings {
             adaptive: file.adaptive,
             per_member: file.per_member,
             rls,
+            tracing,
         })
     }
 }
@@ -512,7 +533,8 @@ impl ServeSettings {
              owner        {}\n\
              semaphores   {semaphores}\n\
              adaptive     {adaptive}\n\
-             per_member   {per_member}\n{}{rls}",
+             per_member   {per_member}\n\
+             tracing      {}\n{}{rls}",
             self.listen,
             self.socket_mode,
             clusterlimit::redact(&self.store),
@@ -522,6 +544,7 @@ impl ServeSettings {
             format_duration(self.timeouts.request),
             format_duration(self.permit_ttl),
             self.owner.as_deref().unwrap_or("(HOSTNAME/PID)"),
+            self.tracing.describe(),
             rate_settings::describe(&self.rate, &self.rate_limits),
         )
     }

@@ -3,12 +3,17 @@
 
 use super::service::Rls;
 use crate::sidecar::metrics::Metrics;
+use crate::sidecar::otel_rpc;
 use crate::sidecar::token::Token;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+/// The RLS's gRPC service name, as its server spans name it.
+const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
 /// What a caller that sent `grpc-timeout` leaves this service for its store calls: the
 /// timeout less a margin for the answer's way back (a fifth of it, at least 2 ms). Envoy sends
@@ -47,6 +52,7 @@ impl RateLimitService for Service {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let span = otel_rpc::server_span(SERVICE, "ShouldRateLimit", request.metadata());
         // Boxed: the answer's future is deep enough to overflow the compiler's layout query
         // inside tonic's own.
         let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
@@ -54,7 +60,12 @@ impl RateLimitService for Service {
                 request.get_ref(),
                 budget_of(request.metadata()).unwrap_or(Duration::MAX),
             ));
-        answer.await.map(Response::new)
+        let answered = answer.instrument(span.clone()).await;
+        let code = answered
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        otel_rpc::finished(&span, code);
+        answered.map(Response::new)
     }
 }
 
