@@ -1,6 +1,7 @@
-//! Issue 43's benchmark, leased units for hot keys: `cargo bench --bench leases` (release
-//! build, full sizes; writes its section into BENCHMARKS.md), `-- --quick` (small sizes, prints
-//! only). `cargo test --all-targets` runs the quick mode as a test.
+//! Issue 43's benchmark, leased units for hot keys: `cargo bench --features testing --bench
+//! leases` (release build, full sizes; writes its section into BENCHMARKS.md), `-- --quick`
+//! (small sizes, prints only). `cargo test --all-features --all-targets` runs the quick mode as
+//! a test.
 //!
 //! One run starts a real 1-node etcd (the test support's child process) and measures, on it and
 //! on memory://: row 1, one key at 1,000, 100,000 and 1,000,000/s hammered closed-loop by

@@ -1,6 +1,7 @@
 //! Command line and sizes of the leases bench (the same detection as the other benches):
-//! `cargo bench --bench leases` is the full run (writes its section into BENCHMARKS.md),
-//! `-- --quick` and `cargo test --all-targets` the quick one (small sizes, prints only).
+//! `cargo bench --features testing --bench leases` is the full run (writes its section into
+//! BENCHMARKS.md), `-- --quick` and `cargo test --all-features --all-targets` the quick one
+//! (small sizes, prints only).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,7 +25,8 @@ pub struct Plan {
 
 pub use crate::common::args::Parsed;
 
-const USAGE: &str = "usage: cargo bench --bench leases [-- [--quick] [--out PATH]]
+const USAGE: &str =
+    "usage: cargo bench --features testing --bench leases [-- [--quick] [--out PATH]]
   --quick      small sizes (CI); prints the tables, writes no file unless --out is given
   --out PATH   markdown file to update (default for a full run: BENCHMARKS.md)";
 
