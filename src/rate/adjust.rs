@@ -6,7 +6,7 @@
 
 use super::decide::{decide, Algo, Verdict};
 use super::quota::Quota;
-use super::state::{KeyState, UnixNanos};
+use super::state::{KeyState, Meter, SlotLog, UnixNanos};
 
 /// An unconditional change of a key's count, decided by [`adjust`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +32,14 @@ pub enum Adjustment {
         amount: u64,
         /// When they were taken, at the latest (windows).
         taken_at: UnixNanos,
-        /// Until when they held the key, at the earliest (GCRA; `UnixNanos::MAX`: unknown,
-        /// give back all of `amount` the key holds).
+        /// Until when they held the key, at the earliest, when they were taken (GCRA;
+        /// `UnixNanos::MAX`: unknown, give back all of `amount` the key holds).
         held_until: UnixNanos,
+        /// The key's slot log as the check that took them saw it
+        /// ([`Decision`](super::Decision) keeps it; empty: taken before any refund). Refunds
+        /// since may have moved those slots back by what they gave back: what is given back
+        /// here ends that much before `held_until` at the latest.
+        seen: SlotLog,
     },
 }
 
@@ -56,6 +61,7 @@ pub fn adjust(
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm);
     let algo = Algo::new(quota, 0);
+    let log = state.map_or_else(SlotLog::default, |s| s.slots);
     let new = match adjustment {
         Adjustment::Charge(0) | Adjustment::Refund { amount: 0, .. } => None,
         // Nothing taken: nothing to give back.
@@ -65,18 +71,47 @@ pub fn adjust(
             amount,
             taken_at,
             held_until,
-        } => Some(algo.refund(meter, amount, (taken_at, held_until), now)),
+            seen,
+        } => {
+            let until = held_until_now(&log, held_until, (&seen, taken_at), now);
+            Some(algo.refund(meter, amount, (taken_at, until, log.leased_until), now))
+        }
     };
+    let brought = algo.charge(meter, 0, now);
     // Unchanged: the same as the stored meter merely brought to `now` (a charge of 0).
-    let Some(new) = new.filter(|m| Some(*m) != meter && *m != algo.charge(meter, 0, now)) else {
+    let Some(new) = new.filter(|m| Some(*m) != meter && *m != brought) else {
         return decide(quota, state, 0, now);
     };
-    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0);
-    after.flows = state.map(|s| s.flows.clone()).unwrap_or_default();
+    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0).carrying(state);
+    after.slots = log.after(gcra_tat(&brought), gcra_tat(&new), now);
     let peek = decide(quota, Some(&after), 0, now);
     Verdict {
         state: Some(after),
         ..peek
+    }
+}
+
+/// Until when, at the latest, units taken when the key's log was `seen` (at `taken_at`) and
+/// that held it until `held_until` hold it now: earlier by what refunds since gave back; 0
+/// when that cannot be known (nothing is given back then).
+fn held_until_now(
+    log: &SlotLog,
+    held_until: UnixNanos,
+    (seen, taken_at): (&SlotLog, UnixNanos),
+    now: UnixNanos,
+) -> UnixNanos {
+    if held_until == UnixNanos::MAX {
+        return held_until;
+    }
+    log.moved_since(seen, taken_at, now)
+        .map_or(0, |moved| held_until.saturating_sub(moved))
+}
+
+/// GCRA's arrival time (`None`: a window).
+fn gcra_tat(meter: &Meter) -> Option<UnixNanos> {
+    match *meter {
+        Meter::Gcra { tat } | Meter::GcraWarmUp { tat, .. } => Some(tat),
+        Meter::Fixed { .. } | Meter::Sliding { .. } => None,
     }
 }
 

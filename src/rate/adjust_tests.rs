@@ -2,7 +2,7 @@
 //! key into debt, which later checks see (denied, with a truthful `retry_after`) until time
 //! has paid it off; a refund gives back at most what was taken and never past a full key.
 
-use super::{adjust, debt, decide, Adjustment, Algorithm, KeyState, Quota, Verdict};
+use super::{adjust, debt, decide, Adjustment, Algorithm, KeyState, Quota, SlotLog, Verdict};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -21,28 +21,32 @@ fn charge(q: &Quota, key: &mut Option<KeyState>, n: u64, now: u64) -> Verdict {
 
 /// A refund without a reservation: all of `n` the key holds.
 fn refund(q: &Quota, key: &mut Option<KeyState>, n: u64, taken_at: u64, now: u64) -> Verdict {
-    settle_back(q, key, n, (taken_at, u64::MAX), now)
+    settle_back(q, key, n, (taken_at, u64::MAX, SlotLog::default()), now)
 }
 
-/// A reservation's refund: `n` taken at `taken_at` that held the key until `held_until`.
+/// A reservation's refund: `n` taken at `taken_at` that held the key until `held_until`,
+/// when the key's slot log was `seen`.
 fn settle_back(
     q: &Quota,
     key: &mut Option<KeyState>,
     n: u64,
-    (taken_at, held_until): (u64, u64),
+    (taken_at, held_until, seen): (u64, u64, SlotLog),
     now: u64,
 ) -> Verdict {
     let a = Adjustment::Refund {
         amount: n,
         taken_at,
         held_until,
+        seen,
     };
     keep(key, adjust(q, key.as_ref(), a, now))
 }
 
-/// Until when an admitted check's units held the key: `reset_after` after it.
-fn held_until(v: &Verdict, at: u64) -> u64 {
-    at + u64::try_from(v.decision.reset_after.as_nanos()).unwrap_or(u64::MAX)
+/// What a reservation admitted by `v` at `at` remembers: when, until when its units held
+/// the key (`reset_after` after it) and the slot log its check saw.
+fn held(v: &Verdict, at: u64) -> (u64, u64, SlotLog) {
+    let reset = u64::try_from(v.decision.reset_after.as_nanos()).unwrap_or(u64::MAX);
+    (at, at + reset, v.decision.slots)
 }
 
 fn keep(key: &mut Option<KeyState>, v: Verdict) -> Verdict {
@@ -86,8 +90,8 @@ fn gcra_a_refund_is_where_a_smaller_charge_would_have_left_the_key() {
         check(&q, &mut direct, 3, T0);
         let v = check(&q, &mut reserved, estimate, T0);
         assert!(v.decision.allowed);
-        let held = (T0, held_until(&v, T0));
-        settle_back(&q, &mut reserved, estimate - actual, held, T0 + wait);
+        let h = held(&v, T0);
+        settle_back(&q, &mut reserved, estimate - actual, h, T0 + wait);
         charge(&q, &mut direct, actual, T0);
         let (a, b) = (
             decide(&q, reserved.as_ref(), 0, T0 + wait).decision,
@@ -114,19 +118,19 @@ fn gcra_gives_back_only_what_still_holds_the_key() {
     let q = Quota::per_second(200).burst(20);
     let mut key = None;
     let v = check(&q, &mut key, 20, T0);
-    let held = (T0, held_until(&v, T0));
+    let h = held(&v, T0);
     // 99 ms later 19 have come back by themselves, and are taken by others.
     assert!(check(&q, &mut key, 19, T0 + 99 * MS).decision.allowed);
     // Settled at 0 at T0 + 100 ms: its units have all passed, nothing more to give back
     // (giving 20 back would let 39 through in a millisecond where a burst is 20).
-    let v = settle_back(&q, &mut key, 20, held, T0 + 100 * MS);
+    let v = settle_back(&q, &mut key, 20, h, T0 + 100 * MS);
     assert_eq!(v.state, None, "nothing ahead to give back");
     assert!(!check(&q, &mut key, 2, T0 + 100 * MS).decision.allowed);
     // Settled halfway, 10 of its intervals are still ahead: those come back.
     let mut key = None;
     let v = check(&q, &mut key, 20, T0);
-    let held = (T0, held_until(&v, T0));
-    let v = settle_back(&q, &mut key, 20, held, T0 + 50 * MS);
+    let h = held(&v, T0);
+    let v = settle_back(&q, &mut key, 20, h, T0 + 50 * MS);
     assert_eq!(
         v.decision.remaining, 20,
         "full: 10 came back by time, 10 given"
@@ -299,8 +303,10 @@ proptest! {
         let mut key = None;
         let mut now = T0;
         let mut net = 0u64;
-        // Admitted checks not settled yet, oldest first: (cost, at, held until, event index).
-        let mut open: std::collections::VecDeque<(u64, u64, u64, usize)> = Default::default();
+        // Admitted checks not settled yet, oldest first: (cost, what they remember, event
+        // index).
+        let mut open: std::collections::VecDeque<(u64, (u64, u64, SlotLog), usize)> =
+            Default::default();
         // (start, end, kept) of every admitted check, for the interval check.
         let mut events: Vec<(u64, u64, u64)> = Vec::new();
         let mut charged = false;
@@ -311,7 +317,7 @@ proptest! {
                     let v = check(&q, &mut key, c, now);
                     if v.decision.allowed {
                         net += c;
-                        open.push_back((c, now, held_until(&v, now), events.len()));
+                        open.push_back((c, held(&v, now), events.len()));
                         events.push((now, now, c));
                     }
                 }
@@ -321,9 +327,10 @@ proptest! {
                     charged |= c > 0;
                 }
                 Step::SettleLower(back) => {
-                    if let Some((c, at, held, i)) = open.pop_front() {
+                    if let Some((c, held, i)) = open.pop_front() {
+                        let (at, ..) = held;
                         let back = back.min(c);
-                        let v = settle_back(&q, &mut key, back, (at, held), now);
+                        let v = settle_back(&q, &mut key, back, held, now);
                         // What came back can be spent again: count it as not taken.
                         if v.state.is_some() {
                             net -= back;

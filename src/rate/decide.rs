@@ -3,7 +3,7 @@
 use super::decision::Decision;
 use super::gcra::{Gcra, GcraMeter};
 use super::quota::{Algorithm, Quota};
-use super::state::{KeyState, Meter, UnixNanos};
+use super::state::{KeyState, Meter, SlotLog, UnixNanos};
 use super::take::{Status, Take};
 use super::window::Window;
 use std::time::Duration;
@@ -59,6 +59,15 @@ pub(super) fn reserving(
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm);
     let banned_until = state.map_or(0, |s| s.banned_until);
+    let slots = state.map_or_else(SlotLog::default, |s| s.slots);
+    let stored = |meter: Meter, banned_until: UnixNanos| {
+        let mut s = KeyState::new(meter, banned_until, now, 0);
+        s.slots = slots;
+        s
+    };
+    let expiry = |worthless_at: u128, banned_until: UnixNanos| {
+        expiry(worthless_at, banned_until, now).max(slots.kept_until(now))
+    };
     let ban_left = u128::from(banned_until.saturating_sub(now));
     let algo = Algo::new(quota, reserve);
     let current = algo.status(meter, now);
@@ -69,9 +78,10 @@ pub(super) fn reserving(
             remaining: if ban_left > 0 { 0 } else { current.remaining },
             retry_after: retry_ns.map(duration),
             reset_after: duration(current.reset_ns.max(ban_left)),
+            slots,
         },
         state: None,
-        expires_at: expiry(current.worthless_at, banned_until, now),
+        expires_at: expiry(current.worthless_at, banned_until),
     };
     if cost.saturating_add(reserve) > quota.max_cost() {
         return unchanged(false, Some(u128::MAX));
@@ -93,9 +103,10 @@ pub(super) fn reserving(
                     remaining: after.remaining,
                     retry_after: None,
                     reset_after: duration(after.reset_ns),
+                    slots,
                 },
-                state: Some(KeyState::new(new, banned_until, now, 0)),
-                expires_at: expiry(after.worthless_at, banned_until, now),
+                state: Some(stored(new, banned_until)),
+                expires_at: expiry(after.worthless_at, banned_until),
             }
         }
         Err(retry) if quota.ban.is_zero() => unchanged(false, Some(retry)),
@@ -114,14 +125,13 @@ pub(super) fn reserving(
                     remaining: 0,
                     retry_after: Some(duration(retry.max(ban))),
                     reset_after: duration(current.reset_ns.max(ban)),
+                    slots,
                 },
-                state: Some(KeyState::new(
+                state: Some(stored(
                     meter.unwrap_or_else(|| algo.empty(now)),
                     banned_until,
-                    now,
-                    0,
                 )),
-                expires_at: expiry(current.worthless_at, banned_until, now),
+                expires_at: expiry(current.worthless_at, banned_until),
             }
         }
     }
@@ -209,16 +219,17 @@ impl Algo {
         }
     }
 
-    /// `meter` given back `n` taken at `taken_at` and held until `held_until` (`adjust.rs`).
+    /// `meter` given back `n` taken at `taken_at` and held until `held_until`, moving no
+    /// slot before `not_before` (`adjust.rs`).
     pub(super) fn refund(
         &self,
         meter: Option<Meter>,
         n: u64,
-        (taken_at, held_until): (UnixNanos, UnixNanos),
+        (taken_at, held_until, not_before): (UnixNanos, UnixNanos, UnixNanos),
         now: UnixNanos,
     ) -> Meter {
         match self {
-            Algo::Gcra(g) => g.refund(gcra_of(meter), n, held_until, now),
+            Algo::Gcra(g) => g.refund(gcra_of(meter), n, (held_until, not_before), now),
             Algo::Fixed(w) => {
                 let (window, count) = w.fixed_refund(fixed_of(meter), n, taken_at, now);
                 Meter::Fixed { window, count }
@@ -326,6 +337,7 @@ mod tests {
             stamp: T0,
             tag: 0,
             flows: FlowTable::new(),
+            slots: SlotLog::default(),
         };
         assert_eq!(v.state, Some(want));
         assert_eq!(v.expires_at, T0 + S);
@@ -393,6 +405,7 @@ mod tests {
             stamp: T0,
             tag: 0,
             flows: FlowTable::new(),
+            slots: SlotLog::default(),
         };
         assert_eq!(v.state, Some(want));
         // The meter would admit at T0 + 1 s; the ban says no, and writes nothing.
@@ -438,6 +451,7 @@ mod tests {
             stamp: T0,
             tag: 7,
             flows: FlowTable::new(),
+            slots: SlotLog::default(),
         };
         let v = decide(&fixed, Some(&stored), 1, T0);
         assert!(v.decision.allowed);
@@ -558,6 +572,7 @@ mod tests {
                         stamp,
                         tag: 1,
                         flows: FlowTable::new(),
+                        slots: SlotLog::default(),
                     };
                     for cost in [0, 1, u64::MAX] {
                         for now in [0, T0, u64::MAX] {

@@ -1,5 +1,6 @@
 //! [`Decision`]: the answer to one check, with what a client needs to tell its caller.
 
+use super::state::SlotLog;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// How long until the key is back to full (nothing consumed, no ban).
     pub reset_after: Duration,
+    /// The key's slot log as this decision saw it: a reservation's refund needs it to know
+    /// how far its slots have moved since (`adjust.rs`). Empty when the key was not read.
+    #[serde(skip)]
+    pub(crate) slots: SlotLog,
 }
 
 /// A `retry_after` this long means never: no quota's wait or ban comes near it (a cost above

@@ -154,6 +154,6 @@ impl Ask<'_> {
             .filter(|m| m.algorithm() == self.quota.algorithm)
             .unwrap_or_else(|| Algo::new(self.quota, 0).empty(self.now));
         let banned_until = self.state.map_or(0, |s| s.banned_until);
-        KeyState::new(meter, banned_until, self.now, 0)
+        KeyState::new(meter, banned_until, self.now, 0).carrying(self.state)
     }
 }

@@ -203,19 +203,20 @@ impl Gcra {
     }
 
     /// A meter given back `n` units that held it until `held_until`: `tat` moves back by the
-    /// span of their intervals still ahead of `now` (what has passed came back by itself),
-    /// never before `now` (a full bucket). The coldness stays.
+    /// span of their intervals still ahead of `now` and of `not_before` (what has passed came
+    /// back by itself; slots after them move back as far, and must not start before units
+    /// admitted may still be spent), never before `now` (a full bucket). The coldness stays.
     pub(super) fn refund(
         &self,
         meter: Option<GcraMeter>,
         n: u64,
-        held_until: UnixNanos,
+        (held_until, not_before): (UnixNanos, UnixNanos),
         now: UnixNanos,
     ) -> Meter {
         let now = u128::from(now);
         let (base, c) = self.at(meter, now);
         // The span of the units' slots still ahead of now, to the nanosecond.
-        let ahead = u128::from(held_until).saturating_sub(now);
+        let ahead = u128::from(held_until).saturating_sub(now.max(u128::from(not_before)));
         let span = self.t.saturating_mul(u128::from(n)).min(ahead);
         let back = base.saturating_sub(span);
         // ≤ base, which fits (it is the stored tat or now).

@@ -139,6 +139,7 @@ mod tests {
             remaining,
             retry_after: retry,
             reset_after: reset,
+            slots: Default::default(),
         }
     }
 

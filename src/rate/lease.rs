@@ -24,7 +24,7 @@
 
 use super::decide::{decide, Algo, Verdict};
 use super::quota::{Algorithm, Quota};
-use super::state::{KeyState, Meter, UnixNanos};
+use super::state::{KeyState, Meter, SlotLog, UnixNanos};
 use std::time::Duration;
 
 /// A slice of a key's units taken by [`take_lease`].
@@ -40,6 +40,9 @@ pub struct Lease {
     /// Where the lease left the key: GCRA's `tat` after it, a window's index. A return
     /// compares it with the key as it is then.
     pub end: UnixNanos,
+    /// The key's slot log after the lease: a GCRA return also needs no refund to have moved
+    /// the key since.
+    pub slots: SlotLog,
 }
 
 /// The outcome of [`take_lease`].
@@ -93,6 +96,7 @@ pub fn take_lease(
             taken_at: now,
             usable_until: now,
             end: 0,
+            slots: SlotLog::default(),
         },
         state: None,
         expires_at,
@@ -137,14 +141,18 @@ pub fn take_lease(
         return none(peek_expiry);
     };
     // The stamp stays `now`: a stamp in the future would decide others' checks as of then.
-    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0);
-    after.flows = state.map(|s| s.flows.clone()).unwrap_or_default();
+    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0).carrying(state);
+    if quota.algorithm == Algorithm::Gcra {
+        // A refund must not move the lease's slots before units of it may be spent.
+        after.slots.leased_until = after.slots.leased_until.max(usable_until);
+    }
     LeaseVerdict {
         lease: Lease {
             granted,
             taken_at: now,
             usable_until,
             end: meter_end(&new),
+            slots: after.slots,
         },
         expires_at: decide(quota, Some(&after), 0, now).expires_at,
         state: Some(after),
@@ -176,7 +184,14 @@ pub fn return_lease(
         .filter(|m| m.algorithm() == quota.algorithm);
     let unused = unused.min(lease.granted);
     let ours = match (meter, quota.algorithm) {
-        (Some(m), Algorithm::Gcra) => meter_end(&m) == lease.end,
+        // Still the last write, and no refund moved the key since (it would have moved the
+        // lease's slots, and whatever came after them onto `lease.end`).
+        (Some(m), Algorithm::Gcra) => {
+            let moved = state.is_some_and(|s| {
+                (s.slots.since, s.slots.given_back) != (lease.slots.since, lease.slots.given_back)
+            });
+            meter_end(&m) == lease.end && !moved
+        }
         (Some(_), _) => true,
         (None, _) => false,
     };
@@ -184,12 +199,12 @@ pub fn return_lease(
         return decide(quota, state, 0, now);
     }
     let algo = Algo::new(quota, 0);
-    let new = algo.refund(meter, unused, (lease.taken_at, lease.end), now);
+    // Nothing of the key lies after the lease's slots: moving them back moves nobody else's.
+    let new = algo.refund(meter, unused, (lease.taken_at, lease.end, 0), now);
     if Some(new) == meter {
         return decide(quota, state, 0, now);
     }
-    let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0);
-    after.flows = state.map(|s| s.flows.clone()).unwrap_or_default();
+    let after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0).carrying(state);
     let peek = decide(quota, Some(&after), 0, now);
     Verdict {
         state: Some(after),

@@ -3,7 +3,7 @@
 //! bound and every window within its limit.
 
 use super::{adjust, decide, leasable, return_lease, take_lease, Adjustment, Algorithm, KeyState};
-use super::{Lease, Quota};
+use super::{Lease, Quota, SlotLog};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -64,6 +64,7 @@ struct Reservation {
     index: usize,
     taken_at: u64,
     held_until: u64,
+    seen: SlotLog,
 }
 
 struct Run {
@@ -136,6 +137,7 @@ impl Run {
                         index: self.log.len(),
                         taken_at: now,
                         held_until: now + reset,
+                        seen: v.decision.slots,
                     });
                     self.log.push(Admitted { at: now, cost });
                 }
@@ -151,6 +153,7 @@ impl Run {
                     amount,
                     taken_at: r.taken_at,
                     held_until: r.held_until,
+                    seen: r.seen,
                 };
                 let v = adjust(&q, self.key.as_ref(), a, now);
                 self.log[r.index].cost -= amount;
@@ -323,6 +326,45 @@ fn a_small_lease_spent_late_does_not_add_to_a_full_burst() {
         (0, Op::Check(25)),
         (0, Op::Check(25)),
         (0, Op::Check(25)),
+    ];
+    let r = run(q, 200, &ops);
+    let over = gcra_excess(&q, &r.log);
+    assert!(over <= 1e-9, "{over} over the bound: {:?}", r.log);
+}
+
+#[test]
+fn a_refund_does_not_give_back_slots_an_earlier_refund_moved() {
+    // Found by `gcra_leases_never_over_admit` in CI: two reservations refunded oldest first.
+    // The first refund moved the second's slots back by 20 ms; the second's refund must not
+    // then give back 30 ms of slots ahead of now when only 20 ms of them still were.
+    let q = Quota::per_second(100).burst(39);
+    let ops = [
+        (0, Op::Check(4)),
+        (0, Op::Drain),
+        (536, Op::Reserve(2)),
+        (0, Op::Drain),
+        (633, Op::Reserve(5)),
+        (0, Op::Refund(100)),
+        (951, Op::Drain),
+        (0, Op::Refund(60)),
+        (0, Op::Check(3)),
+    ];
+    let r = run(q, 50, &ops);
+    let over = gcra_excess(&q, &r.log);
+    assert!(over <= 1e-9, "{over} over the bound: {:?}", r.log);
+}
+
+#[test]
+fn a_refund_does_not_move_leased_slots_before_they_may_be_spent() {
+    // A reservation, then a lease behind it, then the reservation refunded: the lease's
+    // slots would move before the instant its units may still be spent.
+    let q = Quota::per_second(100);
+    let ops = [
+        (0, Op::Reserve(9)),
+        (0, Op::Take(0, 30)),
+        (0, Op::Refund(100)),
+        (796, Op::SpendAll(0)),
+        (0, Op::Drain),
     ];
     let r = run(q, 200, &ops);
     let over = gcra_excess(&q, &r.log);

@@ -36,7 +36,7 @@ pub use quota::{
     Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
 };
 pub use reserves::{Reserves, MAX_CLASSES, MAX_CLASS_LEN};
-pub use state::{KeyState, Meter, UnixNanos};
+pub use state::{KeyState, Meter, SlotLog, UnixNanos, SLOT_LOG_KEPT};
 
 #[cfg(test)]
 mod adjust_tests;

@@ -75,6 +75,96 @@ pub struct KeyState {
     /// On a quota that shares by flow (`Quota::fair_flows`): the flows checking the key in
     /// this fairness window and the one before (empty otherwise).
     pub flows: FlowTable,
+    /// GCRA: what refunds and leases did to the key's slots (empty otherwise).
+    pub slots: SlotLog,
+}
+
+/// What a GCRA key's refunds must know of its past to give back only slots that nobody
+/// admitted later stands on (`adjust.rs`): a refund moves the arrival time back, and with it
+/// the slots of every unit admitted after the refunded ones, which must never start before
+/// the instant those units are spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotLog {
+    /// When the first refund of this state's life moved slots back (0: none yet). A
+    /// reservation whose check saw another value was checked on an earlier life of the key.
+    pub since: UnixNanos,
+    /// Nanoseconds of slots given back by refunds since then: how far, at most, the slots of
+    /// anything admitted before them have moved back.
+    pub given_back: u64,
+    /// The latest instant a lease taken on the key may be spent until (0: none): no refund
+    /// moves a slot before it.
+    pub leased_until: UnixNanos,
+}
+
+/// How long a key whose slots refunds moved is kept after its last write, at least: a
+/// reservation checked before the first of those refunds can tell the key's life from a later
+/// one for this long after ([`SlotLog::moved_since`]). Ten minutes, the default time limit of
+/// a reservation.
+pub const SLOT_LOG_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl SlotLog {
+    /// Until when a state with this log must be kept, whatever its meter says (0: no need).
+    pub(crate) fn kept_until(&self, now: UnixNanos) -> UnixNanos {
+        if self.given_back == 0 {
+            return 0;
+        }
+        now.saturating_add(SLOT_LOG_KEPT.as_nanos() as u64)
+    }
+
+    /// How far, at most, the slots of a unit whose check saw `seen` at `taken_at` (at the
+    /// latest) have moved back since, by this log at `now`; `None`: unknown (another life of
+    /// the key, or one too old to tell), so nothing can be given back safely.
+    ///
+    /// Refunds only ever move slots back, each by what it gave back, so the slots of a unit
+    /// have moved by at most what was given back since its check. A state forgotten by the
+    /// store and written anew starts an empty log: a check that saw an empty log can only be
+    /// told from that for [`SLOT_LOG_KEPT`] after it.
+    pub(crate) fn moved_since(
+        &self,
+        seen: &SlotLog,
+        taken_at: UnixNanos,
+        now: UnixNanos,
+    ) -> Option<u64> {
+        if seen.since != 0 {
+            return (self.since == seen.since)
+                .then(|| self.given_back.checked_sub(seen.given_back))
+                .flatten();
+        }
+        let young = now.saturating_sub(taken_at) < SLOT_LOG_KEPT.as_nanos() as u64;
+        young.then_some(self.given_back)
+    }
+
+    /// This log after an adjustment moved GCRA's arrival time from `before` to `after` at
+    /// `now` (a refund records how far it moved slots back; anything else changes nothing).
+    pub(crate) fn after(
+        self,
+        before: Option<UnixNanos>,
+        after: Option<UnixNanos>,
+        now: UnixNanos,
+    ) -> SlotLog {
+        let back = match (before, after) {
+            (Some(b), Some(a)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        if back == 0 {
+            return self;
+        }
+        SlotLog {
+            since: if self.since == 0 {
+                now.max(1)
+            } else {
+                self.since
+            },
+            given_back: self.given_back.saturating_add(back),
+            ..self
+        }
+    }
+
+    /// Whether anything is recorded (else the state is encoded as before refunds existed).
+    pub fn is_empty(&self) -> bool {
+        *self == SlotLog::default()
+    }
 }
 
 impl KeyState {
@@ -86,16 +176,33 @@ impl KeyState {
             stamp,
             tag,
             flows: FlowTable::new(),
+            slots: SlotLog::default(),
         }
+    }
+
+    /// This state with the flows and the slot log of `before` (the state it replaces).
+    pub(crate) fn carrying(mut self, before: Option<&KeyState>) -> KeyState {
+        if let Some(b) = before {
+            self.flows = b.flows.clone();
+            self.slots = b.slots;
+        }
+        self
     }
 
     /// `1 <kind> <stamp> <banned_until> <tag> <fields…>`, all decimal: kind `g` (fields `tat`),
     /// `w` (`tat cold`: GCRA with a warm-up), `f` (`window count`), `s` (`window count
     /// previous`). Builds before warm-ups refuse `w` as unreadable (a store error). A state
     /// with flows starts with `2` instead and ends with ` F <window> <id>:<asked>:<prev>:<used>
-    /// …` (ids in hex), so builds before flows refuse it rather than drop the table.
+    /// …` (ids in hex), so builds before flows refuse it rather than drop the table. A state
+    /// with a slot log (refunds or leases moved its slots) starts with `3` and has ` R <since>
+    /// <given_back> <leased_until>` after the meter's fields, before any flows, so builds
+    /// before refunds refuse it rather than drop the log.
     pub fn encode(&self) -> Vec<u8> {
-        let v = if self.flows.is_empty() { 1 } else { 2 };
+        let v = match (self.slots.is_empty(), self.flows.is_empty()) {
+            (false, _) => 3,
+            (true, true) => 1,
+            (true, false) => 2,
+        };
         let head = |k: &str| format!("{v} {k} {} {} {}", self.stamp, self.banned_until, self.tag);
         let mut text = match self.meter {
             Meter::Gcra { tat } => format!("{} {tat}", head("g")),
@@ -107,6 +214,13 @@ impl KeyState {
                 previous,
             } => format!("{} {window} {count} {previous}", head("s")),
         };
+        if !self.slots.is_empty() {
+            let l = &self.slots;
+            text.push_str(&format!(
+                " R {} {} {}",
+                l.since, l.given_back, l.leased_until
+            ));
+        }
         if !self.flows.is_empty() {
             self.flows.encode_into(&mut text);
         }
@@ -122,13 +236,19 @@ impl KeyState {
             ))
         };
         let text = std::str::from_utf8(raw).map_err(|_| bad())?;
-        let (text, flows) = match text.strip_prefix("2 ") {
-            Some(rest) => {
-                let (meter, table) = rest.split_once(" F ").ok_or_else(bad)?;
-                let flows = FlowTable::decode(table.split(' ')).ok_or_else(bad)?;
-                (meter, flows)
+        let (version, text) = text.split_once(' ').ok_or_else(bad)?;
+        let (text, flows) = match (version, text.split_once(" F ")) {
+            ("1", None) => (text, FlowTable::new()),
+            ("2" | "3", Some((meter, table))) => {
+                (meter, FlowTable::decode(table.split(' ')).ok_or_else(bad)?)
             }
-            None => (text.strip_prefix("1 ").ok_or_else(bad)?, FlowTable::new()),
+            ("3", None) => (text, FlowTable::new()),
+            _ => return Err(bad()),
+        };
+        let (text, slots) = match (version, text.split_once(" R ")) {
+            ("3", Some((meter, log))) => (meter, SlotLog::decode(log).ok_or_else(bad)?),
+            (_, None) if version != "3" => (text, SlotLog::default()),
+            _ => return Err(bad()),
         };
         let mut parts = text.split(' ');
         let kind = parts.next().ok_or_else(bad)?;
@@ -158,7 +278,28 @@ impl KeyState {
             banned_until: nums[1],
             tag: nums[2],
             flows,
+            slots,
         })
+    }
+}
+
+impl SlotLog {
+    /// `<since> <given_back> <leased_until>`; an empty log is not written, so reading one is
+    /// an error.
+    fn decode(text: &str) -> Option<SlotLog> {
+        let nums: Vec<u64> = text
+            .split(' ')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?;
+        let log = match nums[..] {
+            [since, given_back, leased_until] => SlotLog {
+                since,
+                given_back,
+                leased_until,
+            },
+            _ => return None,
+        };
+        (!log.is_empty()).then_some(log)
     }
 }
 
@@ -219,6 +360,22 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_log_is_version_3_before_any_flows() {
+        let mut s = KeyState::new(Meter::Gcra { tat: 9 }, 0, 8, 7);
+        s.slots = SlotLog {
+            since: 5,
+            given_back: 40,
+            leased_until: 0,
+        };
+        assert_eq!(s.encode(), b"3 g 8 0 7 9 R 5 40 0");
+        assert_eq!(KeyState::decode(&s.encode()).ok(), Some(s.clone()));
+        let raw = b"3 g 8 0 7 9 R 5 40 0 F 9 a:5:2:4";
+        let with = KeyState::decode(raw).expect("a state with a log and flows");
+        assert_eq!((with.slots, with.flows.window), (s.slots, 9));
+        assert_eq!(with.encode(), raw.to_vec());
+    }
+
+    #[test]
     fn garbage_is_a_store_error() {
         for raw in [
             &b""[..],
@@ -238,6 +395,11 @@ mod tests {
             b"2 f 1 2 3 4 F 9 a:1:1:1",
             b"2 f 1 2 3 4 5 F 9 b:1:1:1 a:1:1:1",
             b"3 f 1 2 3 4 5",
+            b"3 g 1 2 3 4 R 0 0 0",
+            b"3 g 1 2 3 4 R 1 2",
+            b"3 g 1 2 3 4 F 9 a:1:1:1",
+            b"1 g 1 2 3 4 R 1 2 3",
+            b"2 g 1 2 3 4 R 1 2 3 F 9 a:1:1:1",
             b"\xff",
         ] {
             assert!(

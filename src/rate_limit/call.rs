@@ -168,7 +168,5 @@ fn ban_only(quota: &Quota, before: Option<KeyState>, denial: &KeyState) -> KeySt
     let banned_until = denial
         .banned_until
         .max(before.as_ref().map_or(0, |s| s.banned_until));
-    let mut s = KeyState::new(meter, banned_until, denial.stamp, 0);
-    s.flows = before.map(|b| b.flows).unwrap_or_default();
-    s
+    KeyState::new(meter, banned_until, denial.stamp, 0).carrying(before.as_ref())
 }

@@ -63,6 +63,7 @@ impl RateLimit {
             amount,
             taken_at,
             held_until: UnixNanos::MAX,
+            seen: Default::default(),
         };
         self.adjust(key, amount, back).await
     }

@@ -174,6 +174,7 @@ impl Reservation {
             amount,
             taken_at: self.taken_at,
             held_until: self.taken_at.saturating_add(reset),
+            seen: self.decision.slots,
         };
         rl.adjust(&self.key, amount, back).await
     }

@@ -117,6 +117,7 @@ mod tests {
             remaining: 0,
             retry_after: Some(retry_after),
             reset_after: retry_after,
+            slots: Default::default(),
         }
     }
 
@@ -127,6 +128,7 @@ mod tests {
             remaining: 0,
             retry_after: None,
             reset_after: Duration::from_secs(1),
+            slots: Default::default(),
         }
     }
 

@@ -430,6 +430,7 @@ impl StoreDownGuard {
                                 .saturating_sub(quota.reserves.reserve_of(options.class_of())),
                             retry_after: None,
                             reset_after: Duration::ZERO,
+                            slots: Default::default(),
                         }
                     } else {
                         Decision {
@@ -438,6 +439,7 @@ impl StoreDownGuard {
                             remaining: 0,
                             retry_after: Some(self.retry_interval),
                             reset_after: self.retry_interval,
+                            slots: Default::default(),
                         }
                     };
                     let source = if allowed {
@@ -483,6 +485,7 @@ impl StoreDownGuard {
                     remaining: 0,
                     retry_after: Some(self.retry_interval),
                     reset_after: self.retry_interval,
+                    slots: Default::default(),
                 })
                 .collect()
         } else if let [(_, key, options)] = checks {
