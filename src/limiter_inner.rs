@@ -83,6 +83,13 @@ impl LimiterInner {
         }
     }
 
+    /// This Limiter as a key's lease holder (`rate/lease.rs` shares a key fairly between
+    /// holders): its id, hashed as a flow name.
+    pub(crate) fn lease_holder(&self) -> crate::rate::FlowId {
+        crate::rate::FlowId::of(&format!("lease:{}", self.id))
+            .unwrap_or_else(|_| crate::rate::FlowId::anonymous())
+    }
+
     /// Now on the rate-limit clock, in Unix nanoseconds.
     pub(crate) fn now_ns(&self) -> UnixNanos {
         self.clock.unix_ns()

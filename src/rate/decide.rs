@@ -60,6 +60,8 @@ pub(super) fn reserving(
         .filter(|m| m.algorithm() == quota.algorithm);
     let banned_until = state.map_or(0, |s| s.banned_until);
     let slots = state.map_or_else(SlotLog::default, |s| s.slots);
+    // The slot log goes on; the flows' table is `flow_decide`'s to carry (a quota without
+    // fair flows drops it: on a leased key the holders' counts start again).
     let stored = |meter: Meter, banned_until: UnixNanos| {
         let mut s = KeyState::new(meter, banned_until, now, 0);
         s.slots = slots;

@@ -23,6 +23,7 @@
 //! key under-admits by them, never over-admits).
 
 use super::decide::{decide, Algo, Verdict};
+use super::flows::{FlowId, FlowTable, Share};
 use super::quota::{Algorithm, Quota};
 use super::state::{KeyState, Meter, SlotLog, UnixNanos};
 use std::time::Duration;
@@ -79,13 +80,20 @@ fn hold_units(quota: &Quota, hold: Duration) -> u64 {
     u64::try_from(hold.as_nanos().div_ceil(t)).unwrap_or(u64::MAX)
 }
 
-/// Takes up to `want` units of a key whose stored state is `state`, at `now`, to be spent
-/// before `now + hold` (sooner on a window that ends first): as many as fit, 0 when none do
-/// or the quota cannot be leased ([`leasable`]).
+/// Takes up to `want` units of a key whose stored state is `state` for `holder` (the
+/// Limiter asking), at `now`, to be spent before `now + hold` (sooner on a window that ends
+/// first): as many as fit and the holders' fair shares allow, 0 when none do or the quota
+/// cannot be leased ([`leasable`]).
+///
+/// Fair shares: the key's state counts, per holder and per window of the quota's period,
+/// what it asked and was granted ([`FlowTable`], as fair flows do for checks), and a holder
+/// takes at most what max-min fairness leaves it this window given the others' demands. A
+/// holder below its level that gets nothing still has what it asked written, so the others
+/// see its demand.
 pub fn take_lease(
     quota: &Quota,
     state: Option<&KeyState>,
-    want: u64,
+    (holder, want): (FlowId, u64),
     hold: Duration,
     now: UnixNanos,
 ) -> LeaseVerdict {
@@ -133,16 +141,22 @@ pub fn take_lease(
             (Algo::new(quota, 0), now, until)
         }
     };
-    let granted = want.min(algo.status(meter, at).remaining);
-    let Some(new) = (granted > 0)
+    let (mut table, share) = holders(quota, state, holder, now);
+    let room = share.room.unwrap_or(u64::MAX);
+    let granted = want.min(algo.status(meter, at).remaining).min(room);
+    let new = (granted > 0)
         .then(|| algo.take(meter, granted, at).ok())
-        .flatten()
-    else {
+        .flatten();
+    if new.is_none() && !table.below_level(&share) {
         return none(peek_expiry);
-    };
+    }
+    let granted = if new.is_some() { granted } else { 0 };
+    table.count(&share, want, granted);
+    let new = new.or(meter).unwrap_or_else(|| algo.empty(now));
     // The stamp stays `now`: a stamp in the future would decide others' checks as of then.
     let mut after = KeyState::new(new, state.map_or(0, |s| s.banned_until), now, 0).carrying(state);
-    if quota.algorithm == Algorithm::Gcra {
+    after.flows = table;
+    if granted > 0 && quota.algorithm == Algorithm::Gcra {
         // A refund must not move the lease's slots before units of it may be spent.
         after.slots.leased_until = after.slots.leased_until.max(usable_until);
     }
@@ -157,6 +171,23 @@ pub fn take_lease(
         expires_at: decide(quota, Some(&after), 0, now).expires_at,
         state: Some(after),
     }
+}
+
+/// The key's lease holders in the window of `now` (its flow table, rolled), and what
+/// `holder` may take of the quota's limit this window.
+fn holders(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    holder: FlowId,
+    now: UnixNanos,
+) -> (FlowTable, Share) {
+    let period = quota.period.as_nanos().max(1);
+    let window = u64::try_from(u128::from(now) / period).unwrap_or(u64::MAX);
+    let table = state
+        .map_or_else(FlowTable::new, |s| s.flows.clone())
+        .rolled(window);
+    let share = table.share(holder, quota.limit);
+    (table, share)
 }
 
 /// What a lease records of where it left the key.

@@ -3,13 +3,18 @@
 //! bound and every window within its limit.
 
 use super::{adjust, decide, leasable, return_lease, take_lease, Adjustment, Algorithm, KeyState};
-use super::{Lease, Quota, SlotLog};
+use super::{FlowId, Lease, Quota, SlotLog};
 use proptest::prelude::*;
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
 /// The start of a second.
 const T0: u64 = 1_700_000_040 * 1_000_000_000;
+
+/// Limiter `who` as a key's lease holder.
+fn holder(who: usize) -> FlowId {
+    FlowId::of(&format!("limiter-{who}")).expect("a valid name")
+}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -94,7 +99,7 @@ impl Run {
                 self.keep(v.state);
             }
             Op::Take(who, want) if self.leases[who].is_none() => {
-                let v = take_lease(&q, self.key.as_ref(), want, self.hold, now);
+                let v = take_lease(&q, self.key.as_ref(), (holder(who), want), self.hold, now);
                 assert!(v.lease.granted <= want);
                 if v.lease.granted > 0 {
                     assert!(v.lease.usable_until > now);
@@ -241,7 +246,7 @@ fn a_gcra_lease_starts_its_slots_after_its_hold() {
     // 100/s, burst 100: T = 10 ms, τ = 1 s. An idle key leased for 200 ms: 80 units (their
     // slots from T0 + 200 ms to T0 + 1 s), to be spent before T0 + 200 ms.
     let q = Quota::per_second(100);
-    let v = take_lease(&q, None, 500, Duration::from_millis(200), T0);
+    let v = take_lease(&q, None, (holder(0), 500), Duration::from_millis(200), T0);
     assert_eq!(v.lease.granted, 80);
     assert_eq!(v.lease.usable_until, T0 + 200 * MS);
     assert_eq!(v.lease.end, T0 + 1_000 * MS);
@@ -259,7 +264,7 @@ fn a_gcra_lease_starts_its_slots_after_its_hold() {
 fn a_gcra_lease_is_not_given_back_under_a_later_write() {
     let q = Quota::per_second(100);
     let hold = Duration::from_millis(100);
-    let v = take_lease(&q, None, 30, hold, T0);
+    let v = take_lease(&q, None, (holder(0), 30), hold, T0);
     assert_eq!(v.lease.granted, 30);
     let mut key = v.state.clone();
     let c = decide(&q, key.as_ref(), 5, T0 + MS);
@@ -275,7 +280,13 @@ fn a_gcra_lease_is_not_given_back_under_a_later_write() {
 #[test]
 fn a_window_lease_ends_with_its_window() {
     let q = Quota::per_second(40).algorithm(Algorithm::FixedWindow);
-    let v = take_lease(&q, None, 100, Duration::from_millis(300), T0 + 900 * MS);
+    let v = take_lease(
+        &q,
+        None,
+        (holder(0), 100),
+        Duration::from_millis(300),
+        T0 + 900 * MS,
+    );
     assert_eq!(v.lease.granted, 40);
     assert_eq!(v.lease.usable_until, T0 + 1_000 * MS);
     let back = return_lease(&q, v.state.as_ref(), &v.lease, 15, T0 + 950 * MS);
@@ -306,7 +317,13 @@ fn only_plain_quotas_with_room_beyond_the_hold_are_leased() {
         &Quota::per_minute(10).algorithm(Algorithm::SlidingWindow),
         hold
     ));
-    let none = take_lease(&Quota::per_second(100).burst(10), None, 5, hold, T0);
+    let none = take_lease(
+        &Quota::per_second(100).burst(10),
+        None,
+        (holder(0), 5),
+        hold,
+        T0,
+    );
     assert_eq!((none.lease.granted, none.state), (0, None));
 }
 
@@ -369,4 +386,45 @@ fn a_refund_does_not_move_leased_slots_before_they_may_be_spent() {
     let r = run(q, 200, &ops);
     let over = gcra_excess(&q, &r.log);
     assert!(over <= 1e-9, "{over} over the bound: {:?}", r.log);
+}
+
+#[test]
+fn a_holder_past_its_fair_share_waits_for_the_others() {
+    // 1,000/s, burst 1,000, one-second fairness windows. A alone takes 600; B then gets what
+    // the bucket has left (300). 400 ms later 400 units have come back: A, past its share of
+    // the window (500), gets none of them, B gets its due.
+    let q = Quota::per_second(1_000);
+    let hold = Duration::from_millis(100);
+    let a = take_lease(&q, None, (holder(0), 600), hold, T0);
+    assert_eq!(a.lease.granted, 600);
+    let b = take_lease(&q, a.state.as_ref(), (holder(1), 600), hold, T0);
+    assert_eq!(b.lease.granted, 300);
+    let later = T0 + 400 * MS;
+    let a2 = take_lease(&q, b.state.as_ref(), (holder(0), 600), hold, later);
+    assert_eq!(a2.lease.granted, 0, "A is past its share");
+    assert_eq!(a2.state, None, "and above its level: nothing to write");
+    let b2 = take_lease(&q, b.state.as_ref(), (holder(1), 600), hold, later);
+    assert_eq!(b2.lease.granted, 100, "B up to the quota's window");
+    // The window's quota is used: what comes back is anybody's (GCRA refills), here a
+    // newcomer's.
+    let c = take_lease(&q, b2.state.as_ref(), (holder(2), 600), hold, later);
+    assert_eq!(c.lease.granted, 300);
+    assert_eq!(c.state.expect("taken").flows.len(), 3);
+}
+
+#[test]
+fn a_holder_below_its_level_that_gets_nothing_has_its_demand_written() {
+    let q = Quota::per_second(1_000);
+    let hold = Duration::from_millis(100);
+    let a = take_lease(&q, None, (holder(0), 900), hold, T0);
+    assert_eq!(a.lease.granted, 900, "all the bucket has beyond the hold");
+    let b = take_lease(&q, a.state.as_ref(), (holder(1), 400), hold, T0);
+    assert_eq!(b.lease.granted, 0, "nothing left");
+    let table = &b.state.as_ref().expect("B's demand is written").flows;
+    let asked: Vec<u64> = table.iter().map(|e| e.asked).collect();
+    assert!(asked.contains(&400), "{asked:?}");
+    // The next window, A's share is kept for B: A past it gets nothing while B is due.
+    let next = T0 + 1_000 * MS;
+    let a2 = take_lease(&q, b.state.as_ref(), (holder(0), 900), hold, next);
+    assert!(a2.lease.granted <= 600, "{}", a2.lease.granted);
 }

@@ -19,7 +19,7 @@ use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{
-    adjust, debt, return_lease, take_lease, Adjustment, Decision, KeyState, Lease, Quota,
+    adjust, debt, return_lease, take_lease, Adjustment, Decision, FlowId, KeyState, Lease, Quota,
     UnixNanos, Verdict,
 };
 use crate::spans;
@@ -369,11 +369,20 @@ impl Driver {
         let mut conflicts = 0u32;
         let mut requests = 0u64;
         let began = Instant::now();
+        let lease_only = asks.iter().all(|a| a.lease.is_some());
+        let mut read_first = lease_only && self.cell.lease_writes_contended();
         loop {
+            if std::mem::take(&mut read_first) {
+                requests += 1;
+                let read = by(deadline, store.read_key(&self.limit.name, &self.key));
+                let current = spans::store("read", read).await?;
+                self.learn(current, self.inner.now_ns())?;
+            }
             let now = self.inner.now_ns();
             let (quota, quota_version) = self.limit.quota();
             let start = self.cell.start(now, began, store.version_life());
-            let (decisions, changed, expires_at) = decide_in_order(&quota, start.state, asks, now);
+            let (decisions, changed, expires_at) =
+                decide_in_order(&quota, start.state, (asks, self.inner.lease_holder()), now);
             let Some(mut new) = changed else {
                 if start.trusted {
                     return Ok((decisions, requests, quota_version));
@@ -416,6 +425,9 @@ impl Driver {
                     }
                     self.learn(current, now)?;
                     conflicts += 1;
+                    if lease_only {
+                        self.cell.lease_write_lost();
+                    }
                     if pause_after_conflict(conflicts, deadline).await? {
                         // What the conflict brought is as old as the pause: on a hot key
                         // others wrote meanwhile, and a write decided from it would lose
@@ -456,7 +468,7 @@ struct Ask {
 fn decide_in_order(
     quota: &Quota,
     mut state: Option<KeyState>,
-    asks: &[Ask],
+    (asks, holder): (&[Ask], FlowId),
     now: UnixNanos,
 ) -> (Vec<Answer>, Option<KeyState>, UnixNanos) {
     let mut changed = false;
@@ -466,7 +478,7 @@ fn decide_in_order(
         let (v, lease) = match (ask.adjust, ask.lease) {
             (Some(a), _) => (adjust(quota, state.as_ref(), a, now), None),
             (None, Some(LeaseAsk::Take(want))) => {
-                let t = take_lease(quota, state.as_ref(), want, LEASE_HOLD, now);
+                let t = take_lease(quota, state.as_ref(), (holder, want), LEASE_HOLD, now);
                 let peek = crate::rate::decide(quota, t.state.as_ref().or(state.as_ref()), 0, now);
                 let v = Verdict {
                     state: t.state,

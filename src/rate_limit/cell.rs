@@ -308,6 +308,17 @@ impl KeyCell {
     }
 
     /// The lease asked was answered (`None`: its write failed).
+    /// Whether a lease write of this key lost a compare-and-swap to another Limiter's write
+    /// lately: the next one reads the key first (`batch.rs`).
+    pub(crate) fn lease_writes_contended(&self) -> bool {
+        lock(&self.inner).leases.contended(Instant::now())
+    }
+
+    /// Records that a lease write lost a compare-and-swap.
+    pub(crate) fn lease_write_lost(&self) {
+        lock(&self.inner).leases.write_lost(Instant::now());
+    }
+
     pub(crate) fn lease_answered(&self, lease: Option<Lease>, quota_version: u64) {
         {
             let mut c = lock(&self.inner);

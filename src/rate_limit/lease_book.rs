@@ -12,7 +12,10 @@
 //! a second whatever the quota (20 requests with a conflict each). A check no lease covers
 //! waits for a lease being asked; past that, while the key is leased, it is denied here until
 //! the next lease (which its demand sizes). A key whose demand is below [`MIN_LEASE`] units a period
-//! is not leased: today's per-check path serves it.
+//! is not leased: today's per-check path serves it. Between Limiters the key's state keeps
+//! the shares max-min fair (`rate/lease.rs`). A lease write that lost a compare-and-swap makes
+//! the key's lease writes read first for [`CONTENDED_FOR`]: others write it between two of
+//! ours, and a write decided from what we knew would lose again (two writes for one).
 
 use crate::rate::{leasable, Algorithm, Lease, Quota, UnixNanos};
 use std::collections::VecDeque;
@@ -31,6 +34,8 @@ pub(crate) const MIN_LEASE: u64 = 30;
 pub(crate) const MIN_LEASED_RATE: f64 = 100.0;
 /// The shortest time between two lease writes of one key by one Limiter.
 pub(crate) const MIN_ASK_GAP: Duration = Duration::from_millis(100);
+/// How long lease writes read the key first after one lost a compare-and-swap.
+const CONTENDED_FOR: Duration = Duration::from_secs(2);
 /// Demand is measured over windows this long.
 const DEMAND_WINDOW: Duration = Duration::from_millis(250);
 
@@ -57,6 +62,10 @@ pub(crate) struct LeaseBook {
 
     /// Units of ended leases to give back (sent with the key's next write).
     to_return: Vec<(Lease, u64)>,
+    /// When a lease write last lost a compare-and-swap: others write the key between two of
+    /// ours, so what we know of it is stale by then, and lease writes read first for a while
+    /// (a read instead of a losing write: half the writes on a key leased by many).
+    lost_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +200,16 @@ impl LeaseBook {
         self.asking = false;
     }
 
+    /// A lease write lost a compare-and-swap at `at`.
+    pub(crate) fn write_lost(&mut self, at: Instant) {
+        self.lost_at = Some(at);
+    }
+
+    /// Whether lease writes read the key first at `at`: one lost within [`CONTENDED_FOR`].
+    pub(crate) fn contended(&self, at: Instant) -> bool {
+        self.lost_at.is_some_and(|t| at < t + CONTENDED_FOR)
+    }
+
     /// Nothing held, asked or owed: the cell may be forgotten.
     pub(crate) fn is_idle(&self) -> bool {
         self.held.is_empty() && !self.asking && self.to_return.is_empty()
@@ -256,9 +275,14 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn lease(granted: u64, until: UnixNanos) -> Lease {
-        let mut l =
-            crate::rate::take_lease(&Quota::per_second(1_000_000), None, granted, LEASE_HOLD, 0)
-                .lease;
+        let mut l = crate::rate::take_lease(
+            &Quota::per_second(1_000_000),
+            None,
+            (crate::rate::FlowId::anonymous(), granted),
+            LEASE_HOLD,
+            0,
+        )
+        .lease;
         l.usable_until = until;
         l
     }
