@@ -99,7 +99,7 @@ impl Limiter {
         let mut inner = LimiterInner::new(backend, releaser, owner, handle);
         inner.clock = clock;
         inner.request_timeout = request_timeout;
-        inner.leases = leases;
+        inner.set_leasing(leases);
         Ok(Limiter {
             inner: Arc::new(inner),
         })
@@ -463,6 +463,10 @@ impl Limiter {
     /// Cancel-safe in effect: once started, the session is marked closed; if the revoke does not
     /// reach the store, the TTL frees the permits.
     pub async fn close(&self) -> Result<()> {
+        if self.inner.is_closed() {
+            return Ok(());
+        }
+        crate::rate_limit::lease_close::give_back_all(&self.inner).await;
         if self.inner.mark_closed() {
             return Ok(());
         }

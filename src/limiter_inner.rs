@@ -32,8 +32,9 @@ pub(crate) struct LimiterInner {
     pub(crate) clock: Clock,
     /// Bound on each store request; a rate-limit decision takes at most twice this.
     pub(crate) request_timeout: Duration,
-    /// Whether hot keys are served from leases (`rate_limit/lease_book.rs`).
-    pub(crate) leases: bool,
+    /// Whether hot keys are served from leases (`rate_limit/lease_book.rs`); off from the
+    /// start of `close` (`rate_limit/lease_close.rs`).
+    leases: AtomicBool,
     /// Adaptive semaphores open in this Limiter, by name (`adaptive/open.rs`).
     pub(crate) adaptive: std::sync::Mutex<
         std::collections::HashMap<String, std::sync::Weak<crate::adaptive::adaptivity::Adaptivity>>,
@@ -68,7 +69,7 @@ impl LimiterInner {
             rates: Rates::default(),
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
-            leases: false,
+            leases: AtomicBool::new(false),
             adaptive: Default::default(),
             per_member: Default::default(),
             closed: AtomicBool::new(false),
@@ -81,6 +82,16 @@ impl LimiterInner {
             backend: self.backend.clone(),
             runtime: self.runtime.clone(),
         }
+    }
+
+    /// Whether hot keys are served from leases now.
+    pub(crate) fn leasing(&self) -> bool {
+        self.leases.load(Ordering::Acquire)
+    }
+
+    /// Serves hot keys from leases (`on`) or not.
+    pub(crate) fn set_leasing(&self, on: bool) {
+        self.leases.store(on, Ordering::Release);
     }
 
     /// This Limiter as a key's lease holder (`rate/lease.rs` shares a key fairly between

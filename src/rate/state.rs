@@ -99,7 +99,7 @@ pub struct SlotLog {
 
 /// How long a key whose slots refunds moved is kept after its last write, at least: a
 /// reservation checked before the first of those refunds can tell the key's life from a later
-/// one for this long after ([`SlotLog::moved_since`]). Ten minutes, the default time limit of
+/// one for this long after (`SlotLog::moved_since`). Ten minutes, the default time limit of
 /// a reservation.
 pub const SLOT_LOG_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 

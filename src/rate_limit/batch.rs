@@ -56,7 +56,7 @@ pub(crate) async fn check(
     let cell = limit.cell(key);
     let (quota, _) = limit.quota();
     let now = inner.now_ns();
-    if leased == Leased::May && asker == Asker::default() && inner.leases && cost > 0 {
+    if leased == Leased::May && asker == Asker::default() && inner.leasing() && cost > 0 {
         if let Some(d) = from_leases(inner, limit, key, &cell, cost, deadline).await {
             return Ok(d);
         }
@@ -127,14 +127,14 @@ pub(crate) enum Leased {
 
 /// Queues what the key's leases need sent (units to give back, a lease due), starting the
 /// key's batch task if none runs. Nobody waits for it.
-fn send_lease_work(
+pub(crate) fn send_lease_work(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
     key: &str,
     cell: &Arc<KeyCell>,
     quota: &Quota,
 ) {
-    let (returns, due) = cell.lease_work(quota);
+    let (returns, due) = cell.lease_work(quota, inner.leasing());
     let asks = returns
         .into_iter()
         .map(|(lease, n)| LeaseAsk::Return(lease, n))
@@ -350,10 +350,13 @@ impl Driver {
                     schedule_lease_end(inner, limit, &self.key, cell, l.usable_until);
                 }
             }
-            Some(LeaseAsk::Return(_, n)) => match got {
-                Some(_) => rates.count_lease_returned(n),
-                None => rates.count_lease_lost(n),
-            },
+            Some(LeaseAsk::Return(_, n)) => {
+                self.cell.return_answered();
+                match got {
+                    Some(_) => rates.count_lease_returned(n),
+                    None => rates.count_lease_lost(n),
+                }
+            }
         }
     }
 

@@ -223,6 +223,9 @@ impl KeyCell {
     /// its answer: the batch task hands it to [`KeyCell::lease_answered`]).
     pub(crate) fn enqueue_lease(&self, ask: LeaseAsk) -> Enqueued {
         let mut c = lock(&self.inner);
+        if let LeaseAsk::Return(..) = ask {
+            c.leases.returning += 1;
+        }
         let arrived = Instant::now();
         let (reply, _) = oneshot::channel();
         self.push(
@@ -300,14 +303,25 @@ impl KeyCell {
     }
 
     /// What to send for the key's leases now: units to give back, and the size of a lease to
-    /// ask for if one is due.
-    pub(crate) fn lease_work(&self, quota: &Quota) -> (Vec<(Lease, u64)>, Option<u64>) {
+    /// ask for if one is due (and `asking` allows: not while the Limiter closes).
+    pub(crate) fn lease_work(
+        &self,
+        quota: &Quota,
+        asking: bool,
+    ) -> (Vec<(Lease, u64)>, Option<u64>) {
         let mut c = lock(&self.inner);
         let returns = c.leases.take_returns();
-        (returns, c.leases.due(quota, Instant::now()))
+        let due = asking
+            .then(|| c.leases.due(quota, Instant::now()))
+            .flatten();
+        (returns, due)
     }
 
-    /// The lease asked was answered (`None`: its write failed).
+    /// Nothing of the key's leases held, asked, owed back or on its way to the store.
+    pub(crate) fn leases_settled(&self) -> bool {
+        lock(&self.inner).leases.is_idle()
+    }
+
     /// Whether a lease write of this key lost a compare-and-swap to another Limiter's write
     /// lately: the next one reads the key first (`batch.rs`).
     pub(crate) fn lease_writes_contended(&self) -> bool {
@@ -319,6 +333,13 @@ impl KeyCell {
         lock(&self.inner).leases.write_lost(Instant::now());
     }
 
+    /// Units given back were answered (taken back or not).
+    pub(crate) fn return_answered(&self) {
+        let mut c = lock(&self.inner);
+        c.leases.returning = c.leases.returning.saturating_sub(1);
+    }
+
+    /// The lease asked was answered (`None`: its write failed).
     pub(crate) fn lease_answered(&self, lease: Option<Lease>, quota_version: u64) {
         {
             let mut c = lock(&self.inner);

@@ -66,6 +66,8 @@ pub(crate) struct LeaseBook {
     /// ours, so what we know of it is stale by then, and lease writes read first for a while
     /// (a read instead of a losing write: half the writes on a key leased by many).
     lost_at: Option<Instant>,
+    /// Returns queued or being written, not answered yet.
+    pub(crate) returning: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -212,7 +214,7 @@ impl LeaseBook {
 
     /// Nothing held, asked or owed: the cell may be forgotten.
     pub(crate) fn is_idle(&self) -> bool {
-        self.held.is_empty() && !self.asking && self.to_return.is_empty()
+        self.held.is_empty() && !self.asking && self.to_return.is_empty() && self.returning == 0
     }
 }
 

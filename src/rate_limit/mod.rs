@@ -19,6 +19,7 @@ pub(crate) mod combine;
 pub(crate) mod handle;
 pub(crate) mod joint;
 pub(crate) mod lease_book;
+pub(crate) mod lease_close;
 pub(crate) mod options;
 pub(crate) mod pace;
 pub(crate) mod rates;

@@ -3,6 +3,7 @@
 //! different keys' writes (`combine.rs`), the queue of `check_all` calls (`joint.rs`), and
 //! the counts `Limiter::stats` reports. Other modules call its methods.
 
+use super::cell::KeyCell;
 use super::combine::{Combiner, Sender};
 use super::joint::JointQueue;
 use super::lease_book::Unspent;
@@ -30,6 +31,14 @@ impl Rates {
     /// The shared state of limit `name` (see [`RateRegistry::limit`]).
     pub(crate) fn limit(&self, name: &str, quota: Quota, version: u64) -> Arc<LimitShared> {
         self.registry.limit(name, quota, version)
+    }
+
+    /// The key cells whose leases are not settled (held, asked or owed back), with their
+    /// limit and key.
+    pub(crate) fn leased_cells(&self) -> Vec<(Arc<LimitShared>, String, Arc<KeyCell>)> {
+        let mut cells = self.registry.all_cells();
+        cells.retain(|(_, _, c)| !c.leases_settled());
+        cells
     }
 
     /// Sends one key's `write`, combined with other keys' writes ready now.

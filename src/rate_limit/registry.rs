@@ -20,6 +20,20 @@ pub(crate) struct RateRegistry {
 }
 
 impl RateRegistry {
+    /// Every key cell of every limit, with its limit and key.
+    pub(crate) fn all_cells(&self) -> Vec<(Arc<LimitShared>, String, Arc<KeyCell>)> {
+        let limits: Vec<Arc<LimitShared>> = lock(&self.limits).values().cloned().collect();
+        let mut all = Vec::new();
+        for limit in limits {
+            let keys: Vec<(String, Arc<KeyCell>)> = lock(&limit.keys)
+                .iter()
+                .map(|(k, c)| (k.clone(), c.clone()))
+                .collect();
+            all.extend(keys.into_iter().map(|(k, c)| (limit.clone(), k, c)));
+        }
+        all
+    }
+
     /// The shared state of `name`, created with `quota` (at `version`) if unknown, or updated
     /// to it if `version` is newer than what we knew.
     pub(crate) fn limit(&self, name: &str, quota: Quota, version: u64) -> Arc<LimitShared> {

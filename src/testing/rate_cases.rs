@@ -30,8 +30,8 @@ pub use decisions::{
 };
 pub use flows::{rate_flows_share_under_contention, rate_flows_steady_split, rate_flows_stored};
 pub use leases::{
-    rate_leases_exact_under_contention, rate_leases_follow_the_quota, rate_leases_spare_big_checks,
-    rate_leases_spare_reservations,
+    rate_leases_exact_under_contention, rate_leases_follow_the_quota,
+    rate_leases_given_back_on_close, rate_leases_spare_big_checks, rate_leases_spare_reservations,
 };
 pub use load::{rate_exact_under_contention, rate_request_counts};
 pub use quotas::{rate_quota_storage, rate_reset, rate_set_quota_is_live, rate_warm_up};

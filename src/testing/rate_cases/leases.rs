@@ -217,3 +217,43 @@ pub async fn rate_leases_spare_big_checks(h: &impl Harness) {
     let d = rl.check_n("hot", 20_000).await.expect("check");
     assert!(d.allowed, "{d:?} {:?}", l.stats());
 }
+
+/// A Limiter that closes gives back what its leases have left (one write per key) before it
+/// lets go of the store: every leased unit is then spent, given back or counted lost, and a
+/// lone Limiter (the key's last writer) loses none of the last lease.
+pub async fn rate_leases_given_back_on_close(h: &impl Harness) {
+    let l = limiter(h).await;
+    let quota = Quota::per_second(5_000);
+    let rl = open(&l, "leased-closed", quota).await;
+    let stop = Instant::now() + Duration::from_secs(5);
+    while l.stats().rate_leases == 0 && Instant::now() < stop {
+        let checks = (0..20).map(|_| rl.check("hot"));
+        futures::future::join_all(checks).await;
+    }
+    let held = l.stats();
+    assert!(held.rate_leases > 0, "a hot key is leased: {held:?}");
+    l.close().await.expect("close");
+    let s = l.stats();
+    let unspent = s.rate_leased_units - s.rate_lease_admitted;
+    assert!(
+        s.rate_lease_returned_units > 0,
+        "given back on close: {s:?}"
+    );
+    assert_eq!(
+        s.rate_lease_returned_units + s.rate_lease_lost_units,
+        unspent,
+        "every leased unit spent, given back or lost: {s:?}"
+    );
+    // Closed: leasing again is refused like any call.
+    assert!(rl.check("hot").await.is_err());
+    // The key took the units back: another Limiter sees them (the first lease's hold, 300
+    // ms of the key, stays given up until time brings it back).
+    let other = h.connect(LimiterOptions::new()).await.expect("connect");
+    let rl = other.open_rate_limit("leased-closed").await.expect("open");
+    let d = rl.check_n("hot", 0).await.expect("peek");
+    let hold_units = 1_500;
+    assert!(
+        d.remaining + s.rate_lease_admitted + s.rate_lease_lost_units + hold_units >= 5_000,
+        "{d:?} after {s:?}"
+    );
+}
