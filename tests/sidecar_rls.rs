@@ -30,7 +30,7 @@ pub(crate) type Client = RateLimitServiceClient<Channel>;
 /// A running `serve` with the RLS on; SIGKILLed when dropped.
 pub(crate) struct Rls {
     _child: Child,
-    http: String,
+    pub(crate) http: String,
     grpc: String,
 }
 

@@ -168,6 +168,10 @@
 //!   the response (a usage header, an extension): the difference given back, or charged into
 //!   debt. An error or a dropped request settles as [`OnNoResponse`] says. The settlement's
 //!   store write is spawned: the response never waits for it.
+//! * **Hot keys**: when the rate limit's Limiter was built with
+//!   [`hot_key_leases`](crate::LimiterBuilder::hot_key_leases), the layer's checks and waits of
+//!   a hot key are admitted from leased units like any plain check (those with a class or flow,
+//!   and `settle`'s reservations, go to the store).
 
 mod admitting;
 pub mod concurrency;

@@ -33,8 +33,14 @@ mod rls_charge;
 // Fair semaphores: declared in the config, flows and classes in acquires, status per class.
 #[path = "../sidecar_fair.rs"]
 mod sidecar_fair;
+// Hot keys served from leased units (`--hot-key-leases`): HTTP and the RLS on two sidecars.
+#[path = "../sidecar_hot_keys.rs"]
+mod sidecar_hot_keys;
 #[path = "../sidecar_http.rs"]
 mod sidecar_http;
+// A sidecar SIGKILLed while it holds a lease of a hot key.
+#[path = "../sidecar_lease_kill.rs"]
+mod sidecar_lease_kill;
 #[path = "../sidecar_messages.rs"]
 mod sidecar_messages;
 // The OpenAPI document: every route driven to every documented answer, validated against it.

@@ -3,7 +3,7 @@
 use super::exit;
 use super::failure::Failure;
 use super::store_security::StoreSecurity;
-use clusterlimit::{redact, Error, Limiter};
+use clusterlimit::{redact, Error, Limiter, LimiterBuilder};
 use std::time::Duration;
 
 /// How long a front end waits for its store: to connect (reaching it, the session), and for
@@ -36,6 +36,20 @@ pub async fn connect(
     security: &StoreSecurity,
     timeouts: StoreTimeouts,
 ) -> Result<Limiter, Failure> {
+    let builder = builder(store, session_ttl, owner, security, timeouts)?;
+    open(store, builder).await
+}
+
+/// The builder [`connect`] connects with, for a front end that sets more options on it (the
+/// sidecar's hot-key leases) before [`open`]. Refuses credentials in the URL and store
+/// credentials that do not fit the store (exit 64).
+pub fn builder(
+    store: &str,
+    session_ttl: Duration,
+    owner: Option<&str>,
+    security: &StoreSecurity,
+    timeouts: StoreTimeouts,
+) -> Result<LimiterBuilder, Failure> {
     refuse_userinfo(store)?;
     security.check(store)?;
     let mut builder = Limiter::builder(store)
@@ -45,7 +59,12 @@ pub async fn connect(
     if let Some(owner) = owner {
         builder = builder.owner(owner);
     }
-    builder = security.apply(store, builder);
+    Ok(security.apply(store, builder))
+}
+
+/// Connects `builder` (made by [`builder`] for `store`): a bad option exits 64, a store that
+/// cannot be reached, refuses or does not answer within the connect timeout exits 69.
+pub async fn open(store: &str, builder: LimiterBuilder) -> Result<Limiter, Failure> {
     builder.connect().await.map_err(|e| match e {
         Error::InvalidArgument(_) => Failure::usage(e.to_string()),
         // The store's own words, without the "store error:" every store failure starts with.

@@ -8,7 +8,8 @@
 //! knows the command-line grammar: a usage failure only says that the usage line belongs
 //! after it, and `cli::main`, which knows the subcommand, prints it.
 
-mod connect;
+// Connecting to the store (`connect`, or `builder` then `open` to set more options).
+pub mod connect;
 mod duration;
 pub mod exit;
 mod failure;

@@ -49,6 +49,7 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// rate_store_down = "fail_open"      # fail_closed, local:N
 /// rate_store_timeout = "1s"
 /// max_reservations = 100000         # reservations open at once (POST …/reservations)
+/// hot_key_leases = false             # true: hot keys served from leased units (at start only)
 ///
 /// [[semaphores]]
 /// name = "nightly-export"
@@ -108,6 +109,7 @@ struct FileConfig {
     rate_store_down: Option<String>,
     rate_store_timeout: Option<String>,
     max_reservations: Option<i64>,
+    hot_key_leases: Option<bool>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
     /// Adaptive semaphores (see adaptive_settings.rs).
@@ -291,6 +293,7 @@ impl FileConfig {
             rate_store_down: self.rate_store_down.take(),
             rate_store_timeout: self.rate_store_timeout.take(),
             max_reservations: self.max_reservations.take(),
+            hot_key_leases: self.hot_key_leases.take(),
         }
     }
 

@@ -21,14 +21,19 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
             "memory store: shared by this sidecar's clients only, gone when it stops"
         );
     }
-    let limiter = connect(
+    let builder = connect::builder(
         &cfg.store,
         cfg.session_ttl,
         cfg.owner.as_deref(),
         &cfg.security,
         cfg.timeouts,
-    )
-    .await?;
+    )?
+    // A Limiter build option: set at start, for the HTTP routes and the RLS alike.
+    .hot_key_leases(cfg.rate.hot_key_leases);
+    let limiter = connect::open(&cfg.store, builder).await?;
+    if cfg.rate.hot_key_leases {
+        tracing::info!("hot keys are served from leased units (hot_key_leases)");
+    }
     declare_semaphores(cfg, &limiter).await?;
     let rate = routes::RateApi::new(&cfg.rate);
     for rl in rate_settings::declare(&limiter, &cfg.rate_limits).await? {
