@@ -108,8 +108,8 @@ pub use per_member::{PerMember, PerMemberStatus};
 pub use permit::Permit;
 pub use rate::{Algorithm, Decision, Quota, Reserves};
 pub use rate_limit::{
-    Balance, CheckOptions, KeyCheck, RateLimit, Reservation, Waited, DEFAULT_SETTLE_WITHIN,
-    MAX_CHARGE,
+    Balance, CheckOptions, KeyCheck, LeasedKey, RateLimit, Reservation, Waited,
+    DEFAULT_SETTLE_WITHIN, MAX_CHARGE,
 };
 pub use semaphore::{AcquireOptions, Semaphore};
 pub use stats::{RequestCounters, RequestKind, RequestStats};

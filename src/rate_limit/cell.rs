@@ -317,6 +317,11 @@ impl KeyCell {
         (returns, due)
     }
 
+    /// Units left in the key's leases held now, and how many leases.
+    pub(crate) fn lease_holding(&self) -> (u64, usize) {
+        lock(&self.inner).leases.holding()
+    }
+
     /// Nothing of the key's leases held, asked, owed back or on its way to the store.
     pub(crate) fn leases_settled(&self) -> bool {
         lock(&self.inner).leases.is_idle()

@@ -113,6 +113,11 @@ impl LeaseBook {
         (Some(self.left()), unspent)
     }
 
+    /// Units left in every held lease, and how many leases are held.
+    pub(crate) fn holding(&self) -> (u64, usize) {
+        (self.left(), self.held.len())
+    }
+
     /// Units left in every held lease.
     pub(crate) fn left(&self) -> u64 {
         self.held.iter().map(|h| h.left).sum()

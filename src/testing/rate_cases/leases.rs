@@ -232,7 +232,15 @@ pub async fn rate_leases_given_back_on_close(h: &impl Harness) {
     }
     let held = l.stats();
     assert!(held.rate_leases > 0, "a hot key is leased: {held:?}");
+    // What this Limiter holds, as the live view shows it: the units its leases have left
+    // (less than leased and not spent once a lease ended and was given back).
+    let left: u64 = l.leased_keys().iter().map(|k| k.units_left).sum();
+    assert!(left <= held.rate_leased_units - held.rate_lease_admitted);
+    for k in l.leased_keys() {
+        assert_eq!((k.limit.as_str(), k.key.as_str()), ("leased-closed", "hot"));
+    }
     l.close().await.expect("close");
+    assert!(l.leased_keys().is_empty(), "{:?}", l.leased_keys());
     let s = l.stats();
     let unspent = s.rate_leased_units - s.rate_lease_admitted;
     assert!(
