@@ -62,9 +62,12 @@ pub fn judge_figures(figures: LeaseFigures, admitted: usize, row: &mut Row) {
             LEASED_SHARE_FLOOR * 100.0
         )
     });
+    let rest = figures
+        .leased_units
+        .saturating_sub(figures.from_leases + figures.returned_units + figures.lost_units);
     row.note(format!(
         "leases: {} taken of {} units in all, {} admissions from them ({:.0}% of {admitted}), \
-         {} units given back, {} lost",
+         {} units given back, {} lost, {rest} neither (held or owed back when the run stopped)",
         figures.leases,
         figures.leased_units,
         figures.from_leases,
