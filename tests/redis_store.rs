@@ -3,7 +3,8 @@
 //! primary, then what is Redis's own: slots and hash tags, foreign values, a read-only replica, a flushed script
 //! cache, an unreachable server, and keys expired by Redis itself. The fair contract
 //! (`fair_contract_suite!`) runs on the same three; what is Redis's own about fair semaphores is
-//! in `redis_store/fair.rs`.
+//! in `redis_store/fair.rs`; a Sentinel failover under a leased hot key in
+//! `redis_store/leased_failover.rs`.
 //!
 //! Each deployment is started once per test binary; every test uses a prefix of its own.
 
@@ -11,6 +12,8 @@ use crate::support;
 
 #[path = "redis_store/fair.rs"]
 mod fair;
+#[path = "redis_store/leased_failover.rs"]
+mod leased_failover;
 
 use clusterlimit::testing::{within, DoomedHolder, Harness, LimiterOptions, SHORT_TTL};
 use clusterlimit::{AcquireOptions, Error, KeyCheck, Limiter, Quota, Result};

@@ -76,6 +76,7 @@ pub mod cases;
 pub mod fair_cases;
 mod harness;
 mod holder;
+mod max_tree;
 pub mod per_member_cases;
 pub mod rate_cases;
 pub mod rate_history;

@@ -5,7 +5,7 @@
 use crate::cluster::{Cluster, REQUEST_TIMEOUT};
 use crate::workload::{describe, Client, Rng};
 use clusterlimit::testing::rate_history::{unix_ns, Admitted};
-use clusterlimit::{Quota, RateLimit};
+use clusterlimit::{Quota, RateLimit, RequestStats};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -71,6 +71,11 @@ impl RateLog {
         Duration::from_nanos(*lock(&self.longest))
     }
 
+    /// Adds an admission seen elsewhere (a child process's, read from its output).
+    pub fn record(&self, admitted: Admitted) {
+        lock(&self.admitted).push(admitted);
+    }
+
     /// The first admitted check that started at or after `t` (Unix ns): when it returned.
     pub fn first_admitted_from(&self, t: u64) -> Option<u64> {
         lock(&self.admitted)
@@ -95,13 +100,13 @@ pub struct RateLoad {
 }
 
 impl RateLoad {
-    /// Connects `limiters` clients to every member, opens [`LIMIT`] with `quota` on each and
-    /// starts `callers` checking tasks per client.
+    /// Connects `limiters` clients to every member (with leases of hot keys if `leases`), opens
+    /// [`LIMIT`] with `quota` on each and starts `callers` checking tasks per client.
     pub async fn start(
         cluster: &Cluster,
         quota: Quota,
-        limiters: usize,
-        callers: usize,
+        (limiters, callers): (usize, usize),
+        leases: bool,
         seed: u64,
     ) -> RateLoad {
         let all: Vec<usize> = (0..cluster.len()).collect();
@@ -110,7 +115,8 @@ impl RateLoad {
         let mut clients = Vec::new();
         let mut tasks = Vec::new();
         for i in 0..limiters {
-            let client = Arc::new(Client::connect(cluster, &format!("r{i}"), &all).await);
+            let name = format!("r{i}");
+            let client = Arc::new(Client::connect_with(cluster, &name, &all, leases).await);
             let rl = open(&client, quota).await;
             for j in 0..callers {
                 tasks.push(tokio::spawn(caller(
@@ -128,6 +134,11 @@ impl RateLoad {
             stop,
             tasks,
         }
+    }
+
+    /// The requests and lease counts of every Limiter, summed.
+    pub fn stats(&self) -> RequestStats {
+        self.clients.iter().map(|c| c.limiter.stats()).sum()
     }
 
     /// Stops the callers (each after its call in progress, itself bounded) and closes every

@@ -50,6 +50,20 @@ pub struct RateFigures {
     /// Admitted ÷ what the quota allows, outside the fault windows.
     pub ratio: Option<f64>,
     pub longest_call: Duration,
+    /// A leased scenario's lease counts (all its Limiters).
+    pub leases: Option<LeaseFigures>,
+}
+
+/// What the leases of a leased rate scenario did (`Limiter::stats()`, summed).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LeaseFigures {
+    /// Checks admitted from leases.
+    pub from_leases: u64,
+    pub leases: u64,
+    pub leased_units: u64,
+    pub returned_units: u64,
+    /// Units neither spent nor given back (scenario 17 adds what its killed Limiters held).
+    pub lost_units: u64,
 }
 
 impl Row {
@@ -154,14 +168,15 @@ fn rate_table(rows: &[&Row], out: &mut String) {
     out.push_str(
         "| store | scenario | history check | admitted / denied / errors | \
          admitted ÷ quota outside faults | store's own failover p50 / max | \
-         kill → first admitted p50 / max | longest call | took | result |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         kill → first admitted p50 / max | from leases / leases / units lost | longest call | \
+         took | result |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let Some(f) = &r.rate else { continue };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} / {} / {} | {} | {} | {} | {} | {:.1} s | {} |",
+            "| {} | {} | {} | {} / {} / {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
             r.store.name(),
             r.scenario,
             f.exactness,
@@ -171,6 +186,10 @@ fn rate_table(rows: &[&Row], out: &mut String) {
             f.ratio.map_or("–".into(), |x| format!("{x:.3}")),
             r.store_cell(),
             r.recovery_cell(),
+            f.leases.map_or("–".into(), |l| format!(
+                "{} / {} / {}",
+                l.from_leases, l.leases, l.lost_units
+            )),
             ms(f.longest_call),
             r.took.as_secs_f64(),
             if r.passed() { "ok" } else { "FAILED" }

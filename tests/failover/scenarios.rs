@@ -1,4 +1,5 @@
-//! The twelve failure scenarios, each written once for both stores. Every one runs a contended
+//! The twelve failure scenarios, each written once for both stores (and the list of every
+//! scenario: the rate-limit ones run apart, `rate.rs` and `rate_kill.rs`). Every one runs a contended
 //! workload (≥ 8 Limiters, capacity 3, mixed weights, random holds) on a fresh 3-member
 //! cluster, injects its failure (recording each fault's window), and ends with the same checks:
 //! the history is safe (never more than the capacity held, no token granted twice), no call
@@ -32,6 +33,8 @@ pub struct Size {
     pub compactions: usize,
     /// Leader kills in each rate-limit scenario.
     pub rate_kills: usize,
+    /// Limiter processes SIGKILLed mid-lease in scenario 17, one after the other.
+    pub rate_child_kills: usize,
     /// Contended running before and between injections.
     pub phase: Duration,
 }
@@ -44,6 +47,7 @@ impl Size {
             child_kills: 2,
             compactions: 3,
             rate_kills: 2,
+            rate_child_kills: 2,
             phase: Duration::from_millis(1000),
         }
     }
@@ -55,6 +59,7 @@ impl Size {
             child_kills: 6,
             compactions: 10,
             rate_kills: 10,
+            rate_child_kills: 6,
             phase: Duration::from_secs(4),
         }
     }
@@ -77,10 +82,13 @@ pub enum Scenario {
     CancelBurst,
     RateGcra,
     RateWindow,
+    RateLeasedGcra,
+    RateLeasedWindow,
+    RateLeasedLimiterKilled,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::LeaderKill,
         Scenario::FollowerKill,
         Scenario::WholeCluster,
@@ -95,6 +103,9 @@ impl Scenario {
         Scenario::CancelBurst,
         Scenario::RateGcra,
         Scenario::RateWindow,
+        Scenario::RateLeasedGcra,
+        Scenario::RateLeasedWindow,
+        Scenario::RateLeasedLimiterKilled,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +124,13 @@ impl Scenario {
             Scenario::CancelBurst => "12 200 cancelled acquires + leader restart",
             Scenario::RateGcra => "13 rate GCRA hot key, leader SIGKILLs",
             Scenario::RateWindow => "14 rate fixed window hot key, leader SIGKILLs",
+            Scenario::RateLeasedGcra => "15 rate GCRA hot key with leases, leader SIGKILLs",
+            Scenario::RateLeasedWindow => {
+                "16 rate fixed window hot key with leases, leader SIGKILLs"
+            }
+            Scenario::RateLeasedLimiterKilled => {
+                "17 rate leased hot key, a Limiter process SIGKILLed mid-lease"
+            }
         }
     }
 
@@ -122,6 +140,8 @@ impl Scenario {
         match self {
             Scenario::RateGcra => Some(RateCase::Gcra),
             Scenario::RateWindow => Some(RateCase::FixedWindow),
+            Scenario::RateLeasedGcra => Some(RateCase::LeasedGcra),
+            Scenario::RateLeasedWindow => Some(RateCase::LeasedWindow),
             _ => None,
         }
     }
@@ -150,8 +170,12 @@ impl Scenario {
             Scenario::HungFollower => hung_follower(cluster, load, size, row).await,
             Scenario::SlowMember => slow_member(cluster, load, size, row).await,
             Scenario::CancelBurst => cancel_burst(cluster, load, size, row).await,
-            Scenario::RateGcra | Scenario::RateWindow => {
-                unreachable!("run() hands rate scenarios to rate::run")
+            Scenario::RateGcra
+            | Scenario::RateWindow
+            | Scenario::RateLeasedGcra
+            | Scenario::RateLeasedWindow
+            | Scenario::RateLeasedLimiterKilled => {
+                unreachable!("run() hands rate scenarios to rate::run and rate_kill::run")
             }
         }
     }
@@ -161,6 +185,9 @@ impl Scenario {
 pub async fn run(kind: Kind, scenario: Scenario, size: Size, seed: u64) -> Row {
     if let Some(case) = scenario.rate_case() {
         return crate::rate::run(kind, case, scenario.name(), size, seed).await;
+    }
+    if scenario == Scenario::RateLeasedLimiterKilled {
+        return crate::rate_kill::run(kind, scenario.name(), size, seed).await;
     }
     let started = Instant::now();
     let mut row = Row::new(kind, scenario.name());

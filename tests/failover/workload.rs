@@ -13,6 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Capacity of the contended semaphore.
 pub const CAPACITY: u32 = 3;
+/// The prefix (etcd) or chroot (ZooKeeper) every client of the suite uses.
+pub const NAMESPACE: &str = "failover";
 /// Name of the contended semaphore.
 pub const SEMAPHORE: &str = "jobs";
 /// Weights a worker draws from (mixed: mostly 1, sometimes 2).
@@ -111,10 +113,21 @@ pub struct Client {
 impl Client {
     /// Connects a client named `name` through new proxies to the given members.
     pub async fn connect(cluster: &Cluster, name: &str, members: &[usize]) -> Client {
+        Client::connect_with(cluster, name, members, false).await
+    }
+
+    /// [`Client::connect`], with leases of hot rate-limit keys on or off
+    /// (`LimiterBuilder::hot_key_leases`).
+    pub async fn connect_with(
+        cluster: &Cluster,
+        name: &str,
+        members: &[usize],
+        leases: bool,
+    ) -> Client {
         let addrs = cluster.member_addrs();
         let upstreams: Vec<_> = members.iter().map(|&m| addrs[m]).collect();
         let proxies = ProxyGroup::start(&upstreams);
-        let url = cluster.url_via(&proxies, "failover");
+        let url = cluster.url_via(&proxies, NAMESPACE);
         let mut last = String::new();
         // The cluster may still be settling (a restart): a few bounded attempts.
         for _ in 0..10 {
@@ -122,6 +135,7 @@ impl Client {
                 .owner(name)
                 .session_ttl(TTL)
                 .request_timeout(REQUEST_TIMEOUT)
+                .hot_key_leases(leases)
                 .connect()
                 .await
             {
