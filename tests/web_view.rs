@@ -25,7 +25,7 @@ const TOKEN: &str = "ui-test-token";
 const SHOWN_WITHIN: Duration = Duration::from_secs(2);
 
 /// chromedriver on a free loopback port; killed on drop.
-struct Driver {
+pub(crate) struct Driver {
     _child: tokio::process::Child,
     url: String,
 }
@@ -46,7 +46,7 @@ fn which(bin: &str) -> Option<std::path::PathBuf> {
 }
 
 impl Driver {
-    async fn start() -> Driver {
+    pub(crate) async fn start() -> Driver {
         let hint = "install Chromium and its WebDriver: apt-get install chromium chromium-driver";
         let bin = which("chromedriver").unwrap_or_else(|| panic!("chromedriver not found: {hint}"));
         which("chromium").unwrap_or_else(|| panic!("chromium not found: {hint}"));
@@ -68,7 +68,7 @@ impl Driver {
         Driver { _child: child, url }
     }
 
-    async fn browser(&self) -> Client {
+    pub(crate) async fn browser(&self) -> Client {
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".to_string(),
@@ -95,7 +95,7 @@ async fn text(b: &Client, css: &str) -> String {
 }
 
 /// Waits (bounded) until the element `css` contains `needle`; returns how long it took.
-async fn shows(b: &Client, css: &str, needle: &str, limit: Duration) -> Duration {
+pub(crate) async fn shows(b: &Client, css: &str, needle: &str, limit: Duration) -> Duration {
     let start = Instant::now();
     for _ in 0..400 {
         if text(b, css).await.contains(needle) {

@@ -72,3 +72,6 @@ mod sidecar_tracing;
 mod sidecar_settle;
 #[path = "../web_view.rs"]
 mod web_view;
+// The live view names the holders of a hot key's leases (issue 43).
+#[path = "../web_view_leases.rs"]
+mod web_view_leases;

@@ -3,7 +3,8 @@
 //! summary vanishes with the sidecar; any viewer reads every summary and merges them
 //! (`gather.rs`), so one page shows the whole fleet.
 
-use super::picture::{FleetLimit, FleetMember};
+use super::leases;
+use super::picture::{FleetLimit, FleetMember, LeasedUnitsView};
 use super::recorder::Recorder;
 use clusterlimit::{validate::MAX_ANNOUNCEMENT_BYTES, Limiter};
 use std::time::Duration;
@@ -17,8 +18,14 @@ const KEYS_PER_LIMIT: usize = 10;
 /// What a summary may take of a board value (the rest is headroom for the JSON framing).
 const SUMMARY_BUDGET: usize = MAX_ANNOUNCEMENT_BYTES - 4096;
 
-/// This process's summary now: its busiest limits first, as many as fit the budget.
-pub fn summary(owner: &str, recorder: &Recorder, now_ms: u64) -> FleetMember {
+/// This process's summary now: its busiest limits first, as many as fit the budget, each
+/// with the keys `leased` of it (each held key with its limit's name).
+pub fn summary(
+    owner: &str,
+    recorder: &Recorder,
+    leased: &[(String, LeasedUnitsView)],
+    now_ms: u64,
+) -> FleetMember {
     let mut limits: Vec<FleetLimit> = recorder
         .limits()
         .into_iter()
@@ -27,9 +34,10 @@ pub fn summary(owner: &str, recorder: &Recorder, now_ms: u64) -> FleetMember {
             let mut keys = v.limited_now;
             keys.truncate(KEYS_PER_LIMIT);
             FleetLimit {
-                name,
                 admitted_per_s: v.admitted_per_s,
                 denied_per_s: v.denied_per_s,
+                leased: leases::of_limit(leased, &name),
+                name,
                 limited_now: keys,
             }
         })
@@ -89,7 +97,8 @@ pub async fn publish_forever(
     let owner = limiter.owner().to_string();
     let mut failing = false;
     loop {
-        let member = summary(&owner, &recorder, super::clock::unix_ms());
+        let leased = leases::held(&limiter.leased_keys());
+        let member = summary(&owner, &recorder, &leased, super::clock::unix_ms());
         match tokio::time::timeout(PUBLISH_EVERY, publish(&limiter, &member)).await {
             Ok(Ok(())) => {
                 if failing {
@@ -144,13 +153,24 @@ mod tests {
                 );
             }
         }
-        let s = summary("a", &r, now + 500);
+        let leased: Vec<(String, LeasedUnitsView)> = (0..300)
+            .flat_map(|l| {
+                (0..40).map(move |k| {
+                    let key = format!("{}-{k}", "k".repeat(400));
+                    let units = LeasedUnitsView { key, units_left: 7 };
+                    (format!("limit-{l}"), units)
+                })
+            })
+            .collect();
+        let s = summary("a", &r, &leased, now + 500);
         let bytes = serde_json::to_vec(&s).unwrap_or_default();
         assert!(bytes.len() <= MAX_ANNOUNCEMENT_BYTES, "{}", bytes.len());
         assert!(!s.limits.is_empty());
         assert!(s
             .limits
             .iter()
-            .all(|l| l.limited_now.len() <= KEYS_PER_LIMIT));
+            .all(|l| l.limited_now.len() <= KEYS_PER_LIMIT
+                && l.leased.len() <= leases::KEYS_PER_LIMIT
+                && !l.leased.is_empty()));
     }
 }

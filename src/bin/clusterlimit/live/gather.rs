@@ -7,6 +7,7 @@ use super::clock::unix_ms;
 use super::clusters::ClusterMemory;
 use super::fleet;
 use super::kept::{KeptPanes, SemaphoresPane, Staleness};
+use super::leases;
 use super::picture::{
     ClassView, ClusterView, ControllerView, FleetMember, HealthEvent, HolderView, KeyView, Picture,
     RateLimitView, SemaphoreView, StaleView, StoreView,
@@ -352,6 +353,7 @@ impl Gatherer {
             }
         };
         let shown = &names[..names.len().min(MAX_RATE_LIMITS)];
+        let own = &leases::Own::of(&self.limiter);
         let views = stream::iter(shown.to_vec())
             .map(|name: String| async move {
                 let opened =
@@ -376,6 +378,7 @@ impl Gatherer {
                     v.recorded = r.view(&name, now_ms);
                 }
                 merge_fleet(&mut v, fleet);
+                leases::merge(&mut v, fleet, own);
                 v
             })
             .buffered(READS_IN_FLIGHT)
@@ -508,6 +511,7 @@ mod tests {
                         ..KeyView::default()
                     })
                     .collect(),
+                ..FleetLimit::default()
             }],
         }
     }

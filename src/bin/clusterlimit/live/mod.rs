@@ -8,6 +8,7 @@ pub mod clusters;
 pub mod fleet;
 pub mod gather;
 pub mod kept;
+pub mod leases;
 pub mod picture;
 pub mod recorder;
 pub mod replay;

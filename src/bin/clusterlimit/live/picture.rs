@@ -222,6 +222,25 @@ pub struct KeyView {
     /// The sidecars that report it (fleet lists only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sidecars: Vec<String>,
+    /// The sidecars holding leased units of it now, by name (fleet lists only; hot keys
+    /// served from leases).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leased_by: Vec<LeaseHolderView>,
+}
+
+/// A sidecar holding leased units of a key: what it may still admit with no store request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseHolderView {
+    /// The sidecar, as the fleet list names it (its owner label).
+    pub holder: String,
+    pub units_left: u64,
+}
+
+/// A key one sidecar holds leased units of (in its fleet summary).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeasedUnitsView {
+    pub key: String,
+    pub units_left: u64,
 }
 
 /// One Envoy domain.
@@ -256,4 +275,7 @@ pub struct FleetLimit {
     pub admitted_per_s: f64,
     pub denied_per_s: f64,
     pub limited_now: Vec<KeyView>,
+    /// Keys this sidecar holds leased units of, most units first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leased: Vec<LeasedUnitsView>,
 }

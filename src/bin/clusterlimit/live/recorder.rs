@@ -175,6 +175,7 @@ impl Recorder {
                 reset_ms: t.last.reset_ms,
                 seen_ms_ago: now_ms.saturating_sub(t.last.now_ms),
                 sidecars: Vec::new(),
+                leased_by: Vec::new(),
             }
         };
         let recent_ms = RECENT_SECONDS * 1000;

@@ -4,7 +4,7 @@
 use super::feed::Feed;
 use super::keys::{Pane, Selection};
 use super::store_lines;
-use crate::live::picture::{HolderView, Picture, RateLimitView, SemaphoreView};
+use crate::live::picture::{HolderView, KeyView, Picture, RateLimitView, SemaphoreView};
 use ratatui::layout::Constraint::{Fill, Length, Min};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
@@ -404,7 +404,7 @@ fn rate_limits(frame: &mut Frame, area: Rect, panes: Panes) {
 
 fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
     let block = Block::bordered().title(format!(
-        " Keys denied in the last 10 s in {}, fleet-wide ",
+        " Keys denied in the last 10 s in {} or leased now, fleet-wide ",
         r.name
     ));
     if r.fleet_limited_now.is_empty() {
@@ -412,7 +412,8 @@ fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
             "not published: no sidecar checks this limit (the CLI and the library publish no \
              rates or denials)"
         } else {
-            "no key denied in the last 10 s (from the sidecars' published summaries)"
+            "no key denied in the last 10 s, none leased (from the sidecars' published \
+             summaries)"
         };
         frame.render_widget(Paragraph::new(text).dark_gray().block(block), area);
         return;
@@ -422,8 +423,9 @@ fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
             k.key.clone(),
             rate(k.denied_per_s),
             rate(k.checks_per_s),
-            format!("{}/{}", k.remaining, k.limit),
+            remaining_text(k),
             k.sidecars.join(", "),
+            leased_text(k),
         ])
     });
     let columns = [
@@ -432,9 +434,31 @@ fn limited_keys(frame: &mut Frame, area: Rect, r: &RateLimitView) {
         ("CHECKS/S", Length(8)),
         ("REMAINING/LIMIT", Length(15)),
         ("SIDECARS", Fill(1)),
+        ("LEASED BY", Fill(1)),
     ];
     let table = headed(rows, &columns, block);
     frame.render_widget(table, area);
+}
+
+/// `remaining/limit` at the key's last reported check; "—" for a key listed only as leased
+/// (no sidecar reported a check of it).
+fn remaining_text(k: &KeyView) -> String {
+    if k.limit == 0 {
+        "—".to_string()
+    } else {
+        format!("{}/{}", k.remaining, k.limit)
+    }
+}
+
+/// The sidecars holding leased units of the key and the units left in each: `a 200, b 140`;
+/// empty if none.
+fn leased_text(k: &KeyView) -> String {
+    let by: Vec<String> = k
+        .leased_by
+        .iter()
+        .map(|h| format!("{} {}", h.holder, h.units_left))
+        .collect();
+    by.join(", ")
 }
 
 /// A pane's border: bright when it has the focus (the one Up/Down move in), its title marked
@@ -521,6 +545,30 @@ mod tests {
         assert_eq!(fit("x", 0), "…");
         assert_eq!(seen_rate(0.0, 0), "—");
         assert_eq!(seen_rate(0.0, 1), "0.00");
+    }
+
+    #[test]
+    fn a_leased_key_names_its_holders_and_units() {
+        let holder = |h: &str, units_left| crate::live::picture::LeaseHolderView {
+            holder: h.to_string(),
+            units_left,
+        };
+        let k = KeyView {
+            key: "hot".to_string(),
+            leased_by: vec![holder("a", 200), holder("b", 140)],
+            ..KeyView::default()
+        };
+        assert_eq!(leased_text(&k), "a 200, b 140");
+        assert_eq!(remaining_text(&k), "—");
+        let checked = KeyView {
+            remaining: 3,
+            limit: 5,
+            ..KeyView::default()
+        };
+        assert_eq!(
+            (leased_text(&checked), remaining_text(&checked)),
+            (String::new(), "3/5".to_string())
+        );
     }
 
     #[test]

@@ -264,7 +264,7 @@ function renderRateLimit(r) {
   if (r.error) return el("div", { class: "card" }, el("b", {}, r.name), " ", el("span", { class: "error" }, r.error));
   const keyRow = (k) => [k.key, rate(k.denied_per_s), rate(k.checks_per_s), k.remaining + " / " + k.limit,
     dur(k.reset_ms), el("button", { class: "small", onclick: () => resetKey(r.name, k.key) }, "Reset…")];
-  const fleetRow = (k) => [k.key, rate(k.denied_per_s), rate(k.checks_per_s), (k.sidecars || []).join(", ")];
+  const fleetRow = (k) => [k.key, rate(k.denied_per_s), rate(k.checks_per_s), (k.sidecars || []).join(", "), leasedBy(k)];
   return el("div", { class: "card", "data-rate-limit": r.name },
     el("header", {},
       el("b", {}, r.name),
@@ -284,9 +284,18 @@ function renderRateLimit(r) {
       el("div", {}, el("h3", {}, "Near the limit"),
         table([H("key"), H("denied/s", 1), H("checks/s", 1), H("left", 1), H("full in", 1), H("")],
           r.near_limit.map(keyRow), "no key near its limit")),
-      el("div", {}, el("h3", {}, "Denied in the last 10 s (fleet)"),
-        table([H("key"), H("denied/s", 1), H("checks/s", 1), H("sidecars")],
-          r.fleet_limited_now.map(fleetRow), "no key denied anywhere in the last 10 s"))));
+      el("div", { class: "fleet-keys" }, el("h3", {}, "Denied in the last 10 s or leased now (fleet)"),
+        table([H("key"), H("denied/s", 1), H("checks/s", 1), H("sidecars"), H("leased by")],
+          r.fleet_limited_now.map(fleetRow), "no key denied anywhere in the last 10 s, none leased"))));
+}
+
+// "leased by 2 (340 units)", each holder and its units on hover; empty if nobody holds a lease.
+function leasedBy(k) {
+  const by = k.leased_by || [];
+  if (!by.length) return "";
+  const units = by.reduce((s, h) => s + h.units_left, 0);
+  return el("span", { class: "leased", title: by.map((h) => h.holder + ": " + h.units_left + " units left").join("\n") },
+    "leased by " + by.length + " (" + units + " units)");
 }
 
 function renderRls(domains) {
