@@ -82,11 +82,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
         .map(|rl| spawn_callers(rl, s.callers, started + s.run, Bins::new(base, len_ns)))
         .collect();
 
-    tokio::time::sleep_until((started + s.run / 3).into()).await;
-    let lead = leader(etcd).await;
-    let leader_at = unix_ns();
-    etcd.kill(lead);
-
+    let leader_at = kill_leader(etcd, started + s.run / 3).await;
     tokio::time::sleep_until((started + s.run * 2 / 3).into()).await;
     let killed_at = unix_ns();
     let mine = callers.remove(VICTIM);
@@ -113,13 +109,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
     for l in &limiters {
         l.close().await.context("close a Limiter")?;
     }
-    let mut bins = Bins::new(base, len_ns);
-    let mut errors = 0;
-    for t in &tallies {
-        let t = lock(t);
-        bins.merge(&t.bins);
-        errors += t.errors;
-    }
+    let (bins, errors) = merged(&tallies, Bins::new(base, len_ns));
     Ok(Outcome {
         secs,
         admitted: bins.by_end().iter().sum(),
@@ -132,6 +122,26 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
         held_by_killed,
         exactness: bins.exactness(&quota, drained),
     })
+}
+
+/// SIGKILLs the etcd member that leads at `at` (left down): the kill's Unix ns.
+async fn kill_leader(etcd: &mut EtcdCluster, at: Instant) -> u64 {
+    tokio::time::sleep_until(at.into()).await;
+    let lead = leader(etcd).await;
+    let killed_at = unix_ns();
+    etcd.kill(lead);
+    killed_at
+}
+
+/// Every caller's counts added into `bins`, and their failed checks.
+fn merged(tallies: &[Shared], mut bins: Bins) -> (Bins, u64) {
+    let mut errors = 0;
+    for t in tallies {
+        let t = lock(t);
+        bins.merge(&t.bins);
+        errors += t.errors;
+    }
+    (bins, errors)
 }
 
 /// The Limiters (leases as `s` says) and their handles of the rate limit.
