@@ -8,9 +8,11 @@
 //! Limiters × callers, leases on beside leases off (admitted/s against the quota and the
 //! memory:// run, writes per second per Limiter, requests per admitted, latency, units leased
 //! and lost, over-admission); row 2, fairness: 4 Limiters with demands 1:1:1:5 on a key of
-//! 10,000/s. The processes are Limiters of this process here, on one tokio runtime.
-//! Targets are printed as met / not met; the run fails only on an error (a check that fails, a
-//! server that does not start).
+//! 10,000/s; row 3, failover: on a 3-member etcd, its leader SIGKILLed and then one Limiter
+//! killed (dropped without `close`) during a 1,000,000/s run, leases on beside off. The issue's
+//! processes are Limiters of this process here, on one tokio runtime. Targets are printed as
+//! met / not met; the run fails only on an error (a check that fails outside row 3, where
+//! failed checks are counted, or a server that does not start).
 
 #[path = "../tests/binary/mod.rs"]
 mod binary;
@@ -22,12 +24,18 @@ mod support;
 
 #[path = "leases/bins.rs"]
 mod bins;
+#[path = "leases/dip.rs"]
+mod dip;
+#[path = "leases/failover.rs"]
+mod failover;
 #[path = "leases/hammer.rs"]
 mod hammer;
 #[path = "leases/plan.rs"]
 mod plan;
 #[path = "leases/report.rs"]
 mod report;
+#[path = "leases/report_failover.rs"]
+mod report_failover;
 #[allow(dead_code)]
 #[path = "limiter/stats.rs"]
 mod stats;
@@ -74,19 +82,48 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
         }
     }
     drop(etcd);
+    let mut failover = Vec::new();
+    for leases in [true, false] {
+        failover.push(failover_row(plan, &runtime, leases)?);
+    }
     let about = run_lines(
         started.elapsed(),
         "the whole run",
         ", shared with other builds",
         &load_before,
     );
-    let md = report::markdown(plan, &about, &hot, &fair);
+    let md = report::markdown(plan, &about, &hot, &fair, &failover);
     println!("{md}");
     if let Some(out) = plan.out.as_ref().filter(|_| !plan.quick) {
         common::markdown::replace_block(out, report::BEGIN, report::END, &md)?;
         eprintln!("leases bench: wrote {}", out.display());
     }
     Ok(())
+}
+
+/// Row 3 on a 3-member etcd of its own (its leader is killed), leases on or off.
+fn failover_row(
+    plan: &Plan,
+    runtime: &tokio::runtime::Runtime,
+    leases: bool,
+) -> anyhow::Result<(failover::Setup, failover::Outcome)> {
+    let f = &plan.failover;
+    let on = if leases { "on" } else { "off" };
+    eprintln!(
+        "leases bench: failover, a 3-member etcd, {}/s, leases {on}, {} Limiters × {} callers",
+        f.quota, f.limiters, f.callers
+    );
+    let mut etcd = EtcdCluster::start(3);
+    let setup = failover::Setup {
+        name: format!("failover-{on}"),
+        quota: f.quota,
+        leases,
+        limiters: f.limiters,
+        callers: f.callers,
+        run: f.run,
+    };
+    let out = runtime.block_on(failover::run(&mut etcd, &setup))?;
+    Ok((setup, out))
 }
 
 async fn row(

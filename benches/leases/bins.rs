@@ -70,6 +70,17 @@ impl Bins {
         }
     }
 
+    /// Admitted checks counted per bin by their end (row 3's pace over time).
+    pub fn by_end(&self) -> &[u64] {
+        &self.by_end
+    }
+
+    /// The bin of Unix ns `ns` (0 before the run; the last bin after it).
+    pub fn bin_at(&self, ns: u64) -> usize {
+        let i = ns.saturating_sub(self.base) / WIDTH;
+        usize::try_from(i).map_or(self.inside.len() - 1, |i| i.min(self.inside.len() - 1))
+    }
+
     /// Adds another caller's counts (same base and length).
     pub fn merge(&mut self, other: &Bins) {
         for (a, b) in self.inside.iter_mut().zip(&other.inside) {

@@ -10,7 +10,7 @@ use clusterlimit::testing::rate_history::unix_ns;
 use clusterlimit::{Limiter, Quota, RateLimit, RequestStats};
 use std::time::{Duration, Instant};
 
-const KEY: &str = "hot";
+pub const KEY: &str = "hot";
 /// Bound on one call: a healthy one takes milliseconds.
 const CALL_BOUND: Duration = Duration::from_secs(10);
 /// A caller's calls are bounded in count as well as in time.
@@ -147,7 +147,7 @@ pub async fn run(setup: &Setup) -> anyhow::Result<Outcome> {
 /// Unix ns before the check. (With leases on, a first check this large is its own demand: the
 /// write that carries it also asks a lease, which is taken first, and the check can be
 /// denied.)
-async fn drain(url: &str, name: &str, burst: u64) -> anyhow::Result<u64> {
+pub async fn drain(url: &str, name: &str, burst: u64) -> anyhow::Result<u64> {
     let l = Limiter::builder(url)
         .owner("leases-bench-drain")
         .hot_key_leases(false)

@@ -21,6 +21,18 @@ pub struct Plan {
     /// Row 2: callers on each of its Limiters (demands 1:1:1:5), at `fair_quota` per second.
     pub fair_callers: Vec<usize>,
     pub fair_quota: u64,
+    /// Row 3: failover on one key, leases on beside off.
+    pub failover: Failover,
+}
+
+/// Row 3's sizes: the leader's kill comes at a third of `run`, the Limiter's at two thirds.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    pub limiters: usize,
+    pub callers: usize,
+    /// Per second, burst = quota.
+    pub quota: u64,
+    pub run: Duration,
 }
 
 pub use crate::common::args::Parsed;
@@ -38,6 +50,21 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
             } else {
                 (8, 32, Duration::from_secs(5), vec![8, 8, 8, 40])
             };
+            let failover = if args.quick {
+                Failover {
+                    limiters: 2,
+                    callers: 4,
+                    quota: 100_000,
+                    run: Duration::from_millis(2_400),
+                }
+            } else {
+                Failover {
+                    limiters: 8,
+                    callers: 32,
+                    quota: 1_000_000,
+                    run: Duration::from_secs(6),
+                }
+            };
             Plan {
                 quick: args.quick,
                 out: args.out,
@@ -47,6 +74,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed<Plan>, Str
                 run,
                 fair_callers,
                 fair_quota: 10_000,
+                failover,
             }
         }),
     )

@@ -1,6 +1,7 @@
 //! The leases bench's section of BENCHMARKS.md: one table per row, each target marked met or
 //! not met (a miss is printed with its numbers, never hidden).
 
+use crate::failover::{Outcome, Setup};
 use crate::plan::Plan;
 use crate::stats::{p50_p99, verdict};
 use crate::Row;
@@ -15,11 +16,18 @@ const WRITES_PER_SEC: f64 = 20.0;
 const FAIR_SHARE: f64 = 0.9;
 const FAIR_TOTAL: f64 = 0.95;
 
-pub fn markdown(plan: &Plan, about: &str, hot: &[Row], fair: &[Row]) -> String {
+pub fn markdown(
+    plan: &Plan,
+    about: &str,
+    hot: &[Row],
+    fair: &[Row],
+    failover: &[(Setup, Outcome)],
+) -> String {
     let mode = crate::common::machine::mode(plan.quick);
     let mut md = format!("## Leased units for hot keys (issue 43), {mode}\n\n{about}\n");
     hot_tables(&mut md, plan, hot);
     fair_table(&mut md, plan, fair);
+    crate::report_failover::table(&mut md, plan, failover);
     md
 }
 

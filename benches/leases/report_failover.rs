@@ -1,0 +1,81 @@
+//! Row 3's table in the leases bench's section: the pace before, around each kill and after,
+//! the units the kills lost and over-admission (the one target: none).
+
+use crate::dip::{after_kill, pace, BACK, HOLD};
+use crate::failover::{Outcome, Setup};
+use crate::plan::Plan;
+use crate::stats::verdict;
+use std::fmt::Write as _;
+
+pub fn table(md: &mut String, plan: &Plan, rows: &[(Setup, Outcome)]) {
+    let f = &plan.failover;
+    let third = f.run.as_secs_f64() / 3.0;
+    let _ = writeln!(
+        md,
+        "\n### Row 3: failover, {} Limiters × {} callers on one key of {}/s\n\n\
+         A 3-member etcd started for the row; closed loop as in row 1 for {:.1} s on a key \
+         emptied first. At +{third:.1} s the bench SIGKILLs etcd's leader and leaves it down \
+         (the two others keep the quorum); at +{:.1} s it kills one Limiter in this process: \
+         its callers' tasks are aborted at once and it is dropped without `close`, so its \
+         leases are abandoned as a SIGKILL would leave them (a Limiter process SIGKILLed is \
+         the failover suite's scenario 17 and tests/sidecar_lease_kill.rs). before: admitted/s \
+         from +{:.1} s to the leader's kill (the second half of the time before it: leases \
+         grow with the demand they see). Each kill: the dip's length, from the kill until \
+         admissions are back, after the slowest 50 ms, at ≥ {BACK} × before for {} ms (0: no \
+         50 ms under that; not back: not before the next kill or the end), the slowest 50 ms (admitted/s), and \
+         admitted/s from the kill until back (–: no dip). after: admitted/s from the \
+         second recovery to the end; whole run: admitted/s over the run. failed: checks answered with an error (counted, the \
+         caller pauses 5 ms). lost: leased units neither spent nor given back (the Limiters' \
+         count) + what the killed Limiter's leases held when it was dropped. Over-admission as \
+         in row 1. Target: no over-admission; leases off is today's path, shown beside.\n\n\
+         | leases | before | leader kill: dip ms / slowest 50 ms / during | \
+         Limiter kill: dip ms / slowest 50 ms / during | after | whole run | failed | \
+         lost (+ held by the killed) | over-admission (counted) | target |\n\
+         |---|---|---|---|---|---|---|---|---|---|",
+        f.limiters,
+        f.callers,
+        f.quota,
+        f.run.as_secs_f64(),
+        2.0 * third,
+        third / 2.0,
+        HOLD as u64 * crate::bins::WIDTH / 1_000_000,
+    );
+    for (s, o) in rows {
+        line(md, s, o);
+    }
+}
+
+fn line(md: &mut String, s: &Setup, o: &Outcome) {
+    let before = pace(&o.series, o.leader_kill / 2, o.leader_kill);
+    let leader = after_kill(&o.series, o.leader_kill, o.limiter_kill, before);
+    let limiter = after_kill(&o.series, o.limiter_kill, o.end, before);
+    let after = match limiter.ms {
+        Some(_) => format!("{:.0}", pace(&o.series, limiter.back_at, o.end)),
+        None => "n/a".to_string(),
+    };
+    let dip = |d: &crate::dip::Dip| {
+        let ms =
+            d.ms.map_or_else(|| "not back".to_string(), |ms| format!("{ms:.0}"));
+        let during = d
+            .during
+            .map_or_else(|| "–".to_string(), |p| format!("{p:.0}"));
+        format!("{ms} / {:.0} / {during}", d.lowest)
+    };
+    let x = &o.exactness;
+    let _ = writeln!(
+        md,
+        "| {} | {before:.0} | {} | {} | {after} | {:.0} | {} | {} (+ {}) | {:.0} / {:.0} \
+         ({:.1}%) | exact {} |",
+        if s.leases { "on" } else { "off" },
+        dip(&leader),
+        dip(&limiter),
+        o.admitted as f64 / o.secs,
+        o.errors,
+        o.used.rate_lease_lost_units,
+        o.held_by_killed,
+        x.interval_excess,
+        x.since_drain_excess,
+        100.0 * x.counted,
+        verdict(x.exact()),
+    );
+}
