@@ -21,8 +21,10 @@ pub fn table(md: &mut String, plan: &Plan, rows: &[(Setup, Outcome)]) {
          the failover suite's scenario 17 and tests/sidecar_lease_kill.rs). before: admitted/s \
          from +{:.1} s to the leader's kill (the second half of the time before it: leases \
          grow with the demand they see). Each kill: the dip's length, from the kill until \
-         admissions are back, after the slowest 50 ms, at ≥ {BACK} × before for {} ms (0: no \
-         50 ms under that; not back: not before the next kill or the end), the slowest 50 ms (admitted/s), and \
+         admissions are back, after the slowest 50 ms, at ≥ {BACK} × the reference for {} ms \
+         (the leader's: min(before, quota); the Limiter's: the survivors' share of \
+         min(the pace between the kills, quota)) (0: no 50 ms under that; not back: not \
+         before the next kill or the end), the slowest 50 ms (admitted/s), and \
          admitted/s from the kill until back (–: no dip). after: admitted/s from the \
          second recovery to the end; whole run: admitted/s over the run. failed: checks answered with an error (counted, the \
          caller pauses 5 ms). lost: leased units neither spent nor given back (the Limiters' \
@@ -47,8 +49,24 @@ pub fn table(md: &mut String, plan: &Plan, rows: &[(Setup, Outcome)]) {
 
 fn line(md: &mut String, s: &Setup, o: &Outcome) {
     let before = pace(&o.series, o.leader_kill / 2, o.leader_kill);
-    let leader = after_kill(&o.series, o.leader_kill, o.limiter_kill, before);
-    let limiter = after_kill(&o.series, o.limiter_kill, o.end, before);
+    // "Back" is judged against what the key can give (a pace above the quota, while the
+    // leases catch up with an emptied key, is no steady pace), and after the Limiter's kill
+    // against the survivors' share of the pace between the two kills.
+    let quota = s.quota as f64;
+    let leader = after_kill(&o.series, o.leader_kill, o.limiter_kill, before.min(quota));
+    let between = match leader.ms {
+        Some(_) if leader.back_at < o.limiter_kill => {
+            pace(&o.series, leader.back_at, o.limiter_kill)
+        }
+        _ => before,
+    };
+    let survivors = (s.limiters.saturating_sub(1)) as f64 / s.limiters.max(1) as f64;
+    let limiter = after_kill(
+        &o.series,
+        o.limiter_kill,
+        o.end,
+        between.min(quota) * survivors,
+    );
     let after = match limiter.ms {
         Some(_) => format!("{:.0}", pace(&o.series, limiter.back_at, o.end)),
         None => "n/a".to_string(),
