@@ -1,6 +1,7 @@
 //! [`decide`]: one check against one key's state, for every algorithm, with the ban around it.
 
 use super::decision::Decision;
+use super::flows::FlowTable;
 use super::gcra::{Gcra, GcraMeter};
 use super::quota::{Algorithm, Quota};
 use super::state::{KeyState, Meter, SlotLog, UnixNanos};
@@ -59,14 +60,18 @@ pub(super) fn reserving(
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm);
     let banned_until = state.map_or(0, |s| s.banned_until);
-    let slots = state.map_or_else(SlotLog::default, |s| s.slots);
-    // The slot log goes on; the flows' table is `flow_decide`'s to carry (a quota without
-    // fair flows drops it: on a leased key the holders' counts start again).
+    // The slot log and the flows' table go on (`flow_decide` counts a fair flow's check in
+    // the table; on a leased key it is the holders' table: a check on the per-check path
+    // must not make the holders' counts start again, or the next lease would see its holder
+    // alone and take as much as it asks).
     let stored = |meter: Meter, banned_until: UnixNanos| {
-        let mut s = KeyState::new(meter, banned_until, now, 0);
-        s.slots = slots;
+        let mut s = KeyState::new(meter, banned_until, now, 0).carrying(state);
+        if s.flows.worthless_at(quota.period.as_nanos().max(1)) <= u128::from(now) {
+            s.flows = FlowTable::new();
+        }
         s
     };
+    let slots = state.map_or_else(SlotLog::default, |s| s.slots);
     let expiry = |worthless_at: u128, banned_until: UnixNanos| {
         expiry(worthless_at, banned_until, now).max(slots.kept_until(now))
     };

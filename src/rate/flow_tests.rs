@@ -368,7 +368,7 @@ proptest! {
 }
 
 #[test]
-fn a_quota_without_fair_flows_drops_a_stored_table() {
+fn a_quota_without_fair_flows_keeps_a_stored_table_until_it_is_worth_nothing() {
     let fair = fixed(10);
     let mut key = None;
     run(&fair, &mut key, 1, "a", T0);
@@ -377,13 +377,20 @@ fn a_quota_without_fair_flows_drops_a_stored_table() {
     plain.fair_flows = false;
     let v = run(&plain, &mut key, 1, "a", T0);
     let s = v.state.expect("admitted");
-    assert!(s.flows.is_empty());
+    // A leased key's holders are counted in the table: a plain check keeps it.
+    assert_eq!(s.flows, key.as_ref().expect("stored").flows);
     assert_eq!(
         s.meter,
         Meter::Fixed {
             window: T0 / (100 * S),
             count: 2
         }
+    );
+    let worthless = u64::try_from(s.flows.worthless_at(u128::from(100 * S))).expect("fits");
+    let v = run(&plain, &mut key, 1, "a", worthless);
+    assert!(
+        v.state.expect("admitted").flows.is_empty(),
+        "dropped once worth nothing"
     );
 }
 

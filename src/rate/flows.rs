@@ -125,6 +125,14 @@ pub(crate) struct Share {
     level: (u128, u128),
 }
 
+/// What [`FlowTable::pace_left`] found: units left of the asking flow's pace, and of the
+/// other flows' together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PaceLeft {
+    pub(crate) mine: u64,
+    pub(crate) others: u64,
+}
+
 impl FlowTable {
     /// No flows.
     pub fn new() -> FlowTable {
@@ -211,6 +219,40 @@ impl FlowTable {
             room: room.map(|r| u64::try_from(r).unwrap_or(u64::MAX)),
             used: u64::try_from(mine).unwrap_or(u64::MAX),
             level: level(q, &demands, 0).0,
+        }
+    }
+
+    /// What `flow` and the other flows have left of their pace by `part` of the window
+    /// (numerator, denominator ≥ 1), of a quota of `q` units per window: each one's max-min
+    /// allocation (`min(d_g, L)`, `L` the level of the others' demands with `flow`'s
+    /// infinite) times `part`, less what it used, rounded down. Unlike the reserve of
+    /// [`FlowTable::share`], it does not lapse when some flows took more than their part:
+    /// what the others are due stays theirs.
+    pub(crate) fn pace_left(&self, flow: FlowId, q: u64, (num, den): (u128, u128)) -> PaceLeft {
+        let id = self.slot(flow);
+        let demand = |e: &FlowEntry| u128::from(e.asked.max(e.prev)).max(u128::from(e.used));
+        let others: Vec<(u128, u128)> = self
+            .entries
+            .iter()
+            .filter(|e| e.id != id)
+            .map(|e| (0, demand(e)))
+            .collect();
+        let ((l_num, l_den), _) = level(u128::from(q), &others, 0);
+        let left = |alloc: u128, used: u64| -> u128 {
+            let by_now = alloc.saturating_mul(num) / l_den.saturating_mul(den).max(1);
+            by_now.saturating_sub(u128::from(used))
+        };
+        let others: u128 = self
+            .entries
+            .iter()
+            .filter(|e| e.id != id)
+            .map(|e| left(demand(e).saturating_mul(l_den).min(l_num), e.used))
+            .sum();
+        let used = self.find(id).map_or(0, |i| self.entries[i].used);
+        let clip = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
+        PaceLeft {
+            mine: clip(left(l_num, used)),
+            others: clip(others),
         }
     }
 

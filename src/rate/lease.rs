@@ -28,6 +28,9 @@ use super::quota::{Algorithm, Quota};
 use super::state::{KeyState, Meter, SlotLog, UnixNanos};
 use std::time::Duration;
 
+/// How far ahead of its pace a holder may take a GCRA key's units: `hold / PACE_AHEAD`.
+const PACE_AHEAD: u128 = 4;
+
 /// A slice of a key's units taken by [`take_lease`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -87,7 +90,9 @@ fn hold_units(quota: &Quota, hold: Duration) -> u64 {
 ///
 /// Fair shares: the key's state counts, per holder and per window of the quota's period,
 /// what it asked and was granted ([`FlowTable`], as fair flows do for checks), and a holder
-/// takes at most what max-min fairness leaves it this window given the others' demands. A
+/// takes at most what max-min fairness leaves it this window given the others' demands,
+/// and on GCRA leaves the others what they are due by now (their allocations paced through
+/// the window). A
 /// holder below its level that gets nothing still has what it asked written, so the others
 /// see its demand.
 pub fn take_lease(
@@ -142,8 +147,12 @@ pub fn take_lease(
         }
     };
     let (mut table, share) = holders(quota, state, holder, now);
-    let room = share.room.unwrap_or(u64::MAX);
-    let granted = want.min(algo.status(meter, at).remaining).min(room);
+    let there = algo.status(meter, at).remaining;
+    let paced = match quota.algorithm {
+        Algorithm::Gcra => paced(&table, quota, (holder, there), (now, hold)),
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => there,
+    };
+    let granted = want.min(paced).min(share.room.unwrap_or(u64::MAX));
     let new = (granted > 0)
         .then(|| algo.take(meter, granted, at).ok())
         .flatten();
@@ -174,7 +183,7 @@ pub fn take_lease(
 }
 
 /// The key's lease holders in the window of `now` (its flow table, rolled), and what
-/// `holder` may take of the quota's limit this window.
+/// `holder` may take of the window's limit.
 fn holders(
     quota: &Quota,
     state: Option<&KeyState>,
@@ -188,6 +197,33 @@ fn holders(
         .rolled(window);
     let share = table.share(holder, quota.limit);
     (table, share)
+}
+
+/// What of the `there` units a GCRA key has now `holder` may take at `now`, paced: the
+/// holders' allocations accrue through the window as the key's units do, so the holder
+/// takes at most what is left of its own pace a little ahead (`hold / PACE_AHEAD`, its
+/// demand until its next lease), plus the units beyond every holder's pace (a burst the key
+/// stored), and always leaves the others what they are due by now.
+///
+/// Unpaced (the room alone), a window would go first come, first served until each holder
+/// reached its level — a window the holders meet part of (the first, or the last before
+/// they stop) would be split by who asked first, and a holder that asks for more each time
+/// would take more.
+fn paced(
+    table: &FlowTable,
+    quota: &Quota,
+    (holder, there): (FlowId, u64),
+    (now, hold): (UnixNanos, Duration),
+) -> u64 {
+    let period = quota.period.as_nanos().max(1);
+    let into = u128::from(now) % period;
+    let ahead = (into + hold.as_nanos() / PACE_AHEAD).min(period);
+    let due_now = table.pace_left(holder, quota.limit, (into, period)).others;
+    let soon = table.pace_left(holder, quota.limit, (ahead, period));
+    let spare = there.saturating_sub(soon.mine.saturating_add(soon.others));
+    there
+        .saturating_sub(due_now)
+        .min(soon.mine.saturating_add(spare))
 }
 
 /// What a lease records of where it left the key.

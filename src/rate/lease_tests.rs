@@ -413,6 +413,29 @@ fn a_holder_past_its_fair_share_waits_for_the_others() {
 }
 
 #[test]
+fn a_window_goes_to_each_holder_at_its_pace_not_to_the_first_to_ask() {
+    // A key of 1,000/s drained at T0; four holders ask at T0 (nothing there, their demand is
+    // written) and again 600 ms on, when 600 units have come back. Each is due 250 × 600 ms
+    // = 150 by then: the first to ask leaves the others theirs, it does not take the 600.
+    let q = Quota::per_second(1_000);
+    let hold = Duration::from_millis(100);
+    let mut key = decide(&q, None, 1_000, T0).state;
+    assert!(key.is_some(), "drained");
+    for who in 0..4 {
+        let v = take_lease(&q, key.as_ref(), (holder(who), 400), hold, T0);
+        assert_eq!(v.lease.granted, 0);
+        key = v.state.or(key);
+    }
+    let mut got = Vec::new();
+    for who in 0..4 {
+        let v = take_lease(&q, key.as_ref(), (holder(who), 400), hold, T0 + 600 * MS);
+        got.push(v.lease.granted);
+        key = v.state.or(key);
+    }
+    assert_eq!(got, [150, 150, 150, 150]);
+}
+
+#[test]
 fn a_holder_below_its_level_that_gets_nothing_has_its_demand_written() {
     let q = Quota::per_second(1_000);
     let hold = Duration::from_millis(100);
