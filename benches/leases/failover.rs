@@ -14,7 +14,7 @@ use crate::bins::{Bins, Exactness};
 use crate::hammer::{drain, KEY};
 use crate::support::{etcd::leader, EtcdCluster};
 use crate::victim::Victim;
-use anyhow::Context as _;
+use anyhow::{ensure, Context as _};
 use clusterlimit::testing::rate_history::unix_ns;
 use clusterlimit::{Limiter, Quota, RateLimit, RequestStats};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -136,6 +136,17 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
     }
     let (mut bins, errors) = merged(&tallies, Bins::new(base, len_ns));
     let killed_admitted: u64 = killed.bins.by_end().iter().sum();
+    let killed_secs = killed.at.saturating_sub(base) as f64 / 1e9;
+    eprintln!(
+        "leases bench: the Limiter process printed {killed_admitted} admitted checks before \
+         its SIGKILL at +{killed_secs:.2} s, its last {:.2} ms before",
+        killed.unprinted.as_secs_f64() * 1e3
+    );
+    ensure!(
+        killed_admitted > 0,
+        "the Limiter process printed no admitted check in the {killed_secs:.2} s before its \
+         SIGKILL: its callers never got an answer? (its messages, if any, are above)"
+    );
     bins.merge(&killed.bins);
     Ok(Outcome {
         secs,
@@ -149,8 +160,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
         held_by_killed: killed.held,
         held_age: killed.held_age,
         unprinted: killed.unprinted,
-        killed_per_sec: killed_admitted as f64
-            / (killed.at.saturating_sub(base).max(1) as f64 / 1e9),
+        killed_per_sec: killed_admitted as f64 / killed_secs.max(1e-9),
         exactness: bins.exactness(&quota, drained),
     })
 }

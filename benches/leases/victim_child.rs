@@ -160,6 +160,7 @@ fn wait_go() -> anyhow::Result<(u64, u64)> {
         ["GO", base, len] => base.parse().ok().zip(len.parse().ok()),
         _ => None,
     };
+    let line = line.trim_end();
     parsed.with_context(|| format!("the bench sent {line:?} on stdin, not GO <base> <len>"))
 }
 
