@@ -98,6 +98,7 @@ impl Tally for Counts {
 type Shared = Arc<Mutex<Counts>>;
 type Caller = (JoinHandle<anyhow::Result<()>>, Shared);
 
+/// A caller's counts, even if another caller panicked holding them.
 pub fn lock<T>(t: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     t.lock().unwrap_or_else(PoisonError::into_inner)
 }

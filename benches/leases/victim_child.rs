@@ -19,13 +19,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const URL_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_URL";
-pub const NAME_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_NAME";
-pub const QUOTA_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_QUOTA";
-pub const LEASES_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_LEASES";
-pub const CALLERS_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_CALLERS";
+/// The store's URL (set: this process is the victim), the rate limit's name, its quota a
+/// second, leases on (1) or off (0), and the number of callers.
+const URL_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_URL";
+const NAME_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_NAME";
+const QUOTA_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_QUOTA";
+const LEASES_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_LEASES";
+const CALLERS_ENV: &str = "CLUSTERLIMIT_LEASES_BENCH_VICTIM_CALLERS";
 /// The owner name of its Limiter (the bench's own are `leases-failover-1` …).
-pub const OWNER: &str = "leases-failover-0";
+const OWNER: &str = "leases-failover-0";
 /// The child exits by itself after this long, whatever happens.
 const MAX_LIFETIME: Duration = Duration::from_secs(120);
 /// How long it waits for the bench's `GO`.
