@@ -150,7 +150,8 @@ async fn ready(stdout: &mut BufReader<ChildStdout>) -> anyhow::Result<()> {
     if stdout.read_line(&mut line).await? == 0 {
         bail!("the Limiter process exited before it was ready (its message is above)");
     }
-    if line.trim_end() != READY {
+    let line = line.trim_end();
+    if line != READY {
         bail!("the Limiter process printed {line:?} where {READY} was expected: is the bench binary the one that started it?");
     }
     Ok(())
@@ -190,7 +191,8 @@ async fn read(mut stdout: BufReader<ChildStdout>, bins: Bins) -> anyhow::Result<
             }
             Some(Line::Stats { held, used }) => seen.stats = Some((held, used, unix_ns())),
             _ => bail!(
-                "the Limiter process printed {line:?}, which is none of its lines (victim_lines.rs)"
+                "the Limiter process printed {:?}, which is none of its lines (victim_lines.rs)",
+                line.trim_end()
             ),
         }
     }
