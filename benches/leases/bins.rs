@@ -60,14 +60,36 @@ impl Bins {
 
     /// One admitted check that ran from `start` to `end` (Unix ns).
     pub fn record(&mut self, start: u64, end: u64) {
-        match (self.bin(start), self.bin(end)) {
-            (Some(a), Some(b)) if a == b => self.inside[a] += 1,
-            _ => self.straddled += 1,
+        let (inside, by_end) = self.place(start, end);
+        match inside {
+            Some(a) => self.inside[a] += 1,
+            None => self.straddled += 1,
         }
-        // Past the last bin: counted nowhere by end, which only loosens the check.
-        if let Some(b) = self.bin(end) {
+        if let Some(b) = by_end {
             self.by_end[b] += 1;
         }
+    }
+
+    /// Where a check from `start` to `end` counts: its `inside` bin (`None`: across an edge
+    /// or outside the run, a straddled one) and its bin by end (`None` past the last bin:
+    /// counted nowhere by end, which only loosens the check).
+    pub fn place(&self, start: u64, end: u64) -> (Option<usize>, Option<usize>) {
+        let inside = match (self.bin(start), self.bin(end)) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => None,
+        };
+        (inside, self.bin(end))
+    }
+
+    /// Adds counts another process made in bins like these (same base and length): `inside`
+    /// and `by_end` checks in bin `i`. False when there is no bin `i`.
+    pub fn add_at(&mut self, i: usize, inside: u64, by_end: u64) -> bool {
+        if i >= self.inside.len() {
+            return false;
+        }
+        self.inside[i] += inside;
+        self.by_end[i] += by_end;
+        true
     }
 
     /// Admitted checks counted per bin by their end (row 3's pace over time).

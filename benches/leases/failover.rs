@@ -1,14 +1,20 @@
 //! Row 3, failover on a hot key: Limiters × callers closed loop on one key of a 3-member etcd
 //! (its bucket emptied first, as in row 1) for `run`. At a third of it the bench SIGKILLs
-//! etcd's leader and leaves it down (two members keep the quorum); at two thirds it kills one
-//! Limiter in this process: its callers' tasks are aborted at once and it is dropped without
-//! `close`, so its leases are abandoned as a SIGKILL would leave them. Each caller counts into
-//! bins it shares with the bench, so an aborted caller keeps what it was admitted.
+//! etcd's leader and leaves it down (two members keep the quorum); at two thirds it SIGKILLs
+//! a Limiter process: Limiter 0 runs in a process of its own (victim.rs; the others are
+//! Limiters of this process), its callers the same `call` as the bench's own, so its leases
+//! are abandoned mid-run as a crash leaves them. Each caller here counts into bins it shares
+//! with the bench; the process prints its new counts every millisecond and the bench adds what
+//! it read up to the kill. What its callers were admitted after its last print is not in the
+//! exactness check: `unprinted` long (about a millisecond; more when it waited for a core),
+//! about `killed_per_sec × unprinted` checks, which no one outside the process ever saw (as a
+//! request a server admits and dies before serving).
 
 use crate::bins::{Bins, Exactness};
 use crate::hammer::{drain, KEY};
 use crate::support::{etcd::leader, EtcdCluster};
-use anyhow::Context as _;
+use crate::victim::Victim;
+use anyhow::{ensure, Context as _};
 use clusterlimit::testing::rate_history::unix_ns;
 use clusterlimit::{Limiter, Quota, RateLimit, RequestStats};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,8 +27,6 @@ const CALL_BOUND: Duration = Duration::from_secs(10);
 const MAX_CALLS: u64 = 50_000_000;
 /// After an error, a caller pauses this long before its next check.
 const ERROR_PAUSE: Duration = Duration::from_millis(5);
-/// The Limiter the bench kills.
-const VICTIM: usize = 0;
 
 /// One run's shape.
 #[derive(Debug, Clone)]
@@ -50,53 +54,75 @@ pub struct Outcome {
     pub leader_kill: usize,
     pub limiter_kill: usize,
     pub end: usize,
-    /// Store requests and lease counts of every Limiter (the killed one's until its kill).
+    /// Store requests and lease counts of every Limiter (the killed one's as of its last
+    /// report before the kill).
     pub used: RequestStats,
-    /// Units left in the killed Limiter's leases just before it was dropped.
+    /// Units left in the killed Limiter's leases, as it reported them `held_age` before its
+    /// kill (it reports every 50 ms).
     pub held_by_killed: u64,
+    pub held_age: Duration,
+    /// The killed Limiter's admitted checks a second (as printed) from the run's start to
+    /// its kill: what one flush interval of its may hold.
+    pub killed_per_sec: f64,
+    /// From the killed Limiter's last print of its counts to its kill: its admissions then
+    /// are in no count.
+    pub unprinted: Duration,
     pub exactness: Exactness,
 }
 
+/// Where a caller counts its checks: bins shared with the bench in this process, what the
+/// Limiter process prints for the bench in that one.
+pub trait Tally: Send + 'static {
+    /// An admitted check that ran from `start` to `end` (Unix ns).
+    fn admitted(&mut self, start: u64, end: u64);
+    /// A check that failed.
+    fn failed(&mut self);
+}
+
 /// One caller's counts, shared with the bench.
-struct Tally {
+struct Counts {
     bins: Bins,
     errors: u64,
 }
 
-type Shared = Arc<Mutex<Tally>>;
+impl Tally for Counts {
+    fn admitted(&mut self, start: u64, end: u64) {
+        self.bins.record(start, end);
+    }
+
+    fn failed(&mut self) {
+        self.errors += 1;
+    }
+}
+
+type Shared = Arc<Mutex<Counts>>;
 type Caller = (JoinHandle<anyhow::Result<()>>, Shared);
 
-fn lock(t: &Shared) -> std::sync::MutexGuard<'_, Tally> {
+/// A caller's counts, even if another caller panicked holding them.
+pub fn lock<T>(t: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     t.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
     let url = etcd.url("leases-failover");
     let quota = Quota::per_second(s.quota);
-    let (mut limiters, mut limits) = connect(&url, s, quota).await?;
+    let mut victim = Victim::spawn(&url, &s.name, s.quota, s.leases, s.callers).await?;
+    let (limiters, limits) = connect(&url, s, quota).await?;
     let drained = drain(&url, &s.name, s.quota).await?;
-    let mut before: Vec<RequestStats> = limiters.iter().map(Limiter::stats).collect();
+    let before: Vec<RequestStats> = limiters.iter().map(Limiter::stats).collect();
     let (started, base) = (Instant::now(), unix_ns());
     let len_ns = u64::try_from(s.run.as_nanos()).unwrap_or(u64::MAX);
-    let mut callers: Vec<Vec<Caller>> = (limits.iter())
-        .map(|rl| spawn_callers(rl, s.callers, started + s.run, Bins::new(base, len_ns)))
+    victim.go(base, len_ns).await?;
+    let callers: Vec<Caller> = (limits.iter())
+        .flat_map(|rl| spawn_callers(rl, s.callers, started + s.run, Bins::new(base, len_ns)))
         .collect();
 
     let leader_at = kill_leader(etcd, started + s.run / 3).await;
     tokio::time::sleep_until((started + s.run * 2 / 3).into()).await;
-    let killed_at = unix_ns();
-    let mine = callers.remove(VICTIM);
-    let shared: Vec<Shared> = mine.iter().map(|(_, t)| t.clone()).collect();
-    let (killed_used, held_by_killed) = kill(
-        limiters.remove(VICTIM),
-        limits.remove(VICTIM),
-        mine,
-        &before.remove(VICTIM),
-    )
-    .await?;
+    let killed = victim.kill().await?;
 
-    let mut tallies = shared;
-    for (task, tally) in callers.into_iter().flatten() {
+    let mut tallies = Vec::new();
+    for (task, tally) in callers {
         task.await.context("a caller task ended abnormally")??;
         tallies.push(tally);
     }
@@ -105,21 +131,37 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Setup) -> anyhow::Result<Outcome> {
     let used = survivors
         .map(|(l, b)| l.stats().since(b))
         .sum::<RequestStats>()
-        + killed_used;
+        + killed.used;
     for l in &limiters {
         l.close().await.context("close a Limiter")?;
     }
-    let (bins, errors) = merged(&tallies, Bins::new(base, len_ns));
+    let (mut bins, errors) = merged(&tallies, Bins::new(base, len_ns));
+    let killed_admitted: u64 = killed.bins.by_end().iter().sum();
+    let killed_secs = killed.at.saturating_sub(base) as f64 / 1e9;
+    eprintln!(
+        "leases bench: the Limiter process printed {killed_admitted} admitted checks before \
+         its SIGKILL at +{killed_secs:.2} s, its last {:.2} ms before",
+        killed.unprinted.as_secs_f64() * 1e3
+    );
+    ensure!(
+        killed_admitted > 0,
+        "the Limiter process printed no admitted check in the {killed_secs:.2} s before its \
+         SIGKILL: its callers never got an answer? (its messages, if any, are above)"
+    );
+    bins.merge(&killed.bins);
     Ok(Outcome {
         secs,
         admitted: bins.by_end().iter().sum(),
-        errors,
+        errors: errors + killed.failed,
         series: bins.by_end().to_vec(),
         leader_kill: bins.bin_at(leader_at),
-        limiter_kill: bins.bin_at(killed_at),
+        limiter_kill: bins.bin_at(killed.at),
         end: bins.bin_at(base + len_ns),
         used,
-        held_by_killed,
+        held_by_killed: killed.held,
+        held_age: killed.held_age,
+        unprinted: killed.unprinted,
+        killed_per_sec: killed_admitted as f64 / killed_secs.max(1e-9),
         exactness: bins.exactness(&quota, drained),
     })
 }
@@ -151,7 +193,8 @@ async fn connect(
     quota: Quota,
 ) -> anyhow::Result<(Vec<Limiter>, Vec<RateLimit>)> {
     let (mut limiters, mut limits) = (Vec::new(), Vec::new());
-    for i in 0..s.limiters {
+    // Limiter 0 is the process of its own (victim.rs).
+    for i in 1..s.limiters {
         let l = Limiter::builder(url)
             .owner(format!("leases-failover-{i}"))
             .hot_key_leases(s.leases)
@@ -168,7 +211,7 @@ async fn connect(
 fn spawn_callers(rl: &RateLimit, n: usize, stop: Instant, bins: Bins) -> Vec<Caller> {
     (0..n)
         .map(|_| {
-            let tally = Arc::new(Mutex::new(Tally {
+            let tally = Arc::new(Mutex::new(Counts {
                 bins: bins.clone(),
                 errors: 0,
             }));
@@ -178,35 +221,13 @@ fn spawn_callers(rl: &RateLimit, n: usize, stop: Instant, bins: Bins) -> Vec<Cal
         .collect()
 }
 
-/// Kills a Limiter as a SIGKILL would: its callers stop at once and it is dropped without
-/// `close`, its leases abandoned. Returns its stats since `before` and the units its leases
-/// had left just before the drop.
-async fn kill(
-    l: Limiter,
-    rl: RateLimit,
-    callers: Vec<Caller>,
-    before: &RequestStats,
-) -> anyhow::Result<(RequestStats, u64)> {
-    for (task, _) in &callers {
-        task.abort();
-    }
-    for (task, _) in callers {
-        match task.await {
-            Ok(ended) => ended?,
-            Err(e) if e.is_cancelled() => {}
-            Err(e) => return Err(e).context("a caller of the killed Limiter ended abnormally"),
-        }
-    }
-    let held = l.leased_keys().iter().map(|k| k.units_left).sum();
-    let used = l.stats().since(before);
-    drop(rl);
-    drop(l);
-    Ok((used, held))
-}
-
 /// One caller: checks back to back until `stop`; a denied one sleeps its `retry_after` (at
 /// most 5 ms), a failed one `ERROR_PAUSE`, counted.
-async fn call(rl: RateLimit, stop: Instant, tally: Shared) -> anyhow::Result<()> {
+pub async fn call<T: Tally>(
+    rl: RateLimit,
+    stop: Instant,
+    tally: Arc<Mutex<T>>,
+) -> anyhow::Result<()> {
     let mut calls = 0u64;
     while Instant::now() < stop && calls < MAX_CALLS {
         calls += 1;
@@ -216,7 +237,7 @@ async fn call(rl: RateLimit, stop: Instant, tally: Shared) -> anyhow::Result<()>
             .context("a check took over 10 s")?;
         match answer {
             Ok(d) if d.allowed => {
-                lock(&tally).bins.record(start, unix_ns());
+                lock(&tally).admitted(start, unix_ns());
                 tokio::task::yield_now().await;
             }
             Ok(d) => {
@@ -224,7 +245,7 @@ async fn call(rl: RateLimit, stop: Instant, tally: Shared) -> anyhow::Result<()>
                 tokio::time::sleep(pause.min(Duration::from_millis(5))).await;
             }
             Err(_) => {
-                lock(&tally).errors += 1;
+                lock(&tally).failed();
                 tokio::time::sleep(ERROR_PAUSE).await;
             }
         }

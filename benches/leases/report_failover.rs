@@ -1,5 +1,6 @@
 //! Row 3's table in the leases bench's section: the pace before, around each kill and after,
-//! the units the kills lost and over-admission (the one target: none).
+//! the units the kills lost, the killed process's unprinted tail and over-admission (the one
+//! target: none).
 
 use crate::dip::{after_kill, pace, BACK, HOLD};
 use crate::failover::{Outcome, Setup};
@@ -15,10 +16,13 @@ pub fn table(md: &mut String, plan: &Plan, rows: &[(Setup, Outcome)]) {
         "\n### Row 3: failover, {} Limiters × {} callers on one key of {}/s\n\n\
          A 3-member etcd started for the row; closed loop as in row 1 for {:.1} s on a key \
          emptied first. At +{third:.1} s the bench SIGKILLs etcd's leader and leaves it down \
-         (the two others keep the quorum); at +{:.1} s it kills one Limiter in this process: \
-         its callers' tasks are aborted at once and it is dropped without `close`, so its \
-         leases are abandoned as a SIGKILL would leave them (a Limiter process SIGKILLed is \
-         the failover suite's scenario 17 and tests/sidecar_lease_kill.rs). before: admitted/s \
+         (the two others keep the quorum); at +{:.1} s it SIGKILLs a Limiter process: one \
+         Limiter and its callers run in a process of their own (the bench binary started \
+         again), the {} others in the bench's process. That process prints its admitted \
+         checks per 5 ms bin every millisecond; the bench counts what it read up to the kill. \
+         Its admissions after its last print are in no count (unprinted: from that print to \
+         the kill, and ~ its admitted/s × that): no one outside the process saw them, as a \
+         request a server admits and dies before serving. before: admitted/s \
          from +{:.1} s to the leader's kill (the second half of the time before it: leases \
          grow with the demand they see). Each kill: the dip's length, from the kill until \
          admissions are back, after the slowest 50 ms, at ≥ {BACK} × the reference for {} ms \
@@ -28,17 +32,19 @@ pub fn table(md: &mut String, plan: &Plan, rows: &[(Setup, Outcome)]) {
          admitted/s from the kill until back (–: no dip). after: admitted/s from the \
          second recovery to the end; whole run: admitted/s over the run. failed: checks answered with an error (counted, the \
          caller pauses 5 ms). lost: leased units neither spent nor given back (the Limiters' \
-         count) + what the killed Limiter's leases held when it was dropped. Over-admission as \
-         in row 1. Target: no over-admission; leases off is today's path, shown beside.\n\n\
+         count) + what the killed Limiter's leases held, as it last reported them (every \
+         50 ms; how long before the kill). Over-admission as in row 1. Target: no over-admission; leases off is today's path, shown beside.\n\n\
          | leases | before | leader kill: dip ms / slowest 50 ms / during | \
          Limiter kill: dip ms / slowest 50 ms / during | after | whole run | failed | \
-         lost (+ held by the killed) | over-admission (counted) | target |\n\
-         |---|---|---|---|---|---|---|---|---|---|",
+         lost (+ held by the killed, reported … before) | unprinted | \
+         over-admission (counted) | target |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|",
         f.limiters,
         f.callers,
         f.quota,
         f.run.as_secs_f64(),
         2.0 * third,
+        f.limiters.saturating_sub(1),
         third / 2.0,
         HOLD as u64 * crate::bins::WIDTH / 1_000_000,
     );
@@ -82,8 +88,8 @@ fn line(md: &mut String, s: &Setup, o: &Outcome) {
     let x = &o.exactness;
     let _ = writeln!(
         md,
-        "| {} | {before:.0} | {} | {} | {after} | {:.0} | {} | {} (+ {}) | {:.0} / {:.0} \
-         ({:.1}%) | exact {} |",
+        "| {} | {before:.0} | {} | {} | {after} | {:.0} | {} | {} (+ {}, {:.0} ms) | \
+         {:.1} ms, ~{:.0} | {:.0} / {:.0} ({:.1}%) | exact {} |",
         if s.leases { "on" } else { "off" },
         dip(&leader),
         dip(&limiter),
@@ -91,6 +97,9 @@ fn line(md: &mut String, s: &Setup, o: &Outcome) {
         o.errors,
         o.used.rate_lease_lost_units,
         o.held_by_killed,
+        o.held_age.as_secs_f64() * 1e3,
+        o.unprinted.as_secs_f64() * 1e3,
+        o.killed_per_sec * o.unprinted.as_secs_f64(),
         x.interval_excess,
         x.since_drain_excess,
         100.0 * x.counted,
