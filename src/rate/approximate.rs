@@ -204,8 +204,9 @@ fn scale_meter(meter: Meter, share: f64) -> Meter {
 /// scaled to `share`, and the units it can admit at once — its part of what the key has left —
 /// charged to the key now, ahead of their use (as a lease takes them), so that holders
 /// starting together cannot each spend the key's burst. Returns the local meter (on the
-/// scaled quota), the key's state after the charge, and the units charged ahead (admitted
-/// locally without being reported again).
+/// scaled quota, the units charged ahead taken from it: [`local_start`]), the key's state
+/// after the charge, and the units charged ahead (admitted locally first, apart from the
+/// meter, without being reported again).
 pub fn start_local(
     quota: &Quota,
     key: &KeyState,
@@ -218,8 +219,31 @@ pub fn start_local(
         .decision
         .remaining;
     let charged = adjust(quota, Some(key), Adjustment::Charge(ahead), now);
-    let key = charged.state.unwrap_or_else(|| key.clone());
-    (local, key, ahead)
+    let key_after = charged.state.unwrap_or_else(|| key.clone());
+    (
+        local_start(quota, (key, share), ahead, now),
+        key_after,
+        ahead,
+    )
+}
+
+/// The local meter a first report starts (the key as it was before the report charged
+/// `ahead` units of it, the share it gave): where the key stood, scaled, less the `ahead`
+/// units taken from it (they are spent apart, first, whatever the share becomes).
+pub fn local_start(
+    quota: &Quota,
+    (key, share): (&KeyState, f64),
+    ahead: u64,
+    now: UnixNanos,
+) -> KeyState {
+    let local_quota = scaled(quota, share);
+    let local = local_after_report(&local_quota, (Some(key), share), None, now);
+    if ahead == 0 {
+        return local;
+    }
+    decide(&local_quota, Some(&local), ahead, now)
+        .state
+        .unwrap_or(local)
 }
 
 /// The meter further on of two of one algorithm.

@@ -30,7 +30,7 @@ mod window;
 
 pub use adjust::{adjust, debt, Adjustment};
 pub use approximate::{
-    approximable, local_after_report, report_usage, scaled, start_local, Report,
+    approximable, local_after_report, local_start, report_usage, scaled, start_local, Report,
 };
 pub use decide::{decide, Verdict};
 pub use decision::Decision;

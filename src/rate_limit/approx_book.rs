@@ -11,7 +11,8 @@
 //! reports) they go to the store again until one does.
 
 use super::lease_book::{Demand, LEASE_PERIOD, MIN_LEASE, MIN_LEASED_RATE};
-use crate::rate::{approximable, decide, local_after_report, scaled, Decision, KeyState, Meter};
+use crate::rate::{approximable, decide, local_after_report, local_start, scaled, Decision};
+use crate::rate::{KeyState, Meter};
 use crate::rate::{Quota, UnixNanos};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -89,6 +90,19 @@ impl ApproxBook {
             return (None, start);
         };
         let local = scaled(quota, share);
+        if self.ahead >= cost {
+            // Units the first report charged ahead: spent first, apart from the meter.
+            self.ahead -= cost;
+            let peek = decide(&local, self.local.as_ref(), 0, now).decision;
+            let decision = Decision {
+                allowed: true,
+                limit: quota.max_cost(),
+                remaining: peek.remaining.saturating_add(self.ahead),
+                retry_after: None,
+                ..peek
+            };
+            return (Some(decision), start);
+        }
         if cost > local.max_cost() {
             return (None, start);
         }
@@ -97,9 +111,7 @@ impl ApproxBook {
             self.local = Some(s);
         }
         if v.decision.allowed {
-            let paid = cost.min(self.ahead);
-            self.ahead -= paid;
-            self.admitted = self.admitted.saturating_add(cost - paid);
+            self.admitted = self.admitted.saturating_add(cost);
         }
         let decision = Decision {
             limit: quota.max_cost(),
@@ -163,16 +175,17 @@ impl ApproxBook {
             return;
         };
         let key = KeyState::new(r.meter, 0, now, 0);
-        let local = scaled(quota, share);
-        if self.local.is_none() {
-            self.ahead = r.ahead;
-        }
-        self.local = Some(local_after_report(
-            &local,
-            (Some(&key), share),
-            self.local.as_ref(),
-            now,
-        ));
+        let local = match &self.local {
+            None => {
+                self.ahead = r.ahead;
+                local_start(quota, (&key, share), r.ahead, now)
+            }
+            Some(l) => {
+                let local_quota = scaled(quota, share);
+                local_after_report(&local_quota, (Some(&key), share), Some(l), now)
+            }
+        };
+        self.local = Some(local);
         self.share = Some(share);
     }
 
@@ -253,14 +266,19 @@ mod tests {
         let (admitted, started) = hammer(&mut book, &q, 6_000, t0);
         assert!(!started);
         assert_eq!(admitted, 5_000, "half the burst");
-        let due = book.usage_due(&q, false, t0).expect("due");
-        assert_eq!(due, usage(6_000, 1_000, false), "4,000 were charged ahead");
-        // A failed report's usage goes with the next one.
-        book.report_failed(due);
+        let now_due = book.usage_due(&q, false, t0).expect("due");
+        let counts = Usage {
+            projected: 0,
+            ..now_due
+        };
         assert_eq!(
-            book.usage_due(&q, false, t0),
-            Some(usage(6_000, 1_000, false))
+            counts,
+            usage(6_000, 1_000, false),
+            "4,000 were charged ahead"
         );
+        // A failed report's usage goes with the next one.
+        book.report_failed(now_due);
+        assert_eq!(due(&mut book, &q, t0), Some(usage(6_000, 1_000, false)));
         // Past the grace with no answer: back to the store.
         let late = t0 + LOCAL_GRACE;
         assert_eq!(hammer(&mut book, &q, 10, late).0, 0);
