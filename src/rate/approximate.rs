@@ -146,7 +146,7 @@ pub fn scaled(quota: &Quota, share: f64) -> Quota {
     Quota {
         limit,
         burst,
-        ..quota.clone()
+        ..*quota
     }
 }
 

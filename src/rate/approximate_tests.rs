@@ -159,7 +159,7 @@ fn a_local_meter_is_brought_up_to_the_key_never_back() {
     );
     // Windows: the key's counts scaled to the share, in the same window.
     let w = Quota::per_second(100).algorithm(Algorithm::FixedWindow);
-    let win = (T0 / 1_000_000_000) as u64;
+    let win = T0 / 1_000_000_000;
     let key = KeyState::new(
         Meter::Fixed {
             window: win,
@@ -341,7 +341,7 @@ fn holders_that_join_overshoot_a_little_and_pay_it_back() {
     let total = simulate(&q, &mut hs, 3_000) as f64;
     println!("windows, 4 + 4 joining: {total} of 30000");
     assert!(
-        total <= 1.05 * 30_000.0 && total >= 0.9 * 30_000.0,
+        (0.9 * 30_000.0..=1.05 * 30_000.0).contains(&total),
         "{total}"
     );
 }

@@ -38,7 +38,7 @@ fn span(events: &[Admitted]) -> u64 {
 pub async fn rate_approximate_under_contention(h: &impl Harness) {
     let all = limiters(h).await;
     let quota = Quota::per_second(2_000);
-    open(&all[0], "approximate", quota.clone()).await;
+    open(&all[0], "approximate", quota).await;
     let out = hammer(&all, "approximate", Duration::from_secs(2)).await;
     let used = out.all();
     let admitted = out.events.len() as f64;
@@ -79,7 +79,7 @@ pub async fn rate_approximate_under_contention(h: &impl Harness) {
     );
 
     let windowed = Quota::per_second(2_000).algorithm(Algorithm::FixedWindow);
-    open(&all[0], "approximate-window", windowed.clone()).await;
+    open(&all[0], "approximate-window", windowed).await;
     let out = hammer(&all, "approximate-window", Duration::from_millis(2_000)).await;
     // A window that starts before the shares settle gives each holder its share of it (up
     // to 1 + ½ + ⅓ of the limit for three holders starting together): settled windows only.
