@@ -10,6 +10,7 @@
 //! most [`LOCAL_GRACE`] after the last report answered: past that (the store does not take
 //! reports) they go to the store again until one does.
 
+use super::approx_usage::Usage;
 use super::lease_book::{Demand, LEASE_PERIOD, MIN_LEASE, MIN_LEASED_RATE};
 use crate::rate::{approximable, decide, local_after_report, local_start, scaled, Decision};
 use crate::rate::{KeyState, Meter};
@@ -42,20 +43,6 @@ pub(crate) struct ApproxBook {
     reporting: bool,
     /// A first report is on its way (checks wait for it).
     first_pending: bool,
-}
-
-/// What a report tells the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Usage {
-    /// Cost asked since the last report (admitted or not, here or in the store).
-    pub(crate) asked: u64,
-    /// Cost admitted here since the last report, not charged ahead: charged now.
-    pub(crate) admitted: u64,
-    /// This Limiter's demand over one of the quota's periods at its present pace.
-    pub(crate) projected: u64,
-    /// The first report since the local meter (re)started: it charges the meter's part of
-    /// the key ahead (`rate::start_local`).
-    pub(crate) first: bool,
 }
 
 /// What the store answered a report.

@@ -6,25 +6,29 @@
 //! closes, it reports what is left and ends.
 
 use super::approx_book::REPORT_EVERY;
-use super::batch::{answer, start_driver};
-use super::cell::KeyCell;
+use super::approx_usage::Usage;
+use super::cell::{Answer, KeyCell};
 use super::registry::LimitShared;
+use crate::error::Result;
 use crate::limiter_inner::LimiterInner;
+use futures::future::BoxFuture;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// Starts the reporter of `key` (the cell said it must).
+/// Sends one report in the key's next batch and waits for its answer (`batch.rs` makes it).
+pub(crate) type SendReport = Box<dyn Fn(Usage) -> BoxFuture<'static, Result<Answer>> + Send + Sync>;
+
+/// Starts the reporter of a key (the cell said it must), sending with `send`.
 pub(crate) fn start_reporter(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
-    key: &str,
     cell: &Arc<KeyCell>,
+    send: SendReport,
 ) {
-    let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.to_string(), cell.clone());
+    let (inner, limit, cell) = (inner.clone(), limit.clone(), cell.clone());
     inner.runtime.clone().spawn(async move {
         // The first report at once: it gives the share checks are decided on.
-        while let Some(first) = report_once(&inner, &limit, &key, &cell).await {
+        while let Some(first) = report_once(&inner, &limit, &cell, &send).await {
             if !inner.approximating() {
                 // Closing: what is left goes now.
                 continue;
@@ -46,17 +50,14 @@ pub(crate) fn start_reporter(
 async fn report_once(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
-    key: &str,
     cell: &Arc<KeyCell>,
+    send: &SendReport,
 ) -> Option<bool> {
     let stopping = !inner.approximating() || inner.is_closed();
     let (quota, _) = limit.quota();
     let due = cell.approx(|b| b.usage_due(&quota, stopping, Instant::now()));
     let usage = due?;
-    let (tx, rx) = oneshot::channel();
-    let queued = cell.enqueue_report(usage, tx);
-    start_driver(inner, limit, key, cell, queued);
-    let got = answer(inner, limit, key, rx, None).await;
+    let got = send(usage).await;
     let (quota, _) = limit.quota();
     match got.ok().and_then(|a| a.report) {
         Some(r) => {

@@ -10,8 +10,9 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::approx_book::{Reported, Usage};
-use super::approx_report::start_reporter;
+use super::approx_book::Reported;
+use super::approx_report::{start_reporter, SendReport};
+use super::approx_usage::Usage;
 use super::cell::{Answer, Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
 use super::lease_book::{LeaseAsk, LEASE_HOLD};
@@ -158,7 +159,7 @@ fn decided_here(
     let at = (inner.now_ns(), Instant::now());
     let (decision, start) = cell.approx(|b| b.check(&quota, (cost, fresh), at));
     if start {
-        start_reporter(inner, limit, key, cell);
+        start_reporter(inner, limit, cell, report_sender(inner, limit, key, cell));
     }
     let d = decision?;
     if d.allowed {
@@ -167,6 +168,25 @@ fn decided_here(
         inner.rates.count_local_answer();
     }
     Some(d)
+}
+
+/// How `key`'s reporter sends a report: in the key's next batch, waiting for its answer.
+fn report_sender(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+) -> SendReport {
+    let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.to_string(), cell.clone());
+    Box::new(move |usage| {
+        let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.clone(), cell.clone());
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let queued = cell.enqueue_report(usage, tx);
+            start_driver(&inner, &limit, &key, &cell, queued);
+            answer(&inner, &limit, &key, rx, None).await
+        })
+    })
 }
 
 /// Whether a check may be admitted from a lease of this Limiter.
@@ -236,7 +256,7 @@ pub(crate) async fn adjust_key(
 }
 
 /// Starts the key's batch task if `queued` says none runs.
-pub(crate) fn start_driver(
+fn start_driver(
     inner: &Arc<LimiterInner>,
     limit: &Arc<LimitShared>,
     key: &str,
@@ -258,7 +278,7 @@ pub(crate) fn start_driver(
 }
 
 /// The answer the batch task sends on `rx`, by `deadline` (`None`: none).
-pub(crate) async fn answer(
+async fn answer(
     inner: &LimiterInner,
     limit: &LimitShared,
     key: &str,

@@ -1,7 +1,8 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
-use super::approx_book::{ApproxBook, Reported, Usage};
+use super::approx_book::{ApproxBook, Reported};
+use super::approx_usage::Usage;
 use super::lease_book::{LeaseAsk, LeaseBook, Unspent};
 use super::options::Asker;
 use super::pace::{max_gap, Pace, JOIN_WINDOW};

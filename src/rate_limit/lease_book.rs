@@ -47,7 +47,7 @@ pub(crate) enum LeaseAsk {
     /// Give back this many unspent units of this lease.
     Return(Lease, u64),
     /// The approximate mode's report (`approx_report.rs`).
-    Report(super::approx_book::Usage),
+    Report(super::approx_usage::Usage),
 }
 
 /// A Limiter's leases of one key.

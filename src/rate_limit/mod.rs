@@ -12,6 +12,7 @@
 pub(crate) mod approx_book;
 pub(crate) mod approx_close;
 pub(crate) mod approx_report;
+pub(crate) mod approx_usage;
 pub(crate) mod balance;
 pub(crate) mod batch;
 pub(crate) mod call;
