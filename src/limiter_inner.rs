@@ -35,6 +35,9 @@ pub(crate) struct LimiterInner {
     /// Whether hot keys are served from leases (`rate_limit/lease_book.rs`); off from the
     /// start of `close` (`rate_limit/lease_close.rs`).
     leases: AtomicBool,
+    /// Whether hot keys are decided locally, reported every ~100 ms (the approximate mode,
+    /// `rate_limit/approx_book.rs`); off from the start of `close`.
+    approximate: AtomicBool,
     /// Adaptive semaphores open in this Limiter, by name (`adaptive/open.rs`).
     pub(crate) adaptive: std::sync::Mutex<
         std::collections::HashMap<String, std::sync::Weak<crate::adaptive::adaptivity::Adaptivity>>,
@@ -70,6 +73,7 @@ impl LimiterInner {
             clock: Clock::system(),
             request_timeout: crate::timing::DEFAULT_REQUEST_TIMEOUT,
             leases: AtomicBool::new(false),
+            approximate: AtomicBool::new(false),
             adaptive: Default::default(),
             per_member: Default::default(),
             closed: AtomicBool::new(false),
@@ -92,6 +96,16 @@ impl LimiterInner {
     /// Serves hot keys from leases (`on`) or not.
     pub(crate) fn set_leasing(&self, on: bool) {
         self.leases.store(on, Ordering::Release);
+    }
+
+    /// Whether hot keys are decided locally now (the approximate mode).
+    pub(crate) fn approximating(&self) -> bool {
+        self.approximate.load(Ordering::Acquire)
+    }
+
+    /// Decides hot keys locally (`on`) or not.
+    pub(crate) fn set_approximating(&self, on: bool) {
+        self.approximate.store(on, Ordering::Release);
     }
 
     /// This Limiter as a key's lease holder (`rate/lease.rs` shares a key fairly between

@@ -125,6 +125,12 @@ pub struct RequestStats {
     /// Leased units neither spent nor given back: the key admitted that much less than its
     /// quota (a lease of a quota since changed, or one whose key was written after it).
     pub rate_lease_lost_units: u64,
+    /// Rate-limit checks admitted on a local meter, without a store request (the approximate
+    /// mode: [`LimiterBuilder::approximate_hot_keys`](crate::LimiterBuilder::approximate_hot_keys)).
+    pub rate_approximate_admitted: u64,
+    /// Reports of the approximate mode the store answered (each in one of the key's writes,
+    /// counted in `rate_batches`).
+    pub rate_approximate_reports: u64,
 }
 
 impl std::ops::Add for RequestStats {
@@ -149,6 +155,8 @@ impl std::ops::Add for RequestStats {
             rate_leased_units: self.rate_leased_units + o.rate_leased_units,
             rate_lease_returned_units: self.rate_lease_returned_units + o.rate_lease_returned_units,
             rate_lease_lost_units: self.rate_lease_lost_units + o.rate_lease_lost_units,
+            rate_approximate_admitted: self.rate_approximate_admitted + o.rate_approximate_admitted,
+            rate_approximate_reports: self.rate_approximate_reports + o.rate_approximate_reports,
         }
     }
 }
@@ -206,6 +214,12 @@ impl RequestStats {
             rate_lease_lost_units: self
                 .rate_lease_lost_units
                 .saturating_sub(earlier.rate_lease_lost_units),
+            rate_approximate_admitted: self
+                .rate_approximate_admitted
+                .saturating_sub(earlier.rate_approximate_admitted),
+            rate_approximate_reports: self
+                .rate_approximate_reports
+                .saturating_sub(earlier.rate_approximate_reports),
         }
     }
 }

@@ -133,6 +133,14 @@ pub(crate) struct PaceLeft {
     pub(crate) others: u64,
 }
 
+impl Share {
+    /// The flow's level `L` (numerator, denominator ≥ 1): its max-min share of the quota's
+    /// units this window given the others' demands, were its own demand unbounded.
+    pub(crate) fn level(&self) -> (u128, u128) {
+        self.level
+    }
+}
+
 impl FlowTable {
     /// No flows.
     pub fn new() -> FlowTable {

@@ -3,7 +3,8 @@
 //! Every backend only reads and compare-and-swaps these states, so all stores mean the same.
 //!
 //! Charges and refunds after the fact, which may run a key into debt: `adjust.rs`. Slices of a
-//! hot key's units taken in one write and spent locally, never over-admitting: `lease.rs`.
+//! hot key's units taken in one write and spent locally, never over-admitting: `lease.rs`. A hot key decided locally and reported every
+//! ~100 ms, over-admitting by a bounded amount (the approximate mode): `approximate.rs`.
 //!
 //! Algorithms: GCRA (`gcra.rs`, redis-cell's), fixed and sliding windows (`window.rs`), both
 //! answering in `take.rs`'s terms, and the ban that wraps each (`decide.rs`). The quota is
@@ -12,6 +13,7 @@
 //! answer `decision.rs`.
 
 mod adjust;
+mod approximate;
 mod decide;
 mod decision;
 mod flow_decide;
@@ -27,6 +29,9 @@ mod take;
 mod window;
 
 pub use adjust::{adjust, debt, Adjustment};
+pub use approximate::{
+    approximable, local_after_report, local_start, report_usage, scaled, start_local, Report,
+};
 pub use decide::{decide, Verdict};
 pub use decision::Decision;
 pub use flow_decide::{decide_as, decide_flow};
@@ -40,6 +45,8 @@ pub use state::{KeyState, Meter, SlotLog, UnixNanos, SLOT_LOG_KEPT};
 
 #[cfg(test)]
 mod adjust_tests;
+#[cfg(test)]
+mod approximate_tests;
 #[cfg(test)]
 mod flow_tests;
 #[cfg(test)]

@@ -10,6 +10,9 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
+use super::approx_book::Reported;
+use super::approx_report::{start_reporter, SendReport};
+use super::approx_usage::Usage;
 use super::cell::{Answer, Enqueued, KeyCell};
 use super::combine::Sender as WriteSender;
 use super::lease_book::{LeaseAsk, LEASE_HOLD};
@@ -19,8 +22,8 @@ use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{
-    adjust, debt, return_lease, take_lease, Adjustment, Decision, FlowId, KeyState, Lease, Quota,
-    UnixNanos, Verdict,
+    adjust, debt, report_usage, return_lease, start_local, take_lease, Adjustment, Decision,
+    FlowId, KeyState, Lease, Quota, UnixNanos, Verdict,
 };
 use crate::spans;
 use std::sync::Arc;
@@ -56,8 +59,14 @@ pub(crate) async fn check(
     let cell = limit.cell(key);
     let (quota, _) = limit.quota();
     let now = inner.now_ns();
-    if leased == Leased::May && asker == Asker::default() && inner.leasing() && cost > 0 {
+    let plain = leased == Leased::May && asker == Asker::default() && cost > 0;
+    if plain && inner.leasing() {
         if let Some(d) = from_leases(inner, limit, key, &cell, cost, deadline).await {
+            return Ok(d);
+        }
+    }
+    if plain && inner.approximating() {
+        if let Some(d) = from_local_meter(inner, limit, key, &cell, cost, deadline).await {
             return Ok(d);
         }
     }
@@ -113,6 +122,71 @@ async fn from_leases(
         inner.rates.count_local_answer();
         return Some(d);
     }
+}
+
+/// A plain check of `cost` decided on this Limiter's local meter of `key` in the approximate
+/// mode (`approx_book.rs`), after waiting (by `deadline`) for the key's first report if one
+/// is on its way; `None` when it goes to the store.
+async fn from_local_meter(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    cost: u64,
+    deadline: Option<Instant>,
+) -> Option<Decision> {
+    if let Some(d) = decided_here(inner, limit, key, cell, (cost, true)) {
+        return Some(d);
+    }
+    if !cell.approx(|b| b.awaiting_first()) {
+        return None;
+    }
+    let by = Instant::now() + inner.request_timeout * 2;
+    cell.first_report(deadline.map_or(by, |d| d.min(by))).await;
+    decided_here(inner, limit, key, cell, (cost, false))
+}
+
+/// A plain check of `cost` decided on the local meter of `key` now, or `None`; `fresh`: not
+/// counted as asked yet. Starts the key's reporter when the key turns hot.
+fn decided_here(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+    (cost, fresh): (u64, bool),
+) -> Option<Decision> {
+    let (quota, _) = limit.quota();
+    let at = (inner.now_ns(), Instant::now());
+    let (decision, start) = cell.approx(|b| b.check(&quota, (cost, fresh), at));
+    if start {
+        start_reporter(inner, limit, cell, report_sender(inner, limit, key, cell));
+    }
+    let d = decision?;
+    if d.allowed {
+        inner.rates.count_approx_admitted();
+    } else {
+        inner.rates.count_local_answer();
+    }
+    Some(d)
+}
+
+/// How `key`'s reporter sends a report: in the key's next batch, waiting for its answer.
+fn report_sender(
+    inner: &Arc<LimiterInner>,
+    limit: &Arc<LimitShared>,
+    key: &str,
+    cell: &Arc<KeyCell>,
+) -> SendReport {
+    let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.to_string(), cell.clone());
+    Box::new(move |usage| {
+        let (inner, limit, key, cell) = (inner.clone(), limit.clone(), key.clone(), cell.clone());
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let queued = cell.enqueue_report(usage, tx);
+            start_driver(&inner, &limit, &key, &cell, queued);
+            answer(&inner, &limit, &key, rx, None).await
+        })
+    })
 }
 
 /// Whether a check may be admitted from a lease of this Limiter.
@@ -350,6 +424,7 @@ impl Driver {
                     schedule_lease_end(inner, limit, &self.key, cell, l.usable_until);
                 }
             }
+            Some(LeaseAsk::Report(_)) => {}
             Some(LeaseAsk::Return(_, n)) => {
                 self.cell.return_answered();
                 match got {
@@ -478,8 +553,14 @@ fn decide_in_order(
     let mut expires_at = now;
     let mut answers = Vec::with_capacity(asks.len());
     for ask in asks {
+        let mut report = None;
         let (v, lease) = match (ask.adjust, ask.lease) {
             (Some(a), _) => (adjust(quota, state.as_ref(), a, now), None),
+            (None, Some(LeaseAsk::Report(usage))) => {
+                let (v, r) = reported(quota, state.as_ref(), (holder, usage), now);
+                report = Some(r);
+                (v, None)
+            }
             (None, Some(LeaseAsk::Take(want))) => {
                 let t = take_lease(quota, state.as_ref(), (holder, want), LEASE_HOLD, now);
                 let peek = crate::rate::decide(quota, t.state.as_ref().or(state.as_ref()), 0, now);
@@ -505,10 +586,44 @@ fn decide_in_order(
             decision: v.decision,
             debt: debt(quota, state.as_ref(), now),
             lease,
+            report,
         });
         expires_at = v.expires_at;
     }
     (answers, state.filter(|_| changed), expires_at)
+}
+
+/// A report of the approximate mode by `holder` on a key whose state is `state`
+/// (`rate/approximate.rs`): the verdict to write (a peek at the key after it), and what the
+/// reporter is told. A first report also charges its local meter's part of the key ahead.
+fn reported(
+    quota: &Quota,
+    state: Option<&KeyState>,
+    (holder, usage): (FlowId, Usage),
+    now: UnixNanos,
+) -> (Verdict, Reported) {
+    let counts = (holder, usage.asked, usage.admitted, usage.projected);
+    let r = report_usage(quota, state, counts, now);
+    let meter = r.state.meter;
+    let (key, ahead) = match r.share.filter(|_| usage.first) {
+        Some(share) => {
+            let (_, key, ahead) = start_local(quota, &r.state, share, now);
+            (key, ahead)
+        }
+        None => (r.state, 0),
+    };
+    let peek = crate::rate::decide(quota, Some(&key), 0, now);
+    let v = Verdict {
+        expires_at: peek.expires_at.max(r.expires_at),
+        state: Some(key),
+        ..peek
+    };
+    let told = Reported {
+        share: r.share,
+        meter,
+        ahead,
+    };
+    (v, told)
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict

@@ -1,6 +1,8 @@
 //! What one Limiter last saw of one rate-limit key, and the checks queued for its next write
 //! (the coalescing itself is `rate_limit/batch.rs`).
 
+use super::approx_book::{ApproxBook, Reported};
+use super::approx_usage::Usage;
 use super::lease_book::{LeaseAsk, LeaseBook, Unspent};
 use super::options::Asker;
 use super::pace::{max_gap, Pace, JOIN_WINDOW};
@@ -51,6 +53,8 @@ pub(crate) struct Answer {
     /// For a lease asked: what it took; for one given back: `Some` iff the key took the
     /// units back.
     pub(crate) lease: Option<Lease>,
+    /// For a report of the approximate mode: the share and the key after it.
+    pub(crate) report: Option<Reported>,
 }
 
 /// A check may wait on pacing for at most this fraction of the budget it has left: one
@@ -64,7 +68,8 @@ pub(crate) struct KeyCell {
     /// Wakes the key's batch task from a pacing pause: a check joined, whose `send_by` may
     /// come before the paced send.
     joined: tokio::sync::Notify,
-    /// Wakes checks waiting for a lease being asked (`lease_answered`).
+    /// Wakes checks waiting for a lease being asked (`lease_answered`), or for the first
+    /// report of the approximate mode (`report_came`).
     lease_came: tokio::sync::Notify,
 }
 
@@ -77,6 +82,8 @@ struct CellInner {
     pace: Pace,
     /// This Limiter's leases of the key (`lease_book.rs`).
     leases: LeaseBook,
+    /// The key in the approximate mode (`approx_book.rs`).
+    approx: ApproxBook,
 }
 
 /// What became of a check handed to [`KeyCell::enqueue`].
@@ -129,6 +136,7 @@ impl KeyCell {
         c.pending.is_empty()
             && !c.driving
             && c.leases.is_idle()
+            && c.approx.is_idle()
             && c.known.as_ref().is_none_or(|k| k.idle_at <= Instant::now())
     }
 
@@ -211,6 +219,51 @@ impl KeyCell {
                 cost: 0,
                 adjust: Some(adjustment),
                 lease: None,
+                asker: Asker::default(),
+                arrived,
+                send_by: arrived + JOIN_WINDOW,
+                reply,
+            },
+        )
+    }
+
+    /// Runs `f` on the key's approximate-mode book (`approx_book.rs`).
+    pub(crate) fn approx<R>(&self, f: impl FnOnce(&mut ApproxBook) -> R) -> R {
+        f(&mut lock(&self.inner).approx)
+    }
+
+    /// Waits (at most until `by`) for the key's first report of the approximate mode to be
+    /// answered, if one is on its way: its checks are then decided here rather than each
+    /// written to the store.
+    pub(crate) async fn first_report(&self, by: Instant) {
+        let came = self.lease_came.notified();
+        tokio::pin!(came);
+        came.as_mut().enable();
+        if lock(&self.inner).approx.awaiting_first() {
+            let _ = tokio::time::timeout_at(by, came).await;
+        }
+    }
+
+    /// A report of the approximate mode was answered (or failed): wakes the checks waiting.
+    pub(crate) fn report_came(&self) {
+        self.lease_came.notify_waiters();
+    }
+
+    /// Queues a report of the approximate mode, the usage since the last one, for
+    /// the next write of its key: applied even if nobody waits for its answer any more.
+    pub(crate) fn enqueue_report(
+        &self,
+        usage: Usage,
+        reply: oneshot::Sender<Result<Answer>>,
+    ) -> Enqueued {
+        let mut c = lock(&self.inner);
+        let arrived = Instant::now();
+        self.push(
+            &mut c,
+            Pending {
+                cost: 0,
+                adjust: None,
+                lease: Some(LeaseAsk::Report(usage)),
                 asker: Asker::default(),
                 arrived,
                 send_by: arrived + JOIN_WINDOW,

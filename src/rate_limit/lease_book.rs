@@ -46,6 +46,8 @@ pub(crate) enum LeaseAsk {
     Take(u64),
     /// Give back this many unspent units of this lease.
     Return(Lease, u64),
+    /// The approximate mode's report (`approx_report.rs`).
+    Report(super::approx_usage::Usage),
 }
 
 /// A Limiter's leases of one key.
@@ -239,7 +241,7 @@ fn cap(quota: &Quota) -> u64 {
 
 /// Cost asked per second, over the current window and the one before it.
 #[derive(Debug, Default)]
-struct Demand {
+pub(crate) struct Demand {
     since: Option<Instant>,
     this: u64,
     last: u64,
@@ -263,12 +265,12 @@ impl Demand {
         at
     }
 
-    fn add(&mut self, cost: u64, at: Instant) {
+    pub(crate) fn add(&mut self, cost: u64, at: Instant) {
         self.roll(at);
         self.this = self.this.saturating_add(cost);
     }
 
-    fn per_second(&mut self, at: Instant) -> f64 {
+    pub(crate) fn per_second(&mut self, at: Instant) -> f64 {
         let since = self.roll(at);
         let span = DEMAND_WINDOW + at.saturating_duration_since(since);
         (self.this + self.last) as f64 / span.as_secs_f64()

@@ -9,6 +9,10 @@
 //!
 //! Files name each other directly (never through this file), so imports run one way.
 
+pub(crate) mod approx_book;
+pub(crate) mod approx_close;
+pub(crate) mod approx_report;
+pub(crate) mod approx_usage;
 pub(crate) mod balance;
 pub(crate) mod batch;
 pub(crate) mod call;

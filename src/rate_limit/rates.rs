@@ -66,6 +66,32 @@ impl Rates {
         self.counts.lease_admitted.fetch_add(1, Relaxed);
     }
 
+    /// Counts a check admitted on a local meter in the approximate mode, without a request.
+    pub(crate) fn count_approx_admitted(&self) {
+        self.counts.approx_admitted.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a report of the approximate mode the store answered.
+    pub(crate) fn count_approx_report(&self) {
+        self.counts.approx_reports.fetch_add(1, Relaxed);
+    }
+
+    /// (admitted locally, reports) of the approximate mode so far.
+    pub(crate) fn approx_counts(&self) -> (u64, u64) {
+        (
+            self.counts.approx_admitted.load(Relaxed),
+            self.counts.approx_reports.load(Relaxed),
+        )
+    }
+
+    /// The key cells whose approximate mode is not settled (a reporter runs, or usage is
+    /// left to report), with their limit and key.
+    pub(crate) fn approximate_cells(&self) -> Vec<(Arc<LimitShared>, String, Arc<KeyCell>)> {
+        let mut cells = self.registry.all_cells();
+        cells.retain(|(_, _, c)| !c.approx(|b| b.is_idle()));
+        cells
+    }
+
     /// Counts a lease taken, of `units`.
     pub(crate) fn count_lease(&self, units: u64) {
         self.counts.leases.fetch_add(1, Relaxed);

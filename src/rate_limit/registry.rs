@@ -144,4 +144,6 @@ pub(crate) struct RateCounts {
     pub(crate) leased_units: std::sync::atomic::AtomicU64,
     pub(crate) lease_returned_units: std::sync::atomic::AtomicU64,
     pub(crate) lease_lost_units: std::sync::atomic::AtomicU64,
+    pub(crate) approx_admitted: std::sync::atomic::AtomicU64,
+    pub(crate) approx_reports: std::sync::atomic::AtomicU64,
 }

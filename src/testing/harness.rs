@@ -30,6 +30,8 @@ pub struct LimiterOptions {
     pub clock: Option<Clock>,
     /// Leases of hot keys ([`LimiterBuilder::hot_key_leases`]).
     pub hot_key_leases: Option<bool>,
+    /// Hot keys decided locally ([`LimiterBuilder::approximate_hot_keys`]).
+    pub approximate_hot_keys: Option<bool>,
 }
 
 impl LimiterOptions {
@@ -68,6 +70,12 @@ impl LimiterOptions {
         self
     }
 
+    /// Turns the approximate mode of hot keys on or off.
+    pub fn approximate_hot_keys(mut self, on: bool) -> Self {
+        self.approximate_hot_keys = Some(on);
+        self
+    }
+
     /// A [`LimiterBuilder`] for the store at `url` with these options: all a harness of a
     /// URL store (`memory://`, `etcd://`, `zk://`) needs in [`Harness::connect`].
     pub fn builder(&self, url: &str) -> LimiterBuilder {
@@ -86,6 +94,9 @@ impl LimiterOptions {
         }
         if let Some(on) = self.hot_key_leases {
             b = b.hot_key_leases(on);
+        }
+        if let Some(on) = self.approximate_hot_keys {
+            b = b.approximate_hot_keys(on);
         }
         b
     }

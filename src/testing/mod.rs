@@ -144,6 +144,8 @@ macro_rules! rate_contract_suite {
             rate_cases::rate_leases_spare_reservations,
             rate_cases::rate_leases_spare_big_checks,
             rate_cases::rate_leases_given_back_on_close,
+            rate_cases::rate_approximate_under_contention,
+            rate_cases::rate_approximate_excludes_leases,
             rate_store_cases::store_limits,
             rate_store_cases::store_compare_and_swap,
             rate_store_cases::store_quota_versions,

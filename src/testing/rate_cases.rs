@@ -12,6 +12,7 @@
 //! Quotas here are slow (per minute, or windows of a year) so that a loaded CI machine cannot
 //! turn a planned denial into an admission.
 
+mod approximate;
 mod calls;
 mod decisions;
 mod flows;
@@ -24,6 +25,7 @@ mod settle;
 mod setup;
 mod write_each;
 
+pub use approximate::{rate_approximate_excludes_leases, rate_approximate_under_contention};
 pub use calls::{rate_check_all, rate_wait};
 pub use decisions::{
     rate_ban, rate_costs, rate_gcra_decisions, rate_shared_between_limiters, rate_windows,

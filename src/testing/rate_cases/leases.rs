@@ -14,14 +14,14 @@ const LIMITERS: usize = 3;
 const CALLERS: usize = 8;
 
 /// What a hammering run saw: every admission, and each Limiter's requests in it.
-struct Run {
-    events: Vec<Admitted>,
-    used: Vec<RequestStats>,
-    secs: f64,
+pub(super) struct Run {
+    pub(super) events: Vec<Admitted>,
+    pub(super) used: Vec<RequestStats>,
+    pub(super) secs: f64,
 }
 
 impl Run {
-    fn all(&self) -> RequestStats {
+    pub(super) fn all(&self) -> RequestStats {
         self.used.iter().copied().sum()
     }
 
@@ -33,7 +33,7 @@ impl Run {
 
     /// The most writes a second one Limiter sent (a write that lost to another writer and
     /// was sent again counts twice).
-    fn worst_writes_per_sec(&self) -> f64 {
+    pub(super) fn worst_writes_per_sec(&self) -> f64 {
         let most = self.used.iter().map(|u| u.put + u.txn).max().unwrap_or(0);
         most as f64 / self.secs
     }
@@ -42,7 +42,7 @@ impl Run {
 /// `CALLERS` callers per Limiter check `key` of `name` back to back for `run` (a denied one
 /// pauses for its `retry_after`, at most 5 ms); `from` only keeps admissions that started
 /// after it.
-async fn hammer(limiters: &[Limiter], name: &str, run: Duration) -> Run {
+pub(super) async fn hammer(limiters: &[Limiter], name: &str, run: Duration) -> Run {
     let before: Vec<RequestStats> = limiters.iter().map(Limiter::stats).collect();
     let started = Instant::now();
     let mut tasks = Vec::new();
