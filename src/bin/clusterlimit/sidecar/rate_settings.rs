@@ -43,7 +43,7 @@ pub struct RateFlags {
     pub hot_key_leases: bool,
     /// Decide hot keys locally, approximately: a key checked 200+ times a second through this
     /// sidecar is decided on this sidecar's share of the quota and reported every ~100 ms. Never
-    /// waits on the store, but may over-admit (about 5 % at most, measured); not with
+    /// waits on the store, but may over-admit (about 5% at most, measured); not with
     /// --hot-key-leases. Read at start only [default: off].
     #[arg(long)]
     pub approximate_hot_keys: bool,
@@ -285,10 +285,10 @@ pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
 fn approx_line(on: bool) -> &'static str {
     if on {
         "on: hot keys decided locally, reported every ~100 ms (approximate_hot_keys); \
-         may over-admit, up to about 5 % measured; hot_key_leases is the exact switch"
+         may over-admit, up to about 5% measured; hot_key_leases is the exact switch"
     } else {
         "off (approximate_hot_keys = true to decide hot keys locally: never waits on the \
-         store, may over-admit up to about 5 %; hot_key_leases is the exact switch)"
+         store, may over-admit up to about 5%; hot_key_leases is the exact switch)"
     }
 }
 

@@ -50,7 +50,7 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// rate_store_timeout = "1s"
 /// max_reservations = 100000         # reservations open at once (POST …/reservations)
 /// hot_key_leases = false             # true: hot keys served from leased units (at start only)
-/// approximate_hot_keys = false       # true: hot keys decided locally, may over-admit ~5 %
+/// approximate_hot_keys = false       # true: hot keys decided locally, may over-admit ~5%
 ///
 /// [[semaphores]]
 /// name = "nightly-export"

@@ -38,7 +38,7 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
     if cfg.rate.approximate_hot_keys {
         tracing::info!(
             "hot keys are decided locally and reported every ~100 ms (approximate_hot_keys): \
-             checks never wait on the store, and a key may be over-admitted by up to about 5 %"
+             checks never wait on the store, and a key may be over-admitted by up to about 5%"
         );
     }
     declare_semaphores(cfg, &limiter).await?;
