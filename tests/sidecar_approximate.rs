@@ -4,17 +4,21 @@
 //! both hot-key switches on, exits 64 naming what to change); two sidecars on one real etcd
 //! sharing a hot key hammered over HTTP: the admitted total within [0.9, 1.05] × what the
 //! quota allows over the run, most checks decided locally, and a small fraction of the store
-//! writes per admitted check that the same sidecars write with the switch off.
+//! writes per admitted check that the same sidecars write with the switch off; and the same
+//! bound through the Envoy RLS (gRPC).
 
 use crate::binary;
 use crate::sidecar_hot_keys::{admitted_of, exact_flags, hammer_http, hot_quota, put_hot_quota};
+use crate::sidecar_hot_keys::{rls_client_loop, CLIENTS};
+use crate::sidecar_rls::start_with;
 use crate::support;
 
-use binary::{cmd, http_client, metrics, output, sample, Sidecar};
-use clusterlimit::testing::rate_history::{gcra_bound, gcra_excess};
+use binary::{cmd, http_client, metrics, output, sample, within, Sidecar};
+use clusterlimit::testing::rate_history::{gcra_bound, gcra_excess, Admitted};
 use reqwest::Client;
 use std::time::Duration;
 use support::EtcdCluster;
+use tokio::time::Instant;
 
 /// How long the clients check in each run.
 const RUN: Duration = Duration::from_secs(2);
@@ -87,8 +91,7 @@ async fn two_sidecars(url: &str, name: &'static str, approximate: bool) -> Figur
         assert_eq!(s.failed, None, "approximate {approximate}: a check failed");
     }
     let events = admitted_of(&seen);
-    let span = events.iter().map(|e| e.end).max().unwrap_or(0)
-        - events.iter().map(|e| e.start).min().unwrap_or(0);
+    let span = span(&events);
     let growth: Vec<Counters> = after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
     let writes: f64 = growth.iter().map(|g| g.txns).sum();
     let figures = Figures {
@@ -163,6 +166,80 @@ async fn two_sidecars_decide_a_hot_key_locally_within_five_percent() {
         on.writes_per_admitted,
         off.writes_per_admitted
     );
+}
+
+/// The RLS's domain: the key `k` at the hot quota (GCRA, 2,000 a second, burst 1,000).
+const RLS_DOMAIN: &str = "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, \
+     requests_per_unit: 2000}\n    algorithm: gcra\n    burst: 1000\n";
+
+/// The RLS of two sidecars with the switch on, one hot descriptor: both decide it locally,
+/// and the total admitted stays within [0.9, 1.05] × what the quota allows over the run (of
+/// what was asked, when the clients asked less).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rls_decides_a_hot_descriptor_locally() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("approximate-rls");
+    let extra = [
+        "--approximate-hot-keys",
+        "--rls-store-down",
+        "fail_closed",
+        "--rls-store-timeout",
+        "10s",
+    ];
+    let ((_da, a), (_db, b)) = tokio::join!(
+        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra),
+        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra)
+    );
+    let (ca, cb) = (a.client().await, b.client().await);
+    let until = Instant::now() + RUN;
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let c = if i % 2 == 0 { ca.clone() } else { cb.clone() };
+        tasks.push(tokio::spawn(rls_client_loop(c, until)));
+    }
+    let mut seen = Vec::new();
+    for t in tasks {
+        let s = within("an RLS client's calls", RUN + Duration::from_secs(60), t).await;
+        seen.push(s.expect("an RLS client task"));
+    }
+    for s in &seen {
+        assert_eq!(s.failed, None, "an RLS call failed");
+    }
+    let events = admitted_of(std::slice::from_ref(&seen));
+    let denied: u64 = seen.iter().map(|s| s.denied).sum();
+    let admitted = events.len() as u64;
+    let allowed = gcra_bound(&hot_quota(), span(&events));
+    let c = http_client();
+    let counts = [
+        Counters::of(&c, &a.http).await,
+        Counters::of(&c, &b.http).await,
+    ];
+    println!(
+        "[rls] {CLIENTS} clients on 2 sidecars for {RUN:?}: {admitted} admitted ({:.3} × the \
+         {allowed:.0} the quota allows), {denied} denied; {counts:?}",
+        admitted as f64 / allowed
+    );
+    assert!(
+        admitted as f64 <= 1.05 * allowed,
+        "admitted {admitted} of {allowed:.0} allowed"
+    );
+    let asked = (admitted + denied) as f64;
+    assert!(
+        admitted as f64 >= 0.9 * allowed.min(asked),
+        "admitted {admitted} of {allowed:.0} allowed ({asked} asked)"
+    );
+    for (side, g) in ["a", "b"].iter().zip(&counts) {
+        assert!(
+            g.admitted_locally > 0.0 && g.reports > 0.0,
+            "sidecar {side}'s RLS decided nothing locally: {g:?}"
+        );
+    }
+}
+
+/// From the first admitted check's start to the last one's end, in ns.
+fn span(events: &[Admitted]) -> u64 {
+    let first = events.iter().map(|e| e.start).min().unwrap_or(0);
+    events.iter().map(|e| e.end).max().unwrap_or(first) - first
 }
 
 /// `serve --check-config ARGS`, bounded.
