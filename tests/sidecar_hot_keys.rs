@@ -24,7 +24,7 @@ use tokio::time::Instant;
 pub(crate) const RATE: u64 = 2_000;
 pub(crate) const BURST: u64 = 1_000;
 /// Concurrent clients, shared evenly between the sidecars.
-const CLIENTS: usize = 16;
+pub(crate) const CLIENTS: usize = 16;
 /// How long the clients check.
 const RUN: Duration = Duration::from_secs(2);
 /// Bound on one client's checks in a run (the run's time is the other bound).
@@ -304,7 +304,7 @@ async fn a_hot_key_is_served_from_leases_only_when_the_switch_is_on() {
 const RLS_DOMAIN: &str = "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2000}\n";
 
 /// Sends `ShouldRateLimit` for `k=hot` until `until` (at most [`MAX_CHECKS`]): what it saw.
-async fn rls_client_loop(mut c: RlsClient, until: Instant) -> Seen {
+pub(crate) async fn rls_client_loop(mut c: RlsClient, until: Instant) -> Seen {
     let mut seen = Seen::default();
     for _ in 0..MAX_CHECKS {
         if Instant::now() >= until {

@@ -33,6 +33,9 @@ mod rls_charge;
 // Fair semaphores: declared in the config, flows and classes in acquires, status per class.
 #[path = "../sidecar_fair.rs"]
 mod sidecar_fair;
+// Hot keys decided locally (`--approximate-hot-keys`): the switch, two sidecars over HTTP.
+#[path = "../sidecar_approximate.rs"]
+mod sidecar_approximate;
 // Hot keys served from leased units (`--hot-key-leases`): HTTP and the RLS on two sidecars.
 #[path = "../sidecar_hot_keys.rs"]
 mod sidecar_hot_keys;

@@ -1,17 +1,21 @@
-//! The sidecar's counters of hot keys' leases (`LimiterBuilder::hot_key_leases`), set from the
-//! Limiter's counts at each scrape.
+//! The sidecar's counters of hot keys served without a store request per check: their leases
+//! (`LimiterBuilder::hot_key_leases`) and the approximate mode's local decisions
+//! (`LimiterBuilder::approximate_hot_keys`), set from the Limiter's counts at each scrape.
 
 use super::registered::registered;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
-/// The counters of hot keys' leases (`LimiterBuilder::hot_key_leases`).
+/// The counters of hot keys' leases (`LimiterBuilder::hot_key_leases`) and local decisions
+/// (`LimiterBuilder::approximate_hot_keys`).
 pub struct LeaseMetrics {
     pub(super) admitted: Counter,
     pub(super) taken: Counter,
     pub(super) units: Counter,
     pub(super) returned: Counter,
     pub(super) lost: Counter,
+    pub(super) approximate_admitted: Counter,
+    pub(super) approximate_reports: Counter,
 }
 
 impl LeaseMetrics {
@@ -39,6 +43,14 @@ impl LeaseMetrics {
                 "clusterlimit_rate_lease_lost_units",
                 "Leased units neither spent nor given back (the quota admitted that much less)",
             ),
+            approximate_admitted: counter(
+                "clusterlimit_rate_approximate_admitted",
+                "Rate-limit checks of hot keys admitted locally, approximately, without a store request",
+            ),
+            approximate_reports: counter(
+                "clusterlimit_rate_approximate_reports",
+                "Reports of hot keys' local decisions the store answered (one write of the key each)",
+            ),
         }
     }
 
@@ -49,5 +61,8 @@ impl LeaseMetrics {
         self.units.inc_by(d.rate_leased_units);
         self.returned.inc_by(d.rate_lease_returned_units);
         self.lost.inc_by(d.rate_lease_lost_units);
+        self.approximate_admitted
+            .inc_by(d.rate_approximate_admitted);
+        self.approximate_reports.inc_by(d.rate_approximate_reports);
     }
 }

@@ -56,7 +56,8 @@ pub struct RateMetrics {
     /// Checks answered from a cached state, no store request (set at each scrape).
     pub(super) cache_answers: Counter,
     /// Hot keys' leases (set at each scrape): checks admitted from them, leases taken, units
-    /// leased, given back, and lost (the under-admission they cost).
+    /// leased, given back, and lost (the under-admission they cost); and the approximate
+    /// mode's checks admitted locally and its reports.
     pub(super) leases: LeaseMetrics,
     /// Per key and per second, for the live view (`/ui`, the fleet summary).
     pub live: std::sync::Arc<crate::live::recorder::Recorder>,

@@ -41,6 +41,12 @@ pub struct RateFlags {
     /// 10 writes a second per key, never over the quota). Read at start only [default: off].
     #[arg(long)]
     pub hot_key_leases: bool,
+    /// Decide hot keys locally, approximately: a key checked 200+ times a second through this
+    /// sidecar is decided on this sidecar's share of the quota and reported every ~100 ms. Never
+    /// waits on the store, but may over-admit (about 5% at most, measured); not with
+    /// --hot-key-leases. Read at start only [default: off].
+    #[arg(long)]
+    pub approximate_hot_keys: bool,
 }
 
 /// The most `max_reservations` may be: a million open reservations (about 500 MB: each
@@ -71,6 +77,7 @@ pub struct RateFileKeys {
     pub rate_store_timeout: Option<String>,
     pub max_reservations: Option<i64>,
     pub hot_key_leases: Option<bool>,
+    pub approximate_hot_keys: Option<bool>,
 }
 
 /// The rate-limit settings in force.
@@ -84,6 +91,9 @@ pub struct RateSettings {
     /// Hot keys served from leases (`LimiterBuilder::hot_key_leases`): a Limiter build
     /// option, so set at start only.
     pub hot_key_leases: bool,
+    /// Hot keys decided locally, approximately (`LimiterBuilder::approximate_hot_keys`): a
+    /// Limiter build option, so set at start only; never with `hot_key_leases`.
+    pub approximate_hot_keys: bool,
 }
 
 impl RateSettings {
@@ -117,16 +127,29 @@ impl RateSettings {
             )));
         }
         let max_reservations = max_reservations(flags.max_reservations, file.max_reservations)?;
+        // The flags can only turn them on, as the sidecar's other switches.
+        let hot_key_leases = flags.hot_key_leases || file.hot_key_leases.unwrap_or(false);
+        let approximate_hot_keys =
+            flags.approximate_hot_keys || file.approximate_hot_keys.unwrap_or(false);
+        if hot_key_leases && approximate_hot_keys {
+            return Err(Failure::usage(HOT_KEY_MODES_CLASH));
+        }
         Ok(RateSettings {
             headers,
             store_down,
             store_timeout,
             max_reservations,
-            // The flag can only turn it on, as the sidecar's other switches.
-            hot_key_leases: flags.hot_key_leases || file.hot_key_leases.unwrap_or(false),
+            hot_key_leases,
+            approximate_hot_keys,
         })
     }
 }
+
+/// Both hot-key modes asked for: what is wrong and what to do.
+const HOT_KEY_MODES_CLASH: &str = "hot_key_leases and approximate_hot_keys are both on, but a \
+     hot key is served one way only: from leased units (exact, never over the quota) or decided \
+     locally (approximate, may over-admit); turn one of them off (config key or \
+     --hot-key-leases / --approximate-hot-keys flag)";
 
 /// `max_reservations`: the flag over the file's key over the default, 1 to
 /// [`MAX_RESERVATIONS`].
@@ -244,7 +267,8 @@ pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
         "rate_limits  {limits}\n\
          rate_headers {}\n\
          rate_store   down: {}, timeout {}\n\
-         rate_leases  {}\n",
+         rate_leases  {}\n\
+         rate_approx  {}\n",
         settings.headers,
         settings.store_down,
         format_duration(settings.store_timeout),
@@ -252,8 +276,20 @@ pub fn describe(settings: &RateSettings, declared: &[DeclaredRate]) -> String {
             "on: hot keys served from leased units (hot_key_leases)"
         } else {
             "off (hot_key_leases = true to serve hot keys from leased units)"
-        }
+        },
+        approx_line(settings.approximate_hot_keys)
     )
+}
+
+/// The `rate_approx` line of `--check-config`: the mode, and plainly that it may over-admit.
+fn approx_line(on: bool) -> &'static str {
+    if on {
+        "on: hot keys decided locally, reported every ~100 ms (approximate_hot_keys); \
+         may over-admit, up to about 5% measured; hot_key_leases is the exact switch"
+    } else {
+        "off (approximate_hot_keys = true to decide hot keys locally: never waits on the \
+         store, may over-admit up to about 5%; hot_key_leases is the exact switch)"
+    }
 }
 
 /// Creates the declared limits that are absent and opens them all. A limit stored with another
@@ -396,6 +432,7 @@ mod tests {
             store_timeout: DEFAULT_RATE_STORE_TIMEOUT,
             max_reservations: 1,
             hot_key_leases: false,
+            approximate_hot_keys: false,
         };
         let shown = describe(&settings, &fair);
         assert!(shown.contains("fair flows"), "{shown}");

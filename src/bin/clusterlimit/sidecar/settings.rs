@@ -50,6 +50,7 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// rate_store_timeout = "1s"
 /// max_reservations = 100000         # reservations open at once (POST …/reservations)
 /// hot_key_leases = false             # true: hot keys served from leased units (at start only)
+/// approximate_hot_keys = false       # true: hot keys decided locally, may over-admit ~5%
 ///
 /// [[semaphores]]
 /// name = "nightly-export"
@@ -110,6 +111,7 @@ struct FileConfig {
     rate_store_timeout: Option<String>,
     max_reservations: Option<i64>,
     hot_key_leases: Option<bool>,
+    approximate_hot_keys: Option<bool>,
     #[serde(default)]
     rate_limits: Vec<DeclaredRate>,
     /// Adaptive semaphores (see adaptive_settings.rs).
@@ -294,6 +296,7 @@ impl FileConfig {
             rate_store_timeout: self.rate_store_timeout.take(),
             max_reservations: self.max_reservations.take(),
             hot_key_leases: self.hot_key_leases.take(),
+            approximate_hot_keys: self.approximate_hot_keys.take(),
         }
     }
 

@@ -29,10 +29,17 @@ pub async fn open_store(cfg: &ServeSettings, store: &str) -> Result<(Limiter, Sh
         cfg.timeouts,
     )?
     // A Limiter build option: set at start, for the HTTP routes and the RLS alike.
-    .hot_key_leases(cfg.rate.hot_key_leases);
+    .hot_key_leases(cfg.rate.hot_key_leases)
+    .approximate_hot_keys(cfg.rate.approximate_hot_keys);
     let limiter = connect::open(&cfg.store, builder).await?;
     if cfg.rate.hot_key_leases {
         tracing::info!("hot keys are served from leased units (hot_key_leases)");
+    }
+    if cfg.rate.approximate_hot_keys {
+        tracing::info!(
+            "hot keys are decided locally and reported every ~100 ms (approximate_hot_keys): \
+             checks never wait on the store, and a key may be over-admitted by up to about 5%"
+        );
     }
     declare_semaphores(cfg, &limiter).await?;
     let rate = routes::RateApi::new(&cfg.rate);
