@@ -125,6 +125,10 @@ pub(crate) struct Share {
     level: (u128, u128),
 }
 
+/// [`FlowTable::pace_left`] takes what a flow asked so far in a window at that pace for the
+/// whole window, at most this many times over.
+const EXTRAPOLATED_AT_MOST: u128 = 10;
+
 /// What [`FlowTable::pace_left`] found: units left of the asking flow's pace, and of the
 /// other flows' together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,12 +237,20 @@ impl FlowTable {
     /// What `flow` and the other flows have left of their pace by `part` of the window
     /// (numerator, denominator ≥ 1), of a quota of `q` units per window: each one's max-min
     /// allocation (`min(d_g, L)`, `L` the level of the others' demands with `flow`'s
-    /// infinite) times `part`, less what it used, rounded down. Unlike the reserve of
+    /// infinite; `d_g` what it asked this window at its pace so far, what it asked in the one
+    /// before, or what it used) times `part`, less what it used, rounded down. Unlike the reserve of
     /// [`FlowTable::share`], it does not lapse when some flows took more than their part:
     /// what the others are due stays theirs.
     pub(crate) fn pace_left(&self, flow: FlowId, q: u64, (num, den): (u128, u128)) -> PaceLeft {
         let id = self.slot(flow);
-        let demand = |e: &FlowEntry| u128::from(e.asked.max(e.prev)).max(u128::from(e.used));
+        // What a flow asked so far this window, at that pace for the whole window (at most
+        // tenfold): early in a window (the first one above all, with nothing asked in the one
+        // before) the few units asked so far would make every other flow look light.
+        let elapsed = num.max(den / EXTRAPOLATED_AT_MOST).max(1);
+        let demand = |e: &FlowEntry| {
+            let paced = u128::from(e.asked).saturating_mul(den) / elapsed;
+            paced.max(u128::from(e.prev)).max(u128::from(e.used))
+        };
         let others: Vec<(u128, u128)> = self
             .entries
             .iter()

@@ -182,6 +182,29 @@ pub fn take_lease(
     }
 }
 
+/// Counts a plain check of `holder` (its Limiter leases hot keys) that asked `cost` units in
+/// the holders' table of the state `verdict` writes, when the key has one (some Limiter
+/// leases it): a Limiter still on the per-check path while the key warms up here is then seen
+/// by the leasing ones, asking and using, and the first to lease does not take the key as if
+/// it were alone. A key nobody leases gets no table (its state's bytes stay as they were).
+pub fn count_plain_check(
+    quota: &Quota,
+    verdict: &mut Verdict,
+    (holder, cost): (FlowId, u64),
+    now: UnixNanos,
+) {
+    let admitted = if verdict.decision.allowed { cost } else { 0 };
+    let Some(state) = verdict.state.as_mut() else {
+        return;
+    };
+    if state.flows.is_empty() || !leasable(quota, Duration::ZERO) {
+        return;
+    }
+    let (mut table, share) = holders(quota, Some(state), holder, now);
+    table.count(&share, cost, admitted);
+    state.flows = table;
+}
+
 /// The key's lease holders in the window of `now` (its flow table, rolled), and what
 /// `holder` may take of the window's limit.
 fn holders(

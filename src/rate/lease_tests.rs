@@ -2,7 +2,8 @@
 //! their time and given back, and reservations refunded, keeps every interval within GCRA's
 //! bound and every window within its limit.
 
-use super::{adjust, decide, leasable, return_lease, take_lease, Adjustment, Algorithm, KeyState};
+use super::{adjust, count_plain_check, decide, leasable, return_lease, take_lease};
+use super::{Adjustment, Algorithm, KeyState};
 use super::{FlowId, Lease, Quota, SlotLog};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -450,4 +451,25 @@ fn a_holder_below_its_level_that_gets_nothing_has_its_demand_written() {
     let next = T0 + 1_000 * MS;
     let a2 = take_lease(&q, b.state.as_ref(), (holder(0), 900), hold, next);
     assert!(a2.lease.granted <= 600, "{}", a2.lease.granted);
+}
+
+#[test]
+fn a_plain_check_counts_in_a_leased_keys_holders_table_only() {
+    // 1,000/s: A leases; B, still on the per-check path, is admitted 5: B is in the table,
+    // asking and using, and A's next lease leaves B its due.
+    let q = Quota::per_second(1_000);
+    let hold = Duration::from_millis(100);
+    let a = take_lease(&q, None, (holder(0), 100), hold, T0);
+    assert_eq!(a.lease.granted, 100);
+    let mut b = decide(&q, a.state.as_ref(), 5, T0 + MS);
+    assert!(b.decision.allowed);
+    count_plain_check(&q, &mut b, (holder(1), 5), T0 + MS);
+    let table = &b.state.as_ref().expect("admitted").flows;
+    let rows: Vec<(u64, u64)> = table.iter().map(|e| (e.asked, e.used)).collect();
+    assert_eq!(table.len(), 2, "{rows:?}");
+    assert!(rows.contains(&(5, 5)), "{rows:?}");
+    // A key nobody leases gets no table.
+    let mut plain = decide(&q, None, 5, T0);
+    count_plain_check(&q, &mut plain, (holder(1), 5), T0);
+    assert!(plain.state.expect("admitted").flows.is_empty());
 }

@@ -36,7 +36,7 @@ pub use decide::{decide, Verdict};
 pub use decision::Decision;
 pub use flow_decide::{decide_as, decide_flow};
 pub use flows::{FlowEntry, FlowId, FlowTable, MAX_FLOWS, MAX_FLOW_LEN};
-pub use lease::{leasable, return_lease, take_lease, Lease, LeaseVerdict};
+pub use lease::{count_plain_check, leasable, return_lease, take_lease, Lease, LeaseVerdict};
 pub use quota::{
     Algorithm, Quota, COLD_FACTORS, DEFAULT_COLD_FACTOR, MAX_PERIOD, MAX_RATE, MIN_PERIOD,
 };

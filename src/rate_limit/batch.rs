@@ -22,8 +22,8 @@ use crate::backend::{Current, KeyOutcome, KeyWrite, RateStore};
 use crate::error::{Error, Result};
 use crate::limiter_inner::LimiterInner;
 use crate::rate::{
-    adjust, debt, report_usage, return_lease, start_local, take_lease, Adjustment, Decision,
-    FlowId, KeyState, Lease, Quota, UnixNanos, Verdict,
+    adjust, count_plain_check, debt, report_usage, return_lease, start_local, take_lease,
+    Adjustment, Decision, FlowId, KeyState, Lease, Quota, UnixNanos, Verdict,
 };
 use crate::spans;
 use std::sync::Arc;
@@ -460,7 +460,7 @@ impl Driver {
             let (quota, quota_version) = self.limit.quota();
             let start = self.cell.start(now, began, store.version_life());
             let (decisions, changed, expires_at) =
-                decide_in_order(&quota, start.state, (asks, self.inner.lease_holder()), now);
+                decide_in_order(&quota, start.state, (asks, self.holder()), now);
             let Some(mut new) = changed else {
                 if start.trusted {
                     return Ok((decisions, requests, quota_version));
@@ -524,6 +524,12 @@ impl Driver {
         }
     }
 
+    /// This Limiter as a holder of the key's leases, and whether it leases hot keys (then
+    /// its plain checks count in the key's holders' table).
+    fn holder(&self) -> (FlowId, bool) {
+        (self.inner.lease_holder(), self.inner.leasing())
+    }
+
     /// Takes what the store holds now into our knowledge.
     fn learn(&self, current: Current, now: UnixNanos) -> Result<()> {
         learn(&self.limit, &self.cell, current, now)
@@ -546,7 +552,7 @@ struct Ask {
 fn decide_in_order(
     quota: &Quota,
     mut state: Option<KeyState>,
-    (asks, holder): (&[Ask], FlowId),
+    (asks, (holder, leasing)): (&[Ask], (FlowId, bool)),
     now: UnixNanos,
 ) -> (Vec<Answer>, Option<KeyState>, UnixNanos) {
     let mut changed = false;
@@ -576,7 +582,13 @@ fn decide_in_order(
                 let back = v.state.is_some().then_some(lease);
                 (v, back)
             }
-            (None, None) => (ask.asker.decide(quota, state.as_ref(), ask.cost, now), None),
+            (None, None) => {
+                let mut v = ask.asker.decide(quota, state.as_ref(), ask.cost, now);
+                if leasing && ask.asker == Asker::default() {
+                    count_plain_check(quota, &mut v, (holder, ask.cost), now);
+                }
+                (v, None)
+            }
         };
         if v.state.is_some() {
             state = v.state;
