@@ -20,6 +20,8 @@ use tokio::time::Instant;
 
 /// How often a hot key's usage is reported (±20%).
 pub(crate) const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// How much of its demand a first report charges ahead at most (`rate::start_local`).
+pub(crate) const AHEAD_FOR: Duration = Duration::from_millis(200);
 /// How long checks are decided locally after the last report the store answered.
 pub(crate) const LOCAL_GRACE: Duration = Duration::from_secs(1);
 
@@ -152,7 +154,8 @@ impl ApproxBook {
     }
 
     /// A report was answered at `now`: the share for the next interval, and the local meter
-    /// brought up to the key (`rate/approximate.rs`).
+    /// set where the key stands, what was admitted here since the report was taken charged
+    /// on it (`rate/approximate.rs`).
     pub(crate) fn reported(&mut self, quota: &Quota, r: Reported, (now, at): (UnixNanos, Instant)) {
         self.confirmed = Some(at);
         self.first_pending = false;
@@ -168,8 +171,8 @@ impl ApproxBook {
                 local_start(quota, (&key, share), r.ahead, now)
             }
             Some(l) => {
-                let local_quota = scaled(quota, share);
-                local_after_report(&local_quota, (Some(&key), share), Some(l), now)
+                let mine = (Some(l), self.admitted);
+                local_after_report(quota, (Some(&key), share), mine, now)
             }
         };
         self.local = Some(local);

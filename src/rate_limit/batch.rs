@@ -10,7 +10,7 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::approx_book::Reported;
+use super::approx_book::{Reported, AHEAD_FOR};
 use super::approx_report::{start_reporter, SendReport};
 use super::approx_usage::Usage;
 use super::cell::{Answer, Enqueued, KeyCell};
@@ -607,7 +607,8 @@ fn reported(
     let meter = r.state.meter;
     let (key, ahead) = match r.share.filter(|_| usage.first) {
         Some(share) => {
-            let (_, key, ahead) = start_local(quota, &r.state, share, now);
+            let most = ahead_most(quota, usage.projected);
+            let (_, key, ahead) = start_local(quota, &r.state, (share, most), now);
             (key, ahead)
         }
         None => (r.state, 0),
@@ -624,6 +625,13 @@ fn reported(
         ahead,
     };
     (v, told)
+}
+
+/// The most a first report charges ahead for a holder asking `projected` units a period:
+/// its demand over [`AHEAD_FOR`] (`rate::start_local`).
+fn ahead_most(quota: &Quota, projected: u64) -> u64 {
+    let part = AHEAD_FOR.as_secs_f64() / quota.period.as_secs_f64().max(1e-9);
+    (projected as f64 * part).ceil() as u64
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict
