@@ -169,14 +169,9 @@ pub fn scaled(quota: &Quota, share: f64) -> Quota {
 /// lose what the others leave unused (a heavy holder beside light ones would never get the
 /// burst they do not spend).
 ///
-/// A fixed window: the local count goes on from what the holder admitted this window, but
-/// never leaves it more than the key has left (its count at least the key's less the others'
-/// part of the limit); a newer window of the key's replaces an older local one. So a holder
-/// admits its share of the window whenever the others admit theirs (the key's count lags
-/// the others' units by up to a report interval, and scaling it to the share would hold
-/// back a holder whose units came later than the others'), and no more than is left of it.
-/// A sliding window: the key's counts × share (its estimate weighs two windows), or the local
-/// meter where it is further on.
+/// Windows: the key's counts × share, or the local meter where it is further on in the same
+/// window (a newer window of the key's replaces an older local one): what the holder
+/// admitted this window is its own.
 pub fn local_after_report(
     quota: &Quota,
     (key, share): (Option<&KeyState>, f64),
@@ -184,11 +179,10 @@ pub fn local_after_report(
     now: UnixNanos,
 ) -> KeyState {
     let local_quota = scaled(quota, share);
-    let others = quota.limit.saturating_sub(local_quota.limit);
     let meter = key
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm)
-        .map(|m| scale_meter(m, (share, others)))
+        .map(|m| scale_meter(m, share))
         .unwrap_or_else(|| empty(quota, now));
     let now = key.map_or(now, |s| now.max(s.stamp));
     let at_key = KeyState::new(meter, 0, now, 0);
@@ -207,17 +201,16 @@ pub fn local_after_report(
     }
 }
 
-/// A key's meter as seen by a holder with `share` of it, the others' part of the limit being
-/// `others` units: GCRA's arrival time as it is (a scaled meter's tolerance in time is the
-/// key's); a fixed window's count less the others' part; a sliding window's counts times the
-/// share (rounded up).
-fn scale_meter(meter: Meter, (share, others): (f64, u64)) -> Meter {
+/// A key's meter as seen by a holder with `share` of it: GCRA's arrival time as it is (a
+/// scaled meter's tolerance in time is the key's), windows' counts times the share (rounded
+/// up).
+fn scale_meter(meter: Meter, share: f64) -> Meter {
     let part = |n: u64| (n as f64 * share).ceil() as u64;
     match meter {
         Meter::Gcra { .. } | Meter::GcraWarmUp { .. } => meter,
         Meter::Fixed { window, count } => Meter::Fixed {
             window,
-            count: count.saturating_sub(others),
+            count: part(count),
         },
         Meter::Sliding {
             window,
@@ -266,7 +259,13 @@ pub fn start_local(
 
 /// The local meter a first report starts (the key as it was before the report charged
 /// `ahead` units of it, the share it gave): where the key stood, scaled, less the `ahead`
-/// units taken from it (they are spent apart, first, whatever the share becomes).
+/// units taken from it (they are spent apart, first, whatever the share becomes). GCRA: less
+/// its whole part of what the key had left (the local meter starts empty), even where fewer
+/// were charged ahead: the rest stays in the key, and the holder's next report gives it its
+/// share of it (holders starting together, each alone with the whole key in its first
+/// report or seeing the others' demands small yet, would otherwise each spend the burst
+/// before their second). Windows: a first report charges the whole part ahead (the
+/// caller's `most` is unbounded there).
 pub fn local_start(
     quota: &Quota,
     (key, share): (&KeyState, f64),
@@ -275,10 +274,19 @@ pub fn local_start(
 ) -> KeyState {
     let local_quota = scaled(quota, share);
     let local = local_after_report(quota, (Some(key), share), (None, 0), now);
-    if ahead == 0 {
+    let taken = match quota.algorithm {
+        Algorithm::Gcra => {
+            let part = decide(&local_quota, Some(&local), 0, now)
+                .decision
+                .remaining;
+            ahead.max(part)
+        }
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => ahead,
+    };
+    if taken == 0 {
         return local;
     }
-    decide(&local_quota, Some(&local), ahead, now)
+    decide(&local_quota, Some(&local), taken, now)
         .state
         .unwrap_or(local)
 }

@@ -20,8 +20,17 @@ use tokio::time::Instant;
 
 /// How often a hot key's usage is reported (±20%).
 pub(crate) const REPORT_EVERY: Duration = Duration::from_millis(100);
-/// How much of its demand a first report charges ahead at most (`rate::start_local`).
+/// How much of its demand a report charges ahead at most, with what it holds already
+/// (`rate::start_local`).
 pub(crate) const AHEAD_FOR: Duration = Duration::from_millis(200);
+/// Whether every report (not only a first one) charges the holder's part of what the key
+/// has left ahead, its local meter then starting empty (`rate::start_local`): GCRA, whose
+/// burst would otherwise be handed to each holder from a key that does not count yet what
+/// the others took since their last report.
+pub(crate) fn charges_ahead(quota: &Quota) -> bool {
+    quota.algorithm == crate::rate::Algorithm::Gcra
+}
+
 /// How long checks are decided locally after the last report the store answered.
 pub(crate) const LOCAL_GRACE: Duration = Duration::from_secs(1);
 
@@ -39,7 +48,7 @@ pub(crate) struct ApproxBook {
     asked: u64,
     /// Cost admitted here since the last report was taken: not yet charged to the key.
     admitted: u64,
-    /// Units charged ahead by the first report and not admitted yet.
+    /// Units charged ahead by reports (a first one; on GCRA, every one) and not admitted yet.
     ahead: u64,
     /// A reporter task runs for the key.
     reporting: bool,
@@ -52,9 +61,9 @@ pub(crate) struct ApproxBook {
 pub(crate) struct Reported {
     /// The share for the next interval (`None`: the quota is decided per check).
     pub(crate) share: Option<f64>,
-    /// The key's meter after the report's charge (before a first report's charge ahead).
+    /// The key's meter after the report's charge (before its charge ahead).
     pub(crate) meter: Meter,
-    /// Units a first report charged ahead: admitted here without being reported again.
+    /// Units the report charged ahead: admitted here without being reported again.
     pub(crate) ahead: u64,
 }
 
@@ -80,7 +89,7 @@ impl ApproxBook {
         };
         let local = scaled(quota, share);
         if self.ahead >= cost {
-            // Units the first report charged ahead: spent first, apart from the meter.
+            // Units reports charged ahead: spent first, apart from the meter.
             self.ahead -= cost;
             let peek = decide(&local, self.local.as_ref(), 0, now).decision;
             let decision = Decision {
@@ -150,6 +159,7 @@ impl ApproxBook {
             admitted: std::mem::take(&mut self.admitted),
             projected: if going_on { pace as u64 } else { 0 },
             first,
+            held: self.ahead,
         })
     }
 
@@ -165,15 +175,13 @@ impl ApproxBook {
             return;
         };
         let key = KeyState::new(r.meter, 0, now, 0);
+        self.ahead = self.ahead.saturating_add(r.ahead);
         let local = match &self.local {
-            None => {
-                self.ahead = r.ahead;
-                local_start(quota, (&key, share), r.ahead, now)
-            }
-            Some(l) => {
+            Some(l) if !charges_ahead(quota) => {
                 let mine = (Some(l), self.admitted);
                 local_after_report(quota, (Some(&key), share), mine, now)
             }
+            _ => local_start(quota, (&key, share), r.ahead, now),
         };
         self.local = Some(local);
         self.share = Some(share);
@@ -214,6 +222,7 @@ mod tests {
 
     fn usage(asked: u64, admitted: u64, first: bool) -> Usage {
         Usage {
+            held: 0,
             asked,
             admitted,
             projected: 0,
@@ -255,20 +264,19 @@ mod tests {
         book.reported(&q, r, (T0, t0));
         let (admitted, started) = hammer(&mut book, &q, 6_000, t0);
         assert!(!started);
-        assert_eq!(admitted, 5_000, "half the burst");
+        assert_eq!(
+            admitted, 4_000,
+            "what was charged ahead: a GCRA meter starts empty, the rest of its part stays in the key"
+        );
         let now_due = book.usage_due(&q, false, t0).expect("due");
         let counts = Usage {
             projected: 0,
             ..now_due
         };
-        assert_eq!(
-            counts,
-            usage(6_000, 1_000, false),
-            "4,000 were charged ahead"
-        );
+        assert_eq!(counts, usage(6_000, 0, false), "4,000 were charged ahead");
         // A failed report's usage goes with the next one.
         book.report_failed(now_due);
-        assert_eq!(due(&mut book, &q, t0), Some(usage(6_000, 1_000, false)));
+        assert_eq!(due(&mut book, &q, t0), Some(usage(6_000, 0, false)));
         // Past the grace with no answer: back to the store.
         let late = t0 + LOCAL_GRACE;
         assert_eq!(hammer(&mut book, &q, 10, late).0, 0);
