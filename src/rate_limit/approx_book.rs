@@ -54,6 +54,8 @@ pub(crate) struct ApproxBook {
     reporting: bool,
     /// A first report is on its way (checks wait for it).
     first_pending: bool,
+    /// When the last usage was taken for a report (`asked` counts from then).
+    taken_at: Option<Instant>,
 }
 
 /// What the store answered a report.
@@ -153,7 +155,7 @@ impl ApproxBook {
         }
         let first = going_on && self.local.is_none();
         self.first_pending = first;
-        let pace = self.demand.per_second(at) * quota.period.as_secs_f64();
+        let pace = self.pace(at) * quota.period.as_secs_f64();
         Some(Usage {
             asked: std::mem::take(&mut self.asked),
             admitted: std::mem::take(&mut self.admitted),
@@ -161,6 +163,22 @@ impl ApproxBook {
             first,
             held: self.ahead,
         })
+    }
+
+    /// The demand per second at `at`: the demand meter's (over ~250 ms), or what was asked
+    /// since the last report when more (a key just decided here asks much faster than
+    /// while its checks went to the store: the others must see it at the next report, not
+    /// a quarter second later, or their shares add up to more than the quota meanwhile).
+    fn pace(&mut self, at: Instant) -> f64 {
+        let meter = self.demand.per_second(at);
+        let since = self
+            .taken_at
+            .replace(at)
+            .map(|t| at.saturating_duration_since(t).as_secs_f64());
+        match since {
+            Some(secs) if secs >= 0.01 => meter.max(self.asked as f64 / secs),
+            _ => meter,
+        }
     }
 
     /// A report was answered at `now`: the share for the next interval, and the local meter
