@@ -19,13 +19,18 @@
 //! - **Debt.** A local meter runs on the quota scaled to the share (rate × share, burst ×
 //!   share: the same tolerance in time), so a GCRA meter's arrival time means the same
 //!   instant as the key's. After each report the local meter is set where the key stands
-//!   (GCRA: its arrival time; windows: its counts × share, unless the holder's own meter is
-//!   further on), so that each holder may take its share of what the key has left, and
-//!   whatever the holders admitted beyond the quota makes each of them wait its part of it:
-//!   the long-run total converges to the quota.
-//! - **Bursts.** A holder's first report charges its part of what the key has left ahead,
-//!   so holders that start together (each seeing a share of the whole key before the others'
-//!   demands are known) share the burst exactly; the overshoot above comes from rates only.
+//!   (GCRA: at its arrival time, then emptied, see below; windows: its counts × share, unless
+//!   the holder's own meter is further on), so whatever the holders admitted beyond the
+//!   quota makes each of them wait its part of it: the long-run total converges to the quota.
+//! - **Bursts.** A report charges the holder's part of what the key has left ahead (GCRA:
+//!   every report, at most the holder's demand over ~200 ms; windows: the first one), as a
+//!   lease takes it, and the local meter holds none of it: the key's burst is only handed out
+//!   from a state that counts what the others took, so holders that start together share it
+//!   exactly, and a light holder cannot sit on it; the overshoot above comes from rates only.
+//!   Demands: a holder's demand in the table is its pace over a window (not its pace plus what
+//!   it asked so far: light holders would seem heavier with every report, and the heavy
+//!   ones' shares too small). Until the holders' paces are known (their first ~100–250 ms
+//!   deciding locally), shares can add up to more than 1: that is the join overshoot above.
 
 use super::adjust::{adjust, debt, Adjustment};
 use super::decide::decide;
