@@ -9,7 +9,8 @@
 //! memory:// run, writes per second per Limiter, requests per admitted, latency, units leased
 //! and lost, over-admission); row 2, fairness: 4 Limiters with demands 1:1:1:5 on a key of
 //! 10,000/s; row 3, failover: on a 3-member etcd, its leader SIGKILLed and then a Limiter
-//! process SIGKILLed during a 1,000,000/s run, leases on beside off. The processes
+//! process SIGKILLed during a 1,000,000/s run, leases on beside off; row 4, the approximate
+//! mode (`leases/approximate.rs`) on row 1's and row 2's shapes and a join shape. The processes
 //! are Limiters of this process here, on one tokio runtime, but for row 3's victim: a process
 //! of its own (this binary started again, leases/victim.rs; its other Limiters stay in this
 //! process). Targets are printed as
@@ -24,6 +25,8 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "leases/approximate.rs"]
+mod approximate;
 #[path = "leases/bins.rs"]
 mod bins;
 #[path = "leases/dip.rs"]
@@ -81,7 +84,9 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
     ];
     let mut hot = Vec::new();
     let mut fair = Vec::new();
+    let mut approx = Vec::new();
     for (store, url) in &stores {
+        approx.extend(runtime.block_on(approximate::rows(plan, store, url))?);
         for leases in [true, false] {
             for &quota in &plan.quotas {
                 let callers = vec![plan.callers; plan.limiters];
@@ -102,7 +107,8 @@ fn run(plan: &Plan) -> anyhow::Result<()> {
         ", shared with other builds",
         &load_before,
     );
-    let md = report::markdown(plan, &about, &hot, &fair, &failover);
+    let mut md = report::markdown(plan, &about, &hot, &fair, &failover);
+    approximate::table(&mut md, plan, &approx, (&hot, &fair));
     println!("{md}");
     if let Some(out) = plan.out.as_ref().filter(|_| !plan.quick) {
         common::markdown::replace_block(out, report::BEGIN, report::END, &md)?;
@@ -156,7 +162,9 @@ async fn row(
         name: format!("q{quota}-{on}-{shape}"),
         quota,
         leases,
+        approximate: false,
         callers: callers.clone(),
+        joining: 0,
         run: plan.run,
     };
     let out = hammer::run(&setup).await?;

@@ -27,8 +27,12 @@ pub struct Setup {
     pub name: String,
     pub quota: u64,
     pub leases: bool,
+    /// The approximate mode (`approximate_hot_keys`) instead of leases (row 4).
+    pub approximate: bool,
     /// Callers on each Limiter.
     pub callers: Vec<usize>,
+    /// The last this many Limiters start calling at half the run (row 4's join shape).
+    pub joining: usize,
     pub run: Duration,
 }
 
@@ -84,6 +88,7 @@ pub async fn run(setup: &Setup) -> anyhow::Result<Outcome> {
         let l = Limiter::builder(&setup.url)
             .owner(format!("leases-bench-{i}"))
             .hot_key_leases(setup.leases)
+            .approximate_hot_keys(setup.approximate)
             .connect()
             .await
             .with_context(|| format!("connect Limiter {i} to {}", setup.url))?;
@@ -100,16 +105,19 @@ pub async fn run(setup: &Setup) -> anyhow::Result<Outcome> {
     let (started, base) = (Instant::now(), unix_ns());
     let len_ns = u64::try_from(setup.run.as_nanos()).unwrap_or(u64::MAX);
     let mut tasks = Vec::new();
-    for (rl, &n) in limits.iter().zip(&setup.callers) {
+    let late = setup.callers.len().saturating_sub(setup.joining);
+    for (i, (rl, &n)) in limits.iter().zip(&setup.callers).enumerate() {
         let mut mine = Vec::new();
+        let from = started
+            + if i >= late {
+                setup.run / 2
+            } else {
+                Duration::ZERO
+            };
         for _ in 0..n {
             let bins = Bins::new(base, len_ns);
-            mine.push(tokio::spawn(call(
-                rl.clone(),
-                started + setup.run,
-                bins,
-                stride,
-            )));
+            let when = (from, started + setup.run);
+            mine.push(tokio::spawn(call(rl.clone(), when, bins, stride)));
         }
         tasks.push(mine);
     }
@@ -171,7 +179,13 @@ pub async fn drain(url: &str, name: &str, burst: u64) -> anyhow::Result<u64> {
     Ok(at)
 }
 
-async fn call(rl: RateLimit, stop: Instant, mut bins: Bins, stride: u64) -> anyhow::Result<Caller> {
+async fn call(
+    rl: RateLimit,
+    (from, stop): (Instant, Instant),
+    mut bins: Bins,
+    stride: u64,
+) -> anyhow::Result<Caller> {
+    tokio::time::sleep_until(from.into()).await;
     let (mut admitted, mut latency, mut calls) = (0u64, Vec::new(), 0u64);
     while Instant::now() < stop && calls < MAX_CALLS {
         calls += 1;

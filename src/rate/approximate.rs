@@ -18,13 +18,19 @@
 //!   (holders joining ÷ holders)` too much per join.
 //! - **Debt.** A local meter runs on the quota scaled to the share (rate × share, burst ×
 //!   share: the same tolerance in time), so a GCRA meter's arrival time means the same
-//!   instant as the key's. After each report the local meter is brought up to the key as
-//!   the key stands (GCRA: the later arrival time; windows: the key's counts × share), so
-//!   whatever the holders admitted beyond the quota makes each of them wait its part of it:
-//!   the long-run total converges to the quota.
-//! - **Bursts.** A holder's first report charges its part of what the key has left ahead,
-//!   so holders that start together (each seeing a share of the whole key before the others'
-//!   demands are known) share the burst exactly; the overshoot above comes from rates only.
+//!   instant as the key's. After each report the local meter is set where the key stands
+//!   (GCRA: at its arrival time, then emptied, see below; windows: its counts × share, unless
+//!   the holder's own meter is further on), so whatever the holders admitted beyond the
+//!   quota makes each of them wait its part of it: the long-run total converges to the quota.
+//! - **Bursts.** A report charges the holder's part of what the key has left ahead (GCRA:
+//!   every report, at most the holder's demand over ~200 ms; windows: the first one), as a
+//!   lease takes it, and the local meter holds none of it: the key's burst is only handed out
+//!   from a state that counts what the others took, so holders that start together share it
+//!   exactly, and a light holder cannot sit on it; the overshoot above comes from rates only.
+//!   Demands: a holder's demand in the table is its pace over a window (not its pace plus what
+//!   it asked so far: light holders would seem heavier with every report, and the heavy
+//!   ones' shares too small). Until the holders' paces are known (their first ~100–250 ms
+//!   deciding locally), shares can add up to more than 1: that is the join overshoot above.
 
 use super::adjust::{adjust, debt, Adjustment};
 use super::decide::decide;
@@ -63,10 +69,12 @@ pub fn approximable(quota: &Quota) -> bool {
 /// the quota for the next interval and the key's debt. On a quota that cannot be decided
 /// locally, only the charge is made.
 ///
-/// `projected`: the holder's demand over a whole window at its present pace. What it asked
-/// this window counts as at least that much, so that holders starting together (or at the
-/// start of a window, with no demand counted in the one before) see each other's demand at
-/// once rather than the few units asked so far.
+/// `projected`: the holder's demand over a whole window at its present pace. When not 0, it
+/// is what the holder asked this window (at least what it used), so that holders starting
+/// together (or at the start of a window, with no demand counted in the one before) see each
+/// other's demand at once rather than the few units asked so far, and a holder's demand is
+/// its pace, not its pace plus what it asked since (which would make a light holder seem
+/// heavier with every report, and the heavy ones' shares too small).
 pub fn report_usage(
     quota: &Quota,
     state: Option<&KeyState>,
@@ -87,11 +95,16 @@ pub fn report_usage(
         let mut table: FlowTable = after.flows.rolled(window);
         let share = table.share(holder, quota.limit);
         table.count(&share, asked.max(admitted), admitted);
-        let counted = table
-            .iter()
-            .find(|e| e.id == share.id)
-            .map_or(0, |e| e.asked);
-        table.count(&share, projected.saturating_sub(counted), 0);
+        if projected > 0 {
+            // The pace stands for the whole window's demand: it replaces what was asked so
+            // far (adding both would count the window's asks twice, and a light holder
+            // would seem to ask more and more as the window goes on).
+            let used = table
+                .iter()
+                .find(|e| e.id == share.id)
+                .map_or(0, |e| e.used);
+            table.set_asked(&share, projected.max(used));
+        }
         after.flows = table;
         fraction(share.level(), quota.limit)
     });
@@ -150,31 +163,47 @@ pub fn scaled(quota: &Quota, share: f64) -> Quota {
     }
 }
 
-/// A holder's local meter after a report that left the key at `key` (the state written) and
-/// gave it `share`: the local meter `local` (on the scaled quota), brought up to the key's
-/// position scaled to the share wherever the key is further (GCRA: the later arrival time;
-/// windows: the larger counts in the same window; a newer window of the key's replaces an
-/// older local one). A holder whose local meter is further keeps it: what it admitted since
-/// the key's position is its own.
+/// A holder's local meter (on `quota` scaled to `share`, [`scaled`]) after a report that
+/// left the key at `key` (the state written) and gave it `share`, the holder's meter being
+/// `local` and having admitted `since` units after the report was taken (not in the key yet).
+///
+/// GCRA: the key's arrival time, `since` charged on it, so that the holder may admit its
+/// share of what the key has left and waits its part of the key's debt. Never the local
+/// meter's own when it is further on: a local meter runs on a part of the quota, so each
+/// unit moves it further than it moves the key, and a holder kept at its own position would
+/// lose what the others leave unused (a heavy holder beside light ones would never get the
+/// burst they do not spend).
+///
+/// Windows: the key's counts × share, or the local meter where it is further on in the same
+/// window (a newer window of the key's replaces an older local one): what the holder
+/// admitted this window is its own.
 pub fn local_after_report(
     quota: &Quota,
     (key, share): (Option<&KeyState>, f64),
-    local: Option<&KeyState>,
+    (local, since): (Option<&KeyState>, u64),
     now: UnixNanos,
 ) -> KeyState {
-    let key_meter = key
+    let local_quota = scaled(quota, share);
+    let meter = key
         .map(|s| s.meter)
         .filter(|m| m.algorithm() == quota.algorithm)
         .map(|m| scale_meter(m, share))
         .unwrap_or_else(|| empty(quota, now));
-    let meter = match local
-        .map(|s| s.meter)
-        .filter(|m| m.algorithm() == quota.algorithm)
-    {
-        Some(mine) => further(mine, key_meter),
-        None => key_meter,
+    let now = key.map_or(now, |s| now.max(s.stamp));
+    let at_key = KeyState::new(meter, 0, now, 0);
+    let at_key = match since {
+        0 => at_key,
+        n => adjust(&local_quota, Some(&at_key), Adjustment::Charge(n), now)
+            .state
+            .unwrap_or(at_key),
     };
-    KeyState::new(meter, 0, local.map_or(now, |s| now.max(s.stamp)), 0)
+    let mine = local
+        .map(|s| s.meter)
+        .filter(|m| m.algorithm() == quota.algorithm && quota.algorithm != Algorithm::Gcra);
+    match mine {
+        Some(m) => KeyState::new(further(m, at_key.meter), 0, now, 0),
+        None => at_key,
+    }
 }
 
 /// A key's meter as seen by a holder with `share` of it: GCRA's arrival time as it is (a
@@ -201,23 +230,29 @@ fn scale_meter(meter: Meter, share: f64) -> Meter {
 }
 
 /// A holder's first report (its local meter starts): the local meter where the key stands,
-/// scaled to `share`, and the units it can admit at once — its part of what the key has left —
-/// charged to the key now, ahead of their use (as a lease takes them), so that holders
-/// starting together cannot each spend the key's burst. Returns the local meter (on the
-/// scaled quota, the units charged ahead taken from it: [`local_start`]), the key's state
-/// after the charge, and the units charged ahead (admitted locally first, apart from the
-/// meter, without being reported again).
+/// scaled to `share`, and the units it can admit at once — its part of what the key has left,
+/// at most `most` (what it will ask before its next reports) — charged to the key now, ahead
+/// of their use (as a lease takes them), so that holders starting together cannot each spend
+/// the key's burst at once. Returns the local meter (on the scaled quota, the units charged
+/// ahead taken from it: [`local_start`]), the key's state after the charge, and the units
+/// charged ahead (admitted locally first, apart from the meter, without being reported
+/// again).
+///
+/// `most` keeps a light holder that happens to report first (alone, so with the whole
+/// quota as its share) from holding the key's burst for seconds while the others wait on
+/// it: what it did not take stays in the key for all holders.
 pub fn start_local(
     quota: &Quota,
     key: &KeyState,
-    share: f64,
+    (share, most): (f64, u64),
     now: UnixNanos,
 ) -> (KeyState, KeyState, u64) {
     let now = now.max(key.stamp);
-    let local = local_after_report(&scaled(quota, share), (Some(key), share), None, now);
+    let local = local_after_report(quota, (Some(key), share), (None, 0), now);
     let ahead = decide(&scaled(quota, share), Some(&local), 0, now)
         .decision
-        .remaining;
+        .remaining
+        .min(most);
     let charged = adjust(quota, Some(key), Adjustment::Charge(ahead), now);
     let key_after = charged.state.unwrap_or_else(|| key.clone());
     (
@@ -229,7 +264,13 @@ pub fn start_local(
 
 /// The local meter a first report starts (the key as it was before the report charged
 /// `ahead` units of it, the share it gave): where the key stood, scaled, less the `ahead`
-/// units taken from it (they are spent apart, first, whatever the share becomes).
+/// units taken from it (they are spent apart, first, whatever the share becomes). GCRA: less
+/// its whole part of what the key had left (the local meter starts empty), even where fewer
+/// were charged ahead: the rest stays in the key, and the holder's next report gives it its
+/// share of it (holders starting together, each alone with the whole key in its first
+/// report or seeing the others' demands small yet, would otherwise each spend the burst
+/// before their second). Windows: a first report charges the whole part ahead (the
+/// caller's `most` is unbounded there).
 pub fn local_start(
     quota: &Quota,
     (key, share): (&KeyState, f64),
@@ -237,11 +278,20 @@ pub fn local_start(
     now: UnixNanos,
 ) -> KeyState {
     let local_quota = scaled(quota, share);
-    let local = local_after_report(&local_quota, (Some(key), share), None, now);
-    if ahead == 0 {
+    let local = local_after_report(quota, (Some(key), share), (None, 0), now);
+    let taken = match quota.algorithm {
+        Algorithm::Gcra => {
+            let part = decide(&local_quota, Some(&local), 0, now)
+                .decision
+                .remaining;
+            ahead.max(part)
+        }
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => ahead,
+    };
+    if taken == 0 {
         return local;
     }
-    decide(&local_quota, Some(&local), ahead, now)
+    decide(&local_quota, Some(&local), taken, now)
         .state
         .unwrap_or(local)
 }

@@ -74,9 +74,12 @@ fn a_holder_s_demand_counts_as_its_pace_over_the_window() {
     let e = a.state.flows.iter().find(|e| e.id == holder(0).get());
     assert_eq!(
         e.map(|e| e.asked),
-        Some(1_000),
-        "topped up to the projection once"
+        Some(900),
+        "the pace is the window's demand, not the pace plus what was asked since"
     );
+    let a = report_usage(&q, Some(&a.state), (holder(0), 700, 700, 300), T0);
+    let e = a.state.flows.iter().find(|e| e.id == holder(0).get());
+    assert_eq!(e.map(|e| e.asked), Some(700), "at least what it used");
 }
 
 #[test]
@@ -109,7 +112,7 @@ fn windows_are_charged_past_the_limit_and_carry_the_debt() {
 fn a_first_report_charges_its_part_of_the_burst_ahead() {
     let q = Quota::per_second(1_000);
     let key = KeyState::new(Meter::Gcra { tat: T0 + 200 * MS }, 0, T0, 0);
-    let (local, after, ahead) = start_local(&q, &key, 0.5, T0);
+    let (local, after, ahead) = start_local(&q, &key, (0.5, u64::MAX), T0);
     assert_eq!(ahead, 400, "half of the 800 left");
     assert_eq!(
         local.meter,
@@ -119,8 +122,19 @@ fn a_first_report_charges_its_part_of_the_burst_ahead() {
         "the local meter is empty: the units ahead are spent apart"
     );
     assert_eq!(after.meter, Meter::Gcra { tat: T0 + 600 * MS });
-    let (_, _, none) = start_local(&q, &after, 1.0, T0);
+    let (_, _, none) = start_local(&q, &after, (1.0, u64::MAX), T0);
     assert_eq!(none, 400, "the next holder gets what is left");
+    // At most `most` ahead; the local meter starts empty all the same, the rest of the part
+    // staying in the key for the next report to share.
+    let (local, after, ahead) = start_local(&q, &key, (0.5, 100), T0);
+    assert_eq!(ahead, 100);
+    assert_eq!(after.meter, Meter::Gcra { tat: T0 + 300 * MS });
+    assert_eq!(
+        local.meter,
+        Meter::Gcra {
+            tat: T0 + 1_000 * MS
+        }
+    );
 }
 
 #[test]
@@ -142,22 +156,20 @@ fn a_scaled_quota_keeps_the_tolerance_in_time() {
 }
 
 #[test]
-fn a_local_meter_is_brought_up_to_the_key_never_back() {
+fn a_local_meter_is_set_where_the_key_stands() {
     let q = Quota::per_second(1_000);
     let key = KeyState::new(Meter::Gcra { tat: T0 + 900 * MS }, 0, T0, 0);
-    let behind = KeyState::new(Meter::Gcra { tat: T0 + 100 * MS }, 0, T0, 0);
-    let ahead = KeyState::new(Meter::Gcra { tat: T0 + 950 * MS }, 0, T0, 0);
     let s = scaled(&q, 0.5);
-    let up = local_after_report(&s, (Some(&key), 0.5), Some(&behind), T0);
+    let up = local_after_report(&q, (Some(&key), 0.5), (None, 0), T0);
     assert_eq!(up.meter, key.meter, "the key's debt makes it wait too");
-    let kept = local_after_report(&s, (Some(&key), 0.5), Some(&ahead), T0);
-    assert_eq!(kept.meter, ahead.meter);
-    let fresh = local_after_report(&s, (Some(&key), 0.5), None, T0);
-    assert_eq!(
-        fresh.meter, key.meter,
-        "a first report starts where the key is"
-    );
-    // Windows: the key's counts scaled to the share, in the same window.
+    // Units admitted here after the report was taken: charged on (2 ms each at 500/s).
+    let on = local_after_report(&q, (Some(&key), 0.5), (None, 10), T0);
+    assert_eq!(on.meter, Meter::Gcra { tat: T0 + 920 * MS });
+    // A key with room left: the holder gets its share of it, whatever it spent before.
+    let roomy = KeyState::new(Meter::Gcra { tat: T0 + 200 * MS }, 0, T0, 0);
+    let up = local_after_report(&q, (Some(&roomy), 0.5), (Some(&key), 0), T0);
+    assert_eq!(decide(&s, Some(&up), 0, T0).decision.remaining, 400);
+    // Windows: the key's counts scaled to the share, units since on it.
     let w = Quota::per_second(100).algorithm(Algorithm::FixedWindow);
     let win = T0 / 1_000_000_000;
     let key = KeyState::new(
@@ -169,41 +181,27 @@ fn a_local_meter_is_brought_up_to_the_key_never_back() {
         T0,
         0,
     );
-    let mine = KeyState::new(
-        Meter::Fixed {
-            window: win,
-            count: 10,
-        },
-        0,
-        T0,
-        0,
-    );
-    let up = local_after_report(&scaled(&w, 0.5), (Some(&key), 0.5), Some(&mine), T0);
+    let up = local_after_report(&w, (Some(&key), 0.5), (None, 3), T0);
     assert_eq!(
         up.meter,
         Meter::Fixed {
             window: win,
-            count: 45
+            count: 48
         }
     );
-    let old = KeyState::new(
+    // A holder further on in the window keeps its own count (reporting first, the key
+    // counts little but its own units yet).
+    let mine = KeyState::new(
         Meter::Fixed {
-            window: win - 1,
+            window: win,
             count: 50,
         },
         0,
         T0,
         0,
     );
-    let up = local_after_report(&scaled(&w, 0.5), (Some(&key), 0.5), Some(&old), T0);
-    assert_eq!(
-        up.meter,
-        Meter::Fixed {
-            window: win,
-            count: 45
-        },
-        "a newer window"
-    );
+    let kept = local_after_report(&w, (Some(&key), 0.5), (Some(&mine), 0), T0);
+    assert_eq!(kept.meter, mine.meter);
 }
 
 /// A holder in the simulation: asks `demand` units a millisecond from `from_ms` on.
@@ -236,15 +234,23 @@ fn simulate(quota: &Quota, holders: &mut [Sim], run_ms: u64) -> u64 {
                     now,
                 );
                 let share = r.share.expect("approximable");
-                let s = scaled(quota, share);
-                if h.local.is_none() {
-                    let (local, after, ahead) = start_local(quota, &r.state, share, now);
+                // A first report, and on GCRA every report, charges ahead (as `batch.rs`).
+                if h.local.is_none() || quota.algorithm == Algorithm::Gcra {
+                    let most = match quota.algorithm {
+                        Algorithm::Gcra => (h.demand * 200).saturating_sub(h.prepaid),
+                        _ => u64::MAX,
+                    };
+                    let (local, after, ahead) = start_local(quota, &r.state, (share, most), now);
                     h.local = Some(local);
-                    h.prepaid = ahead;
+                    h.prepaid += ahead;
                     key = Some(after);
                 } else {
-                    let local =
-                        local_after_report(&s, (Some(&r.state), share), h.local.as_ref(), now);
+                    let local = local_after_report(
+                        quota,
+                        (Some(&r.state), share),
+                        (h.local.as_ref(), 0),
+                        now,
+                    );
                     h.local = Some(local);
                     key = Some(r.state);
                 }
@@ -290,8 +296,13 @@ fn sim(who: usize, demand: u64, from_ms: u64) -> Sim {
 }
 
 /// What `quota` allows from a full key over `ms` milliseconds.
+/// (Windows: the limit in each window the run touches, from the start of one.)
 fn allowed(quota: &Quota, ms: u64) -> f64 {
-    quota.burst as f64 + quota.limit as f64 * ms as f64 / quota.period.as_millis() as f64
+    let period = quota.period.as_millis() as u64;
+    match quota.algorithm {
+        Algorithm::Gcra => quota.burst as f64 + (quota.limit * ms) as f64 / period as f64,
+        _ => (quota.limit * ms.div_ceil(period)) as f64,
+    }
 }
 
 #[test]
@@ -305,22 +316,56 @@ fn settled_holders_admit_the_quota_within_five_percent() {
         total <= 1.05 * bound && total >= 0.9 * bound,
         "{total} of {bound}"
     );
-    // Unequal demands: 1:1:1:5, the light ones' demand met.
-    let q = Quota::per_second(10_000);
-    let mut hs = vec![sim(0, 1, 0), sim(1, 1, 0), sim(2, 1, 0), sim(3, 30, 0)];
-    let total = simulate(&q, &mut hs, 3_000) as f64;
-    let bound = allowed(&q, 3_000);
-    println!(
-        "1:1:1:30: {total} of {bound}; {:?}",
-        hs.iter().map(|h| h.total).collect::<Vec<_>>()
-    );
-    // Never over; the heavy holder gets less than the rest of the quota (it alone pays the
-    // debts that the light holders, refilling at once, leave: a known limit of this model).
-    assert!(total <= 1.05 * bound, "{total} of {bound}");
-    assert!(
-        hs[..3].iter().all(|h| h.total >= 2_700),
-        "light demands are met"
-    );
+}
+
+/// Max-min fair parts of `total` among `demands`: the smallest demands met, the rest split
+/// evenly.
+fn max_min(total: f64, demands: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by(|&a, &b| demands[a].total_cmp(&demands[b]));
+    let mut parts = vec![0.0; demands.len()];
+    let mut left = total;
+    for (n, &i) in order.iter().enumerate() {
+        parts[i] = demands[i].min(left / (demands.len() - n) as f64);
+        left -= parts[i];
+    }
+    parts
+}
+
+#[test]
+fn unequal_demands_use_the_quota_and_each_gets_its_max_min_part() {
+    // Units a millisecond per holder, quota 10 a millisecond: 1:1:1:5 with every demand
+    // above the even split; 1:1:1:5 and 1:1:1:30 with the light holders' demands below
+    // their share (met). GCRA only: on windows a holder's local meter keeps its own count,
+    // and one whose units come late in the window is held back by its share of the others'
+    // (a known limit, in the notes of the approximate mode).
+    let shapes: [&[u64]; 3] = [&[3, 3, 3, 15], &[2, 2, 2, 10], &[1, 1, 1, 30]];
+    for demands in shapes {
+        let q = Quota::per_second(10_000);
+        let mut hs: Vec<Sim> = demands
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| sim(i, d, 0))
+            .collect();
+        let total = simulate(&q, &mut hs, 3_000) as f64;
+        let bound = allowed(&q, 3_000);
+        let wanted: Vec<f64> = demands.iter().map(|&d| (d * 3_000) as f64).collect();
+        // Each holder's max-min part of the quota's rate (the burst goes to whoever asks
+        // first).
+        let fair = max_min(q.limit as f64 * 3.0, &wanted);
+        let got: Vec<u64> = hs.iter().map(|h| h.total).collect();
+        println!("{demands:?}: {total} of {bound}; {got:?}, max-min {fair:?}");
+        assert!(
+            (0.9 * bound..=1.05 * bound).contains(&total),
+            "{demands:?}: admitted {total} of {bound} allowed"
+        );
+        for (i, (&g, f)) in got.iter().zip(&fair).enumerate() {
+            assert!(
+                g as f64 >= 0.9 * f,
+                "{demands:?}: holder {i} admitted {g}, its max-min part is {f}"
+            );
+        }
+    }
 }
 
 #[test]

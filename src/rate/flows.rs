@@ -283,6 +283,15 @@ impl FlowTable {
         u128::from(asked).saturating_mul(share.level.1) < share.level.0
     }
 
+    /// Sets what the flow of `share` asked this window to `asked` (the approximate mode
+    /// writes a holder's demand as its pace over the window: `rate/approximate.rs`).
+    pub(crate) fn set_asked(&mut self, share: &Share, asked: u64) {
+        self.count(share, 0, 0);
+        if let Ok(at) = self.find(share.id) {
+            self.entries[at].asked = asked;
+        }
+    }
+
     /// Counts a check of the flow of `share`: `asked` units asked, `used` of them admitted.
     pub(crate) fn count(&mut self, share: &Share, asked: u64, used: u64) {
         let at = match self.find(share.id) {

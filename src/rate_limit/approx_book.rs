@@ -20,6 +20,17 @@ use tokio::time::Instant;
 
 /// How often a hot key's usage is reported (±20%).
 pub(crate) const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// How much of its demand a report charges ahead at most, with what it holds already
+/// (`rate::start_local`).
+pub(crate) const AHEAD_FOR: Duration = Duration::from_millis(200);
+/// Whether every report (not only a first one) charges the holder's part of what the key
+/// has left ahead, its local meter then starting empty (`rate::start_local`): GCRA, whose
+/// burst would otherwise be handed to each holder from a key that does not count yet what
+/// the others took since their last report.
+pub(crate) fn charges_ahead(quota: &Quota) -> bool {
+    quota.algorithm == crate::rate::Algorithm::Gcra
+}
+
 /// How long checks are decided locally after the last report the store answered.
 pub(crate) const LOCAL_GRACE: Duration = Duration::from_secs(1);
 
@@ -37,12 +48,14 @@ pub(crate) struct ApproxBook {
     asked: u64,
     /// Cost admitted here since the last report was taken: not yet charged to the key.
     admitted: u64,
-    /// Units charged ahead by the first report and not admitted yet.
+    /// Units charged ahead by reports (a first one; on GCRA, every one) and not admitted yet.
     ahead: u64,
     /// A reporter task runs for the key.
     reporting: bool,
     /// A first report is on its way (checks wait for it).
     first_pending: bool,
+    /// When the last usage was taken for a report (`asked` counts from then).
+    taken_at: Option<Instant>,
 }
 
 /// What the store answered a report.
@@ -50,9 +63,9 @@ pub(crate) struct ApproxBook {
 pub(crate) struct Reported {
     /// The share for the next interval (`None`: the quota is decided per check).
     pub(crate) share: Option<f64>,
-    /// The key's meter after the report's charge (before a first report's charge ahead).
+    /// The key's meter after the report's charge (before its charge ahead).
     pub(crate) meter: Meter,
-    /// Units a first report charged ahead: admitted here without being reported again.
+    /// Units the report charged ahead: admitted here without being reported again.
     pub(crate) ahead: u64,
 }
 
@@ -78,7 +91,7 @@ impl ApproxBook {
         };
         let local = scaled(quota, share);
         if self.ahead >= cost {
-            // Units the first report charged ahead: spent first, apart from the meter.
+            // Units reports charged ahead: spent first, apart from the meter.
             self.ahead -= cost;
             let peek = decide(&local, self.local.as_ref(), 0, now).decision;
             let decision = Decision {
@@ -142,17 +155,35 @@ impl ApproxBook {
         }
         let first = going_on && self.local.is_none();
         self.first_pending = first;
-        let pace = self.demand.per_second(at) * quota.period.as_secs_f64();
+        let pace = self.pace(at) * quota.period.as_secs_f64();
         Some(Usage {
             asked: std::mem::take(&mut self.asked),
             admitted: std::mem::take(&mut self.admitted),
             projected: if going_on { pace as u64 } else { 0 },
             first,
+            held: self.ahead,
         })
     }
 
+    /// The demand per second at `at`: the demand meter's (over ~250 ms), or what was asked
+    /// since the last report when more (a key just decided here asks much faster than
+    /// while its checks went to the store: the others must see it at the next report, not
+    /// a quarter second later, or their shares add up to more than the quota meanwhile).
+    fn pace(&mut self, at: Instant) -> f64 {
+        let meter = self.demand.per_second(at);
+        let since = self
+            .taken_at
+            .replace(at)
+            .map(|t| at.saturating_duration_since(t).as_secs_f64());
+        match since {
+            Some(secs) if secs >= 0.01 => meter.max(self.asked as f64 / secs),
+            _ => meter,
+        }
+    }
+
     /// A report was answered at `now`: the share for the next interval, and the local meter
-    /// brought up to the key (`rate/approximate.rs`).
+    /// set where the key stands, what was admitted here since the report was taken charged
+    /// on it (`rate/approximate.rs`).
     pub(crate) fn reported(&mut self, quota: &Quota, r: Reported, (now, at): (UnixNanos, Instant)) {
         self.confirmed = Some(at);
         self.first_pending = false;
@@ -162,15 +193,13 @@ impl ApproxBook {
             return;
         };
         let key = KeyState::new(r.meter, 0, now, 0);
+        self.ahead = self.ahead.saturating_add(r.ahead);
         let local = match &self.local {
-            None => {
-                self.ahead = r.ahead;
-                local_start(quota, (&key, share), r.ahead, now)
+            Some(l) if !charges_ahead(quota) => {
+                let mine = (Some(l), self.admitted);
+                local_after_report(quota, (Some(&key), share), mine, now)
             }
-            Some(l) => {
-                let local_quota = scaled(quota, share);
-                local_after_report(&local_quota, (Some(&key), share), Some(l), now)
-            }
+            _ => local_start(quota, (&key, share), r.ahead, now),
         };
         self.local = Some(local);
         self.share = Some(share);
@@ -211,6 +240,7 @@ mod tests {
 
     fn usage(asked: u64, admitted: u64, first: bool) -> Usage {
         Usage {
+            held: 0,
             asked,
             admitted,
             projected: 0,
@@ -252,20 +282,19 @@ mod tests {
         book.reported(&q, r, (T0, t0));
         let (admitted, started) = hammer(&mut book, &q, 6_000, t0);
         assert!(!started);
-        assert_eq!(admitted, 5_000, "half the burst");
+        assert_eq!(
+            admitted, 4_000,
+            "what was charged ahead: a GCRA meter starts empty, the rest of its part stays in the key"
+        );
         let now_due = book.usage_due(&q, false, t0).expect("due");
         let counts = Usage {
             projected: 0,
             ..now_due
         };
-        assert_eq!(
-            counts,
-            usage(6_000, 1_000, false),
-            "4,000 were charged ahead"
-        );
+        assert_eq!(counts, usage(6_000, 0, false), "4,000 were charged ahead");
         // A failed report's usage goes with the next one.
         book.report_failed(now_due);
-        assert_eq!(due(&mut book, &q, t0), Some(usage(6_000, 1_000, false)));
+        assert_eq!(due(&mut book, &q, t0), Some(usage(6_000, 0, false)));
         // Past the grace with no answer: back to the store.
         let late = t0 + LOCAL_GRACE;
         assert_eq!(hammer(&mut book, &q, 10, late).0, 0);

@@ -11,6 +11,9 @@ pub(crate) struct Usage {
     /// This Limiter's demand over one of the quota's periods at its present pace.
     pub(crate) projected: u64,
     /// The first report since the local meter (re)started: it charges the meter's part of
-    /// the key ahead (`rate::start_local`).
+    /// the key ahead (`rate::start_local`; on a GCRA quota every report does).
     pub(crate) first: bool,
+    /// Units charged ahead by earlier reports and not admitted yet (a report charges ahead
+    /// at most its demand over `AHEAD_FOR` less these).
+    pub(crate) held: u64,
 }

@@ -10,7 +10,7 @@
 //! Cancel-safety: the batch runs in its own task, so dropping a check's future never stalls
 //! the others; a dropped check may or may not have consumed its cost.
 
-use super::approx_book::Reported;
+use super::approx_book::{charges_ahead, Reported, AHEAD_FOR};
 use super::approx_report::{start_reporter, SendReport};
 use super::approx_usage::Usage;
 use super::cell::{Answer, Enqueued, KeyCell};
@@ -607,7 +607,8 @@ fn decide_in_order(
 
 /// A report of the approximate mode by `holder` on a key whose state is `state`
 /// (`rate/approximate.rs`): the verdict to write (a peek at the key after it), and what the
-/// reporter is told. A first report also charges its local meter's part of the key ahead.
+/// reporter is told. A first report (on a GCRA quota, every report) also charges its local
+/// meter's part of the key ahead.
 fn reported(
     quota: &Quota,
     state: Option<&KeyState>,
@@ -617,9 +618,14 @@ fn reported(
     let counts = (holder, usage.asked, usage.admitted, usage.projected);
     let r = report_usage(quota, state, counts, now);
     let meter = r.state.meter;
-    let (key, ahead) = match r.share.filter(|_| usage.first) {
+    let (key, ahead) = match r.share.filter(|_| usage.first || charges_ahead(quota)) {
         Some(share) => {
-            let (_, key, ahead) = start_local(quota, &r.state, share, now);
+            // (A window's first report takes its whole part: no refill shares the rest.)
+            let most = match charges_ahead(quota) {
+                true => ahead_most(quota, usage.projected).saturating_sub(usage.held),
+                false => u64::MAX,
+            };
+            let (_, key, ahead) = start_local(quota, &r.state, (share, most), now);
             (key, ahead)
         }
         None => (r.state, 0),
@@ -636,6 +642,13 @@ fn reported(
         ahead,
     };
     (v, told)
+}
+
+/// The most a report charges ahead on a GCRA quota for a holder asking `projected` units a
+/// period: its demand over [`AHEAD_FOR`] (`rate::start_local`).
+fn ahead_most(quota: &Quota, projected: u64) -> u64 {
+    let part = AHEAD_FOR.as_secs_f64() / quota.period.as_secs_f64().max(1e-9);
+    (projected as f64 * part).ceil() as u64
 }
 
 /// After the `conflicts`-th conflict in a row: an immediate retry at first (the conflict

@@ -92,7 +92,12 @@ pub async fn rate_approximate_under_contention(h: &impl Harness) {
         .filter(|e| e.start >= settled)
         .collect();
     let (most, window) = window_excess(&after, &windowed);
-    println!("approximate, fixed window: at most {most} in settled window {window}");
+    println!(
+        "approximate, fixed window: {} admitted, {} in settled windows, at most {most} in \
+         window {window}",
+        out.events.len(),
+        after.len()
+    );
     assert!(most <= 2_100, "{most} admitted in window {window}");
     assert!(out.all().rate_approximate_admitted > 0, "{:?}", out.all());
     for l in all {
