@@ -99,7 +99,7 @@ fn overshoot_pct(r: &Row) -> f64 {
 pub fn table(md: &mut String, plan: &Plan, rows: &[Approx], (hot, fair): (&[Row], &[Row])) {
     let _ = writeln!(
         md,
-        "### Row 4: the approximate mode beside the exact leases\n\n\
+        "\n### Row 4: the approximate mode beside the exact leases\n\n\
          `approximate_hot_keys(true)`: checks decided on a local meter holding this Limiter's \
          share, reported every ~100 ms. Shapes: hot (row 1's, {} Limiters × {} callers), \
          join ({n} Limiters, {n} more join at half the run, {JOIN_QUOTA}/s), fair (row 2's \
