@@ -9,16 +9,14 @@
 
 use crate::binary;
 use crate::sidecar_hot_keys::{admitted_of, exact_flags, hammer_http, hot_quota, put_hot_quota};
-use crate::sidecar_hot_keys::{rls_client_loop, CLIENTS};
-use crate::sidecar_rls::start_with;
+use crate::sidecar_hot_keys::{two_rls_sidecars, CLIENTS};
 use crate::support;
 
-use binary::{cmd, http_client, metrics, output, sample, within, Sidecar};
+use binary::{cmd, http_client, metrics, output, sample, Sidecar};
 use clusterlimit::testing::rate_history::{gcra_bound, gcra_excess, Admitted};
 use reqwest::Client;
 use std::time::Duration;
 use support::EtcdCluster;
-use tokio::time::Instant;
 
 /// How long the clients check in each run.
 const RUN: Duration = Duration::from_secs(2);
@@ -170,40 +168,15 @@ const RLS_DOMAIN: &str = "domain: hot\ndescriptors:\n  - key: k\n    rate_limit:
 async fn the_rls_decides_a_hot_descriptor_locally() {
     let cluster = EtcdCluster::single();
     let url = cluster.url("approximate-rls");
-    let extra = [
-        "--approximate-hot-keys",
-        "--rls-store-down",
-        "fail_closed",
-        "--rls-store-timeout",
-        "10s",
-    ];
-    let ((_da, a), (_db, b)) = tokio::join!(
-        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra),
-        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra)
-    );
-    let (ca, cb) = (a.client().await, b.client().await);
-    let until = Instant::now() + RUN;
-    let mut tasks = Vec::new();
-    for i in 0..CLIENTS {
-        let c = if i % 2 == 0 { ca.clone() } else { cb.clone() };
-        tasks.push(tokio::spawn(rls_client_loop(c, until)));
-    }
-    let mut seen = Vec::new();
-    for t in tasks {
-        let s = within("an RLS client's calls", RUN + Duration::from_secs(60), t).await;
-        seen.push(s.expect("an RLS client task"));
-    }
-    for s in &seen {
-        assert_eq!(s.failed, None, "an RLS call failed");
-    }
+    let (seen, [a, b]) = two_rls_sidecars(&url, RLS_DOMAIN, "--approximate-hot-keys").await;
     let events = admitted_of(std::slice::from_ref(&seen));
     let denied: u64 = seen.iter().map(|s| s.denied).sum();
     let admitted = events.len() as u64;
     let allowed = gcra_bound(&hot_quota(), span(&events));
     let c = http_client();
     let counts = [
-        Counters::of(&c, &a.http).await,
-        Counters::of(&c, &b.http).await,
+        Counters::of(&c, &a.1.http).await,
+        Counters::of(&c, &b.1.http).await,
     ];
     println!(
         "[rls] {CLIENTS} clients on 2 sidecars for {RUN:?}: {admitted} admitted ({:.3} × the \

@@ -329,24 +329,27 @@ pub(crate) async fn rls_client_loop(mut c: RlsClient, until: Instant) -> Seen {
     seen
 }
 
-/// The RLS of two sidecars with the switch on, one hot descriptor: leases taken and spent on
-/// both, and no fixed window admits more than its limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rls_serves_a_hot_descriptor_from_leases() {
-    let cluster = EtcdCluster::single();
-    let url = cluster.url("hot-rls");
+/// Two sidecars on `url` serving `domain` over the RLS with `switch` (a hot-key flag), one
+/// hot descriptor called by [`CLIENTS`] clients split over them for [`RUN`]: what each client
+/// saw (no call failed), and the sidecars (with their temporary config directories), whose
+/// counters the caller reads.
+pub(crate) async fn two_rls_sidecars(
+    url: &str,
+    domain: &str,
+    switch: &str,
+) -> (Vec<Seen>, [(tempfile::TempDir, crate::sidecar_rls::Rls); 2]) {
     let extra = [
-        "--hot-key-leases",
+        switch,
         "--rls-store-down",
         "fail_closed",
         "--rls-store-timeout",
         "10s",
     ];
-    let ((_da, a), (_db, b)) = tokio::join!(
-        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra),
-        start_with(&url, "hot.yaml", RLS_DOMAIN, &extra)
+    let (a, b) = tokio::join!(
+        start_with(url, "hot.yaml", domain, &extra),
+        start_with(url, "hot.yaml", domain, &extra)
     );
-    let (ca, cb) = (a.client().await, b.client().await);
+    let (ca, cb) = (a.1.client().await, b.1.client().await);
     let until = Instant::now() + RUN;
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
@@ -361,12 +364,22 @@ async fn the_rls_serves_a_hot_descriptor_from_leases() {
     for s in &seen {
         assert_eq!(s.failed, None, "an RLS call failed");
     }
+    (seen, [a, b])
+}
+
+/// The RLS of two sidecars with the switch on, one hot descriptor: leases taken and spent on
+/// both, and no fixed window admits more than its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rls_serves_a_hot_descriptor_from_leases() {
+    let cluster = EtcdCluster::single();
+    let url = cluster.url("hot-rls");
+    let (seen, [a, b]) = two_rls_sidecars(&url, RLS_DOMAIN, "--hot-key-leases").await;
     let events = admitted_of(std::slice::from_ref(&seen));
     let denied: u64 = seen.iter().map(|s| s.denied).sum();
     let quota = Quota::per_second(RATE).algorithm(Algorithm::FixedWindow);
     let (most, window) = window_excess(&events, &quota);
     let c = http_client();
-    let counts = [counters(&c, &a.http).await, counters(&c, &b.http).await];
+    let counts = [counters(&c, &a.1.http).await, counters(&c, &b.1.http).await];
     println!(
         "[rls] {CLIENTS} clients on 2 sidecars for {RUN:?}: {} admitted, {denied} denied; most \
          in one window {most} (window {window}); {counts:?}",
