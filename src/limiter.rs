@@ -560,9 +560,15 @@ impl LimiterBuilder {
     /// holder's meter is brought up to the key's, so what was admitted beyond the quota is paid
     /// back and the long-run total converges to the quota.
     ///
+    /// GCRA quotas only: a window's units are all there at its start, so shares settling
+    /// after it started could let it admit far past its limit; window quotas keep the
+    /// per-check path.
+    ///
     /// **Overshoot bound.** It comes only from shares not yet converged: roughly `quota ×
     /// report interval × (holders joining ÷ holders)` per join (the new holders take their
-    /// share at once, the others give theirs up at their next report), plus what is admitted
+    /// share at once, the others give theirs up at their next report) — Limiters starting
+    /// together over-admit by up to about the quota's rate for two or three report intervals
+    /// (~250 ms; longer while the store answers reports slowly) — plus what is admitted
     /// here while reports fail (checks stay local for at most ~1 s after the last report the
     /// store answered, then go to the store per check until one is answered again); the debt
     /// pays it back. Measured: within 5% of the quota over a run with holders joining (see

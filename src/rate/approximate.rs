@@ -55,11 +55,14 @@ pub struct Report {
     pub expires_at: UnixNanos,
 }
 
-/// Whether keys of `quota` can be decided locally: the quotas leases accept ([`leasable`]:
+/// Whether keys of `quota` can be decided locally: GCRA quotas leases accept ([`leasable`]:
 /// no ban, warm-up, priority classes or fair flows, whose decisions the store makes per
-/// check); no hold is needed (nothing is taken ahead).
+/// check; no hold is needed, nothing is taken ahead). Not windows: a window's units are all
+/// there at its start, so shares that settle after it started let it admit up to `(Σ shares
+/// − 1) × limit` (1.8 × the limit in one loaded contract run) — far past the mode's bound.
+/// Window quotas keep the per-check path (or exact leases).
 pub fn approximable(quota: &Quota) -> bool {
-    leasable(quota, Duration::ZERO)
+    quota.algorithm == Algorithm::Gcra && leasable(quota, Duration::ZERO)
 }
 
 /// One report of `holder` on a key whose stored state is `state`, at `now`: charges the

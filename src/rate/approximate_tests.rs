@@ -87,9 +87,9 @@ fn a_quota_decided_per_check_is_charged_but_gets_no_share() {
     let banning = Quota::per_second(1_000).ban(Duration::from_secs(1));
     assert!(!approximable(&banning));
     assert!(approximable(&Quota::per_second(1_000)));
-    assert!(approximable(
-        &Quota::per_second(10).algorithm(Algorithm::SlidingWindow)
-    ));
+    for windows in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        assert!(!approximable(&Quota::per_second(1_000).algorithm(windows)));
+    }
     let r = report_usage(&banning, None, (holder(0), 10, 10, 0), T0);
     assert_eq!(r.share, None);
     assert!(r.state.flows.is_empty());
@@ -379,14 +379,4 @@ fn holders_that_join_overshoot_a_little_and_pay_it_back() {
     println!("4 + 4 joining: {total} of {bound} ({:.3})", total / bound);
     assert!(total <= 1.05 * bound, "{total} of {bound}");
     assert!(total >= 0.9 * bound, "{total} of {bound}");
-    let q = Quota::per_second(10_000).algorithm(Algorithm::FixedWindow);
-    let mut hs: Vec<Sim> = (0..8)
-        .map(|i| sim(i, 20, if i < 4 { 0 } else { 1_500 }))
-        .collect();
-    let total = simulate(&q, &mut hs, 3_000) as f64;
-    println!("windows, 4 + 4 joining: {total} of 30000");
-    assert!(
-        (0.9 * 30_000.0..=1.05 * 30_000.0).contains(&total),
-        "{total}"
-    );
 }

@@ -212,13 +212,24 @@ impl KeyCell {
         reply: oneshot::Sender<Result<Answer>>,
     ) -> Enqueued {
         let mut c = lock(&self.inner);
+        self.push_unconditional(&mut c, (Some(adjustment), None), reply)
+    }
+
+    /// Queues what is not a check (an adjustment, a lease ask or return, a report) for the
+    /// next write of its key, within the join window: never turned away.
+    fn push_unconditional(
+        &self,
+        c: &mut CellInner,
+        (adjust, lease): (Option<Adjustment>, Option<LeaseAsk>),
+        reply: oneshot::Sender<Result<Answer>>,
+    ) -> Enqueued {
         let arrived = Instant::now();
         self.push(
-            &mut c,
+            c,
             Pending {
                 cost: 0,
-                adjust: Some(adjustment),
-                lease: None,
+                adjust,
+                lease,
                 asker: Asker::default(),
                 arrived,
                 send_by: arrived + JOIN_WINDOW,
@@ -257,19 +268,7 @@ impl KeyCell {
         reply: oneshot::Sender<Result<Answer>>,
     ) -> Enqueued {
         let mut c = lock(&self.inner);
-        let arrived = Instant::now();
-        self.push(
-            &mut c,
-            Pending {
-                cost: 0,
-                adjust: None,
-                lease: Some(LeaseAsk::Report(usage)),
-                asker: Asker::default(),
-                arrived,
-                send_by: arrived + JOIN_WINDOW,
-                reply,
-            },
-        )
+        self.push_unconditional(&mut c, (None, Some(LeaseAsk::Report(usage))), reply)
     }
 
     /// Queues a lease to take or give back for the next write of its key (nobody waits for
@@ -279,20 +278,8 @@ impl KeyCell {
         if let LeaseAsk::Return(..) = ask {
             c.leases.returning += 1;
         }
-        let arrived = Instant::now();
         let (reply, _) = oneshot::channel();
-        self.push(
-            &mut c,
-            Pending {
-                cost: 0,
-                adjust: None,
-                lease: Some(ask),
-                asker: Asker::default(),
-                arrived,
-                send_by: arrived + JOIN_WINDOW,
-                reply,
-            },
-        )
+        self.push_unconditional(&mut c, (None, Some(ask)), reply)
     }
 
     /// A plain check of `cost` at `now` spent from this Limiter's leases of the key, if one

@@ -31,10 +31,15 @@ fn span(events: &[Admitted]) -> u64 {
     last.saturating_sub(first)
 }
 
+/// How long Limiters starting together may over-admit at the quota's rate while their first
+/// reports settle their shares (the bound `LimiterBuilder::approximate_hot_keys` states).
+const START_SETTLING: Duration = Duration::from_millis(250);
+
 /// 3 Limiters × 8 callers on a key of 2,000/s for 2 s: admitted within [0.9, 1.05] × what
-/// the quota allows over the run (and no interval over by more than 5% of it), most checks
-/// decided locally, tens of writes a second per Limiter at most; a window quota within 5% of
-/// its limit in every window once the shares settled.
+/// the quota allows over the run (no interval over by more than 5% of it, or than the
+/// quota at its rate for `START_SETTLING` as the holders start), most checks
+/// decided locally, tens of writes a second per Limiter at most; a window quota decided per
+/// check, exactly.
 pub async fn rate_approximate_under_contention(h: &impl Harness) {
     let all = limiters(h).await;
     let quota = Quota::per_second(2_000);
@@ -58,8 +63,12 @@ pub async fn rate_approximate_under_contention(h: &impl Harness) {
         admitted <= 1.05 * allowed && admitted >= 0.9 * allowed,
         "{admitted} admitted where the quota allows {allowed:.0}: {used:?}"
     );
+    // Holders starting together over-admit while their first reports settle the shares: by
+    // up to 5% of the run or about the quota's rate for `START_SETTLING` (two and a half
+    // report intervals; reports answered slowly on a loaded machine stretch it).
+    let settling = quota.limit as f64 * START_SETTLING.as_secs_f64();
     assert!(
-        worst.over <= 0.05 * allowed,
+        worst.over <= (0.05 * allowed).max(settling),
         "over by {:.0} in [{}, {}]",
         worst.over,
         worst.from,
@@ -78,28 +87,18 @@ pub async fn rate_approximate_under_contention(h: &impl Harness) {
         out.used
     );
 
+    // Windows are not decided locally (`rate::approximable`): their keys take the per-check
+    // path and stay exact however hot.
     let windowed = Quota::per_second(2_000).algorithm(Algorithm::FixedWindow);
     open(&all[0], "approximate-window", windowed).await;
-    let out = hammer(&all, "approximate-window", Duration::from_millis(2_000)).await;
-    // A window that starts before the shares settle gives each holder its share of it (up
-    // to 1 + ½ + ⅓ of the limit for three holders starting together): settled windows only.
-    let first = out.events.iter().map(|e| e.start).min().unwrap_or(0);
-    let settled = (first / 1_000_000_000 + 1) * 1_000_000_000 + 300_000_000;
-    let after: Vec<Admitted> = out
-        .events
-        .iter()
-        .copied()
-        .filter(|e| e.start >= settled)
-        .collect();
-    let (most, window) = window_excess(&after, &windowed);
+    let out = hammer(&all, "approximate-window", Duration::from_millis(1_500)).await;
+    let (most, window) = window_excess(&out.events, &windowed);
     println!(
-        "approximate, fixed window: {} admitted, {} in settled windows, at most {most} in \
-         window {window}",
-        out.events.len(),
-        after.len()
+        "approximate, fixed window: {} admitted, at most {most} in window {window}",
+        out.events.len()
     );
-    assert!(most <= 2_100, "{most} admitted in window {window}");
-    assert!(out.all().rate_approximate_admitted > 0, "{:?}", out.all());
+    assert!(most <= 2_000, "{most} admitted in window {window}");
+    assert_eq!(out.all().rate_approximate_admitted, 0, "{:?}", out.all());
     for l in all {
         l.close().await.expect("close");
     }
