@@ -22,10 +22,11 @@ const LIMIT: &str = "hot";
 /// (a quota used up leaves none to lease for a while) and every fleet summary has them.
 const RATE: u64 = 20_000;
 const BURST: u64 = 10_000;
-/// How long the key is hammered: past one fleet summary of each sidecar (every 2 s).
-const HAMMER: Duration = Duration::from_millis(2500);
+/// How long the key is hammered: past two fleet summaries of each sidecar (every 2 s): one
+/// may find a sidecar between two leases, its units spent.
+const HAMMER: Duration = Duration::from_millis(5000);
 /// Bound on seeing the holders (B's summary may come up to 2 s after its first lease).
-const SEEN_WITHIN: Duration = Duration::from_secs(6);
+const SEEN_WITHIN: Duration = Duration::from_secs(8);
 /// Bound on the holders' going after the load (B's next summary, 2 s, and the store's read).
 const GONE_WITHIN: Duration = Duration::from_secs(8);
 
